@@ -1,0 +1,1 @@
+"""Inference Lab's engine: loading, generation, measurement, calculators. No Streamlit below this line."""

@@ -1,0 +1,312 @@
+"""Roofline: FLOPs and bytes of every operator of a decoder layer and the head, for prefill and decode.
+
+Williams, Waterman and Patterson, "Roofline: an insightful visual performance model" (CACM 2009): an
+operator with arithmetic intensity I = FLOPs / bytes moved attains at most min(peak FLOP/s, I x bandwidth);
+below the ridge (peak / bandwidth) it is memory-bound. The chapter's example: a T4 at 65 TFLOPS over
+300 GB/s has a ridge of 216.6 ops/byte, and GPT-Neo attention sits far below it.
+
+The operators are those of Hugging Face's eager (unfused) attention, which is what GPT-Neo runs:
+scores are written to memory by QK^T, read and written by softmax, read by attn x V. GPT-Neo computes its
+scores in float32. A fused (flash) kernel would never write the scores; the chart shows why that helps.
+Norms, residual adds and activation functions are elementwise and left out (under 0.1% of decode bytes).
+
+This module is the one source of FLOPs and bytes: the calculator's timing (engine.calc.timing) sums these
+operators, and the KV bytes they read come from engine.calc.memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from engine.calc.memory import cached_tokens, kv_bytes_per_token
+from engine.calc.specs import GPUSpec, ModelSpec, check_precision, positive_int
+from engine.dtypes import BYTES_PER_ELEMENT
+from engine.errors import InvalidParameterError
+
+SOFTMAX_FLOPS_PER_ELEMENT = 5  # max, subtract, exp, sum, divide
+PHASES = ("prefill", "decode")
+
+
+@dataclass(frozen=True)
+class Operator:
+    name: str
+    group: str  # "attention" (touches the KV cache or scores) | "projection" | "mlp" | "head"
+    flops: float  # one instance (one layer)
+    bytes: float  # one instance: weights + activations read and written + KV read/written
+    count: int  # instances per forward pass (n_layer, or 1 for the head)
+    weight_bytes: float = 0.0
+    kv_bytes: float = 0.0  # KV cache bytes read (attention) or written (K/V projections), one instance
+
+    @property
+    def intensity(self) -> float:
+        """I = FLOPs / bytes (ops/byte)."""
+        return self.flops / self.bytes
+
+    @property
+    def total_flops(self) -> float:
+        return self.flops * self.count
+
+    @property
+    def total_bytes(self) -> float:
+        return self.bytes * self.count
+
+
+@dataclass(frozen=True)
+class Roof:
+    """The roofline of one device at one precision (possibly derated by a calibration)."""
+
+    peak_flops_per_s: float
+    bandwidth_bytes_per_s: float
+    label: str = ""
+
+    @property
+    def ridge(self) -> float:
+        """ridge = peak FLOP/s / bandwidth (ops/byte)."""
+        return self.peak_flops_per_s / self.bandwidth_bytes_per_s
+
+    def attainable_flops_per_s(self, intensity: float) -> float:
+        """attainable FLOP/s = min(peak, I x bandwidth)."""
+        return min(self.peak_flops_per_s, intensity * self.bandwidth_bytes_per_s)
+
+    def time_s(self, flops: float, nbytes: float) -> float:
+        """t = max(FLOPs / peak, bytes / bandwidth): the slower of the two roofs."""
+        return max(flops / self.peak_flops_per_s, nbytes / self.bandwidth_bytes_per_s)
+
+    def bound(self, intensity: float) -> str:
+        """memory-bound when I < ridge, else compute-bound."""
+        return "memory" if intensity < self.ridge else "compute"
+
+
+def roof_for(gpu: GPUSpec, dtype: str, *, bandwidth_efficiency: float = 1.0, flops_efficiency: float = 1.0) -> Roof:
+    """Roof of `gpu` for math in `dtype`, scaled by measured efficiencies (1.0 = datasheet)."""
+    return Roof(
+        gpu.flops_for(dtype) * flops_efficiency,
+        gpu.bandwidth_bytes_per_s * bandwidth_efficiency,
+        gpu.name,
+    )
+
+
+def ridge_point(peak_flops_per_s: float, bandwidth_bytes_per_s: float) -> float:
+    """ridge = peak FLOP/s / bandwidth; T4 (book): 65e12 / 300e9 = 216.7 ops/byte."""
+    return peak_flops_per_s / bandwidth_bytes_per_s
+
+
+def activation_bytes(dtype: str) -> float:
+    """Activations are in the weight precision, except for weight-only int8/int4, which compute in fp16."""
+    dtype = check_precision("precision", dtype)
+    return 2.0 if dtype in ("int8", "int4") else BYTES_PER_ELEMENT[dtype]
+
+
+def operators(
+    spec: ModelSpec,
+    *,
+    phase: str,
+    seq_len: int,
+    batch: int = 1,
+    dtype: str = "fp16",
+    kv_dtype: str | None = None,
+    logits_all_positions: bool = False,
+) -> list[Operator]:
+    """Linear y = xW: FLOPs = 2 x tokens x in x out; bytes = in x out x w + tokens x (in + out) x a.
+    QK^T and attn x V: FLOPs = 2 x b x H x n x c x d each; softmax 5 x b x H x n x c; lm_head 2 x b x h x V.
+
+    prefill: n = s new tokens per sequence, c = s keys. decode: n = 1 new token against c = s cached + 1.
+    K/V projections write the cache; QK^T and attn x V read it (c cached tokens, or min(c, window) where
+    the model evicts). lm_head runs on the last position only (what `generate` does) unless
+    `logits_all_positions` (a training-style forward over every position)."""
+    if phase not in PHASES:
+        raise InvalidParameterError(f"phase must be one of {', '.join(PHASES)}, got {phase!r}")
+    s = positive_int("sequence length", seq_len)
+    b = positive_int("batch", batch)
+    dtype = check_precision("precision", dtype)
+    kv_dtype = check_precision("KV precision", kv_dtype or dtype)
+    w = BYTES_PER_ELEMENT[dtype]
+    a = activation_bytes(dtype)
+    sb = 4.0 if spec.traits.scores_fp32 else a  # bytes per attention score
+    n, c = (s, s) if phase == "prefill" else (1, s + 1)
+    c_kv = cached_tokens(spec, c) if phase == "decode" else float(c)  # keys actually held and read
+    T = b * n  # tokens through the linear layers
+    h, q, kv, d, H, inter, V, L = (
+        spec.hidden, spec.q_dim, spec.kv_dim, spec.head_dim, spec.n_head, spec.intermediate, spec.vocab, spec.n_layer
+    )
+    t = spec.traits
+    kv_one = kv_bytes_per_token(spec, kv_dtype) / (2 * L)  # K (or V) bytes per token per layer
+
+    def linear(name: str, group: str, d_in: int, d_out: int, bias: bool, out_bytes: float | None = None) -> Operator:
+        wb = (d_in * d_out + (d_out if bias else 0)) * w
+        ob = T * d_out * a if out_bytes is None else out_bytes
+        return Operator(name, group, 2.0 * T * d_in * d_out, wb + T * d_in * a + ob, L, weight_bytes=wb)
+
+    scores = b * H * n * c_kv
+    ops = [
+        linear("Q projection", "projection", h, q, t.qkv_bias),
+        replace(linear("K projection", "projection", h, kv, t.qkv_bias, T * kv_one), kv_bytes=T * kv_one),
+        replace(linear("V projection", "projection", h, kv, t.qkv_bias, T * kv_one), kv_bytes=T * kv_one),
+        Operator(
+            "QK^T", "attention", 2.0 * scores * d, T * q * a + b * c_kv * kv_one + scores * sb, L, kv_bytes=b * c_kv * kv_one
+        ),
+        Operator("softmax", "attention", SOFTMAX_FLOPS_PER_ELEMENT * scores, scores * (sb + a), L),
+        Operator(
+            "attn x V", "attention", 2.0 * scores * d, scores * a + b * c_kv * kv_one + T * q * a, L, kv_bytes=b * c_kv * kv_one
+        ),
+        linear("output projection", "projection", q, h, t.out_bias),
+    ]
+    if t.gated_mlp:
+        ops += [linear("MLP gate", "mlp", h, inter, t.mlp_bias), linear("MLP up", "mlp", h, inter, t.mlp_bias)]
+    else:
+        ops.append(linear("MLP up", "mlp", h, inter, t.mlp_bias))
+    ops.append(linear("MLP down", "mlp", inter, h, t.mlp_bias))
+    rows = T if logits_all_positions else b
+    head_w = h * V * w
+    ops.append(Operator("lm_head", "head", 2.0 * rows * h * V, head_w + rows * h * a + rows * V * a, 1, weight_bytes=head_w))
+    return ops
+
+
+def forward_flops(ops: list[Operator]) -> float:
+    """FLOPs of one forward pass = sum over operators of FLOPs x count."""
+    return sum(op.total_flops for op in ops)
+
+
+def forward_bytes(ops: list[Operator]) -> float:
+    """Bytes of one forward pass = sum over operators of bytes x count."""
+    return sum(op.total_bytes for op in ops)
+
+
+def attention_score_flops(spec: ModelSpec, *, phase: str, seq_len: int, batch: int = 1) -> float:
+    """Attention's score terms = L x (2 + 2) x b x H x n x c x d (QK^T and attn x V) + L x 5 x b x H x n x c
+    (softmax): the part of a forward pass that 2 x params x tokens does not count."""
+    ops = operators(spec, phase=phase, seq_len=seq_len, batch=batch)
+    return sum(op.total_flops for op in ops if op.group == "attention")
+
+
+@dataclass(frozen=True)
+class OperatorPoint:
+    name: str
+    group: str
+    flops: float  # over the whole forward pass (all layers)
+    bytes: float
+    intensity: float
+    bound: str
+    attainable_flops_per_s: float
+    attainable_s: float  # over the whole forward pass
+    count: int
+    share_of_time: float  # fraction of the phase's attainable time
+
+
+@dataclass(frozen=True)
+class RooflineResult:
+    model: str
+    gpu: str
+    phase: str
+    seq_len: int
+    batch: int
+    dtype: str
+    peak_flops_per_s: float
+    bandwidth_bytes_per_s: float
+    ridge_ops_per_byte: float
+    operators: list[OperatorPoint]
+    total_flops: float
+    total_bytes: float
+    attainable_s: float  # sum over operators, each at its own roof
+
+
+def analyse(
+    spec: ModelSpec,
+    roof: Roof,
+    *,
+    phase: str,
+    seq_len: int,
+    batch: int = 1,
+    dtype: str = "fp16",
+    kv_dtype: str | None = None,
+    gpu_name: str = "",
+) -> RooflineResult:
+    """Each operator: I = FLOPs / bytes, bound = memory if I < ridge, time = max(FLOPs / peak, bytes / BW);
+    phase time = sum of operator times (each operator meets its own roof)."""
+    ops = operators(spec, phase=phase, seq_len=seq_len, batch=batch, dtype=dtype, kv_dtype=kv_dtype)
+    times = [roof.time_s(op.flops, op.bytes) * op.count for op in ops]
+    total_t = sum(times)
+    points = [
+        OperatorPoint(
+            name=op.name,
+            group=op.group,
+            flops=op.total_flops,
+            bytes=op.total_bytes,
+            intensity=op.intensity,
+            bound=roof.bound(op.intensity),
+            attainable_flops_per_s=roof.attainable_flops_per_s(op.intensity),
+            attainable_s=t,
+            count=op.count,
+            share_of_time=t / total_t,
+        )
+        for op, t in zip(ops, times, strict=True)
+    ]
+    return RooflineResult(
+        model=spec.name,
+        gpu=gpu_name or roof.label,
+        phase=phase,
+        seq_len=seq_len,
+        batch=batch,
+        dtype=dtype,
+        peak_flops_per_s=roof.peak_flops_per_s,
+        bandwidth_bytes_per_s=roof.bandwidth_bytes_per_s,
+        ridge_ops_per_byte=roof.ridge,
+        operators=points,
+        total_flops=forward_flops(ops),
+        total_bytes=forward_bytes(ops),
+        attainable_s=total_t,
+    )
+
+
+def diagnose(result: RooflineResult) -> list[str]:
+    """Plain-language reading of a roofline: which operators are memory-bound, how far below the ridge,
+    and which lever helps. Generated from the numbers, so it changes as the sliders move."""
+    ridge = result.ridge_ops_per_byte
+    mem = [p for p in result.operators if p.bound == "memory"]
+    comp = [p for p in result.operators if p.bound == "compute"]
+    mem_share = sum(p.share_of_time for p in mem)
+    lines = [
+        f"{len(mem)} of {len(result.operators)} operators are memory-bound on {result.gpu} "
+        f"(ridge {ridge:.1f} ops/byte); they take {mem_share:.0%} of the {result.phase} time."
+    ]
+    if mem:
+        worst = min(mem, key=lambda p: p.intensity)
+        lines.append(
+            f"Lowest intensity: {worst.name} at {worst.intensity:.2f} ops/byte, {ridge / worst.intensity:,.0f}x "
+            f"below the ridge: it can use at most {worst.attainable_flops_per_s / result.peak_flops_per_s:.1%} of peak compute."
+        )
+    attn = [p for p in result.operators if p.group == "attention"]
+    proj = [p for p in result.operators if p.group in ("projection", "mlp", "head")]
+    if result.phase == "decode":
+        proj_i = max(p.intensity for p in proj)
+        lines.append(
+            f"Decode multiplies one token per sequence by every weight: the projections' intensity is about "
+            f"{proj_i:.1f} ops/byte at batch {result.batch}, so each step streams all weights from memory. "
+            "Batching raises it (weights are read once for the whole batch) until it meets the ridge; "
+            "lower precision (int8/int4) moves fewer bytes per step."
+        )
+        if attn:
+            lines.append(
+                f"Attention reads each sequence's own KV cache, so its intensity ({attn[0].intensity:.2f} ops/byte "
+                "for QK^T) does not grow with batch: a smaller KV cache (GQA/MQA, a lower KV precision) and fused "
+                "kernels that never write the scores to memory are its levers, not more compute."
+            )
+    else:
+        if comp:
+            lines.append(
+                f"Prefill processes {result.seq_len} tokens per weight read, so the projections are compute-bound "
+                f"({', '.join(p.name for p in comp[:4])}{'...' if len(comp) > 4 else ''}): here more FLOP/s would help."
+            )
+        soft = [p for p in attn if p.bound == "memory"]
+        if soft:
+            lines.append(
+                f"{', '.join(p.name for p in soft)} stay memory-bound even in prefill: the unfused attention writes "
+                f"and re-reads a {result.seq_len}x{result.seq_len} score matrix per head. A fused (flash) attention "
+                "kernel keeps the scores on chip."
+            )
+    if mem and result.phase == "decode":
+        lines.append(
+            "Verdict: generation is memory-bound. Move fewer bytes (batching, KV cache, lower precision, fused "
+            "kernels); a GPU with more FLOP/s and the same bandwidth would not be faster."
+        )
+    return lines

@@ -1,0 +1,75 @@
+"""`python -m engine <command>`: the engine's command line.
+
+Each command lives in engine/commands/<name>.py and exposes:
+    HELP: str                               one line for --help
+    add_arguments(parser) -> None           its flags (defaults come from the engine's own dataclasses)
+    run(args) -> object                     a dataclass, dict or list; printed as JSON with --json
+    format_text(result) -> str  (optional)  a human-readable rendering
+Commands translate argparse values into typed engine calls; no engine function takes a Namespace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import json
+import math
+import sys
+from typing import Any
+
+from engine.errors import EngineError
+
+# Order is the order of `--help`. A command module that fails to import is reported, not fatal.
+COMMANDS = ("hardware", "generate", "estimate", "gpus", "calibrate", "roofline", "eval", "race", "batch")
+
+
+def to_jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # JSON has no NaN/inf; null says "not defined" (e.g. TPOT of a 1-token run)
+    return value
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Any]]:
+    parser = argparse.ArgumentParser(prog="python -m engine", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    modules: dict[str, Any] = {}
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"engine.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"engine.commands.{name}":
+                continue  # not built yet
+            raise
+        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        p.add_argument("--json", action="store_true", help="print the result as JSON")
+        module.add_arguments(p)
+        modules[name] = module
+    return parser, modules
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser, modules = build_parser()
+    args = parser.parse_args(argv)
+    module = modules[args.command]
+    try:
+        result = module.run(args)
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    if args.json:
+        print(json.dumps(to_jsonable(result), indent=2, allow_nan=False))
+    elif hasattr(module, "format_text"):
+        print(module.format_text(result))
+    else:
+        print(json.dumps(to_jsonable(result), indent=2, allow_nan=False))
+    return 0

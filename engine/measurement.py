@@ -1,0 +1,72 @@
+"""One run's measurement, in base units. Shared by generation, the scheduler, the race, bench/ and pages.
+
+Definitions (INFERENCE_NOTES.md; the pages say the same):
+- TTFT: from the request entering the engine to the first generated token being available.
+- TPOT: (latency - TTFT) / (output_tokens - 1), vLLM's definition: it excludes the first token, so it is
+  the steady decode rate. Undefined (NaN) for a single-token output.
+- latency: end to end, request to last token.
+- tokens_per_s: output tokens (all sequences of a batch) / latency.
+- decode_tokens_per_s: output tokens after the first step / (latency - TTFT), per sequence summed over the batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Measurement:
+    model: str
+    dtype: str
+    device: str
+    batch_size: int
+    prompt_tokens: int  # summed over the batch (without padding)
+    output_tokens: int  # summed over the batch
+    ttft_s: float
+    tpot_s: float  # NaN when output_tokens per sequence <= 1
+    latency_s: float
+    tokens_per_s: float
+    decode_tokens_per_s: float
+    peak_memory_bytes: int
+    peak_memory_kind: str  # "cuda max_memory_allocated" or "process RSS (CPU)"
+    use_cache: bool
+    started_at: str  # ISO 8601, UTC
+    weights_bytes: int = 0  # bytes of parameters read per decode step (for achieved-bandwidth figures)
+    queue_s: float = 0.0  # time spent waiting for the model before the run started (included in TTFT)
+    params: int = 0
+    max_new_tokens: int = 0
+
+    @property
+    def achieved_bytes_per_s(self) -> float:
+        """Weights bytes x decode steps per second: a lower bound on the memory traffic of decode."""
+        if not self.weights_bytes or not math.isfinite(self.tpot_s) or self.tpot_s <= 0:
+            return math.nan
+        return self.weights_bytes / self.tpot_s
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Measurement:
+        names = {f.name for f in dataclasses.fields(cls)}
+        clean = {k: (math.nan if v is None and k in ("tpot_s",) else v) for k, v in data.items() if k in names}
+        return cls(**clean)
+
+
+def summarize_steps(
+    request_t: float, step_times: list[float], output_tokens_per_seq: list[int]
+) -> tuple[float, float, float]:
+    """(ttft_s, tpot_s, latency_s) from the request time and the wall-clock time each decode step ended.
+
+    `step_times[i]` is when generated token i (0-based) of every still-running sequence became available.
+    The batch's latency ends at its last step; TPOT uses the longest sequence, which ran every step.
+    """
+    if not step_times:
+        raise ValueError("no generation step was timed")
+    ttft = step_times[0] - request_t
+    latency = step_times[-1] - request_t
+    longest = max(output_tokens_per_seq) if output_tokens_per_seq else len(step_times)
+    tpot = (latency - ttft) / (longest - 1) if longest > 1 else math.nan
+    return ttft, tpot, latency
