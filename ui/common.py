@@ -6,6 +6,9 @@ serves every browser session in this server process.
 
 from __future__ import annotations
 
+import weakref
+from dataclasses import dataclass
+
 import streamlit as st
 
 from engine import hardware, models
@@ -14,7 +17,7 @@ from engine.errors import EngineError
 APP_TITLE = "Inference Lab"
 
 
-def page_setup(title: str, icon: str = "🔬", *, layout: str = "wide") -> None:
+def page_setup(title: str, icon: str = ":material/science:", *, layout: str = "wide") -> None:
     """Every page calls this first: one place owns page config and the sidebar's model status."""
     st.set_page_config(page_title=f"{title} · {APP_TITLE}", page_icon=icon, layout=layout)
 
@@ -25,10 +28,44 @@ def cached_hardware() -> hardware.HardwareInfo:
 
 
 @st.cache_resource(show_spinner=False, max_entries=2)
+def _load(name: str, dtype: str) -> models.LoadedModel:
+    return models.load_model(name, dtype=dtype)
+
+
+@st.cache_resource(show_spinner=False)
+def _loaded_registry() -> weakref.WeakValueDictionary:
+    # Weak: when the cache above evicts a model, it leaves this list too (no second reference keeps it alive).
+    return weakref.WeakValueDictionary()
+
+
 def cached_model(name: str, dtype: str) -> models.LoadedModel:
     """One LoadedModel per (name, dtype) per server process, shared by every session.
-    max_entries bounds memory: loading a third model evicts the least recently used one."""
-    return models.load_model(name, dtype=dtype)
+    max_entries bounds memory: loading a third model evicts the least recently used one.
+    Failures are not cached (st.cache_resource does not cache exceptions), so a retry tries again."""
+    lm = _load(name.strip(), dtype)
+    _loaded_registry()[(lm.name, dtype)] = lm
+    return lm
+
+
+def loaded_models() -> list[models.LoadedModel]:
+    return list(_loaded_registry().values())
+
+
+@dataclass(frozen=True)
+class MachineRoofline:
+    bandwidth: hardware.BandwidthMeasurement
+    matmul: hardware.MatmulMeasurement
+
+
+@st.cache_resource(show_spinner=False)
+def cached_machine_roofline() -> MachineRoofline:
+    """This machine's measured bandwidth and matmul FLOP/s, measured once per server process."""
+    hw = cached_hardware()
+    device = hw.accelerator
+    return MachineRoofline(
+        hardware.measure_memory_bandwidth(device),
+        hardware.measure_matmul_flops(device, "fp16" if device == "cuda" else "fp32"),
+    )
 
 
 def init_state(namespace: str, **defaults) -> None:
@@ -38,7 +75,7 @@ def init_state(namespace: str, **defaults) -> None:
 
 
 def show_error(exc: EngineError | ValueError) -> None:
-    st.error(str(exc), icon="⚠️")
+    st.error(str(exc), icon=":material/error:")
 
 
 def fmt_bytes(n: float | None) -> str:

@@ -81,7 +81,7 @@ def _row(c: generation.Completion, cfg: GenerationConfig) -> dict:
 
 
 def format_text(result) -> str:
-    rows = result["completions"] if "completions" in result else [result]
+    rows = result.get("completions", [result])
     out = []
     for r in rows:
         out.append(r["text"])

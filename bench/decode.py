@@ -1,0 +1,128 @@
+"""Decode throughput: the engine (generate and stream, with its timing and measuring) against plain
+`model.generate` on the same model, prompt and settings, measured in the same run and interleaved
+(A B C A B C ...) so machine noise hits all three alike. Also: achieved weight bandwidth
+(weights bytes x decode steps/s) against this machine's measured read bandwidth.
+
+    .venv/bin/python bench/decode.py [--models smollm2-135m-instruct gpt-neo-125m-random] [--repeats 5]
+
+Prints a table and writes bench/results/decode-<machine>.json. Target: the engine costs at most 5%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from engine import generation, hardware, models, paths  # noqa: E402
+from engine.generation import GenerationConfig  # noqa: E402
+
+PROMPT = "The history of the printing press begins"
+
+
+def plain_generate(lm, cfg: GenerationConfig) -> tuple[int, float]:
+    """The baseline: what a notebook does (tokenize, generate, count), timed end to end."""
+    import torch
+
+    enc = lm.tokenizer(PROMPT, return_tensors="pt").to(lm.model.device)
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        out = lm.model.generate(**enc, max_new_tokens=cfg.max_new_tokens, do_sample=False, use_cache=True,
+                                pad_token_id=lm.tokenizer.pad_token_id, temperature=None, top_p=None, top_k=None)
+    if lm.device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return int(out.shape[1] - enc["input_ids"].shape[1]), time.perf_counter() - t0
+
+
+def engine_generate(lm, cfg):
+    c = generation.generate(lm, PROMPT, cfg, record=False)
+    return c.measurement.output_tokens, c.measurement.latency_s, c.measurement.tpot_s
+
+
+def engine_stream(lm, cfg):
+    s = generation.stream(lm, PROMPT, cfg, record=False)
+    for _ in s:
+        pass
+    m = s.completion.measurement
+    return m.output_tokens, m.latency_s, m.tpot_s
+
+
+def bench_model(name: str, repeats: int, max_new_tokens: int, dtype: str) -> dict:
+    lm = models.load_model(name, dtype=dtype)
+    cfg = GenerationConfig(max_new_tokens=max_new_tokens)
+    for _ in range(2):  # warm-up: allocator, kernels, caches
+        plain_generate(lm, cfg)
+        engine_generate(lm, cfg)
+    rates: dict[str, list[float]] = {"plain generate": [], "engine generate": [], "engine stream": []}
+    tpots: list[float] = []
+    for _ in range(repeats):
+        n, t = plain_generate(lm, cfg)
+        rates["plain generate"].append(n / t)
+        n, t, tpot = engine_generate(lm, cfg)
+        rates["engine generate"].append(n / t)
+        tpots.append(tpot)
+        n, t, tpot = engine_stream(lm, cfg)
+        rates["engine stream"].append(n / t)
+        tpots.append(tpot)
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    tpot = statistics.median(tpots)
+    return {
+        "model": name,
+        "dtype": lm.dtype,
+        "params": lm.params,
+        "weights_bytes": lm.weights_bytes,
+        "max_new_tokens": max_new_tokens,
+        "repeats": repeats,
+        "tokens_per_s_median": med,
+        "tokens_per_s_runs": rates,
+        "ratio_engine_generate_vs_plain": med["engine generate"] / med["plain generate"],
+        "ratio_engine_stream_vs_plain": med["engine stream"] / med["plain generate"],
+        "tpot_s_median": tpot,
+        "achieved_weight_bytes_per_s": lm.weights_bytes / tpot,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+", default=["smollm2-135m-instruct", "gpt-neo-125m-random"])
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / f"decode-{paths.machine_id()}.json")
+    args = ap.parse_args()
+    info = hardware.detect()
+    bw = hardware.measure_memory_bandwidth(info.accelerator)
+    rows = [bench_model(m, args.repeats, args.max_new_tokens, args.dtype) for m in args.models]
+    print(f"measured read bandwidth: {bw.read_bytes_per_s / 1e9:.1f} GB/s ({info.accelerator}, {info.cpu_name})")
+    print(f"{'model':<24}{'dtype':<6}{'plain tok/s':>12}{'engine':>9}{'stream':>9}{'eng/plain':>11}"
+          f"{'str/plain':>11}{'GB/s':>7}{'% of BW':>9}")
+    for r in rows:
+        m = r["tokens_per_s_median"]
+        achieved = r["achieved_weight_bytes_per_s"]
+        print(f"{r['model']:<24}{r['dtype']:<6}{m['plain generate']:>12.1f}{m['engine generate']:>9.1f}"
+              f"{m['engine stream']:>9.1f}{r['ratio_engine_generate_vs_plain']:>11.3f}"
+              f"{r['ratio_engine_stream_vs_plain']:>11.3f}{achieved / 1e9:>7.1f}{100 * achieved / bw.read_bytes_per_s:>8.0f}%")
+    result = {
+        "benchmark": "decode",
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": paths.machine_id(),
+        "hardware": {"cpu": info.cpu_name, "threads": info.torch_threads, "gpus": [g.name for g in info.gpus],
+                     "torch": info.torch_version},
+        "read_bandwidth_bytes_per_s": bw.read_bytes_per_s,
+        "rows": rows,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    print(f"wrote {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

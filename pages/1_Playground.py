@@ -1,0 +1,153 @@
+"""Prompt playground: load a model, generate for one prompt or a batch, streamed, measured every run."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import streamlit as st
+
+from engine import generation
+from engine.errors import EngineError
+from engine.generation import GenerationConfig
+from ui.common import fmt_bytes, fmt_count, fmt_seconds, init_state, page_setup, show_error
+from ui.widgets import load_with_progress, model_picker
+
+NS = "playground"
+D = GenerationConfig()  # widget defaults come from the engine's dataclass: one source with the CLI
+
+page_setup("Playground")
+init_state(NS, history=[], last=None)
+st.title("Prompt playground")
+st.caption("Generate with a causal LM and see what each run cost. Every number below a completion was "
+           "measured on this run.")
+
+with st.sidebar:
+    st.header("Model")
+    name, dtype = model_picker(NS)
+lm = load_with_progress(name, dtype)
+
+if lm is not None:
+    with st.expander(f"Loaded: **{lm.name}** · {lm.dtype} · {lm.device} · {fmt_bytes(lm.footprint_bytes)}",
+                     expanded=False):
+        c = st.columns(4)
+        c[0].metric("Parameters", fmt_count(lm.params), help="sum of parameter elements (tied weights once)")
+        c[1].metric("Memory footprint", fmt_bytes(lm.footprint_bytes), help="model.get_memory_footprint()")
+        c[2].metric("Load time", fmt_seconds(lm.load_s), help="measured when this server loaded it")
+        c[3].metric("Context window", f"{lm.context_length:,} tokens")
+        st.markdown("**Placement** (accelerate's `hf_device_map`, or the single device): "
+                    + ", ".join(f"`{k or 'whole model'}` → `{v}`" for k, v in lm.device_map.items()))
+        st.caption(f"Source: {lm.source}. " + " ".join(lm.notes))
+
+with st.sidebar:
+    st.header("Generation")
+    max_new = st.number_input("Max new tokens", 1, generation.MAX_NEW_TOKENS_LIMIT, D.max_new_tokens,
+                              key=f"{NS}.max_new")
+    sample = st.toggle("Sample (off = greedy)", D.do_sample, key=f"{NS}.sample")
+    temperature = st.slider("Temperature", 0.05, 2.0, D.temperature, 0.05, disabled=not sample, key=f"{NS}.temp")
+    top_p = st.slider("Top-p", 0.05, 1.0, D.top_p, 0.05, disabled=not sample, key=f"{NS}.top_p")
+    top_k = st.number_input("Top-k (0 = off)", 0, 1000, D.top_k, disabled=not sample, key=f"{NS}.top_k")
+    rep = st.slider("Repetition penalty", 1.0, 2.0, D.repetition_penalty, 0.05, key=f"{NS}.rep")
+    seed = st.number_input("Seed", 0, 2**31 - 1, D.seed or 0, disabled=not sample, key=f"{NS}.seed")
+    stops = st.text_input("Stop sequences (comma-separated; \\n for newline)", "", key=f"{NS}.stop")
+    use_cache = st.toggle("Use KV cache", D.use_cache, key=f"{NS}.cache",
+                          help="Off recomputes every past token's keys and values at every step: watch TPOT grow.")
+    chat = st.toggle("Use the chat template", False, key=f"{NS}.chat",
+                     disabled=lm is None or not lm.has_chat_template,
+                     help="Wraps the prompt as a user message (only for models that ship a template).")
+    include_prompt = st.toggle("Show the prompt in the output", False, key=f"{NS}.incl",
+                               help="`generate` returns prompt + completion: the chapter's point. Off shows the completion only.")
+
+batch_mode = st.toggle("Batch mode: one prompt per line, generated together as one padded batch", key=f"{NS}.batch")
+prompt = st.text_area(
+    "Prompts (one per line)" if batch_mode else "Prompt",
+    "The capital of France is" if not batch_mode else "The capital of France is\nOnce upon a time\ndef fibonacci(n):",
+    height=120,
+    key=f"{NS}.prompt.{batch_mode}",
+)
+go = st.button("Generate", type="primary", disabled=lm is None, key=f"{NS}.go")
+
+
+def parse_stops(text: str) -> tuple[str, ...]:
+    return tuple(s.replace("\\n", "\n") for s in (p.strip() for p in text.split(",")) if s)
+
+
+def metrics_row(m) -> None:
+    c = st.columns(6)
+    c[0].metric("TTFT", fmt_seconds(m.ttft_s), help="request → first generated token")
+    c[1].metric("TPOT", fmt_seconds(m.tpot_s), help="(latency − TTFT) / (output tokens − 1): first token excluded (vLLM)")
+    c[2].metric("Latency", fmt_seconds(m.latency_s), help="request → last token")
+    c[3].metric("Throughput", f"{m.tokens_per_s:.1f} tok/s", help="output tokens / latency (all sequences)")
+    c[4].metric("Tokens in → out", f"{m.prompt_tokens} → {m.output_tokens}")
+    c[5].metric("Peak memory", fmt_bytes(m.peak_memory_bytes), help=m.peak_memory_kind)
+
+
+def history_row(m, mode: str, stop_reason: str) -> dict:
+    return {
+        "time (UTC)": m.started_at, "model": m.model, "dtype": m.dtype, "device": m.device, "mode": mode,
+        "batch": m.batch_size, "kv cache": m.use_cache, "prompt tokens": m.prompt_tokens,
+        "output tokens": m.output_tokens, "TTFT (ms)": round(m.ttft_s * 1e3, 1),
+        "TPOT (ms)": None if math.isnan(m.tpot_s) else round(m.tpot_s * 1e3, 2),
+        "latency (s)": round(m.latency_s, 3), "tokens/s": round(m.tokens_per_s, 2),
+        "peak memory (MiB)": round(m.peak_memory_bytes / 2**20, 1), "stop": stop_reason,
+    }
+
+
+if go and lm is not None:
+    try:
+        cfg = GenerationConfig(
+            max_new_tokens=int(max_new), do_sample=sample, temperature=float(temperature), top_p=float(top_p),
+            top_k=int(top_k), repetition_penalty=float(rep), seed=int(seed), stop=parse_stops(stops),
+            use_cache=use_cache, chat_template=chat, include_prompt=include_prompt,
+        ).validate()
+        if batch_mode:
+            prompts = [p for p in prompt.splitlines() if p.strip()]
+            with st.spinner(f"Generating for {len(prompts)} prompts as one batch…"):
+                result = generation.generate_batch(lm, prompts, cfg)
+            for c in result.completions:
+                st.markdown(f"**{c.prompt}**")
+                st.code(c.shown(include_prompt), language=None, wrap_lines=True)
+                st.caption(f"{c.measurement.output_tokens} tokens · stopped by {c.stop_reason} · "
+                           f"finished at {fmt_seconds(c.measurement.latency_s)}")
+            st.markdown("**The batch as a whole**")
+            metrics_row(result.measurement)
+            st.session_state[f"{NS}.history"].append(history_row(result.measurement, "batch", "mixed"))
+        else:
+            s = generation.stream(lm, prompt, cfg)
+            box = st.empty()
+            shown = prompt if include_prompt else ""
+            for chunk in s:
+                shown += chunk
+                box.code(shown, language=None, wrap_lines=True)
+            c = s.completion
+            box.code(c.shown(include_prompt), language=None, wrap_lines=True)
+            st.caption(f"Stopped by **{c.stop_reason}**"
+                       + (" (max new tokens reached: the output is truncated)" if c.stop_reason == "length" else ""))
+            metrics_row(c.measurement)
+            st.session_state[f"{NS}.history"].append(history_row(c.measurement, "single", c.stop_reason))
+    except EngineError as exc:
+        show_error(exc)
+
+history = st.session_state[f"{NS}.history"]
+st.subheader("Runs in this session")
+if history:
+    df = pd.DataFrame(history)
+    st.dataframe(df, hide_index=True, width="stretch")
+    st.download_button("Download runs (CSV)", df.to_csv(index=False).encode(), "playground_runs.csv", "text/csv",
+                       key=f"{NS}.csv")
+else:
+    st.caption("No runs yet. Generate once with the KV cache on and once off to see what the cache buys.")
+
+with st.expander("What the measurements mean"):
+    st.markdown(
+        "- **TTFT** (time to first token): from the request to the first generated token. It is dominated by "
+        "*prefill*, one forward pass over the whole prompt, and by any wait for the shared model.\n"
+        "- **TPOT** (time per output token): (latency − TTFT) / (output tokens − 1), as vLLM defines it; it "
+        "excludes the first token and measures *decode*, one forward pass per token, which reads every weight "
+        "once per step: that is why decode is memory-bandwidth bound.\n"
+        "- **Latency**: request to last token. **Throughput**: output tokens / latency, summed over a batch.\n"
+        "- **Peak memory**: on a GPU, `torch.cuda.max_memory_allocated`; on the CPU, the server process's "
+        "resident memory (it includes every loaded model).\n"
+        "- **KV cache**: with it, each step attends over stored keys/values of past tokens; without it, each "
+        "step re-runs the whole sequence, so TPOT grows with length."
+    )

@@ -1,0 +1,98 @@
+"""The home page: what the lab is for, this machine's hardware, and the models loaded in this server."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from engine import models
+from ui.common import (
+    cached_hardware,
+    cached_machine_roofline,
+    fmt_bytes,
+    fmt_count,
+    fmt_seconds,
+    loaded_models,
+    page_setup,
+)
+
+GUIDE = [
+    ("Playground", "Load a model, generate for one prompt or a batch, streamed, with TTFT, TPOT, latency and "
+     "throughput measured on every run; switch the KV cache off to see what it buys."),
+    ("Memory and cost", "Will a model fit on a GPU, how fast will it decode, what will a million tokens cost, "
+     "and how close is that estimate to a run on this machine."),
+    ("Roofline", "Why generation is memory-bound: each operator's arithmetic intensity against a GPU's "
+     "ops/byte ridge (the T4's 216.6), with this machine's measured runs placed on it."),
+    ("Few-shot code and eval", "Few-shot classification scored by log-likelihood, code generation with a "
+     "syntax check and a linter, and lm-evaluation-harness perplexity before anything is trusted."),
+    ("Latency race", "Vanilla Hugging Face generation against DeepSpeed inference and other levers, "
+     "each in its own process, weighed against output quality."),
+    ("Batching", "Static against in-flight batching, the memory limit on batch size, and the "
+     "throughput/latency trade-off, measured."),
+]
+
+
+def hardware_panel() -> None:
+    hw = cached_hardware()
+    st.subheader("This machine")
+    if hw.gpus:
+        for g in hw.gpus:
+            cols = st.columns(4)
+            cols[0].metric(f"GPU {g.index}", g.name)
+            cols[1].metric("Memory used", f"{fmt_bytes(g.memory_used_bytes)} / {fmt_bytes(g.memory_total_bytes)}")
+            cols[2].metric("Utilization", "n/a" if g.utilization_pct is None else f"{g.utilization_pct:.0f}%")
+            cols[3].metric("Power draw", "n/a" if g.power_w is None else f"{g.power_w:.0f} W")
+        st.caption(f"Read through {hw.gpus[0].source}; {hw.nvml_status}. Measured now, not a datasheet.")
+    if hw.gpu_reason:
+        st.info(f"**No GPU in use.** {hw.gpu_reason}. Everything here runs on the CPU; the calculators and "
+                "roofline still model any GPU from their catalog.", icon=":material/info:")
+    cols = st.columns(4)
+    cols[0].metric("CPU", hw.cpu_name)
+    cols[1].metric("Cores (torch threads)", f"{hw.cpu_cores_logical} ({hw.torch_threads})")
+    cols[2].metric("RAM", fmt_bytes(hw.ram_total_bytes), help=f"{fmt_bytes(hw.ram_available_bytes)} available now")
+    cols[3].metric("torch", hw.torch_version, help=f"CUDA build: {hw.cuda_build or 'none'}")
+    with st.expander("Measure this machine's memory bandwidth and matmul throughput"):
+        st.caption("A read (sum) and a copy over 256 MiB, and a 1024³ matmul; best of 5. These set the "
+                   "roofline and the calculator's 'this machine' GPU entry.")
+        if st.button("Measure", key="home.measure"):
+            with st.spinner("Measuring… (a few seconds)"):
+                roof = cached_machine_roofline()
+            c = st.columns(3)
+            c[0].metric("Read bandwidth (measured)", f"{roof.bandwidth.read_bytes_per_s / 1e9:.1f} GB/s")
+            c[1].metric("Copy bandwidth (measured)", f"{roof.bandwidth.copy_bytes_per_s / 1e9:.1f} GB/s")
+            c[2].metric(f"Matmul {roof.matmul.dtype} (measured)", f"{roof.matmul.flops_per_s / 1e9:.0f} GFLOP/s")
+
+
+def models_panel() -> None:
+    st.subheader("Models loaded in this server")
+    loaded = loaded_models()
+    if not loaded:
+        st.caption(f"None yet. The Playground loads **{models.DEFAULT_MODEL}** (bundled, offline) by default.")
+        return
+    rows = [
+        {
+            "model": lm.name,
+            "precision": lm.dtype,
+            "parameters": fmt_count(lm.params),
+            "memory footprint": fmt_bytes(lm.footprint_bytes),
+            "placement": ", ".join(f"{k or 'all'} → {v}" for k, v in lm.device_map.items()),
+            "load time": fmt_seconds(lm.load_s),
+            "source": lm.source,
+        }
+        for lm in loaded
+    ]
+    st.dataframe(rows, hide_index=True, width="stretch")
+    st.caption("Footprint: `model.get_memory_footprint()` (parameters + buffers), measured. Placement: "
+               "accelerate's `hf_device_map` when device_map='auto' split the model, else its single device. "
+               "One copy of each model serves every browser session.")
+
+
+def render() -> None:
+    page_setup("Home")
+    st.title("Inference Lab")
+    st.markdown("See LLM inference: **what a model costs to run, why it is slow, and what makes it faster.** "
+                "Every figure is either measured on this machine or computed from a formula you can open; "
+                "each says which.")
+    for name, text in GUIDE:
+        st.markdown(f"- **{name}**: {text}")
+    hardware_panel()
+    models_panel()

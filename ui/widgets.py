@@ -1,0 +1,53 @@
+"""Shared widgets: the model picker and the 'load with progress' helper every model-using page calls."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from engine import dtypes, models
+from engine.errors import EngineError
+from ui.common import cached_hardware, cached_model, show_error
+
+CUSTOM = "other (hub id or local folder)…"
+
+
+def model_picker(key: str, *, default: str = models.DEFAULT_MODEL, allow_custom: bool = True) -> tuple[str, str]:
+    """Preset/custom model name and dtype, with each preset's description. Returns (name, dtype)."""
+    hw = cached_hardware()
+    names = list(models.PRESETS) + ([CUSTOM] if allow_custom else [])
+    choice = st.selectbox(
+        "Model",
+        names,
+        index=names.index(default) if default in names else 0,
+        key=f"{key}.model",
+        format_func=lambda n: n if n == CUSTOM else f"{n} ({models.PRESETS[n].kind})",
+        help="Offline: smollm2-135m-instruct (real text), tiny-gpt-neo and the *-random shapes (random weights). "
+        "gpt-neo-* need the Hugging Face hub or a local cache.",
+    )
+    if choice == CUSTOM:
+        choice = st.text_input(
+            "Hub id or local folder", key=f"{key}.custom", placeholder="EleutherAI/gpt-neo-125m or my-model/"
+        ).strip()
+    else:
+        st.caption(models.PRESETS[choice].description)
+    options = [d for d in dtypes.LOADABLE if d != "fp16" or hw.fp16_supported]
+    dtype = st.selectbox(
+        "Precision",
+        ["auto", *options],
+        key=f"{key}.dtype",
+        help="auto = fp16 on a GPU (as in the chapter), fp32 on the CPU. fp16 is offered on CUDA GPUs only.",
+    )
+    return choice, dtype
+
+
+def load_with_progress(name: str, dtype: str) -> models.LoadedModel | None:
+    """The shared cached model, loading it with a status box the first time; None (with st.error) on failure."""
+    if not name:
+        st.info("Enter a hub id or a local folder to load.")
+        return None
+    try:
+        with st.spinner(f"Loading {name} ({dtype})… the first load of the bundled model dequantizes it (~20 s)"):
+            return cached_model(name, dtype)
+    except EngineError as exc:
+        show_error(exc)
+        return None
