@@ -300,7 +300,7 @@ def _run(
         except MemoryError as exc:
             raise OutOfMemoryError(_oom_message(lm, len(prompts), cfg)) from exc
         except RuntimeError as exc:
-            if "out of memory" in str(exc).lower():
+            if any(m in str(exc).lower() for m in ("out of memory", "not enough memory")):  # CUDA / CPU allocator
                 raise OutOfMemoryError(_oom_message(lm, len(prompts), cfg)) from exc
             raise
     cancelled = bool(cancel is not None and cancel.is_set())

@@ -116,9 +116,13 @@ if go and lm is not None:
             s = generation.stream(lm, prompt, cfg)
             box = st.empty()
             shown = prompt if include_prompt else ""
-            for chunk in s:
-                shown += chunk
-                box.code(shown, language=None, wrap_lines=True)
+            try:
+                for chunk in s:
+                    shown += chunk
+                    box.code(shown, language=None, wrap_lines=True)
+            finally:
+                # A rerun or a closed browser tab stops this script mid-loop: stop generating for nobody.
+                s.cancel()
             c = s.completion
             box.code(c.shown(include_prompt), language=None, wrap_lines=True)
             st.caption(f"Stopped by **{c.stop_reason}**"

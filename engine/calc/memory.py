@@ -23,7 +23,7 @@ DEFAULT_OVERHEAD = 0.20  # the chapter's x1.2; accelerate: "add up to 20%"
 def formula_of(fn: object) -> str:
     """The formula paragraph of a calculator function's docstring (its first paragraph)."""
     doc = (getattr(fn, "__doc__", "") or "").strip()
-    return doc.split("\n\n")[0].replace("\n", " ").strip()
+    return " ".join(doc.split("\n\n")[0].split())
 
 
 @dataclass(frozen=True)
@@ -163,7 +163,9 @@ def estimate_memory(
     )
 
 
-def kv_budget_bytes(spec: ModelSpec, dtype: str, gpu_memory_bytes: float, overhead: float, n_gpus: int) -> float:
+def kv_budget_bytes(
+    spec: ModelSpec, dtype: str, gpu_memory_bytes: float, overhead: float, n_gpus: int
+) -> float:
     """KV budget = GPUs x memory / (1 + overhead) - weights (what is left for the cache)."""
     return n_gpus * gpu_memory_bytes / (1 + overhead) - weights_bytes(spec, dtype)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from engine.calc.format import ridge as fmt_ridge
 from engine.calc.memory import cached_tokens, kv_bytes_per_token
 from engine.calc.specs import GPUSpec, ModelSpec, check_precision, positive_int
 from engine.dtypes import BYTES_PER_ELEMENT
@@ -77,7 +78,9 @@ class Roof:
         return "memory" if intensity < self.ridge else "compute"
 
 
-def roof_for(gpu: GPUSpec, dtype: str, *, bandwidth_efficiency: float = 1.0, flops_efficiency: float = 1.0) -> Roof:
+def roof_for(
+    gpu: GPUSpec, dtype: str, *, bandwidth_efficiency: float = 1.0, flops_efficiency: float = 1.0
+) -> Roof:
     """Roof of `gpu` for math in `dtype`, scaled by measured efficiencies (1.0 = datasheet)."""
     return Roof(
         gpu.flops_for(dtype) * flops_efficiency,
@@ -127,12 +130,21 @@ def operators(
     c_kv = cached_tokens(spec, c) if phase == "decode" else float(c)  # keys actually held and read
     T = b * n  # tokens through the linear layers
     h, q, kv, d, H, inter, V, L = (
-        spec.hidden, spec.q_dim, spec.kv_dim, spec.head_dim, spec.n_head, spec.intermediate, spec.vocab, spec.n_layer
+        spec.hidden,
+        spec.q_dim,
+        spec.kv_dim,
+        spec.head_dim,
+        spec.n_head,
+        spec.intermediate,
+        spec.vocab,
+        spec.n_layer,
     )
     t = spec.traits
     kv_one = kv_bytes_per_token(spec, kv_dtype) / (2 * L)  # K (or V) bytes per token per layer
 
-    def linear(name: str, group: str, d_in: int, d_out: int, bias: bool, out_bytes: float | None = None) -> Operator:
+    def linear(
+        name: str, group: str, d_in: int, d_out: int, bias: bool, out_bytes: float | None = None
+    ) -> Operator:
         wb = (d_in * d_out + (d_out if bias else 0)) * w
         ob = T * d_out * a if out_bytes is None else out_bytes
         return Operator(name, group, 2.0 * T * d_in * d_out, wb + T * d_in * a + ob, L, weight_bytes=wb)
@@ -143,22 +155,44 @@ def operators(
         replace(linear("K projection", "projection", h, kv, t.qkv_bias, T * kv_one), kv_bytes=T * kv_one),
         replace(linear("V projection", "projection", h, kv, t.qkv_bias, T * kv_one), kv_bytes=T * kv_one),
         Operator(
-            "QK^T", "attention", 2.0 * scores * d, T * q * a + b * c_kv * kv_one + scores * sb, L, kv_bytes=b * c_kv * kv_one
+            "QK^T",
+            "attention",
+            2.0 * scores * d,
+            T * q * a + b * c_kv * kv_one + scores * sb,
+            L,
+            kv_bytes=b * c_kv * kv_one,
         ),
         Operator("softmax", "attention", SOFTMAX_FLOPS_PER_ELEMENT * scores, scores * (sb + a), L),
         Operator(
-            "attn x V", "attention", 2.0 * scores * d, scores * a + b * c_kv * kv_one + T * q * a, L, kv_bytes=b * c_kv * kv_one
+            "attn x V",
+            "attention",
+            2.0 * scores * d,
+            scores * a + b * c_kv * kv_one + T * q * a,
+            L,
+            kv_bytes=b * c_kv * kv_one,
         ),
         linear("output projection", "projection", q, h, t.out_bias),
     ]
     if t.gated_mlp:
-        ops += [linear("MLP gate", "mlp", h, inter, t.mlp_bias), linear("MLP up", "mlp", h, inter, t.mlp_bias)]
+        ops += [
+            linear("MLP gate", "mlp", h, inter, t.mlp_bias),
+            linear("MLP up", "mlp", h, inter, t.mlp_bias),
+        ]
     else:
         ops.append(linear("MLP up", "mlp", h, inter, t.mlp_bias))
     ops.append(linear("MLP down", "mlp", inter, h, t.mlp_bias))
     rows = T if logits_all_positions else b
     head_w = h * V * w
-    ops.append(Operator("lm_head", "head", 2.0 * rows * h * V, head_w + rows * h * a + rows * V * a, 1, weight_bytes=head_w))
+    ops.append(
+        Operator(
+            "lm_head",
+            "head",
+            2.0 * rows * h * V,
+            head_w + rows * h * a + rows * V * a,
+            1,
+            weight_bytes=head_w,
+        )
+    )
     return ops
 
 
@@ -267,7 +301,7 @@ def diagnose(result: RooflineResult) -> list[str]:
     mem_share = sum(p.share_of_time for p in mem)
     lines = [
         f"{len(mem)} of {len(result.operators)} operators are memory-bound on {result.gpu} "
-        f"(ridge {ridge:.1f} ops/byte); they take {mem_share:.0%} of the {result.phase} time."
+        f"(ridge {fmt_ridge(ridge)} ops/byte); they take {mem_share:.0%} of the {result.phase} time."
     ]
     if mem:
         worst = min(mem, key=lambda p: p.intensity)
@@ -310,3 +344,24 @@ def diagnose(result: RooflineResult) -> list[str]:
             "kernels); a GPU with more FLOP/s and the same bandwidth would not be faster."
         )
     return lines
+
+
+@dataclass(frozen=True)
+class MeasuredPoint:
+    phase: str
+    intensity: float
+    flops_per_s: float
+    bytes_per_s: float
+
+
+def measured_point(
+    phase: str, *, params: float, weights_bytes: float, tokens: float, seconds: float
+) -> MeasuredPoint:
+    """A measured run on the roofline: achieved FLOP/s = 2 x params x tokens / time; bytes/s = weights bytes x
+    forward passes / time (decode: one pass per step, `tokens` = batch; prefill: one pass for all prompt tokens);
+    intensity = FLOP/s / bytes/s. Weights only: a lower bound on traffic (the KV cache and activations add)."""
+    if seconds <= 0 or tokens <= 0 or weights_bytes <= 0:
+        raise InvalidParameterError("a measured point needs positive time, tokens and weights bytes")
+    flops_per_s = 2.0 * params * tokens / seconds
+    bytes_per_s = weights_bytes / seconds
+    return MeasuredPoint(phase, flops_per_s / bytes_per_s, flops_per_s, bytes_per_s)

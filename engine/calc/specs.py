@@ -44,7 +44,13 @@ ARCH_TRAITS: dict[str, ArchTraits] = {
     "qwen2": ArchTraits(True, False, False, 1, True, False, False),
 }
 # model_type in config.json -> layout. Mistral's layer is Llama's (plus a sliding window).
-MODEL_TYPE_TO_ARCH = {"gpt_neo": "gpt_neo", "gpt2": "gpt2", "llama": "llama", "mistral": "llama", "qwen2": "qwen2"}
+MODEL_TYPE_TO_ARCH = {
+    "gpt_neo": "gpt_neo",
+    "gpt2": "gpt2",
+    "llama": "llama",
+    "mistral": "llama",
+    "qwen2": "qwen2",
+}
 
 
 @dataclass(frozen=True)
@@ -167,10 +173,21 @@ def check_precision(name: str, dtype: str) -> str:
 
 def validate_spec(spec: ModelSpec) -> ModelSpec:
     hint = f"Check the numbers of model {spec.name!r}."
-    for attr in ("n_layer", "hidden", "n_head", "n_kv_head", "head_dim", "intermediate", "vocab", "context_length"):
+    for attr in (
+        "n_layer",
+        "hidden",
+        "n_head",
+        "n_kv_head",
+        "head_dim",
+        "intermediate",
+        "vocab",
+        "context_length",
+    ):
         positive_int(attr, getattr(spec, attr), hint=hint)
     if spec.arch not in ARCH_TRAITS:
-        raise InvalidParameterError(f"unknown layer layout {spec.arch!r}; choose one of {', '.join(ARCH_TRAITS)}")
+        raise InvalidParameterError(
+            f"unknown layer layout {spec.arch!r}; choose one of {', '.join(ARCH_TRAITS)}"
+        )
     if spec.n_head % spec.n_kv_head:
         raise InvalidParameterError(
             f"{spec.n_head} query heads cannot be grouped over {spec.n_kv_head} KV heads; "
@@ -255,7 +272,11 @@ def spec_from_hf_config(cfg: Any, name: str | None = None) -> ModelSpec:
     n_layer = _get(cfg, "num_hidden_layers", "num_layers", "n_layer")
     n_head = _get(cfg, "num_attention_heads", "num_heads", "n_head")
     vocab = _get(cfg, "vocab_size")
-    missing = [k for k, v in {"hidden size": hidden, "layers": n_layer, "heads": n_head, "vocab_size": vocab}.items() if v is None]
+    missing = [
+        k
+        for k, v in {"hidden size": hidden, "layers": n_layer, "heads": n_head, "vocab_size": vocab}.items()
+        if v is None
+    ]
     if missing:
         raise InvalidParameterError(NOT_A_CONFIG.format(why=f"it lacks {', '.join(missing)}"))
     if arch is None:
@@ -266,7 +287,9 @@ def spec_from_hf_config(cfg: Any, name: str | None = None) -> ModelSpec:
         )
     hidden = positive_int("hidden_size", hidden)
     n_head = positive_int("num_attention_heads", n_head)
-    n_kv = positive_int("num_key_value_heads", _get(cfg, "num_key_value_heads", "multi_query_group_num", default=n_head))
+    n_kv = positive_int(
+        "num_key_value_heads", _get(cfg, "num_key_value_heads", "multi_query_group_num", default=n_head)
+    )
     head_dim = _get(cfg, "head_dim", default=None) or hidden // n_head
     inter = _get(cfg, "intermediate_size", "n_inner", "ffn_dim", default=None) or 4 * hidden
     ctx = _get(cfg, "max_position_embeddings", "n_positions", "n_ctx", "seq_length", default=2048)
@@ -290,7 +313,9 @@ def spec_from_hf_config(cfg: Any, name: str | None = None) -> ModelSpec:
         if model_type == "qwen2":
             window_layers = max(0, int(n_layer) - int(cfg.get("max_window_layers", n_layer)))
         evicts = True
-        notes.append(f"sliding window {window}: a rolling cache keeps at most {window} tokens per windowed layer")
+        notes.append(
+            f"sliding window {window}: a rolling cache keeps at most {window} tokens per windowed layer"
+        )
     return validate_spec(
         ModelSpec(
             name=name,
@@ -377,7 +402,10 @@ THIS_MACHINE = "this-machine"
 
 def _gpu_from_row(key: str, row: Mapping[str, Any]) -> GPUSpec:
     peaks = {}
-    sources = {"memory": row.get("memory_source", row["source"]), "bandwidth": row.get("bandwidth_source", row["source"])}
+    sources = {
+        "memory": row.get("memory_source", row["source"]),
+        "bandwidth": row.get("bandwidth_source", row["source"]),
+    }
     for dtype in ("fp32", "fp16", "bf16", "int8"):
         unit = "tops" if dtype == "int8" else "tflops"
         value = row.get(f"{dtype}_{unit}")
@@ -434,3 +462,39 @@ def custom_gpu(
             peaks[dtype] = positive_float(f"{dtype} peak FLOP/s", value)
             sources[f"{dtype}_tflops"] = "edited by the user"
     return replace(base, peak_flops=peaks, sources=sources, **changes)
+
+
+MAX_CONFIG_BYTES = 5 * 2**20  # a config.json is a few KB; anything this large is not one
+
+
+def parse_config_text(text: str | bytes, name: str | None = None) -> ModelSpec:
+    """A ModelSpec from the text of a config.json (parsed with json only: nothing is executed)."""
+    import json
+
+    if len(text) > MAX_CONFIG_BYTES:
+        raise InvalidParameterError(
+            f"the file is {len(text) / 2**20:.1f} MB; a config.json is a few KB. Upload config.json, not the weights"
+        )
+    try:
+        cfg = json.loads(text)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidParameterError(NOT_A_CONFIG.format(why=f"it is not valid JSON ({exc})")) from None
+    return spec_from_hf_config(cfg, name=name)
+
+
+def load_config_file(path: str | Path) -> ModelSpec:
+    """A ModelSpec from a config.json on disk (a folder is read as folder/config.json)."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        p = p / "config.json"
+    try:
+        if p.stat().st_size > MAX_CONFIG_BYTES:
+            raise InvalidParameterError(
+                f"{p} is larger than 5 MB; pass the model's config.json, not its weights"
+            )
+        data = p.read_bytes()
+    except OSError as exc:
+        raise InvalidParameterError(
+            f"cannot read {p}: {exc.strerror}. Pass the path of a config.json"
+        ) from None
+    return parse_config_text(data, name=p.parent.name or p.stem)

@@ -1,0 +1,65 @@
+"""Formatting for people: decimal units as datasheets print them (1 GB = 1e9 bytes), alongside GiB where asked.
+Calculators return base units; only pages and the CLI's text output call these."""
+
+from __future__ import annotations
+
+import math
+
+
+def _scaled(value: float, units: tuple[tuple[str, float], ...], fmt: str) -> str:
+    for unit, size in units:
+        if abs(value) >= size:
+            return f"{value / size:{fmt}} {unit}"
+    return f"{value:{fmt}} {units[-1][0][:0]}".strip()
+
+
+def gb(n: float | None, digits: int = 2) -> str:
+    """Bytes as decimal GB/MB/KB (1 GB = 1e9 bytes)."""
+    if n is None or not math.isfinite(n):
+        return "n/a"
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.{digits}f} {unit}"
+    return f"{n:.0f} B"
+
+
+def seconds(s: float | None) -> str:
+    if s is None or not math.isfinite(s):
+        return "n/a"
+    if s < 1e-3:
+        return f"{s * 1e6:.3g} µs"
+    if s < 1:
+        return f"{s * 1e3:.3g} ms"
+    if s < 120:
+        return f"{s:.3g} s"
+    return f"{s / 60:.1f} min"
+
+
+def flops(n: float | None, unit: str = "FLOP") -> str:
+    if n is None or not math.isfinite(n):
+        return "n/a"
+    for prefix, size in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {prefix}{unit}"
+    return f"{n:.0f} {unit}"
+
+
+def usd(x: float | None) -> str:
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    if abs(x) < 0.01 and x:
+        return f"${x:.4f}"
+    return f"${x:,.2f}"
+
+
+def count(n: float | None) -> str:
+    if n is None or not math.isfinite(n):
+        return "n/a"
+    return f"{n:,.0f}"
+
+
+def ridge(x: float) -> str:
+    """A ridge point as the chapter prints it: truncated to one decimal (65 / 0.3 = 216.66... -> 216.6)."""
+    if not math.isfinite(x):
+        return "n/a"
+    return f"{math.floor(x * 10) / 10:.1f}"

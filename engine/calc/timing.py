@@ -1,0 +1,146 @@
+"""Time: prefill, decode per token, generation, TTFT, throughput, and the bound of each phase.
+
+The chapter's rules: a decode step streams every weight plus the KV cache from memory, so
+t_decode ~ (weights + KV read per step) / bandwidth; prefill does ~2 x params x prompt tokens FLOPs (plus
+attention's score terms), so t_prefill ~ FLOPs / peak. Here each operator of engine.calc.roofline meets its
+own roof, t = sum over operators of max(FLOPs / peak, bytes / bandwidth), which reduces to the two rules
+when every operator of a phase has the same bound, and is never more optimistic than them.
+
+Datasheet mode uses peak figures. Calibrated mode (engine.calibration) scales bandwidth and FLOP/s by the
+efficiencies one real run achieved on this machine and adds the per-layer fixed cost of a step (kernel
+dispatch, which dominates small models on a CPU).
+Metric definitions are vLLM's: TTFT = request to first token; TPOT excludes the first token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.calc.roofline import Operator, Roof, operators, roof_for
+from engine.calc.specs import GPUSpec, ModelSpec, positive_float, positive_int
+from engine.errors import InvalidParameterError
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """What a real run achieves as a fraction of the roofs; 1.0 and 0 s are the datasheet assumption."""
+
+    bandwidth: float = 1.0  # achieved bytes/s / peak bandwidth
+    flops: float = 1.0  # achieved FLOP/s / peak FLOP/s
+    step_overhead_s_per_layer: float = 0.0  # fixed seconds per layer per forward step
+    label: str = "datasheet"
+
+
+DATASHEET = Efficiency()
+
+
+@dataclass(frozen=True)
+class PhaseTime:
+    seconds: float
+    memory_s: float  # time of the operators that are memory-bound
+    compute_s: float  # time of the operators that are compute-bound
+    overhead_s: float  # fixed per-step cost (calibrated mode only)
+    flops: float
+    bytes: float
+    weights_bytes: float  # weight bytes read in the phase
+    kv_bytes: float  # KV bytes read (attention) and written (K/V projections)
+
+    @property
+    def bound(self) -> str:
+        """The bound of the phase: memory when its memory-bound operators take longer than its compute-bound ones."""
+        return "memory" if self.memory_s >= self.compute_s else "compute"
+
+
+def phase_time(ops: list[Operator], roof: Roof, n_layer: int, eff: Efficiency = DATASHEET) -> PhaseTime:
+    """t = sum over operators of count x max(FLOPs / (peak x e_flops), bytes / (BW x e_bw)) + L x overhead per layer."""
+    derated = Roof(roof.peak_flops_per_s * eff.flops, roof.bandwidth_bytes_per_s * eff.bandwidth, roof.label)
+    mem = comp = 0.0
+    for op in ops:
+        t = derated.time_s(op.flops, op.bytes) * op.count
+        if derated.bound(op.intensity) == "memory":
+            mem += t
+        else:
+            comp += t
+    overhead = n_layer * eff.step_overhead_s_per_layer
+    return PhaseTime(
+        seconds=mem + comp + overhead,
+        memory_s=mem,
+        compute_s=comp,
+        overhead_s=overhead,
+        flops=sum(op.total_flops for op in ops),
+        bytes=sum(op.total_bytes for op in ops),
+        weights_bytes=sum(op.weight_bytes * op.count for op in ops),
+        kv_bytes=sum(op.kv_bytes * op.count for op in ops),
+    )
+
+
+@dataclass(frozen=True)
+class TimingEstimate:
+    prefill: PhaseTime  # the prompt, batch b; produces the first token
+    decode_step: PhaseTime  # one step at the mean context of the output
+    prefill_s: float
+    ttft_s: float
+    decode_s_per_token: float  # TPOT: time per decode step (each step yields one token per sequence)
+    generation_s: float  # prefill + (output - 1) decode steps
+    tokens_per_s: float  # batch x output / generation time
+    decode_tokens_per_s: float  # batch / decode step
+    mode: str
+
+
+def estimate_timing(
+    spec: ModelSpec,
+    gpu: GPUSpec,
+    *,
+    dtype: str,
+    kv_dtype: str | None = None,
+    batch: int,
+    prompt_tokens: int,
+    output_tokens: int,
+    n_gpus: int = 1,
+    eff: Efficiency = DATASHEET,
+) -> TimingEstimate:
+    """TTFT = prefill(P); TPOT = decode step at the mean context P + O/2 (steps 2..O see P+1..P+O-1 tokens);
+    generation = TTFT + (O - 1) x TPOT; throughput = b x O / generation.
+
+    With N GPUs in tensor parallel, each holds 1/N of the weights and heads: bandwidth and FLOP/s add up
+    (communication is not modelled: an optimistic bound)."""
+    b = positive_int("batch", batch)
+    p = positive_int("prompt tokens", prompt_tokens)
+    o = positive_int("output tokens", output_tokens)
+    n = positive_int("GPUs", n_gpus)
+    if p + o > spec.context_length:
+        raise InvalidParameterError(
+            f"prompt + output = {p + o} tokens exceed {spec.name}'s context of {spec.context_length}; shorten them"
+        )
+    base = roof_for(gpu, dtype)
+    roof = Roof(base.peak_flops_per_s * n, base.bandwidth_bytes_per_s * n, base.label)
+    pre_ops = operators(spec, phase="prefill", seq_len=p, batch=b, dtype=dtype, kv_dtype=kv_dtype)
+    prefill = phase_time(pre_ops, roof, spec.n_layer, eff)
+    # decode(s) models one new token against s cached + 1: s = P + O/2 - 1 gives the mean context P + O/2
+    mean_ctx = max(1, round(p + o / 2 - 1))
+    dec_ops = operators(spec, phase="decode", seq_len=mean_ctx, batch=b, dtype=dtype, kv_dtype=kv_dtype)
+    decode = phase_time(dec_ops, roof, spec.n_layer, eff)
+    generation = prefill.seconds + (o - 1) * decode.seconds
+    return TimingEstimate(
+        prefill=prefill,
+        decode_step=decode,
+        prefill_s=prefill.seconds,
+        ttft_s=prefill.seconds,
+        decode_s_per_token=decode.seconds,
+        generation_s=generation,
+        tokens_per_s=b * o / generation,
+        decode_tokens_per_s=b / decode.seconds,
+        mode=eff.label,
+    )
+
+
+def simple_decode_s(weights_bytes: float, kv_bytes: float, bandwidth_bytes_per_s: float) -> float:
+    """t_decode = (weights + KV read per step) / bandwidth (the chapter's rule; MBU's denominator)."""
+    return (weights_bytes + kv_bytes) / positive_float("bandwidth", bandwidth_bytes_per_s)
+
+
+def simple_prefill_s(
+    params: float, prompt_tokens: int, flops_per_s: float, attention_flops: float = 0.0
+) -> float:
+    """t_prefill = (2 x params x prompt tokens + attention score FLOPs) / peak FLOP/s."""
+    return (2 * params * prompt_tokens + attention_flops) / positive_float("FLOP/s", flops_per_s)

@@ -1,0 +1,64 @@
+"""`python -m engine gpus`: the GPU catalog with the source of every figure (and, with --models, the model presets)."""
+
+from __future__ import annotations
+
+from engine.calc.format import ridge as fmt_ridge
+from engine.calc.memory import params_of
+from engine.calc.specs import THIS_MACHINE, load_gpu_catalog, load_model_presets
+
+HELP = "list the GPU catalog (peak FLOP/s, bandwidth, memory, ridge, sources); --models lists model presets"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--models", action="store_true", help="list the calculator's model presets instead")
+
+
+def run(args) -> dict:
+    if args.models:
+        return {
+            "models": [
+                {
+                    "name": k,
+                    "arch": s.arch,
+                    "params": params_of(s),
+                    "layers": s.n_layer,
+                    "hidden": s.hidden,
+                    "heads": s.n_head,
+                    "kv_heads": s.n_kv_head,
+                    "source": s.source,
+                }
+                for k, s in load_model_presets().items()
+            ]
+        }
+    rows = []
+    for key, g in load_gpu_catalog().items():
+        rows.append(
+            {
+                "key": key,
+                "name": g.name,
+                "memory_bytes": g.memory_bytes,
+                "bandwidth_bytes_per_s": g.bandwidth_bytes_per_s,
+                "peak_flops": dict(g.peak_flops),
+                "ridge_fp16_ops_per_byte": g.ridge("fp16"),
+                "sources": dict(g.sources),
+                "notes": g.notes,
+            }
+        )
+    return {"gpus": rows, "also": f"{THIS_MACHINE}: measured bandwidth and matmul FLOP/s of this machine"}
+
+
+def format_text(r: dict) -> str:
+    if "models" in r:
+        return "\n".join(
+            f"{m['name']:<16} {m['arch']:<8} {m['params']:>15,} params  L{m['layers']} h{m['hidden']} "
+            f"heads {m['heads']}/{m['kv_heads']} kv   {m['source']}"
+            for m in r["models"]
+        )
+    lines = [f"{'key':<14}{'name':<34}{'mem GB':>7}{'GB/s':>7}{'fp16 TF':>9}{'ridge':>8}  source"]
+    for g in r["gpus"]:
+        lines.append(
+            f"{g['key']:<14}{g['name']:<34}{g['memory_bytes'] / 1e9:>7.0f}{g['bandwidth_bytes_per_s'] / 1e9:>7.0f}"
+            f"{g['peak_flops'].get('fp16', 0) / 1e12:>9.0f}{fmt_ridge(g['ridge_fp16_ops_per_byte']):>8}  {g['sources']['bandwidth']}"
+        )
+    lines.append(r["also"])
+    return "\n".join(lines)

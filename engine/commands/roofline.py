@@ -1,0 +1,56 @@
+"""`python -m engine roofline`: every operator's FLOPs, bytes, intensity and bound against a GPU's ridge."""
+
+from __future__ import annotations
+
+from engine.calc import format as fmt
+from engine.calc.roofline import PHASES, RooflineResult, analyse, diagnose, roof_for
+from engine.calc.specs import PRECISIONS, THIS_MACHINE, load_config_file
+from engine.calibration import resolve_gpu, resolve_model_spec
+
+HELP = "roofline of a model's operators (prefill or decode) on a GPU, with a diagnosis"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument(
+        "--gpu", required=True, help=f"a catalog key (python -m engine gpus) or {THIS_MACHINE}"
+    )
+    src = parser.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", help="a calculator preset or an engine preset")
+    src.add_argument("--config", help="path of a Hugging Face config.json")
+    parser.add_argument("--phase", required=True, choices=PHASES)
+    parser.add_argument(
+        "--seq-len", type=int, required=True, help="prompt length (prefill) or cached tokens (decode)"
+    )
+    parser.add_argument("--batch", type=int, required=True)
+    parser.add_argument("--dtype", default="fp16", choices=PRECISIONS)
+
+
+def run(args) -> RooflineResult | dict:
+    spec = load_config_file(args.config) if args.config else resolve_model_spec(args.model)
+    gpu = resolve_gpu(args.gpu)
+    result = analyse(
+        spec,
+        roof_for(gpu, args.dtype),
+        phase=args.phase,
+        seq_len=args.seq_len,
+        batch=args.batch,
+        dtype=args.dtype,
+        gpu_name=gpu.name,
+    )
+    return {**result.__dict__, "diagnosis": diagnose(result)}
+
+
+def format_text(r: dict) -> str:
+    lines = [
+        f"{r['model']} {r['phase']} on {r['gpu']}: s={r['seq_len']}, batch {r['batch']}, {r['dtype']}; "
+        f"ridge {fmt.ridge(r['ridge_ops_per_byte'])} ops/byte",
+        f"{'operator':<20}{'FLOPs':>14}{'bytes':>12}{'ops/byte':>10}  bound     time",
+    ]
+    for op in r["operators"]:
+        lines.append(
+            f"{op.name:<20}{fmt.flops(op.flops):>14}{fmt.gb(op.bytes):>12}{op.intensity:>10.2f}  "
+            f"{op.bound:<8}{fmt.seconds(op.attainable_s):>10}"
+        )
+    lines.append(f"total attainable time {fmt.seconds(r['attainable_s'])}")
+    lines += [f"- {d}" for d in r["diagnosis"]]
+    return "\n".join(lines)

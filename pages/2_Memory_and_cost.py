@@ -1,0 +1,353 @@
+"""Memory and cost: will it fit, how fast, how much, and how close the estimate comes to a real run."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import streamlit as st
+
+from engine import calibration
+from engine.calc import format as fmt
+from engine.calc import memory, paged, timing
+from engine.calc.cost import estimate_cost
+from engine.calc.report import Inputs, estimate
+from engine.calc.specs import THIS_MACHINE
+from engine.errors import EngineError
+from ui.calc_widgets import (
+    DEFAULTS,
+    cached_calibration,
+    cached_machine,
+    formula_expander,
+    gpu_input,
+    load_runs,
+    model_input,
+    precision_inputs,
+)
+from ui.common import page_setup
+from ui.plots_calc import comparison_chart, memory_bar, paged_chart
+
+page_setup("Memory and cost", ":material/calculate:")
+NS = "calc"
+
+st.title("Memory and cost")
+st.caption(
+    "Will the model fit, how fast will it generate, what will it cost, and how close is the estimate to a run "
+    "measured on this machine. Every figure has its formula one click away; GB here are 10^9 bytes."
+)
+
+left, right = st.columns([1, 2], gap="large")
+with left:
+    st.subheader("Inputs")
+    spec = model_input(NS)
+    dtype, kv_dtype = precision_inputs(NS)
+    gpu = gpu_input(NS, dtype=dtype)
+    c1, c2 = st.columns(2)
+    batch = c1.number_input("Batch (concurrent users)", 1, 4096, 8, key=f"{NS}.batch")
+    n_gpus = c2.number_input("GPUs (tensor parallel)", 1, 64, DEFAULTS.n_gpus, key=f"{NS}.gpus")
+    prompt = c1.number_input("Prompt tokens", 1, 1_000_000, 512, key=f"{NS}.prompt")
+    output = c2.number_input("Output tokens", 1, 1_000_000, 512, key=f"{NS}.output")
+    overhead_pct = c1.slider(
+        "Overhead (%)",
+        0,
+        100,
+        round(DEFAULTS.overhead * 100),
+        key=f"{NS}.overhead",
+        help="Activations, allocator fragmentation, CUDA context: the chapter's x1.2.",
+    )
+    price = c2.number_input(
+        "$ per GPU-hour",
+        0.0,
+        1000.0,
+        0.35,
+        step=0.05,
+        key=f"{NS}.price",
+        help="Your price. 0.35 is a typical on-demand T4 list price; edit it.",
+    )
+    mode = "datasheet"
+    cal = cached_calibration()
+    if gpu.key == THIS_MACHINE:
+        mode = st.radio(
+            "Mode",
+            ["datasheet", "calibrated"],
+            horizontal=True,
+            key=f"{NS}.mode",
+            help="Calibrated: the bandwidth and FLOP/s efficiency a real run reached on this machine.",
+        )
+        if mode == "calibrated" and cal is None:
+            st.warning(
+                "No calibration on this machine yet: run `python -m engine calibrate` (about a minute). "
+                "Showing datasheet mode."
+            )
+            mode = "datasheet"
+
+if spec is None:
+    st.stop()
+
+inputs = Inputs(
+    dtype=dtype,
+    kv_dtype=kv_dtype,
+    batch=batch,
+    seq_len=prompt + output,
+    prompt_tokens=prompt,
+    output_tokens=output,
+    overhead=overhead_pct / 100,
+    n_gpus=n_gpus,
+    usd_per_gpu_hour=price,
+)
+eff = cal.efficiency(dtype) if (mode == "calibrated" and cal is not None) else timing.DATASHEET
+try:
+    est = estimate(spec, gpu, inputs, eff)
+except EngineError as exc:
+    with right:
+        st.error(str(exc), icon=":material/error:")
+    st.stop()
+
+m, t = est.memory, est.timing
+with right:
+    st.subheader(
+        f"{spec.name} · {dtype} · {n_gpus} × {gpu.name} · {batch} users × {prompt + output:,} tokens"
+        + (" · calibrated" if mode == "calibrated" else "")
+    )
+    if m.fits:
+        st.success(
+            f"**Fits**: {fmt.gb(m.per_gpu_bytes)} of {fmt.gb(m.gpu_memory_bytes)} per GPU "
+            f"({fmt.gb(m.headroom_bytes)} free). Up to **{est.max_batch}** users at {prompt + output:,} tokens."
+        )
+    else:
+        st.error(
+            f"**Does not fit**: needs {fmt.gb(m.per_gpu_bytes)} per GPU, has {fmt.gb(m.gpu_memory_bytes)}. "
+            f"GPUs needed: **{est.gpus_needed}** (a count that divides the {spec.n_head} heads)."
+        )
+    st.plotly_chart(memory_bar(m), width="stretch", key=f"{NS}.membar")
+    k = st.columns(3)
+    k[0].metric("Weights", fmt.gb(m.weights_bytes), help=memory.formula_of(memory.weights_bytes))
+    k[1].metric(
+        "KV cache",
+        fmt.gb(m.kv_cache_bytes),
+        f"{m.kv_bytes_per_token:,.0f} B per token",
+        delta_color="off",
+        delta_arrow="off",
+        help=memory.formula_of(memory.kv_cache_bytes),
+    )
+    k[2].metric(
+        "Total with overhead",
+        fmt.gb(m.total_bytes),
+        f"{fmt.gb(m.overhead_bytes)} overhead",
+        delta_color="off",
+        delta_arrow="off",
+        help=memory.formula_of(memory.estimate_memory),
+    )
+    k = st.columns(3)
+    k[0].metric(
+        "Decode per token (TPOT)",
+        fmt.seconds(t.decode_s_per_token),
+        f"{t.decode_step.bound}-bound",
+        delta_color="off",
+        delta_arrow="off",
+        help=memory.formula_of(timing.estimate_timing),
+    )
+    k[1].metric(
+        "Prefill = TTFT",
+        fmt.seconds(t.ttft_s),
+        f"{t.prefill.bound}-bound",
+        delta_color="off",
+        delta_arrow="off",
+    )
+    k[2].metric(
+        "Throughput",
+        f"{t.tokens_per_s:,.0f} tok/s",
+        f"{t.tokens_per_s / batch:,.1f} per user",
+        delta_color="off",
+        delta_arrow="off",
+        help="batch x output tokens / generation time",
+    )
+    k = st.columns(3)
+    k[0].metric(
+        "$ per million output tokens",
+        fmt.usd(est.cost.usd_per_million_tokens),
+        help=memory.formula_of(estimate_cost),
+    )
+    k[1].metric("$ per hour", fmt.usd(est.cost.usd_per_hour))
+    k[2].metric("Generation time", fmt.seconds(t.generation_s), help="TTFT + (output - 1) x TPOT")
+    k = st.columns(3)
+    k[0].metric(
+        f"Max batch at {prompt + output:,} tokens",
+        f"{est.max_batch:,}",
+        help=memory.formula_of(memory.max_batch),
+    )
+    k[1].metric(
+        f"Max tokens at batch {batch}",
+        f"{est.max_seq_len.tokens:,}",
+        f"limited by {est.max_seq_len.limited_by}",
+        delta_color="off",
+        delta_arrow="off",
+        help=memory.formula_of(memory.max_seq_len),
+    )
+    k[2].metric("GPUs needed", est.gpus_needed, help=memory.formula_of(memory.gpus_needed))
+
+    with st.expander("Why: the reasoning with these numbers", expanded=True):
+        st.markdown(
+            f"- **Weights** = {m.params:,} parameters × {m.weights_bytes / m.params:g} B = **{fmt.gb(m.weights_bytes)}**.\n"
+            f"- **KV cache** = 2 × {spec.n_layer} layers × {spec.n_kv_head} KV heads × {spec.head_dim} head dim × "
+            f"{m.kv_bytes_per_token / (2 * spec.n_layer * spec.n_kv_head * spec.head_dim):g} B = "
+            f"{m.kv_bytes_per_token:,.0f} B per token; × {batch} users × {prompt + output:,} tokens = **{fmt.gb(m.kv_cache_bytes)}**"
+            + (
+                f" (capped at the {spec.sliding_window}-token window the model evicts beyond)"
+                if spec.window_evicts
+                else ""
+            )
+            + ".\n"
+            f"- **Overhead** {overhead_pct}% of both = {fmt.gb(m.overhead_bytes)}; total {fmt.gb(m.total_bytes)}"
+            f" / {n_gpus} GPU(s) = {fmt.gb(m.per_gpu_bytes)} against {fmt.gb(m.gpu_memory_bytes)}.\n"
+            f"- **Decode**: each step reads {fmt.gb(t.decode_step.weights_bytes)} of weights + "
+            f"{fmt.gb(t.decode_step.kv_bytes)} of KV cache at {fmt.gb(gpu.bandwidth_bytes_per_s * n_gpus * eff.bandwidth)}/s"
+            f" → {fmt.seconds(t.decode_s_per_token)} per step, for all {batch} users at once: {t.decode_step.bound}-bound.\n"
+            f"- **Prefill**: {fmt.flops(t.prefill.flops)} at {fmt.flops(gpu.flops_for(dtype) * n_gpus * eff.flops, 'FLOP/s')}"
+            f" → {fmt.seconds(t.prefill_s)}: {t.prefill.bound}-bound.\n"
+            f"- **Cost**: ${price:g}/GPU-hour × {n_gpus} = {fmt.usd(est.cost.usd_per_hour)}/hour ÷ "
+            f"({t.tokens_per_s:,.0f} tok/s × 3600) × 10⁶ = **{fmt.usd(est.cost.usd_per_million_tokens)} per million output tokens**."
+        )
+        for note in spec.notes:
+            st.caption(note)
+        if spec.arch == "gpt_neo":
+            st.caption(
+                "GPT-Neo's local layers are a mask over a full-length cache in Hugging Face: the 256-token "
+                "window saves attention compute in principle, not KV memory, so the cache is counted in full."
+            )
+
+    formula_expander(
+        "Formulas: memory",
+        memory.count_params,
+        memory.weights_bytes,
+        memory.kv_bytes_per_token,
+        memory.cached_tokens,
+        memory.kv_cache_bytes,
+        memory.overhead_bytes,
+        memory.estimate_memory,
+        memory.max_batch,
+        memory.max_seq_len,
+        memory.gpus_needed,
+    )
+    formula_expander(
+        "Formulas: time and cost",
+        timing.phase_time,
+        timing.estimate_timing,
+        timing.simple_decode_s,
+        timing.simple_prefill_s,
+        estimate_cost,
+        extra="TTFT: request to first token. TPOT: (latency − TTFT) / (output tokens − 1), vLLM's definition.",
+    )
+
+# ---------------------------------------------------------------- estimate vs measurement
+st.divider()
+st.header("Estimate vs measurement on this machine")
+st.caption(
+    "Runs the engine measured here (Playground, benchmarks, calibration), each predicted from its own shape on "
+    "this machine's measured roofs: datasheet mode assumes the roofs are reached; calibrated mode applies the "
+    "efficiency one real run reached. Ratio = predicted / measured."
+)
+runs = [r for r in load_runs() if r.use_cache]
+if not runs:
+    st.info(
+        "No measured runs on this machine yet. Generate in the Playground, or run `python -m engine calibrate`; "
+        "the comparison appears here."
+    )
+else:
+    machine = cached_machine()
+    rows, chart = [], []
+    for r in runs[-60:]:
+        c = calibration.compare_run(r, machine, cal)
+        if c is None:
+            continue
+        rows.append(
+            {
+                "model": c.model,
+                "dtype": c.dtype,
+                "batch": c.batch_size,
+                "prompt": c.prompt_tokens,
+                "output": c.output_tokens,
+                "when": c.started_at[:16],
+                "TPOT measured (ms)": c.measured_tpot_s * 1e3,
+                "TPOT datasheet (ms)": c.datasheet_tpot_s * 1e3,
+                "datasheet ratio": c.datasheet_tpot_ratio,
+                "TPOT calibrated (ms)": None if c.calibrated_tpot_s is None else c.calibrated_tpot_s * 1e3,
+                "calibrated ratio": c.calibrated_tpot_ratio,
+                "TTFT measured (ms)": c.measured_ttft_s * 1e3,
+                "TTFT datasheet (ms)": c.datasheet_ttft_s * 1e3,
+                "TTFT calibrated (ms)": None if c.calibrated_ttft_s is None else c.calibrated_ttft_s * 1e3,
+                "TTFT calibrated ratio": c.calibrated_ttft_ratio,
+            }
+        )
+        chart.append(
+            {
+                "label": f"{c.model} {c.dtype} b{c.batch_size}",
+                "measured": c.measured_tpot_s,
+                "datasheet": c.datasheet_tpot_s,
+                "calibrated": c.calibrated_tpot_s,
+            }
+        )
+    if not rows:
+        st.info("The runs logged here are of models the calculator has no shape for.")
+    else:
+        latest: dict[str, dict] = {}
+        for row in chart:
+            latest[row["label"]] = row  # newest run of each model/precision/batch
+        best = list(latest.values())[-6:]
+        cols = st.columns(min(3, len(best)))
+        for col, row in zip(cols, best[-len(cols) :], strict=True):
+            ratio = (row["calibrated"] or row["datasheet"]) / row["measured"]
+            col.metric(
+                row["label"],
+                f"measured {fmt.seconds(row['measured'])}",
+                f"predicted {fmt.seconds(row['calibrated'] or row['datasheet'])} ({ratio:.2f}×)",
+                delta_color="off",
+                delta_arrow="off",
+            )
+        st.plotly_chart(comparison_chart(best), width="stretch", key=f"{NS}.cmp")
+        st.dataframe(
+            pd.DataFrame(rows).iloc[::-1],
+            hide_index=True,
+            width="stretch",
+            column_config={
+                k: st.column_config.NumberColumn(format="%.2f")
+                for k in rows[0]
+                if k not in ("model", "dtype", "batch", "prompt", "output", "when")
+            },
+        )
+    if cal is not None:
+        st.caption(
+            f"Calibration of {cal.created_at} on {cal.model}: bandwidth efficiency {cal.bandwidth_efficiency:.2f} of "
+            f"{cal.peak_bandwidth_bytes_per_s / 1e9:.1f} GB/s, fixed cost {cal.step_overhead_s_per_layer * 1e3:.3f} ms per "
+            "layer per step, FLOP/s efficiency "
+            + ", ".join(f"{k} {v:.2f}" for k, v in cal.flops_efficiency.items())
+            + "."
+        )
+        for note in cal.notes:
+            st.caption(note)
+    else:
+        st.caption("Calibrated columns appear after `python -m engine calibrate`.")
+
+# ---------------------------------------------------------------- paged vs static, GPUs needed
+st.divider()
+c_left, c_right = st.columns([2, 1], gap="large")
+with c_left:
+    st.subheader("Static vs paged KV cache")
+    if est.paged is None:
+        st.info("The weights alone fill the GPU: no room for a KV cache to compare.")
+    else:
+        p = est.paged
+        st.plotly_chart(paged_chart(p), width="stretch", key=f"{NS}.paged")
+        st.markdown(
+            f"Requests stop at different lengths. A static cache reserves {prompt + output:,} tokens for every sequence: "
+            f"**{p.static_waste_fraction:.0%}** of it is never used across this spread of outputs. In the "
+            f"{fmt.gb(p.kv_budget_bytes)} left for the cache, static allocation fits **{p.static_max_seqs}** sequences; "
+            f"paging (16-token blocks) fits **{p.paged_max_seqs}**: **{p.extra_seqs:+d}** sequences."
+        )
+        formula_expander("Formula: paged KV", paged.compare_paged, paged.output_spread)
+with c_right:
+    st.subheader("GPUs needed")
+    st.metric(f"{gpu.name} GPUs for this load", est.gpus_needed)
+    st.caption(memory.formula_of(memory.gpus_needed) + " Tensor-parallel communication is not modelled.")
+    if not math.isfinite(est.cost.usd_per_million_tokens):
+        st.caption("Enter a price per GPU-hour for the cost figures.")

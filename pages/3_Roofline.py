@@ -1,0 +1,137 @@
+"""Roofline: every operator of the model against the GPU's ops/byte ridge, with this machine's measured runs."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from engine.calc import format as fmt
+from engine.calc.memory import formula_of
+from engine.calc.roofline import Roof, analyse, diagnose, measured_point, operators, roof_for
+from engine.calc.specs import PRECISIONS, THIS_MACHINE, load_gpu_catalog
+from engine.errors import EngineError
+from ui.calc_widgets import cached_machine, load_runs, measured_roofline_points, model_input
+from ui.common import page_setup
+from ui.plots_calc import roofline_figure
+
+page_setup("Roofline", ":material/show_chart:")
+NS = "roof"
+
+st.title("Roofline")
+st.caption(
+    "An operator that does I FLOPs per byte it moves can run at most at min(peak FLOP/s, I × bandwidth). Below "
+    "the ridge (peak / bandwidth) it waits on memory, and more compute would not make it faster."
+)
+
+catalog = load_gpu_catalog()
+left, right = st.columns([1, 3], gap="large")
+with left:
+    spec = model_input(NS, default="gpt-neo-125m")
+    gpus = st.multiselect(
+        "GPUs (the first is analysed; the rest are overlaid)",
+        [*catalog, THIS_MACHINE],
+        default=["t4"],
+        key=f"{NS}.gpus",
+        format_func=lambda k: catalog[k].name if k in catalog else "this machine (measured)",
+    )
+    dtype = st.select_slider("Precision", PRECISIONS, value="fp16", key=f"{NS}.dtype")
+    seq = st.select_slider(
+        "s: prompt length (prefill) / cached tokens (decode)",
+        [16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768],
+        value=512,
+        key=f"{NS}.s",
+    )
+    batch = st.select_slider("b: batch", [1, 2, 4, 8, 16, 32, 64, 128, 256, 512], value=1, key=f"{NS}.b")
+    show_measured = st.checkbox("Measured runs of this machine", value=True, key=f"{NS}.measured")
+
+if spec is None:
+    st.stop()
+if not gpus:
+    with right:
+        st.info("Choose at least one GPU.")
+    st.stop()
+
+seq = min(seq, spec.context_length)
+gpu_specs = [cached_machine() if k == THIS_MACHINE else catalog[k] for k in gpus]
+roofs = [roof_for(g, dtype) for g in gpu_specs]
+primary = gpu_specs[0]
+try:
+    results = [
+        analyse(spec, roofs[0], phase=ph, seq_len=seq, batch=batch, dtype=dtype, gpu_name=primary.name)
+        for ph in ("prefill", "decode")
+    ]
+except EngineError as exc:
+    with right:
+        st.error(str(exc), icon=":material/error:")
+    st.stop()
+
+measured, machine_roof = [], None
+if show_measured:
+    pts = measured_roofline_points(load_runs())
+    if pts:
+        machine = cached_machine()
+        measured = pts
+        if THIS_MACHINE not in gpus:
+            machine_roof = Roof(
+                machine.flops_for("fp32"), machine.bandwidth_bytes_per_s, "this machine (measured, fp32)"
+            )
+
+note = ""
+if primary.key == "t4":
+    note = "NVIDIA's datasheet: 320 GB/s → 203"
+with right:
+    st.subheader(f"{spec.name} on {primary.name} · {dtype} · s = {seq:,} · b = {batch}")
+    st.plotly_chart(
+        roofline_figure(roofs, results, measured=measured, machine_roof=machine_roof, ridge_note=note),
+        width="stretch",
+        key=f"{NS}.chart",
+    )
+    if primary.key == "t4":
+        st.caption(
+            "T4 as the chapter uses it: 65 TFLOPS FP16 / 300 GB/s = 216.6 ops/byte. NVIDIA's datasheet lists "
+            "320 GB/s, which gives 203 (add 'T4 (NVIDIA datasheet)' to overlay it). Marker size: share of the phase's time."
+        )
+    else:
+        st.caption(
+            "Marker size: share of the phase's time. Operators at the same intensity share one labelled point."
+        )
+    if measured:
+        st.caption(
+            "Stars: runs measured on this machine, placed on its measured roof (read bandwidth and matmul FLOP/s). "
+            f"{formula_of(measured_point)}"
+        )
+    st.subheader("Diagnosis")
+    for r in results:
+        st.markdown(f"**{r.phase.capitalize()}** ({fmt.seconds(r.attainable_s)} at best on {primary.name}):")
+        st.markdown("\n".join(f"- {line}" for line in diagnose(r)))
+
+st.subheader("Operators")
+rows = []
+for r in results:
+    for p in r.operators:
+        rows.append(
+            {
+                "phase": r.phase,
+                "operator": p.name,
+                "FLOPs": fmt.flops(p.flops),
+                "bytes": fmt.gb(p.bytes),
+                "ops/byte": round(p.intensity, 3),
+                "bound": p.bound,
+                "attainable": fmt.flops(p.attainable_flops_per_s, "FLOP/s"),
+                "time": fmt.seconds(p.attainable_s),
+                "share of phase": f"{p.share_of_time:.1%}",
+            }
+        )
+st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+with st.expander("Formulas"):
+    st.markdown(f"- {formula_of(operators)}")
+    st.markdown(f"- {formula_of(analyse)}")
+    st.markdown(
+        f"- ridge = peak FLOP/s / bandwidth = {primary.flops_for(dtype) / 1e12:g} TFLOP/s / "
+        f"{primary.bandwidth_bytes_per_s / 1e9:g} GB/s = {fmt.ridge(roofs[0].ridge)} ops/byte"
+    )
+    st.markdown(
+        "All layers have the same shape, so one point stands for the operator in every layer; its FLOPs and "
+        "bytes are summed over the layers. Unfused (eager) attention, as Hugging Face runs GPT-Neo: the scores "
+        "are written and re-read; GPT-Neo keeps them in float32."
+    )

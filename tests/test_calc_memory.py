@@ -1,0 +1,141 @@
+"""Memory calculator: fit, max batch, max sequence length, GPUs needed, paged KV, bad input."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from engine.calc import Inputs, estimate, gpu_spec, model_preset
+from engine.calc.memory import (
+    estimate_memory,
+    gpus_needed,
+    kv_cache_bytes,
+    max_batch,
+    max_seq_len,
+    weights_bytes,
+)
+from engine.calc.paged import compare_paged
+from engine.calc.specs import parse_config_text, spec_from_hf_config, spec_from_numbers
+from engine.errors import InvalidParameterError, UnknownModelError
+
+
+def test_t4_gpt_neo_2_7b_fp16_8_users_1024_tokens():
+    """The issue's question, worked by hand: weights 2,651,307,520 x 2 = 5.30 GB; KV 2 x 32 x 2560 x 2 =
+    327,680 B/token x 8 x 1024 = 2.68 GB; x1.2 = 9.58 GB of 16 GB: fits; batch up to 23 at 1,024 tokens."""
+    est = estimate(
+        model_preset("gpt-neo-2.7b"),
+        gpu_spec("t4"),
+        Inputs(
+            dtype="fp16", batch=8, seq_len=1024, prompt_tokens=512, output_tokens=512, usd_per_gpu_hour=0.35
+        ),
+    )
+    m = est.memory
+    assert m.weights_bytes == 5_302_615_040
+    assert m.kv_bytes_per_token == 327_680
+    assert m.kv_cache_bytes == 8 * 1024 * 327_680
+    assert m.total_bytes == pytest.approx(1.2 * (5_302_615_040 + 2_684_354_560))
+    assert m.fits
+    assert est.max_batch == math.floor((16e9 / 1.2 - 5_302_615_040) / (1024 * 327_680)) == 23
+    assert est.timing.decode_step.bound == "memory"
+    # decode step reads the weights (minus wpe, which is a lookup) and on average 768 cached tokens x 8
+    assert est.timing.decode_s_per_token == pytest.approx((5.29e9 + 8 * 769 * 327_680) / 300e9, rel=0.02)
+    assert est.cost.usd_per_million_tokens == pytest.approx(0.35 / (est.timing.tokens_per_s * 3600) * 1e6)
+
+
+def test_max_batch_and_max_seq_len_are_the_edges_of_fit():
+    spec, t4 = model_preset("gpt-neo-1.3b"), gpu_spec("t4")
+    b = max_batch(spec, dtype="fp16", seq_len=2048, gpu_memory_bytes=t4.memory_bytes)
+    common = dict(dtype="fp16", seq_len=2048, gpu_memory_bytes=t4.memory_bytes)
+    assert estimate_memory(spec, batch=b, **common).fits
+    assert not estimate_memory(spec, batch=b + 1, **common).fits
+    s = max_seq_len(spec, dtype="fp16", batch=64, gpu_memory_bytes=t4.memory_bytes)
+    assert s.limited_by == "memory"
+    assert estimate_memory(
+        spec, dtype="fp16", batch=64, seq_len=s.tokens, gpu_memory_bytes=t4.memory_bytes
+    ).fits
+    assert not estimate_memory(
+        spec, dtype="fp16", batch=64, seq_len=s.tokens + 1, gpu_memory_bytes=t4.memory_bytes
+    ).fits
+    assert max_seq_len(spec, dtype="fp16", batch=1, gpu_memory_bytes=t4.memory_bytes).limited_by == "context"
+
+
+def test_mistral_window_lets_any_length_fit_once_the_window_fits():
+    spec = model_preset("mistral-7b")
+    s = max_seq_len(spec, dtype="fp16", batch=1, gpu_memory_bytes=24e9)
+    assert s.tokens == spec.context_length and s.limited_by == "context"
+
+
+def test_model_too_big_needs_more_gpus():
+    spec, t4 = model_preset("llama-2-13b"), gpu_spec("t4")
+    est = estimate(spec, t4, Inputs(dtype="fp16", batch=1, prompt_tokens=100, output_tokens=100))
+    assert not est.memory.fits and est.max_batch == 0 and est.paged is None
+    n = est.gpus_needed
+    assert 40 % n == 0 and n >= math.ceil(est.memory.total_bytes / 16e9)
+    assert estimate_memory(spec, dtype="fp16", batch=1, seq_len=200, gpu_memory_bytes=16e9, n_gpus=n).fits
+    assert gpus_needed(33e9, 16e9) == 3 and gpus_needed(33e9, 16e9, n_heads=40) == 4
+
+
+def test_precisions_scale_weights():
+    spec = model_preset("llama-2-7b")
+    w = {d: weights_bytes(spec, d) for d in ("fp32", "fp16", "bf16", "int8", "int4")}
+    assert w["fp32"] == 2 * w["fp16"] == 4 * w["int8"] == 8 * w["int4"] and w["fp16"] == w["bf16"]
+    assert kv_cache_bytes(spec, "int8", 1, 4096) == 2_147_483_648 / 2
+
+
+def test_paged_kv_reserves_only_what_is_used():
+    spec = model_preset("llama-2-7b")
+    cmp = compare_paged(spec, kv_dtype="fp16", prompt_tokens=200, max_output_tokens=800, kv_budget_bytes=40e9)
+    assert cmp.static_reserved_bytes > cmp.paged_reserved_bytes >= cmp.used_bytes
+    assert all(
+        r.paged_reserved_bytes - r.used_bytes < 16 * 524_288 for r in cmp.rows
+    )  # under one block wasted
+    assert cmp.static_max_seqs == int(40e9 // (1000 * 524_288))
+    assert cmp.extra_seqs > 0
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(batch=0),
+        dict(batch=-3),
+        dict(seq_len=0),
+        dict(batch=float("nan")),
+        dict(batch=2.5),
+        dict(seq_len=10**16),
+    ],
+)
+def test_bad_sizes_are_refused_with_a_message(kwargs):
+    args = dict(dtype="fp16", batch=1, seq_len=128, gpu_memory_bytes=16e9) | kwargs
+    with pytest.raises(InvalidParameterError, match=r"must be|absurd"):
+        estimate_memory(model_preset("gpt-neo-125m"), **args)
+
+
+def test_prompt_plus_output_beyond_seq_len_says_what_to_do():
+    with pytest.raises(InvalidParameterError, match="raise the sequence length"):
+        estimate(
+            model_preset("gpt-neo-125m"),
+            gpu_spec("t4"),
+            Inputs(seq_len=100, prompt_tokens=80, output_tokens=80),
+        )
+
+
+def test_unknown_names_and_bad_configs():
+    with pytest.raises(UnknownModelError, match="choose one of"):
+        model_preset("gpt-5")
+    with pytest.raises(InvalidParameterError, match="unknown GPU"):
+        gpu_spec("tpu-v9")
+    with pytest.raises(InvalidParameterError, match="not valid JSON"):
+        parse_config_text(b"\x89PNG not json")
+    with pytest.raises(InvalidParameterError, match="no model_type"):
+        parse_config_text(b'{"a": 1}')
+    with pytest.raises(InvalidParameterError, match="lacks"):
+        spec_from_hf_config({"model_type": "llama", "hidden_size": 64})
+    with pytest.raises(InvalidParameterError, match="not a decoder"):
+        spec_from_hf_config({"model_type": "bert", "hidden_size": 768})
+    with pytest.raises(InvalidParameterError, match=r"a config\.json is a few KB"):
+        parse_config_text(b" " * (6 * 2**20))
+    with pytest.raises(InvalidParameterError, match="KV heads must divide"):
+        spec_from_numbers(n_layer=2, hidden=64, n_head=6, n_kv_head=4, vocab=100)
+    with pytest.raises(InvalidParameterError, match="precision"):
+        weights_bytes(model_preset("gpt2"), "fp8")

@@ -1,0 +1,260 @@
+"""`python -m engine estimate | gpus | roofline`: flags, JSON keys, and errors that say what to do."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine.cli import main
+
+ESTIMATE_KEYS = {
+    "params",
+    "weights_bytes",
+    "kv_bytes_per_token",
+    "kv_cache_bytes",
+    "overhead_bytes",
+    "total_bytes",
+    "fits",
+    "max_batch",
+    "decode_s_per_token",
+    "prefill_s",
+    "generation_s",
+    "usd_per_million_tokens",
+}
+
+
+def _json(capsys, argv):
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_estimate_json_answers_the_t4_question(capsys):
+    r = _json(
+        capsys,
+        [
+            "estimate",
+            "--model",
+            "gpt-neo-2.7b",
+            "--dtype",
+            "fp16",
+            "--gpu",
+            "t4",
+            "--batch",
+            "8",
+            "--seq-len",
+            "1024",
+            "--usd-per-hour",
+            "0.35",
+            "--json",
+        ],
+    )
+    assert r.keys() >= ESTIMATE_KEYS
+    assert r["params"] == 2_651_307_520 and r["fits"] is True and r["max_batch"] == 23
+    assert r["kv_cache_bytes"] == 8 * 1024 * 327_680
+    assert r["inputs"]["prompt_tokens"] == 512 and r["inputs"]["output_tokens"] == 512
+    assert r["usd_per_million_tokens"] > 0
+
+
+def test_estimate_from_a_config_file(tmp_path, capsys):
+    cfg = {
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+        "intermediate_size": 11008,
+        "vocab_size": 32000,
+        "max_position_embeddings": 4096,
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    r = _json(
+        capsys,
+        [
+            "estimate",
+            "--config",
+            str(path),
+            "--dtype",
+            "fp16",
+            "--gpu",
+            "a100-80gb",
+            "--batch",
+            "1",
+            "--seq-len",
+            "4096",
+            "--prompt-tokens",
+            "4000",
+            "--output-tokens",
+            "96",
+            "--json",
+        ],
+    )
+    assert r["params"] == 6_738_415_616 and r["kv_cache_bytes"] == 2_147_483_648
+    assert r["usd_per_million_tokens"] is None  # no price given: no dollars invented
+
+
+def test_estimate_text_output(capsys):
+    assert (
+        main(
+            [
+                "estimate",
+                "--model",
+                "llama-2-13b",
+                "--dtype",
+                "fp16",
+                "--gpu",
+                "t4",
+                "--batch",
+                "1",
+                "--seq-len",
+                "512",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "DOES NOT FIT" in out and "GPUs needed" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--model", "gpt-5"], "unknown model"),
+        (["--model", "gpt2", "--gpu", "tpu"], "unknown GPU"),
+        (["--model", "gpt2", "--batch", "0"], "batch must be a positive whole number"),
+        (["--model", "gpt2", "--seq-len", "-5"], "sequence length must be"),
+        (["--model", "gpt2", "--calibrated"], "--gpu this-machine"),
+    ],
+)
+def test_estimate_errors_say_what_to_do(capsys, argv, message):
+    base = {"--dtype": "fp16", "--gpu": "t4", "--batch": "1", "--seq-len": "128"}
+    args = ["estimate", *argv]
+    for flag, value in base.items():
+        if flag not in argv:
+            args += [flag, value]
+    assert main(args) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_estimate_rejects_a_file_that_is_not_a_config(tmp_path, capsys):
+    bad = tmp_path / "weights.bin"
+    bad.write_bytes(b"\x00\x01\x02 not json")
+    assert (
+        main(
+            [
+                "estimate",
+                "--config",
+                str(bad),
+                "--dtype",
+                "fp16",
+                "--gpu",
+                "t4",
+                "--batch",
+                "1",
+                "--seq-len",
+                "8",
+            ]
+        )
+        == 2
+    )
+    assert "not look like a Hugging Face config.json" in capsys.readouterr().err
+
+
+def test_gpus_lists_the_catalog_with_sources(capsys):
+    r = _json(capsys, ["gpus", "--json"])
+    t4 = next(g for g in r["gpus"] if g["key"] == "t4")
+    assert t4["ridge_fp16_ops_per_byte"] == pytest.approx(216.6, abs=0.1)
+    assert all(g["sources"]["bandwidth"] for g in r["gpus"])
+    assert main(["gpus"]) == 0 and "t4-datasheet" in capsys.readouterr().out
+
+
+def test_roofline_json(capsys):
+    r = _json(
+        capsys,
+        [
+            "roofline",
+            "--gpu",
+            "t4",
+            "--model",
+            "gpt-neo-125m",
+            "--phase",
+            "decode",
+            "--seq-len",
+            "512",
+            "--batch",
+            "1",
+            "--dtype",
+            "fp16",
+            "--json",
+        ],
+    )
+    assert r["ridge_ops_per_byte"] == pytest.approx(216.6, abs=0.1)
+    names = [o["name"] for o in r["operators"]]
+    assert names[:3] == ["Q projection", "K projection", "V projection"] and "lm_head" in names
+    for o in r["operators"]:
+        assert {"name", "flops", "bytes", "intensity", "bound"} <= o.keys()
+        assert o["bound"] == "memory"
+    assert (
+        main(
+            [
+                "roofline",
+                "--gpu",
+                "t4",
+                "--model",
+                "gpt-neo-125m",
+                "--phase",
+                "prefill",
+                "--seq-len",
+                "0",
+                "--batch",
+                "1",
+            ]
+        )
+        == 2
+    )
+
+
+def test_estimate_calibrated_on_this_machine(tmp_path, monkeypatch, capsys):
+    from engine.calc import model_preset
+    from engine.calc.timing import Efficiency
+    from engine.calibration import RunSample, build_calibration, machine_spec, predict, save_calibration
+
+    monkeypatch.setenv("INFERENCE_LAB_HOME", str(tmp_path))
+    args = [
+        "estimate",
+        "--model",
+        "gpt-neo-125m",
+        "--dtype",
+        "bf16",
+        "--gpu",
+        "this-machine",
+        "--batch",
+        "1",
+        "--seq-len",
+        "96",
+        "--prompt-tokens",
+        "64",
+        "--output-tokens",
+        "32",
+        "--calibrated",
+        "--json",
+    ]
+    assert main(args) == 2
+    assert "python -m engine calibrate" in capsys.readouterr().err  # no calibration yet: says how to make one
+    machine = machine_spec(50e9, {"fp32": 200e9, "bf16": 300e9}, memory_bytes=24e9)
+    smol = model_preset("smollm2-135m")
+    true = {"fp32": Efficiency(0.2, 0.5, 3e-4), "bf16": Efficiency(0.2, 0.4, 3e-4)}
+    samples = []
+    for dt, eff in true.items():
+        ttft, tpot = predict(smol, RunSample(dt, 1, 64, 32, 0, 0), machine, eff)
+        samples.append(RunSample(dt, 1, 64, 32, ttft, tpot))
+    save_calibration(build_calibration(smol, samples, machine, model="smollm2-135m-instruct"))
+    r = _json(capsys, args)
+    assert r["mode"] == "calibrated"
+    expected = predict(
+        model_preset("gpt-neo-125m"), RunSample("bf16", 1, 64, 32, 0, 0), machine, true["bf16"]
+    )[1]
+    assert r["decode_s_per_token"] == pytest.approx(expected, rel=0.02)
+    datasheet = _json(capsys, [*args[:-2], "--json"])
+    assert datasheet["mode"] == "datasheet" and datasheet["decode_s_per_token"] < r["decode_s_per_token"] / 3

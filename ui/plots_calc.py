@@ -1,0 +1,274 @@
+"""Plotly figures for the Memory & cost and Roofline pages. Builders take engine results, return figures;
+they never compute a formula themselves (engine.calc does)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+
+from engine.calc import format as fmt
+from engine.calc.memory import MemoryEstimate
+from engine.calc.paged import PagedComparison
+from engine.calc.roofline import Roof, RooflineResult
+
+COLORS = {"weights": "#4C78A8", "kv": "#F58518", "overhead": "#B279A2", "free": "#E6E6E6", "over": "#E45756"}
+PHASE_SYMBOL = {"prefill": "circle", "decode": "diamond"}
+PHASE_COLOR = {"prefill": "#1f77b4", "decode": "#d62728"}
+ROOF_COLORS = ["#222222", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#bcbd22", "#7f7f7f"]
+FONT = {"size": 14}
+
+
+def memory_bar(m: MemoryEstimate) -> go.Figure:
+    """One stacked bar per GPU: weights, KV cache, overhead, and the free memory (or the overflow)."""
+    parts = [
+        ("weights", m.weights_bytes / m.n_gpus, COLORS["weights"]),
+        ("KV cache", m.kv_cache_bytes / m.n_gpus, COLORS["kv"]),
+        ("overhead", m.overhead_bytes / m.n_gpus, COLORS["overhead"]),
+    ]
+    fig = go.Figure()
+    for name, value, color in parts:
+        fig.add_bar(
+            y=["per GPU"],
+            x=[value / 1e9],
+            name=f"{name} {fmt.gb(value)}",
+            orientation="h",
+            marker_color=color,
+            hovertemplate=f"{name}: %{{x:.2f}} GB<extra></extra>",
+        )
+    spare = m.gpu_memory_bytes - m.per_gpu_bytes
+    if spare >= 0:
+        fig.add_bar(
+            y=["per GPU"],
+            x=[spare / 1e9],
+            name=f"free {fmt.gb(spare)}",
+            orientation="h",
+            marker_color=COLORS["free"],
+            hovertemplate="free: %{x:.2f} GB<extra></extra>",
+        )
+    fig.add_vline(
+        x=m.gpu_memory_bytes / 1e9,
+        line_dash="dash",
+        line_color="black",
+        annotation_text=f"GPU memory {fmt.gb(m.gpu_memory_bytes)}",
+        annotation_position="top",
+    )
+    fig.update_layout(
+        barmode="stack",
+        height=190,
+        margin=dict(l=10, r=10, t=40, b=10),
+        font=FONT,
+        xaxis_title="GB (10^9 bytes)",
+        legend=dict(orientation="h", y=-0.6, traceorder="normal"),
+        showlegend=True,
+    )
+    return fig
+
+
+def paged_chart(p: PagedComparison) -> go.Figure:
+    """Per sequence, by output length: static reservation vs paged reservation vs bytes actually used."""
+    x = [str(r.output_tokens) for r in p.rows]
+    fig = go.Figure()
+    fig.add_bar(
+        x=x,
+        y=[r.static_reserved_bytes / 1e6 for r in p.rows],
+        name="static: reserved",
+        marker_color="#BBBBBB",
+    )
+    fig.add_bar(
+        x=x,
+        y=[r.paged_reserved_bytes / 1e6 for r in p.rows],
+        name="paged: reserved (16-token blocks)",
+        marker_color=COLORS["kv"],
+    )
+    fig.add_scatter(
+        x=x,
+        y=[r.used_bytes / 1e6 for r in p.rows],
+        name="used",
+        mode="markers+lines",
+        marker=dict(color="black", size=8),
+    )
+    fig.update_layout(
+        barmode="group",
+        height=330,
+        margin=dict(l=10, r=10, t=30, b=10),
+        font=FONT,
+        xaxis_title="output tokens of the sequence",
+        yaxis_title="KV cache per sequence (MB)",
+        legend=dict(orientation="h", y=1.15),
+    )
+    return fig
+
+
+def _roof_xy(roof: Roof, x_min: float, x_max: float) -> tuple[list[float], list[float]]:
+    xs = [x_min, roof.ridge, x_max] if x_min < roof.ridge < x_max else [x_min, x_max]
+    return xs, [roof.attainable_flops_per_s(x) for x in xs]
+
+
+SHORT = {
+    "Q projection": "Q",
+    "K projection": "K",
+    "V projection": "V",
+    "output projection": "out",
+    "MLP gate": "gate",
+    "MLP up": "up",
+    "MLP down": "down",
+    "lm_head": "lm_head",
+    "QK^T": "QK^T",
+    "softmax": "softmax",
+    "attn x V": "attn×V",
+}
+CLUSTER_DECADES = 0.12  # operators closer than this in log10(intensity) would overlap on the chart
+
+
+def _cluster(result: RooflineResult) -> list[dict]:
+    """Operators at (nearly) the same intensity sit on the same spot of the roof; merge them into one
+    labelled point so nothing overlaps into a blur (the hover lists each operator)."""
+    ordered = sorted(result.operators, key=lambda p: p.intensity)
+    groups: list[list] = []
+    for p in ordered:
+        if groups and math.log10(p.intensity) - math.log10(groups[-1][0].intensity) < CLUSTER_DECADES:
+            groups[-1].append(p)
+        else:
+            groups.append([p])
+    points = []
+    for ops in groups:
+        lead = max(ops, key=lambda p: p.share_of_time)
+        hover = "<br>".join(
+            f"<b>{p.name}</b>: {fmt.flops(p.flops)}, {fmt.gb(p.bytes)}, I={p.intensity:.3g} ops/B, {p.bound}-bound, "
+            f"attainable {fmt.flops(p.attainable_flops_per_s, 'FLOP/s')}, {fmt.seconds(p.attainable_s)}"
+            for p in ops
+        )
+        points.append(
+            {
+                "x": lead.intensity,
+                "y": lead.attainable_flops_per_s,
+                "label": " ".join(SHORT.get(p.name, p.name) for p in ops),
+                "hover": hover,
+                "share": sum(p.share_of_time for p in ops),
+            }
+        )
+    return points
+
+
+def _text_positions(phase: str, n: int) -> list[str]:
+    """Alternate label sides so neighbouring clusters' labels do not print over each other."""
+    cycle = ("top center", "bottom left") if phase == "decode" else ("bottom right", "top left")
+    return [cycle[i % 2] for i in range(n)]
+
+
+def roofline_figure(
+    roofs: Sequence[Roof],
+    results: Sequence[RooflineResult],
+    *,
+    measured: Sequence[dict] = (),
+    machine_roof: Roof | None = None,
+    ridge_note: str = "",
+) -> go.Figure:
+    """Log-log roofline: each roof as a line with its ridge marked, operator points per phase (size = share
+    of the phase's time), and measured runs on this machine's roof."""
+    xs = [p.intensity for r in results for p in r.operators] + [m["intensity"] for m in measured]
+    x_min = 10 ** math.floor(math.log10(max(1e-3, min([*xs, 0.1])) / 2))
+    x_max = 10 ** math.ceil(math.log10(max(xs + [r.ridge for r in roofs] + [1e3]) * 3))
+    fig = go.Figure()
+    all_roofs = list(roofs) + ([machine_roof] if machine_roof else [])
+    for i, roof in enumerate(all_roofs):
+        color = ROOF_COLORS[i % len(ROOF_COLORS)] if roof is not machine_roof else "#ff7f0e"
+        x, y = _roof_xy(roof, x_min, x_max)
+        fig.add_scatter(
+            x=x,
+            y=y,
+            mode="lines",
+            name=f"{roof.label}: ridge {fmt.ridge(roof.ridge)}",
+            line=dict(color=color, width=3 if i == 0 else 2, dash="solid" if i == 0 else "dot"),
+            hovertemplate=f"{roof.label}<br>I=%{{x:.3g}} ops/B<br>attainable %{{y:.3s}}FLOP/s<extra></extra>",
+        )
+        if i == 0:
+            fig.add_vline(x=roof.ridge, line_dash="dash", line_color=color, opacity=0.5)
+            fig.add_annotation(
+                x=math.log10(roof.ridge),
+                y=math.log10(roof.peak_flops_per_s / 30),
+                text=f"<b>ridge {fmt.ridge(roof.ridge)} ops/byte</b>"
+                + (f"<br>{ridge_note}" if ridge_note else ""),
+                showarrow=True,
+                arrowhead=2,
+                ax=-60,
+                ay=0,
+                xanchor="right",
+                align="right",
+                font=dict(size=13),
+                bgcolor="rgba(255,255,255,0.9)",
+            )
+    for r in results:
+        pts = _cluster(r)
+        fig.add_scatter(
+            x=[p["x"] for p in pts],
+            y=[p["y"] for p in pts],
+            mode="markers+text",
+            name=f"{r.phase} operators",
+            text=[p["label"] for p in pts],
+            textposition=_text_positions(r.phase, len(pts)),
+            textfont=dict(size=12, color=PHASE_COLOR[r.phase]),
+            marker=dict(
+                symbol=PHASE_SYMBOL[r.phase],
+                color=PHASE_COLOR[r.phase],
+                line=dict(color="white", width=1),
+                size=[10 + 30 * math.sqrt(p["share"]) for p in pts],
+                opacity=0.85,
+            ),
+            customdata=[p["hover"] for p in pts],
+            hovertemplate=f"<b>{r.phase}</b>, s={r.seq_len}, b={r.batch}, {r.dtype}<br>%{{customdata}}<extra></extra>",
+        )
+    if measured:
+        fig.add_scatter(
+            x=[m["intensity"] for m in measured],
+            y=[m["flops_per_s"] for m in measured],
+            mode="markers",
+            name="measured runs (this machine)",
+            marker=dict(symbol="star", size=16, color="#ff7f0e", line=dict(color="black", width=1)),
+            customdata=[m["hover"] for m in measured],
+            hovertemplate="%{customdata}<extra></extra>",
+        )
+    fig.update_xaxes(
+        type="log",
+        title="arithmetic intensity (FLOPs per byte moved)",
+        range=[math.log10(x_min), math.log10(x_max)],
+    )
+    fig.update_yaxes(type="log", title="attainable performance (FLOP/s)")
+    fig.update_layout(
+        height=640,
+        margin=dict(l=10, r=10, t=30, b=10),
+        font=FONT,
+        legend=dict(orientation="h", x=0, y=-0.14, font=dict(size=12)),
+    )
+    return fig
+
+
+def comparison_chart(rows: Sequence[dict]) -> go.Figure:
+    """Measured versus predicted TPOT per run (datasheet and calibrated), one group per run."""
+    x = [r["label"] for r in rows]
+    fig = go.Figure()
+    fig.add_bar(x=x, y=[r["measured"] * 1e3 for r in rows], name="measured", marker_color="black")
+    fig.add_bar(
+        x=x,
+        y=[r["datasheet"] * 1e3 for r in rows],
+        name="predicted (datasheet roofs)",
+        marker_color="#9ecae1",
+    )
+    if any(r["calibrated"] is not None for r in rows):
+        fig.add_bar(
+            x=x,
+            y=[(r["calibrated"] or 0) * 1e3 for r in rows],
+            name="predicted (calibrated)",
+            marker_color="#3182bd",
+        )
+    fig.update_layout(
+        barmode="group",
+        height=320,
+        margin=dict(l=10, r=10, t=30, b=10),
+        font=FONT,
+        yaxis_title="decode time per token (ms)",
+        legend=dict(orientation="h", y=1.15),
+    )
+    return fig
