@@ -17,9 +17,13 @@ ICONS = {"Playground": ":material/chat:", "Memory and cost": ":material/calculat
 
 def _title(path: Path) -> str:
     """'2_Memory_and_cost.py' -> 'Memory and cost'."""
-    return path.stem.split("_", 1)[-1].replace("_", " ").replace("-", " ")
+    return path.stem.split("_", 1)[-1].replace("_", " ")
 
 
 pages = [st.Page(home.render, title="Home", icon=":material/home:", default=True)]
-pages += [st.Page(str(p), title=_title(p), icon=ICONS.get(_title(p), ":material/article:")) for p in sorted(PAGES_DIR.glob("*.py"))]
+pages += [
+    st.Page(str(p), title=_title(p), icon=ICONS.get(_title(p), ":material/article:"),
+            url_path=_title(p).lower().replace(" ", "-"))  # explicit: /memory-and-cost is a stable link
+    for p in sorted(PAGES_DIR.glob("*.py"))
+]
 st.navigation(pages).run()

@@ -1,0 +1,396 @@
+"""In-flight (continuous) batching: one background thread per model admits and retires requests at every
+decode step (Orca's iteration-level scheduling; TensorRT-LLM's "in-flight batching").
+
+Each loop of the thread: (1) admit waiting requests while there is a free slot (`max_batch`) and the padded
+KV cache would stay within `kv_budget_bytes` - each is prefilled alone (so its first token is exactly a solo
+run's) and its KV merged into the running batch (engine.batching.kv); (2) one decode step for every row;
+(3) retire finished rows at once (EOS, stop string, max_new_tokens, cancel) and shrink the cache.
+
+Locking: the thread takes `lm.lock` around each forward pass only (one prefill or one decode step), then
+yields, so another page's `generate()` on the same model can run between two steps (it holds the lock for its
+whole run, and the batch waits for it). The model is never run by two threads at once.
+
+transformers' own continuous batching (`model.generate_batch` / `ContinuousBatchingManager`, 4.53+) was
+checked on this stack (STACK_NOTES.md, re-measured by bench/batching.py --hf-check): it fails for GPT-Neo and,
+for the Llama-family bundled model on this CPU, is several times slower than a padded batch. So this
+engine runs its own scheduler for every model.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from engine import runlog
+from engine.batching import kv
+from engine.batching.sequence import RequestTimes, choose_tokens
+from engine.batching.sequence import Sequence as Seq
+from engine.errors import (
+    CancelledError,
+    EngineError,
+    InvalidParameterError,
+    OutOfMemoryError,
+    PromptTooLongError,
+)
+from engine.generation import Completion, GenerationConfig, _render, clean_prompt
+from engine.models import LoadedModel
+
+DEFAULT_MAX_BATCH = 8
+MAX_BATCH_LIMIT = 256
+DEFAULT_KV_FRACTION = 0.25  # of the memory free when the scheduler starts (RAM on a CPU, VRAM on a GPU)
+_END = object()
+
+
+def kv_bytes_per_token(lm: LoadedModel) -> int:
+    """2 (K, V) x layers x kv_heads x head_dim x bytes per element, from the calculator (engine.calc.memory)
+    with the model's own config."""
+    from engine.calc.memory import kv_bytes_per_token as calc_kv
+    from engine.calc.specs import spec_from_hf_config
+
+    spec = spec_from_hf_config(lm.model.config.to_dict(), name=lm.name)
+    return int(calc_kv(spec, lm.dtype))
+
+
+def free_memory_bytes(device: str) -> int:
+    if device.startswith("cuda"):
+        free, _total = torch.cuda.mem_get_info()
+        return int(free)
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def encode_prompt(lm: LoadedModel, prompt: str, cfg: GenerationConfig) -> tuple[str, list[int]]:
+    """(rendered prompt, token ids) exactly as engine.generation tokenizes a single prompt."""
+    rendered = _render(lm, prompt, cfg)
+    ids = lm.tokenizer(rendered, add_special_tokens=not cfg.chat_template)["input_ids"]
+    if len(ids) + cfg.max_new_tokens > lm.context_length:
+        raise PromptTooLongError(
+            f"the prompt is {len(ids)} tokens and {cfg.max_new_tokens} new tokens were asked for: more than "
+            f"{lm.name}'s context window of {lm.context_length} tokens. Shorten the prompt or lower max new tokens."
+        )
+    return rendered, list(ids)
+
+
+class RequestHandle:
+    """What `submit` returns. Iterate for text chunks as tokens are made (errors re-raised there); `.completion`
+    holds the measured result once done; `.cancel()` stops it at the next token boundary (the batch goes on)."""
+
+    def __init__(self, seq: Seq) -> None:
+        self._seq = seq
+        self._chunks: queue.Queue = queue.Queue()
+        self._done = threading.Event()
+        self.error: BaseException | None = None
+        self.completion: Completion | None = None
+
+    @property
+    def id(self) -> int:
+        return self._seq.id
+
+    @property
+    def times(self) -> RequestTimes:
+        return self._seq.times
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def cancel(self) -> None:
+        self._seq.cancel_event.set()
+
+    def __iter__(self) -> Iterator[str]:
+        while True:
+            try:
+                item = self._chunks.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if item is _END:
+                break
+            yield item
+        if self.error is not None:
+            raise self.error
+
+    def result(self, timeout: float | None = None) -> Completion:
+        """Wait for the completion; raise what the request failed with."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"request {self.id} did not finish within {timeout} s")
+        if self.error is not None:
+            raise self.error
+        assert self.completion is not None
+        return self.completion
+
+    # called by the scheduler thread
+    def _emit(self, chunk: str) -> None:
+        if chunk:
+            self._chunks.put(chunk)
+
+    def _finish(self, completion: Completion | None, error: BaseException | None) -> None:
+        self.completion, self.error = completion, error
+        self._chunks.put(_END)
+        self._done.set()
+
+
+@dataclass(frozen=True)
+class RowView:
+    id: int
+    state: str  # "queued" | "running"
+    prompt_tokens: int
+    generated: int
+    max_new_tokens: int
+    waited_s: float  # time in the queue (so far, or until admission)
+    age_s: float  # since arrival
+    preview: str
+
+
+@dataclass(frozen=True)
+class SchedulerSnapshot:
+    model: str
+    alive: bool
+    max_batch: int
+    kv_budget_bytes: int
+    kv_bytes_per_token: int
+    kv_bytes_in_use: int  # the padded cache's tensors, measured
+    cache_length: int  # columns of the padded cache
+    running: tuple[RowView, ...]
+    waiting: tuple[RowView, ...]
+    steps: int
+    tokens_generated: int
+    finished: int
+    recent_batch_sizes: tuple[tuple[float, int], ...]  # (seconds ago, rows) of the last decode steps
+
+
+class Scheduler:
+    """In-flight batching over one LoadedModel, shared by every caller (thread-safe `submit`/`snapshot`)."""
+
+    def __init__(
+        self,
+        lm: LoadedModel,
+        *,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        kv_budget_bytes: int | None = None,
+        record: bool = True,
+    ) -> None:
+        if not isinstance(max_batch, int) or not 1 <= max_batch <= MAX_BATCH_LIMIT:
+            raise InvalidParameterError(f"max batch must be a whole number from 1 to {MAX_BATCH_LIMIT}, got {max_batch!r}")
+        self.lm = lm
+        self.max_batch = max_batch
+        self.record = record
+        self.kv_bytes_per_token = kv_bytes_per_token(lm)
+        if kv_budget_bytes is None:
+            kv_budget_bytes = int(free_memory_bytes(lm.device) * DEFAULT_KV_FRACTION)
+        if kv_budget_bytes < self.kv_bytes_per_token:
+            raise InvalidParameterError(f"the KV budget of {kv_budget_bytes} bytes holds less than one token; raise it")
+        self.kv_budget_bytes = int(kv_budget_bytes)
+        self._weights_bytes = lm.weights_bytes
+        self._pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
+        self._ids = itertools.count(1)
+        self._cond = threading.Condition()
+        self._waiting: deque[tuple[Seq, RequestHandle]] = deque()
+        self._running: list[tuple[Seq, RequestHandle]] = []
+        self._batch = kv.Batch()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._steps = 0
+        self._tokens = 0
+        self._finished = 0
+        self._step_log: deque[tuple[float, int]] = deque(maxlen=300)
+
+    # ------------------------------------------------------------------ public API
+    def submit(
+        self,
+        prompt: str,
+        cfg: GenerationConfig | None = None,
+        *,
+        ignore_eos: bool = False,
+        prompt_ids: Sequence[int] | None = None,
+        arrival: float | None = None,
+    ) -> RequestHandle:
+        """Queue a request; return its handle at once. Validates here, in the caller's thread."""
+        if self._stop.is_set():
+            raise InvalidParameterError("this scheduler was closed; get a new one (the page reloads it)")
+        cfg = (cfg or GenerationConfig()).validate()
+        prompt = clean_prompt(prompt)
+        if prompt_ids is None:
+            rendered, ids = encode_prompt(self.lm, prompt, cfg)
+        else:
+            rendered, ids = prompt, list(prompt_ids)
+            if not ids:
+                raise InvalidParameterError("a request needs at least one prompt token")
+        need = (len(ids) + cfg.max_new_tokens) * self.kv_bytes_per_token
+        if need > self.kv_budget_bytes:
+            raise OutOfMemoryError(
+                f"this request needs {need / 2**20:.1f} MiB of KV cache, more than the scheduler's budget of "
+                f"{self.kv_budget_bytes / 2**20:.1f} MiB: shorten the prompt or lower max new tokens"
+            )
+        seq = Seq(next(self._ids), self.lm, prompt, rendered, ids, cfg, ignore_eos=ignore_eos, arrival=arrival)
+        handle = RequestHandle(seq)
+        with self._cond:
+            self._waiting.append((seq, handle))
+            self._ensure_thread()
+            self._cond.notify()
+        return handle
+
+    def snapshot(self) -> SchedulerSnapshot:
+        now = time.perf_counter()
+        with self._cond:
+            running = [self._view(s, "running", now) for s, _ in self._running]
+            waiting = [self._view(s, "queued", now) for s, _ in self._waiting]
+            log = tuple((now - t, n) for t, n in self._step_log)
+            return SchedulerSnapshot(
+                model=self.lm.name,
+                alive=self._thread is not None and self._thread.is_alive(),
+                max_batch=self.max_batch,
+                kv_budget_bytes=self.kv_budget_bytes,
+                kv_bytes_per_token=self.kv_bytes_per_token,
+                kv_bytes_in_use=self._batch.kv_bytes(),
+                cache_length=self._batch.length,
+                running=tuple(running),
+                waiting=tuple(waiting),
+                steps=self._steps,
+                tokens_generated=self._tokens,
+                finished=self._finished,
+                recent_batch_sizes=log,
+            )
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the thread; requests still queued or running end with CancelledError."""
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        with self._cond:
+            leftovers = list(self._waiting) + list(self._running)
+            self._waiting.clear()
+            self._running.clear()
+            self._batch = kv.Batch()
+        for _, h in leftovers:
+            if not h.done:
+                h._finish(None, CancelledError("the scheduler was shut down; submit the request again"))
+
+    # ------------------------------------------------------------------ the thread
+    def _ensure_thread(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._loop, name=f"inflight-{self.lm.name}", daemon=True)
+            self._thread.start()
+
+    def _view(self, s: Seq, state: str, now: float) -> RowView:
+        t = s.times
+        waited = (t.admitted if not math.isnan(t.admitted) else now) - t.arrival
+        return RowView(s.id, state, s.prompt_len, len(s.generated), s.cfg.max_new_tokens, waited, now - t.arrival, s.text[-60:])
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            with self._cond:
+                while not self._waiting and not self._running and not self._stop.is_set():
+                    self._cond.wait(0.5)
+            if self._stop.is_set():
+                return
+            try:
+                with torch.inference_mode():
+                    self._admit()
+                    if self._running:
+                        self._step()
+            except Exception as exc:  # a failed step fails the running batch; the thread lives on
+                self._fail_running(exc)
+            time.sleep(0)  # let a thread waiting for lm.lock (another page's generate) take it
+
+    def _fits(self, seq: Seq) -> bool:
+        """Padded KV at the worst moment if `seq` joins: rows x (cache length + longest remaining) x bytes/token.
+        Rows never shrink the cache before the longest finishes, so this bounds the real peak."""
+        rows = [s for s, _ in self._running] + [seq]
+        length = max(self._batch.length, seq.prompt_len)
+        longest_left = max(s.remaining for s in rows)
+        return len(rows) * (length + longest_left) * self.kv_bytes_per_token <= self.kv_budget_bytes
+
+    def _admit(self) -> None:
+        while True:
+            with self._cond:
+                if not self._waiting or len(self._running) >= self.max_batch:
+                    return
+                seq, handle = self._waiting[0]
+                if seq.cancel_event.is_set():
+                    self._waiting.popleft()
+                    handle._finish(None, CancelledError("the request was cancelled while queued"))
+                    continue
+                if self._running and not self._fits(seq):
+                    return  # first come, first served: wait for memory rather than skip ahead
+                self._waiting.popleft()
+            seq.mark_admitted()
+            try:
+                with self.lm.lock:
+                    new, logits = kv.prefill(self.lm, [seq.prompt_ids], self._pad_id)  # logits [1, V]
+                    token = choose_tokens(logits, [seq])[0]
+            except Exception as exc:
+                handle._finish(None, _engine_error(exc, self.lm))
+                continue
+            now = time.perf_counter()
+            seq.append(token, now, len(self._running) + 1)
+            handle._emit(seq.take_chunk())
+            with self._cond:
+                self._tokens += 1
+                if seq.done:
+                    self._retire(seq, handle)
+                else:
+                    self._batch = kv.merge(self._batch, new)
+                    self._running.append((seq, handle))
+
+    def _step(self) -> None:
+        seqs = [s for s, _ in self._running]
+        tokens = torch.tensor([s.generated[-1] for s in seqs], dtype=torch.long)  # [B]
+        positions = torch.tensor([s.position for s in seqs], dtype=torch.long)  # [B]
+        with self.lm.lock:
+            logits = kv.decode(self.lm, self._batch, tokens, positions)  # [B, V]
+            chosen = choose_tokens(logits, seqs)
+        now = time.perf_counter()
+        keep: list[int] = []
+        with self._cond:
+            self._steps += 1
+            self._tokens += len(seqs)
+            self._step_log.append((now, len(seqs)))
+            for i, ((seq, handle), token) in enumerate(zip(self._running, chosen, strict=True)):
+                seq.append(token, now, len(seqs))
+                handle._emit(seq.take_chunk())
+                if seq.done:
+                    self._retire(seq, handle)
+                else:
+                    keep.append(i)
+            if len(keep) != len(seqs):
+                self._running = [self._running[i] for i in keep]
+                self._batch = kv.keep_rows(self._batch, keep)
+
+    def _retire(self, seq: Seq, handle: RequestHandle) -> None:
+        self._finished += 1
+        handle._emit(seq.take_chunk())
+        if seq.stop_reason == "cancelled" and not seq.generated:
+            handle._finish(None, CancelledError("the request was cancelled before its first token"))
+            return
+        completion = seq.completion(self._weights_bytes)
+        if self.record:
+            runlog.record(completion.measurement)
+        handle._finish(completion, None)
+
+    def _fail_running(self, exc: Exception) -> None:
+        err = _engine_error(exc, self.lm)
+        with self._cond:
+            failed, self._running, self._batch = self._running, [], kv.Batch()
+        for _, h in failed:
+            h._finish(None, err)
+
+
+def _engine_error(exc: BaseException, lm: LoadedModel) -> BaseException:
+    if isinstance(exc, EngineError):
+        return exc
+    if isinstance(exc, MemoryError | torch.OutOfMemoryError) or "out of memory" in str(exc).lower():
+        return OutOfMemoryError(
+            f"out of memory in the shared batch of {lm.name}: lower the max batch or the KV budget, or max new tokens"
+        )
+    return exc

@@ -1,0 +1,194 @@
+"""One request inside a batch: its tokens, how the next one is chosen, when it stops, its text and its timings.
+
+Shared by the static runner and the in-flight scheduler so both policies decode with the same code.
+Greedy rows of a batch take one batched argmax. Sampling is per row with the request's own
+`torch.Generator` seeded from `cfg.seed`: a request's sample does not depend on what else shares the batch
+(it is not the same stream as `generate`'s, which seeds the process-wide RNG).
+Repetition penalty follows transformers' RepetitionPenaltyLogitsProcessor over the row's own prompt +
+output (a padded `generate` batch also penalises the pad token; a solo run does not, and neither do we).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import torch
+
+from engine.generation import Completion, GenerationConfig
+from engine.hardware import current_rss_bytes
+from engine.measurement import Measurement
+
+
+@dataclass
+class RequestTimes:
+    """perf_counter seconds; NaN until the event happens."""
+
+    arrival: float
+    admitted: float = math.nan  # prefill starts: the request holds a batch slot from here
+    first_token: float = math.nan
+    finished: float = math.nan
+    slot_released: float = math.nan  # static batching: when the whole batch ends (>= finished)
+
+
+class Sequence:
+    """A request's decoding state. Not thread-safe: only the thread running the model touches it."""
+
+    def __init__(
+        self,
+        rid: int,
+        lm,
+        prompt: str,
+        rendered: str,
+        prompt_ids: Seq[int],
+        cfg: GenerationConfig,
+        *,
+        ignore_eos: bool = False,
+        arrival: float | None = None,
+    ) -> None:
+        self.id = rid
+        self.lm = lm
+        self.prompt = prompt
+        self.rendered = rendered
+        self.prompt_ids = list(prompt_ids)
+        self.cfg = cfg
+        self.ignore_eos = ignore_eos
+        self.times = RequestTimes(arrival=time.perf_counter() if arrival is None else arrival)
+        self.generated: list[int] = []
+        self.stop_reason: str | None = None
+        self.text = ""
+        self.emitted = 0  # characters of `text` already streamed
+        self.max_batch_seen = 0
+        self.started_at = ""
+        self.cancel_event = threading.Event()
+        eos = lm.model.generation_config.eos_token_id
+        self.eos: set[int] = set() if ignore_eos else set(eos if isinstance(eos, list) else [eos]) - {None}
+        self.generator: torch.Generator | None = None
+        if cfg.do_sample:
+            self.generator = torch.Generator(device=lm.model.device)
+            self.generator.manual_seed(cfg.seed if cfg.seed is not None else int(torch.seed() % 2**63))
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.prompt_ids)
+
+    @property
+    def position(self) -> int:
+        """Position id of the last generated token, the next decode input."""
+        return self.prompt_len + len(self.generated) - 1
+
+    @property
+    def remaining(self) -> int:
+        return self.cfg.max_new_tokens - len(self.generated)
+
+    @property
+    def done(self) -> bool:
+        return self.stop_reason is not None
+
+    def mark_admitted(self) -> None:
+        self.times.admitted = time.perf_counter()
+        self.started_at = datetime.now(UTC).isoformat(timespec="seconds")
+
+    def append(self, token: int, now: float, batch_size: int) -> None:
+        """Add a token (made at `now` in a batch of `batch_size`) and decide whether the sequence stops."""
+        self.generated.append(token)
+        self.max_batch_seen = max(self.max_batch_seen, batch_size)
+        if len(self.generated) == 1:
+            self.times.first_token = now
+        self.text = self.lm.tokenizer.decode(self.generated, skip_special_tokens=True)
+        if token in self.eos:
+            self.stop_reason = "eos"
+        for s in self.cfg.stop:
+            at = self.text.find(s)
+            if at != -1:
+                self.text, self.stop_reason = self.text[:at], "stop"
+        if self.stop_reason is None and len(self.generated) >= self.cfg.max_new_tokens:
+            self.stop_reason = "length"
+        if self.stop_reason is None and self.cancel_event.is_set():
+            self.stop_reason = "cancelled"
+        if self.stop_reason is not None:
+            self.times.finished = now
+
+    def take_chunk(self) -> str:
+        """New text since the last call. Holds back a partial UTF-8 character and, while running, the tail
+        that could still become a stop string (so a stop sequence is never streamed)."""
+        end = len(self.text)
+        if not self.done:
+            hold = max((len(s) - 1 for s in self.cfg.stop), default=0)
+            end = max(self.emitted, end - hold)
+            while end > self.emitted and self.text[end - 1] == "\ufffd":
+                end -= 1
+        chunk = self.text[self.emitted : end]
+        self.emitted = end
+        return chunk
+
+    def completion(self, weights_bytes: int) -> Completion:
+        t, n = self.times, max(1, len(self.generated))
+        ttft = t.first_token - t.arrival
+        latency = t.finished - t.arrival
+        lm = self.lm
+        m = Measurement(
+            model=lm.name,
+            dtype=lm.dtype,
+            device=lm.device,
+            batch_size=self.max_batch_seen,
+            prompt_tokens=self.prompt_len,
+            output_tokens=len(self.generated),
+            ttft_s=ttft,
+            tpot_s=(latency - ttft) / (n - 1) if n > 1 else math.nan,
+            latency_s=latency,
+            tokens_per_s=len(self.generated) / latency if latency > 0 else math.nan,
+            decode_tokens_per_s=(n - 1) / (latency - ttft) if n > 1 and latency > ttft else math.nan,
+            peak_memory_bytes=int(torch.cuda.max_memory_allocated()) if lm.device.startswith("cuda") else current_rss_bytes(),
+            peak_memory_kind="cuda max_memory_allocated" if lm.device.startswith("cuda") else "process RSS (CPU)",
+            use_cache=True,
+            started_at=self.started_at,
+            weights_bytes=weights_bytes,
+            queue_s=t.admitted - t.arrival,
+            params=lm.params,
+            max_new_tokens=self.cfg.max_new_tokens,
+        )
+        return Completion(self.prompt, self.text, self.rendered + self.text, tuple(self.generated), self.stop_reason or "length", m)
+
+
+def _penalize(scores: torch.Tensor, seen: list[int], penalty: float) -> torch.Tensor:
+    """transformers' RepetitionPenaltyLogitsProcessor for one row: scores [V]."""
+    idx = torch.tensor(seen, dtype=torch.long, device=scores.device)
+    s = scores.gather(0, idx)
+    scores.scatter_(0, idx, torch.where(s < 0, s * penalty, s / penalty))
+    return scores
+
+
+def _sample(scores: torch.Tensor, cfg: GenerationConfig, generator: torch.Generator | None) -> int:
+    """Temperature, then top-k, then top-p (transformers' warper order), then one draw: scores [V]."""
+    scores = scores / cfg.temperature
+    if cfg.top_k and cfg.top_k < scores.shape[-1]:
+        kth = torch.topk(scores, cfg.top_k).values[-1]
+        scores = scores.masked_fill(scores < kth, -math.inf)
+    if cfg.top_p < 1.0:
+        sorted_scores, order = torch.sort(scores, descending=True)
+        cum = sorted_scores.softmax(-1).cumsum(-1)
+        drop = cum - sorted_scores.softmax(-1) > cfg.top_p  # keep the smallest set whose mass reaches top_p
+        scores = scores.scatter(0, order, sorted_scores.masked_fill(drop, -math.inf))
+    probs = scores.softmax(-1)
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def choose_tokens(logits: torch.Tensor, seqs: Seq[Sequence]) -> list[int]:
+    """The next token of every row: logits [B, V] fp32, one row per sequence."""
+    greedy = logits.argmax(dim=-1).tolist()  # [B]: one batched argmax serves every plain greedy row
+    out: list[int] = []
+    for i, s in enumerate(seqs):
+        cfg = s.cfg
+        if not cfg.do_sample and cfg.repetition_penalty == 1.0:
+            out.append(int(greedy[i]))
+            continue
+        scores = logits[i].clone()
+        if cfg.repetition_penalty != 1.0:
+            scores = _penalize(scores, s.prompt_ids + s.generated, cfg.repetition_penalty)
+        out.append(_sample(scores, cfg, s.generator) if cfg.do_sample else int(scores.argmax()))
+    return out

@@ -1,0 +1,289 @@
+"""Workloads of requests (arrival rate, prompt and output length distributions, a fixed seed) and their replay
+under static or in-flight batching, measured: throughput, TTFT and latency percentiles, and a per-request
+timeline (queued, prefill, decode, and for static batching the slot held idle after a row finished).
+
+Static policy here: when the model is free, take up to `max_batch` requests that have already arrived (no
+waiting to fill a batch: the kindest static batching), run them until the longest finishes, repeat.
+In-flight policy: a fresh engine.batching.scheduler.Scheduler with the same `max_batch`, requests submitted at
+their arrival times. Output lengths are forced (EOS ignored, as `vllm bench` does with --ignore-eos) so both
+policies generate exactly the same tokens. Metric names follow vLLM's benchmark (INFERENCE_NOTES.md).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from engine.batching.scheduler import Scheduler
+from engine.batching.sequence import Sequence as Seq
+from engine.batching.static import run_static_batch
+from engine.errors import InvalidParameterError
+from engine.generation import GenerationConfig
+from engine.models import LoadedModel
+
+POLICIES = ("static", "inflight")
+OUTPUT_DISTRIBUTIONS = ("uniform", "log-uniform")
+_WORDS = ["the", "model", "reads", "every", "weight", "once", "per", "step", "so", "a", "batch", "shares", "that", "cost", "between", "many", "requests", "while", "memory", "holds", "the", "cache", "of", "keys", "and", "values", "for", "each", "token", "of", "each", "sequence", "in", "flight", "and", "the", "scheduler", "decides", "who", "runs", "next", "when", "one", "finishes", "early", "another", "joins", "at", "the", "following", "token", "boundary"]
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    n_requests: int = 16
+    arrival_rate_per_s: float = 0.0  # Poisson arrivals; 0 = every request arrives at t = 0 (a burst)
+    prompt_tokens_min: int = 8
+    prompt_tokens_max: int = 64
+    output_tokens_min: int = 8
+    output_tokens_max: int = 256
+    output_distribution: str = "uniform"  # or "log-uniform": many short answers, a few long ones
+    seed: int = 0
+
+    def validate(self) -> WorkloadSpec:
+        if not isinstance(self.n_requests, int) or self.n_requests < 1:
+            raise InvalidParameterError(
+                f"a workload needs at least one request, got n_requests={self.n_requests!r}: ask for 1 or more"
+            )
+        if self.n_requests > 10_000:
+            raise InvalidParameterError(f"at most 10,000 requests per workload, got {self.n_requests}")
+        if not math.isfinite(self.arrival_rate_per_s) or self.arrival_rate_per_s < 0:
+            raise InvalidParameterError("arrival rate must be >= 0 requests/s (0 = all at once)")
+        for lo, hi, what in (
+            (self.prompt_tokens_min, self.prompt_tokens_max, "prompt tokens"),
+            (self.output_tokens_min, self.output_tokens_max, "output tokens"),
+        ):
+            if not (isinstance(lo, int) and isinstance(hi, int) and 1 <= lo <= hi):
+                raise InvalidParameterError(f"{what}: need 1 <= min <= max, got {lo}..{hi}")
+        if self.output_distribution not in OUTPUT_DISTRIBUTIONS:
+            raise InvalidParameterError(
+                f"output distribution must be one of {', '.join(OUTPUT_DISTRIBUTIONS)}, got {self.output_distribution!r}"
+            )
+        return self
+
+
+@dataclass(frozen=True)
+class WorkloadRequest:
+    index: int
+    arrival_s: float  # offset from the start of the replay
+    prompt: str
+    prompt_ids: tuple[int, ...]
+    max_new_tokens: int
+
+
+def generate_workload(spec: WorkloadSpec, tokenizer) -> tuple[WorkloadRequest, ...]:
+    """The same requests for the same spec and seed, whatever the policy."""
+    spec = spec.validate()
+    rng = random.Random(spec.seed)
+    t = 0.0
+    out = []
+    for i in range(spec.n_requests):
+        if spec.arrival_rate_per_s > 0 and i > 0:
+            t += rng.expovariate(spec.arrival_rate_per_s)
+        n_prompt = rng.randint(spec.prompt_tokens_min, spec.prompt_tokens_max)
+        lo, hi = spec.output_tokens_min, spec.output_tokens_max
+        if spec.output_distribution == "uniform":
+            n_out = rng.randint(lo, hi)
+        else:
+            n_out = min(hi, max(lo, round(math.exp(rng.uniform(math.log(lo), math.log(hi + 1))))))
+        words = " ".join(rng.choice(_WORDS) for _ in range(n_prompt + 4))
+        ids = tuple(tokenizer(words, add_special_tokens=False)["input_ids"][:n_prompt])
+        out.append(WorkloadRequest(i, t, tokenizer.decode(list(ids)), ids, n_out))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class RequestResult:
+    index: int
+    prompt_tokens: int
+    output_tokens: int
+    arrival_s: float  # all times relative to the replay's start
+    admitted_s: float
+    first_token_s: float
+    finished_s: float
+    slot_released_s: float  # static: the end of its batch; in-flight: = finished_s
+    ttft_s: float
+    latency_s: float
+    queue_s: float
+    token_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TimelineRow:
+    request: int
+    phase: str  # "queued" | "prefill" | "decode" | "idle slot"
+    start_s: float
+    end_s: float
+
+
+@dataclass(frozen=True)
+class PolicyResult:
+    policy: str
+    model: str
+    max_batch: int
+    n_requests: int
+    output_tokens: int
+    wall_s: float
+    throughput_tokens_per_s: float
+    requests_per_s: float
+    ttft_s_p50: float
+    ttft_s_p95: float
+    latency_s_p50: float
+    latency_s_p95: float
+    queue_s_p50: float
+    slot_utilization: float  # useful row-steps / row-steps computed (static wastes the idle slots)
+    requests: tuple[RequestResult, ...]
+
+    def timeline(self) -> list[TimelineRow]:
+        rows: list[TimelineRow] = []
+        for r in self.requests:
+            rows.append(TimelineRow(r.index, "queued", r.arrival_s, r.admitted_s))
+            rows.append(TimelineRow(r.index, "prefill", r.admitted_s, r.first_token_s))
+            rows.append(TimelineRow(r.index, "decode", r.first_token_s, r.finished_s))
+            if r.slot_released_s > r.finished_s + 1e-9:
+                rows.append(TimelineRow(r.index, "idle slot", r.finished_s, r.slot_released_s))
+        return rows
+
+    def summary(self) -> dict[str, float | int | str]:
+        return {k: v for k, v in self.__dict__.items() if k != "requests"}
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    xs = sorted(v for v in values if not math.isnan(v))
+    if not xs:
+        return math.nan
+    pos = (len(xs) - 1) * q / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def _cfg(n: int) -> GenerationConfig:
+    return GenerationConfig(max_new_tokens=n, do_sample=False)
+
+
+def _result(seq: Seq, index: int, t0: float) -> RequestResult:
+    t = seq.times
+    released = t.slot_released if not math.isnan(t.slot_released) else t.finished
+    return RequestResult(
+        index=index,
+        prompt_tokens=seq.prompt_len,
+        output_tokens=len(seq.generated),
+        arrival_s=t.arrival - t0,
+        admitted_s=t.admitted - t0,
+        first_token_s=t.first_token - t0,
+        finished_s=t.finished - t0,
+        slot_released_s=released - t0,
+        ttft_s=t.first_token - t.arrival,
+        latency_s=t.finished - t.arrival,
+        queue_s=t.admitted - t.arrival,
+        token_ids=tuple(seq.generated),
+    )
+
+
+def _summarize(policy: str, lm: LoadedModel, max_batch: int, results: list[RequestResult]) -> PolicyResult:
+    results.sort(key=lambda r: r.index)
+    wall = max(r.finished_s for r in results)
+    tokens = sum(r.output_tokens for r in results)
+    held = sum(r.slot_released_s - r.first_token_s for r in results)
+    used = sum(r.finished_s - r.first_token_s for r in results)
+    return PolicyResult(
+        policy=policy,
+        model=lm.name,
+        max_batch=max_batch,
+        n_requests=len(results),
+        output_tokens=tokens,
+        wall_s=wall,
+        throughput_tokens_per_s=tokens / wall if wall > 0 else math.nan,
+        requests_per_s=len(results) / wall if wall > 0 else math.nan,
+        ttft_s_p50=percentile([r.ttft_s for r in results], 50),
+        ttft_s_p95=percentile([r.ttft_s for r in results], 95),
+        latency_s_p50=percentile([r.latency_s for r in results], 50),
+        latency_s_p95=percentile([r.latency_s for r in results], 95),
+        queue_s_p50=percentile([r.queue_s for r in results], 50),
+        slot_utilization=used / held if held > 0 else 1.0,
+        requests=tuple(results),
+    )
+
+
+def _wait_until(t: float) -> None:
+    delay = t - time.perf_counter()
+    if delay > 0:
+        time.sleep(delay)
+
+
+def replay_static(lm: LoadedModel, workload: Sequence[WorkloadRequest], max_batch: int) -> PolicyResult:
+    """Runs the model on a worker thread, as the in-flight scheduler does: on this CPU, torch's OpenMP ops
+    issued from the main thread of a busy machine ran up to 10x slower than the same ops from a worker
+    thread, which would make the comparison measure threads instead of policies."""
+    _check(workload, max_batch)
+    box: list = []
+
+    def work() -> None:
+        try:
+            box.append(_replay_static(lm, workload, max_batch))
+        except BaseException as exc:
+            box.append(exc)
+
+    t = threading.Thread(target=work, name="static-batching", daemon=True)
+    t.start()
+    t.join()
+    if isinstance(box[0], BaseException):
+        raise box[0]
+    return box[0]
+
+
+def _replay_static(lm: LoadedModel, workload: Sequence[WorkloadRequest], max_batch: int) -> PolicyResult:
+    t0 = time.perf_counter()
+    pending = sorted(workload, key=lambda r: r.arrival_s)
+    results: list[RequestResult] = []
+    while pending:
+        _wait_until(t0 + pending[0].arrival_s)
+        now = time.perf_counter() - t0
+        take = [r for r in pending if r.arrival_s <= now][:max_batch]
+        pending = pending[len(take) :]
+        seqs = [
+            Seq(r.index, lm, r.prompt, r.prompt, r.prompt_ids, _cfg(r.max_new_tokens), ignore_eos=True, arrival=t0 + r.arrival_s)
+            for r in take
+        ]
+        run_static_batch(lm, seqs)
+        results.extend(_result(s, s.id, t0) for s in seqs)
+    return _summarize("static", lm, max_batch, results)
+
+
+def replay_inflight(
+    lm: LoadedModel, workload: Sequence[WorkloadRequest], max_batch: int, *, kv_budget_bytes: int | None = None
+) -> PolicyResult:
+    _check(workload, max_batch)
+    sched = Scheduler(lm, max_batch=max_batch, kv_budget_bytes=kv_budget_bytes, record=False)
+    try:
+        t0 = time.perf_counter()
+        handles = []
+        for r in sorted(workload, key=lambda r: r.arrival_s):
+            _wait_until(t0 + r.arrival_s)
+            h = sched.submit(
+                r.prompt, _cfg(r.max_new_tokens), ignore_eos=True, prompt_ids=r.prompt_ids, arrival=t0 + r.arrival_s
+            )
+            handles.append((r.index, h))
+        for _, h in handles:
+            h.result()
+        results = [_result(h._seq, index, t0) for index, h in handles]
+    finally:
+        sched.close()
+    return _summarize("inflight", lm, max_batch, results)
+
+
+def replay(lm: LoadedModel, workload: Sequence[WorkloadRequest], policy: str, max_batch: int) -> PolicyResult:
+    if policy == "static":
+        return replay_static(lm, workload, max_batch)
+    if policy == "inflight":
+        return replay_inflight(lm, workload, max_batch)
+    raise InvalidParameterError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+
+
+def _check(workload: Sequence[WorkloadRequest], max_batch: int) -> None:
+    if not workload:
+        raise InvalidParameterError("the workload has no requests: generate one with n_requests >= 1")
+    if not isinstance(max_batch, int) or max_batch < 1:
+        raise InvalidParameterError(f"max batch must be a whole number >= 1, got {max_batch!r}")

@@ -1,0 +1,242 @@
+"""Static and in-flight batching: exact tokens against solo runs, admission/retirement at token boundaries,
+caps, cancellation, concurrency, workloads."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from engine.batching import kv
+from engine.batching.scheduler import Scheduler, kv_bytes_per_token
+from engine.batching.sequence import Sequence as Seq
+from engine.batching.static import run_static_batch
+from engine.batching.workload import WorkloadSpec, generate_workload, replay, replay_inflight
+from engine.errors import CancelledError, InvalidParameterError, OutOfMemoryError
+from engine.generation import GenerationConfig, generate
+
+PROMPTS = [
+    "The capital of France is",
+    "Once upon a time, in a land far away, there lived a",
+    "def fibonacci(n):",
+    "Hello",
+    "List three colours:",
+]
+
+
+def _solo(lm, prompts, cfg):
+    return [generate(lm, p, cfg, record=False).token_ids for p in prompts]
+
+
+@pytest.fixture
+def tiny_sched(tiny_lm):
+    s = Scheduler(tiny_lm, max_batch=3, record=False)
+    yield s
+    s.close()
+
+
+@pytest.mark.parametrize("lm_name", ["tiny_lm", pytest.param("smol_lm", marks=pytest.mark.slow)])
+def test_inflight_matches_solo_token_for_token(lm_name, request):
+    lm = request.getfixturevalue(lm_name)
+    cfg = GenerationConfig(max_new_tokens=24)
+    solo = _solo(lm, PROMPTS, cfg)
+    sched = Scheduler(lm, max_batch=3, record=False)  # 5 requests through 3 slots: joins and leaves mid-batch
+    try:
+        handles = [sched.submit(p, GenerationConfig(max_new_tokens=24 - 3 * i)) for i, p in enumerate(PROMPTS)]
+        got = [h.result(120).token_ids for h in handles]
+    finally:
+        sched.close()
+    for i, (s, g) in enumerate(zip(solo, got, strict=True)):
+        assert g == s[: len(g)], f"request {i} differs from its solo run"
+        assert len(g) == min(len(s), 24 - 3 * i)  # same EOS stop as solo, or its own max_new_tokens
+
+
+@pytest.mark.parametrize("lm_name", ["tiny_lm", pytest.param("smol_lm", marks=pytest.mark.slow)])
+def test_static_matches_solo_token_for_token(lm_name, request):
+    lm = request.getfixturevalue(lm_name)
+    cfg = GenerationConfig(max_new_tokens=16)
+    solo = _solo(lm, PROMPTS, cfg)
+    seqs = []
+    for i, p in enumerate(PROMPTS):
+        ids = lm.tokenizer(p)["input_ids"]
+        seqs.append(Seq(i, lm, p, p, ids, cfg))
+    run_static_batch(lm, seqs)
+    for s, ref in zip(seqs, solo, strict=True):
+        assert tuple(s.generated) == ref
+        assert s.times.slot_released >= s.times.finished
+
+
+def test_chat_template_request_matches_solo(smol_lm):
+    cfg = GenerationConfig(max_new_tokens=12, chat_template=True)
+    ref = generate(smol_lm, "What is the capital of France?", cfg, record=False)
+    sched = Scheduler(smol_lm, max_batch=2, record=False)
+    try:
+        got = sched.submit("What is the capital of France?", cfg).result(120)
+    finally:
+        sched.close()
+    assert got.token_ids == ref.token_ids and got.text == ref.text
+
+
+def test_streamed_chunks_make_the_completion(tiny_sched):
+    h = tiny_sched.submit("Hello there", GenerationConfig(max_new_tokens=20))
+    text = "".join(h)
+    assert h.completion is not None and text == h.completion.text
+    m = h.completion.measurement
+    assert m.output_tokens == len(h.completion.token_ids)
+    assert 0 <= m.queue_s <= m.ttft_s <= m.latency_s
+
+
+def test_admission_and_retirement_at_token_boundaries(tiny_lm):
+    """A short request admitted next to a long one finishes first; a queued one takes its slot at once."""
+    sched = Scheduler(tiny_lm, max_batch=2, record=False)
+    try:
+        long = sched.submit("a long one", GenerationConfig(max_new_tokens=60), ignore_eos=True)
+        short = sched.submit("a short one", GenerationConfig(max_new_tokens=5), ignore_eos=True)
+        third = sched.submit("a third one", GenerationConfig(max_new_tokens=5), ignore_eos=True)
+        for h in (long, short, third):
+            h.result(60)
+    finally:
+        sched.close()
+    assert short.times.finished < long.times.finished
+    # the third request waited for a free slot, and got it while the long one was still decoding
+    assert third.times.admitted >= short.times.finished
+    assert third.times.finished < long.times.finished
+    assert short.completion.measurement.batch_size == 2
+
+
+def test_caps_on_rows_and_kv_memory(tiny_lm):
+    per_token = kv_bytes_per_token(tiny_lm)
+    assert per_token == 2 * 4 * 4 * 16 * 4  # K and V x layers x heads x head_dim x fp32
+    sched = Scheduler(tiny_lm, max_batch=2, record=False)
+    seen: list[int] = []
+    try:
+        hs = [sched.submit(p, GenerationConfig(max_new_tokens=12), ignore_eos=True) for p in PROMPTS]
+        while not all(h.done for h in hs):
+            seen.append(len(sched.snapshot().running))
+        [h.result(60) for h in hs]
+    finally:
+        sched.close()
+    assert max(seen) <= 2
+    # a budget that holds one sequence at a time admits one at a time
+    one = (12 + 12 + 8) * per_token
+    sched = Scheduler(tiny_lm, max_batch=8, kv_budget_bytes=one, record=False)
+    try:
+        hs = [sched.submit("x " * 10, GenerationConfig(max_new_tokens=12), ignore_eos=True) for _ in range(3)]
+        done = [h.result(60) for h in hs]
+        assert all(c.measurement.batch_size == 1 for c in done)
+        with pytest.raises(OutOfMemoryError, match="KV cache"):
+            sched.submit("x " * 10, GenerationConfig(max_new_tokens=200))
+    finally:
+        sched.close()
+
+
+def test_cancel_leaves_the_others_running(tiny_lm):
+    sched = Scheduler(tiny_lm, max_batch=4, record=False)
+    try:
+        keep = sched.submit("keep going", GenerationConfig(max_new_tokens=40), ignore_eos=True)
+        drop = sched.submit("stop me", GenerationConfig(max_new_tokens=400), ignore_eos=True)
+        chunks = iter(drop)
+        next(chunks)  # it is running
+        drop.cancel()
+        rest = list(chunks)
+        assert drop.completion is not None and drop.completion.stop_reason == "cancelled"
+        assert len(drop.completion.token_ids) < 400 and isinstance(rest, list)
+        assert keep.result(60).stop_reason == "length" and len(keep.completion.token_ids) == 40
+        queued = Scheduler(tiny_lm, max_batch=1, record=False)
+        try:
+            first = queued.submit("first", GenerationConfig(max_new_tokens=30), ignore_eos=True)
+            waiting = queued.submit("second", GenerationConfig(max_new_tokens=30))
+            waiting.cancel()
+            with pytest.raises(CancelledError):
+                waiting.result(60)
+            assert first.result(60).stop_reason == "length"
+        finally:
+            queued.close()
+    finally:
+        sched.close()
+
+
+def test_concurrent_submits_get_their_own_outputs(tiny_lm):
+    cfg = GenerationConfig(max_new_tokens=16)
+    prompts = [f"request number {i} says" for i in range(8)]
+    solo = dict(zip(prompts, _solo(tiny_lm, prompts, cfg), strict=True))
+    sched = Scheduler(tiny_lm, max_batch=4, record=False)
+    got: dict[str, tuple[int, ...]] = {}
+    errors: list[BaseException] = []
+
+    def user(p: str) -> None:
+        try:
+            h = sched.submit(p, cfg)
+            text = "".join(h)
+            assert text == h.completion.text
+            got[p] = h.completion.token_ids
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=user, args=(p,)) for p in prompts]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    finally:
+        sched.close()
+    assert not errors
+    assert got == solo
+
+
+def test_sampling_honours_the_request_seed_in_a_shared_batch(tiny_lm):
+    cfg = GenerationConfig(max_new_tokens=12, do_sample=True, seed=7)
+    alone = Scheduler(tiny_lm, max_batch=1, record=False)
+    try:
+        ref = alone.submit("seeded", cfg).result(60).token_ids
+    finally:
+        alone.close()
+    shared = Scheduler(tiny_lm, max_batch=4, record=False)
+    try:
+        others = [shared.submit(f"noise {i}", GenerationConfig(max_new_tokens=12, do_sample=True, seed=i)) for i in range(3)]
+        again = shared.submit("seeded", cfg).result(60).token_ids
+        [h.result(60) for h in others]
+    finally:
+        shared.close()
+    assert again == ref
+
+
+def test_zero_request_workload_raises_clear_error(tiny_lm):
+    with pytest.raises(InvalidParameterError, match="at least one request"):
+        generate_workload(WorkloadSpec(n_requests=0), tiny_lm.tokenizer)
+    with pytest.raises(InvalidParameterError, match="no requests"):
+        replay(tiny_lm, (), "static", 4)
+    with pytest.raises(InvalidParameterError, match="policy"):
+        replay(tiny_lm, generate_workload(WorkloadSpec(n_requests=1), tiny_lm.tokenizer), "fifo", 4)
+
+
+def test_workload_is_reproducible_and_policies_agree(tiny_lm):
+    spec = WorkloadSpec(n_requests=6, output_tokens_min=4, output_tokens_max=40, arrival_rate_per_s=50.0, seed=3)
+    a, b = generate_workload(spec, tiny_lm.tokenizer), generate_workload(spec, tiny_lm.tokenizer)
+    assert a == b and all(spec.prompt_tokens_min <= len(r.prompt_ids) <= spec.prompt_tokens_max for r in a)
+    static = replay(tiny_lm, a, "static", 3)
+    inflight = replay_inflight(tiny_lm, a, 3)
+    for s, i, r in zip(static.requests, inflight.requests, a, strict=True):
+        assert s.token_ids == i.token_ids and len(s.token_ids) == r.max_new_tokens
+    assert static.output_tokens == inflight.output_tokens == sum(r.max_new_tokens for r in a)
+    assert inflight.slot_utilization == 1.0 and static.slot_utilization <= 1.0
+    phases = {row.phase for row in static.timeline()}
+    assert {"queued", "prefill", "decode"} <= phases
+    assert all(row.end_s >= row.start_s for row in static.timeline() + inflight.timeline())
+
+
+def test_kv_keep_rows_trims_shared_padding(tiny_lm):
+    import torch
+
+    with torch.inference_mode():
+        batch, _ = kv.prefill(tiny_lm, [[5, 6, 7, 8, 9], [5, 6]], tiny_lm.tokenizer.pad_token_id)
+        assert batch.size == 2 and batch.length == 5
+        kv.keep_rows(batch, [1])
+        assert batch.size == 1 and batch.length == 2 and bool(batch.mask.all())
+        assert batch.kv_bytes() == 2 * kv_bytes_per_token(tiny_lm)
+
+
+def test_bad_max_batch_is_rejected(tiny_lm):
+    with pytest.raises(InvalidParameterError, match="max batch"):
+        Scheduler(tiny_lm, max_batch=0)

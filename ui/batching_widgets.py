@@ -1,0 +1,93 @@
+"""Streamlit helpers for batching: the one shared in-flight scheduler per loaded model, and the plots.
+
+`cached_scheduler(lm)` is how every page (the playground included) sends requests through one scheduler per
+model, so concurrent browser sessions share decode steps instead of queueing behind each other.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from engine.batching.scheduler import Scheduler, SchedulerSnapshot
+from engine.batching.sweep import Sweep
+from engine.batching.workload import PolicyResult
+from engine.models import LoadedModel
+from ui.common import fmt_bytes
+
+PHASE_COLOURS = {"queued": "#c9c9c9", "prefill": "#f2a541", "decode": "#3a7ca5", "idle slot": "#e4572e"}
+SHARED_MAX_BATCH = 8
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _scheduler(name: str, dtype: str, lm_id: int, _lm: LoadedModel) -> Scheduler:
+    # keyed by the model object's id too: when ui.common.cached_model evicts and reloads a model, the old
+    # scheduler (and the model it holds) is not reused
+    return Scheduler(_lm, max_batch=SHARED_MAX_BATCH)
+
+
+def cached_scheduler(lm: LoadedModel) -> Scheduler:
+    """The in-flight scheduler shared by every session for this loaded model (created on first use)."""
+    return _scheduler(lm.name, lm.dtype, id(lm), lm)
+
+
+def sweep_figure(sweep: Sweep) -> go.Figure:
+    from plotly.subplots import make_subplots
+
+    b = [p.batch for p in sweep.points]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("Throughput (all rows, tokens/s)", "Per-request latency (s)"))
+    fig.add_scatter(x=b, y=[p.tokens_per_s for p in sweep.points], name="measured", mode="lines+markers",
+                    line={"color": "#3a7ca5"}, row=1, col=1)
+    fig.add_scatter(x=b, y=[p.predicted_tokens_per_s for p in sweep.points], name="calculator (calibrated at batch 1)",
+                    mode="lines", line={"dash": "dash", "color": "#888"}, row=1, col=1)
+    fig.add_scatter(x=b, y=[p.latency_s for p in sweep.points], name="measured latency", mode="lines+markers",
+                    line={"color": "#e4572e"}, row=1, col=2)
+    fig.add_scatter(x=b, y=[p.predicted_latency_s for p in sweep.points], name="calculator latency", mode="lines",
+                    line={"dash": "dash", "color": "#bbb"}, row=1, col=2)
+    fig.update_xaxes(type="log", title="batch size", tickvals=b)
+    if sweep.max_batch_fits <= 4 * max(b):
+        for col in (1, 2):
+            fig.add_vline(x=max(1, sweep.max_batch_fits), line_dash="dot", line_color="red", row=1, col=col)
+    fig.update_layout(height=380, margin={"t": 40, "b": 10}, legend={"orientation": "h", "y": -0.25})
+    return fig
+
+
+def gantt_figure(result: PolicyResult, title: str, x_max: float | None = None) -> go.Figure:
+    fig = go.Figure()
+    rows = result.timeline()
+    for phase, colour in PHASE_COLOURS.items():
+        part = [r for r in rows if r.phase == phase and r.end_s > r.start_s]
+        if not part:
+            continue
+        fig.add_bar(
+            y=[f"req {r.request}" for r in part], x=[r.end_s - r.start_s for r in part], base=[r.start_s for r in part],
+            orientation="h", name=phase, marker_color=colour,
+            hovertemplate="%{y}: " + phase + " %{base:.2f}s → +%{x:.2f}s<extra></extra>",
+        )
+    n = result.n_requests
+    fig.update_layout(
+        title=title, barmode="overlay", height=max(260, 18 * n + 100), margin={"t": 40, "b": 10},
+        xaxis={"title": "seconds since the first request", "range": [0, x_max] if x_max else None},
+        yaxis={"autorange": "reversed", "categoryorder": "array", "categoryarray": [f"req {i}" for i in range(n)]},
+        legend={"orientation": "h", "y": -0.15},
+    )
+    return fig
+
+
+def show_snapshot(snap: SchedulerSnapshot) -> None:
+    c = st.columns(5)
+    c[0].metric("Running", f"{len(snap.running)} / {snap.max_batch}")
+    c[1].metric("Queued", len(snap.waiting))
+    c[2].metric("KV cache in use", fmt_bytes(snap.kv_bytes_in_use), help="the padded cache tensors, measured")
+    c[3].metric("KV budget", fmt_bytes(snap.kv_budget_bytes),
+                help=f"{fmt_bytes(snap.kv_bytes_per_token)} per token (2 × layers × KV heads × head dim × bytes)")
+    c[4].metric("Decode steps / tokens", f"{snap.steps} / {snap.tokens_generated}")
+    rows = [
+        {"request": r.id, "state": r.state, "prompt tokens": r.prompt_tokens, "generated": r.generated,
+         "max new": r.max_new_tokens, "queued (s)": round(r.waited_s, 2), "age (s)": round(r.age_s, 2), "latest text": r.preview}
+        for r in snap.running + snap.waiting
+    ]
+    if rows:
+        st.dataframe(rows, hide_index=True, width="stretch")
+    else:
+        st.caption("The shared batch is idle: nothing running, nothing queued.")
