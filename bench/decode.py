@@ -15,6 +15,7 @@ import json
 import statistics
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -99,7 +100,13 @@ def main() -> int:
     args = ap.parse_args()
     info = hardware.detect()
     bw = hardware.measure_memory_bandwidth(info.accelerator)
-    rows = [bench_model(m, args.repeats, args.max_new_tokens, args.dtype) for m in args.models]
+    # Everything runs on one worker thread, as the dashboard's script threads do. On an oversubscribed CPU,
+    # torch ops issued from the main thread were measured ~10x slower than from a worker thread (OpenMP
+    # spin-waiting), which would make the baseline look slow for a reason that has nothing to do with it.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        rows = pool.submit(
+            lambda: [bench_model(m, args.repeats, args.max_new_tokens, args.dtype) for m in args.models]
+        ).result()
     print(f"measured read bandwidth: {bw.read_bytes_per_s / 1e9:.1f} GB/s ({info.accelerator}, {info.cpu_name})")
     print(f"{'model':<24}{'dtype':<6}{'plain tok/s':>12}{'engine':>9}{'stream':>9}{'eng/plain':>11}"
           f"{'str/plain':>11}{'GB/s':>7}{'% of BW':>9}")

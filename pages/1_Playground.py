@@ -8,8 +8,9 @@ import pandas as pd
 import streamlit as st
 
 from engine import generation
-from engine.errors import EngineError
+from engine.errors import CancelledError, EngineError
 from engine.generation import GenerationConfig
+from ui.batching_widgets import cached_scheduler
 from ui.common import fmt_bytes, fmt_count, fmt_seconds, init_state, page_setup, show_error
 from ui.widgets import load_with_progress, model_picker
 
@@ -66,6 +67,11 @@ prompt = st.text_area(
     key=f"{NS}.prompt.{batch_mode}",
 )
 go = st.button("Generate", type="primary", disabled=lm is None, key=f"{NS}.go")
+if lm is not None:
+    snap = cached_scheduler(lm).snapshot()
+    st.caption(f"Shared scheduler for {lm.name}: {len(snap.running)} request(s) generating, "
+               f"{len(snap.waiting)} waiting (all browser sessions). Single prompts with the KV cache on go "
+               "through it; see the Batching page for its live batch.")
 
 
 def parse_stops(text: str) -> tuple[str, ...]:
@@ -113,7 +119,10 @@ if go and lm is not None:
             metrics_row(result.measurement)
             st.session_state[f"{NS}.history"].append(history_row(result.measurement, "batch", "mixed"))
         else:
-            s = generation.stream(lm, prompt, cfg)
+            # With the KV cache on, through the shared in-flight scheduler: sessions generating at the same
+            # time share decode steps (one weight read serves every running request) instead of queueing.
+            # The scheduler always keeps a KV cache, so "cache off" runs alone.
+            s = cached_scheduler(lm).submit(prompt, cfg) if use_cache else generation.stream(lm, prompt, cfg)
             box = st.empty()
             shown = prompt if include_prompt else ""
             try:
@@ -124,6 +133,8 @@ if go and lm is not None:
                 # A rerun or a closed browser tab stops this script mid-loop: stop generating for nobody.
                 s.cancel()
             c = s.completion
+            if c is None:
+                raise CancelledError("the generation was cancelled before it finished; generate again")
             box.code(c.shown(include_prompt), language=None, wrap_lines=True)
             st.caption(f"Stopped by **{c.stop_reason}**"
                        + (" (max new tokens reached: the output is truncated)" if c.stop_reason == "length" else ""))
