@@ -15,6 +15,9 @@ def model_picker(key: str, *, default: str = models.DEFAULT_MODEL, allow_custom:
     """Preset/custom model name and dtype, with each preset's description. Returns (name, dtype)."""
     hw = cached_hardware()
     names = list(models.PRESETS) + ([CUSTOM] if allow_custom else [])
+    linked = st.query_params.get("model")  # shareable demo links: /playground?model=tiny-gpt-neo
+    if linked in models.PRESETS:
+        default = linked
     choice = st.selectbox(
         "Model",
         names,

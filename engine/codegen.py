@@ -1,0 +1,268 @@
+"""Code generation with review aids (chapter 4, section 4.1.3).
+
+A language model writes code the same way it writes prose: it continues the prompt token by token until
+it emits end-of-sequence, hits a stop sequence, or runs into the `max_new_tokens` limit - the last is why
+the chapter's example output is cut off mid-function. What comes back is a draft for a developer to
+review, so two mechanical review aids run on it here:
+
+- a syntax check with `ast.parse` (parsing only: nothing is compiled to bytecode or run);
+- ruff, a real linter, run as a subprocess on a temporary file with JSON output (`ruff check
+  --output-format json --isolated`), its findings listed as they are.
+
+Generated code is never executed, imported or evaluated by this module or anything that calls it.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine import generation
+from engine.errors import InvalidParameterError
+from engine.generation import Completion, GenerationConfig
+from engine.models import LoadedModel
+
+MAX_CODE_CHARS = 100_000
+RUFF_TIMEOUT_S = 20.0
+# Default rules: pyflakes (F: undefined names, unused imports), pycodestyle errors and warnings (E, W)
+# and flake8-bugbear (B: likely bugs). E501 (line length) is left out: it is style, not review.
+RUFF_SELECT: tuple[str, ...] = ("E", "F", "W", "B")
+RUFF_IGNORE: tuple[str, ...] = ("E501",)
+
+DEFAULT_PROMPT = (
+    "def is_palindrome(text: str) -> bool:\n"
+    '    """Return True if text reads the same forwards and backwards, ignoring case and spaces."""\n'
+)
+DEFAULT_INSTRUCTION = "Write a Python function that returns the n-th Fibonacci number."
+# Stop at the next top-level definition: the completion of *this* function is what was asked for.
+DEFAULT_STOP: tuple[str, ...] = ("\ndef ", "\nclass ", "\nif __name__")
+
+STOP_REASONS: dict[str, str] = {
+    "eos": "end of sequence: the model emitted its end-of-text token and chose to stop.",
+    "stop": "a stop sequence appeared (e.g. the start of the next top-level def); the text is cut before it.",
+    "length": "the length limit: max_new_tokens ran out, so the code may end mid-statement. This is why the "
+    "chapter's example output is truncated; raise max new tokens to see more.",
+    "cancelled": "cancelled before it finished.",
+}
+
+WHY_REVIEW = (
+    "A pretrained model that has not been customized for code predicts text that *looks like* the code it "
+    "saw in training (GPT-Neo's Pile includes some GitHub; SmolLM2's data includes some code). Nothing makes "
+    "it check that the code runs, is correct, or is safe: it can call functions that do not exist "
+    "(hallucinations), miss edge cases, or stop mid-function at the length limit. Small models do this "
+    "more. What helps: fine-tuning on code from your own domain, LoRA (fine-tuning a small set of added "
+    "low-rank weights, far cheaper than full fine-tuning), and RAG (retrieving your real APIs and "
+    "documentation into the prompt). None of those is done on this page: it shows the raw model. "
+    "Treat every output as a draft for a developer to review, lint and test."
+)
+
+
+@dataclass(frozen=True)
+class SyntaxReport:
+    ok: bool
+    message: str  # "" when ok
+    line: int | None = None
+    column: int | None = None
+
+
+@dataclass(frozen=True)
+class LintFinding:
+    code: str  # e.g. "F821"; "invalid-syntax" for parse errors ruff reports itself
+    message: str
+    line: int
+    column: int
+    name: str = ""
+    url: str = ""
+    fixable: bool = False
+
+
+@dataclass(frozen=True)
+class LintReport:
+    available: bool
+    findings: tuple[LintFinding, ...]
+    ruff_version: str
+    reason: str = ""  # why the lint did not run, when unavailable
+    rules: tuple[str, ...] = RUFF_SELECT
+
+
+@dataclass(frozen=True)
+class CodeResult:
+    prompt: str
+    mode: str  # "complete" (continue the code) | "instruct" (chat template, code taken from the reply)
+    code: str  # what is checked: the prompt + completion in complete mode, the fenced block in instruct mode
+    completion: Completion
+    syntax: SyntaxReport
+    lint: LintReport
+
+    @property
+    def stop_reason(self) -> str:
+        return self.completion.stop_reason
+
+    @property
+    def stop_explanation(self) -> str:
+        return STOP_REASONS.get(self.stop_reason, self.stop_reason)
+
+
+def _validate_code(code: str) -> str:
+    if not isinstance(code, str):
+        raise InvalidParameterError(f"code must be text, got {type(code).__name__}")
+    if len(code) > MAX_CODE_CHARS:
+        raise InvalidParameterError(f"the code has {len(code):,} characters; the limit is {MAX_CODE_CHARS:,}")
+    return code.replace("\x00", "")
+
+
+def check_syntax(code: str) -> SyntaxReport:
+    """Parse only (`ast.parse` builds a tree; it does not compile to bytecode or run anything)."""
+    code = _validate_code(code)
+    if not code.strip():
+        return SyntaxReport(False, "no code was generated")
+    try:
+        ast.parse(code, filename="<generated>", mode="exec")
+    except SyntaxError as exc:
+        return SyntaxReport(False, f"{exc.msg}", exc.lineno, exc.offset)
+    except (ValueError, RecursionError, MemoryError) as exc:  # e.g. deeply nested brackets
+        return SyntaxReport(False, f"could not parse: {type(exc).__name__}")
+    return SyntaxReport(True, "")
+
+
+def ruff_binary() -> Path | None:
+    """The ruff executable: from the ruff package, else beside this Python, else on PATH."""
+    try:
+        import ruff
+
+        path = Path(ruff.find_ruff_bin())
+        if path.is_file():
+            return path
+    except (ImportError, FileNotFoundError):
+        pass
+    beside = Path(sys.executable).with_name("ruff")
+    if beside.is_file():
+        return beside
+    found = shutil.which("ruff")
+    return Path(found) if found else None
+
+
+def ruff_version(binary: Path | None = None) -> str:
+    binary = binary or ruff_binary()
+    if binary is None:
+        return ""
+    try:
+        out = subprocess.run(
+            [str(binary), "--version"], capture_output=True, text=True, timeout=RUFF_TIMEOUT_S
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout.strip()
+
+
+def lint(
+    code: str, select: tuple[str, ...] = RUFF_SELECT, ignore: tuple[str, ...] = RUFF_IGNORE
+) -> LintReport:
+    """Run ruff on `code` in a private temporary file; the project's own ruff config is not applied."""
+    code = _validate_code(code)
+    rule = re.compile(r"^[A-Z]{1,4}[0-9]{0,4}$")
+    if any(not rule.match(r) for r in (*select, *ignore)):
+        raise InvalidParameterError(
+            "ruff rule selectors look like E, F401 or B; got " + ", ".join((*select, *ignore))
+        )
+    binary = ruff_binary()
+    if binary is None:
+        return LintReport(
+            False, (), "", "ruff is not installed: pip install ruff (the lint is skipped)", select
+        )
+    with tempfile.TemporaryDirectory(prefix="lab-lint-") as tmp:
+        path = Path(tmp) / "generated.py"
+        path.write_text(code, encoding="utf-8")
+        cmd = [str(binary), "check", "--isolated", "--no-cache", "--exit-zero", "--output-format", "json"]
+        cmd += (
+            ["--select", ",".join(select)] + (["--ignore", ",".join(ignore)] if ignore else []) + [str(path)]
+        )
+        try:
+            out = subprocess.run(
+                cmd,
+                capture_output=True,
+                text=True,
+                timeout=RUFF_TIMEOUT_S,
+                cwd=tmp,
+                env={**os.environ, "RUFF_NO_CACHE": "true"},
+            )
+        except subprocess.TimeoutExpired:
+            return LintReport(
+                False, (), "", f"ruff took longer than {RUFF_TIMEOUT_S:.0f} s and was stopped", select
+            )
+        except OSError as exc:
+            return LintReport(False, (), "", f"ruff could not be started ({exc})", select)
+    if out.returncode != 0:
+        return LintReport(
+            False, (), "", f"ruff failed (exit {out.returncode}): {out.stderr.strip()[:300]}", select
+        )
+    try:
+        raw = json.loads(out.stdout or "[]")
+    except json.JSONDecodeError:
+        return LintReport(False, (), "", "ruff printed something that is not JSON", select)
+    findings = tuple(
+        LintFinding(
+            code=item.get("code") or item.get("name") or "?",
+            message=item.get("message", ""),
+            line=int((item.get("location") or {}).get("row") or 0),
+            column=int((item.get("location") or {}).get("column") or 0),
+            name=item.get("name") or "",
+            url=item.get("url") or "",
+            fixable=item.get("fix") is not None,
+        )
+        for item in raw
+    )
+    findings = tuple(sorted(findings, key=lambda f: (f.line, f.column, f.code)))
+    return LintReport(True, findings, ruff_version(binary), "", select)
+
+
+_FENCE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
+
+
+def extract_code(reply: str) -> str:
+    """The first fenced code block of a chat reply (an unclosed one runs to the end); else the whole reply."""
+    match = _FENCE.search(reply)
+    return (match.group(1) if match else reply).strip("\n")
+
+
+def generate_code(
+    lm: LoadedModel,
+    prompt: str,
+    *,
+    max_new_tokens: int = 128,
+    mode: str = "complete",
+    stop: tuple[str, ...] = DEFAULT_STOP,
+) -> CodeResult:
+    """Generate code greedily and review it (syntax + ruff). The code is only ever treated as text.
+
+    mode "complete": the prompt is the start of a Python file (the chapter's way); the code under review is
+    the prompt followed by the completion. mode "instruct": the prompt is a request sent through the
+    model's chat template; the code under review is the first fenced block of the reply.
+    """
+    if mode not in ("complete", "instruct"):
+        raise InvalidParameterError(f"mode must be 'complete' or 'instruct', got {mode!r}")
+    cfg = GenerationConfig(
+        max_new_tokens=max_new_tokens,
+        stop=tuple(stop) if mode == "complete" else (),
+        chat_template=mode == "instruct",
+        include_prompt=mode == "complete",
+    ).validate()
+    completion = generation.generate(lm, prompt, cfg)
+    code = completion.prompt + completion.text if mode == "complete" else extract_code(completion.text)
+    code = code.rstrip() + "\n"  # a file ends with a newline; without it every result would carry W292
+    return CodeResult(
+        prompt=completion.prompt,
+        mode=mode,
+        code=code,
+        completion=completion,
+        syntax=check_syntax(code),
+        lint=lint(code),
+    )

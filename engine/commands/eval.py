@@ -1,0 +1,70 @@
+"""`python -m engine eval`: run an lm-evaluation-harness perplexity task on a model, with the engine's
+own log-likelihood as a cross-check of the harness's bits per byte."""
+
+from __future__ import annotations
+
+from engine import evaluation, models
+
+HELP = "evaluate a model with lm-evaluation-harness (word/byte perplexity, bits per byte) and cross-check it"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument(
+        "--model",
+        default=models.DEFAULT_MODEL,
+        help=f"preset, hub id or local folder (default {models.DEFAULT_MODEL})",
+    )
+    parser.add_argument(
+        "--task",
+        default=evaluation.LOCAL_TASK,
+        choices=list(evaluation.TASKS),
+        help=f"{evaluation.LOCAL_TASK} works offline; wikitext needs the hub or a cached copy",
+    )
+    parser.add_argument("--dtype", default="auto", help="auto, fp32, bf16 or fp16 (fp16 on CUDA only)")
+    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N documents (default: all)")
+    parser.add_argument(
+        "--no-crosscheck", action="store_true", help="skip the engine's own log-likelihood check"
+    )
+
+
+def run(args) -> dict:
+    evaluation._validate_limit(args.limit)  # fail before spending seconds on loading
+    ok, reason = evaluation.task_status(args.task)
+    if not ok:
+        from engine.errors import HubUnreachableError
+
+        raise HubUnreachableError(reason)
+    lm = models.load_model(args.model, dtype=args.dtype, device=args.device)
+    result = evaluation.run_eval(lm, args.task, limit=args.limit, crosscheck=not args.no_crosscheck)
+    row = result.summary()
+    row["limit"] = result.limit
+    row["max_length"] = result.max_length
+    row["metric_definitions"] = evaluation.METRIC_DEFINITIONS
+    if result.crosscheck is not None:
+        row["crosscheck"] = {
+            "engine": result.crosscheck.engine,
+            "harness_bits_per_byte": result.crosscheck.harness_bits_per_byte,
+            "relative_difference": result.crosscheck.relative_difference,
+            "tolerance": result.crosscheck.tolerance,
+            "agrees": result.crosscheck.agrees,
+        }
+    return row
+
+
+def format_text(row: dict) -> str:
+    lines = [
+        f"{row['task']} v{row['task_version']} (lm-eval {row['harness_version']}) on {row['model']} "
+        f"[{row['dtype']}, {row['device']}], {row['documents']} documents, {row['runtime_s']:.1f} s",
+        f"  word_perplexity {row['word_perplexity']:.4g}",
+        f"  byte_perplexity {row['byte_perplexity']:.4f}",
+        f"  bits_per_byte   {row['bits_per_byte']:.4f}",
+    ]
+    check = row.get("crosscheck")
+    if check:
+        verdict = "agrees" if check["agrees"] else "DISAGREES"
+        lines.append(
+            f"  engine's own bits_per_byte {check['engine'].bits_per_byte:.4f}: {verdict} with the harness "
+            f"(difference {check['relative_difference']:.2e}, tolerance {check['tolerance']:.0%})"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,101 @@
+"""`python -m engine fewshot`: few-shot accuracy for k = 0, 1, 2, 4, 8 on a labelled set, by label
+log-likelihood (the harness way). Also runnable as `python -m engine.commands.fewshot`."""
+
+from __future__ import annotations
+
+from engine import fewshot, models
+from engine.errors import InvalidParameterError
+
+HELP = "few-shot classification accuracy vs k on the shipped (or a CSV) labelled set, with confusion matrices"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument(
+        "--model",
+        default=models.DEFAULT_MODEL,
+        help=f"preset, hub id or local folder (default {models.DEFAULT_MODEL})",
+    )
+    parser.add_argument("--dtype", default="auto", help="auto, fp32, bf16 or fp16 (fp16 on CUDA only)")
+    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    parser.add_argument(
+        "--csv",
+        default=None,
+        help=f"a CSV with text,label columns (default: the shipped '{fewshot.DEFAULT_SET}' set)",
+    )
+    parser.add_argument(
+        "--k", type=int, action="append", default=None, help="a k to measure; repeatable (default 0 1 2 4 8)"
+    )
+    parser.add_argument(
+        "--queries", type=int, default=None, help="only the first N items as queries (default: all)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed for drawing the examples")
+
+
+def run(args) -> dict:
+    if args.csv:
+        try:
+            with open(args.csv, "rb") as f:
+                raw = f.read(fewshot.MAX_CSV_BYTES + 1)
+        except OSError as exc:
+            raise InvalidParameterError(
+                f"cannot read {args.csv}: {exc.strerror}; give the path of a CSV file"
+            ) from None
+        data = fewshot.parse_csv(raw, name=args.csv)
+    else:
+        data = fewshot.load_shipped()
+    ks = tuple(args.k) if args.k else fewshot.DEFAULT_KS
+    lm = models.load_model(args.model, dtype=args.dtype, device=args.device)
+    results = fewshot.accuracy_by_k(lm, data, ks, seed=args.seed, max_queries=args.queries)
+    return {
+        "model": lm.name,
+        "dtype": lm.dtype,
+        "device": lm.device,
+        "dataset": data.name,
+        "labels": list(data.labels),
+        "majority_baseline": fewshot.majority_baseline(data, args.queries),
+        "results": [
+            {
+                "k": r.k,
+                "accuracy": r.accuracy,
+                "correct": r.correct,
+                "total": r.total,
+                "confusion": [list(row) for row in r.confusion],
+                "mean_prompt_tokens": r.mean_prompt_tokens,
+                "runtime_s": r.runtime_s,
+            }
+            for r in results
+        ],
+    }
+
+
+def format_text(out: dict) -> str:
+    lines = [
+        f"{out['model']} [{out['dtype']}, {out['device']}] on '{out['dataset']}' "
+        f"(majority baseline {out['majority_baseline']:.0%}); confusion rows = true {out['labels']}"
+    ]
+    for r in out["results"]:
+        lines.append(
+            f"  k={r['k']:<2} accuracy {r['accuracy']:.1%} ({r['correct']}/{r['total']})  confusion {r['confusion']}  "
+            f"~{r['mean_prompt_tokens']:.0f} prompt tokens, {r['runtime_s']:.1f} s"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import argparse
+    import json
+    import sys
+
+    from engine.cli import to_jsonable
+    from engine.errors import EngineError
+
+    parser = argparse.ArgumentParser(prog="python -m engine.commands.fewshot", description=HELP)
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_arguments(parser)
+    ns = parser.parse_args()
+    try:
+        result = run(ns)
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    print(json.dumps(to_jsonable(result), indent=2) if ns.json else format_text(result))

@@ -1,0 +1,452 @@
+"""Few-shot prompting, code generation and evaluation with lm-evaluation-harness (chapter 4, 4.1.2-4.1.4).
+
+Thin page: widgets and layout here; the work is in engine.fewshot, engine.codegen and engine.evaluation.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from engine import codegen, evaluation, fewshot, generation
+from engine.errors import EngineError
+from engine.generation import GenerationConfig
+from ui import lab_widgets as lw
+from ui.common import fmt_seconds, init_state, page_setup, show_error
+from ui.widgets import load_with_progress, model_picker
+
+NS = "lab"
+MAX_UPLOAD_BYTES = fewshot.MAX_CSV_BYTES
+
+page_setup("Few-shot, code and evaluation", "🧪")
+init_state(NS, sweep=None, classified=None, code=None, eval_runs=[], last_eval=None)
+S = st.session_state
+
+st.title("Few-shot prompts, generated code, and evaluation")
+st.caption(
+    "Chapter 4.1.2-4.1.4: show a model a few examples and it classifies new text; ask it for code and "
+    "review what comes back; and measure a model with a shared evaluation harness before trusting it."
+)
+
+with st.sidebar:
+    st.subheader("Model")
+    name, dtype = model_picker(NS)
+lm = load_with_progress(name, dtype)
+if lm is None:
+    st.stop()
+st.caption(f"Loaded **{lm.name}** in {lm.dtype} on {lm.device} ({lm.params / 1e6:.1f} M parameters).")
+
+tab_fs, tab_code, tab_eval = st.tabs(["Few-shot", "Code generation", "Evaluation"])
+
+
+# --- Few-shot ----------------------------------------------------------------------------------------------
+def _dataset() -> fewshot.LabelledSet | None:
+    source = st.radio(
+        "Labelled examples",
+        ["Shipped set", "Upload a CSV", "Paste CSV"],
+        horizontal=True,
+        key=f"{NS}.fs_source",
+        help="A CSV with a header row naming a 'text' column and a 'label' column. It is parsed as data, never run.",
+    )
+    try:
+        if source == "Shipped set":
+            ds = fewshot.load_shipped(fewshot.DEFAULT_SET)
+            st.caption(
+                f"{len(ds)} short sentences written for this project, labelled {' / '.join(ds.labels)} "
+                "(engine/data/fewshot/sentiment.csv)."
+            )
+            return ds
+        if source == "Upload a CSV":
+            up = st.file_uploader("CSV file (at most 1 MB)", type=["csv"], key=f"{NS}.fs_upload")
+            if up is None:
+                st.info("Choose a CSV with columns text,label.")
+                return None
+            if up.size > MAX_UPLOAD_BYTES:
+                st.error(f"The file is {up.size:,} bytes; the limit is {MAX_UPLOAD_BYTES:,} (1 MB).")
+                return None
+            return fewshot.parse_csv(up.getvalue(), name=up.name)
+        pasted = st.text_area(
+            "CSV text",
+            "text,label\nI loved every minute of it.,positive\nIt broke on the first day.,negative\n"
+            "What a kind and helpful shop.,positive\nThe food was cold and bland.,negative\n",
+            key=f"{NS}.fs_paste",
+            height=150,
+        )
+        return fewshot.parse_csv(pasted, name="pasted")
+    except EngineError as exc:
+        show_error(exc)
+        return None
+
+
+def _template() -> fewshot.PromptTemplate:
+    d = fewshot.PromptTemplate()
+    c1, c2, c3 = st.columns([3, 1, 1])
+    instruction = c1.text_input("Instruction", d.instruction, key=f"{NS}.fs_instruction")
+    input_prefix = c2.text_input("Input prefix", d.input_prefix, key=f"{NS}.fs_in_prefix")
+    output_prefix = c3.text_input("Output prefix", d.output_prefix, key=f"{NS}.fs_out_prefix")
+    return fewshot.PromptTemplate(
+        instruction=instruction, input_prefix=input_prefix, output_prefix=output_prefix
+    )
+
+
+with tab_fs:
+    st.markdown(
+        "A GPT-style model was never trained to classify sentiment, yet a prompt that shows it a few labelled "
+        "examples (*few-shot*) often lets it label new text. The label is read the way evaluation harnesses "
+        "read it: the model's log-likelihood of each candidate label after the prompt; the highest wins."
+    )
+    ds = _dataset()
+    if ds is not None:
+        with st.expander(f"The {len(ds)} labelled examples"):
+            st.dataframe(
+                pd.DataFrame([{"text": e.text, "label": e.label} for e in ds.examples]), hide_index=True
+            )
+        template = _template()
+
+        st.subheader("Classify one text")
+        c1, c2 = st.columns([3, 1])
+        query = c1.text_input(
+            "Text to classify", "The staff were rude and the room was dirty.", key=f"{NS}.fs_query"
+        )
+        k_one = c2.slider("k (examples in the prompt)", 0, min(8, len(ds)), 2, key=f"{NS}.fs_k")
+        show_free = st.checkbox(
+            "Also generate a free-text completion",
+            value=True,
+            key=f"{NS}.fs_free",
+            help="generate() continues the prompt; what it returns includes the prompt itself.",
+        )
+        if st.button("Classify", key=f"{NS}.fs_classify", type="primary"):
+            try:
+                demos = fewshot.select_demonstrations(ds.examples, k_one, seed=0)
+                prompt = fewshot.build_prompt(demos, query, template)
+                scores = fewshot.score_labels(lm, prompt, ds.labels, delimiter=template.target_delimiter)
+                free = None
+                if show_free:
+                    free = generation.generate(
+                        lm, prompt, GenerationConfig(max_new_tokens=8, stop=("\n",), include_prompt=True)
+                    )
+                S[f"{NS}.classified"] = {"prompt": prompt, "scores": scores, "free": free, "k": k_one}
+            except EngineError as exc:
+                show_error(exc)
+        done = S[f"{NS}.classified"]
+        if done is not None:
+            st.markdown(f"**The exact prompt sent** ({done['k']}-shot):")
+            st.code(done["prompt"], language=None)
+            c1, c2 = st.columns([2, 3])
+            with c1:
+                st.metric("Predicted label", done["scores"].predicted)
+                st.dataframe(
+                    pd.DataFrame(
+                        {
+                            "label": done["scores"].labels,
+                            "log-likelihood": done["scores"].logprobs,
+                            "probability": done["scores"].probabilities,
+                            "tokens": done["scores"].token_counts,
+                        }
+                    ),
+                    hide_index=True,
+                )
+            with c2:
+                st.plotly_chart(lw.label_probability_figure(done["scores"]), key=f"{NS}.fs_probs_chart")
+            if done["free"] is not None:
+                stopped = {
+                    "eos": "end of sequence",
+                    "stop": "the newline stop sequence",
+                    "length": "the 8-token limit",
+                }
+                st.markdown(
+                    f"**Free-text completion** (greedy; stopped by {stopped.get(done['free'].stop_reason, '?')}). "
+                    "As in the chapter, what `generate` returns *includes the prompt*; the new text is at the end:"
+                )
+                st.code(done["free"].full_text, language=None)
+                st.caption(f"New text only: {done['free'].text!r}")
+
+        st.subheader("Accuracy for k = 0, 1, 2, 4, 8")
+        st.markdown(
+            "Every query is classified with k examples drawn (seeded) from the *other* items, so zero-shot and "
+            "k-shot are compared on the same queries; the examples of a smaller k are the first ones of a larger k."
+        )
+        c1, c2 = st.columns(2)
+        ks = c1.multiselect(
+            "k values",
+            [0, 1, 2, 4, 8, 16],
+            default=[k for k in fewshot.DEFAULT_KS if k < len(ds)],
+            key=f"{NS}.fs_ks",
+        )
+        n_queries = c2.slider(
+            "Queries",
+            1,
+            len(ds),
+            min(len(ds), 16),
+            key=f"{NS}.fs_nq",
+            help="Fewer queries run faster; the shipped set has 48. Each query costs one forward pass per k.",
+        )
+        if st.button("Measure accuracy vs k", key=f"{NS}.fs_sweep"):
+            bar = st.progress(0.0, text="starting")
+            try:
+                results = fewshot.accuracy_by_k(
+                    lm,
+                    ds,
+                    sorted(ks),
+                    template=template,
+                    max_queries=n_queries,
+                    progress=lambda f, m: bar.progress(min(1.0, f), text=m),
+                )
+                S[f"{NS}.sweep"] = {
+                    "results": results,
+                    "baseline": fewshot.majority_baseline(ds, n_queries),
+                    "model": f"{lm.name} ({lm.dtype})",
+                    "dataset": ds.name,
+                }
+            except EngineError as exc:
+                show_error(exc)
+            bar.empty()
+        sweep = S[f"{NS}.sweep"]
+        if sweep is not None and sweep["results"]:
+            res = sweep["results"]
+            st.caption(f"{sweep['model']} on '{sweep['dataset']}', {res[0].total} queries.")
+            st.plotly_chart(lw.accuracy_figure(res, sweep["baseline"]), key=f"{NS}.fs_acc_chart")
+            st.dataframe(
+                pd.DataFrame(
+                    [
+                        {
+                            "k": r.k,
+                            "accuracy": r.accuracy,
+                            "correct": f"{r.correct}/{r.total}",
+                            "mean prompt tokens": round(r.mean_prompt_tokens),
+                            "time": fmt_seconds(r.runtime_s),
+                        }
+                        for r in res
+                    ]
+                ),
+                hide_index=True,
+            )
+            k_show = st.select_slider(
+                "Confusion matrix for k", [r.k for r in res], value=res[-1].k, key=f"{NS}.fs_cm_k"
+            )
+            chosen = next(r for r in res if r.k == k_show)
+            st.plotly_chart(lw.confusion_figure(chosen), key=f"{NS}.fs_cm_chart")
+
+
+# --- Code generation ------------------------------------------------------------------------------------
+with tab_code:
+    st.markdown(
+        "A language model writes code the way it writes prose: one likely token after another. The result is a "
+        "**draft**: it is shown as text, checked for syntax with `ast.parse` and linted with "
+        "[ruff](https://docs.astral.sh/ruff/). **It is never executed.**"
+    )
+    modes = {"instruct": "Ask in words (chat template)", "complete": "Continue code (the chapter's way)"}
+    mode = st.radio(
+        "How to ask",
+        list(modes),
+        format_func=modes.get,
+        index=0 if lm.has_chat_template else 1,
+        horizontal=True,
+        key=f"{NS}.code_mode",
+        help="Continue code: the prompt is the start of a Python file, as with GPT-Neo in the chapter. "
+        "Ask in words: needs a model with a chat template (the bundled SmolLM2-Instruct has one).",
+    )
+    default_prompt = codegen.DEFAULT_INSTRUCTION if mode == "instruct" else codegen.DEFAULT_PROMPT
+    prompt = st.text_area("Prompt", default_prompt, height=120, key=f"{NS}.code_prompt_{mode}")
+    c1, c2 = st.columns(2)
+    max_new = c1.slider(
+        "Max new tokens",
+        16,
+        512,
+        128,
+        step=16,
+        key=f"{NS}.code_max_new",
+        help="The length limit. Hitting it truncates the code, as in the chapter's example.",
+    )
+    stop_text = c2.text_input(
+        "Stop sequences (continue mode; comma-separated, \\n for newline)",
+        ", ".join(s.replace("\n", "\\n") for s in codegen.DEFAULT_STOP),
+        key=f"{NS}.code_stop",
+        disabled=mode == "instruct",
+    )
+    if st.button("Generate code", key=f"{NS}.code_go", type="primary"):
+        stops = tuple(s.strip().replace("\\n", "\n") for s in stop_text.split(",") if s.strip())
+        with st.spinner("generating…"):
+            try:
+                S[f"{NS}.code"] = codegen.generate_code(
+                    lm, prompt, max_new_tokens=max_new, mode=mode, stop=stops
+                )
+            except EngineError as exc:
+                show_error(exc)
+    result: codegen.CodeResult | None = S[f"{NS}.code"]
+    if result is not None:
+        m = result.completion.measurement
+        st.markdown(
+            f"**Generated code** ({result.mode} mode, {m.output_tokens} tokens in {fmt_seconds(m.latency_s)}):"
+        )
+        st.code(result.code, language="python", line_numbers=True)
+        st.markdown(f"**Why it stopped:** `{result.stop_reason}`: {result.stop_explanation}")
+        if result.syntax.ok:
+            st.success(
+                "Syntax: `ast.parse` accepts it (parsing only: correct syntax says nothing about correct behaviour)."
+            )
+        else:
+            where = (
+                f" at line {result.syntax.line}, column {result.syntax.column}" if result.syntax.line else ""
+            )
+            st.error(f"Syntax: `ast.parse` rejects it: {result.syntax.message}{where}.")
+        lint = result.lint
+        if not lint.available:
+            st.warning(f"Lint skipped: {lint.reason}")
+        elif not lint.findings:
+            st.success(f"{lint.ruff_version} (rules {', '.join(lint.rules)}): no findings.")
+        else:
+            st.markdown(
+                f"**{lint.ruff_version}** (rules {', '.join(lint.rules)}): {len(lint.findings)} finding(s)"
+            )
+            st.dataframe(
+                pd.DataFrame(
+                    [
+                        {
+                            "line": f.line,
+                            "col": f.column,
+                            "code": f.code,
+                            "message": f.message,
+                            "rule": f.name,
+                        }
+                        for f in lint.findings
+                    ]
+                ),
+                hide_index=True,
+            )
+        with st.expander("The model's raw output"):
+            st.code(
+                result.completion.full_text if result.mode == "complete" else result.completion.text,
+                language=None,
+            )
+    st.info("**Why review is needed.** " + codegen.WHY_REVIEW, icon="🧐")
+
+
+# --- Evaluation ----------------------------------------------------------------------------------------------
+with tab_eval:
+    st.markdown(
+        "Before a model goes to production its output should be measured on tasks like the ones it will face: "
+        "the numbers decide whether it is good enough, which model or precision to deploy, and whether a change "
+        "(quantization, a new checkpoint) made it worse. EleutherAI's **lm-evaluation-harness** (`lm-eval`) "
+        "runs hundreds of tasks the same way for any model, and every task carries a **version**, so a result "
+        "is only compared with results from the same task version."
+    )
+    ok, why = evaluation.harness_status()
+    if not ok:
+        st.warning(why)
+    else:
+        c1, c2, c3 = st.columns([2, 1, 1])
+        task = c1.selectbox(
+            "Task",
+            list(evaluation.TASKS),
+            key=f"{NS}.eval_task",
+            format_func=lambda t: t + ("" if evaluation.TASKS[t].offline else " (needs the hub)"),
+        )
+        st.caption(evaluation.TASKS[task].description)
+        limit = c2.number_input(
+            "Documents (limit)",
+            1,
+            48 if task == evaluation.LOCAL_TASK else 62,
+            8,
+            key=f"{NS}.eval_limit",
+            help="lm-eval's --limit: only the first N documents. The shipped task has 48.",
+        )
+        check = c3.checkbox(
+            "Cross-check with the engine",
+            True,
+            key=f"{NS}.eval_check",
+            help="Recompute the log-likelihood with the engine's own forward passes.",
+        )
+        runnable, reason = evaluation.task_status(task)
+        if not runnable:
+            st.warning(reason)
+        st.caption(
+            "The same run from a shell: "
+            f"`python -m engine eval --model {lm.name} --task {task} --dtype {lm.dtype} --limit {int(limit)} --json`; "
+            "with lm-eval's own CLI (the chapter's `main.py`, `--model hf --model_args pretrained=...`): "
+            f"`lm_eval --model hf --model_args pretrained=<model> --tasks {task} --device {lm.device} "
+            f"--include_path engine/data/lmeval_tasks --limit {int(limit)}`"
+        )
+        if st.button("Run evaluation", key=f"{NS}.eval_go", type="primary", disabled=not runnable):
+            bar = st.progress(0.0, text="starting lm-eval")
+            try:
+                res = evaluation.run_eval(
+                    lm,
+                    task,
+                    limit=int(limit),
+                    crosscheck=check,
+                    progress=lambda f, msg: bar.progress(min(1.0, f), text=msg),
+                )
+                S[f"{NS}.last_eval"] = res
+                S[f"{NS}.eval_runs"] = [*S[f"{NS}.eval_runs"], res.summary()]
+            except EngineError as exc:
+                show_error(exc)
+            bar.empty()
+        res = S[f"{NS}.last_eval"]
+        if res is not None:
+            st.markdown(
+                f"**{res.task}** version {res.task_version} · lm-eval {res.harness_version} · {res.model} · "
+                f"{res.dtype} · {res.device} · {res.documents} documents · {fmt_seconds(res.runtime_s)}"
+            )
+            c1, c2, c3 = st.columns(3)
+            c1.metric("word perplexity", f"{res.word_perplexity:.4g}")
+            c2.metric("byte perplexity", f"{res.byte_perplexity:.4f}")
+            c3.metric("bits per byte", f"{res.bits_per_byte:.4f}")
+            if res.crosscheck is not None:
+                cc = res.crosscheck
+                text = (
+                    f"Engine cross-check: {cc.engine.bits_per_byte:.4f} bits per byte from the engine's own forward "
+                    f"passes over the same {cc.engine.documents} documents ({cc.engine.tokens:,} tokens, "
+                    f"{cc.engine.bytes:,} bytes): relative difference {cc.relative_difference:.2e} "
+                    f"(tolerance {cc.tolerance:.0%})."
+                )
+                (st.success if cc.agrees else st.error)(text)
+        with st.expander("What the three metrics mean", expanded=res is None):
+            st.markdown(
+                "All three come from the same number: the total log-likelihood the model assigns to the documents, "
+                "token by token (rolling windows, as lm-eval's `wikitext` task scores them)."
+            )
+            st.dataframe(
+                pd.DataFrame(
+                    [{"metric": k, "definition": v} for k, v in evaluation.METRIC_DEFINITIONS.items()]
+                ),
+                hide_index=True,
+            )
+        runs = S[f"{NS}.eval_runs"]
+        if runs:
+            st.subheader(f"This session's runs ({len(runs)})")
+            st.caption(
+                "Compare two models, or one model in two precisions: load another in the sidebar and run again."
+            )
+            table = pd.DataFrame(runs)
+            cols = [
+                c
+                for c in (
+                    "model",
+                    "dtype",
+                    "device",
+                    "task",
+                    "task_version",
+                    "documents",
+                    "word_perplexity",
+                    "byte_perplexity",
+                    "bits_per_byte",
+                    "engine_bits_per_byte",
+                    "runtime_s",
+                )
+                if c in table
+            ]
+            st.dataframe(table[cols], hide_index=True)
+            st.plotly_chart(lw.eval_comparison_figure(runs), key=f"{NS}.eval_chart")
+            c1, c2 = st.columns(2)
+            c1.download_button(
+                "Download runs as JSON",
+                lw.runs_json(runs),
+                file_name="inference-lab-eval-runs.json",
+                mime="application/json",
+                key=f"{NS}.eval_download",
+            )
+            if c2.button("Clear runs", key=f"{NS}.eval_clear"):
+                S[f"{NS}.eval_runs"] = []
+                S[f"{NS}.last_eval"] = None
+                st.rerun()

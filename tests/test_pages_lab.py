@@ -1,0 +1,110 @@
+"""AppTest for pages/4_Few-shot_code_and_eval.py: the page renders, and widgets drive what is shown."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "4_Few-shot_code_and_eval.py")
+
+
+def _app() -> AppTest:
+    at = AppTest.from_file(PAGE, default_timeout=120)
+    at.run()
+    at.selectbox(key="lab.model").set_value("tiny-gpt-neo").run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _texts(at: AppTest, kind: str) -> str:
+    return "\n".join(str(e.value) for e in at.get(kind))
+
+
+def test_page_renders_three_tabs_with_explanations():
+    at = _app()
+    assert [t.label for t in at.tabs] == ["Few-shot", "Code generation", "Evaluation"]
+    info = "\n".join(i.value for i in at.info)
+    for word in ("fine-tuning", "LoRA", "RAG"):
+        assert word in info
+    md = _texts(at, "markdown")
+    assert "never executed" in md and "version" in md
+    # metric definitions are on the page before any run
+    table = at.dataframe[-1].value
+    assert set(table["metric"]) == {"word_perplexity", "byte_perplexity", "bits_per_byte"}
+
+
+def test_classify_shows_the_exact_prompt_and_label_probabilities():
+    at = _app()
+    at.slider(key="lab.fs_k").set_value(2)
+    at.text_input(key="lab.fs_query").set_value("A lovely warm welcome.")
+    at.button(key="lab.fs_classify").click().run()
+    assert not at.exception, at.exception
+    prompts = [c.value for c in at.code]
+    assert any(
+        p.endswith("Text: A lovely warm welcome.\nSentiment:") and p.count("Sentiment: ") == 2
+        for p in prompts
+    )
+    assert any(
+        p.startswith("Classify the sentiment") and len(p) > 60 for p in prompts
+    )  # free text includes prompt
+    assert at.metric[0].label == "Predicted label" and at.metric[0].value in ("positive", "negative")
+    probs = at.dataframe[1].value
+    assert list(probs["label"]) == ["positive", "negative"]
+    assert probs["probability"].sum() == pytest.approx(1.0)
+
+
+def test_accuracy_sweep_draws_chart_table_and_confusion_matrix():
+    at = _app()
+    at.multiselect(key="lab.fs_ks").set_value([0, 1])
+    at.slider(key="lab.fs_nq").set_value(4)
+    at.button(key="lab.fs_sweep").click().run()
+    assert not at.exception, at.exception
+    charts = at.get("plotly_chart")
+    assert len(charts) >= 2  # accuracy vs k, confusion matrix
+    table = at.dataframe[1].value
+    assert list(table["k"]) == [0, 1]
+    assert all(c.endswith("/4") for c in table["correct"])
+
+
+def test_bad_csv_shows_an_error_and_the_page_stays_usable():
+    at = _app()
+    at.radio(key="lab.fs_source").set_value("Paste CSV").run()
+    at.text_area(key="lab.fs_paste").set_value("words,kind\nhello,a\n").run()
+    assert not at.exception, at.exception
+    assert any("missing the column" in e.value for e in at.error)
+    at.button(key="lab.code_go").click().run()  # another tab still works
+    assert not at.exception
+
+
+def test_code_generation_shows_code_stop_reason_and_lint():
+    at = _app()
+    at.radio(key="lab.code_mode").set_value("complete").run()
+    at.slider(key="lab.code_max_new").set_value(16)
+    at.button(key="lab.code_go").click().run()
+    assert not at.exception, at.exception
+    code = [c for c in at.code if c.language == "python"]
+    assert code and code[0].value.startswith("def is_palindrome")
+    md = _texts(at, "markdown")
+    assert "Why it stopped:" in md
+    assert "ruff" in md or any("ruff" in s.value for s in at.success)
+    assert any("ast.parse" in e.value for e in [*at.success, *at.error])
+
+
+@pytest.mark.slow
+def test_evaluation_run_reports_metrics_crosscheck_and_comparison():
+    at = _app()
+    at.number_input(key="lab.eval_limit").set_value(1)
+    at.button(key="lab.eval_go").click().run()
+    assert not at.exception, at.exception
+    labels = [m.label for m in at.metric]
+    assert {"word perplexity", "byte perplexity", "bits per byte"} <= set(labels)
+    assert any("Engine cross-check" in s.value for s in at.success)
+    md = _texts(at, "markdown")
+    assert "pydoc_topics** version 1.0" in md and "lm-eval 0.4" in md
+    assert any(t.value == "This session's runs (1)" for t in at.subheader)
+    at.button(key="lab.eval_go").click().run()  # a second run joins the comparison
+    assert any(t.value == "This session's runs (2)" for t in at.subheader)
+    runs = at.session_state["lab.eval_runs"]
+    assert len(runs) == 2 and runs[0]["bits_per_byte"] == pytest.approx(runs[1]["bits_per_byte"])

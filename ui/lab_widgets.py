@@ -1,0 +1,131 @@
+"""Plot builders and small helpers for the few-shot / code / evaluation lab page (Streamlit-free figures,
+so tests can build them without a script run)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import plotly.graph_objects as go
+
+from engine.fewshot import KAccuracy, LabelScores
+
+
+def label_probability_figure(scores: LabelScores) -> go.Figure:
+    fig = go.Figure(
+        go.Bar(
+            x=list(scores.probabilities),
+            y=list(scores.labels),
+            orientation="h",
+            text=[f"{p:.1%}" for p in scores.probabilities],
+            textposition="auto",
+            hovertemplate="%{y}: %{x:.3f}<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        title="Probability of each label (softmax over label log-likelihoods)",
+        xaxis={"range": [0, 1], "tickformat": ".0%"},
+        height=120 + 40 * len(scores.labels),
+        margin={"l": 10, "r": 10, "t": 40, "b": 10},
+    )
+    return fig
+
+
+def accuracy_figure(results: Sequence[KAccuracy], baseline: float) -> go.Figure:
+    ks = [r.k for r in results]
+    fig = go.Figure(
+        go.Scatter(
+            x=ks,
+            y=[r.accuracy for r in results],
+            mode="lines+markers+text",
+            text=[f"{r.accuracy:.0%}" for r in results],
+            textposition="top center",
+            name="label log-likelihood",
+            customdata=[[r.correct, r.total] for r in results],
+            hovertemplate="k=%{x}: %{y:.1%} (%{customdata[0]}/%{customdata[1]})<extra></extra>",
+        )
+    )
+    fig.add_hline(
+        y=baseline,
+        line_dash="dot",
+        annotation_text=f"majority-label baseline {baseline:.0%}",
+        annotation_position="bottom right",
+    )
+    fig.update_layout(
+        title="Accuracy vs number of examples in the prompt (k)",
+        xaxis={"title": "k (examples in the prompt)", "tickmode": "array", "tickvals": ks},
+        yaxis={"title": "accuracy", "range": [0, 1.08], "tickformat": ".0%"},
+        height=380,
+        margin={"l": 10, "r": 10, "t": 50, "b": 10},
+    )
+    return fig
+
+
+def confusion_figure(result: KAccuracy) -> go.Figure:
+    labels = list(result.labels)
+    z = [list(row) for row in result.confusion]
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=[f"pred: {label}" for label in labels],
+            y=[f"true: {label}" for label in labels],
+            text=z,
+            texttemplate="%{text}",
+            colorscale="Blues",
+            showscale=False,
+            hovertemplate="%{y}, %{x}: %{z}<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        title=f"Confusion matrix, k={result.k} ({result.correct}/{result.total} correct)",
+        yaxis={"autorange": "reversed"},
+        height=160 + 50 * len(labels),
+        margin={"l": 10, "r": 10, "t": 50, "b": 10},
+    )
+    return fig
+
+
+def run_label(row: dict[str, Any]) -> str:
+    return f"{row['model']} · {row['dtype']} · {row['task']} ({row['documents']} docs)"
+
+
+def eval_comparison_figure(rows: Sequence[dict[str, Any]]) -> go.Figure:
+    """Bits per byte per run (the tokenizer-independent metric, so different models compare fairly)."""
+    labels = [f"#{i + 1} {run_label(r)}" for i, r in enumerate(rows)]
+    fig = go.Figure(
+        go.Bar(
+            x=labels,
+            y=[r["bits_per_byte"] for r in rows],
+            text=[f"{r['bits_per_byte']:.3f}" for r in rows],
+            textposition="auto",
+            name="harness",
+        )
+    )
+    if any("engine_bits_per_byte" in r for r in rows):
+        fig.add_trace(
+            go.Scatter(
+                x=labels,
+                y=[r.get("engine_bits_per_byte") for r in rows],
+                mode="markers",
+                marker={"symbol": "x", "size": 12, "color": "black"},
+                name="engine cross-check",
+            )
+        )
+    fig.update_layout(
+        title="Bits per byte by run (lower is better)",
+        yaxis={"title": "bits per byte"},
+        height=380,
+        margin={"l": 10, "r": 10, "t": 50, "b": 10},
+    )
+    return fig
+
+
+def runs_json(rows: Sequence[dict[str, Any]]) -> str:
+    """The session's runs as JSON (infinities, e.g. a random model's word perplexity, become null)."""
+
+    def clean(v: Any) -> Any:
+        return None if isinstance(v, float) and not math.isfinite(v) else v
+
+    return json.dumps([{k: clean(v) for k, v in r.items()} for r in rows], indent=2)
