@@ -17,7 +17,7 @@ from ui.widgets import load_with_progress, model_picker
 NS = "playground"
 D = GenerationConfig()  # widget defaults come from the engine's dataclass: one source with the CLI
 
-page_setup("Playground")
+page_setup("Playground", ":material/chat:")
 init_state(NS, history=[], last=None)
 st.title("Prompt playground")
 st.caption("Generate with a causal LM and see what each run cost. Every number below a completion was "

@@ -18,7 +18,7 @@ from ui.widgets import load_with_progress, model_picker
 NS = "lab"
 MAX_UPLOAD_BYTES = fewshot.MAX_CSV_BYTES
 
-page_setup("Few-shot, code and evaluation", "🧪")
+page_setup("Few-shot, code and evaluation", ":material/science:")
 init_state(NS, sweep=None, classified=None, code=None, eval_runs=[], last_eval=None)
 S = st.session_state
 

@@ -14,7 +14,7 @@ from ui.common import fmt_bytes, fmt_seconds, init_state, page_setup, show_error
 from ui.widgets import load_with_progress, model_picker
 
 NS = "batching"
-page_setup("Batching", "📦")
+page_setup("Batching", ":material/stacks:")
 init_state(NS, sweep=None, compare=None)
 _W = WorkloadSpec()
 

@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+
+from bench.load import serve
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -42,46 +39,11 @@ def smol_lm():
     return load_model("smollm2-135m-instruct")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(url: str, timeout_s: float = 90) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.5)
-    raise RuntimeError(f"streamlit did not become healthy at {url}")
-
-
 @pytest.fixture(scope="session")
 def dashboard(tmp_path_factory):
     """A real `streamlit run app.py` on 127.0.0.1, shared by the browser tests; yields its URL."""
-    port = free_port()
-    log = tmp_path_factory.mktemp("server") / "streamlit.log"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-             "--server.address", "127.0.0.1", "--server.headless", "true"],
-            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url)
+    with serve(tmp_path_factory.mktemp("server") / "streamlit.log") as (url, _proc):
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
+from pathlib import Path
 
 import streamlit as st
 
@@ -17,9 +18,30 @@ from engine.errors import EngineError
 APP_TITLE = "Inference Lab"
 
 
+ROOT = Path(__file__).resolve().parents[1]
+# Material icons ship with Streamlit: no emoji font needed on the viewer's machine.
+NAV_ICONS = {
+    "Playground": ":material/chat:", "Memory and cost": ":material/calculate:", "Roofline": ":material/show_chart:",
+    "Few-shot code and eval": ":material/science:", "Latency race": ":material/timer:", "Batching": ":material/stacks:",
+}
+
+
+def nav_title(path: Path) -> str:
+    """'pages/2_Memory_and_cost.py' -> 'Memory and cost'."""
+    return path.stem.split("_", 1)[-1].replace("_", " ")
+
+
 def page_setup(title: str, icon: str = ":material/science:", *, layout: str = "wide") -> None:
-    """Every page calls this first: one place owns page config and the sidebar's model status."""
+    """Every page calls this first: one place owns page config and the navigation.
+    Streamlit's own pages-folder menu is hidden (.streamlit/config.toml) because it can only call the home
+    page 'app'; this one names it Home and gives each page an icon."""
     st.set_page_config(page_title=f"{title} · {APP_TITLE}", page_icon=icon, layout=layout)
+    with st.sidebar:
+        st.page_link("app.py", label="Home", icon=":material/home:")
+        for path in sorted((ROOT / "pages").glob("*.py")):
+            name = nav_title(path)
+            st.page_link(f"pages/{path.name}", label=name, icon=NAV_ICONS.get(name, ":material/article:"))
+        st.divider()
 
 
 @st.cache_resource(show_spinner=False)

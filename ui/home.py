@@ -87,7 +87,7 @@ def models_panel() -> None:
 
 
 def render() -> None:
-    page_setup("Home")
+    page_setup("Home", ":material/home:")
     st.title("Inference Lab")
     st.markdown("See LLM inference: **what a model costs to run, why it is slow, and what makes it faster.** "
                 "Every figure is either measured on this machine or computed from a formula you can open; "

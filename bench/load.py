@@ -1,0 +1,309 @@
+"""Many sessions on one dashboard server: N browser sessions generate on the playground with different
+prompts while others move the calculator and run an evaluation. Real Chromium (playwright), real server.
+
+    .venv/bin/python bench/load.py [--sessions 8] [--model smollm2-135m-instruct] [--max-new-tokens 24]
+
+Checks, per session: its own output is the greedy solo output for its prompt (no cross-talk), no
+exception shown anywhere, the server's health endpoint answers throughout, and resident memory grows by
+less than one model copy (the model is shared). Reports throughput (output tokens / wall time) and p50/p95
+latency (click to last token, seen by the browser), writes bench/results/load-<machine>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic"]
+PROMPTS = [
+    "The capital of France is", "Water boils at a temperature of", "The largest planet in the solar system is",
+    "A haiku about autumn:", "def add(a, b):", "The opposite of hot is", "Photosynthesis is the process",
+    "In 1969, the first person to walk on the moon", "The chemical symbol for gold is", "My favourite fruit is",
+    "Rust and Python differ in", "The speed of light is about",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def healthy(url: str, timeout_s: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=timeout_s) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def serve(log: Path, extra_env: dict[str, str] | None = None, startup_s: float = 120):
+    """Run `streamlit run app.py` on a free loopback port; yield (url, process)."""
+    port = free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(extra_env or {})}
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+             "--server.address", "127.0.0.1", "--server.headless", "true"],
+            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + startup_s
+        while not healthy(url):
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError(f"streamlit did not become healthy at {url}; see {log}")
+            time.sleep(0.5)
+        yield url, proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+class HealthWatch:
+    """Polls the health endpoint every `interval_s` on a thread; counts failures."""
+
+    def __init__(self, url: str, interval_s: float = 0.5) -> None:
+        self.url, self.interval_s = url, interval_s
+        self.checks = self.failures = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.checks += 1
+            if not healthy(self.url, timeout_s=5.0):
+                self.failures += 1
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> HealthWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@dataclass
+class SessionResult:
+    kind: str  # "playground" | "calculator" | "evaluation"
+    ok: bool
+    detail: str = ""
+    prompt: str = ""
+    text: str = ""
+    output_tokens: int = 0
+    latency_s: float = 0.0
+
+
+@dataclass
+class LoadReport:
+    sessions: int
+    model: str
+    max_new_tokens: int
+    wall_s: float
+    output_tokens: int
+    throughput_tokens_per_s: float
+    latency_s_p50: float
+    latency_s_p95: float
+    health_checks: int
+    health_failures: int
+    rss_before_bytes: int
+    rss_after_bytes: int
+    exceptions_seen: int
+    results: list[SessionResult] = field(default_factory=list)
+
+
+async def _no_exception(page) -> int:
+    return await page.locator('[data-testid="stException"]').count()
+
+
+async def playground_session(browser, url: str, model: str, prompt: str, max_new: int, timeout_ms: int) -> SessionResult:
+    ctx = await browser.new_context(viewport={"width": 1300, "height": 1400})
+    page = await ctx.new_page()
+    try:
+        await page.goto(f"{url}/Playground?model={model}")
+        await page.get_by_text("Loaded: ").first.wait_for(timeout=timeout_ms)
+        tokens_box = page.get_by_label("Max new tokens")
+        await tokens_box.fill(str(max_new))
+        await tokens_box.press("Enter")
+        box = page.get_by_label("Prompt", exact=True)
+        await box.fill(prompt)
+        await box.press("Control+Enter")  # commit the text area before clicking
+        await page.wait_for_timeout(500)
+        t0 = time.perf_counter()
+        await page.get_by_role("button", name="Generate").click()
+        await page.get_by_text("Stopped by").first.wait_for(timeout=timeout_ms)
+        latency = time.perf_counter() - t0
+        text = await page.locator('[data-testid="stCode"]').first.inner_text()
+        metric = await page.locator('[data-testid="stMetric"]').filter(has_text="Tokens in").first.inner_text()
+        out_tokens = int(re.findall(r"(\d+)", metric.split("→")[-1])[0])
+        exceptions = await _no_exception(page)
+        return SessionResult("playground", exceptions == 0, f"{exceptions} exceptions shown", prompt, text,
+                             out_tokens, latency)
+    except Exception as exc:  # a failed session is a result, not a crash of the whole load run
+        return SessionResult("playground", False, f"{type(exc).__name__}: {exc}"[:500], prompt)
+    finally:
+        await ctx.close()
+
+
+async def calculator_session(browser, url: str, moves: int, timeout_ms: int) -> SessionResult:
+    ctx = await browser.new_context(viewport={"width": 1300, "height": 1400})
+    page = await ctx.new_page()
+    try:
+        t0 = time.perf_counter()
+        await page.goto(f"{url}/Memory_and_cost")
+        batch = page.get_by_label("Batch (concurrent users)")
+        await batch.wait_for(timeout=timeout_ms)
+        for b in range(1, moves + 1):
+            await batch.fill(str(b * 4))
+            await batch.press("Enter")
+            await page.get_by_text(f"{b * 4} users").first.wait_for(timeout=timeout_ms)
+        exceptions = await _no_exception(page)
+        return SessionResult("calculator", exceptions == 0, f"{moves} moves", latency_s=time.perf_counter() - t0)
+    except Exception as exc:
+        return SessionResult("calculator", False, f"{type(exc).__name__}: {exc}"[:500])
+    finally:
+        await ctx.close()
+
+
+async def evaluation_session(browser, url: str, model: str, timeout_ms: int) -> SessionResult:
+    ctx = await browser.new_context(viewport={"width": 1300, "height": 1600})
+    page = await ctx.new_page()
+    try:
+        t0 = time.perf_counter()
+        await page.goto(f"{url}/Few-shot_code_and_eval?model={model}")
+        await page.get_by_role("tab", name="Evaluation").click(timeout=timeout_ms)
+        limit = page.get_by_label("Documents (limit)")
+        if await limit.count():
+            await limit.fill("2")
+            await limit.press("Enter")
+        await page.get_by_role("button", name="Run evaluation").click(timeout=timeout_ms)
+        await page.get_by_text("bits per byte").first.wait_for(timeout=timeout_ms)
+        exceptions = await _no_exception(page)
+        return SessionResult("evaluation", exceptions == 0, "lm-eval ran", latency_s=time.perf_counter() - t0)
+    except Exception as exc:
+        return SessionResult("evaluation", False, f"{type(exc).__name__}: {exc}"[:500])
+    finally:
+        await ctx.close()
+
+
+async def _run(url: str, sessions: int, model: str, max_new: int, with_eval: bool, timeout_s: float, proc):
+    from playwright.async_api import async_playwright
+
+    timeout_ms = int(timeout_s * 1000)
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        try:
+            # One session first, alone: it loads the shared model, so the memory baseline includes one copy.
+            warm = await playground_session(browser, url, model, "Warm-up:", 2, timeout_ms)
+            if not warm.ok:
+                raise RuntimeError(f"warm-up session failed: {warm.detail}")
+            rss_before = proc.memory_info().rss
+            jobs = [playground_session(browser, url, model, PROMPTS[i % len(PROMPTS)], max_new, timeout_ms)
+                    for i in range(sessions)]
+            jobs.append(calculator_session(browser, url, 4, timeout_ms))
+            if with_eval:
+                jobs.append(evaluation_session(browser, url, model, timeout_ms))
+            with HealthWatch(url) as watch:
+                t0 = time.perf_counter()
+                results = await asyncio.gather(*jobs)
+                wall = time.perf_counter() - t0
+        finally:
+            await browser.close()
+    return rss_before, list(results), wall, watch
+
+
+def run_load(url: str, pid: int, *, sessions: int = 8, model: str = "smollm2-135m-instruct", max_new_tokens: int = 24,
+             with_eval: bool = True, timeout_s: float = 600) -> LoadReport:
+    import psutil
+
+    proc = psutil.Process(pid)
+    rss_before, results, wall, watch = asyncio.run(
+        _run(url, sessions, model, max_new_tokens, with_eval, timeout_s, proc)
+    )
+    rss_after = proc.memory_info().rss
+    play = [r for r in results if r.kind == "playground" and r.ok]
+    lat = sorted(r.latency_s for r in play) or [float("nan")]
+    tokens = sum(r.output_tokens for r in play)
+    return LoadReport(
+        sessions=sessions, model=model, max_new_tokens=max_new_tokens, wall_s=wall, output_tokens=tokens,
+        throughput_tokens_per_s=tokens / wall if wall > 0 else float("nan"),
+        latency_s_p50=statistics.median(lat), latency_s_p95=lat[min(len(lat) - 1, round(0.95 * (len(lat) - 1)))],
+        health_checks=watch.checks, health_failures=watch.failures, rss_before_bytes=rss_before,
+        rss_after_bytes=rss_after,
+        exceptions_seen=sum(1 for r in results if r.detail.endswith("exceptions shown") and not r.ok),
+        results=results,
+    )
+
+
+def expected_outputs(model: str, prompts: list[str], max_new_tokens: int) -> dict[str, str]:
+    """Each prompt's greedy completion when run alone: what every session must get back."""
+    sys.path.insert(0, str(ROOT))
+    from engine import generation, models
+
+    lm = models.load_model(model)
+    cfg = generation.GenerationConfig(max_new_tokens=max_new_tokens)
+    return {p: generation.generate(lm, p, cfg, record=False).text for p in prompts}
+
+
+def main() -> int:
+    sys.path.insert(0, str(ROOT))
+    from engine import paths
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sessions", type=int, default=8)
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--max-new-tokens", type=int, default=24)
+    ap.add_argument("--no-eval", action="store_true")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / f"load-{paths.machine_id()}.json")
+    args = ap.parse_args()
+    with serve(ROOT / "bench" / "out" / "load-server.log") as (url, proc):
+        report = run_load(url, proc.pid, sessions=args.sessions, model=args.model,
+                          max_new_tokens=args.max_new_tokens, with_eval=not args.no_eval)
+    expected = expected_outputs(args.model, [r.prompt for r in report.results if r.kind == "playground"],
+                                args.max_new_tokens)
+    mismatched = [r.prompt for r in report.results
+                  if r.kind == "playground" and r.ok and r.text.strip() != expected[r.prompt].strip()]
+    failed = [f"{r.kind}: {r.detail}" for r in report.results if not r.ok]
+    print(f"{report.sessions} playground sessions + calculator + {'evaluation' if not args.no_eval else 'no eval'} "
+          f"on {report.model}, {report.max_new_tokens} new tokens each")
+    print(f"wall {report.wall_s:.1f} s · {report.output_tokens} tokens · {report.throughput_tokens_per_s:.1f} tok/s · "
+          f"latency p50 {report.latency_s_p50:.2f} s, p95 {report.latency_s_p95:.2f} s")
+    print(f"health {report.health_checks - report.health_failures}/{report.health_checks} ok · RSS "
+          f"{report.rss_before_bytes / 2**20:.0f} -> {report.rss_after_bytes / 2**20:.0f} MiB · "
+          f"cross-talk mismatches {len(mismatched)} · failed sessions {len(failed)}")
+    for f in failed:
+        print("  failed:", f)
+    result = {"benchmark": "load", "date": datetime.now(UTC).isoformat(timespec="seconds"),
+              "machine": paths.machine_id(), "mismatched_prompts": mismatched, **asdict(report)}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    return 0 if not mismatched and not failed and report.health_failures == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
