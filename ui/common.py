@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import streamlit as st
+from streamlit.errors import StreamlitPageNotFoundError
 
 from engine import hardware, models
 from engine.errors import EngineError
@@ -37,10 +38,13 @@ def page_setup(title: str, icon: str = ":material/science:", *, layout: str = "w
     page 'app'; this one names it Home and gives each page an icon."""
     st.set_page_config(page_title=f"{title} · {APP_TITLE}", page_icon=icon, layout=layout)
     with st.sidebar:
-        st.page_link("app.py", label="Home", icon=":material/home:")
-        for path in sorted((ROOT / "pages").glob("*.py")):
-            name = nav_title(path)
-            st.page_link(f"pages/{path.name}", label=name, icon=NAV_ICONS.get(name, ":material/article:"))
+        try:
+            st.page_link("app.py", label="Home", icon=":material/home:")
+            for path in sorted((ROOT / "pages").glob("*.py")):
+                name = nav_title(path)
+                st.page_link(f"pages/{path.name}", label=name, icon=NAV_ICONS.get(name, ":material/article:"))
+        except StreamlitPageNotFoundError:
+            pass  # the page runs on its own (AppTest.from_file, `streamlit run pages/x.py`): no app to link to
         st.divider()
 
 

@@ -9,6 +9,11 @@ from engine.errors import EngineError
 from ui.common import cached_hardware, cached_model, show_error
 
 CUSTOM = "other (hub id or local folder)…"
+REMOTE_CODE_HELP = (
+    "Safetensors weights only, from the hub or a folder under the server's allowed model roots. "
+    "Remote code is off: a model's own Python code never runs unless the server operator enables "
+    "INFERENCE_LAB_TRUST_REMOTE_CODE=1; nothing in the browser can turn it on."
+)
 
 
 def model_picker(key: str, *, default: str = models.DEFAULT_MODEL, allow_custom: bool = True) -> tuple[str, str]:
@@ -29,7 +34,10 @@ def model_picker(key: str, *, default: str = models.DEFAULT_MODEL, allow_custom:
     )
     if choice == CUSTOM:
         choice = st.text_input(
-            "Hub id or local folder", key=f"{key}.custom", placeholder="EleutherAI/gpt-neo-125m or my-model/"
+            "Hub id or local folder",
+            key=f"{key}.custom",
+            placeholder="EleutherAI/gpt-neo-125m or my-model/",
+            help=REMOTE_CODE_HELP,
         ).strip()
     else:
         st.caption(models.PRESETS[choice].description)

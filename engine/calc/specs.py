@@ -287,6 +287,7 @@ def spec_from_hf_config(cfg: Any, name: str | None = None) -> ModelSpec:
         )
     hidden = positive_int("hidden_size", hidden)
     n_head = positive_int("num_attention_heads", n_head)
+    n_layer = positive_int("num_hidden_layers", n_layer)  # before int(n_layer) below: "abc" must not raise ValueError
     n_kv = positive_int(
         "num_key_value_heads", _get(cfg, "num_key_value_heads", "multi_query_group_num", default=n_head)
     )
@@ -311,7 +312,8 @@ def spec_from_hf_config(cfg: Any, name: str | None = None) -> ModelSpec:
         window = cfg["sliding_window"]
         window_layers = int(n_layer)
         if model_type == "qwen2":
-            window_layers = max(0, int(n_layer) - int(cfg.get("max_window_layers", n_layer)))
+            max_window = cfg.get("max_window_layers", n_layer)
+            window_layers = max(0, n_layer - (0 if max_window == 0 else positive_int("max_window_layers", max_window)))
         evicts = True
         notes.append(
             f"sliding window {window}: a rolling cache keeps at most {window} tokens per windowed layer"
@@ -342,10 +344,21 @@ def _gpt_neo_layers(cfg: Mapping[str, Any], n_layer: int) -> list[str]:
     """GPTNeoConfig.expand_attention_types_params: [[["global","local"], 6]] -> 12 layer kinds."""
     kinds = cfg.get("attention_layers")
     if kinds:
+        if not isinstance(kinds, list) or not all(k in ("global", "local") for k in kinds):
+            raise InvalidParameterError(
+                "attention_layers must be a list of \"global\"/\"local\", one per layer; fix the config"
+            )
         return list(kinds)
     out: list[str] = []
-    for pattern, repeat in cfg.get("attention_types", [[["global", "local"], n_layer // 2]]):
-        out.extend(list(pattern) * int(repeat))
+    try:  # user data: any shape may arrive here, and only a clear message may leave
+        for pattern, repeat in cfg.get("attention_types", [[["global", "local"], n_layer // 2]]):
+            out.extend(list(pattern) * positive_int("attention_types repeat", repeat))
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, InvalidParameterError):
+            raise
+        raise InvalidParameterError(
+            'attention_types must look like [[["global", "local"], 6]] (pattern, repeat); fix the config'
+        ) from None
     if len(out) != n_layer:
         raise InvalidParameterError(
             f"attention_types expands to {len(out)} layers but the config has {n_layer}; fix attention_types"
@@ -479,6 +492,8 @@ def parse_config_text(text: str | bytes, name: str | None = None) -> ModelSpec:
         cfg = json.loads(text)
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidParameterError(NOT_A_CONFIG.format(why=f"it is not valid JSON ({exc})")) from None
+    except RecursionError:  # "[[[[..." nested past the parser's stack: not a config, and not a crash
+        raise InvalidParameterError(NOT_A_CONFIG.format(why="it is nested far too deeply")) from None
     return spec_from_hf_config(cfg, name=name)
 
 
