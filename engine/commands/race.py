@@ -1,0 +1,103 @@
+"""`python -m engine race`: the latency race (chapter 4.3.4) from the shell, one worker process per contender."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from engine import models
+from engine.errors import InvalidParameterError
+from engine.race import contenders, runner
+
+HELP = "race vanilla generation against DeepSpeed, KV cache off, precisions, SDPA and static cache + compile"
+_D = runner.RaceSpec(model=models.DEFAULT_MODEL, contenders=())  # one source of defaults
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--model", default=models.DEFAULT_MODEL, help=f"preset, hub id or local folder (default {models.DEFAULT_MODEL})")
+    parser.add_argument(
+        "--contenders", default=",".join(contenders.DEFAULT_CONTENDERS),
+        help=f"comma-separated, from: {', '.join(contenders.CONTENDERS)} (vanilla, the baseline, is always run)",
+    )
+    parser.add_argument("--runs", type=int, default=_D.runs, help="timed runs per contender (after the warm-up)")
+    parser.add_argument("--warmup", type=int, default=_D.warmup, help="warm-up runs per contender, not counted")
+    parser.add_argument("--max-new-tokens", type=int, default=_D.max_new_tokens)
+    parser.add_argument("--dtype", default=_D.dtype, help="the race's precision: auto (fp16 on a GPU, fp32 on the CPU), fp32, bf16, fp16")
+    parser.add_argument("--device", default=_D.device, help="auto, cpu or cuda")
+    parser.add_argument("--timeout", type=float, default=_D.timeout_s, help="seconds per contender, load included")
+    parser.add_argument("--chat", choices=("auto", "on", "off"), default="auto",
+                        help="wrap the prompts in the model's chat template (auto: when the model has one)")
+    parser.add_argument(
+        "--python", action="append", default=[], metavar="NAME=PATH",
+        help="run contender NAME's worker with interpreter PATH (repeatable), e.g. deepspeed=.venv-ds/bin/python",
+    )
+    parser.add_argument("--save", nargs="?", const=str(runner.RESULTS_DIR), default=None, metavar="DIR",
+                        help=f"also write the result JSON under DIR (default {runner.RESULTS_DIR})")
+    parser.add_argument("--csv", metavar="FILE", help="also write the per-contender summary as CSV")
+
+
+def _pythons(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise InvalidParameterError(f"--python takes NAME=PATH, got {item!r}")
+        out[name.strip()] = path.strip()
+    return out
+
+
+def run(args) -> dict:
+    chosen = contenders.resolve(args.contenders.split(","), _pythons(args.python))
+    spec = runner.RaceSpec(
+        model=args.model, contenders=tuple(chosen), runs=args.runs, warmup=args.warmup,
+        max_new_tokens=args.max_new_tokens, dtype=args.dtype, device=args.device, timeout_s=args.timeout,
+        chat_template={"auto": None, "on": True, "off": False}[args.chat],
+    ).validate()
+    def checkpoint(partial: runner.RaceResult) -> None:
+        runner.save(partial, Path(args.save))  # the same file each time (named by the fixed start time)
+
+    result = runner.run_race(spec, checkpoint=checkpoint if args.save else None)
+    out = result.to_dict()
+    if args.save:
+        out["saved_to"] = str(runner.save(result, Path(args.save)))
+    if args.csv:
+        Path(args.csv).write_text(result.to_csv(), encoding="utf-8")
+    out["summary"] = result.summary_rows()
+    return out
+
+
+def _f(v, fmt: str, scale: float | None = None) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "n/a"
+    return format(v * scale if scale else v, fmt)
+
+
+def format_text(out: dict) -> str:
+    hw = out["hardware"]
+    lines = [
+        f"Race: {out['model']} on {hw.get('gpu') or hw.get('cpu')}, {out['runs']} timed runs (+{out['warmup']} warm-up), "
+        f"{out['max_new_tokens']} new tokens, greedy",
+        f"{'contender':<18}{'status':<9}{'latency ms':>12}{'IQR ms':>9}{'TTFT ms':>9}{'TPOT ms':>9}{'tok/s':>8}"
+        f"{'speedup [95% CI]':>22}{'diverges@':>10}{'match':>7}{'ppl':>9}",
+    ]
+    for r in out["contenders"]:
+        iqr = None if r["latency_s_q1"] is None else r["latency_s_q3"] - r["latency_s_q1"]
+        sp = "n/a" if r["speedup_vs_vanilla"] is None else (
+            f"{r['speedup_vs_vanilla']:.2f}x [{_f(r['speedup_low'], '.2f')}-{_f(r['speedup_high'], '.2f')}]")
+        div = "none" if r["status"] == "ran" and r["first_divergence_token"] is None else _f(r["first_divergence_token"], "d")
+        lines.append(
+            f"{r['name']:<18}{r['status']:<9}{_f(r['latency_s_median'], '.1f', 1e3):>12}{_f(iqr, '.1f', 1e3):>9}"
+            f"{_f(r['ttft_s_median'], '.1f', 1e3):>9}{_f(r['tpot_s_median'], '.2f', 1e3):>9}"
+            f"{_f(r['tokens_per_s_median'], '.1f'):>8}{sp:>22}{div:>10}{_f(r['exact_match_rate'], '.0%'):>7}"
+            f"{_f(r['perplexity'], '.1f'):>9}"
+        )
+    for r in out["contenders"]:
+        if r["reason"]:
+            lines.append(f"- {r['name']}: {r['reason']}")
+        for n in r["notes"]:
+            if not n.startswith("random weights"):
+                lines.append(f"  {r['name']}: {n}")
+    lines.extend(f"note: {n}" for n in out["notes"])
+    if out.get("saved_to"):
+        lines.append(f"saved: {out['saved_to']}")
+    return "\n".join(lines)

@@ -1,0 +1,154 @@
+"""The latency race's contenders: what each one changes relative to vanilla transformers generation.
+
+Chapter 4.3.4 races vanilla GPT-Neo against DeepSpeed inference with kernel injection
+(`deepspeed.init_inference(model, dtype=torch.float16, replace_with_kernel_inject=True)`). The other
+contenders answer "what actually makes this faster": the KV cache (section 4.3.1), precision (4.2) and
+the fastest pure-PyTorch paths transformers offers (SDPA attention, static cache + torch.compile).
+
+A Contender is data; the worker (engine/race/worker.py) turns it into load/init/generate calls, and
+says in its result what actually ran (a contender whose feature the model or machine lacks reports
+"skipped" with the reason instead of pretending).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from engine.errors import InvalidParameterError
+
+ROOT = Path(__file__).resolve().parents[2]
+# The pinned side environment made by scripts/make_ds_env.sh (transformers 4.42.4 + deepspeed 0.19.8).
+DS_PYTHON_ENV = "INFERENCE_LAB_DS_PYTHON"
+DEFAULT_DS_VENV = ROOT / ".venv-ds" / "bin" / "python"
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One configuration in the race. `dtype` is "chosen" (the race's precision), "fp32" or "half"
+    (fp16 on a CUDA GPU, bf16 on the CPU, where fp16 runs through slow reference kernels)."""
+
+    name: str
+    label: str
+    description: str
+    dtype: str = "chosen"
+    use_cache: bool = True
+    deepspeed: bool = False
+    kernel_inject: bool = False  # requested; the result's `kernel_inject` says whether it was applied
+    attn_implementation: str | None = None  # None keeps what transformers picked when loading
+    static_cache: bool = False
+    compile: bool = False  # torch.compile of the forward (transformers auto-compiles a static cache on CUDA)
+    python: str | None = None  # interpreter for the worker process; None = the one running the race
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Contender:
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+    def interpreter(self) -> str:
+        return self.python or sys.executable
+
+
+CONTENDERS: dict[str, Contender] = {
+    c.name: c
+    for c in (
+        Contender("vanilla", "Vanilla", "transformers `generate`, KV cache on, the race's precision: the baseline"),
+        Contender(
+            "deepspeed",
+            "DeepSpeed",
+            "deepspeed.init_inference with kernel injection on a CUDA GPU (the chapter's setup); on the CPU "
+            "DeepSpeed's pass-through engine (no kernels replaced), labelled as such",
+            deepspeed=True,
+            kernel_inject=True,
+        ),
+        Contender(
+            "deepspeed-pinned",
+            "DeepSpeed (pinned env)",
+            "the same as `deepspeed`, run by the side environment from scripts/make_ds_env.sh "
+            "(transformers 4.42.4, DeepSpeed's last known good for kernel injection)",
+            deepspeed=True,
+            kernel_inject=True,
+        ),
+        Contender(
+            "no-kv-cache",
+            "KV cache off",
+            "use_cache=False: every step recomputes keys and values for the whole sequence (what the cache buys)",
+            use_cache=False,
+        ),
+        Contender("fp32", "fp32", "full precision (4 bytes per weight)", dtype="fp32"),
+        Contender(
+            "half",
+            "half precision",
+            "fp16 on a CUDA GPU, bf16 on the CPU (2 bytes per weight: half the bytes read per token)",
+            dtype="half",
+        ),
+        Contender(
+            "sdpa",
+            "SDPA attention",
+            "torch.nn.functional.scaled_dot_product_attention (fused attention kernels) where the model supports it",
+            attn_implementation="sdpa",
+        ),
+        Contender(
+            "eager",
+            "eager attention",
+            "transformers' plain matmul-softmax-matmul attention, to show what SDPA buys",
+            attn_implementation="eager",
+        ),
+        Contender(
+            "static-compile",
+            "static cache + compile",
+            "a preallocated (static) KV cache with torch.compile of the forward, transformers' fastest "
+            "pure-PyTorch decode path, where the model supports it",
+            static_cache=True,
+            compile=True,
+        ),
+    )
+}
+DEFAULT_CONTENDERS: tuple[str, ...] = ("vanilla", "deepspeed", "no-kv-cache", "half", "sdpa", "static-compile")
+BASELINE = "vanilla"
+
+
+def ds_python() -> tuple[str | None, str]:
+    """The pinned DeepSpeed interpreter, or None and the reason it is not there."""
+    configured = os.environ.get(DS_PYTHON_ENV)
+    if configured:
+        if Path(configured).is_file() and os.access(configured, os.X_OK):
+            return configured, f"{DS_PYTHON_ENV}={configured}"
+        return None, f"{DS_PYTHON_ENV} is set to {configured!r}, which is not an executable file"
+    if DEFAULT_DS_VENV.is_file():
+        return str(DEFAULT_DS_VENV), str(DEFAULT_DS_VENV.relative_to(ROOT))
+    return None, (
+        "the pinned side environment does not exist: create it with `bash scripts/make_ds_env.sh` "
+        f"(makes .venv-ds) or point {DS_PYTHON_ENV} at its python"
+    )
+
+
+def resolve(names: list[str] | tuple[str, ...], pythons: dict[str, str] | None = None) -> list[Contender]:
+    """Contenders by name, baseline first, each with its interpreter. Raises InvalidParameterError."""
+    names = [n.strip() for n in names if n and n.strip()]
+    if not names:
+        raise InvalidParameterError(
+            f"no contenders chosen: pick at least one of {', '.join(CONTENDERS)} (vanilla is the baseline)"
+        )
+    unknown = [n for n in names if n not in CONTENDERS]
+    if unknown:
+        raise InvalidParameterError(f"unknown contender(s) {', '.join(unknown)}; choose from {', '.join(CONTENDERS)}")
+    pythons = dict(pythons or {})
+    bad = [n for n in pythons if n not in CONTENDERS]
+    if bad:
+        raise InvalidParameterError(f"--python names unknown contender(s) {', '.join(bad)}")
+    ordered = [BASELINE] + [n for n in dict.fromkeys(names) if n != BASELINE]  # the baseline is always measured
+    out = []
+    for n in ordered:
+        c = CONTENDERS[n]
+        if n in pythons:
+            c = replace(c, python=pythons[n])
+        elif n == "deepspeed-pinned":
+            path, _ = ds_python()
+            c = replace(c, python=path or "")  # "" makes the runner skip it with ds_python()'s reason
+        out.append(c)
+    return out

@@ -1,0 +1,75 @@
+"""Pure statistics for the race (standard library only): medians with spread, and speedups with a
+bootstrap confidence interval, so "1.8x faster" comes with how sure we are of it.
+
+Speedup = median(baseline latency) / median(contender latency). Its spread is a percentile bootstrap
+(Efron & Tibshirani, An Introduction to the Bootstrap, ch. 13): resample each contender's runs with
+replacement, recompute the ratio of medians, and take the 2.5th and 97.5th percentiles. With few runs
+the interval is wide, which is the honest answer.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+def _finite(values: Sequence[float | None]) -> list[float]:
+    return [float(v) for v in values if v is not None and math.isfinite(v)]
+
+
+def median(values: Sequence[float | None]) -> float:
+    clean = _finite(values)
+    return statistics.median(clean) if clean else math.nan
+
+
+def quantile(values: Sequence[float | None], q: float) -> float:
+    """Linear-interpolated quantile (numpy's default 'linear' method), NaN for no data."""
+    clean = sorted(_finite(values))
+    if not clean:
+        return math.nan
+    pos = (len(clean) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return clean[lo] + (clean[hi] - clean[lo]) * (pos - lo)
+
+
+@dataclass(frozen=True)
+class Spread:
+    median: float
+    q1: float
+    q3: float
+    n: int
+
+    @property
+    def iqr(self) -> float:
+        return self.q3 - self.q1
+
+
+def spread(values: Sequence[float | None]) -> Spread:
+    clean = _finite(values)
+    return Spread(median(clean), quantile(clean, 0.25), quantile(clean, 0.75), len(clean))
+
+
+@dataclass(frozen=True)
+class Speedup:
+    median: float  # baseline median latency / contender median latency (> 1 = faster than the baseline)
+    low: float  # 2.5th percentile of the bootstrap distribution
+    high: float  # 97.5th percentile
+    resamples: int
+
+
+def speedup(baseline: Sequence[float], contender: Sequence[float], resamples: int = 2000, seed: int = 0) -> Speedup:
+    base, cont = _finite(baseline), _finite(contender)
+    if not base or not cont or median(cont) <= 0:
+        return Speedup(math.nan, math.nan, math.nan, 0)
+    point = median(base) / median(cont)
+    rng = random.Random(seed)  # seeded: the same runs always give the same interval
+    ratios = []
+    for _ in range(resamples):
+        b = statistics.median(rng.choices(base, k=len(base)))
+        c = statistics.median(rng.choices(cont, k=len(cont)))
+        if c > 0:
+            ratios.append(b / c)
+    return Speedup(point, quantile(ratios, 0.025), quantile(ratios, 0.975), len(ratios))

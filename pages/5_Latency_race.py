@@ -1,0 +1,109 @@
+"""Latency race (chapter 4.3.4): vanilla transformers against DeepSpeed inference and the other things
+that make decoding faster, each in its own worker process, weighed against output quality."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from engine import models
+from engine.errors import EngineError
+from engine.race import contenders, runner
+from ui.common import cached_hardware, init_state, page_setup, show_error
+from ui.race_widgets import show_result
+
+page_setup("Latency race", ":material/timer:")
+init_state("race", result=None)
+hw = cached_hardware()
+
+st.title("Latency race")
+st.markdown(
+    "Chapter 4.3.4 loads GPT-Neo in half precision, wraps it with "
+    "`deepspeed.init_inference(model, dtype=torch.float16, replace_with_kernel_inject=True)` and compares its "
+    "latency with the vanilla model, then asks whether the output is still as good. Here that experiment is one "
+    "click, plus the contenders that answer *what actually makes decoding faster*. Each contender runs in its "
+    "own process (clean memory, its own Python interpreter), on the same prompts, with warm-up runs dropped."
+)
+if not hw.has_gpu:
+    st.info(
+        "No CUDA GPU here, so DeepSpeed runs its **pass-through** engine (no kernels injected: its inference "
+        "kernels are CUDA kernels) and is labelled as such. Recorded GPU results, when there are any, are shown "
+        "at the bottom of the page."
+    )
+
+with st.form("race.form"):
+    presets = [n for n, p in models.PRESETS.items() if p.kind != "hub"] + \
+              [n for n, p in models.PRESETS.items() if p.kind == "hub"]
+    c1, c2 = st.columns(2)
+    model = c1.selectbox("Model", presets, index=presets.index(models.DEFAULT_MODEL), key="race.model",
+                         format_func=lambda n: f"{n} ({models.PRESETS[n].kind})",
+                         help="random = true shape and timings with random weights (gibberish text)")
+    dtype = c2.selectbox("Race precision (vanilla's)", ["auto", "fp32", "bf16", *(["fp16"] if hw.has_gpu else [])],
+                         key="race.dtype", help="auto = fp16 on a GPU (as in the chapter), fp32 on the CPU")
+    chosen = st.multiselect(
+        "Contenders (vanilla, the baseline, always runs)", list(contenders.CONTENDERS),
+        default=list(contenders.DEFAULT_CONTENDERS), key="race.contenders",
+        format_func=lambda n: contenders.CONTENDERS[n].label,
+    )
+    c1, c2, c3 = st.columns(3)
+    runs = c1.slider("Timed runs per contender", 1, 20, 3, key="race.runs")
+    max_new = c2.slider("New tokens per run", 2, 256, 32, key="race.max_new")
+    warmup = c3.slider("Warm-up runs (dropped)", 0, 3, 1, key="race.warmup")
+    started = st.form_submit_button("Run the race", type="primary")
+
+with st.expander("The contenders"):
+    for c in contenders.CONTENDERS.values():
+        st.markdown(f"- **{c.label}** (`{c.name}`): {c.description}")
+    path, why = contenders.ds_python()
+    st.markdown(f"Pinned DeepSpeed environment: {'`' + path + '`' if path else why}")
+
+if started:
+    try:
+        spec = runner.RaceSpec(
+            model=model, contenders=tuple(contenders.resolve(chosen)), runs=runs,
+            warmup=warmup, max_new_tokens=max_new, dtype=dtype, timeout_s=900,
+        ).validate()
+        bar = st.progress(0.0, text="starting the race…")
+
+        def on_progress(done: int, total: int, message: str) -> None:
+            bar.progress(done / total, text=f"{done}/{total} · {message}")
+
+        result = runner.run_race(spec, progress=on_progress)
+        bar.progress(1.0, text="done")
+        st.session_state["race.result"] = result.to_dict()
+    except (EngineError, ValueError) as exc:
+        show_error(exc)
+
+if st.session_state["race.result"]:
+    st.subheader("Live run (this machine)")
+    show_result(runner.RaceResult.from_dict(st.session_state["race.result"]), key="live")
+
+st.subheader("Recorded GPU reference results")
+recorded = [(p, r) for p, r in runner.load_recorded() if r.hardware.get("gpu")]
+if not recorded:
+    st.info(
+        "No recorded GPU results exist yet. `bash scripts/gpu_check.sh` on a machine with a CUDA GPU races "
+        "GPT-Neo 125M / 1.3B shapes and the bundled model (vanilla fp16 against DeepSpeed kernel injection) and "
+        "writes them to bench/results/; they appear here, labelled with their hardware and date."
+    )
+for path, rec in recorded:
+    with st.expander(f"Recorded, not live: {rec.model} on {rec.hardware.get('gpu')} · {rec.started_at[:10]} · "
+                     f"{path.name}"):
+        show_result(rec, key=f"rec.{path.stem}")
+
+with st.expander("DeepSpeed in a notebook vs outside one"):
+    st.markdown(
+        "DeepSpeed expects to be started by its launcher (`deepspeed --num_gpus 1 script.py`), which spawns one "
+        "process per GPU and sets `RANK`, `LOCAL_RANK`, `WORLD_SIZE`, `MASTER_ADDR` and `MASTER_PORT` for each. "
+        "A Jupyter notebook has no launcher, so the chapter's notebook works around it by setting those "
+        "variables by hand for a single process before `init_inference`. Outside notebooks you do not: run the "
+        "script with the `deepspeed` launcher (or `torchrun`), and tensor parallelism over several GPUs "
+        "(`tensor_parallel={'tp_size': N}`) works the same way. This page's workers are plain processes, so "
+        "each DeepSpeed worker sets the single-process variables itself, the notebook workaround in code."
+    )
+    st.markdown(
+        "**Versions.** DeepSpeed's own tests pin transformers 4.42.4 as the last known good for kernel "
+        "injection; GPT-Neo moved to Cache objects in 4.45, which DeepSpeed's injected attention does not "
+        "speak. With this dashboard's transformers 5 the `deepspeed` contender says so before it tries. "
+        "`bash scripts/make_ds_env.sh` makes a pinned side environment (`.venv-ds`: transformers 4.42.4 + "
+        "DeepSpeed 0.19.8) that the `deepspeed-pinned` contender runs in."
+    )

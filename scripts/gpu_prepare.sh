@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Run HERE (the CPU machine, with network to PyPI) before a GPU session: builds .gpu/, the folder that
+# scripts/gpu_check.sh needs on the lent GPU machine, which has no network and no DeepSpeed.
+#
+#   bash scripts/gpu_prepare.sh        # ~1 minute, ~40 MB; then carry ".gpu" with the device call
+#
+# .gpu/wheels         DeepSpeed 0.19.8 (built here from its sdist: pure Python, its CUDA ops are compiled
+#                     just in time on the GPU machine with its nvcc) and the dependencies the GPU image lacks
+# .gpu/wheels-pinned  transformers 4.42.4 + tokenizers 0.19.1 + huggingface-hub<1 + numpy<2: the pinned side
+#                     environment for the `deepspeed-pinned` contender (DeepSpeed's last known good versions)
+# .gpu/tokenizer      the bundled SmolLM2 tokenizer files only: the random-weight presets borrow it
+#                     (INFERENCE_LAB_TOKENIZER_DIR); the bundled model itself (93 MB) is over the 64 MiB
+#                     carry limit, so the GPU race for it runs only where the model is already installed
+# .gpu/models/tiny-gpt-neo-local  a saved tiny GPT-Neo: exercises the device_map="auto" fp16 load on CUDA
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+GPU_PY=${GPU_PY:-3.12}   # the GPU image's python3 (KINDS.md: Python 3.12.3)
+mkdir -p .gpu/wheels .gpu/wheels-pinned .gpu/tokenizer .gpu/models
+grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
+PLAT=(--only-binary=:all: --python-version "$GPU_PY" --implementation cp --platform manylinux_2_28_x86_64
+      --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_5_x86_64
+      --platform manylinux1_x86_64)
+$PY -m pip wheel -q --no-deps -w .gpu/wheels "deepspeed==0.19.8"
+$PY -m pip download -q --no-deps -d .gpu/wheels "${PLAT[@]}" \
+    "hjson==3.1.0" "pydantic==2.14.4" "pydantic-core==2.50.5" "annotated-types==0.7.0" "typing-inspection==0.4.2"
+$PY -m pip download -q --no-deps -d .gpu/wheels-pinned "${PLAT[@]}" \
+    "transformers==4.42.4" "tokenizers==0.19.1" "huggingface-hub==0.36.2" "numpy==1.26.4"
+HF_HUB_OFFLINE=1 $PY - <<'PY'
+import shutil
+from pathlib import Path
+from engine import models
+from engine.race.compat import TOKENIZER_FILES
+copy = models.ensure_bundled_copy()
+for name in TOKENIZER_FILES:
+    if (copy / name).is_file():
+        shutil.copy(copy / name, Path(".gpu/tokenizer") / name)
+lm = models.load_model("tiny-gpt-neo")
+out = Path(".gpu/models/tiny-gpt-neo-local")
+lm.model.half().save_pretrained(out)  # fp16: half the bytes to carry
+lm.tokenizer.save_pretrained(out)
+print("saved", out)
+PY
+du -sh .gpu .gpu/*

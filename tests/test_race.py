@@ -1,0 +1,262 @@
+"""The latency race (engine/race): real worker processes on tiny-gpt-neo, plus the pure statistics."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from engine.errors import InvalidParameterError
+from engine.race import contenders, quality, runner, stats
+from engine.race.contenders import CONTENDERS, Contender
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script(path: Path, body: str) -> str:
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+# ---- pure parts -------------------------------------------------------------------------------------
+
+def test_empty_contender_list_raises_a_clear_error():
+    with pytest.raises(InvalidParameterError, match="no contenders chosen"):
+        contenders.resolve([])
+    with pytest.raises(InvalidParameterError, match="no contenders chosen"):
+        runner.RaceSpec(model="tiny-gpt-neo", contenders=()).validate()
+
+
+def test_unknown_contender_and_bad_spec_are_rejected():
+    with pytest.raises(InvalidParameterError, match="unknown contender"):
+        contenders.resolve(["vanilla", "warp-drive"])
+    vanilla = (CONTENDERS["vanilla"],)
+    with pytest.raises(InvalidParameterError, match="runs"):
+        runner.RaceSpec(model="tiny-gpt-neo", contenders=vanilla, runs=0).validate()
+    with pytest.raises(InvalidParameterError, match="TPOT needs two tokens"):
+        runner.RaceSpec(model="tiny-gpt-neo", contenders=vanilla, max_new_tokens=1).validate()
+
+
+def test_resolve_puts_the_baseline_first_and_skips_a_missing_pinned_env(monkeypatch, tmp_path):
+    monkeypatch.setenv(contenders.DS_PYTHON_ENV, str(tmp_path / "missing-python"))
+    chosen = contenders.resolve(["no-kv-cache", "deepspeed-pinned"])
+    assert [c.name for c in chosen] == ["vanilla", "no-kv-cache", "deepspeed-pinned"]
+    pinned = chosen[-1]
+    assert pinned.python == ""
+    r = runner.run_worker(pinned, {}, timeout_s=5)
+    assert r.status == "skipped" and "not an executable file" in r.reason
+
+
+def test_divergence_and_exact_match():
+    assert quality.first_divergence([1, 2, 3], [1, 2, 3]) is None
+    assert quality.first_divergence([1, 2, 3], [1, 9, 3]) == 1
+    assert quality.first_divergence([1, 2, 3], [1, 2]) == 2  # stopped early (EOS)
+    assert quality.exact_match_rate([[1], [2], [3], [4]], [[1], [2], [0], [4]]) == 0.75
+
+
+def test_speedup_is_a_ratio_of_medians_with_a_bootstrap_interval():
+    base = [1.0, 1.1, 0.9, 1.05, 0.95]
+    fast = [0.5, 0.55, 0.45, 0.52, 0.48]
+    s = stats.speedup(base, fast)
+    assert s.median == pytest.approx(1.0 / 0.5)
+    assert s.low <= s.median <= s.high and s.resamples == 2000
+    same = stats.speedup(base, base)
+    assert same.median == 1.0 and same.low <= 1.0 <= same.high
+    assert math.isnan(stats.speedup([], fast).median)
+    sp = stats.spread([1.0, 2.0, 3.0, 4.0])
+    assert (sp.median, sp.q1, sp.q3) == (2.5, 1.75, 3.25)
+
+
+def test_engine_race_never_imports_streamlit():
+    for path in (ROOT / "engine" / "race").glob("*.py"):
+        assert "streamlit" not in path.read_text(), path
+
+
+# ---- real worker processes ------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def race(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("interp")
+    killed = _script(tmp / "killed-python", "kill -9 $$")
+    chosen = [
+        CONTENDERS["vanilla"],
+        replace(CONTENDERS["vanilla"], name="vanilla-again", label="vanilla again"),
+        CONTENDERS["no-kv-cache"],
+        CONTENDERS["deepspeed"],
+        CONTENDERS["sdpa"],
+        CONTENDERS["static-compile"],
+        replace(CONTENDERS["half"], name="bogus-python", python="/nonexistent/bin/python"),
+        replace(CONTENDERS["fp32"], name="killed-worker", python=killed),
+    ]
+    spec = runner.RaceSpec(model="tiny-gpt-neo", contenders=tuple(chosen), runs=2, warmup=1, max_new_tokens=8,
+                           timeout_s=300)
+    seen = []
+    result = runner.run_race(spec, progress=lambda done, total, msg: seen.append((done, total)))
+    assert seen[-1] == (len(chosen), len(chosen))
+    return {c.name: c for c in result.contenders}, result
+
+
+@pytest.mark.slow
+def test_race_completes_and_vanilla_matches_itself(race):
+    by_name, _ = race
+    for name in ("vanilla", "vanilla-again"):
+        r = by_name[name]
+        assert r.status == "ran", r.reason
+        assert len(r.latencies_s) == 2 and all(x > 0 for x in r.latencies_s)
+        assert r.first_divergence_token is None and r.exact_match_rate == 1.0
+        assert r.quality_note == "identical greedy tokens"
+        assert r.perplexity is not None and r.perplexity > 1
+    assert by_name["vanilla"].speedup_vs_vanilla == 1.0
+    assert by_name["vanilla-again"].perplexity == pytest.approx(by_name["vanilla"].perplexity)
+    assert math.isfinite(by_name["vanilla-again"].speedup_low)
+
+
+@pytest.mark.slow
+def test_kv_cache_off_is_measured(race):
+    r = race[0]["no-kv-cache"]
+    assert r.status == "ran", r.reason
+    assert r.use_cache is False and len(r.latencies_s) == 2
+    assert math.isfinite(r.tpot_s_median) and math.isfinite(r.speedup_vs_vanilla)
+
+
+@pytest.mark.slow
+def test_deepspeed_on_cpu_is_labelled_pass_through_with_the_reason(race):
+    pytest.importorskip("deepspeed")
+    r = race[0]["deepspeed"]
+    assert r.status == "ran", r.reason + r.traceback
+    assert r.kernel_inject is False
+    assert r.deepspeed_mode == "pass-through (CPU)"
+    assert "no CUDA GPU" in r.reason and "replace_with_kernel_inject=False" in r.reason
+    assert r.first_divergence_token is None  # pass-through computes exactly what vanilla does
+
+
+@pytest.mark.slow
+def test_unsupported_features_are_skipped_with_the_reason(race):
+    by_name, _ = race
+    assert by_name["static-compile"].status == "skipped"
+    assert "_can_compile_fullgraph = False" in by_name["static-compile"].reason
+    assert by_name["sdpa"].status == "skipped" and "_supports_sdpa" in by_name["sdpa"].reason
+
+
+@pytest.mark.slow
+def test_bogus_interpreter_and_killed_worker_are_reported_and_the_race_goes_on(race):
+    by_name, result = race
+    bogus = by_name["bogus-python"]
+    assert bogus.status == "failed" and "could not start the worker" in bogus.reason
+    killed = by_name["killed-worker"]
+    assert killed.status == "crashed" and killed.exit_code == -9 and "SIGKILL" in killed.reason
+    assert [c.name for c in result.contenders][-1] == "killed-worker"  # the race reached the end
+
+
+@pytest.mark.slow
+def test_exports_round_trip(race, tmp_path):
+    _, result = race
+    data = json.loads(result.to_json())
+    assert data["kind"] == "race" and len(data["contenders"]) == 8
+    rows = result.to_csv().strip().splitlines()
+    assert rows[0].startswith("name,label,status") and len(rows) == 9
+    assert len(result.runs_csv().strip().splitlines()) == 1 + sum(len(c.latencies_s) for c in result.contenders)
+    path = runner.save(result, tmp_path)
+    (tmp_path / "not-a-race.json").write_text('{"kind": "other"}')
+    (tmp_path / "broken.json").write_text("{")
+    loaded = runner.load_recorded(tmp_path)
+    assert [p for p, _ in loaded] == [path]
+    assert loaded[0][1].summary_rows() == runner.RaceResult.from_dict(data).summary_rows()
+
+
+def test_a_hung_worker_is_killed_at_the_timeout(tmp_path):
+    hung = _script(tmp_path / "hung-python", "sleep 60")
+    c = Contender("hung", "hung", "sleeps", python=hung)
+    r = runner.run_worker(c, {"contender": c.to_dict()}, timeout_s=1)
+    assert r.status == "timeout" and "killed" in r.reason
+
+
+@pytest.mark.slow
+def test_cli_race_json_has_the_promised_fields():
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run(
+        [sys.executable, "-m", "engine", "race", "--model", "tiny-gpt-neo", "--contenders", "vanilla",
+         "--runs", "2", "--max-new-tokens", "4", "--json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env=env, check=True,
+    )
+    data = json.loads(out.stdout)
+    entry = data["contenders"][0]
+    for key in ("name", "status", "kernel_inject", "latency_s_median", "tokens_per_s_median",
+                "speedup_vs_vanilla", "first_divergence_token"):
+        assert key in entry
+    assert entry["name"] == "vanilla" and entry["status"] == "ran" and entry["speedup_vs_vanilla"] == 1.0
+
+
+@pytest.mark.slow
+def test_pinned_environment_gives_vanilla_tokens():
+    """The .venv-ds side environment (transformers 4.42.4) must compute the same greedy tokens as the
+    main one: same seeded random weights, same token ids through the converted tokenizer."""
+    path, why = contenders.ds_python()
+    if path is None:
+        pytest.skip(f"no pinned environment: {why}")
+    pinned = replace(CONTENDERS["vanilla"], name="vanilla-pinned", python=path)
+    spec = runner.RaceSpec(model="tiny-gpt-neo", contenders=(CONTENDERS["vanilla"], pinned), runs=1,
+                           max_new_tokens=8, timeout_s=300)
+    by_name = {c.name: c for c in runner.run_race(spec).contenders}
+    r = by_name["vanilla-pinned"]
+    assert r.status == "ran", r.reason + r.traceback
+    assert r.versions["transformers"] == "4.42.4"
+    assert r.first_divergence_token is None and r.exact_match_rate == 1.0
+
+
+@pytest.mark.gpu
+def test_kernel_injection_on_a_gpu_runs_or_explains_itself():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU (kernel injection is CUDA-only); scripts/gpu_check.sh runs this on one")
+    pytest.importorskip("deepspeed")
+    spec = runner.RaceSpec(model="gpt-neo-125m-random", contenders=(CONTENDERS["vanilla"], CONTENDERS["deepspeed"]),
+                           runs=3, max_new_tokens=16, timeout_s=600)
+    by_name = {c.name: c for c in runner.run_race(spec).contenders}
+    ds = by_name["deepspeed"]
+    assert by_name["vanilla"].status == "ran"
+    if ds.status == "ran":
+        assert ds.kernel_inject is True and ds.deepspeed_mode == "kernel injection"
+    else:
+        assert ds.reason  # a failure is explained, e.g. the transformers version mismatch
+
+
+def test_fp16_on_a_cpu_is_rejected_before_any_worker_starts():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("fp16 is allowed on a GPU")
+    spec = runner.RaceSpec(model="tiny-gpt-neo", contenders=(CONTENDERS["vanilla"],), dtype="fp16")
+    with pytest.raises(InvalidParameterError, match="fp16 is offered on CUDA GPUs only"):
+        runner.run_race(spec)
+
+
+@pytest.mark.slow
+def test_killing_the_runner_takes_its_worker_down():
+    """An outer timeout (scripts/gpu_check.sh) or a closed page must not leave a worker holding the GPU."""
+    psutil = pytest.importorskip("psutil")
+    code = ("from engine.race import runner, contenders as c; runner.run_race(runner.RaceSpec(model='tiny-gpt-neo', "
+            "contenders=(c.CONTENDERS['vanilla'],), runs=50, max_new_tokens=512))")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        parent, workers, deadline = psutil.Process(proc.pid), [], time.monotonic() + 60
+        while not workers and time.monotonic() < deadline and proc.poll() is None:
+            workers = [p for p in parent.children() if "engine.race.worker" in " ".join(p.cmdline())]
+            time.sleep(0.1)
+        assert workers, "no worker started within 60 s"
+        time.sleep(5)  # past the worker's start, where it asks for its parent-death signal
+        proc.kill()
+        proc.wait(10)
+        _, alive = psutil.wait_procs(workers, timeout=15)
+        assert not alive, "the worker outlived its runner"
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -1,0 +1,179 @@
+"""Streamlit pieces of the latency race page: the results view (shared by live and recorded races) and
+its plotly figures. The numbers all come from engine.race.runner.RaceResult; nothing is recomputed here."""
+
+from __future__ import annotations
+
+import math
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from engine.race.runner import ContenderResult, RaceResult
+from ui.common import fmt_bytes, fmt_seconds
+
+
+def _ok(v) -> bool:
+    return v is not None and not (isinstance(v, float) and not math.isfinite(v))
+
+
+def latency_figure(result: RaceResult) -> go.Figure:
+    fig = go.Figure()
+    for c in result.contenders:
+        if c.ran and c.latencies_s:
+            fig.add_trace(go.Box(y=[v * 1e3 for v in c.latencies_s], name=c.label, boxpoints="all", jitter=0.3,
+                                 pointpos=0, hovertemplate="%{y:.1f} ms<extra>" + c.name + "</extra>"))
+    fig.update_layout(title=f"End-to-end latency per run ({result.max_new_tokens} new tokens, greedy)",
+                      yaxis_title="latency (ms)", showlegend=False, height=380, margin={"t": 50, "b": 40})
+    return fig
+
+
+def speedup_figure(result: RaceResult) -> go.Figure:
+    ran = [c for c in result.contenders if c.ran and _ok(c.speedup_vs_vanilla)]
+    fig = go.Figure(go.Bar(
+        x=[c.label for c in ran], y=[c.speedup_vs_vanilla for c in ran],
+        error_y={"type": "data", "symmetric": False,
+                 "array": [max(0.0, c.speedup_high - c.speedup_vs_vanilla) if _ok(c.speedup_high) else 0 for c in ran],
+                 "arrayminus": [max(0.0, c.speedup_vs_vanilla - c.speedup_low) if _ok(c.speedup_low) else 0
+                                for c in ran]},
+        text=[f"{c.speedup_vs_vanilla:.2f}×" for c in ran], textposition="outside",
+        hovertemplate="%{y:.2f}× vs vanilla<extra></extra>",
+    ))
+    fig.add_hline(y=1.0, line_dash="dot", annotation_text="vanilla", annotation_position="top left")
+    fig.update_layout(title="Speedup vs vanilla (ratio of median latencies; bars: bootstrap 95% interval)",
+                      yaxis_title="× faster than vanilla", height=360, margin={"t": 50, "b": 40})
+    return fig
+
+
+def metric_figure(result: RaceResult, attr: str, title: str, scale: float, unit: str) -> go.Figure:
+    ran = [c for c in result.contenders if c.ran and _ok(getattr(c, attr))]
+    fig = go.Figure(go.Bar(x=[c.label for c in ran], y=[getattr(c, attr) * scale for c in ran],
+                           hovertemplate="%{y:.3g} " + unit + "<extra></extra>"))
+    fig.update_layout(title=title, yaxis_title=unit, height=300, margin={"t": 45, "b": 40})
+    return fig
+
+
+def _status_rows(result: RaceResult) -> list[dict]:
+    return [{
+        "contender": c.label,
+        "status": c.status,
+        "kernel injection": "yes" if c.kernel_inject else ("pass-through" if c.deepspeed_mode else "-"),
+        "precision": c.dtype or "-",
+        "KV cache": "on" if c.use_cache else "off",
+        "attention": c.attn_implementation or "-",
+        "interpreter": c.python,
+        "transformers": c.versions.get("transformers") or "-",
+        "wall time": fmt_seconds(c.wall_s),
+    } for c in result.contenders]
+
+
+def _reasons(result: RaceResult) -> list[str]:
+    """One line per contender that has something to say: why it did not run, or how it ran."""
+    lines = []
+    for c in result.contenders:
+        said = [x for x in [c.reason, *[n for n in c.notes if not n.startswith("random weights")]] if x]
+        if said:
+            lines.append(f"- **{c.label}** ({c.status}): " + " · ".join(said))
+    return lines
+
+
+def _speed_rows(result: RaceResult) -> list[dict]:
+    rows = []
+    for c in result.contenders:
+        if not c.ran:
+            continue
+        sp = (f"{c.speedup_vs_vanilla:.2f}× [{c.speedup_low:.2f}–{c.speedup_high:.2f}]"
+              if _ok(c.speedup_vs_vanilla) and _ok(c.speedup_low) else "n/a")
+        rows.append({
+            "contender": c.label,
+            "latency (median)": fmt_seconds(c.latency_s_median),
+            "latency IQR": fmt_seconds(c.latency_s_q3 - c.latency_s_q1) if _ok(c.latency_s_q1) else "n/a",
+            "TTFT": fmt_seconds(c.ttft_s_median),
+            "TPOT": fmt_seconds(c.tpot_s_median),
+            "tokens/s": f"{c.tokens_per_s_median:.1f}" if _ok(c.tokens_per_s_median) else "n/a",
+            "tokens": f"{c.output_tokens_median:g}" if _ok(c.output_tokens_median) else "n/a",
+            "peak memory": fmt_bytes(c.peak_memory_bytes),
+            "speedup vs vanilla [95% CI]": sp,
+        })
+    return rows
+
+
+def _quality_rows(result: RaceResult) -> list[dict]:
+    rows = []
+    for c in result.contenders:
+        if not c.ran:
+            continue
+        if c.first_divergence_token is not None:
+            divergence = f"token {c.first_divergence_token}"
+        else:
+            divergence = "none: identical" if c.quality_note.startswith("identical") else "n/a"
+        rows.append({
+            "contender": c.label,
+            "first divergence": divergence,
+            "exact match (prompts)": f"{c.exact_match_rate:.0%}" if _ok(c.exact_match_rate) else "n/a",
+            "perplexity (reference text)": f"{c.perplexity:.2f}" if _ok(c.perplexity) else "n/a",
+            "first prompt's output": (c.texts[0][:160] if c.texts else ""),
+        })
+    return rows
+
+
+def show_result(result: RaceResult, *, key: str) -> None:
+    """The whole results view: statuses, speed, quality, downloads. `key` keeps widget ids unique."""
+    hw = result.hardware
+    where = hw.get("gpu") or f"CPU: {hw.get('cpu', '?')} ({hw.get('cpu_cores_logical', '?')} cores)"
+    st.caption(
+        f"{result.model} · {where} · race precision {result.dtype} "
+        f"({next((c.dtype for c in result.contenders if c.name == 'vanilla' and c.dtype), '?')} for vanilla) · "
+        f"{result.runs} timed runs after "
+        f"{result.warmup} warm-up · {result.max_new_tokens} new tokens, greedy · {result.started_at}"
+    )
+    for note in result.notes:
+        st.warning(note)
+    st.markdown("**What ran** (a contender that could not run says why; the race went on without it)")
+    st.dataframe(_status_rows(result), hide_index=True, width="stretch")
+    lines = _reasons(result)
+    if lines:
+        st.markdown("\n".join(lines))
+    if any("random weights" in n for c in result.contenders for n in c.notes):
+        st.caption("Random weights: timings and memory are real, the generated text is gibberish.")
+    ran = [c for c in result.contenders if c.ran]
+    if not ran:
+        st.error("No contender ran. The reasons are in the table above.")
+        return
+    st.plotly_chart(latency_figure(result), key=f"{key}.latency")
+    st.plotly_chart(speedup_figure(result), key=f"{key}.speedup")
+    cols = st.columns(2)
+    cols[0].plotly_chart(metric_figure(result, "ttft_s_median", "TTFT (median): request to first token", 1e3, "ms"),
+                         key=f"{key}.ttft")
+    cols[1].plotly_chart(metric_figure(result, "tpot_s_median", "TPOT (median): per token after the first", 1e3,
+                                       "ms"), key=f"{key}.tpot")
+    cols = st.columns(2)
+    cols[0].plotly_chart(metric_figure(result, "tokens_per_s_median", "Tokens/s (median)", 1.0, "tok/s"),
+                         key=f"{key}.tps")
+    kind = next((c.peak_memory_kind for c in ran if c.peak_memory_kind), "")
+    cols[1].plotly_chart(metric_figure(result, "peak_memory_bytes", f"Peak memory ({kind})", 2**-20, "MiB"),
+                         key=f"{key}.mem")
+    st.markdown("**Speed**")
+    st.dataframe(_speed_rows(result), hide_index=True, width="stretch")
+    st.markdown(
+        "**Quality beside speed.** Greedy decoding is deterministic, so a contender computing the same function "
+        "as vanilla gives the same tokens. *First divergence*: the first generated token that differs from "
+        "vanilla's on the timed prompt. *Exact match*: the share of the race's prompts whose whole continuation "
+        "equals vanilla's. *Perplexity* of a fixed reference text (teacher-forced): equal values mean the same "
+        "predictions; with random-weight models it is near the vocabulary size and only its equality matters."
+    )
+    st.dataframe(_quality_rows(result), hide_index=True, width="stretch")
+    cols = st.columns(3)
+    cols[0].download_button("Download JSON", result.to_json(), file_name=f"race-{result.model}.json",
+                            mime="application/json", key=f"{key}.json")
+    cols[1].download_button("Download CSV (summary)", result.to_csv(), file_name=f"race-{result.model}.csv",
+                            mime="text/csv", key=f"{key}.csv")
+    cols[2].download_button("Download CSV (every run)", result.runs_csv(), file_name=f"race-{result.model}-runs.csv",
+                            mime="text/csv", key=f"{key}.runs")
+    failed = [c for c in result.contenders if c.traceback or c.stderr_tail]
+    for c in failed:
+        with st.expander(f"{c.label}: error details"):
+            st.code(c.traceback or c.stderr_tail, language="text")
+
+
+def contender_caption(c: ContenderResult) -> str:
+    return f"{c.label}: {c.status}" + (f" ({c.reason})" if c.reason else "")
