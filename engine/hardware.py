@@ -7,6 +7,7 @@ exactly why no GPU was found (no driver library, no device, a CPU-only torch bui
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import time
@@ -103,10 +104,8 @@ def nvml_gpus() -> tuple[list[GPUInfo], str]:
     except pynvml.NVMLError as exc:
         status = f"NVML query failed: {exc}"
     finally:
-        try:
+        with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass
     return gpus, status
 
 
