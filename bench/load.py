@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -242,9 +243,12 @@ def run_load(url: str, pid: int, *, sessions: int = 8, model: str = "smollm2-135
     import psutil
 
     proc = psutil.Process(pid)
-    rss_before, results, wall, watch = asyncio.run(
-        _run(url, sessions, model, max_new_tokens, with_eval, timeout_s, proc)
-    )
+    # A thread of its own: asyncio.run refuses to start inside a running loop (sync playwright keeps one in the
+    # calling thread, e.g. in a test session that used the `browser` fixture before).
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        rss_before, results, wall, watch = pool.submit(
+            asyncio.run, _run(url, sessions, model, max_new_tokens, with_eval, timeout_s, proc)
+        ).result()
     rss_after = proc.memory_info().rss
     play = [r for r in results if r.kind == "playground" and r.ok]
     lat = sorted(r.latency_s for r in play) or [float("nan")]
