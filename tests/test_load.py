@@ -11,6 +11,9 @@ from tests.conftest import CHROMIUM
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 MODEL = "smollm2-135m-instruct"
 NEW_TOKENS = 16
+# Random weights almost never emit EOS, so this generation really runs to its length unless cancelled:
+# 2,000 tokens of GPT-Neo 125M take well over a minute on this CPU.
+LONG_MODEL, LONG_TOKENS = "gpt-neo-125m-random", 2000
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium is not installed (scripts/install.sh installs it as root)")
@@ -29,3 +32,48 @@ def test_eight_sessions_share_one_model(tmp_path):
     assert report.health_failures == 0 and report.health_checks > 0
     assert report.rss_after_bytes - report.rss_before_bytes < model_bytes  # still one copy of the model
     assert report.throughput_tokens_per_s > 0
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium is not installed (scripts/install.sh installs it as root)")
+def test_closing_a_tab_cancels_its_generation(tmp_path):
+    """A session that closes mid-generation is cancelled (its script is stopped when the session expires,
+    and the playground cancels in `finally`); the shared scheduler is free again, the server lives."""
+    import re
+
+    from playwright.sync_api import sync_playwright
+
+    from bench.load import CHROMIUM_ARGS, healthy
+
+    with serve(tmp_path / "server.log", {"STREAMLIT_SERVER_DISCONNECTED_SESSION_TTL": "2"}) as (url, _proc), \
+            sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+
+        def running(page) -> int:
+            page.goto(f"{url}/Batching?model={LONG_MODEL}")
+            metric = page.locator('[data-testid="stMetric"]').filter(has_text="Running").first
+            metric.wait_for(timeout=120_000)
+            return int(re.findall(r"(\d+)\s*/", metric.inner_text())[0])
+
+        long_ctx = browser.new_context()
+        long_page = long_ctx.new_page()
+        long_page.goto(f"{url}/Playground?model={LONG_MODEL}")
+        long_page.get_by_text("Loaded: ").first.wait_for(timeout=120_000)
+        box = long_page.get_by_label("Max new tokens")
+        box.fill(str(LONG_TOKENS))
+        box.press("Enter")
+        long_page.wait_for_timeout(500)
+        long_page.get_by_role("button", name="Generate").click()
+        watcher = browser.new_context().new_page()
+        deadline = 60
+        while running(watcher) != 1 and deadline > 0:  # the long generation is in the shared batch
+            watcher.wait_for_timeout(1000)
+            deadline -= 1
+        assert running(watcher) == 1
+        long_ctx.close()  # the user closes the tab mid-generation
+        for _ in range(20):  # far less than the ~40+ s the remaining tokens would take on this CPU
+            if running(watcher) == 0:
+                break
+            watcher.wait_for_timeout(1000)
+        assert running(watcher) == 0, "the closed tab's generation kept running"
+        assert healthy(url)
+        browser.close()
