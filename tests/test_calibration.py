@@ -19,6 +19,7 @@ from engine.calibration import (
     predict,
     save_calibration,
 )
+from tests.factories import synthetic_run
 
 MACHINE = machine_spec(55e9, {"fp32": 200e9, "bf16": 400e9}, memory_bytes=24e9)
 SMOL = model_preset("smollm2-135m")
@@ -113,7 +114,6 @@ def test_spec_for_engine_presets():
 def test_calibrate_command_wiring(tmp_path, monkeypatch, capsys):
     """`python -m engine calibrate` end to end with the engine's runs replaced by synthetic Measurements."""
     from engine.cli import main
-    from engine.measurement import Measurement
 
     monkeypatch.setenv("INFERENCE_LAB_HOME", str(tmp_path))
     true = {"fp32": Efficiency(0.25, 0.5, 2e-4), "bf16": Efficiency(0.25, 0.35, 2e-4)}
@@ -122,25 +122,7 @@ def test_calibrate_command_wiring(tmp_path, monkeypatch, capsys):
         out = []
         for dt in dtypes:
             ttft, tpot = predict(SMOL, RunSample(dt, 1, 40, 32, 0, 0), MACHINE, true[dt])
-            out.append(
-                Measurement(
-                    model=model,
-                    dtype=dt,
-                    device="cpu",
-                    batch_size=1,
-                    prompt_tokens=40,
-                    output_tokens=32,
-                    ttft_s=ttft,
-                    tpot_s=tpot,
-                    latency_s=ttft + 31 * tpot,
-                    tokens_per_s=1.0,
-                    decode_tokens_per_s=1.0,
-                    peak_memory_bytes=1,
-                    peak_memory_kind="process RSS (CPU)",
-                    use_cache=True,
-                    started_at="2026-11-29T10:00:00+00:00",
-                )
-            )
+            out.append(synthetic_run(model, dt, ttft, tpot))
         return out
 
     monkeypatch.setattr(cal_mod, "measure_runs", fake_runs)

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.factories import synthetic_run
+
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
 
@@ -90,7 +92,6 @@ def test_estimate_vs_measurement_shows_measured_runs(tmp_path):
     from engine.calc import model_preset
     from engine.calc.timing import Efficiency
     from engine.calibration import RunSample, build_calibration, machine_spec, predict, save_calibration
-    from engine.measurement import Measurement
 
     machine = machine_spec(50e9, {"fp32": 200e9, "bf16": 300e9}, memory_bytes=24e9)
     smol = model_preset("smollm2-135m")
@@ -104,25 +105,7 @@ def test_estimate_vs_measurement_shows_measured_runs(tmp_path):
         model_preset("gpt-neo-125m"), RunSample("bf16", 1, 40, 32, 0, 0), machine, truth["bf16"]
     )
     runlog.record(
-        Measurement(
-            model="gpt-neo-125m-random",
-            dtype="bf16",
-            device="cpu",
-            batch_size=1,
-            prompt_tokens=40,
-            output_tokens=32,
-            ttft_s=ttft,
-            tpot_s=tpot,
-            latency_s=ttft + 31 * tpot,
-            tokens_per_s=1.0,
-            decode_tokens_per_s=1.0,
-            peak_memory_bytes=1,
-            peak_memory_kind="process RSS (CPU)",
-            use_cache=True,
-            started_at="2026-11-29T10:00:00+00:00",
-            weights_bytes=250_397_184,
-            params=125_198_592,
-        )
+        synthetic_run("gpt-neo-125m-random", "bf16", ttft, tpot, weights_bytes=250_397_184, params=125_198_592)
     )
     at = _run(CALC)
     label = "gpt-neo-125m-random bf16 b1"
