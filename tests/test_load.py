@@ -34,20 +34,14 @@ def test_eight_sessions_share_one_model(tmp_path):
     assert report.throughput_tokens_per_s > 0
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium is not installed (scripts/install.sh installs it as root)")
-def test_closing_a_tab_cancels_its_generation(tmp_path):
+def test_closing_a_tab_cancels_its_generation(tmp_path, browser):  # the shared sync browser (one per thread)
     """A session that closes mid-generation is cancelled (its script is stopped when the session expires,
     and the playground cancels in `finally`); the shared scheduler is free again, the server lives."""
     import re
 
-    from playwright.sync_api import sync_playwright
+    from bench.load import healthy
 
-    from bench.load import CHROMIUM_ARGS, healthy
-
-    with serve(tmp_path / "server.log", {"STREAMLIT_SERVER_DISCONNECTED_SESSION_TTL": "2"}) as (url, _proc), \
-            sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-
+    with serve(tmp_path / "server.log", {"STREAMLIT_SERVER_DISCONNECTED_SESSION_TTL": "2"}) as (url, _proc):
         def running(page) -> int:
             page.goto(f"{url}/Batching?model={LONG_MODEL}")
             metric = page.locator('[data-testid="stMetric"]').filter(has_text="Running").first
@@ -63,7 +57,8 @@ def test_closing_a_tab_cancels_its_generation(tmp_path):
         box.press("Enter")
         long_page.wait_for_timeout(500)
         long_page.get_by_role("button", name="Generate").click()
-        watcher = browser.new_context().new_page()
+        watcher_ctx = browser.new_context()
+        watcher = watcher_ctx.new_page()
         deadline = 60
         while running(watcher) != 1 and deadline > 0:  # the long generation is in the shared batch
             watcher.wait_for_timeout(1000)
@@ -76,4 +71,4 @@ def test_closing_a_tab_cancels_its_generation(tmp_path):
             watcher.wait_for_timeout(1000)
         assert running(watcher) == 0, "the closed tab's generation kept running"
         assert healthy(url)
-        browser.close()
+        watcher_ctx.close()
