@@ -160,13 +160,18 @@ def _encode(lm: LoadedModel, prompts: Sequence[str], cfg: GenerationConfig):
     enc = tok(rendered, return_tensors="pt", padding=True, add_special_tokens=not cfg.chat_template)
     lengths = enc["attention_mask"].sum(dim=1).tolist()
     longest = int(enc["input_ids"].shape[1])
-    if longest + cfg.max_new_tokens > lm.context_length:
+    check_context(lm, longest, cfg.max_new_tokens)
+    return enc, rendered, [int(n) for n in lengths]
+
+
+def check_context(lm: LoadedModel, prompt_tokens: int, max_new_tokens: int) -> None:
+    """Prompt plus requested tokens must fit the model's context window (one check for every generation path)."""
+    if prompt_tokens + max_new_tokens > lm.context_length:
         raise PromptTooLongError(
-            f"the prompt is {max(lengths)} tokens and {cfg.max_new_tokens} new tokens were asked for: "
-            f"{max(lengths) + cfg.max_new_tokens} is more than {lm.name}'s context window of "
+            f"the prompt is {prompt_tokens} tokens and {max_new_tokens} new tokens were asked for: "
+            f"{prompt_tokens + max_new_tokens} is more than {lm.name}'s context window of "
             f"{lm.context_length} tokens. Shorten the prompt or lower max new tokens."
         )
-    return enc, rendered, [int(n) for n in lengths]
 
 
 def _generate_kwargs(lm: LoadedModel, cfg: GenerationConfig, timer: _StepTimer, streamer=None) -> dict:

@@ -38,9 +38,8 @@ from engine.errors import (
     EngineError,
     InvalidParameterError,
     OutOfMemoryError,
-    PromptTooLongError,
 )
-from engine.generation import Completion, GenerationConfig, _render, clean_prompt
+from engine.generation import Completion, GenerationConfig, _render, check_context, clean_prompt
 from engine.models import LoadedModel
 
 DEFAULT_MAX_BATCH = 8
@@ -72,11 +71,7 @@ def encode_prompt(lm: LoadedModel, prompt: str, cfg: GenerationConfig) -> tuple[
     """(rendered prompt, token ids) exactly as engine.generation tokenizes a single prompt."""
     rendered = _render(lm, prompt, cfg)
     ids = lm.tokenizer(rendered, add_special_tokens=not cfg.chat_template)["input_ids"]
-    if len(ids) + cfg.max_new_tokens > lm.context_length:
-        raise PromptTooLongError(
-            f"the prompt is {len(ids)} tokens and {cfg.max_new_tokens} new tokens were asked for: more than "
-            f"{lm.name}'s context window of {lm.context_length} tokens. Shorten the prompt or lower max new tokens."
-        )
+    check_context(lm, len(ids), cfg.max_new_tokens)
     return rendered, list(ids)
 
 
