@@ -23,11 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from engine import paths  # noqa: E402
 from engine.calibration import calibrate, compare_run, measure_runs  # noqa: E402
-
-
-def median(xs: list[float | None]) -> float:
-    xs = sorted(x for x in xs if x is not None)
-    return xs[len(xs) // 2] if xs else float("nan")
+from engine.stats import median  # noqa: E402
 
 
 def run(repeats: int) -> dict:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine import generation, hardware, models, paths  # noqa: E402
+from engine import generation, hardware, models, paths, stats  # noqa: E402
 from engine.generation import GenerationConfig  # noqa: E402
 
 PROMPT = "The history of the printing press begins"
@@ -72,8 +71,8 @@ def bench_model(name: str, repeats: int, max_new_tokens: int, dtype: str) -> dic
         n, t, tpot = engine_stream(lm, cfg)
         rates["engine stream"].append(n / t)
         tpots.append(tpot)
-    med = {k: statistics.median(v) for k, v in rates.items()}
-    tpot = statistics.median(tpots)
+    med = {k: stats.median(v) for k, v in rates.items()}
+    tpot = stats.median(tpots)
     return {
         "model": name,
         "dtype": lm.dtype,

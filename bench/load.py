@@ -19,7 +19,6 @@ import os
 import re
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import threading
@@ -31,6 +30,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from engine import stats  # noqa: E402
+
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-quic"]
 PROMPTS = [
@@ -256,7 +259,7 @@ def run_load(url: str, pid: int, *, sessions: int = 8, model: str = "smollm2-135
     return LoadReport(
         sessions=sessions, model=model, max_new_tokens=max_new_tokens, wall_s=wall, output_tokens=tokens,
         throughput_tokens_per_s=tokens / wall if wall > 0 else float("nan"),
-        latency_s_p50=statistics.median(lat), latency_s_p95=lat[min(len(lat) - 1, round(0.95 * (len(lat) - 1)))],
+        latency_s_p50=stats.percentile(lat, 50), latency_s_p95=stats.percentile(lat, 95),
         health_checks=watch.checks, health_failures=watch.failures, rss_before_bytes=rss_before,
         rss_after_bytes=rss_after,
         exceptions_seen=sum(1 for r in results if r.detail.endswith("exceptions shown") and not r.ok),

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from engine.errors import InvalidParameterError
-from engine.race import contenders, quality, runner, stats
+from engine import stats
+from engine.race import contenders, quality, runner
 from engine.race.contenders import CONTENDERS, Contender
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from engine.batching.scheduler import Scheduler
 from engine.batching.sequence import Sequence as Seq
 from engine.batching.static import run_static_batch
+from engine.stats import percentile
 from engine.errors import InvalidParameterError
 from engine.generation import GenerationConfig
 from engine.models import LoadedModel
@@ -147,16 +148,6 @@ class PolicyResult:
 
     def summary(self) -> dict[str, float | int | str]:
         return {k: v for k, v in self.__dict__.items() if k != "requests"}
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    xs = sorted(v for v in values if not math.isnan(v))
-    if not xs:
-        return math.nan
-    pos = (len(xs) - 1) * q / 100
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 def _cfg(n: int) -> GenerationConfig:

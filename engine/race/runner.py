@@ -5,7 +5,7 @@ output is still as good. Here every contender gets the same prompts, the same wa
 timed greedy runs in a fresh process (clean GPU memory, its own interpreter, a timeout). A contender
 that crashes, hangs or fails to initialise is reported with its error and exit code, and the race goes
 on. Results: per-run latency/TTFT/TPOT/tokens/s, peak memory, speedup vs vanilla as a ratio of medians
-with a bootstrap 95% interval (engine.race.stats), and quality beside speed (engine.race.quality).
+with a bootstrap 95% interval (engine.stats), and quality beside speed (engine.race.quality).
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from typing import Any
 
 from engine.errors import InvalidParameterError
 from engine.models import PRESETS
-from engine.race import quality, stats
+from engine import stats
+from engine.race import quality
 from engine.race.contenders import BASELINE, Contender, ds_python
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,5 +1,10 @@
-"""Pure statistics for the race (standard library only): medians with spread, and speedups with a
-bootstrap confidence interval, so "1.8x faster" comes with how sure we are of it.
+"""The one home of the project's statistics (standard library only): median, percentiles with one stated
+definition, spread, and speedups with a bootstrap confidence interval, so "1.8x faster" comes with how sure
+we are of it. Every page, benchmark and CLI command takes its p50/p95/p99 from here, so a p95 on one page is
+the p95 on another.
+
+Percentile definition: linear interpolation between closest ranks, numpy's default ("linear", Hyndman & Fan
+type 7): for sorted x[0..n-1], p maps to position (n-1)*p/100. NaN and None are dropped; no data gives NaN.
 
 Speedup = median(baseline latency) / median(contender latency). Its spread is a percentile bootstrap
 (Efron & Tibshirani, An Introduction to the Bootstrap, ch. 13): resample each contender's runs with
@@ -26,13 +31,18 @@ def median(values: Sequence[float | None]) -> float:
 
 
 def quantile(values: Sequence[float | None], q: float) -> float:
-    """Linear-interpolated quantile (numpy's default 'linear' method), NaN for no data."""
+    """Quantile at q in [0, 1], by the module's definition (numpy's 'linear'), NaN for no data."""
     clean = sorted(_finite(values))
     if not clean:
         return math.nan
     pos = (len(clean) - 1) * q
     lo, hi = math.floor(pos), math.ceil(pos)
     return clean[lo] + (clean[hi] - clean[lo]) * (pos - lo)
+
+
+def percentile(values: Sequence[float | None], p: float) -> float:
+    """Percentile at p in [0, 100] (p50, p95, p99), by the module's definition."""
+    return quantile(values, p / 100)
 
 
 @dataclass(frozen=True)
