@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.errors import InvalidParameterError
 from engine import stats
+from engine.errors import InvalidParameterError
 from engine.race import contenders, quality, runner
 from engine.race.contenders import CONTENDERS, Contender
 

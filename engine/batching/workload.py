@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from engine.batching.scheduler import Scheduler
 from engine.batching.sequence import Sequence as Seq
 from engine.batching.static import run_static_batch
-from engine.stats import percentile
 from engine.errors import InvalidParameterError
 from engine.generation import GenerationConfig
 from engine.models import LoadedModel
+from engine.stats import percentile
 
 POLICIES = ("static", "inflight")
 OUTPUT_DISTRIBUTIONS = ("uniform", "log-uniform")

@@ -28,9 +28,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from engine import stats
 from engine.errors import InvalidParameterError
 from engine.models import PRESETS
-from engine import stats
 from engine.race import quality
 from engine.race.contenders import BASELINE, Contender, ds_python
 

@@ -1,0 +1,99 @@
+"""Quantized weight formats: exact storage bytes, scales and zero points included.
+
+A quantized tensor stores `bits` per weight plus, for every group of `group_size` consecutive weights, a scale
+(and, for asymmetric formats, a zero point or minimum). Bytes for n weights in groups of g:
+
+    bytes = ceil(n / g) * (g * bits / 8 + scale_bytes + zero_bytes)
+
+so the effective bits per weight are bits + 8 * (scale_bytes + zero_bytes) / g. Sources:
+- GGUF block formats: ggml's `GGML_QUANT_SIZES` (gguf-py, gguf/constants.py: (block size, bytes per block)) and
+  ggml-common.h: Q8_0 = fp16 scale + 32 int8 (34 B per 32); Q4_0 = fp16 scale + 32 x 4 bit (18 B per 32);
+  Q4_1 = fp16 scale + fp16 min + 32 x 4 bit (20 B per 32); Q5_0 22 B, Q5_1 24 B per 32; the k-quants Q2_K 84,
+  Q3_K 110, Q4_K 144, Q5_K 176, Q6_K 210 B per 256.
+- torchao weight-only: `Int8WeightOnlyConfig` keeps one scale per output channel (group = the row, in the
+  model's dtype); `Int4WeightOnlyConfig(group_size=128)` keeps a bf16 scale and a bf16 zero point per group
+  (torchao docs, quantization API reference).
+
+Pure standard library: the calculators, the quantization lab and the CLI share these numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from engine.errors import InvalidParameterError
+
+
+@dataclass(frozen=True)
+class QuantFormat:
+    name: str
+    bits: float  # stored bits per weight, before scales
+    group_size: int | None  # weights per scale; None = one group per row (per-channel)
+    scale_bytes: float  # bytes of scale per group
+    zero_bytes: float  # bytes of zero point / minimum per group (0 for symmetric)
+    source: str
+
+    def bytes_for(self, n: int, group_size: int | None = None, row: int | None = None) -> int:
+        """bytes = ceil(n / g) x (g x bits / 8 + scale + zero), g = group size (or the row length)."""
+        g = group_size or self.group_size or row
+        if g is None:
+            raise InvalidParameterError(f"{self.name} scales per row: give the row length (the layer's input size)")
+        if g <= 0 or n < 0:
+            raise InvalidParameterError(f"group size must be positive and n >= 0, got g={g}, n={n}")
+        groups = math.ceil(n / g)
+        return math.ceil(groups * (g * self.bits / 8 + self.scale_bytes + self.zero_bytes))
+
+    def bits_per_weight(self, group_size: int | None = None, row: int | None = None) -> float:
+        """Effective bits per weight = bits + 8 x (scale + zero) / g."""
+        g = group_size or self.group_size or row
+        if not g:
+            return self.bits
+        return self.bits + 8 * (self.scale_bytes + self.zero_bytes) / g
+
+
+_GGML = "ggml gguf-py GGML_QUANT_SIZES / ggml-common.h"
+FORMATS: dict[str, QuantFormat] = {
+    f.name: f
+    for f in (
+        QuantFormat("F32", 32, 1, 0, 0, _GGML),
+        QuantFormat("F16", 16, 1, 0, 0, _GGML),
+        QuantFormat("BF16", 16, 1, 0, 0, _GGML),
+        QuantFormat("Q8_0", 8, 32, 2, 0, _GGML),
+        QuantFormat("Q4_0", 4, 32, 2, 0, _GGML),
+        QuantFormat("Q4_1", 4, 32, 2, 2, _GGML),
+        QuantFormat("Q5_0", 5, 32, 2, 0, _GGML),
+        QuantFormat("Q5_1", 5, 32, 2, 2, _GGML),
+        # k-quants: bytes per 256-weight super-block, folded into an effective scale per block.
+        QuantFormat("Q2_K", 2, 256, 84 - 64, 0, _GGML),
+        QuantFormat("Q3_K", 3, 256, 110 - 96, 0, _GGML),
+        QuantFormat("Q4_K", 4, 256, 144 - 128, 0, _GGML),
+        QuantFormat("Q5_K", 5, 256, 176 - 160, 0, _GGML),
+        QuantFormat("Q6_K", 6, 256, 210 - 192, 0, _GGML),
+        QuantFormat("int8-per-channel", 8, None, 4, 0, "torchao Int8WeightOnlyConfig (one fp32 scale per row)"),
+        QuantFormat("int4-g128", 4, 128, 2, 2, "torchao Int4WeightOnlyConfig(group_size=128): bf16 scale + zero"),
+    )
+}
+
+
+def get(name: str) -> QuantFormat:
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise InvalidParameterError(f"unknown quantized format {name!r}; choose one of {', '.join(FORMATS)}") from None
+
+
+def tensor_bytes(shape: tuple[int, ...], fmt: str, group_size: int | None = None) -> int:
+    """Bytes of one tensor of `shape` in `fmt`: groups run along the last (input) dimension, as ggml and
+    torchao store them; a per-channel format has one group per row."""
+    if not shape or any(d < 0 for d in shape):
+        raise InvalidParameterError(f"bad tensor shape {shape}")
+    n = math.prod(shape)
+    row = shape[-1]
+    f = get(fmt)
+    g = group_size or f.group_size or row
+    if row % g and f.group_size is not None and f.group_size > 1:
+        # ggml requires rows to be whole blocks; the last partial block is still stored whole.
+        rows = n // row
+        return rows * f.bytes_for(row, g)
+    return f.bytes_for(n, g, row)
