@@ -8,6 +8,7 @@ stream_error, empty), never exceptions, so a run always finishes and reports its
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from dataclasses import dataclass, field
@@ -41,7 +42,7 @@ class RequestRecord:
 
     @property
     def itls(self) -> list[float]:
-        return [b - a for a, b in zip(self.chunk_times, self.chunk_times[1:], strict=False)]
+        return [b - a for a, b in itertools.pairwise(self.chunk_times)]
 
 
 def headers(api_key: str | None) -> dict[str, str]:
@@ -49,8 +50,10 @@ def headers(api_key: str | None) -> dict[str, str]:
 
 
 def body(spec: LoadSpec, req: PlannedRequest) -> dict:
-    out: dict = {"model": spec.model, "max_tokens": req.max_tokens, "stream": True, "temperature": 0,
+    out: dict = {"model": spec.model, "max_tokens": req.max_tokens, "stream": True,
                  "stream_options": {"include_usage": True}}
+    if spec.temperature is not None:
+        out["temperature"] = spec.temperature
     if spec.ignore_eos:
         out["ignore_eos"] = True
     if spec.endpoint == "chat":

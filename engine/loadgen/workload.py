@@ -53,6 +53,7 @@ class LoadSpec:
     output_tokens_max: int | None = None  # set: lengths drawn uniformly from [output_tokens, output_tokens_max]
     prompts_file: str | None = None
     ignore_eos: bool = True  # vLLM's extension: every request makes exactly its output length (comparable runs)
+    temperature: float | None = 0.0  # None: leave it to the server's default (as GuideLLM does)
     seed: int = 0
     timeout_s: float = 600.0  # per request: a failure guard, not a measurement
 
