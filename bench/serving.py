@@ -35,7 +35,7 @@ from engine.calc.memory import kv_bytes_per_token, weights_bytes  # noqa: E402
 from engine.calc.specs import model_preset  # noqa: E402
 from engine.loadgen.sweep import run_once, run_sweep, to_json  # noqa: E402
 from engine.loadgen.workload import SLO, LoadSpec, load_prompts  # noqa: E402
-from engine.serving.runner import ServerProcess  # noqa: E402
+from engine.serving.process import ServerProcess  # noqa: E402
 
 GUIDELLM = ROOT / ".venv-guidellm" / "bin" / "guidellm"
 CALC_SPEC = {"smollm2-135m-instruct": "smollm2-135m", "gpt-neo-125m-random": "gpt-neo-125m"}

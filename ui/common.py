@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NAV_ICONS = {
     "Playground": ":material/chat:", "Memory and cost": ":material/calculate:", "Roofline": ":material/show_chart:",
     "Few-shot code and eval": ":material/science:", "Latency race": ":material/timer:", "Batching": ":material/stacks:",
+    "Serving": ":material/dns:",
 }
 
 
