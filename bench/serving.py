@@ -116,6 +116,43 @@ def cross_check(srv: ServerProcess, model: str, concurrency: int, n: int, output
             "itl_p50_ratio_ours_pooled_over_peer_itl": mean["itl_s_p50_pooled"] / peer["itl_s_p50"]}
 
 
+def third_party(model_dir: Path, levels: list[float], n: int, output_tokens: int, slo: SLO) -> dict:
+    """The same load generator against Hugging Face's `transformers serve` (an OpenAI-compatible server in the
+    transformers wheel): proof that the client needs nothing but a URL. It refuses vLLM's `ignore_eos` (422), so
+    lengths are capped by max_tokens only; its model id is the folder path it was started with."""
+    from engine.serving.process import free_port
+
+    exe = Path(sys.executable).with_name("transformers")
+    port = free_port()
+    log = Path(tempfile.mkdtemp(prefix="tf-serve-")) / "serve.log"
+    with open(log, "w") as fh:
+        proc = subprocess.Popen([str(exe), "serve", "--host", "127.0.0.1", "--port", str(port), str(model_dir)],
+                                stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        try:
+            import httpx2 as httpx
+
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline:
+                if proc.poll() is not None:
+                    return {"skipped": f"transformers serve exited: {log.read_text()[-800:]}"}
+                try:
+                    if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.5)
+            spec = LoadSpec(base_url=f"http://127.0.0.1:{port}/v1", model=str(model_dir), endpoint="chat",
+                            mode="concurrency", n_requests=n, output_tokens=output_tokens, ignore_eos=False)
+            sweep = run_sweep(spec, slo, levels, keep_going=True)
+            return {"server": "transformers serve (transformers wheel)", "sweep": to_json(sweep), "loadavg": loadavg()}
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m-instruct")
@@ -128,6 +165,8 @@ def main() -> None:
     ap.add_argument("--peer", choices=("guidellm", "none"), default="guidellm")
     ap.add_argument("--peer-concurrency", type=int, default=4)
     ap.add_argument("--peer-requests", type=int, default=32)
+    ap.add_argument("--third-party", choices=("transformers-serve", "none"), default="none",
+                    help="also load-test Hugging Face's `transformers serve` on the same model folder")
     args = ap.parse_args()
 
     slo = SLO(ttft_s=args.slo_ttft, tpot_s=args.slo_tpot)
@@ -151,6 +190,9 @@ def main() -> None:
             else:
                 out["cross_check"] = cross_check(srv, args.model, args.peer_concurrency, args.peer_requests,
                                                  args.output_tokens)
+    if args.third_party == "transformers-serve":
+        out["third_party"] = third_party(tokenizer_dir(args.model), levels[:2], min(args.requests, 4),
+                                         args.output_tokens, slo)
     out["loadavg_end"] = loadavg()
     res = ROOT / "bench" / "results" / f"serving-{paths.machine_id()}.json"
     res.write_text(json.dumps(out, indent=2))
@@ -181,6 +223,14 @@ def main() -> None:
               f"(pooled chunk gaps {cc['itl_p50_ratio_ours_pooled_over_peer_itl']:.3f})")
     elif cc:
         print(f"cross-check skipped: {cc['skipped']}")
+    tp = out.get("third_party")
+    if tp and "skipped" not in tp:
+        for p in tp["sweep"]["points"]:
+            t = p["ttft_s"]["p50"]
+            print(f"transformers serve, {p['level']:g} users: {p['completed']}/{p['requests']} completed, "
+                  f"TTFT p50 {t if t is None else round(t, 2)} s, tok/s {p['output_tokens_per_s']}, errors {p['errors']}")
+    elif tp:
+        print(f"third-party server skipped: {tp['skipped']}")
     print(f"wrote {res.relative_to(ROOT)}")
 
 
