@@ -122,3 +122,17 @@ def test_cli_sweep_writes_json(server, tiny_lm, tmp_path, capsys):
     data = json.loads(out.read_text())
     assert data["spec"]["model"] == tiny_lm.name and len(data["points"]) == 2  # model found at GET /v1/models
     assert main(["loadgen", "--url", "http://127.0.0.1:9/v1"]) == 2  # a clear error, not a traceback
+
+
+def test_loadgen_knows_nothing_of_the_engine():
+    """It must work against any endpoint: from the engine it imports only the one statistics module."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "engine" / "loadgen"
+    for path in root.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("engine"):
+                assert node.module in ("engine", "engine.stats") or node.module.startswith("engine.loadgen"), path
+                if node.module == "engine":
+                    assert [a.name for a in node.names] == ["stats"], path
