@@ -217,6 +217,7 @@ def test_metrics_count_requests_tokens_and_latencies(tiny_server, tiny_lm):
     (b'{"model": "tiny-gpt-neo", "prompt": "' + b"word " * 3000 + b'", "max_tokens": 8}', 400, "context window"),
     (b'{"model": "tiny-gpt-neo", "prompt": "' + b"x" * 1_100_000 + b'"}', 413, "at most"),
     (b'[1, 2]', 400, "JSON object"),
+    (b'{"model": "tiny-gpt-neo", "prompt": "hi", "logprobs": 2}', 400, "logprobs"),
 ])
 def test_bad_requests_get_4xx_with_a_message_and_the_server_stays_healthy(tiny_server, tiny_lm, content, status, words):
     r = httpx.post(tiny_server.base_url + "/completions", content=content, timeout=GUARD_S,

@@ -24,7 +24,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from engine.batching.scheduler import RequestHandle, Scheduler, encode_prompt
-from engine.errors import CancelledError, EngineError, OutOfMemoryError
+from engine.errors import CancelledError, EngineError
 from engine.generation import check_context
 from engine.models import LoadedModel
 from engine.serving.metrics import ServerMetrics
@@ -208,9 +208,8 @@ def create_app(lm: LoadedModel, scheduler: Scheduler, *, served_name: str | None
             st.metrics.observe_request(endpoint, exc.status)
             return _error(exc)
         except EngineError as exc:  # bad prompt, too long for the context or the KV budget
-            status = 400 if not isinstance(exc, OutOfMemoryError) else 413
-            st.metrics.observe_request(endpoint, status)
-            return _error(RequestError(status, str(exc)))
+            st.metrics.observe_request(endpoint, 400)
+            return _error(RequestError(400, str(exc)))
         st.metrics.observe_request(endpoint, 200)
         pump = _Pump(handle, asyncio.get_running_loop())
         if req.stream:

@@ -3,6 +3,7 @@ readiness wait on /health, the log in a file, and a clear stop. Imports nothing 
 
 from __future__ import annotations
 
+import atexit
 import os
 import subprocess
 import sys
@@ -38,6 +39,9 @@ class ServerProcess:
         self._log = open(self.log_path, "w")  # noqa: SIM115 - kept open for the child's lifetime
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      cwd=str(Path(__file__).resolve().parents[2]))
+        # the parent's normal exit stops the child too (not PR_SET_PDEATHSIG: it fires when the *thread* that
+        # started the child ends, and Streamlit starts it from a script-run thread that ends after each rerun)
+        atexit.register(self.stop)
 
     @property
     def base_url(self) -> str:
@@ -78,7 +82,8 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout)
-        self._log.close()
+        if not self._log.closed:
+            self._log.close()
 
     def __enter__(self) -> ServerProcess:
         return self.wait_ready()
