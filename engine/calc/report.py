@@ -9,19 +9,26 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from engine.calc import quant
 from engine.calc.cost import CostEstimate, estimate_cost
 from engine.calc.memory import (
     DEFAULT_OVERHEAD,
+    WEIGHT_FORMATS,
+    GpuPlan,
     MaxSeqLen,
     MemoryEstimate,
+    bytes_per_weight,
     estimate_memory,
-    gpus_needed,
     kv_budget_bytes,
     max_batch,
     max_seq_len,
+    param_count,
+    plan_gpus,
+    quant_format_name,
+    weight_storage_note,
 )
 from engine.calc.paged import PagedComparison, compare_paged
-from engine.calc.specs import GPUSpec, ModelSpec, check_precision, positive_int
+from engine.calc.specs import GPUSpec, ModelSpec, ParamCount, check_precision, positive_int
 from engine.calc.timing import DATASHEET, Efficiency, TimingEstimate, estimate_timing
 from engine.errors import InvalidParameterError
 
@@ -31,7 +38,7 @@ class Inputs:
     """Everything the calculator is asked; one source of defaults for the CLI and the page."""
 
     dtype: str = "fp16"
-    kv_dtype: str | None = None  # None: same as dtype
+    kv_dtype: str | None = None  # None: same as dtype, but fp16 for weight-only int8/int4
     batch: int = 1
     seq_len: int | None = None  # tokens the cache is sized for; None: prompt + output
     prompt_tokens: int = 512
@@ -39,11 +46,14 @@ class Inputs:
     overhead: float = DEFAULT_OVERHEAD
     n_gpus: int = 1
     usd_per_gpu_hour: float | None = None  # None: no cost figures (prices are the user's)
+    weight_format: str | None = None  # int8 / int4 (torchao layouts) or a GGUF block format; None: plain dtype
+    group_size: int | None = None  # weights per scale for int8/int4; None: per channel (int8), 128 (int4)
 
     def resolved(self) -> Inputs:
         """Validate and fill seq_len; prompt + output must fit in seq_len."""
         dtype = check_precision("weight precision", self.dtype)
-        kv = check_precision("KV precision", self.kv_dtype or dtype)
+        # int8/int4 are weight-only: the cache stays 16-bit unless a KV precision is asked for
+        kv = check_precision("KV precision", self.kv_dtype or ("fp16" if dtype in ("int8", "int4") else dtype))
         p = positive_int("prompt tokens", self.prompt_tokens)
         o = positive_int("output tokens", self.output_tokens)
         s = positive_int("sequence length", self.seq_len) if self.seq_len is not None else p + o
@@ -54,7 +64,26 @@ class Inputs:
             )
         positive_int("batch", self.batch)
         positive_int("GPUs", self.n_gpus)
-        return Inputs(dtype, kv, self.batch, s, p, o, self.overhead, self.n_gpus, self.usd_per_gpu_hour)
+        fmt = self.weight_format or None
+        if fmt is not None:
+            if fmt not in WEIGHT_FORMATS:
+                raise InvalidParameterError(f"unknown weight format {fmt!r}; choose one of {', '.join(WEIGHT_FORMATS)}")
+            if self.group_size is not None:
+                positive_int("group size", self.group_size)
+            dtype = "int8" if quant.get(quant_format_name(fmt, self.group_size)[0]).bits > 4 else "int4"
+            kv = check_precision("KV precision", self.kv_dtype or "fp16")  # weight-only: the cache stays 16-bit
+        return Inputs(
+            dtype, kv, self.batch, s, p, o, self.overhead, self.n_gpus, self.usd_per_gpu_hour, fmt,
+            self.group_size if fmt in ("int8", "int4") else None,
+        )
+
+    @property
+    def weights_label(self) -> str:
+        """The weight precision as the user chose it: a format name (with its group size) or the dtype."""
+        if self.weight_format in ("int8", "int4"):
+            g = quant_format_name(self.weight_format, self.group_size)[1]
+            return f"{self.weight_format} ({'g' + str(g) if g else 'per channel'})"
+        return self.weight_format or self.dtype
 
 
 @dataclass(frozen=True)
@@ -67,8 +96,16 @@ class Estimate:
     max_seq_len: MaxSeqLen
     gpus_needed: int
     timing: TimingEstimate
-    cost: CostEstimate
+    cost: CostEstimate  # at the GPUs asked for, as if the load fitted
     paged: PagedComparison | None  # None when the weights alone leave no room for a cache
+    params: ParamCount  # per component; source "meta device" or "formula"
+    plan: GpuPlan  # the GPUs the load needs, and how they would be used
+    cost_at_plan: CostEstimate | None  # priced at plan.gpus when the load does not fit on the GPUs asked for
+    warnings: tuple[str, ...]  # every assumption a figure rests on
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.fits
 
 
 def split_prompt_output(
@@ -85,10 +122,16 @@ def split_prompt_output(
     return int(prompt_tokens), int(output_tokens)
 
 
+def _weights(spec: ModelSpec, i: Inputs) -> dict:
+    return {"weight_format": i.weight_format, "group_size": i.group_size}
+
+
 def estimate(spec: ModelSpec, gpu: GPUSpec, inputs: Inputs, eff: Efficiency = DATASHEET) -> Estimate:
-    """Memory (weights + KV + overhead), fit, max batch at s, max s at batch, GPUs needed, timing and cost."""
+    """Memory (weights + KV + overhead), fit, max batch at s, max s at batch, the GPU plan, timing and cost
+    (priced at the planned GPUs when the load does not fit), and the assumptions behind them."""
     i = inputs.resolved()
     assert i.seq_len is not None and i.kv_dtype is not None
+    wf = _weights(spec, i)
     mem = estimate_memory(
         spec,
         dtype=i.dtype,
@@ -98,6 +141,7 @@ def estimate(spec: ModelSpec, gpu: GPUSpec, inputs: Inputs, eff: Efficiency = DA
         gpu_memory_bytes=gpu.memory_bytes,
         overhead=i.overhead,
         n_gpus=i.n_gpus,
+        **wf,
     )
     common = dict(
         dtype=i.dtype,
@@ -105,26 +149,18 @@ def estimate(spec: ModelSpec, gpu: GPUSpec, inputs: Inputs, eff: Efficiency = DA
         gpu_memory_bytes=gpu.memory_bytes,
         overhead=i.overhead,
         n_gpus=i.n_gpus,
+        **wf,
     )
     mb = max_batch(spec, seq_len=i.seq_len, **common)
     ms = max_seq_len(spec, batch=i.batch, **common)
-    timing = estimate_timing(
-        spec,
-        gpu,
-        dtype=i.dtype,
-        kv_dtype=i.kv_dtype,
-        batch=i.batch,
-        prompt_tokens=i.prompt_tokens,
-        output_tokens=i.output_tokens,
-        n_gpus=i.n_gpus,
-        eff=eff,
-    )
+    wpp = bytes_per_weight(spec, i.dtype, **wf) if i.weight_format else None
+    timing = _timing(spec, gpu, i, eff, i.n_gpus, i.batch, wpp)
     cost = (
         estimate_cost(timing.tokens_per_s, i.usd_per_gpu_hour, i.n_gpus)
         if i.usd_per_gpu_hour is not None
         else CostEstimate(math.nan, math.nan, timing.tokens_per_s * 3600.0)
     )
-    budget = kv_budget_bytes(spec, i.dtype, gpu.memory_bytes, i.overhead, i.n_gpus)
+    budget = kv_budget_bytes(spec, i.dtype, gpu.memory_bytes, i.overhead, i.n_gpus, **wf)
     paged = (
         compare_paged(
             spec,
@@ -136,6 +172,20 @@ def estimate(spec: ModelSpec, gpu: GPUSpec, inputs: Inputs, eff: Efficiency = DA
         if budget > 0
         else None
     )
+    plan = plan_gpus(
+        spec,
+        dtype=i.dtype,
+        kv_dtype=i.kv_dtype,
+        batch=i.batch,
+        seq_len=i.seq_len,
+        gpu_memory_bytes=gpu.memory_bytes,
+        overhead=i.overhead,
+        **wf,
+    )
+    cost_at_plan = None
+    if not mem.fits and not plan.pipeline_needed and i.usd_per_gpu_hour is not None:
+        t_rep = _timing(spec, gpu, i, eff, plan.tensor_parallel, plan.batch_per_replica, wpp)
+        cost_at_plan = estimate_cost(t_rep.tokens_per_s * plan.replicas, i.usd_per_gpu_hour, plan.gpus)
     return Estimate(
         model=spec.name,
         gpu=gpu.name,
@@ -143,8 +193,97 @@ def estimate(spec: ModelSpec, gpu: GPUSpec, inputs: Inputs, eff: Efficiency = DA
         memory=mem,
         max_batch=mb,
         max_seq_len=ms,
-        gpus_needed=gpus_needed(mem.total_bytes, gpu.memory_bytes, spec.n_head),
+        gpus_needed=plan.gpus,
         timing=timing,
         cost=cost,
         paged=paged,
+        params=param_count(spec),
+        plan=plan,
+        cost_at_plan=cost_at_plan,
+        warnings=tuple(warnings_for(spec, gpu, i, timing)),
     )
+
+
+def _timing(spec: ModelSpec, gpu: GPUSpec, i: Inputs, eff: Efficiency, n_gpus: int, batch: int, wpp) -> TimingEstimate:
+    assert i.kv_dtype is not None
+    return estimate_timing(
+        spec,
+        gpu,
+        dtype=i.dtype,
+        kv_dtype=i.kv_dtype,
+        batch=batch,
+        prompt_tokens=i.prompt_tokens,
+        output_tokens=i.output_tokens,
+        n_gpus=n_gpus,
+        eff=eff,
+        weight_bytes_per_param=wpp,
+    )
+
+
+TP_DOMINATES = 0.5  # all-reduces above half of a step: tensor parallel costs more than it saves
+
+
+def warnings_for(spec: ModelSpec, gpu: GPUSpec, i: Inputs, timing: TimingEstimate) -> list[str]:
+    """Every assumption behind the figures, in words: the spec's own, the count's source, the weight format,
+    and tensor-parallel communication that dominates a step."""
+    out = list(spec.assumptions)
+    pc = param_count(spec)
+    if pc.source == "formula" and spec.source == "config.json":
+        t = spec.traits
+        out.append(
+            "parameters from the formula (the model class could not be built here): "
+            f"{'gated' if t.gated_mlp else 'plain'} MLP, {'parallel' if t.parallel_attn else 'sequential'} "
+            f"attention and MLP, biases q/k/v {'yes' if t.qkv_bias else 'no'}, output {'yes' if t.out_bias else 'no'}, "
+            f"MLP {'yes' if t.mlp_bias else 'no'}, head {'tied' if spec.tied_embeddings else 'untied'}"
+        )
+    if i.weight_format:
+        out.append(weight_storage_note(i.weight_format, i.group_size))
+    if spec.is_moe:
+        out.append(
+            f"mixture of experts: memory holds all {pc.total:,} parameters; a decode step reads the experts its "
+            f"{i.batch} sequence(s) visit, assuming uniform routing ({spec.experts_per_token} of {spec.n_experts} "
+            "per token)"
+        )
+    for phase, pt in (("prefill", timing.prefill), ("decode", timing.decode_step)):
+        if pt.comm_share > TP_DOMINATES:
+            out.append(
+                f"tensor-parallel all-reduces take {pt.comm_share:.0%} of each {phase} step over {gpu.interconnect}: "
+                f"communication dominates; fewer GPUs per replica (or replicas) would be faster"
+            )
+    return out
+
+
+@dataclass(frozen=True)
+class BatchPoint:
+    batch: int
+    fits: bool
+    tokens_per_s: float
+    decode_s_per_token: float
+    generation_s: float
+    usd_per_million_tokens: float  # at the GPUs asked for
+
+
+def batch_sweep(spec: ModelSpec, gpu: GPUSpec, inputs: Inputs, eff: Efficiency = DATASHEET, max_batch_: int = 4096) -> list[BatchPoint]:
+    """Latency and $/M tokens at batch 1, 2, 4, ... up to `max_batch_` and a little past the fit limit, with
+    every other input as given: the curve behind "batching lowers the cost until memory runs out"."""
+    from dataclasses import replace
+
+    i = inputs.resolved()
+    points = []
+    b = 1
+    while b <= max_batch_:
+        est = estimate(spec, gpu, replace(i, batch=b), eff)
+        points.append(
+            BatchPoint(
+                b,
+                est.fits,
+                est.timing.tokens_per_s,
+                est.timing.decode_s_per_token,
+                est.timing.generation_s,
+                est.cost.usd_per_million_tokens,
+            )
+        )
+        if not est.fits and len([p for p in points if not p.fits]) >= 2:
+            break
+        b *= 2
+    return points
