@@ -46,7 +46,7 @@ def cached_machine() -> GPUSpec:
 
 @st.cache_data(show_spinner="Fetching config.json…", max_entries=32)
 def cached_hub_spec(repo_id: str) -> ModelSpec:
-    from engine.calc_check import spec_from_hub
+    from engine.hub_config import spec_from_hub
 
     return spec_from_hub(repo_id)
 
