@@ -365,12 +365,15 @@ class GpuPlan:
                 f"it takes pipeline stages (layers on different GPUs) on top, about {self.gpus} GPUs in all."
             )
         if self.replicas == 1:
-            return f"{self.gpus} GPU(s) in tensor parallel ({self.gpus} divides the {n_heads} heads)."
+            if self.gpus == 1:
+                return "One GPU holds it all."
+            return f"{self.gpus} GPUs in tensor parallel ({self.gpus} divides the {n_heads} heads)."
         capped = self.memory_gpus > n_heads
+        each = "one GPU" if self.tensor_parallel == 1 else f"{self.tensor_parallel} GPUs in tensor parallel"
         return (
             (f"Tensor parallel cannot split {n_heads} heads over more than {n_heads} GPUs. " if capped else "")
-            + f"{self.replicas} replicas of {self.tensor_parallel} GPU(s) in tensor parallel, each serving "
-            f"{self.batch_per_replica} sequences: {self.gpus} GPUs."
+            + f"{self.replicas} replicas of {each}, each serving up to {self.batch_per_replica} sequences: "
+            f"{self.gpus} GPUs."
         )
 
 
@@ -386,18 +389,24 @@ def plan_gpus(
     weight_format: str | None = None,
     group_size: int | None = None,
 ) -> GpuPlan:
-    """t = the smallest divisor of the heads with room for the weights and at least one sequence on t GPUs;
-    batch per replica = min(batch, max batch on t GPUs); replicas = ceil(batch / batch per replica);
-    GPUs = t x replicas. With no such t (even t = heads leaves no room), pipeline stages are needed."""
+    """For each t dividing the heads (tensor parallel splits heads evenly, so t <= heads): sequences per
+    replica = floor((t x memory / (1 + overhead) - weights) / KV per sequence), replicas = ceil(batch /
+    that), GPUs = t x replicas; the plan is the t with the fewest GPUs (the smaller t on a tie: less
+    communication). With no t that holds one sequence, pipeline stages are needed."""
     w = weights_bytes(spec, dtype, weight_format, group_size)
     per_seq = kv_cache_bytes(spec, kv_dtype, 1, seq_len)
     total = (w + batch * per_seq) * (1 + overhead)
     memory_gpus = gpus_needed(total, gpu_memory_bytes)
+    best: GpuPlan | None = None
     for t in (d for d in range(1, spec.n_head + 1) if spec.n_head % d == 0):
         room = t * gpu_memory_bytes / (1 + overhead) - w
         fit = int(room // per_seq) if room > 0 else 0
         if fit >= 1:
             per_replica = min(batch, fit)
             replicas = math.ceil(batch / per_replica)
-            return GpuPlan(memory_gpus, t, replicas, per_replica, t * replicas, False)
+            plan = GpuPlan(memory_gpus, t, replicas, per_replica, t * replicas, False)
+            if best is None or plan.gpus < best.gpus:
+                best = plan
+    if best is not None:
+        return best
     return GpuPlan(memory_gpus, 0, 1, batch, max(memory_gpus, spec.n_head + 1), True)

@@ -86,6 +86,12 @@ class Inputs:
         return self.weight_format or self.dtype
 
 
+def default_precision(gpu: GPUSpec) -> str:
+    """The weight precision to start from on `gpu`: fp16 where it has an fp16 peak (a GPU), else fp32 (a CPU,
+    where fp16 runs through slow reference kernels and the engine loads fp32 by default)."""
+    return "fp16" if "fp16" in gpu.peak_flops else "fp32"
+
+
 @dataclass(frozen=True)
 class Estimate:
     model: str
