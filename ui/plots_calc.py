@@ -272,3 +272,44 @@ def comparison_chart(rows: Sequence[dict]) -> go.Figure:
         legend=dict(orientation="h", y=1.15),
     )
     return fig
+
+
+def batch_curve(points: Sequence, fit_limit: int, *, priced: bool) -> go.Figure:
+    """$/M output tokens (top) and time per output token (bottom) against batch size, log-2 x axis; points
+    past the memory limit are hollow and grey, and the limit itself is a dashed line."""
+    from plotly.subplots import make_subplots
+
+    rows = 2 if priced else 1
+    fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.08)
+    fits = [p for p in points if p.fits]
+    over = [p for p in points if not p.fits]
+    series = [("TPOT (ms)", lambda p: p.decode_s_per_token * 1e3, rows)]
+    if priced:
+        series.insert(0, ("$ per million output tokens", lambda p: p.usd_per_million_tokens, 1))
+    for title, y, row in series:
+        for group, name, color, symbol in ((fits, "fits", "#4C78A8", "circle"), (over, "does not fit", "#AAAAAA", "circle-open")):
+            if group:
+                fig.add_scatter(
+                    x=[p.batch for p in group],
+                    y=[y(p) for p in group],
+                    mode="lines+markers",
+                    marker=dict(color=color, symbol=symbol, size=9),
+                    line=dict(color=color, dash="solid" if group is fits else "dot"),
+                    name=f"{title}: {name}",
+                    showlegend=row == 1,
+                    row=row,
+                    col=1,
+                )
+        fig.update_yaxes(title_text=title, row=row, col=1)
+    if fit_limit >= 1:
+        fig.add_vline(
+            x=fit_limit,
+            line_dash="dash",
+            line_color="#E45756",
+            annotation_text=f"fit limit: batch {fit_limit}",
+            annotation_position="top right",
+        )
+    fig.update_xaxes(type="log", dtick=math.log10(2), title_text="batch (concurrent sequences)", row=rows, col=1)
+    fig.update_layout(height=420 if priced else 260, margin=dict(l=10, r=10, t=30, b=10), font=FONT,
+                      legend=dict(orientation="h", y=-0.25))
+    return fig

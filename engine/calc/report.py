@@ -189,7 +189,8 @@ def estimate(spec: ModelSpec, gpu: GPUSpec, inputs: Inputs, eff: Efficiency = DA
         **wf,
     )
     cost_at_plan = None
-    if not mem.fits and not plan.pipeline_needed and i.usd_per_gpu_hour is not None:
+    timeable = plan.tensor_parallel == 1 or gpu.interconnect_bytes_per_s > 0  # TP needs a known interconnect
+    if not mem.fits and not plan.pipeline_needed and i.usd_per_gpu_hour is not None and timeable:
         t_rep = _timing(spec, gpu, i, eff, plan.tensor_parallel, plan.batch_per_replica, wpp)
         cost_at_plan = estimate_cost(t_rep.tokens_per_s * plan.replicas, i.usd_per_gpu_hour, plan.gpus)
     return Estimate(
@@ -293,3 +294,48 @@ def batch_sweep(spec: ModelSpec, gpu: GPUSpec, inputs: Inputs, eff: Efficiency =
             break
         b *= 2
     return points
+
+
+def reasoning(est: Estimate, spec: ModelSpec, gpu: GPUSpec, eff: Efficiency = DATASHEET) -> list[str]:
+    """The estimate's reasoning as Markdown bullets, each sentence built from the numbers beside it."""
+    from engine.calc import format as fmt
+
+    m, t, i = est.memory, est.timing, est.inputs
+    kv_elem = m.kv_bytes_per_token / (2 * spec.kv_layers * spec.n_kv_head * spec.head_dim) if spec.kv_layers else 0
+    layers = f"{spec.kv_layers} attention layers" if spec.kv_layers != spec.n_layer else f"{spec.n_layer} layers"
+    n = i.n_gpus
+    lines = [
+        f"**Weights** = {m.params:,} parameters ({est.params.source}) × {m.weights_bytes / m.params:.4g} B "
+        f"({i.weights_label}) = **{fmt.gb(m.weights_bytes)}**.",
+        f"**KV cache** = 2 × {layers} × {spec.n_kv_head} KV heads × {spec.head_dim} head dim × {kv_elem:g} B = "
+        f"{m.kv_bytes_per_token:,.0f} B per token ({i.kv_dtype}); × {i.batch} users × {i.seq_len:,} tokens = "
+        f"**{fmt.gb(m.kv_cache_bytes)}**"
+        + (f" (capped at the {spec.sliding_window}-token window the model evicts beyond)" if spec.window_evicts else "")
+        + ".",
+        f"**Overhead** {i.overhead:.0%} of both = {fmt.gb(m.overhead_bytes)}; total {fmt.gb(m.total_bytes)} / {n} GPU(s)"
+        f" = {fmt.gb(m.per_gpu_bytes)} against {fmt.gb(m.gpu_memory_bytes)}.",
+        f"**Decode**: each step reads {fmt.gb(t.decode_step.weights_bytes)} of weights + {fmt.gb(t.decode_step.kv_bytes)} "
+        f"of KV cache at {fmt.gb(gpu.bandwidth_bytes_per_s * n * eff.bandwidth)}/s → {fmt.seconds(t.decode_s_per_token)} "
+        f"per step, for all {i.batch} users at once: {t.decode_step.bound}-bound.",
+        f"**Prefill**: {fmt.flops(t.prefill.flops)} at {fmt.flops(gpu.flops_for(i.dtype) * n * eff.flops, 'FLOP/s')} → "
+        f"{fmt.seconds(t.prefill_s)}: {t.prefill.bound}-bound.",
+    ]
+    if spec.is_moe:
+        lines.append(
+            f"**Experts**: memory holds all {est.params.total:,} parameters; a token uses {est.params.active:,} "
+            f"({spec.experts_per_token} of {spec.n_experts} experts + the router), which is what decode streams at batch 1."
+        )
+    if n > 1:
+        lines.append(
+            f"**Tensor parallel** over {gpu.interconnect or 'the interconnect'} "
+            f"({fmt.gb(gpu.interconnect_bytes_per_s)}/s each way): 2 all-reduces per layer cost "
+            f"{fmt.seconds(t.prefill.comm_s)} of prefill ({t.prefill.comm_share:.0%}) and "
+            f"{fmt.seconds(t.decode_step.comm_s)} per decode step ({t.decode_step.comm_share:.0%})."
+        )
+    if i.usd_per_gpu_hour is not None and math.isfinite(est.cost.usd_per_million_tokens):
+        lines.append(
+            f"**Cost**: ${i.usd_per_gpu_hour:g}/GPU-hour × {n} = {fmt.usd(est.cost.usd_per_hour)}/hour ÷ "
+            f"({t.tokens_per_s:,.0f} tok/s × 3600) × 10⁶ = **{fmt.usd(est.cost.usd_per_million_tokens)} per million "
+            "output tokens**" + ("" if est.fits else " if it fitted") + "."
+        )
+    return lines
