@@ -62,7 +62,10 @@ def cached_config_spec(content: bytes) -> ModelSpec:
 def _count_caption(spec: ModelSpec) -> str:
     pc = param_count(spec)
     active = f" ({pc.active:,} active per token)" if pc.active != pc.total else ""
-    return f"{spec.attention_kind}; {pc.total:,} parameters{active}, counted by the {pc.source}"
+    how = pc.source
+    if pc.source == "formula" and spec.source != "config.json" and spec.params_override is None:
+        how = "formula (for every preset it equals the real class's count on the meta device; tests/test_calc_params.py)"
+    return f"{spec.attention_kind}; {pc.total:,} parameters{active}, counted by the {how}"
 
 
 def cached_calibration() -> calibration.Calibration | None:
@@ -315,8 +318,10 @@ def breakdown_frame(est):
     import pandas as pd
 
     per = est.memory.weights_bytes / est.params.total
-    rows = [{"component": name, "parameters": n, "bytes": fmt.gb(n * per)} for name, n in est.params.rows() if n]
-    rows.append({"component": "total", "parameters": est.params.total, "bytes": fmt.gb(est.memory.weights_bytes)})
+    rows = [{"component": name, "parameters": f"{n:,}", "bytes": fmt.gb(n * per)} for name, n in est.params.rows() if n]
+    rows.append({"component": "total", "parameters": f"{est.params.total:,}", "bytes": fmt.gb(est.memory.weights_bytes)})
     if est.params.active != est.params.total:
-        rows.append({"component": "active per token", "parameters": est.params.active, "bytes": fmt.gb(est.params.active * per)})
+        rows.append(
+            {"component": "active per token", "parameters": f"{est.params.active:,}", "bytes": fmt.gb(est.params.active * per)}
+        )
     return pd.DataFrame(rows)

@@ -302,14 +302,18 @@ def batch_curve(points: Sequence, fit_limit: int, *, priced: bool) -> go.Figure:
                 )
         fig.update_yaxes(title_text=title, row=row, col=1)
     if fit_limit >= 1:
-        fig.add_vline(
-            x=fit_limit,
-            line_dash="dash",
-            line_color="#E45756",
-            annotation_text=f"fit limit: batch {fit_limit}",
-            annotation_position="top right",
-        )
-    fig.update_xaxes(type="log", dtick=math.log10(2), title_text="batch (concurrent sequences)", row=rows, col=1)
+        for row in range(1, rows + 1):
+            fig.add_vline(
+                x=fit_limit,
+                line_dash="dash",
+                line_color="#E45756",
+                row=row,
+                col=1,
+                annotation_text=f"fit limit: batch {fit_limit}" if row == 1 else None,
+                annotation_position="top right",
+            )
+    fig.update_xaxes(type="log", dtick=math.log10(2))
+    fig.update_xaxes(title_text="batch (concurrent sequences)", row=rows, col=1)
     fig.update_layout(height=420 if priced else 260, margin=dict(l=10, r=10, t=30, b=10), font=FONT,
                       legend=dict(orientation="h", y=-0.25))
     return fig

@@ -2,7 +2,7 @@
 
 `ModelSpec` holds the architecture numbers (from a preset in engine/data/architectures.toml, a Hugging
 Face config.json dict, or raw numbers); `GPUSpec` holds peak FLOP/s per precision, memory bandwidth and
-capacity, each with its source (engine/data/gpus.toml, from GPU_SPECS.md). Standard library only.
+capacity, each with its source (engine/data/gpus.toml, vendor datasheets). Standard library only.
 
 Layer layouts follow the Hugging Face modelling code (modeling_gpt_neo.py, modeling_gpt2.py,
 modeling_llama.py); `ArchTraits` says where they differ (biases, norm type, gated MLP, learned positions).
