@@ -115,7 +115,7 @@ with right:
     )
     for warning in est.warnings:
         st.warning(warning, icon=":material/warning:")
-    verdict, table = st.columns([3, 2])
+    verdict, table = st.columns([1, 1])
     with verdict:
         if m.fits:
             st.success(
@@ -187,7 +187,7 @@ with right:
         k[1].metric("$ per hour", fmt.usd(est.cost.usd_per_hour))
     elif est.cost_at_plan is not None:
         k[0].metric(
-            f"$ per million output tokens at {plan.gpus} GPUs",
+            f"$/M output tokens at {plan.gpus} GPUs",
             fmt.usd(est.cost_at_plan.usd_per_million_tokens),
             f"{fmt.usd(est.cost.usd_per_million_tokens)} on {n_gpus} if it fitted",
             delta_color="off",

@@ -116,7 +116,7 @@ def test_cost_is_priced_at_the_gpus_needed_when_it_does_not_fit():
     assert "Does not fit" in at.error[0].value
     labels = [m.label for m in at.metric]
     assert "$ per million output tokens" not in labels
-    priced = next(m for m in at.metric if m.label.startswith("$ per million output tokens at "))
+    priced = next(m for m in at.metric if m.label.startswith("$/M output tokens at "))
     n = int(priced.label.split(" at ")[1].split()[0])
     assert f"GPUs needed: **{n}**" in at.error[0].value and n > 1
     assert "if it fitted" in priced.delta

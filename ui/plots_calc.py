@@ -302,18 +302,22 @@ def batch_curve(points: Sequence, fit_limit: int, *, priced: bool) -> go.Figure:
                 )
         fig.update_yaxes(title_text=title, row=row, col=1)
     if fit_limit >= 1:
+        # a shape on a log axis takes the data value; an annotation takes its log10
         for row in range(1, rows + 1):
-            fig.add_vline(
-                x=fit_limit,
-                line_dash="dash",
-                line_color="#E45756",
-                row=row,
-                col=1,
-                annotation_text=f"fit limit: batch {fit_limit}" if row == 1 else None,
-                annotation_position="top right",
-            )
+            fig.add_vline(x=fit_limit, line_dash="dash", line_color="#E45756", row=row, col=1)
+        fig.add_annotation(
+            x=math.log10(fit_limit),
+            y=1,
+            xref="x",
+            yref="paper",
+            text=f"fit limit: batch {fit_limit}",
+            showarrow=False,
+            xanchor="left",
+            yanchor="bottom",
+            font=dict(color="#E45756"),
+        )
     fig.update_xaxes(type="log", dtick=math.log10(2))
     fig.update_xaxes(title_text="batch (concurrent sequences)", row=rows, col=1)
-    fig.update_layout(height=420 if priced else 260, margin=dict(l=10, r=10, t=30, b=10), font=FONT,
-                      legend=dict(orientation="h", y=-0.25))
+    fig.update_layout(height=460 if priced else 300, margin=dict(l=10, r=10, t=60, b=10), font=FONT,
+                      legend=dict(orientation="h", y=1.12, x=0))
     return fig
