@@ -321,7 +321,7 @@ def spec_from_numbers(
     """Raw numbers typed by the user. A given `params` overrides the count derived from the shape."""
     hidden = positive_int("hidden", hidden)
     n_head = positive_int("heads", n_head)
-    return validate_spec(
+    return validate_spec(  # each size was checked as it was read above
         ModelSpec(
             name=name,
             arch=arch,
@@ -339,7 +339,8 @@ def spec_from_numbers(
             window_evicts=bool(sliding_window) and window_evicts,
             params_override=params,
             source="raw numbers",
-        )
+        ),
+        sizes=False,
     )
 
 
