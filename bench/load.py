@@ -86,7 +86,10 @@ def serve(log: Path, extra_env: dict[str, str] | None = None, startup_s: float =
             proc.kill()
 
 
-HEALTH_BOUND_S = 10.0  # a health check not answered within this bound counts as a failure (a correctness bound)
+# A health check not answered within this bound counts as a failure. It is a liveness bound, not a speed claim:
+# on 2 cores at load average ~17 the server answered within 8 s at worst (p50 ~10 ms) while eight sessions
+# generated, one evaluated and one moved the calculator; generation alone kept it under 50 ms.
+HEALTH_BOUND_S = 30.0
 
 
 def _poll_health(url: str, interval_s: float, bound_s: float, stop, conn) -> None:
