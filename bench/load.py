@@ -87,8 +87,9 @@ def serve(log: Path, extra_env: dict[str, str] | None = None, startup_s: float =
 
 
 # A health check not answered within this bound counts as a failure. It is a liveness bound, not a speed claim:
-# on 2 cores at load average ~17 the server answered within 8 s at worst (p50 ~10 ms) while eight sessions
-# generated, one evaluated and one moved the calculator; generation alone kept it under 50 ms.
+# on 2 cores at load average ~17, with eight sessions generating, one evaluating and one moving the calculator,
+# most checks answered in milliseconds but one in a run took longer than 10 s; a single long generation at
+# load ~13 kept every answer under 50 ms (the stall comes from oversubscribed cores, not from generation).
 HEALTH_BOUND_S = 30.0
 
 
