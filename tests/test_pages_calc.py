@@ -236,3 +236,19 @@ def test_hub_id_offline_shows_what_to_do(monkeypatch):
     at.text_input(key="calc.hub").set_value("no-such-owner/no-such-model").run()
     assert not at.exception
     assert any("Upload the config.json" in e.value for e in at.error)
+
+
+def test_raw_numbers_take_a_layer_layout_and_say_the_count_is_a_formula():
+    from engine.calc.memory import count_params
+    from engine.calc.specs import spec_from_numbers
+
+    at = _run(CALC)
+    at.radio(key="calc.source").set_value("raw numbers").run()
+    at.selectbox(key="calc.arch").set_value("gpt_neox").run()
+    assert not at.exception and not at.error
+    want = count_params(
+        spec_from_numbers(arch="gpt_neox", n_layer=32, hidden=4096, n_head=32, n_kv_head=8, intermediate=14336,
+                          vocab=32000, context_length=8192)
+    ).total
+    assert any(f"{want:,} parameters" in c.value for c in at.caption)
+    assert any("raw numbers: parameters from the formula with the gpt_neox layer layout" in w.value for w in at.warning)

@@ -16,6 +16,7 @@ from engine.calc.memory import WEIGHT_FORMATS, formula_of, param_count
 from engine.calc.report import Inputs, default_precision
 from engine.calc.roofline import measured_point
 from engine.calc.specs import (
+    ARCH_TRAITS,
     PRECISIONS,
     THIS_MACHINE,
     GPUSpec,
@@ -142,8 +143,21 @@ def model_input(key: str, *, default: str = "gpt-neo-2.7b") -> ModelSpec | None:
             help="A window that evicts (rolling cache, as Mistral's) caps the KV cache.",
         )
         params = c3.number_input("parameters (0 = from shape)", 0, 10**13, 0, key=f"{key}.P")
-        inter = st.number_input("MLP intermediate size (0 = 4 x hidden)", 0, 1_000_000, 14336, key=f"{key}.I")
+        inter = c1.number_input("MLP intermediate size (0 = 4 x hidden)", 0, 1_000_000, 14336, key=f"{key}.I")
+        layouts = list(ARCH_TRAITS)
+        arch = c2.selectbox(
+            "layer layout",
+            layouts,
+            index=layouts.index("llama"),
+            key=f"{key}.arch",
+            help="Whose layer: biases, LayerNorm or RMSNorm, gated MLP or not, parallel block (each family's modelling code).",
+        )
+        experts = c3.number_input("MLP experts (1 = dense)", 1, 1024, 1, key=f"{key}.E")
+        per_token = c3.number_input("experts per token", 1, 1024, 1, key=f"{key}.k") if experts > 1 else 1
         return spec_from_numbers(
+            arch=arch,
+            n_experts=experts,
+            experts_per_token=per_token,
             name="custom",
             n_layer=n_layer,
             hidden=hidden,

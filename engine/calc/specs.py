@@ -317,10 +317,17 @@ def spec_from_numbers(
     sliding_window: int | None = None,
     window_evicts: bool = True,
     params: int | None = None,
+    n_experts: int = 1,
+    experts_per_token: int = 1,
 ) -> ModelSpec:
-    """Raw numbers typed by the user. A given `params` overrides the count derived from the shape."""
+    """Raw numbers typed by the user, in the layer layout `arch` (a key of ARCH_TRAITS: biases, norms, gated MLP
+    or not). A given `params` overrides the count derived from the shape."""
     hidden = positive_int("hidden", hidden)
     n_head = positive_int("heads", n_head)
+    assumed = () if params else (
+        f"raw numbers: parameters from the formula with the {arch} layer layout; a real model may differ in "
+        "biases, norms or extra tensors",
+    )
     return validate_spec(  # each size was checked as it was read above
         ModelSpec(
             name=name,
@@ -339,6 +346,9 @@ def spec_from_numbers(
             window_evicts=bool(sliding_window) and window_evicts,
             params_override=params,
             source="raw numbers",
+            n_experts=positive_int("experts", n_experts),
+            experts_per_token=positive_int("experts per token", experts_per_token),
+            assumptions=assumed,
         ),
         sizes=False,
     )
