@@ -64,7 +64,7 @@ def _count_caption(spec: ModelSpec) -> str:
     pc = param_count(spec)
     active = f" ({pc.active:,} active per token)" if pc.active != pc.total else ""
     how = pc.source
-    if pc.source == "formula" and spec.source != "config.json" and spec.params_override is None:
+    if pc.source == "formula" and spec.source not in ("config.json", "raw numbers") and spec.params_override is None:
         how = "formula (for every preset it equals the real class's count on the meta device; tests/test_calc_params.py)"
     return f"{spec.attention_kind}; {pc.total:,} parameters{active}, counted by the {how}"
 
@@ -154,7 +154,7 @@ def model_input(key: str, *, default: str = "gpt-neo-2.7b") -> ModelSpec | None:
         )
         experts = c3.number_input("MLP experts (1 = dense)", 1, 1024, 1, key=f"{key}.E")
         per_token = c3.number_input("experts per token", 1, 1024, 1, key=f"{key}.k") if experts > 1 else 1
-        return spec_from_numbers(
+        spec = spec_from_numbers(
             arch=arch,
             n_experts=experts,
             experts_per_token=per_token,
@@ -170,6 +170,8 @@ def model_input(key: str, *, default: str = "gpt-neo-2.7b") -> ModelSpec | None:
             sliding_window=window or None,
             params=params or None,
         )
+        st.caption(_count_caption(spec))
+        return spec
     except EngineError as exc:
         st.error(str(exc), icon=":material/error:")
         return None
