@@ -252,3 +252,12 @@ def test_raw_numbers_take_a_layer_layout_and_say_the_count_is_a_formula():
     ).total
     assert any(f"{want:,} parameters" in c.value for c in at.caption)
     assert any("raw numbers: parameters from the formula with the gpt_neox layer layout" in w.value for w in at.warning)
+
+
+def test_tensor_parallel_share_is_shown_with_its_interconnect():
+    at = _run(CALC)
+    assert "Tensor-parallel share of prefill" not in [m.label for m in at.metric]
+    at.number_input(key="calc.gpus").set_value(4).run()
+    assert _metric(at, "Tensor-parallel share of prefill") == "57%"  # GPT-Neo 2.7B, 4 T4s over PCIe Gen3
+    assert _metric(at, "Interconnect") == "PCIe Gen3 x16"
+    assert any("communication dominates" in w.value for w in at.warning)

@@ -251,6 +251,12 @@ def warnings_for(spec: ModelSpec, gpu: GPUSpec, i: Inputs, timing: TimingEstimat
             f"{i.batch} sequence(s) visit, assuming uniform routing ({spec.experts_per_token} of {spec.n_experts} "
             "per token)"
         )
+    if i.n_gpus > 1:
+        out.append(
+            f"tensor parallel over {i.n_gpus} GPUs: all-reduce time counts bandwidth only (ring, "
+            f"{gpu.interconnect or 'interconnect'}); each of the {2 * spec.n_layer} all-reduces per step also pays a "
+            "fixed launch and sync latency, which decode's small messages feel most"
+        )
     for phase, pt in (("prefill", timing.prefill), ("decode", timing.decode_step)):
         if pt.comm_share > TP_DOMINATES:
             out.append(
