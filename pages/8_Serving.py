@@ -16,6 +16,7 @@ from engine.loadgen.workload import ENDPOINTS, SLO, LoadSpec, LoadSpecError
 from engine.models import DEFAULT_MODEL, PRESETS
 from ui.common import init_state, page_setup, show_error
 from ui.serving_widgets import (
+    at_level,
     knee_sentence,
     latency_figure,
     level_unit,
@@ -163,7 +164,7 @@ else:
         f"Formula (the chapter's memory-bound decode rule): TPOT(b) = (weights + b × context × KV per token) / "
         f"bandwidth, with weights = {w / 1e9:.3f} GB and KV = {kv / 1e3:.1f} kB per token ({calc_name}, {dtype}), "
         f"context ≈ {ctx} tokens (median prompt + half the output), and bandwidth **calibrated** so the rule "
-        f"reproduces the measured TPOT p50 at {first.level:g} {unit} ({first.tpot_s.p50 * 1e3:.1f} ms → "
+        f"reproduces the measured TPOT p50 at {at_level(first.level, unit)} ({first.tpot_s.p50 * 1e3:.1f} ms → "
         f"{bw / 1e9:.2f} GB/s effective). Max users = largest b ≤ {slots} slots with TPOT(b) ≤ "
         f"{sweep.slo.tpot_s * 1e3:.0f} ms. It ignores the TTFT objective and prefill interference."
     )

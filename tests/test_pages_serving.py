@@ -25,6 +25,7 @@ def test_knee_sentence_follows_the_numbers():
     assert "the same as measured" in knee_sentence(4, "users", _pred(4), False)
     assert "**2 users**" in knee_sentence(2, "users", None, True) and "stopped" in knee_sentence(2, "users", None, True)
     assert "No level" in knee_sentence(None, "users", None, False)
+    assert "**1 user**" in knee_sentence(1, "users", None, False)
 
 
 def test_page_runs_a_sweep_against_a_url(tiny_lm):

@@ -47,6 +47,11 @@ def level_unit(mode: str) -> str:
     return "requests/s" if mode == "poisson" else "users"
 
 
+def at_level(x: float, unit: str) -> str:
+    """'1 user', '4 users', '0.5 requests/s'."""
+    return f"{x:g} {'user' if unit == 'users' and x == 1 else unit}"
+
+
 def table_rows(sweep: SweepResult) -> list[dict]:
     unit = level_unit(sweep.spec.mode)
     rows = []
@@ -125,7 +130,7 @@ def knee_sentence(knee: float | None, unit: str, predicted: CapacityPrediction |
         measured = "No level of this sweep met the SLOs: lower the load (or relax the SLOs) to find the knee."
     else:
         more = " (the sweep stopped at the first level that missed them)" if stopped_early else ""
-        measured = f"Measured knee: **{knee:g} {unit}** is the highest level that met the SLOs{more}."
+        measured = f"Measured knee: **{at_level(knee, unit)}** is the highest level that met the SLOs{more}."
     if predicted is None:
         return measured
     p = predicted.max_users
