@@ -7,8 +7,8 @@ cross-check the load generator against GuideLLM (a peer tool, vLLM project) on t
 
 The peer needs `bash scripts/make_guidellm_env.sh` (a side venv; GuideLLM's pins differ from the main ones).
 Cross-check protocol: the same prompts file (the shipped prompts, each with its output length), the chat
-endpoint, `ignore_eos`, the server's default temperature, the same concurrency and request count; the order is
-ours, GuideLLM, ours, so drift on a shared machine shows as a gap between our two runs. Reported side by side:
+endpoint, `ignore_eos`, the server's default temperature, the same concurrency and request count; runs are
+interleaved (ours, GuideLLM, ours, GuideLLM, ours) and the medians compared, so drift on a shared machine hits both. Reported side by side:
 p50 TTFT, and GuideLLM's p50 ITL (per-request mean gap) beside ours (per-request TPOT, the same quantity, and
 pooled chunk gaps). Writes bench/results/serving-<machine>.json; prints loadavg beside every figure.
 """
@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine import paths  # noqa: E402
+from engine import paths, stats  # noqa: E402
 from engine.calc import capacity  # noqa: E402
 from engine.calc.memory import kv_bytes_per_token, weights_bytes  # noqa: E402
 from engine.calc.specs import model_preset  # noqa: E402
@@ -90,7 +90,8 @@ def guidellm_run(base: str, model: str, data: Path, concurrency: int, n: int, ou
             "output_tokens_per_s": m["output_tokens_per_second"]["successful"]["mean"]}
 
 
-def cross_check(srv: ServerProcess, model: str, concurrency: int, n: int, output_tokens: int) -> dict:
+def cross_check(srv: ServerProcess, model: str, concurrency: int, n: int, output_tokens: int,
+                repeats: int = 2) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="serving-peer-"))
     data = tmp / "prompts.jsonl"
     prompts = load_prompts(None)
@@ -104,16 +105,26 @@ def cross_check(srv: ServerProcess, model: str, concurrency: int, n: int, output
         return {"ttft_s_p50": m.ttft_s.p50, "tpot_s_p50": m.tpot_s.p50, "itl_s_p50_pooled": m.itl_s.p50,
                 "completed": m.completed, "output_tokens_per_s": m.output_tokens_per_s, "loadavg": loadavg()}
 
-    a = ours()
-    peer = guidellm_run(srv.base_url.removesuffix("/v1"), model, data, concurrency, n, tmp / "guidellm.json")
-    peer["loadavg"] = loadavg()
-    b = ours()
-    mean = {k: (a[k] + b[k]) / 2 for k in ("ttft_s_p50", "tpot_s_p50", "itl_s_p50_pooled")}
+    # interleaved ours, peer, ours, peer, ..., ours: drift on a shared machine hits both; medians compared
+    runs_ours, runs_peer = [ours()], []
+    for i in range(repeats):
+        peer = guidellm_run(srv.base_url.removesuffix("/v1"), model, data, concurrency, n, tmp / f"guidellm-{i}.json")
+        peer["loadavg"] = loadavg()
+        runs_peer.append(peer)
+        runs_ours.append(ours())
+
+    def med(runs: list[dict], key: str) -> float:
+        return stats.median([r[key] for r in runs])
+
+    o_ttft, o_tpot, o_itl = (med(runs_ours, k) for k in ("ttft_s_p50", "tpot_s_p50", "itl_s_p50_pooled"))
+    p_ttft, p_itl = med(runs_peer, "ttft_s_p50"), med(runs_peer, "itl_s_p50")
     return {"tool": "guidellm 0.8.1", "concurrency": concurrency, "requests": n, "output_tokens": output_tokens,
-            "ours_before": a, "guidellm": peer, "ours_after": b,
-            "ttft_p50_ratio_ours_over_peer": mean["ttft_s_p50"] / peer["ttft_s_p50"],
-            "itl_p50_ratio_ours_tpot_over_peer_itl": mean["tpot_s_p50"] / peer["itl_s_p50"],
-            "itl_p50_ratio_ours_pooled_over_peer_itl": mean["itl_s_p50_pooled"] / peer["itl_s_p50"]}
+            "ours": runs_ours, "guidellm": runs_peer,
+            "median_ours": {"ttft_s_p50": o_ttft, "tpot_s_p50": o_tpot, "itl_s_p50_pooled": o_itl},
+            "median_guidellm": {"ttft_s_p50": p_ttft, "itl_s_p50": p_itl},
+            "ttft_p50_ratio_ours_over_peer": o_ttft / p_ttft,
+            "itl_p50_ratio_ours_tpot_over_peer_itl": o_tpot / p_itl,
+            "itl_p50_ratio_ours_pooled_over_peer_itl": o_itl / p_itl}
 
 
 def third_party(model_dir: Path, levels: list[float], n: int, output_tokens: int, slo: SLO) -> dict:
@@ -165,6 +176,7 @@ def main() -> None:
     ap.add_argument("--peer", choices=("guidellm", "none"), default="guidellm")
     ap.add_argument("--peer-concurrency", type=int, default=4)
     ap.add_argument("--peer-requests", type=int, default=32)
+    ap.add_argument("--peer-repeats", type=int, default=2, help="GuideLLM runs, interleaved with repeats + 1 of ours")
     ap.add_argument("--third-party", choices=("transformers-serve", "none"), default="none",
                     help="also load-test Hugging Face's `transformers serve` on the same model folder")
     args = ap.parse_args()
@@ -189,7 +201,7 @@ def main() -> None:
                 out["cross_check"] = {"skipped": "no .venv-guidellm: run bash scripts/make_guidellm_env.sh"}
             else:
                 out["cross_check"] = cross_check(srv, args.model, args.peer_concurrency, args.peer_requests,
-                                                 args.output_tokens)
+                                                 args.output_tokens, args.peer_repeats)
     if args.third_party == "transformers-serve":
         out["third_party"] = third_party(tokenizer_dir(args.model), levels[:2], min(args.requests, 4),
                                          args.output_tokens, slo)
@@ -214,11 +226,13 @@ def main() -> None:
     if cc and "skipped" not in cc:
         g = cc["guidellm"]
         print(f"cross-check at {cc['concurrency']} users, {cc['requests']} requests (chat, ignore_eos):")
-        for name, r in (("ours (before)", cc["ours_before"]), ("guidellm", g), ("ours (after)", cc["ours_after"])):
+        order = [x for pair in zip(cc["ours"], [*g, None], strict=False) for x in pair if x is not None]
+        for r in order:
+            name = "guidellm" if "itl_s_p50" in r else "ours"
             itl = r.get("itl_s_p50", r.get("tpot_s_p50"))
-            print(f"  {name:<14} TTFT p50 {r['ttft_s_p50'] * 1e3:7.1f} ms   ITL/TPOT p50 {itl * 1e3:6.1f} ms   "
+            print(f"  {name:<9} TTFT p50 {r['ttft_s_p50'] * 1e3:7.1f} ms   ITL/TPOT p50 {itl * 1e3:6.1f} ms   "
                   f"tok/s {r['output_tokens_per_s']:6.1f}   loadavg {r['loadavg']}")
-        print(f"  ratio ours/guidellm: TTFT p50 {cc['ttft_p50_ratio_ours_over_peer']:.3f}, "
+        print(f"  ratio of medians ours/guidellm: TTFT p50 {cc['ttft_p50_ratio_ours_over_peer']:.3f}, "
               f"TPOT vs ITL p50 {cc['itl_p50_ratio_ours_tpot_over_peer_itl']:.3f} "
               f"(pooled chunk gaps {cc['itl_p50_ratio_ours_pooled_over_peer_itl']:.3f})")
     elif cc:
