@@ -14,6 +14,7 @@ import streamlit as st
 from streamlit.errors import StreamlitPageNotFoundError
 
 from engine import hardware, models
+from engine.calc import format as fmt
 from engine.errors import EngineError
 
 APP_TITLE = "Inference Lab"
@@ -105,12 +106,8 @@ def show_error(exc: EngineError | ValueError) -> None:
 
 
 def fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "n/a"
-    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n:.0f} B"
+    """Bytes for people, by the project's one unit policy (engine.calc.format: decimal, 1 GB = 1e9 bytes)."""
+    return fmt.gb(n)
 
 
 def fmt_seconds(s: float | None) -> str:
