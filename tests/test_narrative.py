@@ -27,7 +27,8 @@ def test_tradeoff_flips_with_the_throughput_ratio():
 
 
 def test_sweep_sentence_says_when_a_bigger_batch_did_not_help():
-    pts = lambda tps: [NS(batch=b, tokens_per_s=t, latency_s=0.5 * b) for b, t in zip((1, 4, 16), tps, strict=True)]
+    def pts(tps):
+        return [NS(batch=b, tokens_per_s=t, latency_s=0.5 * b) for b, t in zip((1, 4, 16), tps, strict=True)]
     assert "did **not** raise throughput" in narrative.sweep_sentence(pts([100, 98, 97]))
     helped = narrative.sweep_sentence(pts([100, 300, 700]))
     assert "batch 16 **700 tokens/s** (7.0×)" in helped and "not" not in helped

@@ -78,7 +78,7 @@ def test_simulate_users_through_the_shared_scheduler():
     at = _page()
     at.number_input(key="batching.users_n").set_value(3)
     at.number_input(key="batching.users_tokens").set_value(4)
-    [b for b in at.button if "Simulate" in str(b.label)][0].click().run()
+    next(b for b in at.button if "Simulate" in str(b.label)).click().run()
     assert not at.exception and not at.error
     rows = at.session_state["batching.users"]["rows"]
     assert len(rows) == 3 and all(r["tokens"] >= 1 for r in rows)

@@ -12,6 +12,9 @@ from engine.errors import EngineError
 
 # A run predicted to take longer than this gets a warning before it starts.
 LONG_RUN_S = 60.0
+# Shorter cached runs take seconds on any machine this lab runs on: no forecast (it needs the machine's roofs,
+# measured once per server in a few seconds) until a run could plausibly take minutes.
+FORECAST_FROM_TOKENS = 256
 
 
 def per_token_latency(request_t: float, chunks: list[tuple[float, int]]) -> list[float]:
@@ -51,6 +54,8 @@ def forecast(lm, prompt: str, max_new: int, use_cache: bool):
     or this machine has not been measured. Uses the stored calibration when there is one."""
     from engine import calibration, estimate_check
 
+    if use_cache and max_new < FORECAST_FROM_TOKENS:
+        return None
     spec = calibration.spec_for_run_model(lm.name)
     if spec is None or lm.dtype not in ("fp32", "fp16", "bf16"):
         return None
