@@ -22,7 +22,7 @@ D = GenerationConfig()  # widget defaults come from the engine's dataclass: one 
 
 page_setup("Playground", ":material/chat:")
 init_state(NS, history=[], last=None, running=None, curve={})
-st.title("Prompt playground")
+st.title("Playground")
 st.caption("Generate with a causal LM and see what each run cost. Every number below a completion was "
            "measured on this run.")
 

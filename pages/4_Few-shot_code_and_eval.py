@@ -18,11 +18,11 @@ from ui.widgets import load_with_progress, model_picker
 NS = "lab"
 MAX_UPLOAD_BYTES = fewshot.MAX_CSV_BYTES
 
-page_setup("Few-shot, code and evaluation", ":material/science:")
+page_setup("Few-shot, code and eval", ":material/science:")
 init_state(NS, sweep=None, classified=None, code=None, eval_runs=[], last_eval=None)
 S = st.session_state
 
-st.title("Few-shot prompts, generated code, and evaluation")
+st.title("Few-shot, code and eval")
 st.caption(
     "Chapter 4.1.2-4.1.4: show a model a few examples and it classifies new text; ask it for code and "
     "review what comes back; and measure a model with a shared evaluation harness before trusting it."
@@ -319,7 +319,7 @@ with tab_code:
                 result.completion.full_text if result.mode == "complete" else result.completion.text,
                 language=None,
             )
-    st.info("**Why review is needed.** " + codegen.WHY_REVIEW, icon="🧐")
+    st.info("**Why review is needed.** " + codegen.WHY_REVIEW, icon=":material/rate_review:")
 
 
 # --- Evaluation ----------------------------------------------------------------------------------------------

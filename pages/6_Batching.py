@@ -27,7 +27,8 @@ page_setup("Batching", ":material/stacks:")
 init_state(NS, sweep=None, compare=None, users=None)
 _W = WorkloadSpec()
 
-st.title("Static versus in-flight batching")
+st.title("Batching")
+st.caption("Static versus in-flight batching, measured on this machine.")
 st.markdown(
     "Decode is memory-bound: every step reads all the weights to make **one** token per sequence, so running "
     "many sequences together shares that read and raises throughput. **Static batching** pads a batch, runs it "

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import streamlit as st
-from streamlit.errors import StreamlitPageNotFoundError
 
 from engine import hardware, models
 from engine.calc import format as fmt
@@ -21,32 +20,45 @@ APP_TITLE = "Inference Lab"
 
 
 ROOT = Path(__file__).resolve().parents[1]
-# Material icons ship with Streamlit: no emoji font needed on the viewer's machine.
-NAV_ICONS = {
-    "Playground": ":material/chat:", "Memory and cost": ":material/calculate:", "Roofline": ":material/show_chart:",
-    "Few-shot code and eval": ":material/science:", "Latency race": ":material/timer:", "Batching": ":material/stacks:",
-}
 
 
-def nav_title(path: Path) -> str:
-    """'pages/2_Memory_and_cost.py' -> 'Memory and cost'."""
-    return path.stem.split("_", 1)[-1].replace("_", " ")
+@dataclass(frozen=True)
+class NavPage:
+    script: str  # relative to the repository root
+    title: str  # the one name of the page: sidebar, browser tab, page title and README
+    icon: str  # a Material Symbol: drawn from the font Streamlit bundles, no emoji font needed
+    url_path: str  # stable deep link: /Playground?model=tiny-gpt-neo
 
 
-def page_setup(title: str, icon: str = ":material/science:", *, layout: str = "wide") -> None:
-    """Every page calls this first: one place owns page config and the navigation.
-    Streamlit's own pages-folder menu is hidden (.streamlit/config.toml) because it can only call the home
-    page 'app'; this one names it Home and gives each page an icon."""
-    st.set_page_config(page_title=f"{title} · {APP_TITLE}", page_icon=icon, layout=layout)
-    with st.sidebar:
-        try:
-            st.page_link("app.py", label="Home", icon=":material/home:")
-            for path in sorted((ROOT / "pages").glob("*.py")):
-                name = nav_title(path)
-                st.page_link(f"pages/{path.name}", label=name, icon=NAV_ICONS.get(name, ":material/article:"))
-        except StreamlitPageNotFoundError:
-            pass  # the page runs on its own (AppTest.from_file, `streamlit run pages/x.py`): no app to link to
-        st.divider()
+# Bundled, so the browser tab has its icon offline (a ":material/...:" page icon is fetched from a font CDN).
+FAVICON = str(ROOT / "ui" / "assets" / "favicon.png")
+HOME = NavPage("app.py", "Home", ":material/home:", "")
+PAGES = (
+    NavPage("pages/1_Playground.py", "Playground", ":material/chat:", "Playground"),
+    NavPage("pages/2_Memory_and_cost.py", "Memory and cost", ":material/calculate:", "Memory_and_cost"),
+    NavPage("pages/3_Roofline.py", "Roofline", ":material/show_chart:", "Roofline"),
+    NavPage("pages/4_Few-shot_code_and_eval.py", "Few-shot, code and eval", ":material/science:",
+            "Few-shot_code_and_eval"),
+    NavPage("pages/5_Latency_race.py", "Latency race", ":material/timer:", "Latency_race"),
+    NavPage("pages/6_Batching.py", "Batching", ":material/stacks:", "Batching"),
+)
+NAV_ICONS = {p.title: p.icon for p in PAGES}
+
+
+def navigation(home) -> st.navigation:
+    """The app's pages for `st.navigation` (app.py): Home (a callable, the default page at /) then PAGES, with
+    their titles, icons and stable URL paths."""
+    pages = [st.Page(home, title=HOME.title, icon=HOME.icon, default=True)]
+    pages += [st.Page(str(ROOT / p.script), title=p.title, icon=p.icon, url_path=p.url_path) for p in PAGES]
+    return st.navigation(pages, position="sidebar")
+
+
+def page_setup(title: str, icon: str | None = None, *, layout: str = "wide") -> None:
+    """Every page calls this first: one place owns page config. The navigation is app.py's st.navigation; a page
+    run on its own (AppTest.from_file, `streamlit run pages/x.py`) simply has none. `icon` is the page's
+    navigation icon (kept for the callers; the tab shows the bundled favicon on every page)."""
+    del icon
+    st.set_page_config(page_title=f"{title} · {APP_TITLE}", page_icon=FAVICON, layout=layout)
 
 
 @st.cache_resource(show_spinner=False)

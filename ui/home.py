@@ -51,7 +51,7 @@ def hardware_panel() -> None:
     cols[2].metric("RAM", fmt_bytes(hw.ram_total_bytes), help=f"{fmt_bytes(hw.ram_available_bytes)} available now")
     cols[3].metric("torch", hw.torch_version, help=f"CUDA build: {hw.cuda_build or 'none'}")
     with st.expander("Measure this machine's memory bandwidth and matmul throughput"):
-        st.caption("A read (sum) and a copy over 256 MiB, and a 1024³ matmul; best of 5. These set the "
+        st.caption("A read (sum) and a copy over a 268 MB buffer, and a 1024³ matmul; best of 5. These set the "
                    "roofline and the calculator's 'this machine' GPU entry.")
         if st.button("Measure", key="home.measure"):
             with st.spinner("Measuring… (a few seconds)"):
