@@ -7,6 +7,34 @@ import pytest
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
+def test_deep_link_offline_navigation_and_bundled_icons(dashboard, browser):
+    """Issue 12/13: the first visit of a fresh server is a deep link; it gets app.py's st.navigation (titles and
+    Material icons, not file names), the model from the URL, and nothing is fetched from outside the server
+    (the favicon and the icon font are bundled)."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    outside = []
+
+    def only_the_server(route):
+        if route.request.url.startswith(dashboard):
+            return route.continue_()
+        outside.append(route.request.url)
+        return route.abort()
+
+    page.route("**/*", only_the_server)
+    page.goto(dashboard + "/Playground?model=tiny-gpt-neo")
+    page.get_by_role("button", name="Generate").wait_for(timeout=240_000)
+    nav = page.get_by_test_id("stSidebarNav").inner_text()
+    for title in ("Home", "Playground", "Memory and cost", "Few-shot, code and eval", "Batching"):
+        assert title in nav
+    assert "\napp\n" not in f"\n{nav}\n"  # Streamlit's pages-folder menu names the home page 'app'
+    page.get_by_text("Loaded: ").first.wait_for(timeout=120_000)
+    assert "Loaded: tiny-gpt-neo" in page.inner_text("body")
+    page.get_by_role("link", name="Roofline").click()
+    page.get_by_role("heading", name="Roofline").first.wait_for(timeout=120_000)
+    assert not outside, outside
+    page.close()
+
+
 def test_dashboard_loads_and_generates(dashboard, browser):
     page = browser.new_page(viewport={"width": 1400, "height": 1600})
     page.goto(dashboard)

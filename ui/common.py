@@ -48,9 +48,24 @@ NAV_ICONS = {p.title: p.icon for p in PAGES}
 def navigation(home) -> st.navigation:
     """The app's pages for `st.navigation` (app.py): Home (a callable, the default page at /) then PAGES, with
     their titles, icons and stable URL paths."""
+    # The bundled favicon first: otherwise the browser shows the page's Material icon, fetched from a font CDN.
+    st.set_page_config(page_icon=FAVICON)
     pages = [st.Page(home, title=HOME.title, icon=HOME.icon, default=True)]
     pages += [st.Page(str(ROOT / p.script), title=p.title, icon=p.icon, url_path=p.url_path) for p in PAGES]
     return st.navigation(pages, position="sidebar")
+
+
+def _leave_pages_folder_mode() -> None:
+    """A fresh server that first receives a deep link (/Playground?model=...) runs the page in Streamlit's old
+    pages-folder mode, because the folder is named pages/ and app.py's st.navigation has not run yet in this
+    process: the sidebar then lists file names ("app", no icons). Switching the process to st.navigation and
+    rerunning runs app.py, which resolves the same URL to the same page (its hash is that of the URL path).
+    PagesManager.uses_pages_directory is Streamlit's own switch (set False by st.navigation itself)."""
+    from streamlit.runtime.pages_manager import PagesManager
+
+    if PagesManager.uses_pages_directory and (ROOT / "pages").is_dir() and st.runtime.exists():
+        PagesManager.uses_pages_directory = False
+        st.rerun()
 
 
 def page_setup(title: str, icon: str | None = None, *, layout: str = "wide") -> None:
@@ -58,6 +73,7 @@ def page_setup(title: str, icon: str | None = None, *, layout: str = "wide") -> 
     run on its own (AppTest.from_file, `streamlit run pages/x.py`) simply has none. `icon` is the page's
     navigation icon (kept for the callers; the tab shows the bundled favicon on every page)."""
     del icon
+    _leave_pages_folder_mode()
     st.set_page_config(page_title=f"{title} · {APP_TITLE}", page_icon=FAVICON, layout=layout)
 
 
