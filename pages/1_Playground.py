@@ -11,6 +11,7 @@ import streamlit as st
 from engine import generation, runlog
 from engine.errors import CancelledError, EngineError
 from engine.generation import GenerationConfig
+from ui import export
 from ui.batching_widgets import cached_scheduler
 from ui.common import fmt_bytes, fmt_count, fmt_seconds, init_state, page_setup, show_error
 from ui.narrative import latency_sentence
@@ -188,8 +189,12 @@ if go and lm is not None:
         show_error(exc)
 
 last = st.session_state[f"{NS}.last"]
+report: list = []
 if last is not None and not batch_mode:
     st.code(last["text"], language=None, wrap_lines=True)
+    report += [export.Heading(f"Last run: {last['model']}, KV cache {'on' if last['use_cache'] else 'off'}"),
+               export.Text(f"Stopped by **{last['status']}** after {last['tokens']} of {last['max_new']} tokens."),
+               export.Table([{"output": last["text"]}])]
     if last["status"] == "cancelled":
         st.warning(f"**Cancelled** after {last['tokens']} of {last['max_new']} tokens "
                    f"({fmt_seconds(last['elapsed'])}). The text above is what was made; this run is kept out of the "
@@ -203,16 +208,23 @@ if last is not None and not batch_mode:
         if run["model"] == last["model"] and run.get("latency"):
             curves[f"KV cache {'on' if cache_on else 'off'} ({run['tokens']} tokens)"] = run["latency"]
     if curves:
-        st.plotly_chart(latency_figure(curves), width="stretch", key=f"{NS}.latency_chart")
+        fig = latency_figure(curves)
+        st.plotly_chart(fig, width="stretch", key=f"{NS}.latency_chart")
         st.caption(latency_sentence(st.session_state[f"{NS}.curve"], last["model"]))
+        report += [export.Figure(fig, latency_sentence(st.session_state[f"{NS}.curve"], last["model"]))]
 
 history = st.session_state[f"{NS}.history"]
 st.subheader("Runs in this session")
 if history:
     df = pd.DataFrame(history)
     st.dataframe(df, hide_index=True, width="stretch")
-    st.download_button("Download runs (CSV)", df.to_csv(index=False).encode(), "playground_runs.csv", "text/csv",
+    c1, c2 = st.columns(2)
+    c1.download_button("Download runs (CSV)", df.to_csv(index=False).encode(), "playground_runs.csv", "text/csv",
                        key=f"{NS}.csv")
+    report += [export.Heading("Runs in this session"), export.Table(df)]
+    with c2:
+        export.download_button("Playground", report, key=f"{NS}.html",
+                               subtitle="TTFT, TPOT, latency and throughput measured on every run.")
 else:
     st.caption("No runs yet. Generate once with the KV cache on and once off to see what the cache buys.")
 

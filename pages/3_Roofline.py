@@ -10,6 +10,7 @@ from engine.calc.memory import formula_of
 from engine.calc.roofline import Roof, analyse, diagnose, measured_point, operators, roof_for
 from engine.calc.specs import PRECISIONS, THIS_MACHINE, load_gpu_catalog
 from engine.errors import EngineError
+from ui import export
 from ui.calc_widgets import cached_machine, load_runs, measured_roofline_points, model_input
 from ui.common import page_setup
 from ui.plots_calc import roofline_figure
@@ -83,8 +84,9 @@ with right:
     st.subheader(f"{spec.name} on {primary.name} · {dtype} · s = {seq:,} · b = {batch}")
     if cap_note:
         st.info(cap_note, icon=":material/info:")
-    fig = roofline_figure(roofs, results, measured=measured, machine_roof=machine_roof, ridge_note=note)
-    st.plotly_chart(separate_labels(split_measured(fig)), width="stretch", key=f"{NS}.chart")
+    fig = separate_labels(split_measured(
+        roofline_figure(roofs, results, measured=measured, machine_roof=machine_roof, ridge_note=note)))
+    st.plotly_chart(fig, width="stretch", key=f"{NS}.chart")
     if primary.key == "t4":
         st.caption(
             f"T4 as the chapter uses it: {primary.flops_for(dtype) / 1e12:g} TFLOPS {dtype} / "
@@ -125,6 +127,14 @@ for r in results:
             }
         )
 st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+report = [export.Text(cap_note)] if cap_note else []
+report += [export.Figure(fig, "Marker size: share of the phase's time.")]
+for r in results:
+    report += [export.Heading(f"{r.phase.capitalize()} ({fmt.seconds(r.attainable_s)} at best on {primary.name})"),
+               export.Text("\n".join(f"- {line}" for line in diagnose(r)))]
+report += [export.Heading("Operators"), export.Table(pd.DataFrame(rows))]
+export.download_button(f"Roofline: {spec.name} on {primary.name}", report, key=f"{NS}.html",
+                       subtitle=f"{dtype} · s = {seq:,} · b = {batch}")
 with st.expander("Formulas"):
     st.markdown(f"- {formula_of(operators)}")
     st.markdown(f"- {formula_of(analyse)}")

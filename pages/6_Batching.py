@@ -9,6 +9,7 @@ import streamlit as st
 from engine.batching.sweep import DEFAULT_SIZES, run_sweep
 from engine.batching.workload import OUTPUT_DISTRIBUTIONS, WorkloadSpec, generate_workload, replay
 from engine.errors import EngineError
+from ui import export
 from ui.batching_widgets import (
     cached_scheduler,
     gantt_figure,
@@ -19,12 +20,13 @@ from ui.batching_widgets import (
     sweep_figure,
 )
 from ui.common import fmt_bytes, fmt_seconds, init_state, page_setup, show_error
-from ui.narrative import sweep_sentence, tradeoff_sentences
+from ui.narrative import sweep_sentence, tradeoff_sentences, users_sentence
 from ui.widgets import load_with_progress, model_picker
 
 NS = "batching"
 page_setup("Batching", ":material/stacks:")
 init_state(NS, sweep=None, compare=None, users=None)
+report: list = []
 _W = WorkloadSpec()
 
 st.title("Batching")
@@ -57,7 +59,10 @@ if c3.button("Measure", key=f"{NS}.sweep_go", type="primary"):
         show_error(exc)
 sweep = st.session_state[f"{NS}.sweep"]
 if sweep is not None and sweep.model == lm.name:
-    st.plotly_chart(sweep_figure(sweep), width="stretch")
+    fig = sweep_figure(sweep)
+    st.plotly_chart(fig, width="stretch")
+    report += [export.Heading("Static batching: what a bigger batch buys"), export.Text(sweep_sentence(sweep.points)),
+               export.Figure(fig)]
     fits = sweep.max_batch_fits
     st.markdown(
         sweep_sentence(sweep.points)
@@ -122,13 +127,17 @@ if compare is not None and compare["static"].model == lm.name:
                 delta_color="inverse")
     c[2].metric("Static slots idle", f"{1 - s.slot_utilization:.0%}", help="row-steps computed for rows already finished")
     x_max = max(s.wall_s, i.wall_s) * 1.02
-    st.plotly_chart(gantt_figure(s, "Static batching: finished rows hold their slot (red) until the batch ends", x_max),
-                    width="stretch")
-    st.plotly_chart(gantt_figure(i, "In-flight batching: a finished row's slot goes to the next request at once", x_max),
-                    width="stretch")
+    g_s = gantt_figure(s, "Static batching: finished rows hold their slot (red) until the batch ends", x_max)
+    g_i = gantt_figure(i, "In-flight batching: a finished row's slot goes to the next request at once", x_max)
+    st.plotly_chart(g_s, width="stretch")
+    st.plotly_chart(g_i, width="stretch")
 
     st.subheader("The trade-off, from these measurements")
     st.markdown("\n".join(f"- {line}" for line in tradeoff_sentences(s, i)))
+    report += [export.Heading("Static versus in-flight on the same workload"),
+               export.Table([r.summary() for r in (s, i)]),
+               export.Text("\n".join(f"- {line}" for line in tradeoff_sentences(s, i))),
+               export.Figure(g_s), export.Figure(g_i)]
 
 # ---------------------------------------------------------------- 3. the live shared scheduler
 st.header("3 · The shared scheduler, live")
@@ -171,7 +180,12 @@ if simulate:
     except EngineError as exc:
         show_error(exc)
 if st.session_state.get(f"{NS}.users"):
-    show_users_result(st.session_state[f"{NS}.users"])
+    users = st.session_state[f"{NS}.users"]
+    show_users_result(users)
+    report += [export.Heading(f"Simulated {users['n']} users"), export.Text(users_sentence(users["n"], users["rows"])),
+               export.Table(users["rows"])]
+export.download_button(f"Batching: {lm.name}", report, key=f"{NS}.html",
+                       subtitle="Static and in-flight batching, measured on this machine.")
 
 auto = st.toggle("Refresh every 2 s", key=f"{NS}.live")
 

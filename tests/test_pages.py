@@ -124,3 +124,14 @@ def test_playground_stop_button_progress_and_latency_chart():
     from engine import runlog
 
     assert {m.source for m in runlog.load("tiny-gpt-neo")[-2:]} == {"playground"}
+
+
+def test_home_starts_a_tour_with_deep_links_and_names_its_sources():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT).run()
+    assert not at.exception
+    links = [p.proto for p in at.get("page_link")]
+    labels = [link.label for link in links]
+    assert labels[:2] == ["1. Playground", "2. Memory and cost"]
+    assert links[0].page == "Playground" and links[0].query_string == "model=smollm2-135m-instruct"
+    text = " ".join(c.value for c in at.caption)
+    assert "Running inference" in text and "Mastering LLM Techniques: Inference Optimization" in text

@@ -71,6 +71,8 @@ def test_tradeoff_text_follows_the_measurement():
     assert "Static batching won on throughput" in lost and "In-flight batching won" not in lost
     won = " ".join(m.value for m in _inject_compare(at, 150.0, 1.5).markdown)
     assert "In-flight batching won on throughput" in won and "Static batching won" not in won
+    report = [b for b in at.get("download_button") if "batching.html" in b.proto.id]
+    assert report and not report[0].proto.disabled  # the results export as one HTML report
 
 
 @pytest.mark.slow
