@@ -144,6 +144,9 @@ def run_single(lm, prompt: str, cfg: GenerationConfig, include_prompt: bool) -> 
                 status.caption(progress_text(cur["tokens"], cfg.max_new_tokens, cur["elapsed"]))
                 box.code(cur["text"], language=None, wrap_lines=True)
                 shown_at = now
+    except EngineError:
+        st.session_state[f"{NS}.running"] = None  # failed, not stopped: the error says why; nothing to keep
+        raise
     finally:
         # A rerun (Stop, a widget change) or a closed tab stops this script mid-loop: stop generating for nobody.
         s.cancel()
