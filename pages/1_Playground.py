@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import queue
+import threading
 import time
 
 import pandas as pd
@@ -84,6 +86,7 @@ if lm is not None:
 running = st.session_state[f"{NS}.running"]
 if running is not None:
     running["status"] = "cancelled"
+    running["elapsed"] = time.perf_counter() - running["request_t"]
     st.session_state[f"{NS}.last"] = running
     st.session_state[f"{NS}.running"] = None
     st.session_state[f"{NS}.history"].append({**running["row"], "output tokens": running["tokens"],
@@ -131,10 +134,35 @@ def run_single(lm, prompt: str, cfg: GenerationConfig, include_prompt: bool) -> 
     st.button("Stop", icon=":material/stop_circle:", key=f"{NS}.stop_btn",
               help="Stops generating at the next token; the text so far is kept, marked cancelled.")
     status, box = st.empty(), st.empty()
+    status.caption(progress_text(0, cfg.max_new_tokens, 0.0) + " · waiting for the first token (prefill)")
+    # The stream is read in a helper thread so this script can redraw elapsed time and tok/s while no token
+    # arrives (the prefill of a long prompt, a busy shared batch); chunks carry their arrival time.
+    chunks: queue.Queue = queue.Queue()
+
+    def pump() -> None:
+        try:
+            for chunk in s:
+                chunks.put(("chunk", chunk, time.perf_counter()))
+        except BaseException as exc:  # handed to the script thread
+            chunks.put(("error", exc, 0.0))
+        finally:
+            chunks.put(("end", None, 0.0))
+
+    threading.Thread(target=pump, name="playground-stream", daemon=True).start()
     shown_at = 0.0
     try:
-        for chunk in s:
-            now = time.perf_counter()
+        while True:
+            try:
+                kind, chunk, now = chunks.get(timeout=0.25)
+            except queue.Empty:
+                cur["elapsed"] = time.perf_counter() - t0
+                status.caption(progress_text(cur["tokens"], cfg.max_new_tokens, cur["elapsed"])
+                               + ("" if cur["tokens"] else " · waiting for the first token (prefill)"))
+                continue
+            if kind == "end":
+                break
+            if kind == "error":
+                raise chunk
             k = len(lm.tokenizer(chunk, add_special_tokens=False)["input_ids"]) or 1
             cur["chunks"].append((now, k))
             cur["tokens"] += k
