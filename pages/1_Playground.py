@@ -131,8 +131,9 @@ def run_single(lm, prompt: str, cfg: GenerationConfig, include_prompt: bool) -> 
            "row": {"time (UTC)": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()), "model": lm.name,
                    "dtype": lm.dtype, "device": lm.device, "mode": "single", "batch": 1, "kv cache": cfg.use_cache}}
     st.session_state[f"{NS}.running"] = cur
-    st.button("Stop", icon=":material/stop_circle:", key=f"{NS}.stop_btn",
-              help="Stops generating at the next token; the text so far is kept, marked cancelled.")
+    stop_slot = st.empty()  # emptied when the run ends: a Stop button must not outlive its run
+    stop_slot.button("Stop", icon=":material/stop_circle:", key=f"{NS}.stop_btn",
+                     help="Stops generating at the next token; the text so far is kept, marked cancelled.")
     status, box = st.empty(), st.empty()
     status.caption(progress_text(0, cfg.max_new_tokens, 0.0) + " · waiting for the first token (prefill)")
     # The stream is read in a helper thread so this script can redraw elapsed time and tok/s while no token
@@ -179,6 +180,7 @@ def run_single(lm, prompt: str, cfg: GenerationConfig, include_prompt: bool) -> 
         # A rerun (Stop, a widget change) or a closed tab stops this script mid-loop: stop generating for nobody.
         s.cancel()
     c = s.completion
+    stop_slot.empty()
     st.session_state[f"{NS}.running"] = None
     if c is None:
         raise CancelledError("the generation was cancelled before it finished; generate again")

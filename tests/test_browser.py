@@ -51,3 +51,23 @@ def test_dashboard_loads_and_generates(dashboard, browser):
         assert label in body
     assert "Traceback" not in body
     page.close()
+
+
+def test_playground_stop_keeps_partial_text_marked_cancelled(dashboard, browser):
+    """Issue 13 defect 4 in a real browser: a long run shows tokens / max and elapsed, Stop ends it, and the text
+    made so far stays on the page marked cancelled."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1400})
+    page.goto(dashboard + "/Playground?model=smollm2-135m-instruct")
+    page.get_by_text("Loaded: ").first.wait_for(timeout=240_000)
+    box = page.get_by_label("Max new tokens")
+    box.fill("4096")
+    box.press("Enter")
+    page.get_by_text("Predicted for this run").first.wait_for(timeout=400_000)  # measures the machine once
+    page.get_by_role("button", name="Generate").click()
+    page.wait_for_function("() => /[1-9][0-9]* \\/ 4096 tokens/.test(document.body.innerText)", timeout=300_000)
+    page.get_by_role("button", name="Stop").click()
+    page.get_by_text("Cancelled").first.wait_for(timeout=120_000)
+    body = page.inner_text("body")
+    assert "of 4096 tokens" in body and "kept out of the run log" in body
+    assert "Paris" in body  # the partial text survived the rerun
+    page.close()
