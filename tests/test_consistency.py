@@ -53,3 +53,9 @@ def test_no_emoji_icons():
     offenders = [p.name for p in (*ROOT.glob("pages/*.py"), *ROOT.glob("ui/*.py"), ROOT / "app.py")
                  if emoji.search(p.read_text())]
     assert not offenders
+
+
+def test_negative_durations_keep_their_unit():
+    from ui.common import fmt_seconds
+
+    assert fmt_seconds(-0.892219) == "−892.2 ms" and fmt_seconds(-2.5) == "−2.50 s"

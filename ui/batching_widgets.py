@@ -103,6 +103,8 @@ def show_snapshot(snap: SchedulerSnapshot) -> None:
         st.caption("The shared batch is idle: nothing running, nothing queued.")
 
 
+LIVE_REDRAW_S = 0.5  # how often the live queue/batch view is redrawn while simulated users run
+
 USER_PROMPTS = (
     "Explain in-flight batching in one sentence.",
     "Write a haiku about memory bandwidth.",
@@ -117,7 +119,7 @@ USER_PROMPTS = (
 
 def simulate_users(sched: Scheduler, lm: LoadedModel, n: int, max_new_tokens: int, stagger_s: float = 0.0) -> dict:
     """Replay `n` concurrent requests through the shared scheduler, drawing its queue and batch live (every
-    0.25 s) until all finish; returns {"n": n, "rows": per-request results} for show_users_result.
+    LIVE_REDRAW_S) until all finish; returns {"n": n, "rows": per-request results} for show_users_result.
     A rerun or a closed tab stops the script mid-loop: the finally cancels what is still running."""
     import time
 
@@ -137,7 +139,7 @@ def simulate_users(sched: Scheduler, lm: LoadedModel, n: int, max_new_tokens: in
                 st.caption(f"Live: {sum(h.done for h in handles)} of {n} finished, "
                            f"{time.perf_counter() - t0:.1f} s elapsed.")
                 show_snapshot(sched.snapshot())
-            time.sleep(0.25)
+            time.sleep(LIVE_REDRAW_S)
     finally:
         for h in handles:
             if not h.done:

@@ -141,6 +141,8 @@ def fmt_bytes(n: float | None) -> str:
 def fmt_seconds(s: float | None) -> str:
     if s is None or s != s:  # None or NaN
         return "n/a"
+    if s < 0:  # a difference (a metric's delta): the sign, then the size in the unit that suits it
+        return "−" + fmt_seconds(-s)
     if s < 1e-3:
         return f"{s * 1e6:.0f} µs"
     if s < 1:
