@@ -28,6 +28,9 @@ def test_ridge_note_follows_the_precision():
     fp32 = " ".join(a["text"] for a in figure(at)["layout"]["annotations"])
     assert "ridge 27.0" in fp32 and "203" not in fp32 and "→ 25.3" in fp32
     assert any("8.1 TFLOPS fp32 / 300 GB/s = 27.0" in c.value for c in at.caption)
+    note = next(a for a in figure(at)["layout"]["annotations"] if a["text"].startswith("<b>ridge"))
+    decode = next(t for t in figure(at)["data"] if t["name"] == "decode operators")
+    assert 10 ** note["y"] < min(decode["y"]) / 10  # the note sits well below the decode labels it used to cover
 
 
 def test_sequence_capped_at_the_context_says_so():
