@@ -34,7 +34,8 @@ _D, _S = LoadSpec(base_url="http://127.0.0.1:8000/v1", model=""), SLO()
 CALC_FOR = {"smollm2-135m-instruct": "smollm2-135m", "gpt-neo-125m-random": "gpt-neo-125m", "gpt-neo-125m": "gpt-neo-125m",
             "gpt-neo-1.3b-random": "gpt-neo-1.3b", "gpt-neo-1.3b": "gpt-neo-1.3b"}
 
-st.title("Serving: how many users within the SLOs?")
+st.title("Serving")
+st.subheader("How many users does a deployment hold within the SLOs?")
 st.markdown(
     "A deployment serves many users at once; the question is how much load it holds while every user still gets "
     "a fast first token (**TTFT**) and a steady stream (**TPOT**, the time per output token after the first). "
