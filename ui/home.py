@@ -7,7 +7,7 @@ import streamlit as st
 from engine import models
 from ui.common import (
     cached_hardware,
-    cached_machine_roofline,
+    cached_machine_measurement,
     fmt_bytes,
     fmt_count,
     fmt_seconds,
@@ -51,15 +51,17 @@ def hardware_panel() -> None:
     cols[2].metric("RAM", fmt_bytes(hw.ram_total_bytes), help=f"{fmt_bytes(hw.ram_available_bytes)} available now")
     cols[3].metric("torch", hw.torch_version, help=f"CUDA build: {hw.cuda_build or 'none'}")
     with st.expander("Measure this machine's memory bandwidth and matmul throughput"):
-        st.caption("A read (sum) and a copy over 256 MiB, and a 1024³ matmul; best of 5. These set the "
-                   "roofline and the calculator's 'this machine' GPU entry.")
+        st.caption("A read (sum) and a copy over 256 MiB, and a 1024³ matmul per precision; best of 5. These set "
+                   "the roofline and the calculator's 'this machine' entry (one measurement, shared by every page).")
         if st.button("Measure", key="home.measure"):
-            with st.spinner("Measuring… (a few seconds)"):
-                roof = cached_machine_roofline()
-            c = st.columns(3)
-            c[0].metric("Read bandwidth (measured)", f"{roof.bandwidth.read_bytes_per_s / 1e9:.1f} GB/s")
-            c[1].metric("Copy bandwidth (measured)", f"{roof.bandwidth.copy_bytes_per_s / 1e9:.1f} GB/s")
-            c[2].metric(f"Matmul {roof.matmul.dtype} (measured)", f"{roof.matmul.flops_per_s / 1e9:.0f} GFLOP/s")
+            roof = cached_machine_measurement()
+            c = st.columns(2 + len(roof.matmul_flops_per_s))
+            c[0].metric("Read bandwidth (measured)", f"{roof.read_bytes_per_s / 1e9:.1f} GB/s")
+            c[1].metric("Copy bandwidth (measured)", f"{roof.copy_bytes_per_s / 1e9:.1f} GB/s")
+            for col, (dt, flops) in zip(c[2:], roof.matmul_flops_per_s.items(), strict=True):
+                col.metric(f"Matmul {dt} (measured)", f"{flops / 1e9:.0f} GFLOP/s")
+            st.caption(f"Measured {roof.measured_at} on {roof.device}, load average {roof.loadavg_1m:.2f} "
+                       "(a busy machine measures lower roofs).")
 
 
 def models_panel() -> None:
