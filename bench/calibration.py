@@ -34,6 +34,7 @@ from engine.calibration import (  # noqa: E402
     CALIBRATION_SHAPES,
     DEFAULT_MODEL,
     SHORT_DEPTH,
+    RunSample,
     build_calibration,
     load_models,
     predict,
@@ -42,18 +43,18 @@ from engine.calibration import (  # noqa: E402
     save_calibration,
     spec_for_run_model,
 )
-from engine.calibration_runs import Shape, timed_run  # noqa: E402
+from engine.calibration_runs import Shape, TimedRun, timed_run  # noqa: E402
 from engine.stats import median  # noqa: E402
 
 DTYPES = ("fp32", "bf16")
 NEO125 = "gpt-neo-125m-random"
 NEO13 = "gpt-neo-1.3b-random"
-NEO125_SHAPES = (Shape(64, 16, 1), Shape(64, 16, 4))
-NEO13_SHAPES = (Shape(32, 6, 1),)
+NEO125_SHAPES = (Shape(48, 8, 1), Shape(48, 8, 4))
+NEO13_SHAPES = (Shape(32, 5, 1),)
 NEO13_REPEATS = 2  # 5 GB of fp32 weights per step: few tokens, few repeats
 
 
-def run(repeats: int, neo13: bool, neo13_bf16: bool) -> dict:
+def run(repeats: int, neo13: bool, neo13_bf16: bool, raw_out: Path | None = None) -> dict:
     from engine.models import load_model
 
     t0 = time.perf_counter()
@@ -75,6 +76,15 @@ def run(repeats: int, neo13: bool, neo13_bf16: bool) -> dict:
                 target_runs += [timed_run(lm, s) for s in shapes]
     roofs = machine.best_of(roofs, machine.measure(DTYPES, store=False))
     machine.save(roofs)
+    if raw_out is not None:  # the raw runs first: the analysis below can be redone from them (--from-runs)
+        raw_out.parent.mkdir(parents=True, exist_ok=True)
+        raw_out.write_text(json.dumps(_clean({"calibration_runs": [asdict(r) for r in calib_runs],
+                                              "target_runs": [asdict(r) for r in target_runs],
+                                              "roofs": asdict(roofs)}), indent=1))
+    return analyse(calib_runs, target_runs, roofs, t0)
+
+
+def analyse(calib_runs, target_runs, roofs, t0: float) -> dict:
     smol = spec_for_run_model(DEFAULT_MODEL)
     cal = build_calibration(smol, run_samples(calib_runs, smol.n_layer), roofs.gpu_spec(), model=DEFAULT_MODEL)
     save_calibration(cal)  # as `python -m engine calibrate` would
@@ -85,8 +95,6 @@ def run(repeats: int, neo13: bool, neo13_bf16: bool) -> dict:
     for (model, dt, b, p, o), runs in groups.items():
         spec = spec_for_run_model(model)
         pred = predict_interval(cal, spec, dtype=dt, prompt_tokens=p, output_tokens=o, batch=b)
-        from engine.calibration import RunSample
-
         ds_ttft, ds_tpot = predict(spec, RunSample(dt, b, p, o, 0, 0), roofs.gpu_spec())
         tpot, ttft = min(r.tpot_s for r in runs), min(r.ttft_s for r in runs)
         rows.append({
@@ -130,12 +138,19 @@ def main() -> int:
     ap.add_argument("--no-neo13", action="store_true", help="skip GPT-Neo 1.3B (5 GB in fp32)")
     ap.add_argument("--neo13-bf16", action="store_true", help="also GPT-Neo 1.3B in bf16")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--from-runs", type=Path, default=None, help="redo the analysis from a saved .runs.json")
     args = ap.parse_args()
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out = args.out or ROOT / "bench" / "results" / f"calibration-{paths.machine_id()}-{stamp}.json"
     load_before = os.getloadavg()[0]
-    with ThreadPoolExecutor(max_workers=1) as pool:  # a worker thread, like the dashboard (see bench/decode.py)
-        result = pool.submit(run, args.repeats, not args.no_neo13, args.neo13_bf16).result()
+    if args.from_runs:
+        raw = json.loads(args.from_runs.read_text())
+        result = analyse([TimedRun(**r) for r in raw["calibration_runs"]], [TimedRun(**r) for r in raw["target_runs"]],
+                         machine.MachineMeasurement(**raw["roofs"]), time.perf_counter())
+    else:
+        with ThreadPoolExecutor(max_workers=1) as pool:  # a worker thread, like the dashboard (see bench/decode.py)
+            result = pool.submit(run, args.repeats, not args.no_neo13, args.neo13_bf16,
+                                 out.with_suffix(".runs.json")).result()
     print(f"load average {load_before:.2f} at start, {os.getloadavg()[0]:.2f} at end, {os.cpu_count()} cores; "
           f"{result['seconds']:.0f} s")
     if result["load"]:

@@ -64,9 +64,9 @@ __all__ = [
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 DEFAULT_DTYPES = ("fp32", "bf16")
-# The calibration's shapes: prompt lengths 32 and 128, outputs 8 and 16, batch 1 and 4, at the full depth and
+# The calibration's shapes: prompt lengths 32 and 128, outputs 8 and 6, batch 1 and 4, at the full depth and
 # cut to SHORT_DEPTH layers (two depths separate bytes from per-layer cost; see engine.calibration_fit).
-CALIBRATION_SHAPES = (Shape(32, 16, 1), Shape(128, 8, 1), Shape(32, 8, 4), Shape(96, 16, 4))
+CALIBRATION_SHAPES = (Shape(32, 8, 1), Shape(128, 6, 1), Shape(32, 6, 4))
 SHORT_DEPTH = 8
 # Names the engine's runs carry -> the calculator's preset of the same shape.
 RUN_MODEL_TO_PRESET = {

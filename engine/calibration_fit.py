@@ -19,8 +19,8 @@ The fit (Chen & Revels, "Robust benchmarking in noisy environments", 2016, for t
    alike), coefficients kept >= 0 (a negative time per byte is not physics: that feature is dropped);
 3. a point whose relative residual is over 3x the median absolute residual (and over 10%) is dropped and
    the fit redone once (a shape that was slow in every repeat);
-4. uncertainty: bootstrap over the shapes (Efron & Tibshirani, ch. 6): refit on shapes drawn with
-   replacement; each replicate's prediction is scaled by one of the fit's relative residuals, so the
+4. uncertainty: a residual bootstrap (Efron & Tibshirani, ch. 9): refit on the fitted times scaled by
+   residuals drawn with replacement; each replicate's prediction is scaled by one more residual, so the
    interval carries both the parameters' spread and the model's error on the shapes it saw.
 
 Identifiability: bytes and layers move together in one model, so runs at two depths (the calibration model
@@ -335,6 +335,10 @@ def fit_precisions(
             (predict_point(coef, f)[0] - t) / t for f, t in zip(d.feats, d.ttft, strict=True)
         ]
         bad = sorted(set(dropped.get(d.dtype, [])) | set(pre_bad))
+        # residuals of a fit are smaller than its errors on new points: inflate by sqrt(n / (n - k))
+        n = len(d.feats) - len(bad)
+        dec_res = [r * math.sqrt(n / max(1, n - 3)) for r in dec_res]
+        pre_res = [r * math.sqrt(n / max(1, n - 2)) for r in pre_res]
         fits[d.dtype] = PrecisionFit(
             d.dtype,
             *coef,
@@ -346,21 +350,33 @@ def fit_precisions(
         )
         if bad:
             notes.append(f"{d.dtype}: {len(bad)} of {len(d.feats)} shapes left out of the fit as outliers")
-    # bootstrap over shapes, all precisions resampled together (a pooled fit couples them)
+    # residual bootstrap: the shapes stay, each measured time is redrawn as the fit's time scaled by one of
+    # the fit's residuals (a case bootstrap over a few shapes would often drop every batch-4 or short-depth
+    # shape and with it a coefficient); all precisions redrawn together (a pooled fit couples them)
     reps: dict[str, list[list[float]]] = {dt: [] for dt in fits}
+    fitted = {
+        d.dtype: [predict_point(fits[d.dtype].coefficients, f) for f in d.feats] for d in designs if d.dtype in fits
+    }
     for _ in range(bootstrap):
         drawn = []
         for d in designs:
-            idx = [rng.randrange(len(d.feats)) for _ in d.feats]
+            if d.dtype not in fits:
+                continue
+            fr = fits[d.dtype]
+            dres, pres = fr.decode_residuals or [0.0], fr.prefill_residuals or [0.0]
             drawn.append(
-                _Design(d.dtype, [d.feats[i] for i in idx], [d.ttft[i] for i in idx], [d.tpot[i] for i in idx])
+                _Design(
+                    d.dtype,
+                    d.feats,
+                    [t / (1 + rng.choice(pres)) for t, _ in fitted[d.dtype]],
+                    [t / (1 + rng.choice(dres)) for _, t in fitted[d.dtype]],
+                )
             )
         one = _fit_once(drawn, pooled)
         if one is None:
             continue
         for dt, c in one.items():
-            if dt in reps:
-                reps[dt].append(c)
+            reps[dt].append(c)
     fits = {dt: replace(f, replicates=reps[dt]) for dt, f in fits.items()}
     if not fits:
         raise InvalidParameterError("the runs could not be fitted: run `python -m engine calibrate` again")

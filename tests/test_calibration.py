@@ -98,8 +98,8 @@ def test_interval_covers_an_unseen_shape():
             truth_ttft, truth_tpot = predict_point(coef, features(NEO, dt, 64, 16, batch))
             p = predict_interval(cal, NEO, dtype=dt, prompt_tokens=64, output_tokens=16, batch=batch)
             assert p.tpot.low <= p.tpot.point <= p.tpot.high and p.ttft.low <= p.ttft.point <= p.ttft.high
-            # runs are truth slowed by 0..5%: the interval covers the truth and up to 5% above it
-            assert p.tpot.covers(truth_tpot * 1.02) and p.ttft.covers(truth_ttft * 1.02), (dt, batch, p)
+            # runs are truth slowed by 0..5%, fastest of 3 kept: the expected measurement is truth x 1.0125
+            assert p.tpot.covers(truth_tpot * 1.0125) and p.ttft.covers(truth_ttft * 1.0125), (dt, batch, p)
             assert p.tpot.high / p.tpot.low < 1.5  # and it is informative
     with pytest.raises(Exception, match="batch"):
         predict_interval(cal, NEO, dtype="fp32", prompt_tokens=64, output_tokens=16, batch=0)
