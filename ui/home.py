@@ -59,9 +59,12 @@ def hardware_panel() -> None:
             c[0].metric("Read bandwidth (measured)", f"{roof.read_bytes_per_s / 1e9:.1f} GB/s")
             c[1].metric("Copy bandwidth (measured)", f"{roof.copy_bytes_per_s / 1e9:.1f} GB/s")
             for col, (dt, flops) in zip(c[2:], roof.matmul_flops_per_s.items(), strict=True):
-                col.metric(f"Matmul {dt} (measured)", f"{flops / 1e9:.0f} GFLOP/s")
-            st.caption(f"Measured {roof.measured_at} on {roof.device}, load average {roof.loadavg_1m:.2f} "
-                       "(a busy machine measures lower roofs).")
+                col.metric(f"Matmul {dt} (measured)", f"{flops / 1e9:.3g} GFLOP/s")
+            cores = hw.cpu_cores_logical
+            busy = roof.loadavg_1m > cores
+            st.caption(f"Measured {roof.measured_at} on {roof.device}, load average {roof.loadavg_1m:.2f} on {cores} "
+                       "cores: " + ("the machine was busy, so these roofs are lower than it reaches when quiet."
+                                    if busy else "a quiet machine, so these are its roofs."))
 
 
 def models_panel() -> None:
