@@ -66,6 +66,7 @@ def run(repeats: int, neo13: bool, neo13_bf16: bool, raw_out: Path | None = None
             targets.append((load_model(NEO13, dtype=dt, device="cpu"), NEO13_SHAPES, NEO13_REPEATS))
     for lm in [*calib_lms, *(t[0] for t in targets)]:
         timed_run(lm, Shape(16, 3, 1))  # warm-up: allocator, thread pool, caches
+    print(f"loaded and warmed up at {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     calib_runs, target_runs = [], []
     for rep in range(repeats):  # calibration and targets take turns
         for shape in CALIBRATION_SHAPES:
@@ -74,6 +75,8 @@ def run(repeats: int, neo13: bool, neo13_bf16: bool, raw_out: Path | None = None
         for lm, shapes, n in targets:
             if rep < n:
                 target_runs += [timed_run(lm, s) for s in shapes]
+        print(f"repeat {rep + 1}/{repeats} done at {time.perf_counter() - t0:.0f} s, load average "
+              f"{os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
     roofs = machine.best_of(roofs, machine.measure(DTYPES, store=False))
     machine.save(roofs)
     if raw_out is not None:  # the raw runs first: the analysis below can be redone from them (--from-runs)
