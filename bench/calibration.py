@@ -77,14 +77,19 @@ def run(repeats: int, neo13: bool, neo13_bf16: bool, raw_out: Path | None = None
                 target_runs += [timed_run(lm, s) for s in shapes]
         print(f"repeat {rep + 1}/{repeats} done at {time.perf_counter() - t0:.0f} s, load average "
               f"{os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
+        _save_raw(raw_out, calib_runs, target_runs, roofs)  # a run cut short still leaves its data
     roofs = machine.best_of(roofs, machine.measure(DTYPES, store=False))
     machine.save(roofs)
-    if raw_out is not None:  # the raw runs first: the analysis below can be redone from them (--from-runs)
+    _save_raw(raw_out, calib_runs, target_runs, roofs)  # the analysis below can be redone from it (--from-runs)
+    return analyse(calib_runs, target_runs, roofs, t0)
+
+
+def _save_raw(raw_out: Path | None, calib_runs, target_runs, roofs) -> None:
+    if raw_out is not None:
         raw_out.parent.mkdir(parents=True, exist_ok=True)
         raw_out.write_text(json.dumps(_clean({"calibration_runs": [asdict(r) for r in calib_runs],
                                               "target_runs": [asdict(r) for r in target_runs],
                                               "roofs": asdict(roofs)}), indent=1))
-    return analyse(calib_runs, target_runs, roofs, t0)
 
 
 def analyse(calib_runs, target_runs, roofs, t0: float) -> dict:
