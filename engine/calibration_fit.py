@@ -368,8 +368,8 @@ def fit_precisions(
                 _Design(
                     d.dtype,
                     d.feats,
-                    [t / (1 + rng.choice(pres)) for t, _ in fitted[d.dtype]],
-                    [t / (1 + rng.choice(dres)) for _, t in fitted[d.dtype]],
+                    [t / _scale(rng.choice(pres)) for t, _ in fitted[d.dtype]],
+                    [t / _scale(rng.choice(dres)) for _, t in fitted[d.dtype]],
                 )
             )
         one = _fit_once(drawn, pooled)
@@ -381,6 +381,11 @@ def fit_precisions(
     if not fits:
         raise InvalidParameterError("the runs could not be fitted: run `python -m engine calibrate` again")
     return fits, notes
+
+
+def _scale(residual: float) -> float:
+    """measured = fitted / (1 + r); r is floored at -0.9 so a wild residual cannot make a time negative."""
+    return 1 + max(residual, -0.9)
 
 
 def predict(
@@ -398,8 +403,8 @@ def predict(
     t_ttft, t_tpot = [], []
     for c in fit.replicates:
         a, b = predict_point(c, f)
-        t_ttft.append(a / (1 + rng.choice(pres)))
-        t_tpot.append(b / (1 + rng.choice(dres)))
+        t_ttft.append(a / _scale(rng.choice(pres)))
+        t_tpot.append(b / _scale(rng.choice(dres)))
     lo, hi = (1 - COVERAGE) / 2, 1 - (1 - COVERAGE) / 2
 
     def interval(point: float, values: list[float]) -> Interval:
