@@ -236,3 +236,13 @@ def test_one_machine_measurement_stored_with_its_date(tmp_path, monkeypatch):
     # the calculator's "this machine" falls back on the stored measurement when there is no calibration
     assert cal_mod.this_machine_gpu(measure_if_missing=False).bandwidth_bytes_per_s == 40e9
     assert synthetic_run("x", "fp32", 0.1, 0.01).tpot_s == 0.01  # the shared factory still builds runs
+
+
+def test_a_wild_residual_cannot_make_an_interval_negative():
+    from engine.calibration_fit import PrecisionFit
+    from engine.calibration_fit import predict as fit_predict
+
+    fit = PrecisionFit("fp32", *TRUE["fp32"], decode_residuals=[-0.99, 5.0], prefill_residuals=[-1.5, 0.0],
+                       replicates=[TRUE["fp32"]] * 50)
+    ttft, tpot = fit_predict(fit, NEO, prompt=64, output=16)
+    assert ttft.low > 0 and tpot.low > 0 and tpot.high <= tpot.point * 10 + 1e-12
