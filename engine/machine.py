@@ -60,14 +60,14 @@ def machine_spec(
     name: str = "this machine (measured)",
     matmul_n: int = 1024,
 ) -> GPUSpec:
-    """A machine's measured roofs as a GPUSpec; memory defaults to installed RAM. fp16 borrows bf16's figure
-    where it was not measured (on a CPU fp16 runs through slow reference kernels)."""
+    """A machine's measured roofs as a GPUSpec; memory defaults to installed RAM. Only measured precisions
+    are listed (a CPU has no fp16 figure: it runs fp16 through slow reference kernels, and the calculator
+    reads a missing fp16 peak as "a CPU")."""
     if memory_bytes is None:
         import psutil
 
         memory_bytes = float(psutil.virtual_memory().total)
     peaks = dict(flops)
-    peaks.setdefault("fp16", peaks.get("bf16", peaks.get("fp32", 0.0)))
     return GPUSpec(
         key=THIS_MACHINE,
         name=name,
@@ -79,7 +79,7 @@ def machine_spec(
             "bandwidth": f"{source}: torch reduction over 256 MiB",
             **{f"{k}_tflops": f"{source}: {matmul_n}^3 matmul" for k in peaks},
         },
-        notes="fp16 on this CPU runs through slow reference kernels; its figure is bf16's",
+        notes="" if "fp16" in peaks else "no fp16 figure: on a CPU fp16 runs through slow reference kernels",
     )
 
 
