@@ -12,7 +12,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from engine import hardware, models
+from engine import hardware, machine, models
 from engine.calc import format as fmt
 from engine.errors import EngineError
 
@@ -107,21 +107,12 @@ def loaded_models() -> list[models.LoadedModel]:
     return list(_loaded_registry().values())
 
 
-@dataclass(frozen=True)
-class MachineRoofline:
-    bandwidth: hardware.BandwidthMeasurement
-    matmul: hardware.MatmulMeasurement
-
-
-@st.cache_resource(show_spinner=False)
-def cached_machine_roofline() -> MachineRoofline:
-    """This machine's measured bandwidth and matmul FLOP/s, measured once per server process."""
-    hw = cached_hardware()
-    device = hw.accelerator
-    return MachineRoofline(
-        hardware.measure_memory_bandwidth(device),
-        hardware.measure_matmul_flops(device, "fp16" if device == "cuda" else "fp32"),
-    )
+@st.cache_resource(show_spinner="Measuring this machine's memory bandwidth and matmul FLOP/s…")
+def cached_machine_measurement() -> machine.MachineMeasurement:
+    """The one measurement of this machine (read and copy bandwidth, matmul FLOP/s per precision), taken once
+    per server process by engine.machine.measure and stored with its date; home, calculator and roofline
+    all read this one."""
+    return machine.measure()
 
 
 def init_state(namespace: str, **defaults) -> None:

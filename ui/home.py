@@ -10,7 +10,7 @@ from ui.common import (
     PAGES,
     ROOT,
     cached_hardware,
-    cached_machine_roofline,
+    cached_machine_measurement,
     fmt_bytes,
     fmt_count,
     fmt_seconds,
@@ -95,15 +95,21 @@ def hardware_panel() -> None:
     cols[2].metric("RAM", fmt_bytes(hw.ram_total_bytes), help=f"{fmt_bytes(hw.ram_available_bytes)} available now")
     cols[3].metric("torch", hw.torch_version, help=f"CUDA build: {hw.cuda_build or 'none'}")
     with st.expander("Measure this machine's memory bandwidth and matmul throughput"):
-        st.caption("A read (sum) and a copy over a 268 MB buffer, and a 1024³ matmul; best of 5. These set the "
-                   "roofline and the calculator's 'this machine' GPU entry.")
+        st.caption("A read (sum) and a copy over a 268 MB buffer, and a 1024³ matmul per precision; best of 5. "
+                   "These set the roofline and the calculator's 'this machine' entry (one measurement, shared by "
+                   "every page).")
         if st.button("Measure", key="home.measure"):
-            with st.spinner("Measuring… (a few seconds)"):
-                roof = cached_machine_roofline()
-            c = st.columns(3)
-            c[0].metric("Read bandwidth (measured)", f"{roof.bandwidth.read_bytes_per_s / 1e9:.1f} GB/s")
-            c[1].metric("Copy bandwidth (measured)", f"{roof.bandwidth.copy_bytes_per_s / 1e9:.1f} GB/s")
-            c[2].metric(f"Matmul {roof.matmul.dtype} (measured)", f"{roof.matmul.flops_per_s / 1e9:.0f} GFLOP/s")
+            roof = cached_machine_measurement()
+            c = st.columns(2 + len(roof.matmul_flops_per_s))
+            c[0].metric("Read bandwidth (measured)", f"{roof.read_bytes_per_s / 1e9:.1f} GB/s")
+            c[1].metric("Copy bandwidth (measured)", f"{roof.copy_bytes_per_s / 1e9:.1f} GB/s")
+            for col, (dt, flops) in zip(c[2:], roof.matmul_flops_per_s.items(), strict=True):
+                col.metric(f"Matmul {dt} (measured)", f"{flops / 1e9:.3g} GFLOP/s")
+            cores = hw.cpu_cores_logical
+            busy = roof.loadavg_1m > cores
+            st.caption(f"Measured {roof.measured_at} on {roof.device}, load average {roof.loadavg_1m:.2f} on {cores} "
+                       "cores: " + ("the machine was busy, so these roofs are lower than it reaches when quiet."
+                                    if busy else "a quiet machine, so these are its roofs."))
 
 
 def models_panel() -> None:
