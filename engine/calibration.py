@@ -403,7 +403,7 @@ def resolve_model_spec(name: str) -> ModelSpec:
         if spec is not None:
             return spec
         if "/" in name:  # a hub id: config.json only, from the hub or the local cache
-            from engine.calc_check import spec_from_hub
+            from engine.hub_config import spec_from_hub
 
             return spec_from_hub(name)
         raise
