@@ -22,7 +22,7 @@ from typing import Any
 
 from engine import stats
 from engine.calc import format as fmt
-from engine.calibration import RunSample, predict, spec_for_run_model
+from engine.calibration import RunSample, predict, predict_interval, spec_for_run_model
 
 RECENT = 10  # the newest runs of a shape that count: older ones may predate a change of load or code
 
@@ -48,6 +48,12 @@ class ShapeComparison:
     datasheet_ttft_s: float
     calibrated_tpot_s: float | None
     calibrated_ttft_s: float | None
+    calibrated_tpot_interval: tuple[float, float] | None = None  # 95%, from the calibration's fit
+    calibrated_ttft_interval: tuple[float, float] | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.model} {self.dtype} b{self.batch_size}" + ("" if self.use_cache else " no-cache")
 
     @property
     def n(self) -> int:
@@ -109,14 +115,20 @@ def summarize(
         sample = RunSample(dtype, b, p, o, math.nan, math.nan)
         d_ttft, d_tpot = predict(spec, sample, machine)
         c_ttft = c_tpot = None
+        c_tpot_iv = c_ttft_iv = None
         if cal is not None:
             c_ttft, c_tpot = predict(spec, sample, machine, cal.efficiency(dtype))
+            try:
+                pi = predict_interval(cal, spec, dtype=dtype, prompt_tokens=p, output_tokens=o, batch=b)
+                c_tpot_iv, c_ttft_iv = (pi.tpot.low, pi.tpot.high), (pi.ttft.low, pi.ttft.high)
+            except (ValueError, KeyError, StopIteration):
+                pass  # a calibration without a fit for this precision: the point estimate stands alone
         out.append(ShapeComparison(
             model, dtype, b, use_cache, p, o,
             dict(Counter(getattr(m, "source", "") or "unlabelled" for m in ms)),
             max(m.started_at for m in ms),
             stats.spread([m.tpot_s for m in ms]), stats.spread([m.ttft_s for m in ms]),
-            d_tpot, d_ttft, c_tpot, c_ttft,
+            d_tpot, d_ttft, c_tpot, c_ttft, c_tpot_iv, c_ttft_iv,
         ))
     return sorted(out, key=lambda c: c.newest)
 

@@ -199,7 +199,7 @@ def test_estimate_vs_measurement_shows_measured_runs(tmp_path):
     assert "(1.00×)" in shown.delta  # calibrated prediction of the synthetic machine is exact
     assert at.dataframe, "the per-run table is shown"
     roof = _run(ROOF)
-    assert any("Stars: runs measured on this machine" in c.value for c in roof.caption)
+    assert any("Runs measured on this machine" in c.value for c in roof.caption)
 
 
 def test_roofline_defaults_to_the_books_t4():
