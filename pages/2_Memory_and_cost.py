@@ -15,6 +15,7 @@ from engine.calc.cost import estimate_cost
 from engine.calc.report import batch_sweep, estimate, reasoning
 from engine.calc.specs import THIS_MACHINE
 from engine.errors import EngineError
+from ui import export
 from ui.calc_widgets import (
     DEFAULTS,
     breakdown_frame,
@@ -394,3 +395,18 @@ with c_right:
     st.caption(plan.sentence(spec.n_head) + " " + memory.formula_of(memory.plan_gpus))
     if not math.isfinite(est.cost.usd_per_million_tokens):
         st.caption("Enter a price per GPU-hour for the cost figures.")
+
+# ---------------------------------------------------------------- share
+st.divider()
+export.download_button(
+    "Memory and cost",
+    [
+        export.Heading(f"{spec.name} · {est.inputs.weights_label} · {n_gpus} × {gpu.name} · {batch} users"),
+        export.Text("\n".join(f"- {line}" for line in reasoning(est, spec, gpu, eff))),
+        *(export.Text(f"Warning: {w}") for w in est.warnings),
+        export.Table(breakdown_frame(est), "parameters and bytes per component"),
+        export.Figure(memory_bar(m)),
+        export.Figure(batch_curve(points, est.max_batch, priced=priced), "cost and latency against batch size"),
+    ],
+    key=f"{NS}.html",
+)
