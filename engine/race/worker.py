@@ -209,6 +209,8 @@ def run_job(job: dict) -> dict:
         "deepspeed_mode": None, "versions": versions(), "runs": [], "warmup_s": [], "token_ids": [],
         "perplexity": None, "python": sys.executable,
     }
+    if contender.get("peer"):
+        return _peer_job(job, contender, result, notes)
     phase = "setup"
     try:
         compat.install(notes)
@@ -261,6 +263,10 @@ def run_job(job: dict) -> dict:
                                                       or quality.REFERENCE_TEXT)
         except Exception as exc:  # an injected model may not support a plain forward; speed still counts
             result["perplexity_error"] = f"{type(exc).__name__}: {exc}"
+        try:
+            result["bits_per_byte"] = quality.bits_per_byte(quality.torch_logprobs(lm.model), lm.tokenizer)
+        except Exception as exc:  # as above
+            result["bits_per_byte_note"] = f"not measured: {type(exc).__name__}: {exc}"
         result["status"] = "ran"
         if result.get("kernel_inject_reason"):
             result["reason"] = result["kernel_inject_reason"]
@@ -273,6 +279,21 @@ def run_job(job: dict) -> dict:
             reason=f"{phase} failed: {type(exc).__name__}: {exc}" + (f" [{mismatch}]" if mismatch else ""),
             traceback=traceback.format_exc(limit=12)[-4000:],
         )
+    result["peak_rss_bytes"] = quality.peak_rss_bytes()
+    return result
+
+
+def _peer_job(job: dict, contender: dict, result: dict, notes: list[str]) -> dict:
+    """A peer engine's lane (engine/race/peers/lane.py), reported like the others."""
+    from engine.race import quality
+    from engine.race.peers import lane
+
+    try:
+        lane.run(job, contender, result, notes)
+    except Exception as exc:  # conversion or engine failure: the lane says why, the race goes on
+        result.update(status="failed", reason=f"{contender['peer']}: {type(exc).__name__}: {exc}",
+                      traceback=traceback.format_exc(limit=12)[-4000:])
+    result["peak_rss_bytes"] = quality.peak_rss_bytes()
     return result
 
 
