@@ -136,7 +136,9 @@ CONTENDERS: dict[str, Contender] = {
     )
 }
 PEERS: tuple[str, ...] = ("openvino", "onnxruntime-genai", "ctranslate2")
-DEFAULT_CONTENDERS: tuple[str, ...] = ("vanilla", "deepspeed", "no-kv-cache", "half", "sdpa", "static-compile")
+DEFAULT_CONTENDERS: tuple[str, ...] = (
+    "vanilla", "openvino", "onnxruntime-genai", "ctranslate2", "deepspeed", "no-kv-cache", "half", "sdpa",
+)
 BASELINE = "vanilla"
 
 

@@ -113,12 +113,15 @@ def drift_note(ratio: float | None) -> str:
 
 def winner_line(contenders: list[ContenderResult]) -> str:
     """Who won, and at what cost in quality, from the lanes' numbers."""
-    lanes = [c for c in contenders if c.ran and c.name != BASELINE and not is_pass_through(c)
-             and _ok(c.speedup_vs_vanilla)]
+    others = [c for c in contenders if c.ran and c.name != BASELINE and _ok(c.speedup_vs_vanilla)]
+    lanes = [c for c in others if not is_pass_through(c)]
     if not any(c.name == BASELINE and c.ran for c in contenders):
         return "No winner: vanilla, the baseline, did not run."
-    if not lanes:
+    if not others:
         return "No winner: no other lane ran to completion."
+    if not lanes:
+        return ("No winner: besides vanilla only pass-through lanes ran, and a pass-through engine cannot be "
+                "faster than what it wraps.")
 
     def clearly_faster(c: ContenderResult) -> bool:
         return c.speedup_vs_vanilla > 1 and (not c.interval_shown or c.speedup_low > 1)

@@ -82,3 +82,20 @@ def availability(name: str) -> tuple[bool, str | None, str]:
 def threads() -> int:
     """The worker's CPU threads: every logical core the process may use (torch does the same for vanilla)."""
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+
+
+def installed() -> list[dict]:
+    """What the page shows before a race: each peer's installed version (metadata only, nothing imported)
+    or how to install it, and whether OpenVINO's exporter environment exists."""
+    from engine.race.peers.ov import export_cli
+
+    rows = []
+    for name in BACKENDS:
+        b = backend(name)
+        v = version(b.dist)
+        note = "" if v else INSTALL_HINT
+        if name == "openvino":
+            cli, why = export_cli()
+            note = note or (f"exporter: {cli}" if cli else why)
+        rows.append({"engine": b.label, "lane": name, "version": v or "not installed", "note": note})
+    return rows

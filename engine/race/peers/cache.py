@@ -82,6 +82,20 @@ def source_for(model: str) -> Source:
     return Source(folder, key, arch, model_type)
 
 
+def family(model: str) -> tuple[str, str] | None:
+    """(architecture, model_type) of a random-weight preset without building it (None for other models),
+    so an engine that cannot convert the family says so before gigabytes of random weights are saved."""
+    from engine import models
+
+    preset = models.PRESETS.get(model)
+    if preset is None or preset.kind != "random":
+        return None
+    import transformers
+
+    config_cls = getattr(transformers, preset.architecture.replace("ForCausalLM", "Config"))
+    return preset.architecture, str(config_cls.model_type)
+
+
 def _materialise_random(name: str) -> tuple[Path, str]:
     """Random-weight presets: save the seeded model once (the same weights vanilla gets in this transformers)."""
     import transformers

@@ -63,6 +63,11 @@ def run(job: dict, contender: dict, result: dict[str, Any], notes: list[str]) ->
         result.update(status="skipped", reason=f"{b.label} {version} has no {precision} lane here "
                                                f"(offered: {', '.join(b.precisions)})")
         return
+    known = cache.family(job["model"])
+    why = b.unsupported(*known) if known else ""
+    if why:
+        result.update(status="skipped", reason=f"not supported by {b.label} {version}: {why}")
+        return
     try:
         source = cache.source_for(job["model"])
     except cache.Unsupported as exc:
