@@ -23,6 +23,10 @@ ROOT = Path(__file__).resolve().parents[2]
 # The pinned side environment made by scripts/make_ds_env.sh (transformers 4.42.4 + deepspeed 0.19.8).
 DS_PYTHON_ENV = "INFERENCE_LAB_DS_PYTHON"
 DEFAULT_DS_VENV = ROOT / ".venv-ds" / "bin" / "python"
+# scripts/install_peers.sh leaves this marker when the peer runtimes would have changed the main .venv's pins
+# and went into the side environment instead: the peer workers are then started with its python.
+PEERS_VENV = ROOT / ".venv-peers"
+PEERS_IN_SIDE_ENV = PEERS_VENV / ".runtimes-in-side-env"
 
 
 @dataclass(frozen=True)
@@ -177,6 +181,8 @@ def resolve(names: list[str] | tuple[str, ...], pythons: dict[str, str] | None =
         c = CONTENDERS[n]
         if n in pythons:
             c = replace(c, python=pythons[n])
+        elif c.peer and PEERS_IN_SIDE_ENV.is_file():
+            c = replace(c, python=str(PEERS_VENV / "bin" / "python"))
         elif n == "deepspeed-pinned":
             path, _ = ds_python()
             c = replace(c, python=path or "")  # "" makes the runner skip it with ds_python()'s reason
