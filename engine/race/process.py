@@ -96,7 +96,8 @@ def from_worker(c: Contender, d: dict, rc: int, err: str, load) -> ContenderResu
     r.kernel_inject = bool(d.get("kernel_inject"))
     r.deepspeed_mode = d.get("deepspeed_mode")
     r.dtype, r.device = d.get("dtype"), d.get("device")
-    r.engine_version = d.get("engine_version") or (d.get("versions") or {}).get("transformers")
+    v = d.get("versions") or {}
+    r.engine_version = d.get("engine_version") or v.get("deepspeed" if c.deepspeed else "transformers")
     r.precision = d.get("precision") or c.precision or r.dtype
     r.attn_implementation = d.get("attn_implementation")
     r.notes = list(d.get("notes") or [])
