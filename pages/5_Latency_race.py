@@ -94,17 +94,19 @@ if st.session_state["race.result"]:
     st.subheader("Live run (this machine)")
     show_result(runner.RaceResult.from_dict(st.session_state["race.result"]), key="live")
 
-st.subheader("Recorded GPU reference results")
-recorded = [(p, r) for p, r in serialise.load_recorded() if r.hardware.get("gpu")]
-if not recorded:
+st.subheader("Recorded races")
+recorded = serialise.load_recorded()
+if not any(r.hardware.get("gpu") for _, r in recorded):
     st.info(
         "No recorded GPU results exist yet. `bash scripts/gpu_check.sh` on a machine with a CUDA GPU races "
         "GPT-Neo 125M / 1.3B shapes and the bundled model (vanilla fp16 against DeepSpeed kernel injection) and "
         "writes them to bench/results/; they appear here, labelled with their hardware and date."
     )
+st.caption("`bench/race.py` records the peer engines' race on this kind of CPU machine; each recorded race is "
+           "labelled with its hardware and date, and is not a live measurement.")
 for path, rec in recorded:
-    with st.expander(f"Recorded, not live: {rec.model} on {rec.hardware.get('gpu')} · {rec.started_at[:10]} · "
-                     f"{path.name}"):
+    where = rec.hardware.get("gpu") or f"CPU {rec.hardware.get('cpu', '?')}"
+    with st.expander(f"Recorded, not live: {rec.model} on {where} · {rec.started_at[:10]} · {path.name}"):
         show_result(rec, key=f"rec.{path.stem}")
 
 with st.expander("DeepSpeed in a notebook vs outside one"):
