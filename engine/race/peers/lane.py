@@ -85,7 +85,13 @@ def run(job: dict, contender: dict, result: dict[str, Any], notes: list[str]) ->
         notes.append(cuda_why)
     result["device"] = device
     target = cache.target_dir(name, version or "unknown", source, precision)
-    record, now = cache.ensure_converted(target, lambda tmp: b.convert(source.folder, tmp, precision))
+    try:
+        record, now = cache.ensure_converted(target, lambda tmp: b.convert(source.folder, tmp, precision))
+    except RuntimeError as exc:  # a converter that names the family as unsupported: a clear lane, not a crash
+        if "support" not in str(exc).lower():
+            raise
+        result.update(status="skipped", reason=f"not supported by {b.label} {version}: {exc}")
+        return
     result.update(conversion_s=record.get("seconds"), converted_now=now, conversion_dir=str(target),
                   conversion_command=" ".join(record.get("command", [])))
     notes.append(f"converted {'now' if now else 'earlier (cached)'} in {record.get('seconds', 0):.1f} s "
