@@ -139,14 +139,14 @@ def _starting(c: Contender, spec: RaceSpec) -> str:
 
 
 def _run_one(spec: RaceSpec, c: Contender, i: int, total: int, tmp: Path, device: str,
-             progress: Progress | None) -> ContenderResult:
+             progress: Progress | None, timing_only: bool = False) -> ContenderResult:
     if progress:
         progress(i, total, _starting(c, spec))
     job = {
         "model": spec.model, "dtype": spec.dtype, "device": spec.device, "race_device": device,
         "contender": c.to_dict(), "prompts": list(spec.prompts), "max_new_tokens": spec.max_new_tokens,
         "runs": spec.runs, "warmup": spec.warmup, "chat_template": spec.chat_template,
-        "reference_text": quality.REFERENCE_TEXT,
+        "reference_text": quality.REFERENCE_TEXT, "timing_only": timing_only,
     }
     preset = PRESETS.get(spec.model)
     if preset is not None and preset.kind == "random":
@@ -191,7 +191,8 @@ def run_race(
         base = next((c for c in spec.contenders if c.name == BASELINE), None)
         if recheck and base is not None and any(r.name == BASELINE and r.ran for r in result.contenders):
             again = replace(base, label=f"{base.label} (re-run at the end)")
-            result.baseline_recheck = _run_one(spec, again, total - 1, total, Path(tmp), result.device, progress)
+            result.baseline_recheck = _run_one(spec, again, total - 1, total, Path(tmp), result.device, progress,
+                                               timing_only=True)
     result.notes.extend(compare(result.contenders, result.baseline_recheck))
     result.winner = verdict.winner_line(result.contenders)
     cores = hw.get("cpu_cores_logical") or 1

@@ -257,19 +257,21 @@ def run_job(job: dict) -> dict:
             timed_ids.append(list(c.token_ids))
         result["deterministic"] = all(ids == timed_ids[0] for ids in timed_ids)
         phase = "quality"
+        others = [] if job.get("timing_only") else prompts[1:]  # the baseline re-check needs only timings
         result["token_ids"] = [timed_ids[0]] + [
-            list(generation.generate(lm, p, cfg, record=False).token_ids) for p in prompts[1:]
+            list(generation.generate(lm, p, cfg, record=False).token_ids) for p in others
         ]
         result["texts"] = [lm.tokenizer.decode(ids, skip_special_tokens=True) for ids in result["token_ids"]]
-        try:
-            result["perplexity"] = quality.perplexity(lm.model, lm.tokenizer, job.get("reference_text")
-                                                      or quality.REFERENCE_TEXT)
-        except Exception as exc:  # an injected model may not support a plain forward; speed still counts
-            result["perplexity_error"] = f"{type(exc).__name__}: {exc}"
-        try:
-            result["bits_per_byte"] = quality.bits_per_byte(quality.torch_logprobs(lm.model), lm.tokenizer)
-        except Exception as exc:  # as above
-            result["bits_per_byte_note"] = f"not measured: {type(exc).__name__}: {exc}"
+        if not job.get("timing_only"):  # the baseline re-check needs only timings
+            try:
+                result["perplexity"] = quality.perplexity(lm.model, lm.tokenizer, job.get("reference_text")
+                                                          or quality.REFERENCE_TEXT)
+            except Exception as exc:  # an injected model may not support a plain forward; speed still counts
+                result["perplexity_error"] = f"{type(exc).__name__}: {exc}"
+            try:
+                result["bits_per_byte"] = quality.bits_per_byte(quality.torch_logprobs(lm.model), lm.tokenizer)
+            except Exception as exc:  # as above
+                result["bits_per_byte_note"] = f"not measured: {type(exc).__name__}: {exc}"
         result["status"] = "ran"
         if result.get("kernel_inject_reason"):
             result["reason"] = result["kernel_inject_reason"]
