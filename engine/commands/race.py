@@ -83,7 +83,7 @@ def format_text(out: dict) -> str:
     lines = [
         f"Race: {out['model']} on {hw.get('gpu') or hw.get('cpu')}, {out['runs']} timed runs (+{out['warmup']} warm-up), "
         f"{out['max_new_tokens']} new tokens, greedy" + (f"; load average at start {load[0]:.2f}" if load else ""),
-        f"{'contender':<24}{'status':<9}{'engine':<28}{'latency ms':>11}{'TTFT ms':>9}{'TPOT ms':>9}{'tok/s':>7}"
+        f"{'contender':<24}{'status':<9}{'engine':<28}{'latency ms':>11}{'TTFT ms':>9}{'TPOT ms':>9}{'tok/s':>9}"
         f"{'speedup [95% CI]':>22}{'match':>7}{'div@':>6}{'bpb':>7}{'RSS MB':>8}",
     ]
     for r in out["contenders"]:
@@ -95,14 +95,13 @@ def format_text(out: dict) -> str:
         lines.append(
             f"{r['name']:<24}{r['status']:<9}{engine[:27]:<28}{_f(r['latency_s_median'], '.1f', 1e3):>11}"
             f"{_f(r['ttft_s_median'], '.1f', 1e3):>9}{_f(r['tpot_s_median'], '.2f', 1e3):>9}"
-            f"{_f(r['tokens_per_s_median'], '.1f'):>7}{sp:>22}{_f(r['exact_match_rate'], '.0%'):>7}{div:>6}"
-            f"{_f(r.get('bits_per_byte'), '.3f'):>7}{_f(r.get('peak_rss_bytes'), '.0f', 1e-6):>8}"
+            f"{_f(r['tokens_per_s_median'], '.1f'):>9} {sp:>21}{_f(r['exact_match_rate'], '.0%'):>7}{div:>6}"
+            f"{_f(r.get('bits_per_byte'), '.3f'):>7}"
+            f"{_f(r.get('peak_rss_bytes') if r['status'] == 'ran' else None, '.0f', 1e-6):>8}"
         )
     for r in out["contenders"]:
         if r.get("verdict"):
             lines.append(f"- {r['name']}: {r['verdict']}")
-        if r["reason"] and r["status"] != "ran":
-            lines.append(f"  why: {r['reason']}")
         for n in r["notes"]:
             if not n.startswith("random weights"):
                 lines.append(f"  {r['name']}: {n}")

@@ -82,7 +82,7 @@ def quality_phrase(c: ContenderResult) -> str:
 
 def lane_verdict(c: ContenderResult) -> str:
     if not c.ran:
-        return f"did not run ({c.status}): {c.reason.split(': ', 1)[-1][:160]}" if c.reason else f"did not run ({c.status})"
+        return f"did not run ({c.status}): {c.reason[:240]}" if c.reason else f"did not run ({c.status})"
     if c.name == BASELINE:
         return "the baseline"
     parts = [speed_phrase(c), quality_phrase(c)]
@@ -140,4 +140,8 @@ def winner_line(contenders: list[ContenderResult]) -> str:
         line += " No faster lane kept vanilla's exact output."
     if any(not c.interval_shown for c in faster):
         line += " (Some speedups are single points without an interval: too few runs.)"
+    drifted = [c for c in faster if c.baseline_drift is not None and abs(c.baseline_drift - 1) > DRIFT_TOLERANCE]
+    if drifted:
+        line += (f" Caution: vanilla's own speed moved {drifted[0].baseline_drift - 1:+.0%} during the race, "
+                 "so these ratios are unreliable.")
     return line
