@@ -321,7 +321,7 @@ def test_baseline_drift_is_flagged_on_every_lane_and_a_steady_one_is_not():
     drifted = _lane("vanilla", latencies=(1.3, 1.31, 1.29))
     rows, notes = _compare(_lane("a"), _lane("b"), recheck=drifted)
     assert all(r.baseline_drift == pytest.approx(1.3) for r in rows[1:])
-    assert all("baseline drifted +30% during the race" in r.verdict for r in rows[1:])
+    assert all("baseline drifted +30.0% during the race" in r.verdict for r in rows[1:])
     assert notes and notes[0].startswith("baseline drift:")
     steady = _lane("vanilla", latencies=(1.01, 1.0, 0.99))
     rows, notes = _compare(_lane("a"), recheck=steady)

@@ -90,7 +90,7 @@ def lane_verdict(c: ContenderResult) -> str:
         parts.append("pass-through: it runs vanilla's own modules, so it cannot be faster than vanilla; "
                      "the measured difference is noise")
     if c.baseline_drift is not None and abs(c.baseline_drift - 1) > DRIFT_TOLERANCE:
-        parts.append(f"baseline drifted {c.baseline_drift - 1:+.0%} during the race")
+        parts.append(f"baseline drifted {c.baseline_drift - 1:+.1%} during the race")
     return ", ".join(parts)
 
 
@@ -103,7 +103,7 @@ def drift(start: list[float], end: list[float]) -> float | None:
 def drift_note(ratio: float | None) -> str:
     if ratio is None:
         return ""
-    change = f"{ratio - 1:+.0%}"
+    change = f"{ratio - 1:+.1%}"
     if abs(ratio - 1) > DRIFT_TOLERANCE:
         return (f"baseline drift: vanilla re-run at the end took {change} median latency vs the start (more than "
                 f"{DRIFT_TOLERANCE:.0%}): the machine's speed changed during the race, so every lane raced in "
@@ -142,6 +142,6 @@ def winner_line(contenders: list[ContenderResult]) -> str:
         line += " (Some speedups are single points without an interval: too few runs.)"
     drifted = [c for c in faster if c.baseline_drift is not None and abs(c.baseline_drift - 1) > DRIFT_TOLERANCE]
     if drifted:
-        line += (f" Caution: vanilla's own speed moved {drifted[0].baseline_drift - 1:+.0%} during the race, "
+        line += (f" Caution: vanilla's own speed moved {drifted[0].baseline_drift - 1:+.1%} during the race, "
                  "so these ratios are unreliable.")
     return line
