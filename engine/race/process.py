@@ -33,9 +33,16 @@ def worker_env() -> dict[str, str]:
 
 
 def base_result(c: Contender, status: str, reason: str = "", python: str = "") -> ContenderResult:
+    """The record's identity, before (or without) a worker's reply: a lane that timed out still names its
+    engine and version (a peer's from its installed metadata)."""
+    version = None
+    if c.peer:
+        from engine.race.peers import base
+
+        version = base.version(base.backend(c.peer).dist)
     return ContenderResult(c.name, c.label, c.description, status, reason, group=c.group,
-                           engine=c.engine_name(), precision=c.precision, use_cache=c.use_cache,
-                           python=python or c.interpreter())
+                           engine=c.engine_name(), engine_version=version, precision=c.precision,
+                           use_cache=c.use_cache, python=python or c.interpreter())
 
 
 def run_worker(c: Contender, job: dict[str, Any], timeout_s: float) -> ContenderResult:

@@ -95,7 +95,7 @@ def run(job: dict, contender: dict, result: dict[str, Any], notes: list[str]) ->
     result.update(conversion_s=record.get("seconds"), converted_now=now, conversion_dir=str(target),
                   conversion_command=" ".join(record.get("command", [])))
     notes.append(f"converted {'now' if now else 'earlier (cached)'} in {record.get('seconds', 0):.1f} s "
-                 f"from {source.folder.name}: {' '.join(record.get('command', [])[:1])}")
+                 f"from {source.folder.name}: {' '.join(record.get('command', [])[:3])}")
     tokenizer = AutoTokenizer.from_pretrained(source.folder)
     eos = _eos_ids(source.folder)
     chat = bool(tokenizer.chat_template) if job.get("chat_template") is None else bool(job["chat_template"])
