@@ -167,7 +167,7 @@ def test_exports_round_trip(race, tmp_path):
     data = json.loads(result.to_json())
     assert data["kind"] == "race" and len(data["contenders"]) == 8
     rows = result.to_csv().strip().splitlines()
-    assert rows[0].startswith("name,label,status") and len(rows) == 9
+    assert rows[0].startswith("name,label,group,status") and len(rows) == 9
     assert len(result.runs_csv().strip().splitlines()) == 1 + sum(len(c.latencies_s) for c in result.contenders)
     path = runner.save(result, tmp_path)
     (tmp_path / "not-a-race.json").write_text('{"kind": "other"}')
