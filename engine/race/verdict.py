@@ -60,10 +60,8 @@ def speed_phrase(c: ContenderResult) -> str:
     s = c.speedup_vs_vanilla
     if not _ok(s) or s <= 0:
         return "speed not compared"
-    if round(s, 2) == 1.0:
-        words = "1.00× (the same speed)"
-    else:
-        words = f"{s:.2f}× faster" if s >= 1 else f"{1 / s:.2f}× slower"
+    words = f"{s:.2f}× faster" if s >= 1 else f"{1 / s:.2f}× slower"
+    words = "1.00×" if round(s, 2) == 1.0 else words  # neither faster nor slower at the shown precision
     if c.interval_shown and c.speedup_low <= 1.0 <= c.speedup_high:
         return f"no clear difference ({words}, interval includes 1×)"
     if not c.interval_shown:
