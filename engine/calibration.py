@@ -412,7 +412,12 @@ def measure_runs(
     runs = []
     for _ in range(repeats):
         for lm in models.values():
-            runs.append(generate(lm, CALIBRATION_PROMPT, cfg, record=record).measurement)
+            c = generate(lm, CALIBRATION_PROMPT, cfg, record=False)
+            if record:  # logged with its source, so a comparison can say where each run came from
+                from engine import runlog
+
+                runlog.record(c.measurement, source="calibration", stop_reason=c.stop_reason)
+            runs.append(c.measurement)
     return runs
 
 
