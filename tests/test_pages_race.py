@@ -12,10 +12,8 @@ PAGE = "pages/5_Latency_race.py"
 
 
 def _open() -> AppTest:
-    """Through the app's router, as a user arrives: the shared sidebar links to app.py, which a page run on
-    its own (AppTest.from_file(page)) cannot resolve."""
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
-    return at.switch_page(PAGE).run()
+    """The page on its own (app.py's st.navigation router builds the menu; a page script runs alone too)."""
+    return AppTest.from_file(str(ROOT / PAGE), default_timeout=120).run()
 
 
 def _text(at: AppTest) -> str:
@@ -126,9 +124,9 @@ def _verdicts(at: AppTest) -> dict[str, str]:
     (2.0, None, "2.00× slower", "same output as vanilla on all 3 prompts"),
 ])
 def test_the_verdict_and_winner_lines_follow_the_numbers(latency, diverge_at, speed, quality):
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    at = AppTest.from_file(str(ROOT / PAGE), default_timeout=120)
     at.session_state["race.result"] = _recorded_race(latency, diverge_at)
-    at.switch_page(PAGE).run()
+    at.run()
     assert not at.exception, at.exception
     line = _verdicts(at)["CTranslate2 float32"]
     assert line.startswith(speed) and quality in line
