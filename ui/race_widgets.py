@@ -1,5 +1,6 @@
 """Streamlit pieces of the latency race page: the results view (shared by live and recorded races) and
-its plotly figures. The numbers all come from engine.race.runner.RaceResult; nothing is recomputed here."""
+its plotly figures. The numbers and the words all come from the engine (engine.race.runner fills the
+record, engine.race.verdict writes the sentences); nothing is recomputed here."""
 
 from __future__ import annotations
 
@@ -8,17 +9,27 @@ import math
 import plotly.graph_objects as go
 import streamlit as st
 
-from engine.race.runner import ContenderResult, RaceResult
-from ui.common import fmt_bytes, fmt_seconds
+from engine.calc import format as fmt
+from engine.race import verdict
+from engine.race.record import ContenderResult, RaceResult
+
+GROUPS = ("engines", "levers")
+GREY = "#b0b0b0"
+BLUE = "#636efa"  # plotly's first colour
 
 
 def _ok(v) -> bool:
     return v is not None and not (isinstance(v, float) and not math.isfinite(v))
 
 
+def _ordered(result: RaceResult) -> list[ContenderResult]:
+    """Engines first, then levers (vanilla leads the engines)."""
+    return sorted(result.contenders, key=lambda c: (GROUPS.index(c.group) if c.group in GROUPS else 2))
+
+
 def latency_figure(result: RaceResult) -> go.Figure:
     fig = go.Figure()
-    for c in result.contenders:
+    for c in _ordered(result):
         if c.ran and c.latencies_s:
             fig.add_trace(go.Box(y=[v * 1e3 for v in c.latencies_s], name=c.label, boxpoints="all", jitter=0.3,
                                  pointpos=0, hovertemplate="%{y:.1f} ms<extra>" + c.name + "</extra>"))
@@ -28,48 +39,69 @@ def latency_figure(result: RaceResult) -> go.Figure:
 
 
 def speedup_figure(result: RaceResult) -> go.Figure:
-    ran = [c for c in result.contenders if c.ran and _ok(c.speedup_vs_vanilla)]
+    """Bars with their bootstrap 95% interval; a lane without an interval (too few runs) is grey, no bars."""
+    ran = [c for c in _ordered(result) if c.ran and _ok(c.speedup_vs_vanilla)]
     fig = go.Figure(go.Bar(
         x=[c.label for c in ran], y=[c.speedup_vs_vanilla for c in ran],
+        marker_color=[BLUE if c.interval_shown else GREY for c in ran],
         error_y={"type": "data", "symmetric": False,
-                 "array": [max(0.0, c.speedup_high - c.speedup_vs_vanilla) if _ok(c.speedup_high) else 0 for c in ran],
-                 "arrayminus": [max(0.0, c.speedup_vs_vanilla - c.speedup_low) if _ok(c.speedup_low) else 0
+                 "array": [max(0.0, c.speedup_high - c.speedup_vs_vanilla) if c.interval_shown else 0 for c in ran],
+                 "arrayminus": [max(0.0, c.speedup_vs_vanilla - c.speedup_low) if c.interval_shown else 0
                                 for c in ran]},
         text=[f"{c.speedup_vs_vanilla:.2f}×" for c in ran], textposition="outside",
         hovertemplate="%{y:.2f}× vs vanilla<extra></extra>",
     ))
     fig.add_hline(y=1.0, line_dash="dot", annotation_text="vanilla", annotation_position="top left")
-    fig.update_layout(title="Speedup vs vanilla (ratio of median latencies; bars: bootstrap 95% interval)",
+    fig.update_layout(title="Speedup vs vanilla (ratio of median latencies; bars: bootstrap 95% interval; "
+                            "grey: too few runs for an interval)",
                       yaxis_title="× faster than vanilla", height=360, margin={"t": 50, "b": 40})
     return fig
 
 
 def metric_figure(result: RaceResult, attr: str, title: str, scale: float, unit: str) -> go.Figure:
-    ran = [c for c in result.contenders if c.ran and _ok(getattr(c, attr))]
+    ran = [c for c in _ordered(result) if c.ran and _ok(getattr(c, attr))]
     fig = go.Figure(go.Bar(x=[c.label for c in ran], y=[getattr(c, attr) * scale for c in ran],
                            hovertemplate="%{y:.3g} " + unit + "<extra></extra>"))
     fig.update_layout(title=title, yaxis_title=unit, height=300, margin={"t": 45, "b": 40})
     return fig
 
 
+def _conversion(c: ContenderResult) -> str:
+    if c.conversion_s is None:
+        return "-"
+    return (f"converted now in {fmt.seconds(c.conversion_s)}" if c.converted_now
+            else f"cached (took {fmt.seconds(c.conversion_s)})")
+
+
+def verdict_rows(result: RaceResult) -> list[dict]:
+    return [{
+        "group": c.group,
+        "lane": c.label,
+        "verdict": c.verdict or verdict.lane_verdict(c),
+        "speedup interval": verdict.interval_line(c) if c.ran and c.name != verdict.BASELINE else "-",
+    } for c in _ordered(result)]
+
+
 def _status_rows(result: RaceResult) -> list[dict]:
     return [{
+        "group": c.group,
         "contender": c.label,
         "status": c.status,
+        "engine": f"{c.engine} {c.engine_version or ''}".strip(),
+        "precision": c.precision or c.dtype or "-",
+        "device": c.device or "-",
+        "conversion": _conversion(c),
         "kernel injection": "yes" if c.kernel_inject else ("pass-through" if c.deepspeed_mode else "-"),
-        "precision": c.dtype or "-",
         "KV cache": "on" if c.use_cache else "off",
-        "attention": c.attn_implementation or "-",
         "interpreter": c.python,
-        "transformers": c.versions.get("transformers") or "-",
-        "wall time": fmt_seconds(c.wall_s),
-    } for c in result.contenders]
+        "wall time": fmt.seconds(c.wall_s),
+    } for c in _ordered(result)]
 
 
 def _reasons(result: RaceResult) -> list[str]:
     """One line per contender that has something to say: why it did not run, or how it ran."""
     lines = []
-    for c in result.contenders:
+    for c in _ordered(result):
         said = [x for x in [c.reason, *[n for n in c.notes if not n.startswith("random weights")]] if x]
         if said:
             lines.append(f"- **{c.label}** ({c.status}): " + " · ".join(said))
@@ -78,20 +110,24 @@ def _reasons(result: RaceResult) -> list[str]:
 
 def _speed_rows(result: RaceResult) -> list[dict]:
     rows = []
-    for c in result.contenders:
+    for c in _ordered(result):
         if not c.ran:
             continue
-        sp = (f"{c.speedup_vs_vanilla:.2f}× [{c.speedup_low:.2f}–{c.speedup_high:.2f}]"
-              if _ok(c.speedup_vs_vanilla) and _ok(c.speedup_low) else "n/a")
+        if not _ok(c.speedup_vs_vanilla):
+            sp = "n/a"
+        elif c.interval_shown:
+            sp = f"{c.speedup_vs_vanilla:.2f}× [{c.speedup_low:.2f}–{c.speedup_high:.2f}]"
+        else:
+            sp = f"{c.speedup_vs_vanilla:.2f}× (no interval)"
         rows.append({
             "contender": c.label,
-            "latency (median)": fmt_seconds(c.latency_s_median),
-            "latency IQR": fmt_seconds(c.latency_s_q3 - c.latency_s_q1) if _ok(c.latency_s_q1) else "n/a",
-            "TTFT": fmt_seconds(c.ttft_s_median),
-            "TPOT": fmt_seconds(c.tpot_s_median),
+            "latency (median)": fmt.seconds(c.latency_s_median),
+            "latency IQR": fmt.seconds(c.latency_s_q3 - c.latency_s_q1) if _ok(c.latency_s_q1) else "n/a",
+            "TTFT": fmt.seconds(c.ttft_s_median),
+            "TPOT": fmt.seconds(c.tpot_s_median),
             "tokens/s": f"{c.tokens_per_s_median:.1f}" if _ok(c.tokens_per_s_median) else "n/a",
             "tokens": f"{c.output_tokens_median:g}" if _ok(c.output_tokens_median) else "n/a",
-            "peak memory": fmt_bytes(c.peak_memory_bytes),
+            "peak RSS (worker)": fmt.gb(c.peak_rss_bytes),
             "speedup vs vanilla [95% CI]": sp,
         })
     return rows
@@ -99,7 +135,7 @@ def _speed_rows(result: RaceResult) -> list[dict]:
 
 def _quality_rows(result: RaceResult) -> list[dict]:
     rows = []
-    for c in result.contenders:
+    for c in _ordered(result):
         if not c.ran:
             continue
         if c.first_divergence_token is not None:
@@ -110,6 +146,8 @@ def _quality_rows(result: RaceResult) -> list[dict]:
             "contender": c.label,
             "first divergence": divergence,
             "exact match (prompts)": f"{c.exact_match_rate:.0%}" if _ok(c.exact_match_rate) else "n/a",
+            "bits per byte (pydoc_topics)": (f"{c.bits_per_byte:.3f}" if _ok(c.bits_per_byte)
+                                             else (c.bits_per_byte_note or "n/a")),
             "perplexity (reference text)": f"{c.perplexity:.2f}" if _ok(c.perplexity) else "n/a",
             "first prompt's output": (c.texts[0][:160] if c.texts else ""),
         })
@@ -117,17 +155,22 @@ def _quality_rows(result: RaceResult) -> list[dict]:
 
 
 def show_result(result: RaceResult, *, key: str) -> None:
-    """The whole results view: statuses, speed, quality, downloads. `key` keeps widget ids unique."""
+    """The whole results view: verdicts, statuses, speed, quality, downloads. `key` keeps widget ids unique."""
     hw = result.hardware
     where = hw.get("gpu") or f"CPU: {hw.get('cpu', '?')} ({hw.get('cpu_cores_logical', '?')} cores)"
+    load = f" · load average at start {result.load_avg_start[0]:.2f}" if result.load_avg_start else ""
     st.caption(
         f"{result.model} · {where} · race precision {result.dtype} "
         f"({next((c.dtype for c in result.contenders if c.name == 'vanilla' and c.dtype), '?')} for vanilla) · "
-        f"{result.runs} timed runs after "
-        f"{result.warmup} warm-up · {result.max_new_tokens} new tokens, greedy · {result.started_at}"
+        f"{result.runs} timed runs after {result.warmup} warm-up · {result.max_new_tokens} new tokens, greedy · "
+        f"{result.started_at}{load}"
     )
     for note in result.notes:
-        st.warning(note)
+        (st.caption if note.startswith("baseline steady") else st.warning)(note)
+    if result.winner:
+        st.markdown(f"**Winner.** {result.winner}")
+    st.markdown("**Verdict per lane** (engines: whole inference engines; levers: one change to vanilla)")
+    st.dataframe(verdict_rows(result), hide_index=True, width="stretch")
     st.markdown("**What ran** (a contender that could not run says why; the race went on without it)")
     st.dataframe(_status_rows(result), hide_index=True, width="stretch")
     lines = _reasons(result)
@@ -149,17 +192,17 @@ def show_result(result: RaceResult, *, key: str) -> None:
     cols = st.columns(2)
     cols[0].plotly_chart(metric_figure(result, "tokens_per_s_median", "Tokens/s (median)", 1.0, "tok/s"),
                          key=f"{key}.tps")
-    kind = next((c.peak_memory_kind for c in ran if c.peak_memory_kind), "")
-    cols[1].plotly_chart(metric_figure(result, "peak_memory_bytes", f"Peak memory ({kind})", 2**-20, "MiB"),
+    cols[1].plotly_chart(metric_figure(result, "peak_rss_bytes", "Peak RSS of the worker process", 1e-6, "MB"),
                          key=f"{key}.mem")
-    st.markdown("**Speed**")
+    st.markdown("**Speed** (measured in each lane's own worker process)")
     st.dataframe(_speed_rows(result), hide_index=True, width="stretch")
     st.markdown(
         "**Quality beside speed.** Greedy decoding is deterministic, so a contender computing the same function "
         "as vanilla gives the same tokens. *First divergence*: the first generated token that differs from "
         "vanilla's on the timed prompt. *Exact match*: the share of the race's prompts whose whole continuation "
-        "equals vanilla's. *Perplexity* of a fixed reference text (teacher-forced): equal values mean the same "
-        "predictions; with random-weight models it is near the vocabulary size and only its equality matters."
+        "equals vanilla's. *Bits per byte* on the first documents of the shipped pydoc_topics text "
+        "(lm-eval's definition; independent of the tokenizer), where the engine exposes log-probabilities. "
+        "*Perplexity* of a fixed reference text (teacher-forced; torch lanes only)."
     )
     st.dataframe(_quality_rows(result), hide_index=True, width="stretch")
     cols = st.columns(3)

@@ -9,7 +9,8 @@ from engine import models
 from engine.errors import InvalidParameterError
 from engine.race import contenders, runner
 
-HELP = "race vanilla generation against DeepSpeed, KV cache off, precisions, SDPA and static cache + compile"
+HELP = ("race vanilla generation against peer engines (OpenVINO GenAI, ONNX Runtime GenAI, CTranslate2), DeepSpeed, "
+        "KV cache off, precisions, SDPA and static cache + compile")
 _D = runner.RaceSpec(model=models.DEFAULT_MODEL, contenders=())  # one source of defaults
 
 
@@ -24,7 +25,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=_D.max_new_tokens)
     parser.add_argument("--dtype", default=_D.dtype, help="the race's precision: auto (fp16 on a GPU, fp32 on the CPU), fp32, bf16, fp16")
     parser.add_argument("--device", default=_D.device, help="auto, cpu or cuda")
-    parser.add_argument("--timeout", type=float, default=_D.timeout_s, help="seconds per contender, load included")
+    parser.add_argument("--timeout", type=float, default=_D.timeout_s,
+                        help="seconds per contender, load and a peer's first conversion included")
+    parser.add_argument("--no-baseline-recheck", action="store_true",
+                        help="do not re-run vanilla at the end (the re-run flags a machine whose speed drifted)")
     parser.add_argument("--chat", choices=("auto", "on", "off"), default="auto",
                         help="wrap the prompts in the model's chat template (auto: when the model has one)")
     parser.add_argument(
@@ -52,6 +56,7 @@ def run(args) -> dict:
         model=args.model, contenders=tuple(chosen), runs=args.runs, warmup=args.warmup,
         max_new_tokens=args.max_new_tokens, dtype=args.dtype, device=args.device, timeout_s=args.timeout,
         chat_template={"auto": None, "on": True, "off": False}[args.chat],
+        recheck_baseline=not args.no_baseline_recheck,
     ).validate()
     def checkpoint(partial: runner.RaceResult) -> None:
         runner.save(partial, Path(args.save))  # the same file each time (named by the fixed start time)
@@ -74,29 +79,34 @@ def _f(v, fmt: str, scale: float | None = None) -> str:
 
 def format_text(out: dict) -> str:
     hw = out["hardware"]
+    load = out.get("load_avg_start")
     lines = [
         f"Race: {out['model']} on {hw.get('gpu') or hw.get('cpu')}, {out['runs']} timed runs (+{out['warmup']} warm-up), "
-        f"{out['max_new_tokens']} new tokens, greedy",
-        f"{'contender':<18}{'status':<9}{'latency ms':>12}{'IQR ms':>9}{'TTFT ms':>9}{'TPOT ms':>9}{'tok/s':>8}"
-        f"{'speedup [95% CI]':>22}{'diverges@':>10}{'match':>7}{'ppl':>9}",
+        f"{out['max_new_tokens']} new tokens, greedy" + (f"; load average at start {load[0]:.2f}" if load else ""),
+        f"{'contender':<24}{'status':<9}{'engine':<28}{'latency ms':>11}{'TTFT ms':>9}{'TPOT ms':>9}{'tok/s':>9}"
+        f"{'speedup [95% CI]':>22}{'match':>7}{'div@':>6}{'bpb':>7}{'RSS MB':>8}",
     ]
     for r in out["contenders"]:
-        iqr = None if r["latency_s_q1"] is None else r["latency_s_q3"] - r["latency_s_q1"]
         sp = "n/a" if r["speedup_vs_vanilla"] is None else (
-            f"{r['speedup_vs_vanilla']:.2f}x [{_f(r['speedup_low'], '.2f')}-{_f(r['speedup_high'], '.2f')}]")
+            f"{r['speedup_vs_vanilla']:.2f}x" + (f" [{_f(r['speedup_low'], '.2f')}-{_f(r['speedup_high'], '.2f')}]"
+                                                if r.get("interval_shown") else " (no CI)"))
         div = "none" if r["status"] == "ran" and r["first_divergence_token"] is None else _f(r["first_divergence_token"], "d")
+        engine = f"{r.get('engine') or '?'} {r.get('engine_version') or ''}".strip()
         lines.append(
-            f"{r['name']:<18}{r['status']:<9}{_f(r['latency_s_median'], '.1f', 1e3):>12}{_f(iqr, '.1f', 1e3):>9}"
+            f"{r['name']:<24}{r['status']:<9}{engine[:27]:<28}{_f(r['latency_s_median'], '.1f', 1e3):>11}"
             f"{_f(r['ttft_s_median'], '.1f', 1e3):>9}{_f(r['tpot_s_median'], '.2f', 1e3):>9}"
-            f"{_f(r['tokens_per_s_median'], '.1f'):>8}{sp:>22}{div:>10}{_f(r['exact_match_rate'], '.0%'):>7}"
-            f"{_f(r['perplexity'], '.1f'):>9}"
+            f"{_f(r['tokens_per_s_median'], '.1f'):>9} {sp:>21}{_f(r['exact_match_rate'], '.0%'):>7}{div:>6}"
+            f"{_f(r.get('bits_per_byte'), '.3f'):>7}"
+            f"{_f(r.get('peak_rss_bytes') if r['status'] == 'ran' else None, '.0f', 1e-6):>8}"
         )
     for r in out["contenders"]:
-        if r["reason"]:
-            lines.append(f"- {r['name']}: {r['reason']}")
+        if r.get("verdict"):
+            lines.append(f"- {r['name']}: {r['verdict']}")
         for n in r["notes"]:
             if not n.startswith("random weights"):
                 lines.append(f"  {r['name']}: {n}")
+    if out.get("winner"):
+        lines.append(f"winner: {out['winner']}")
     lines.extend(f"note: {n}" for n in out["notes"])
     if out.get("saved_to"):
         lines.append(f"saved: {out['saved_to']}")

@@ -23,6 +23,10 @@ ROOT = Path(__file__).resolve().parents[2]
 # The pinned side environment made by scripts/make_ds_env.sh (transformers 4.42.4 + deepspeed 0.19.8).
 DS_PYTHON_ENV = "INFERENCE_LAB_DS_PYTHON"
 DEFAULT_DS_VENV = ROOT / ".venv-ds" / "bin" / "python"
+# scripts/install_peers.sh leaves this marker when the peer runtimes would have changed the main .venv's pins
+# and went into the side environment instead: the peer workers are then started with its python.
+PEERS_VENV = ROOT / ".venv-peers"
+PEERS_IN_SIDE_ENV = PEERS_VENV / ".runtimes-in-side-env"
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,14 @@ class Contender:
     static_cache: bool = False
     compile: bool = False  # torch.compile of the forward (transformers auto-compiles a static cache on CUDA)
     python: str | None = None  # interpreter for the worker process; None = the one running the race
+    group: str = "levers"  # "engines": a whole inference engine; "levers": one change to vanilla transformers
+    peer: str | None = None  # a peer engine (engine/race/peers): "openvino", "onnxruntime-genai", "ctranslate2"
+    precision: str | None = None  # the peer's weight format after conversion: fp32, int8, int4
+
+    def engine_name(self) -> str:
+        if self.peer:
+            return self.peer
+        return "deepspeed" if self.deepspeed else "transformers"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -56,7 +68,8 @@ class Contender:
 CONTENDERS: dict[str, Contender] = {
     c.name: c
     for c in (
-        Contender("vanilla", "Vanilla", "transformers `generate`, KV cache on, the race's precision: the baseline"),
+        Contender("vanilla", "Vanilla", "transformers `generate`, KV cache on, the race's precision: the baseline",
+                  group="engines"),
         Contender(
             "deepspeed",
             "DeepSpeed",
@@ -64,6 +77,7 @@ CONTENDERS: dict[str, Contender] = {
             "DeepSpeed's pass-through engine (no kernels replaced), labelled as such",
             deepspeed=True,
             kernel_inject=True,
+            group="engines",
         ),
         Contender(
             "deepspeed-pinned",
@@ -72,6 +86,7 @@ CONTENDERS: dict[str, Contender] = {
             "(transformers 4.42.4, DeepSpeed's last known good for kernel injection)",
             deepspeed=True,
             kernel_inject=True,
+            group="engines",
         ),
         Contender(
             "no-kv-cache",
@@ -106,9 +121,28 @@ CONTENDERS: dict[str, Contender] = {
             static_cache=True,
             compile=True,
         ),
+        *(
+            Contender(name, label, desc, group="engines", peer=peer, precision=precision)
+            for name, label, desc, peer, precision in (
+                ("openvino", "OpenVINO fp32", "OpenVINO GenAI's LLMPipeline on the CPU, model exported by "
+                 "optimum-intel with fp32 weights", "openvino", "fp32"),
+                ("openvino-int8", "OpenVINO int8", "OpenVINO GenAI, int8 weights (NNCF weight compression, "
+                 "per-channel asymmetric)", "openvino", "int8"),
+                ("onnxruntime-genai", "ONNX Runtime GenAI fp32", "ONNX Runtime GenAI on the CPU, model built by "
+                 "its model builder with fp32 weights", "onnxruntime-genai", "fp32"),
+                ("onnxruntime-genai-int4", "ONNX Runtime GenAI int4", "ONNX Runtime GenAI, int4 weights "
+                 "(MatMulNBits, block 32)", "onnxruntime-genai", "int4"),
+                ("ctranslate2", "CTranslate2 float32", "CTranslate2's Generator, model converted by "
+                 "ct2-transformers-converter with float32 weights", "ctranslate2", "fp32"),
+                ("ctranslate2-int8", "CTranslate2 int8", "CTranslate2, int8 weights", "ctranslate2", "int8"),
+            )
+        ),
     )
 }
-DEFAULT_CONTENDERS: tuple[str, ...] = ("vanilla", "deepspeed", "no-kv-cache", "half", "sdpa", "static-compile")
+PEERS: tuple[str, ...] = ("openvino", "onnxruntime-genai", "ctranslate2")
+DEFAULT_CONTENDERS: tuple[str, ...] = (
+    "vanilla", "openvino", "onnxruntime-genai", "ctranslate2", "deepspeed", "no-kv-cache", "half", "sdpa",
+)
 BASELINE = "vanilla"
 
 
@@ -147,6 +181,8 @@ def resolve(names: list[str] | tuple[str, ...], pythons: dict[str, str] | None =
         c = CONTENDERS[n]
         if n in pythons:
             c = replace(c, python=pythons[n])
+        elif c.peer and PEERS_IN_SIDE_ENV.is_file():
+            c = replace(c, python=str(PEERS_VENV / "bin" / "python"))
         elif n == "deepspeed-pinned":
             path, _ = ds_python()
             c = replace(c, python=path or "")  # "" makes the runner skip it with ds_python()'s reason

@@ -9,7 +9,10 @@ loading and generation code, so it also runs under transformers 4.42.4 (engine/r
 Job: {"model", "dtype", "device", "contender": Contender.to_dict(), "prompts": [...], "max_new_tokens",
       "runs", "warmup", "chat_template", "reference_text"}
 Result: {"status": "ran"|"failed"|"skipped", "reason", "notes", "kernel_inject", "deepspeed_mode",
-      "runs": [Measurement dicts], "warmup_s", "token_ids": per prompt, "perplexity", "versions", ...}
+      "runs": [Measurement dicts], "warmup_s", "token_ids": per prompt, "perplexity", "bits_per_byte",
+      "peak_rss_bytes" (getrusage: the worker's peak resident set), "versions", ...}; a peer engine's lane
+      (contender["peer"]) adds "engine_version", "precision", "conversion_s", "converted_now"
+      (engine/race/peers/lane.py).
 Chapter 4.3.4's setup is `_deepspeed`: init_inference(model, dtype=fp16, replace_with_kernel_inject=True,
 tensor_parallel={"tp_size": 1}) on CUDA.
 """
@@ -209,6 +212,8 @@ def run_job(job: dict) -> dict:
         "deepspeed_mode": None, "versions": versions(), "runs": [], "warmup_s": [], "token_ids": [],
         "perplexity": None, "python": sys.executable,
     }
+    if contender.get("peer"):
+        return _peer_job(job, contender, result, notes)
     phase = "setup"
     try:
         compat.install(notes)
@@ -252,15 +257,21 @@ def run_job(job: dict) -> dict:
             timed_ids.append(list(c.token_ids))
         result["deterministic"] = all(ids == timed_ids[0] for ids in timed_ids)
         phase = "quality"
+        others = [] if job.get("timing_only") else prompts[1:]  # the baseline re-check needs only timings
         result["token_ids"] = [timed_ids[0]] + [
-            list(generation.generate(lm, p, cfg, record=False).token_ids) for p in prompts[1:]
+            list(generation.generate(lm, p, cfg, record=False).token_ids) for p in others
         ]
         result["texts"] = [lm.tokenizer.decode(ids, skip_special_tokens=True) for ids in result["token_ids"]]
-        try:
-            result["perplexity"] = quality.perplexity(lm.model, lm.tokenizer, job.get("reference_text")
-                                                      or quality.REFERENCE_TEXT)
-        except Exception as exc:  # an injected model may not support a plain forward; speed still counts
-            result["perplexity_error"] = f"{type(exc).__name__}: {exc}"
+        if not job.get("timing_only"):  # the baseline re-check needs only timings
+            try:
+                result["perplexity"] = quality.perplexity(lm.model, lm.tokenizer, job.get("reference_text")
+                                                          or quality.REFERENCE_TEXT)
+            except Exception as exc:  # an injected model may not support a plain forward; speed still counts
+                result["perplexity_error"] = f"{type(exc).__name__}: {exc}"
+            try:
+                result["bits_per_byte"] = quality.bits_per_byte(quality.torch_logprobs(lm.model), lm.tokenizer)
+            except Exception as exc:  # as above
+                result["bits_per_byte_note"] = f"not measured: {type(exc).__name__}: {exc}"
         result["status"] = "ran"
         if result.get("kernel_inject_reason"):
             result["reason"] = result["kernel_inject_reason"]
@@ -273,6 +284,21 @@ def run_job(job: dict) -> dict:
             reason=f"{phase} failed: {type(exc).__name__}: {exc}" + (f" [{mismatch}]" if mismatch else ""),
             traceback=traceback.format_exc(limit=12)[-4000:],
         )
+    result["peak_rss_bytes"] = quality.peak_rss_bytes()
+    return result
+
+
+def _peer_job(job: dict, contender: dict, result: dict, notes: list[str]) -> dict:
+    """A peer engine's lane (engine/race/peers/lane.py), reported like the others."""
+    from engine.race import quality
+    from engine.race.peers import lane
+
+    try:
+        lane.run(job, contender, result, notes)
+    except Exception as exc:  # conversion or engine failure: the lane says why, the race goes on
+        result.update(status="failed", reason=f"{contender['peer']}: {type(exc).__name__}: {exc}",
+                      traceback=traceback.format_exc(limit=12)[-4000:])
+    result["peak_rss_bytes"] = quality.peak_rss_bytes()
     return result
 
 

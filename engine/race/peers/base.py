@@ -1,0 +1,101 @@
+"""What every peer backend provides, and the registry of the three."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Protocol
+
+INSTALL_HINT = "install the peer engines with `bash scripts/install_peers.sh`"
+
+
+@dataclass
+class Generated:
+    """One greedy generation: the new ids (EOS included when the engine stopped on it, as vanilla counts it)
+    and the perf_counter time at which each new token was available (the last one: when the call returned)."""
+
+    ids: list[int]
+    step_times: list[float]
+
+
+class Session(Protocol):
+    def generate(self, prompt_ids: list[int], max_new_tokens: int) -> Generated: ...
+
+    def token_logprobs(self, ids: list[int]) -> list[float] | None:
+        """ln p(ids[i] | ids[:i]) for i >= 1, teacher-forced; None where the engine does not expose them."""
+        ...
+
+
+class Backend(Protocol):
+    name: str  # the race lane's engine key
+    label: str
+    dist: str  # the PyPI distribution whose version is reported
+    module: str
+    logprobs_note: str  # "" when log-probabilities are exposed, else why not
+
+    def unsupported(self, architecture: str, model_type: str) -> str: ...
+
+    def convert(self, source: Path, target: Path, precision: str) -> list[str]:
+        """Convert the HF folder `source` into `target`; return the command that ran (for the record)."""
+        ...
+
+    def open(self, folder: Path, precision: str, threads: int, device: str, eos_ids: set[int],
+             tokenizer) -> Session: ...
+
+    def cuda_note(self) -> str:
+        """Why this engine runs on the CPU here even when a CUDA GPU exists ("" when it can use it)."""
+        ...
+
+
+def backend(name: str) -> Backend:
+    module = importlib.import_module(f"engine.race.peers.{BACKENDS[name]}")
+    return module.BACKEND
+
+
+BACKENDS: dict[str, str] = {"openvino": "ov", "onnxruntime-genai": "ort", "ctranslate2": "ct2"}
+
+
+def version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def availability(name: str) -> tuple[bool, str | None, str]:
+    """(usable, version, reason): installed and importable in this interpreter, or why not."""
+    b = backend(name)
+    v = version(b.dist)
+    if v is None:
+        return False, None, f"{b.label} is not installed in {sys.executable}: {INSTALL_HINT}"
+    try:
+        importlib.import_module(b.module)
+    except Exception as exc:  # a broken wheel raises anything from ImportError to OSError
+        return False, v, f"{b.label} {v} is installed but failed to import ({type(exc).__name__}: {exc}); {INSTALL_HINT}"
+    return True, v, ""
+
+
+def threads() -> int:
+    """The worker's CPU threads: every logical core the process may use (torch does the same for vanilla)."""
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+
+
+def installed() -> list[dict]:
+    """What the page shows before a race: each peer's installed version (metadata only, nothing imported)
+    or how to install it, and whether OpenVINO's exporter environment exists."""
+    from engine.race.peers.ov import export_cli
+
+    rows = []
+    for name in BACKENDS:
+        b = backend(name)
+        v = version(b.dist)
+        note = "" if v else INSTALL_HINT
+        if name == "openvino":
+            cli, why = export_cli()
+            note = note or (f"exporter: {cli}" if cli else why)
+        rows.append({"engine": b.label, "lane": name, "version": v or "not installed", "note": note})
+    return rows
