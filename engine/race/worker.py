@@ -193,7 +193,7 @@ def _apply_features(lm, contender: dict, notes: list[str]) -> None:
         elif not lm.device.startswith("cuda"):
             notes.append(
                 "static cache only: transformers compiles a static-cache forward automatically on GPUs only; on "
-                "this CPU torch.compile took ~53 s and gave no gain when tried (STACK_NOTES), so it is not run"
+                "this CPU torch.compile took ~53 s and gave no gain when tried here, so it is not run"
             )
         else:
             notes.append("torch.compile happens during the warm-up runs (their times are in warmup_s)")
