@@ -35,12 +35,18 @@ def tiny_sched(tiny_lm):
     s.close()
 
 
-@pytest.mark.parametrize("lm_name", ["tiny_lm", pytest.param("smol_lm", marks=pytest.mark.slow)])
-def test_inflight_matches_solo_token_for_token(lm_name, request):
+@pytest.mark.parametrize(
+    ("lm_name", "chunk"),
+    [("tiny_lm", 256), ("tiny_lm", 3), pytest.param("smol_lm", 256, marks=pytest.mark.slow),
+     pytest.param("smol_lm", 5, marks=pytest.mark.slow)],
+)
+def test_inflight_matches_solo_token_for_token(lm_name, chunk, request):
+    """Batched admission, chunked prefill (chunk tokens per step across the admitted rows) and slot reuse."""
     lm = request.getfixturevalue(lm_name)
     cfg = GenerationConfig(max_new_tokens=24)
     solo = _solo(lm, PROMPTS, cfg)
-    sched = Scheduler(lm, max_batch=3, record=False)  # 5 requests through 3 slots: joins and leaves mid-batch
+    # 5 requests through 3 slots: joins and leaves mid-batch
+    sched = Scheduler(lm, max_batch=3, record=False, prefill_chunk_tokens=chunk)
     try:
         handles = [sched.submit(p, GenerationConfig(max_new_tokens=24 - 3 * i)) for i, p in enumerate(PROMPTS)]
         got = [h.result(120).token_ids for h in handles]

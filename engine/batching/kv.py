@@ -254,9 +254,12 @@ class SlotCache(Cache):
         self._reserve(self.n, 0, 1, self)
         w, device = self.window, lm.model.device
         self.mask[: self.n, w.end] = 1
+        # One row has no padding in its (trimmed) window: no mask, as `generate` drops an all-ones mask, so the
+        # attention takes its unmasked (flash) kernel.
+        mask = None if self.n == 1 else self.mask[: self.n, w.start : w.end + 1]  # [n, S + 1]
         out = lm.model(
             input_ids=tokens.view(-1, 1).to(device),  # [n, 1]
-            attention_mask=self.mask[: self.n, w.start : w.end + 1],  # [n, S + 1]
+            attention_mask=mask,
             position_ids=positions.view(-1, 1).to(device),  # [n, 1]
             cache=self,
             use_cache=True,
