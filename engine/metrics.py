@@ -119,3 +119,14 @@ def run_metrics(
         params=lm.params,
         max_new_tokens=max_new_tokens,
     )
+
+
+def summarize_steps(
+    request_t: float, step_times: Sequence[float], output_tokens_per_seq: Sequence[int]
+) -> tuple[float, float, float]:
+    """(ttft_s, tpot_s, latency_s) from the request time and the wall-clock time each decode step ended
+    (`step_times[i]`: when generated token i of every still-running row existed); `timings` underneath."""
+    if not step_times:
+        raise ValueError("no generation step was timed")
+    t = timings(request_t, step_times[0], step_times[-1], output_tokens_per_seq or [len(step_times)])
+    return t["ttft_s"], t["tpot_s"], t["latency_s"]

@@ -10,8 +10,8 @@ so the effective bits per weight are bits + 8 * (scale_bytes + zero_bytes) / g. 
   ggml-common.h: Q8_0 = fp16 scale + 32 int8 (34 B per 32); Q4_0 = fp16 scale + 32 x 4 bit (18 B per 32);
   Q4_1 = fp16 scale + fp16 min + 32 x 4 bit (20 B per 32); Q5_0 22 B, Q5_1 24 B per 32; the k-quants Q2_K 84,
   Q3_K 110, Q4_K 144, Q5_K 176, Q6_K 210 B per 256.
-- torchao weight-only: `Int8WeightOnlyConfig` keeps one scale per output channel (group = the row, in the
-  model's dtype); `Int4WeightOnlyConfig(group_size=128)` keeps a bf16 scale and a bf16 zero point per group
+- torchao weight-only: `Int8WeightOnlyConfig` keeps one fp32 scale and one int8 zero point per output channel
+  (group = the row; torchao 0.18's Int8Tensor: qdata int8, scale float32 (rows, 1), zero_point int8 (rows, 1)); `Int4WeightOnlyConfig(group_size=128)` keeps a bf16 scale and a bf16 zero point per group
   (torchao docs, quantization API reference).
 
 Pure standard library: the calculators, the quantization lab and the CLI share these numbers.
@@ -70,7 +70,9 @@ FORMATS: dict[str, QuantFormat] = {
         QuantFormat("Q4_K", 4, 256, 144 - 128, 0, _GGML),
         QuantFormat("Q5_K", 5, 256, 176 - 160, 0, _GGML),
         QuantFormat("Q6_K", 6, 256, 210 - 192, 0, _GGML),
-        QuantFormat("int8-per-channel", 8, None, 4, 0, "torchao Int8WeightOnlyConfig (one fp32 scale per row)"),
+        QuantFormat(
+            "int8-per-channel", 8, None, 4, 1, "torchao Int8WeightOnlyConfig (fp32 scale + int8 zero point per row)"
+        ),
         QuantFormat("int4-g128", 4, 128, 2, 2, "torchao Int4WeightOnlyConfig(group_size=128): bf16 scale + zero"),
     )
 }
