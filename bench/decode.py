@@ -1,7 +1,9 @@
-"""Decode throughput: the engine (generate and stream, with its timing and measuring) against plain
-`model.generate` on the same model, prompt and settings, measured in the same run and interleaved
-(A B C A B C ...) so machine noise hits all three alike. Also: achieved weight bandwidth
-(weights bytes x decode steps/s) against this machine's measured read bandwidth.
+"""Decode throughput: the engine (generate and stream, with its timing and measuring, and the in-flight
+scheduler with one request - the playground's and the server's path: slot KV cache, sampling on the last
+logits only) against plain `model.generate` on the same model, prompt and settings, measured in the same run
+and interleaved (A B C D A B C D ...) so machine noise hits all alike. Also: achieved weight bandwidth
+(weights bytes x decode steps/s, from each variant's own TPOT) against this machine's measured read
+bandwidth, and a check that the scheduler's greedy tokens equal plain `generate`'s.
 
     .venv/bin/python bench/decode.py [--models smollm2-135m-instruct gpt-neo-125m-random] [--repeats 5]
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from engine import generation, hardware, models, paths, stats  # noqa: E402
+from engine.batching.scheduler import Scheduler  # noqa: E402
 from engine.generation import GenerationConfig  # noqa: E402
 
 PROMPT = "The history of the printing press begins"
@@ -54,15 +58,29 @@ def engine_stream(lm, cfg):
     return m.output_tokens, m.latency_s, m.tpot_s
 
 
+def engine_scheduler(sched, cfg):
+    c = sched.submit(PROMPT, cfg).result()
+    m = c.measurement
+    return m.output_tokens, m.latency_s, m.tpot_s, c.token_ids
+
+
 def bench_model(name: str, repeats: int, max_new_tokens: int, dtype: str) -> dict:
     lm = models.load_model(name, dtype=dtype)
     cfg = GenerationConfig(max_new_tokens=max_new_tokens)
+    sched = Scheduler(lm, max_batch=1, record=False)
     for _ in range(2):  # warm-up: allocator, kernels, caches
         plain_generate(lm, cfg)
         engine_generate(lm, cfg)
-    rates: dict[str, list[float]] = {"plain generate": [], "engine generate": [], "engine stream": []}
+        engine_scheduler(sched, cfg)
+    rates: dict[str, list[float]] = {"plain generate": [], "engine generate": [], "engine stream": [],
+                                     "engine scheduler": []}
     tpots: list[float] = []
+    sched_tpots: list[float] = []
+    same_tokens = generation.generate(lm, PROMPT, cfg, record=False).token_ids == engine_scheduler(sched, cfg)[3]
     for _ in range(repeats):
+        n, t, tpot, _ids = engine_scheduler(sched, cfg)
+        rates["engine scheduler"].append(n / t)
+        sched_tpots.append(tpot)
         n, t = plain_generate(lm, cfg)
         rates["plain generate"].append(n / t)
         n, t, tpot = engine_generate(lm, cfg)
@@ -71,8 +89,10 @@ def bench_model(name: str, repeats: int, max_new_tokens: int, dtype: str) -> dic
         n, t, tpot = engine_stream(lm, cfg)
         rates["engine stream"].append(n / t)
         tpots.append(tpot)
+    sched.close()
     med = {k: stats.median(v) for k, v in rates.items()}
     tpot = stats.median(tpots)
+    sched_tpot = stats.median(sched_tpots)
     return {
         "model": name,
         "dtype": lm.dtype,
@@ -84,8 +104,12 @@ def bench_model(name: str, repeats: int, max_new_tokens: int, dtype: str) -> dic
         "tokens_per_s_runs": rates,
         "ratio_engine_generate_vs_plain": med["engine generate"] / med["plain generate"],
         "ratio_engine_stream_vs_plain": med["engine stream"] / med["plain generate"],
+        "ratio_engine_scheduler_vs_plain": med["engine scheduler"] / med["plain generate"],
         "tpot_s_median": tpot,
         "achieved_weight_bytes_per_s": lm.weights_bytes / tpot,
+        "scheduler_tpot_s_median": sched_tpot,
+        "scheduler_achieved_weight_bytes_per_s": lm.weights_bytes / sched_tpot,
+        "scheduler_greedy_tokens_equal_generate": same_tokens,
     }
 
 
@@ -106,7 +130,8 @@ def main() -> int:
         rows = pool.submit(
             lambda: [bench_model(m, args.repeats, args.max_new_tokens, args.dtype) for m in args.models]
         ).result()
-    print(f"measured read bandwidth: {bw.read_bytes_per_s / 1e9:.1f} GB/s ({info.accelerator}, {info.cpu_name})")
+    print(f"measured read bandwidth: {bw.read_bytes_per_s / 1e9:.1f} GB/s ({info.accelerator}, {info.cpu_name}); "
+          f"load average {os.getloadavg()[0]:.1f}")
     print(f"{'model':<24}{'dtype':<6}{'plain tok/s':>12}{'engine':>9}{'stream':>9}{'eng/plain':>11}"
           f"{'str/plain':>11}{'GB/s':>7}{'% of BW':>9}")
     for r in rows:
@@ -115,6 +140,11 @@ def main() -> int:
         print(f"{r['model']:<24}{r['dtype']:<6}{m['plain generate']:>12.1f}{m['engine generate']:>9.1f}"
               f"{m['engine stream']:>9.1f}{r['ratio_engine_generate_vs_plain']:>11.3f}"
               f"{r['ratio_engine_stream_vs_plain']:>11.3f}{achieved / 1e9:>7.1f}{100 * achieved / bw.read_bytes_per_s:>8.0f}%")
+        sa = r["scheduler_achieved_weight_bytes_per_s"]
+        print(f"{'':<30}scheduler (1 request) {m['engine scheduler']:.1f} tok/s = "
+              f"{r['ratio_engine_scheduler_vs_plain']:.3f}x plain; {sa / 1e9:.1f} GB/s = "
+              f"{100 * sa / bw.read_bytes_per_s:.0f}% of read bandwidth; greedy tokens equal generate's: "
+              f"{r['scheduler_greedy_tokens_equal_generate']}")
     result = {
         "benchmark": "decode",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -122,6 +152,7 @@ def main() -> int:
         "hardware": {"cpu": info.cpu_name, "threads": info.torch_threads, "gpus": [g.name for g in info.gpus],
                      "torch": info.torch_version},
         "read_bandwidth_bytes_per_s": bw.read_bytes_per_s,
+        "load_average": os.getloadavg(),
         "rows": rows,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

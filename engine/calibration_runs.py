@@ -4,7 +4,7 @@ A busy machine makes every run slower than the machine can go, and by a differen
 defences, each measured rather than assumed:
 - every decode step is timed (a StoppingCriteria timestamps each new token, as engine.generation does), and
   TPOT is taken as the median step interval of a run, so a step that lost the CPU to another process does
-  not move it; the vLLM-style mean (engine.measurement.summarize_steps) is kept beside it;
+  not move it; the vLLM-style mean (engine.metrics.summarize_steps) is kept beside it;
 - each shape is repeated and the fastest repeat is kept (a run can be slowed by other work, never sped up:
   the minimum is the estimate of what the machine does; see Chen & Revels, "Robust benchmarking in noisy
   environments", 2016, which recommends the minimum for the same reason);
@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from engine.errors import InvalidParameterError
-from engine.measurement import summarize_steps
+from engine.metrics import summarize_steps
 from engine.stats import median
 
 PROMPT_TEXT = (

@@ -13,7 +13,7 @@ import math
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,8 +25,8 @@ from engine.errors import (
     OutOfMemoryError,
     PromptTooLongError,
 )
-from engine.hardware import current_rss_bytes
-from engine.measurement import Measurement, summarize_steps
+from engine.measurement import Measurement
+from engine.metrics import PeakMemory, run_metrics
 from engine.models import LoadedModel
 
 MAX_NEW_TOKENS_LIMIT = 4096
@@ -127,7 +127,10 @@ class _StepTimer:
         self.device = device
         self.cancel = cancel
         self.times: list[float] = []
-        self.peak_rss = current_rss_bytes() if not device.startswith("cuda") else 0
+        self.peak: PeakMemory | None = None  # started with the run, under the model's lock
+
+    def start(self) -> None:
+        self.peak = PeakMemory(self.device, every=8, reset_cuda=True)  # RSS sampled every 8th step: ~20 us each
 
     def __call__(self, input_ids, scores, **kwargs):
         import torch
@@ -135,8 +138,8 @@ class _StepTimer:
         if self.device.startswith("cuda"):
             torch.cuda.synchronize()
         self.times.append(time.perf_counter())
-        if not self.device.startswith("cuda") and len(self.times) % 8 == 1:
-            self.peak_rss = max(self.peak_rss, current_rss_bytes())  # sampled: psutil costs ~20 µs
+        if self.peak is not None:
+            self.peak.sample()
         stop = bool(self.cancel is not None and self.cancel.is_set())
         return torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)
 
@@ -226,48 +229,6 @@ def _split(lm: LoadedModel, row, prompt_len: int, cfg: GenerationConfig, cancell
     return generated, text, reason
 
 
-def _measure(
-    lm: LoadedModel,
-    cfg: GenerationConfig,
-    request_t: float,
-    queue_s: float,
-    timer: _StepTimer,
-    prompt_tokens: int,
-    out_lengths: list[int],
-    started_at: str,
-) -> Measurement:
-    import torch
-
-    ttft, tpot, latency = summarize_steps(request_t, timer.times, out_lengths)
-    total_out = sum(out_lengths)
-    if lm.device.startswith("cuda"):
-        peak, kind = int(torch.cuda.max_memory_allocated()), "cuda max_memory_allocated"
-    else:
-        peak, kind = max(timer.peak_rss, current_rss_bytes()), "process RSS (CPU)"
-    decode_tokens = total_out - len(out_lengths)
-    return Measurement(
-        model=lm.name,
-        dtype=lm.dtype,
-        device=lm.device,
-        batch_size=len(out_lengths),
-        prompt_tokens=prompt_tokens,
-        output_tokens=total_out,
-        ttft_s=ttft,
-        tpot_s=tpot,
-        latency_s=latency,
-        tokens_per_s=total_out / latency if latency > 0 else math.nan,
-        decode_tokens_per_s=decode_tokens / (latency - ttft) if latency > ttft and decode_tokens > 0 else math.nan,
-        peak_memory_bytes=peak,
-        peak_memory_kind=kind,
-        use_cache=cfg.use_cache,
-        started_at=started_at,
-        weights_bytes=lm.weights_bytes,
-        queue_s=queue_s,
-        params=lm.params,
-        max_new_tokens=cfg.max_new_tokens,
-    )
-
-
 def _run(
     lm: LoadedModel,
     prompts: Sequence[str],
@@ -294,8 +255,7 @@ def _run(
         started_at = datetime.now(UTC).isoformat(timespec="seconds")
         if cfg.do_sample and cfg.seed is not None:
             torch.manual_seed(cfg.seed)
-        if lm.device.startswith("cuda"):
-            torch.cuda.reset_peak_memory_stats()
+        timer.start()
         try:
             with torch.inference_mode():
                 out = lm.model.generate(**enc, **_generate_kwargs(lm, cfg, timer, streamer))
@@ -314,20 +274,17 @@ def _run(
     prompt_len = enc["input_ids"].shape[1]
     rows = [_split(lm, out[i], prompt_len, cfg, cancelled) for i in range(len(prompts))]
     out_lengths = [max(1, len(ids)) for ids, _, _ in rows]
-    batch_m = _measure(lm, cfg, request_t, queue_s, timer, sum(lengths), out_lengths, started_at)
+    assert timer.peak is not None
+    timer.peak.sample(force=True)
+    common = dict(request_t=request_t, first_token_t=timer.times[0], peak=timer.peak, started_at=started_at,
+                  queue_s=queue_s, use_cache=cfg.use_cache, max_new_tokens=cfg.max_new_tokens)
+    batch_m = run_metrics(lm, last_token_t=timer.times[-1], output_tokens=out_lengths, prompt_tokens=sum(lengths),
+                          batch_size=len(out_lengths), **common)
     completions = []
     for prompt, shown, n_prompt, (ids, text, reason) in zip(prompts, rendered, lengths, rows, strict=True):
-        ttft, tpot, latency = summarize_steps(request_t, timer.times[: len(ids) or 1], [len(ids) or 1])
-        own = replace(
-            batch_m,
-            prompt_tokens=n_prompt,
-            output_tokens=len(ids),
-            ttft_s=ttft,
-            tpot_s=tpot,
-            latency_s=latency,
-            tokens_per_s=len(ids) / latency if latency > 0 else math.nan,
-            decode_tokens_per_s=(len(ids) - 1) / (latency - ttft) if latency > ttft and len(ids) > 1 else math.nan,
-        )
+        n = len(ids) or 1
+        own = run_metrics(lm, last_token_t=timer.times[min(n, len(timer.times)) - 1], output_tokens=[n], prompt_tokens=n_prompt,
+                          batch_size=len(out_lengths), **common)
         completions.append(Completion(prompt, text, shown + text, tuple(ids), reason, own))
     if record:
         runlog.record(batch_m)

@@ -1,6 +1,6 @@
 """One run's measurement, in base units. Shared by generation, the scheduler, the race, bench/ and pages.
 
-Definitions (vLLM, benchmarks/benchmark_serving.py and its metrics docs; the pages say the same):
+Definitions (vLLM, benchmarks/benchmark_serving.py; the pages say the same; computed only by engine.metrics):
 - TTFT: from the request entering the engine to the first generated token being available.
 - TPOT: (latency - TTFT) / (output_tokens - 1), vLLM's definition: it excludes the first token, so it is
   the steady decode rate. Undefined (NaN) for a single-token output.
@@ -62,19 +62,3 @@ class Measurement:
         clean = {k: (math.nan if v is None and k in ("tpot_s",) else v) for k, v in data.items() if k in names}
         return cls(**clean)
 
-
-def summarize_steps(
-    request_t: float, step_times: list[float], output_tokens_per_seq: list[int]
-) -> tuple[float, float, float]:
-    """(ttft_s, tpot_s, latency_s) from the request time and the wall-clock time each decode step ended.
-
-    `step_times[i]` is when generated token i (0-based) of every still-running sequence became available.
-    The batch's latency ends at its last step; TPOT uses the longest sequence, which ran every step.
-    """
-    if not step_times:
-        raise ValueError("no generation step was timed")
-    ttft = step_times[0] - request_t
-    latency = step_times[-1] - request_t
-    longest = max(output_tokens_per_seq) if output_tokens_per_seq else len(step_times)
-    tpot = (latency - ttft) / (longest - 1) if longest > 1 else math.nan
-    return ttft, tpot, latency

@@ -10,7 +10,9 @@
 #   an fp16 generate of gpt-neo-125m-random and an fp16 device_map="auto" load + generate of a saved model;
 #   the race for gpt-neo-125m-random, gpt-neo-1.3b-random and smollm2-135m-instruct: vanilla fp16 against
 #   DeepSpeed kernel injection (under this machine's transformers, and under the pinned 4.42.4 one), then the
-#   other contenders while time allows. Results: bench/results/race-*.json and gpu_check-<stamp>.json.
+#   other contenders while time allows; the in-flight scheduler's throughput at batch 8 for gpt-neo-1.3b-random
+#   in fp16 with its bandwidth utilisation (issue 17). Results: bench/results/race-*.json,
+#   scheduler-gpu-<stamp>.json and gpu_check-<stamp>.json.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 START=$(date +%s)
@@ -80,6 +82,40 @@ sys.exit(main(["generate", "--model", "gpt-neo-125m-random", "--dtype", "fp16", 
 step generate-device-map-fp16 60 $PY -m engine generate --model "$PWD/.gpu/models/tiny-gpt-neo-local" \
     --dtype fp16 --prompt "The GPU" --max-new-tokens 16 --json
 
+# -- the in-flight scheduler at batch 8 (issue 17): throughput and achieved weight bandwidth ---------------
+step scheduler-1.3b-fp16-b8 90 $PY - "$RESULTS/scheduler-gpu-$STAMP.json" <<'PY'
+import json, os, sys, time
+from engine.race import compat
+compat.install([])  # the random presets borrow the carried tokenizer
+from engine import hardware, models
+from engine.batching.scheduler import Scheduler
+from engine.generation import GenerationConfig
+
+lm = models.load_model("gpt-neo-1.3b-random", dtype="fp16")
+bw = hardware.measure_memory_bandwidth("cuda").read_bytes_per_s
+sched = Scheduler(lm, max_batch=8, record=False)
+cfg = GenerationConfig(max_new_tokens=128)
+prompts = [f"Request {i}: the scheduler batches" for i in range(8)]
+[h.result(120) for h in [sched.submit(p, GenerationConfig(max_new_tokens=8), ignore_eos=True) for p in prompts]]
+before = sched.snapshot()
+t0 = time.perf_counter()
+done = [h.result(300) for h in [sched.submit(p, cfg, ignore_eos=True) for p in prompts]]
+wall = time.perf_counter() - t0
+after = sched.snapshot()
+parts = sched.breakdown()
+sched.close()
+tokens = sum(c.measurement.output_tokens for c in done)
+steps = after.steps - before.steps
+achieved = lm.weights_bytes * steps / wall  # weights read once per decode step: a lower bound on traffic
+out = {"model": lm.name, "dtype": lm.dtype, "max_batch": 8, "requests": 8, "max_new_tokens": 128,
+       "tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall, "decode_steps": steps,
+       "weights_bytes": lm.weights_bytes, "measured_read_bytes_per_s": bw,
+       "achieved_weight_bytes_per_s": achieved, "bandwidth_utilisation": achieved / bw,
+       "breakdown_s": parts, "load_average": os.getloadavg()}
+open(sys.argv[1], "w").write(json.dumps(out, indent=2))
+print(json.dumps(out, indent=2))
+PY
+
 # -- the race (chapter 4.3.4): kernel injection first, then what time allows ----------------------------
 race() {  # race NAME MAX_SECONDS MODEL CONTENDERS RUNS TOKENS
     step "$1" "$2" $PY -m engine race --model "$3" --contenders "$4" --runs "$5" --max-new-tokens "$6" \
@@ -138,7 +174,8 @@ for s in steps:
     print(f"{s['step']:<28}{s['status']:<9}{s['seconds']:>5} s")
 PY
 if [ -n "${OUT:-}" ]; then  # the lent machine's way back: at most 8 files
-    ls -t "$RESULTS"/race-*.json 2>/dev/null | head -n 6 | xargs -r cp -t "$OUT"
+    ls -t "$RESULTS"/race-*.json 2>/dev/null | head -n 5 | xargs -r cp -t "$OUT"
+    ls -t "$RESULTS"/scheduler-gpu-*.json 2>/dev/null | head -n 1 | xargs -r cp -t "$OUT"
     cp "$RESULTS/gpu_check-$STAMP.json" "$OUT"/
 fi
 echo "total $(( $(date +%s) - START )) s"

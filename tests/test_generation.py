@@ -167,3 +167,26 @@ def test_chat_template(smol_lm):
         smol_lm, "What is the capital of France?", GenerationConfig(max_new_tokens=16, chat_template=True)
     )
     assert "Paris" in c.text
+
+
+def test_run_metrics_have_one_home():
+    """Every run metric comes from engine.metrics: generation and the batching rows use the same function."""
+    import engine.batching.sequence as sequence
+    import engine.measurement as measurement
+    from engine import metrics
+
+    assert generation.run_metrics is metrics.run_metrics and sequence.run_metrics is metrics.run_metrics
+    assert not hasattr(measurement, "summarize_steps")
+    t = metrics.timings(10.0, 10.5, 12.5, [5, 3])  # two rows, the longest made 5 tokens
+    assert t["ttft_s"] == 0.5 and t["latency_s"] == 2.5 and t["tpot_s"] == pytest.approx(2.0 / 4)
+    assert t["tokens_per_s"] == pytest.approx(8 / 2.5) and t["decode_tokens_per_s"] == pytest.approx(6 / 2.0)
+    assert math.isnan(metrics.timings(0.0, 1.0, 1.0, [1])["tpot_s"])
+
+
+def test_peak_memory_is_a_peak_not_the_current_value():
+    from engine import metrics
+
+    peak = metrics.PeakMemory("cpu")
+    start = peak.bytes
+    peak.see(start * 4)
+    assert peak.sample(force=True) == start * 4  # a later, lower sample never lowers the peak

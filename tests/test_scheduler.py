@@ -9,7 +9,7 @@ import pytest
 
 from engine.batching import kv
 from engine.batching.scheduler import Scheduler, kv_bytes_per_token
-from engine.batching.sequence import Sequence as Seq
+from engine.batching.sequence import Request
 from engine.batching.static import run_static_batch
 from engine.batching.workload import WorkloadSpec, generate_workload, replay, replay_inflight
 from engine.errors import CancelledError, InvalidParameterError, OutOfMemoryError
@@ -35,12 +35,18 @@ def tiny_sched(tiny_lm):
     s.close()
 
 
-@pytest.mark.parametrize("lm_name", ["tiny_lm", pytest.param("smol_lm", marks=pytest.mark.slow)])
-def test_inflight_matches_solo_token_for_token(lm_name, request):
+@pytest.mark.parametrize(
+    ("lm_name", "chunk"),
+    [("tiny_lm", 256), ("tiny_lm", 3), pytest.param("smol_lm", 256, marks=pytest.mark.slow),
+     pytest.param("smol_lm", 5, marks=pytest.mark.slow)],
+)
+def test_inflight_matches_solo_token_for_token(lm_name, chunk, request):
+    """Batched admission, chunked prefill (chunk tokens per step across the admitted rows) and slot reuse."""
     lm = request.getfixturevalue(lm_name)
     cfg = GenerationConfig(max_new_tokens=24)
     solo = _solo(lm, PROMPTS, cfg)
-    sched = Scheduler(lm, max_batch=3, record=False)  # 5 requests through 3 slots: joins and leaves mid-batch
+    # 5 requests through 3 slots: joins and leaves mid-batch
+    sched = Scheduler(lm, max_batch=3, record=False, prefill_chunk_tokens=chunk)
     try:
         handles = [sched.submit(p, GenerationConfig(max_new_tokens=24 - 3 * i)) for i, p in enumerate(PROMPTS)]
         got = [h.result(120).token_ids for h in handles]
@@ -59,7 +65,7 @@ def test_static_matches_solo_token_for_token(lm_name, request):
     seqs = []
     for i, p in enumerate(PROMPTS):
         ids = lm.tokenizer(p)["input_ids"]
-        seqs.append(Seq(i, lm, p, p, ids, cfg))
+        seqs.append(Request(i, lm, p, p, ids, cfg))
     run_static_batch(lm, seqs)
     for s, ref in zip(seqs, solo, strict=True):
         assert tuple(s.generated) == ref
@@ -226,15 +232,54 @@ def test_workload_is_reproducible_and_policies_agree(tiny_lm):
     assert all(row.end_s >= row.start_s for row in static.timeline() + inflight.timeline())
 
 
-def test_kv_keep_rows_trims_shared_padding(tiny_lm):
+def test_slot_cache_reuses_rows_without_copying_the_batch(tiny_lm):
+    """Joining writes only the newcomer's KV; leaving moves one row; the window trims to the rows left."""
     import torch
 
+    pad = tiny_lm.tokenizer.pad_token_id
     with torch.inference_mode():
-        batch, _ = kv.prefill(tiny_lm, [[5, 6, 7, 8, 9], [5, 6]], tiny_lm.tokenizer.pad_token_id)
-        assert batch.size == 2 and batch.length == 5
-        kv.keep_rows(batch, [1])
-        assert batch.size == 1 and batch.length == 2 and bool(batch.mask.all())
-        assert batch.kv_bytes() == 2 * kv_bytes_per_token(tiny_lm)
+        cache = kv.SlotCache(4)
+        first = kv.Prefill(tiny_lm, [[5, 6, 7, 8, 9], [5, 6]], pad)
+        first.run()
+        cache.insert(first, [0, 1], remaining=8)
+        assert cache.n == 2 and cache.length == 5
+        buffers = [la.keys.data_ptr() for la in cache.layers]
+        copied = cache.copied_bytes
+        late = kv.Prefill(tiny_lm, [[11, 12, 13]], pad, chunk=2)  # chunked: two steps
+        assert late.step() is None and late.step() is not None
+        cache.insert(late, [0], remaining=8)
+        assert cache.n == 3 and [la.keys.data_ptr() for la in cache.layers] == buffers  # same buffers, no realloc
+        per_token = kv_bytes_per_token(tiny_lm)
+        assert cache.copied_bytes - copied == 3 * per_token  # only the newcomer's 3 tokens were written
+        order = cache.retire([0])
+        assert order == [2, 1] and cache.n == 2 and cache.length == 3  # last row moved into the hole; trimmed
+        assert cache.window_bytes() == 2 * 3 * per_token
+        cache.retire([0, 1])
+        assert cache.n == 0 and cache.length == 0
+
+
+def test_scheduler_reports_a_step_time_breakdown(tiny_lm):
+    sched = Scheduler(tiny_lm, max_batch=4, record=False, prefill_chunk_tokens=4)
+    try:
+        hs = [sched.submit(p, GenerationConfig(max_new_tokens=6), ignore_eos=True) for p in PROMPTS]
+        [h.result(60) for h in hs]
+        parts = sched.breakdown()
+    finally:
+        sched.close()
+    assert set(parts) == {"prefill", "decode_forward", "sampling", "cache_surgery", "other", "total"}
+    assert parts["prefill"] > 0 and parts["decode_forward"] > 0
+    assert sum(v for k, v in parts.items() if k != "total") == pytest.approx(parts["total"])
+
+
+def test_request_peak_memory_is_the_largest_value_seen(tiny_lm):
+    from engine.batching.sequence import Request
+
+    r = Request(1, tiny_lm, "x", "x", [5, 6], GenerationConfig(max_new_tokens=2), ignore_eos=True)
+    r.mark_admitted()
+    r.see_memory(10**15)  # a step's sample far above the current RSS
+    r.append(7, r.times.admitted + 0.1, 1)
+    r.append(8, r.times.admitted + 0.2, 1)
+    assert r.completion().measurement.peak_memory_bytes == 10**15
 
 
 def test_bad_max_batch_is_rejected(tiny_lm):

@@ -1,17 +1,27 @@
-"""The model steps both batching policies share: prefill, one decode step, and surgery on a padded KV cache.
+"""The model steps both batching policies share: a (chunked, batched) prefill, one decode step, and a KV cache
+of preallocated row slots that requests join and leave without copying the whole cache.
 
-A running batch is a transformers `DynamicCache` (5.x: `cache.layers[i].keys/values`, each
-[B, kv_heads, S, head_dim]; GPT-Neo and Llama both get plain `DynamicLayer`s here - GPT-Neo's local
-layers mask by distance over a full-length cache) plus a 2-D attention mask [B, S] that is 0 on left
-padding. Every row's real tokens sit contiguously at the right end of the cache, so distances between
-real tokens - what RoPE (Llama) and GPT-Neo's local window see - are the same as in a solo run; the
-position ids we pass are each row's own (0-based, no padding counted), which is what GPT-Neo's learned
-position table and Llama's rotary embedding need. That is why greedy outputs match a solo run.
+Layout. `SlotCache` holds, per layer, one preallocated buffer for keys and one for values,
+[rows, kv_heads, columns, head_dim], plus a mask [rows, columns] (1 = real token). Active requests occupy
+rows 0..n-1 (a slot table: row i is `Scheduler._running[i]`). Every row's real tokens sit contiguously and
+end at the same column `end`; the model sees the window [start, end) of the first n rows, a view, no copy.
+A decode step writes one column (`end`) for every row in place and moves `end` on by one. Because each row's
+real tokens are contiguous, distances between them - what RoPE (Llama) and GPT-Neo's local window see - are
+those of a solo run, and the position ids passed are each row's own (0-based, padding not counted): that is
+why greedy outputs match a solo run token for token.
 
-Admitting a request = left-pad the shorter of (batch cache, new cache) to the longer and concatenate on the
-batch axis; retiring = index-select the kept rows, then drop leading columns that are padding in every
-row (the cache shrinks back when the longest row leaves). Orca (Yu et al., OSDI 2022) calls this
-iteration-level scheduling; NVIDIA's TensorRT-LLM calls it in-flight batching.
+- Admission: the newcomers are prefilled together (left-padded, in chunks of at most `chunk` columns so a long
+  prompt does not stall the running rows for a whole prefill: Sarathi-Serve, Agrawal et al. OSDI 2024; vLLM's
+  chunked prefill), then their KV is written into the next free rows, right-aligned at `end`: one copy of the
+  newcomers' own KV, nothing else moves.
+- Retirement: the last active row is moved into the freed row (one row's window copied), the mask row follows.
+- When `end` reaches the buffer's last column the window is moved back to the left (or the buffer grows to at
+  least twice what is needed): an amortised copy, once per half a buffer of steps at most.
+
+Orca (Yu et al., OSDI 2022) calls the policy iteration-level scheduling; NVIDIA's TensorRT-LLM calls it
+in-flight batching. The previous layout concatenated the new request's cache onto the batch and index-selected
+the kept rows on every retirement (a copy of the whole cache each time), and transformers' DynamicCache
+re-concatenates every layer on every step; bench/batching.py measures the difference.
 
 No lock is taken here: callers hold `lm.lock` around each call (one forward pass at a time per model).
 """
@@ -20,31 +30,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
+from transformers.cache_utils import Cache, DynamicLayer
 
-
-@dataclass
-class Batch:
-    """A padded running batch: the cache and its mask. `cache is None` means empty."""
-
-    cache: Any = None  # transformers DynamicCache, layers of [B, H_kv, S, D]
-    mask: torch.Tensor | None = None  # [B, S] long, 1 = real token
-
-    @property
-    def size(self) -> int:
-        return 0 if self.mask is None else int(self.mask.shape[0])
-
-    @property
-    def length(self) -> int:
-        return 0 if self.mask is None else int(self.mask.shape[1])
-
-    def kv_bytes(self) -> int:
-        """Bytes the cache tensors really hold, padding included."""
-        if self.cache is None:
-            return 0
-        return int(sum(layer.keys.nbytes + layer.values.nbytes for layer in self.cache.layers if layer.keys is not None))
+_ALIGN = 64  # columns are allocated in multiples of this
 
 
 def left_pad(ids: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -61,75 +51,219 @@ def left_pad(ids: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, t
     return input_ids, mask, positions
 
 
-def prefill(lm, ids: Sequence[Sequence[int]], pad_id: int) -> tuple[Batch, torch.Tensor]:
-    """Run the prompts (left-padded together) through the model; return the batch and last logits [B, V] fp32."""
-    input_ids, mask, positions = left_pad(ids, pad_id)
-    device = lm.model.device
-    out = lm.model(
-        input_ids=input_ids.to(device),  # [B, L]
-        attention_mask=mask.to(device),  # [B, L]
-        position_ids=positions.to(device),  # [B, L]
-        use_cache=True,
-        logits_to_keep=1,  # as `generate` does: the lm_head only for the last position
-    )
-    return Batch(out.cache, mask.to(device)), out.logits[:, -1, :].float()  # logits [B, V]
+class Prefill:
+    """A left-padded prefill of several prompts, run `chunk` columns at a time (`step()` until it returns logits)."""
+
+    def __init__(self, lm, ids: Sequence[Sequence[int]], pad_id: int, chunk: int | None = None) -> None:
+        self.lm = lm
+        self.input_ids, self.mask, self.positions = (t.to(lm.model.device) for t in left_pad(ids, pad_id))
+        self.lengths = [len(r) for r in ids]
+        self.chunk = chunk or self.columns
+        self.done_cols = 0
+        self.cache = None  # transformers DynamicCache, layers of [B, H_kv, done_cols, D]
+
+    @property
+    def rows(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @property
+    def columns(self) -> int:
+        return int(self.input_ids.shape[1])
+
+    @property
+    def finished(self) -> bool:
+        return self.done_cols >= self.columns
+
+    def step(self) -> torch.Tensor | None:
+        """Run the next chunk; return the last position's logits [B, V] fp32 after the final chunk, else None."""
+        lo, hi = self.done_cols, min(self.columns, self.done_cols + self.chunk)
+        out = self.lm.model(
+            input_ids=self.input_ids[:, lo:hi],  # [B, hi - lo]
+            attention_mask=self.mask[:, :hi],  # [B, hi]: past chunks + this one
+            position_ids=self.positions[:, lo:hi],
+            cache=self.cache,
+            use_cache=True,
+            logits_to_keep=1,  # as `generate` does: the lm_head only for the last position
+        )
+        self.cache, self.done_cols = out.cache, hi
+        return out.logits[:, -1, :].float() if self.finished else None
+
+    def run(self) -> torch.Tensor:
+        while True:
+            logits = self.step()
+            if logits is not None:
+                return logits
 
 
-def decode(lm, batch: Batch, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """One step for every row: tokens [B] at positions [B]; grows the cache by one column; logits [B, V] fp32."""
-    assert batch.mask is not None and batch.cache is not None
-    device = lm.model.device
-    mask = torch.cat([batch.mask, torch.ones((batch.size, 1), dtype=batch.mask.dtype, device=device)], dim=1)
-    out = lm.model(
-        input_ids=tokens.view(-1, 1).to(device),  # [B, 1]
-        attention_mask=mask,  # [B, S + 1]
-        position_ids=positions.view(-1, 1).to(device),  # [B, 1]
-        cache=batch.cache,
-        use_cache=True,
-        logits_to_keep=1,
-    )
-    batch.cache, batch.mask = out.cache, mask
-    return out.logits[:, -1, :].float()
+@dataclass
+class _Window:
+    start: int = 0
+    end: int = 0
 
 
-def _pad_left(t: torch.Tensor, columns: int, dim: int) -> torch.Tensor:
-    if columns == 0:
-        return t
-    shape = list(t.shape)
-    shape[dim] = columns
-    return torch.cat([torch.zeros(shape, dtype=t.dtype, device=t.device), t], dim=dim)
+class _SlotLayer(DynamicLayer):
+    """One layer's K and V buffers [rows, H_kv, columns, D]; `update` writes the new columns at `end` in place and
+    returns the window of the first `n` rows (a view)."""
+
+    def __init__(self, window: _Window) -> None:
+        super().__init__()
+        self.window = window
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        w, n, q = self.window, key_states.shape[0], key_states.shape[2]
+        self.keys[:n, :, w.end : w.end + q] = key_states
+        self.values[:n, :, w.end : w.end + q] = value_states
+        return self.keys[:n, :, w.start : w.end + q], self.values[:n, :, w.start : w.end + q]
+
+    def get_seq_length(self) -> int:
+        return self.window.end - self.window.start
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.get_seq_length() + query_length, 0
 
 
-def merge(a: Batch, b: Batch) -> Batch:
-    """Rows of `b` appended after the rows of `a`; the shorter cache is left-padded to the longer."""
-    if a.size == 0:
-        return b
-    if b.size == 0:
-        return a
-    assert a.mask is not None and b.mask is not None
-    length = max(a.length, b.length)
-    pad_a, pad_b = length - a.length, length - b.length
-    for la, lb in zip(a.cache.layers, b.cache.layers, strict=True):
-        la.keys = torch.cat([_pad_left(la.keys, pad_a, 2), _pad_left(lb.keys, pad_b, 2)], dim=0)
-        la.values = torch.cat([_pad_left(la.values, pad_a, 2), _pad_left(lb.values, pad_b, 2)], dim=0)
-    a.mask = torch.cat([_pad_left(a.mask, pad_a, 1), _pad_left(b.mask, pad_b, 1)], dim=0)
-    return a
+class SlotCache(Cache):
+    """Preallocated KV rows (a slot table) for up to `max_rows` requests; see the module docstring."""
 
+    def __init__(self, max_rows: int) -> None:
+        self.window = _Window()
+        super().__init__(layers=[])
+        self.max_rows = max_rows
+        self.n = 0  # active rows: 0..n-1
+        self.mask: torch.Tensor | None = None  # [rows, columns] long
+        self.copied_bytes = 0  # cache surgery so far (admissions, retirements, relayouts)
 
-def keep_rows(batch: Batch, rows: Sequence[int]) -> Batch:
-    """Only `rows` stay (in that order); columns that are padding in every kept row are dropped."""
-    if not rows:
-        return Batch()
-    assert batch.mask is not None
-    idx = torch.tensor(list(rows), dtype=torch.long, device=batch.mask.device)
-    if len(rows) != batch.size:
-        batch.cache.batch_select_indices(idx)
-        batch.mask = batch.mask.index_select(0, idx)
-    real_cols = batch.mask.any(dim=0).nonzero()
-    first = int(real_cols[0]) if len(real_cols) else batch.length
-    if first > 0:
-        for layer in batch.cache.layers:
-            layer.keys = layer.keys[:, :, first:, :]
-            layer.values = layer.values[:, :, first:, :]
-        batch.mask = batch.mask[:, first:]
-    return batch
+    # ---------------------------------------------------------------- shape
+    @property
+    def capacity(self) -> tuple[int, int]:
+        return (0, 0) if self.mask is None else (int(self.mask.shape[0]), int(self.mask.shape[1]))
+
+    @property
+    def length(self) -> int:
+        return self.window.end - self.window.start
+
+    def nbytes(self) -> int:
+        """Bytes the preallocated buffers hold (all slots, all columns)."""
+        return int(sum(la.keys.nbytes + la.values.nbytes for la in self.layers))
+
+    def window_bytes(self) -> int:
+        """Bytes of the window the model reads: active rows x window columns, padding included."""
+        if not self.layers or self.n == 0:
+            return 0
+        k = self.layers[0].keys
+        per_col_row = k.shape[1] * k.shape[3] * k.element_size() * 2 * len(self.layers)
+        return int(self.n * self.length * per_col_row)
+
+    def _reserve(self, rows: int, left: int, right: int, like: Cache) -> None:
+        """Make room for `rows` active rows, `left` columns before `end` and `right` columns from `end` on,
+        moving the window (and growing the buffers) only when they do not fit."""
+        w = self.window
+        r_cap, c_cap = self.capacity
+        if self.layers and rows <= r_cap and left <= w.end and w.end + right <= c_cap:
+            return
+        span = max(left, self.length)
+        if rows > r_cap:
+            r_cap = min(self.max_rows, max(rows, 2 * r_cap, 8))
+        if not self.layers or span + right > c_cap or 2 * span > c_cap:
+            need = 2 * (span + right)
+            c_cap = max(2 * c_cap, -(-need // _ALIGN) * _ALIGN)
+        new_end = span
+        new_start = new_end - self.length
+        src = like.layers if not self.layers else self.layers
+        layers = []
+        for la in src:
+            shape = (r_cap, la.keys.shape[1], c_cap, la.keys.shape[3])
+            nl = _SlotLayer(w)
+            nl.keys = torch.zeros(shape, dtype=la.keys.dtype, device=la.keys.device)
+            nl.values = torch.zeros(shape, dtype=la.values.dtype, device=la.values.device)
+            if self.layers and self.n:
+                nl.keys[: self.n, :, new_start:new_end] = la.keys[: self.n, :, w.start : w.end]
+                nl.values[: self.n, :, new_start:new_end] = la.values[: self.n, :, w.start : w.end]
+                self.copied_bytes += 2 * la.keys[: self.n, :, w.start : w.end].nbytes
+            layers.append(nl)
+        mask = torch.zeros((r_cap, c_cap), dtype=torch.long, device=src[0].keys.device)
+        if self.mask is not None and self.n:
+            mask[: self.n, new_start:new_end] = self.mask[: self.n, w.start : w.end]
+        self.layers, self.mask = layers, mask
+        w.start, w.end = new_start, new_end
+
+    # ---------------------------------------------------------------- surgery
+    def insert(self, prefill: Prefill, keep: Sequence[int], remaining: int) -> None:
+        """Append rows `keep` of a finished prefill after the active rows, right-aligned at `end`;
+        `remaining`: most tokens any row may still add (sizes the buffer)."""
+        if not keep:
+            return
+        w = self.window
+        cols = prefill.columns
+        longest = max(prefill.lengths[j] for j in keep)
+        self._reserve(self.n + len(keep), cols, remaining + 1, prefill.cache)
+        a, b = self.n, self.n + len(keep)
+        idx = torch.tensor(list(keep), dtype=torch.long, device=prefill.mask.device)
+        whole = len(keep) == prefill.rows
+        for sl, pl in zip(self.layers, prefill.cache.layers, strict=True):
+            k, v = (pl.keys, pl.values) if whole else (pl.keys.index_select(0, idx), pl.values.index_select(0, idx))
+            sl.keys[a:b, :, w.end - cols : w.end] = k
+            sl.values[a:b, :, w.end - cols : w.end] = v
+            self.copied_bytes += k.nbytes + v.nbytes
+        assert self.mask is not None
+        new_start = min(w.start, w.end - longest) if self.n else w.end - longest
+        if new_start < w.start and self.n:
+            self.mask[: self.n, new_start : w.start] = 0  # older rows have no tokens there
+        self.mask[a:b] = 0
+        self.mask[a:b, w.end - cols : w.end] = prefill.mask if whole else prefill.mask.index_select(0, idx)
+        w.start, self.n = new_start, b
+
+    def retire(self, rows: Sequence[int]) -> list[int]:
+        """Free `rows`; the last active rows move into the holes. Returns the new order as old row indices."""
+        order = list(range(self.n))
+        gone = set(rows)
+        w = self.window
+        for i in sorted(gone, reverse=True):
+            last = len(order) - 1
+            if i != last:
+                src = order[last]
+                # the moved row's data lives at physical row `last`; copy it to physical row i
+                for la in self.layers:
+                    la.keys[i, :, w.start : w.end] = la.keys[last, :, w.start : w.end]
+                    la.values[i, :, w.start : w.end] = la.values[last, :, w.start : w.end]
+                    self.copied_bytes += 2 * la.keys[i, :, w.start : w.end].nbytes
+                assert self.mask is not None
+                self.mask[i] = self.mask[last]
+                order[i] = src
+            order.pop()
+        self.n = len(order)
+        self._trim()
+        return order
+
+    def _trim(self) -> None:
+        """Drop leading window columns that are padding in every active row."""
+        w = self.window
+        if self.n == 0:
+            w.start = w.end
+            return
+        assert self.mask is not None
+        real = self.mask[: self.n, w.start : w.end].any(dim=0).nonzero()
+        if len(real):
+            w.start += int(real[0])
+
+    # ---------------------------------------------------------------- the step
+    def decode(self, lm, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """One step for every active row: tokens [n] at positions [n]; logits [n, V] fp32."""
+        assert self.mask is not None and self.n > 0
+        self._reserve(self.n, 0, 1, self)
+        w, device = self.window, lm.model.device
+        self.mask[: self.n, w.end] = 1
+        # One row has no padding in its (trimmed) window: no mask, as `generate` drops an all-ones mask, so the
+        # attention takes its unmasked (flash) kernel.
+        mask = None if self.n == 1 else self.mask[: self.n, w.start : w.end + 1]  # [n, S + 1]
+        out = lm.model(
+            input_ids=tokens.view(-1, 1).to(device),  # [n, 1]
+            attention_mask=mask,
+            position_ids=positions.view(-1, 1).to(device),  # [n, 1]
+            cache=self,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        w.end += 1
+        return out.logits[:, -1, :].float()

@@ -1,19 +1,24 @@
 """In-flight (continuous) batching: one background thread per model admits and retires requests at every
 decode step (Orca's iteration-level scheduling; TensorRT-LLM's "in-flight batching").
 
-Each loop of the thread: (1) admit waiting requests while there is a free slot (`max_batch`) and the padded
-KV cache would stay within `kv_budget_bytes` - each is prefilled alone (so its first token is exactly a solo
-run's) and its KV merged into the running batch (engine.batching.kv); (2) one decode step for every row;
-(3) retire finished rows at once (EOS, stop string, max_new_tokens, cancel) and shrink the cache.
+Each loop of the thread: (1) when no prefill is under way, take every waiting request that has a free slot
+(`max_batch`) and fits the KV budget, first come first served, into one batched, left-padded prefill;
+(2) run the next chunk of that prefill (at most `prefill_chunk_tokens` tokens, so the running rows wait for one
+chunk, not a whole prompt: Sarathi-Serve's chunked prefill); when its last chunk is done, the first tokens
+are chosen and the rows join the slot table (engine.batching.kv.SlotCache: no copy of the running rows' cache);
+(3) one decode step for every running row; (4) retire finished rows at once (EOS, stop string,
+max_new_tokens, cancel) by moving the last row into the hole.
+`breakdown()` reports where the thread's time went: prefill, decode forward, sampling, cache surgery and the
+rest (Python bookkeeping, detokenizing, streaming, locks).
 
-Locking: the thread takes `lm.lock` around each forward pass only (one prefill or one decode step), then
+Locking: the thread takes `lm.lock` around each forward pass only (one prefill chunk or one decode step), then
 yields, so another page's `generate()` on the same model can run between two steps (it holds the lock for its
 whole run, and the batch waits for it). The model is never run by two threads at once.
 
 transformers' own continuous batching (`model.generate_batch` / `ContinuousBatchingManager`, 4.53+) was
-checked on this stack (STACK_NOTES.md, re-measured by bench/batching.py --hf-check): it fails for GPT-Neo and,
-for the Llama-family bundled model on this CPU, is several times slower than a padded batch. So this
-engine runs its own scheduler for every model.
+checked on this stack (re-measured by bench/batching.py --hf-check): it fails for GPT-Neo and, for the
+Llama-family bundled model on this CPU, is several times slower than a padded batch. So this engine runs its
+own scheduler for every model.
 """
 
 from __future__ import annotations
@@ -31,8 +36,7 @@ import torch
 
 from engine import runlog
 from engine.batching import kv
-from engine.batching.sequence import RequestTimes, choose_tokens
-from engine.batching.sequence import Sequence as Seq
+from engine.batching.sequence import Request, RequestTimes, choose_tokens
 from engine.errors import (
     CancelledError,
     EngineError,
@@ -40,12 +44,16 @@ from engine.errors import (
     OutOfMemoryError,
 )
 from engine.generation import Completion, GenerationConfig, _render, check_context, clean_prompt
+from engine.metrics import memory_now
 from engine.models import LoadedModel
 
 DEFAULT_MAX_BATCH = 8
 MAX_BATCH_LIMIT = 256
+DEFAULT_PREFILL_CHUNK_TOKENS = 256  # tokens per prefill chunk (all admitted rows together)
 DEFAULT_KV_FRACTION = 0.25  # of the memory free when the scheduler starts (RAM on a CPU, VRAM on a GPU)
 _END = object()
+BREAKDOWN = ("prefill", "decode_forward", "sampling", "cache_surgery")
+
 
 
 def kv_bytes_per_token(lm: LoadedModel) -> int:
@@ -79,8 +87,8 @@ class RequestHandle:
     """What `submit` returns. Iterate for text chunks as tokens are made (errors re-raised there); `.completion`
     holds the measured result once done; `.cancel()` stops it at the next token boundary (the batch goes on)."""
 
-    def __init__(self, seq: Seq) -> None:
-        self._seq = seq
+    def __init__(self, req: Request) -> None:
+        self._req = req
         self._chunks: queue.Queue = queue.Queue()
         self._done = threading.Event()
         self.error: BaseException | None = None
@@ -88,18 +96,18 @@ class RequestHandle:
 
     @property
     def id(self) -> int:
-        return self._seq.id
+        return self._req.id
 
     @property
     def times(self) -> RequestTimes:
-        return self._seq.times
+        return self._req.times
 
     @property
     def done(self) -> bool:
         return self._done.is_set()
 
     def cancel(self) -> None:
-        self._seq.cancel_event.set()
+        self._req.cancel_event.set()
 
     def __iter__(self) -> Iterator[str]:
         while True:
@@ -152,14 +160,16 @@ class SchedulerSnapshot:
     max_batch: int
     kv_budget_bytes: int
     kv_bytes_per_token: int
-    kv_bytes_in_use: int  # the padded cache's tensors, measured
-    cache_length: int  # columns of the padded cache
+    kv_bytes_in_use: int  # the running rows' window of the slot cache, padding included, measured
+    cache_length: int  # columns of that window
     running: tuple[RowView, ...]
     waiting: tuple[RowView, ...]
     steps: int
     tokens_generated: int
     finished: int
     recent_batch_sizes: tuple[tuple[float, int], ...]  # (seconds ago, rows) of the last decode steps
+    kv_bytes_allocated: int = 0  # the slot cache's preallocated buffers (all slots, all columns)
+    prefilling: int = 0  # rows whose (chunked) prefill is under way
 
 
 class Scheduler:
@@ -172,6 +182,7 @@ class Scheduler:
         max_batch: int = DEFAULT_MAX_BATCH,
         kv_budget_bytes: int | None = None,
         record: bool = True,
+        prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
     ) -> None:
         if not isinstance(max_batch, int) or not 1 <= max_batch <= MAX_BATCH_LIMIT:
             raise InvalidParameterError(f"max batch must be a whole number from 1 to {MAX_BATCH_LIMIT}, got {max_batch!r}")
@@ -184,13 +195,19 @@ class Scheduler:
         if kv_budget_bytes < self.kv_bytes_per_token:
             raise InvalidParameterError(f"the KV budget of {kv_budget_bytes} bytes holds less than one token; raise it")
         self.kv_budget_bytes = int(kv_budget_bytes)
-        self._weights_bytes = lm.weights_bytes
+        if not isinstance(prefill_chunk_tokens, int) or prefill_chunk_tokens < 1:
+            raise InvalidParameterError(f"prefill chunk must be a whole number of tokens >= 1, got {prefill_chunk_tokens!r}")
+        self.prefill_chunk_tokens = prefill_chunk_tokens
         self._pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
         self._ids = itertools.count(1)
         self._cond = threading.Condition()
-        self._waiting: deque[tuple[Seq, RequestHandle]] = deque()
-        self._running: list[tuple[Seq, RequestHandle]] = []
-        self._batch = kv.Batch()
+        self._waiting: deque[tuple[Request, RequestHandle]] = deque()
+        self._running: list[tuple[Request, RequestHandle]] = []  # row i of the slot cache is _running[i]
+        self._cache = kv.SlotCache(max_batch)
+        self._prefill: kv.Prefill | None = None
+        self._prefilling: list[tuple[Request, RequestHandle]] = []
+        self._spent = dict.fromkeys(BREAKDOWN, 0.0)
+        self._loop_s = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._steps = 0
@@ -225,10 +242,10 @@ class Scheduler:
                 f"this request needs {need / 2**20:.1f} MiB of KV cache, more than the scheduler's budget of "
                 f"{self.kv_budget_bytes / 2**20:.1f} MiB: shorten the prompt or lower max new tokens"
             )
-        seq = Seq(next(self._ids), self.lm, prompt, rendered, ids, cfg, ignore_eos=ignore_eos, arrival=arrival)
-        handle = RequestHandle(seq)
+        req = Request(next(self._ids), self.lm, prompt, rendered, ids, cfg, ignore_eos=ignore_eos, arrival=arrival)
+        handle = RequestHandle(req)
         with self._cond:
-            self._waiting.append((seq, handle))
+            self._waiting.append((req, handle))
             self._ensure_thread()
             self._cond.notify()
         return handle
@@ -236,7 +253,7 @@ class Scheduler:
     def snapshot(self) -> SchedulerSnapshot:
         now = time.perf_counter()
         with self._cond:
-            running = [self._view(s, "running", now) for s, _ in self._running]
+            running = [self._view(s, "running", now) for s, _ in self._running + self._prefilling]
             waiting = [self._view(s, "queued", now) for s, _ in self._waiting]
             log = tuple((now - t, n) for t, n in self._step_log)
             return SchedulerSnapshot(
@@ -245,15 +262,26 @@ class Scheduler:
                 max_batch=self.max_batch,
                 kv_budget_bytes=self.kv_budget_bytes,
                 kv_bytes_per_token=self.kv_bytes_per_token,
-                kv_bytes_in_use=self._batch.kv_bytes(),
-                cache_length=self._batch.length,
+                kv_bytes_in_use=self._cache.window_bytes(),
+                cache_length=self._cache.length,
                 running=tuple(running),
                 waiting=tuple(waiting),
                 steps=self._steps,
                 tokens_generated=self._tokens,
                 finished=self._finished,
                 recent_batch_sizes=log,
+                kv_bytes_allocated=self._cache.nbytes(),
+                prefilling=len(self._prefilling),
             )
+
+    def breakdown(self) -> dict[str, float]:
+        """Seconds the scheduler thread spent per part of a step since it started (see BREAKDOWN), plus
+        "other": the rest of its busy time (Python bookkeeping, detokenizing, streaming, waiting for the lock)."""
+        with self._cond:
+            out = dict(self._spent)
+            out["other"] = max(0.0, self._loop_s - sum(out.values()))
+            out["total"] = self._loop_s
+        return out
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop the thread; requests still queued or running end with CancelledError."""
@@ -263,10 +291,12 @@ class Scheduler:
         if self._thread is not None:
             self._thread.join(timeout)
         with self._cond:
-            leftovers = list(self._waiting) + list(self._running)
+            leftovers = list(self._waiting) + list(self._running) + list(self._prefilling)
             self._waiting.clear()
             self._running.clear()
-            self._batch = kv.Batch()
+            self._prefilling.clear()
+            self._prefill = None
+            self._cache = kv.SlotCache(self.max_batch)
         for _, h in leftovers:
             if not h.done:
                 h._finish(None, CancelledError("the scheduler was shut down; submit the request again"))
@@ -277,7 +307,7 @@ class Scheduler:
             self._thread = threading.Thread(target=self._loop, name=f"inflight-{self.lm.name}", daemon=True)
             self._thread.start()
 
-    def _view(self, s: Seq, state: str, now: float) -> RowView:
+    def _view(self, s: Request, state: str, now: float) -> RowView:
         t = s.times
         waited = (t.admitted if not math.isnan(t.admitted) else now) - t.arrival
         return RowView(s.id, state, s.prompt_len, len(s.generated), s.cfg.max_new_tokens, waited, now - t.arrival, s.text[-60:])
@@ -285,90 +315,139 @@ class Scheduler:
     def _loop(self) -> None:
         while not self._stop.is_set():
             with self._cond:
-                while not self._waiting and not self._running and not self._stop.is_set():
+                while not self._waiting and not self._running and not self._prefilling and not self._stop.is_set():
                     self._cond.wait(0.5)
             if self._stop.is_set():
                 return
+            t0 = time.perf_counter()
             try:
                 with torch.inference_mode():
                     self._admit()
+                    if self._prefill is not None:
+                        self._prefill_chunk()
                     if self._running:
                         self._step()
             except Exception as exc:  # a failed step fails the running batch; the thread lives on
                 self._fail_running(exc)
+            with self._cond:
+                self._loop_s += time.perf_counter() - t0
             time.sleep(0)  # let a thread waiting for lm.lock (another page's generate) take it
 
-    def _fits(self, seq: Seq) -> bool:
-        """Padded KV at the worst moment if `seq` joins: rows x (cache length + longest remaining) x bytes/token.
-        Rows never shrink the cache before the longest finishes, so this bounds the real peak."""
-        rows = [s for s, _ in self._running] + [seq]
-        length = max(self._batch.length, seq.prompt_len)
+    def _timed(self, part: str, t0: float) -> float:
+        """Add the time since t0 to `part`; return now."""
+        if self.lm.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        now = time.perf_counter()
+        self._spent[part] += now - t0
+        return now
+
+    def _fits(self, req: Request) -> bool:
+        """Padded KV at the worst moment if `req` joins: rows x (window + longest remaining) x bytes/token.
+        Rows never shrink the window before the longest finishes, so this bounds the real peak."""
+        rows = [s for s, _ in self._running + self._prefilling] + [req]
+        length = max([self._cache.length, req.prompt_len] + [s.prompt_len for s, _ in self._prefilling])
         longest_left = max(s.remaining for s in rows)
         return len(rows) * (length + longest_left) * self.kv_bytes_per_token <= self.kv_budget_bytes
 
     def _admit(self) -> None:
-        while True:
-            with self._cond:
-                if not self._waiting or len(self._running) >= self.max_batch:
-                    return
-                seq, handle = self._waiting[0]
-                if seq.cancel_event.is_set():
+        """Start one batched prefill of every waiting request that has a slot and fits (first come, first served)."""
+        if self._prefill is not None:
+            return
+        taken: list[tuple[Request, RequestHandle]] = []
+        with self._cond:
+            while self._waiting and len(self._running) + len(taken) < self.max_batch:
+                req, handle = self._waiting[0]
+                if req.cancel_event.is_set():
                     self._waiting.popleft()
                     handle._finish(None, CancelledError("the request was cancelled while queued"))
                     continue
-                if self._running and not self._fits(seq):
-                    return  # first come, first served: wait for memory rather than skip ahead
-                self._waiting.popleft()
-            seq.mark_admitted()
-            try:
-                with self.lm.lock:
-                    new, logits = kv.prefill(self.lm, [seq.prompt_ids], self._pad_id)  # logits [1, V]
-                    token = choose_tokens(logits, [seq])[0]
-            except Exception as exc:
-                handle._finish(None, _engine_error(exc, self.lm))
-                continue
-            now = time.perf_counter()
-            seq.append(token, now, len(self._running) + 1)
-            handle._emit(seq.take_chunk())
+                self._prefilling = taken
+                if (self._running or taken) and not self._fits(req):
+                    break  # wait for memory rather than skip ahead
+                taken.append(self._waiting.popleft())
+            self._prefilling = taken
+        if not taken:
+            return
+        for req, _ in taken:
+            req.mark_admitted()
+        chunk = max(1, self.prefill_chunk_tokens // len(taken))
+        self._prefill = kv.Prefill(self.lm, [r.prompt_ids for r, _ in taken], self._pad_id, chunk)
+
+    def _prefill_chunk(self) -> None:
+        job, rows = self._prefill, self._prefilling
+        assert job is not None
+        t0 = time.perf_counter()
+        try:
+            with self.lm.lock:
+                logits = job.step()  # [k, V] after the last chunk
+                t1 = self._timed("prefill", t0)
+                if logits is None:
+                    return
+                chosen = choose_tokens(logits, [r for r, _ in rows])
+                self._timed("sampling", t1)
+        except Exception as exc:
+            err = _engine_error(exc, self.lm)
             with self._cond:
+                self._prefill, self._prefilling = None, []
+            for _, h in rows:
+                h._finish(None, err)
+            return
+        now = time.perf_counter()
+        size = len(self._running) + len(rows)
+        keep: list[int] = []
+        with self._cond:
+            for j, ((req, handle), token) in enumerate(zip(rows, chosen, strict=True)):
+                req.append(token, now, size)
+                handle._emit(req.take_chunk())
                 self._tokens += 1
-                if seq.done:
-                    self._retire(seq, handle)
+                if req.done:
+                    self._retire(req, handle)
                 else:
-                    self._batch = kv.merge(self._batch, new)
-                    self._running.append((seq, handle))
+                    keep.append(j)
+            t2 = time.perf_counter()
+            longest_left = max([rows[j][0].remaining for j in keep] + [s.remaining for s, _ in self._running], default=0)
+            self._cache.insert(job, keep, longest_left)
+            self._running.extend(rows[j] for j in keep)
+            self._prefill, self._prefilling = None, []
+            self._timed("cache_surgery", t2)
 
     def _step(self) -> None:
         seqs = [s for s, _ in self._running]
         tokens = torch.tensor([s.generated[-1] for s in seqs], dtype=torch.long)  # [B]
         positions = torch.tensor([s.position for s in seqs], dtype=torch.long)  # [B]
+        t0 = time.perf_counter()
         with self.lm.lock:
-            logits = kv.decode(self.lm, self._batch, tokens, positions)  # [B, V]
+            logits = self._cache.decode(self.lm, tokens, positions)  # [B, V]
+            t1 = self._timed("decode_forward", t0)
             chosen = choose_tokens(logits, seqs)
+            self._timed("sampling", t1)
         now = time.perf_counter()
-        keep: list[int] = []
+        memory = memory_now(self.lm.device)
+        gone: list[int] = []
         with self._cond:
             self._steps += 1
             self._tokens += len(seqs)
             self._step_log.append((now, len(seqs)))
-            for i, ((seq, handle), token) in enumerate(zip(self._running, chosen, strict=True)):
-                seq.append(token, now, len(seqs))
-                handle._emit(seq.take_chunk())
-                if seq.done:
-                    self._retire(seq, handle)
-                else:
-                    keep.append(i)
-            if len(keep) != len(seqs):
-                self._running = [self._running[i] for i in keep]
-                self._batch = kv.keep_rows(self._batch, keep)
+            for i, ((req, handle), token) in enumerate(zip(self._running, chosen, strict=True)):
+                req.see_memory(memory)
+                req.append(token, now, len(seqs))
+                handle._emit(req.take_chunk())
+                if req.done:
+                    self._retire(req, handle)
+                    gone.append(i)
+            if gone:
+                t2 = time.perf_counter()
+                order = self._cache.retire(gone)
+                self._running = [self._running[i] for i in order]
+                self._timed("cache_surgery", t2)
 
-    def _retire(self, seq: Seq, handle: RequestHandle) -> None:
+    def _retire(self, req: Request, handle: RequestHandle) -> None:
         self._finished += 1
-        handle._emit(seq.take_chunk())
-        if seq.stop_reason == "cancelled" and not seq.generated:
+        handle._emit(req.take_chunk())
+        if req.stop_reason == "cancelled" and not req.generated:
             handle._finish(None, CancelledError("the request was cancelled before its first token"))
             return
-        completion = seq.completion(self._weights_bytes)
+        completion = req.completion()
         if self.record:
             runlog.record(completion.measurement)
         handle._finish(completion, None)
@@ -376,7 +455,9 @@ class Scheduler:
     def _fail_running(self, exc: Exception) -> None:
         err = _engine_error(exc, self.lm)
         with self._cond:
-            failed, self._running, self._batch = self._running, [], kv.Batch()
+            failed = self._running + self._prefilling
+            self._running, self._prefilling, self._prefill = [], [], None
+            self._cache = kv.SlotCache(self.max_batch)
         for _, h in failed:
             h._finish(None, err)
 

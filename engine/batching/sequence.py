@@ -20,8 +20,7 @@ from datetime import UTC, datetime
 import torch
 
 from engine.generation import Completion, GenerationConfig
-from engine.hardware import current_rss_bytes
-from engine.measurement import Measurement
+from engine.metrics import PeakMemory, run_metrics
 
 
 @dataclass
@@ -35,8 +34,9 @@ class RequestTimes:
     slot_released: float = math.nan  # static batching: when the whole batch ends (>= finished)
 
 
-class Sequence:
-    """A request's decoding state. Not thread-safe: only the thread running the model touches it."""
+class Request:
+    """A request's decoding state (one row of a batch). Not thread-safe: only the thread running the model
+    touches it. (Named `Request`, not `Sequence`, so that it does not shadow collections.abc.Sequence.)"""
 
     def __init__(
         self,
@@ -64,6 +64,7 @@ class Sequence:
         self.emitted = 0  # characters of `text` already streamed
         self.max_batch_seen = 0
         self.started_at = ""
+        self.peak: PeakMemory | None = None  # the largest memory seen while the request held a slot
         self.cancel_event = threading.Event()
         eos = lm.model.generation_config.eos_token_id
         self.eos: set[int] = set() if ignore_eos else set(eos if isinstance(eos, list) else [eos]) - {None}
@@ -92,6 +93,12 @@ class Sequence:
     def mark_admitted(self) -> None:
         self.times.admitted = time.perf_counter()
         self.started_at = datetime.now(UTC).isoformat(timespec="seconds")
+        self.peak = PeakMemory(self.lm.device)
+
+    def see_memory(self, step_peak: int) -> None:
+        """Fold in the memory peak of a step this request took part in (sampled by the batch runner)."""
+        if self.peak is not None:
+            self.peak.see(step_peak)
 
     def append(self, token: int, now: float, batch_size: int) -> None:
         """Add a token (made at `now` in a batch of `batch_size`) and decide whether the sequence stops."""
@@ -126,30 +133,23 @@ class Sequence:
         self.emitted = end
         return chunk
 
-    def completion(self, weights_bytes: int) -> Completion:
-        t, n = self.times, max(1, len(self.generated))
-        ttft = t.first_token - t.arrival
-        latency = t.finished - t.arrival
-        lm = self.lm
-        m = Measurement(
-            model=lm.name,
-            dtype=lm.dtype,
-            device=lm.device,
-            batch_size=self.max_batch_seen,
+    def completion(self) -> Completion:
+        t = self.times
+        if self.peak is None:
+            self.peak = PeakMemory(self.lm.device)
+        self.peak.sample(force=True)
+        m = run_metrics(
+            self.lm,
+            request_t=t.arrival,
+            first_token_t=t.first_token,
+            last_token_t=t.finished,
+            output_tokens=[max(1, len(self.generated))],
             prompt_tokens=self.prompt_len,
-            output_tokens=len(self.generated),
-            ttft_s=ttft,
-            tpot_s=(latency - ttft) / (n - 1) if n > 1 else math.nan,
-            latency_s=latency,
-            tokens_per_s=len(self.generated) / latency if latency > 0 else math.nan,
-            decode_tokens_per_s=(n - 1) / (latency - ttft) if n > 1 and latency > ttft else math.nan,
-            peak_memory_bytes=int(torch.cuda.max_memory_allocated()) if lm.device.startswith("cuda") else current_rss_bytes(),
-            peak_memory_kind="cuda max_memory_allocated" if lm.device.startswith("cuda") else "process RSS (CPU)",
-            use_cache=True,
+            batch_size=self.max_batch_seen,
+            peak=self.peak,
             started_at=self.started_at,
-            weights_bytes=weights_bytes,
             queue_s=t.admitted - t.arrival,
-            params=lm.params,
+            use_cache=True,
             max_new_tokens=self.cfg.max_new_tokens,
         )
         return Completion(self.prompt, self.text, self.rendered + self.text, tuple(self.generated), self.stop_reason or "length", m)
@@ -178,7 +178,7 @@ def _sample(scores: torch.Tensor, cfg: GenerationConfig, generator: torch.Genera
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
-def choose_tokens(logits: torch.Tensor, seqs: Seq[Sequence]) -> list[int]:
+def choose_tokens(logits: torch.Tensor, seqs: Seq[Request]) -> list[int]:
     """The next token of every row: logits [B, V] fp32, one row per sequence."""
     greedy = logits.argmax(dim=-1).tolist()  # [B]: one batched argmax serves every plain greedy row
     out: list[int] = []

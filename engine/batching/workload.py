@@ -6,7 +6,7 @@ Static policy here: when the model is free, take up to `max_batch` requests that
 waiting to fill a batch: the kindest static batching), run them until the longest finishes, repeat.
 In-flight policy: a fresh engine.batching.scheduler.Scheduler with the same `max_batch`, requests submitted at
 their arrival times. Output lengths are forced (EOS ignored, as `vllm bench` does with --ignore-eos) so both
-policies generate exactly the same tokens. Metric names follow vLLM's benchmark (INFERENCE_NOTES.md).
+policies generate exactly the same tokens. Metric names follow vLLM's benchmark (benchmarks/benchmark_serving.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine.batching.scheduler import Scheduler
-from engine.batching.sequence import Sequence as Seq
+from engine.batching.sequence import Request
 from engine.batching.static import run_static_batch
 from engine.errors import InvalidParameterError
 from engine.generation import GenerationConfig
@@ -135,6 +135,7 @@ class PolicyResult:
     queue_s_p50: float
     slot_utilization: float  # useful row-steps / row-steps computed (static wastes the idle slots)
     requests: tuple[RequestResult, ...]
+    breakdown: tuple[tuple[str, float], ...] = ()  # (part, seconds) of the model thread's time; see scheduler.BREAKDOWN
 
     def timeline(self) -> list[TimelineRow]:
         rows: list[TimelineRow] = []
@@ -147,14 +148,14 @@ class PolicyResult:
         return rows
 
     def summary(self) -> dict[str, float | int | str]:
-        return {k: v for k, v in self.__dict__.items() if k != "requests"}
+        return {k: (dict(v) if k == "breakdown" else v) for k, v in self.__dict__.items() if k != "requests"}
 
 
 def _cfg(n: int) -> GenerationConfig:
     return GenerationConfig(max_new_tokens=n, do_sample=False)
 
 
-def _result(seq: Seq, index: int, t0: float) -> RequestResult:
+def _result(seq: Request, index: int, t0: float) -> RequestResult:
     t = seq.times
     released = t.slot_released if not math.isnan(t.slot_released) else t.finished
     return RequestResult(
@@ -173,7 +174,9 @@ def _result(seq: Seq, index: int, t0: float) -> RequestResult:
     )
 
 
-def _summarize(policy: str, lm: LoadedModel, max_batch: int, results: list[RequestResult]) -> PolicyResult:
+def _summarize(
+    policy: str, lm: LoadedModel, max_batch: int, results: list[RequestResult], breakdown: dict[str, float] | None = None
+) -> PolicyResult:
     results.sort(key=lambda r: r.index)
     wall = max(r.finished_s for r in results)
     tokens = sum(r.output_tokens for r in results)
@@ -195,6 +198,7 @@ def _summarize(policy: str, lm: LoadedModel, max_batch: int, results: list[Reque
         queue_s_p50=percentile([r.queue_s for r in results], 50),
         slot_utilization=used / held if held > 0 else 1.0,
         requests=tuple(results),
+        breakdown=tuple((breakdown or {}).items()),
     )
 
 
@@ -229,18 +233,20 @@ def _replay_static(lm: LoadedModel, workload: Sequence[WorkloadRequest], max_bat
     t0 = time.perf_counter()
     pending = sorted(workload, key=lambda r: r.arrival_s)
     results: list[RequestResult] = []
+    spent: dict[str, float] = {}
     while pending:
         _wait_until(t0 + pending[0].arrival_s)
         now = time.perf_counter() - t0
         take = [r for r in pending if r.arrival_s <= now][:max_batch]
         pending = pending[len(take) :]
         seqs = [
-            Seq(r.index, lm, r.prompt, r.prompt, r.prompt_ids, _cfg(r.max_new_tokens), ignore_eos=True, arrival=t0 + r.arrival_s)
+            Request(r.index, lm, r.prompt, r.prompt, r.prompt_ids, _cfg(r.max_new_tokens), ignore_eos=True, arrival=t0 + r.arrival_s)
             for r in take
         ]
-        run_static_batch(lm, seqs)
+        run_static_batch(lm, seqs, spent)
         results.extend(_result(s, s.id, t0) for s in seqs)
-    return _summarize("static", lm, max_batch, results)
+    spent["other"] = max(0.0, spent.pop("total") - sum(spent.values()))
+    return _summarize("static", lm, max_batch, results, spent)
 
 
 def replay_inflight(
@@ -259,10 +265,12 @@ def replay_inflight(
             handles.append((r.index, h))
         for _, h in handles:
             h.result()
-        results = [_result(h._seq, index, t0) for index, h in handles]
+        results = [_result(h._req, index, t0) for index, h in handles]
+        spent = sched.breakdown()
+        spent.pop("total")
     finally:
         sched.close()
-    return _summarize("inflight", lm, max_batch, results)
+    return _summarize("inflight", lm, max_batch, results, spent)
 
 
 def replay(lm: LoadedModel, workload: Sequence[WorkloadRequest], policy: str, max_batch: int) -> PolicyResult:

@@ -39,7 +39,7 @@ def prompt_ids(tokenizer, prompt: str, chat: bool) -> list[int]:
 
 
 def _measure(request_t: float, out: base.Generated) -> dict[str, Any]:
-    from engine.measurement import summarize_steps
+    from engine.metrics import summarize_steps
 
     n = len(out.ids)
     ttft, tpot, latency = summarize_steps(request_t, out.step_times, [n])

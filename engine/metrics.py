@@ -1,0 +1,132 @@
+"""The one place every run metric is computed: TTFT, TPOT, latency, tokens/s, decode tokens/s and peak memory.
+
+Used by engine.generation (a padded `generate` batch and each of its rows) and by the batching engine
+(engine.batching.sequence: each request of the static runner and of the in-flight scheduler), in the spirit of
+vLLM's single `calculate_metrics` (benchmarks/benchmark_serving.py). Definitions (vLLM's; the pages say the same):
+
+- TTFT = first token time - request time (queueing included).
+- latency = last token time - request time.
+- TPOT = (latency - TTFT) / (longest output - 1): the steady decode interval, first token excluded; NaN for a
+  single-token output. ITL (inter-token latency) is the same interval seen per token: the batch's step times
+  give each one; their mean over a request equals its TPOT.
+- tokens/s = all output tokens / latency; decode tokens/s = output tokens after each row's first / (latency - TTFT).
+- peak memory = the largest value seen during the run: `torch.cuda.max_memory_allocated` since the run (or
+  step) began on a GPU; on a CPU the largest process RSS sampled at the run's start, every few steps and at its
+  end (psutil; about 20 us a sample). Never the current value alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from engine.measurement import Measurement
+
+CUDA_KIND = "cuda max_memory_allocated"
+CPU_KIND = "process RSS (CPU)"
+
+
+def memory_now(device: str) -> int:
+    """One sample for a peak: the CUDA allocator's high-water mark on a GPU, the process RSS on a CPU."""
+    if device.startswith("cuda"):
+        import torch
+
+        return int(torch.cuda.max_memory_allocated())
+    from engine.hardware import current_rss_bytes
+
+    return current_rss_bytes()
+
+
+class PeakMemory:
+    """A running peak of the device's memory. `sample()` is cheap enough for every decode step on a CPU when
+    `every` > 1 (only every `every`-th call reads RSS); on CUDA it reads the allocator's own high-water mark."""
+
+    def __init__(self, device: str, *, every: int = 1, reset_cuda: bool = False) -> None:
+        self.cuda = device.startswith("cuda")
+        self.every = max(1, every)
+        self._calls = 0
+        self.bytes = 0
+        if self.cuda and reset_cuda:
+            import torch
+
+            torch.cuda.reset_peak_memory_stats()
+        self.sample(force=True)
+
+    @property
+    def kind(self) -> str:
+        return CUDA_KIND if self.cuda else CPU_KIND
+
+    def sample(self, *, force: bool = False) -> int:
+        self._calls += 1
+        if force or self._calls % self.every == 1 or self.every == 1:
+            self.bytes = max(self.bytes, memory_now("cuda" if self.cuda else "cpu"))
+        return self.bytes
+
+    def see(self, value: int) -> None:
+        """Fold in a peak observed elsewhere (the scheduler's per-step sample)."""
+        self.bytes = max(self.bytes, int(value))
+
+
+def timings(request_t: float, first_token_t: float, last_token_t: float, output_tokens: Sequence[int]) -> dict:
+    """TTFT, TPOT, latency, tokens/s and decode tokens/s (seconds, tokens) for a run of one or more rows that
+    share the request time and whose first and last tokens came at the given times."""
+    if not output_tokens:
+        raise ValueError("no generation step was timed")
+    ttft = first_token_t - request_t
+    latency = last_token_t - request_t
+    total = sum(output_tokens)
+    longest = max(output_tokens)
+    decode_tokens = total - len(output_tokens)
+    return {
+        "ttft_s": ttft,
+        "tpot_s": (latency - ttft) / (longest - 1) if longest > 1 else math.nan,
+        "latency_s": latency,
+        "tokens_per_s": total / latency if latency > 0 else math.nan,
+        "decode_tokens_per_s": decode_tokens / (latency - ttft) if latency > ttft and decode_tokens > 0 else math.nan,
+    }
+
+
+def run_metrics(
+    lm,
+    *,
+    request_t: float,
+    first_token_t: float,
+    last_token_t: float,
+    output_tokens: Sequence[int],
+    prompt_tokens: int,
+    batch_size: int,
+    peak: PeakMemory,
+    started_at: str,
+    queue_s: float,
+    use_cache: bool,
+    max_new_tokens: int,
+) -> Measurement:
+    """The Measurement of one run (one request, or a padded batch as a whole)."""
+    return Measurement(
+        model=lm.name,
+        dtype=lm.dtype,
+        device=lm.device,
+        batch_size=batch_size,
+        prompt_tokens=prompt_tokens,
+        output_tokens=sum(output_tokens),
+        **timings(request_t, first_token_t, last_token_t, output_tokens),
+        peak_memory_bytes=peak.bytes,
+        peak_memory_kind=peak.kind,
+        use_cache=use_cache,
+        started_at=started_at,
+        weights_bytes=lm.weights_bytes,
+        queue_s=queue_s,
+        params=lm.params,
+        max_new_tokens=max_new_tokens,
+    )
+
+
+def summarize_steps(
+    request_t: float, step_times: Sequence[float], output_tokens_per_seq: Sequence[int]
+) -> tuple[float, float, float]:
+    """(ttft_s, tpot_s, latency_s) from the request time and the wall-clock time each decode step ended
+    (`step_times[i]`: when generated token i of every still-running row existed); `timings` underneath."""
+    if not step_times:
+        raise ValueError("no generation step was timed")
+    t = timings(request_t, step_times[0], step_times[-1], output_tokens_per_seq or [len(step_times)])
+    return t["ttft_s"], t["tpot_s"], t["latency_s"]
