@@ -88,7 +88,7 @@ def show_snapshot(snap: SchedulerSnapshot) -> None:
     c = st.columns(5)
     c[0].metric("Running", f"{len(snap.running)} / {snap.max_batch}")
     c[1].metric("Queued", len(snap.waiting))
-    c[2].metric("KV cache in use", fmt_bytes(snap.kv_bytes_in_use), help="the padded cache tensors, measured")
+    c[2].metric("KV cache in use", fmt_bytes(snap.kv_bytes_in_use), help=f"the running rows' window of the preallocated slot cache, padding included, measured ({fmt_bytes(snap.kv_bytes_allocated)} allocated for all slots)")
     c[3].metric("KV budget", fmt_bytes(snap.kv_budget_bytes),
                 help=f"{fmt_bytes(snap.kv_bytes_per_token)} per token (2 × layers × KV heads × head dim × bytes)")
     c[4].metric("Decode steps / tokens", f"{snap.steps} / {snap.tokens_generated}")
