@@ -187,8 +187,8 @@ def verdict(row: KVResult, base: KVResult | None) -> str:
     if row.backend == "none" or base is None or not base.kv_bytes or not row.kv_bytes:
         return f"the plain cache holds {row.kv_bytes_per_token:,.0f} bytes per token: the reference."
     ratio = base.kv_bytes / row.kv_bytes
-    match = ("the same greedy tokens as the plain cache" if row.exact_match
-             else f"greedy output departs from the plain cache at token {row.first_divergence_token}")
+    match = ("keeps the same greedy tokens as the plain cache" if row.exact_match
+             else f"its greedy output departs from the plain cache's at token {row.first_divergence_token}")
     return (f"{row.backend} {row.nbits}-bit holds {ratio:.1f}x "
             f"{'fewer' if ratio >= 1 else 'more'} bytes than the plain cache "
-            f"({row.max_sequences} vs {base.max_sequences} sequences in the budget), with {match}.")
+            f"({row.max_sequences} vs {base.max_sequences} sequences in the budget) and {match}.")
