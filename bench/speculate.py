@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default=models.DEFAULT_MODEL)
     p.add_argument("--dtype", default="fp32")
-    p.add_argument("--draft", default="layers:8")
+    p.add_argument("--draft", default=S.DEFAULT_DRAFT)
     p.add_argument("--draft-length", type=int, default=S.DEFAULT_DRAFT_LENGTH)
     p.add_argument("--max-new-tokens", type=int, default=48)
     p.add_argument("--runs", type=int, default=3)

@@ -117,7 +117,7 @@ with tab_s:
         c = st.columns(5)
         methods = c[0].multiselect("Methods", list(S.METHODS), default=list(S.METHODS), key=f"{NS}.methods")
         workloads = c[1].multiselect("Workloads", list(S.WORKLOADS), default=list(S.WORKLOADS), key=f"{NS}.wl")
-        draft = c[2].text_input("Draft model", "layers:8", key=f"{NS}.draft")
+        draft = c[2].text_input("Draft model", S.DEFAULT_DRAFT, key=f"{NS}.draft")
         gamma = c[3].number_input("Draft length γ", 0, 1000, S.DEFAULT_DRAFT_LENGTH, key=f"{NS}.gamma")
         s_tokens = c[4].number_input("New tokens", 4, 512, 48, key=f"{NS}.stok")
         s_runs = st.number_input("Timed runs", 1, 20, 3, key=f"{NS}.sruns")

@@ -17,7 +17,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     parser.add_argument("--methods", default=",".join(S.METHODS), help=f"comma-separated: {', '.join(S.METHODS)}")
     parser.add_argument("--workloads", default=",".join(S.WORKLOADS), help=f"comma-separated: {', '.join(S.WORKLOADS)}")
-    parser.add_argument("--draft", default="layers:8",
+    parser.add_argument("--draft", default=S.DEFAULT_DRAFT,
                         help="draft model: layers:N (the target's first N layers), bf16 (a bf16 copy) or a model "
                              "name with the same tokenizer (e.g. gpt-neo-125m for gpt-neo-1.3b, hub)")
     parser.add_argument("--draft-length", type=int, default=S.DEFAULT_DRAFT_LENGTH,
