@@ -1,7 +1,7 @@
 """Speculative decoding on the bundled model: prompt lookup and a draft model against plain greedy, on the
 input-grounded and open-ended workloads, measured in the same run.
 
-    .venv/bin/python bench/speculate.py [--model smollm2-135m-instruct] [--draft layers:8] [--draft-length 4]
+    .venv/bin/python bench/speculate.py [--model smollm2-135m-instruct] [--draft bf16] [--draft-length 4]
                                         [--max-new-tokens 48] [--runs 3]
 
 Prints the table of `python -m engine speculate` with the load average, and writes
