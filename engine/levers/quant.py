@@ -320,8 +320,8 @@ def _measure_one(
         sp = stats.speedup(base["tpots"], timed.tpots)
         agree = R.agreement(base["tokens"], tokens)
         delta = ppl.bits_per_byte - base["bpb"]
-    else:  # this is fp32
-        sp, agree, delta = stats.speedup(timed.tpots, timed.tpots), R.agreement(tokens, tokens), 0.0
+    else:  # this is fp32: the baseline is 1x by definition, without an interval
+        sp, agree, delta = stats.Speedup(1.0, 1.0, 1.0, 0), R.agreement(tokens, tokens), 0.0
         base.update(tpots=timed.tpots, tokens=tokens, bpb=ppl.bits_per_byte)
     return SchemeResult(
         scheme=lm.dtype,
@@ -338,7 +338,7 @@ def _measure_one(
         tpot_s=stats.median(timed.tpots),
         tokens_per_s=stats.median([r.tokens_per_s for r in m]),
         speedup_vs_fp32=sp.median,
-        speedup_ci=(sp.low, sp.high) if runs >= 3 else None,
+        speedup_ci=(sp.low, sp.high) if runs >= 3 and sp.resamples else None,
         bits_per_byte=ppl.bits_per_byte,
         bits_per_byte_delta=delta,
         exact_match_rate=agree.exact_match_rate,
