@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pandas as pd
 import streamlit as st
@@ -11,21 +12,23 @@ from engine import calibration
 from engine.calc import format as fmt
 from engine.calc import memory, paged, timing
 from engine.calc.cost import estimate_cost
-from engine.calc.report import Inputs, estimate
+from engine.calc.report import batch_sweep, estimate, reasoning
 from engine.calc.specs import THIS_MACHINE
 from engine.errors import EngineError
 from ui.calc_widgets import (
     DEFAULTS,
+    breakdown_frame,
     cached_calibration,
     cached_machine,
     formula_expander,
-    gpu_input,
+    gpu_choice,
+    gpu_figures,
     load_runs,
     model_input,
     precision_inputs,
 )
 from ui.common import page_setup
-from ui.plots_calc import comparison_chart, memory_bar, paged_chart
+from ui.plots_calc import batch_curve, comparison_chart, memory_bar, paged_chart
 
 page_setup("Memory and cost", ":material/calculate:")
 NS = "calc"
@@ -40,8 +43,9 @@ left, right = st.columns([1, 2], gap="large")
 with left:
     st.subheader("Inputs")
     spec = model_input(NS)
-    dtype, kv_dtype = precision_inputs(NS)
-    gpu = gpu_input(NS, dtype=dtype)
+    base_gpu = gpu_choice(NS)
+    weights = precision_inputs(NS, base_gpu)
+    gpu = gpu_figures(NS, base_gpu, dtype=weights.dtype)
     c1, c2 = st.columns(2)
     batch = c1.number_input("Batch (concurrent users)", 1, 4096, 8, key=f"{NS}.batch")
     n_gpus = c2.number_input("GPUs (tensor parallel)", 1, 64, DEFAULTS.n_gpus, key=f"{NS}.gpus")
@@ -84,9 +88,8 @@ with left:
 if spec is None:
     st.stop()
 
-inputs = Inputs(
-    dtype=dtype,
-    kv_dtype=kv_dtype,
+inputs = replace(
+    weights,
     batch=batch,
     seq_len=prompt + output,
     prompt_tokens=prompt,
@@ -95,6 +98,7 @@ inputs = Inputs(
     n_gpus=n_gpus,
     usd_per_gpu_hour=price,
 )
+dtype = weights.dtype
 eff = cal.efficiency(dtype) if (mode == "calibrated" and cal is not None) else timing.DATASHEET
 try:
     est = estimate(spec, gpu, inputs, eff)
@@ -103,23 +107,34 @@ except EngineError as exc:
         st.error(str(exc), icon=":material/error:")
     st.stop()
 
-m, t = est.memory, est.timing
+m, t, plan = est.memory, est.timing, est.plan
 with right:
     st.subheader(
-        f"{spec.name} · {dtype} · {n_gpus} × {gpu.name} · {batch} users × {prompt + output:,} tokens"
+        f"{spec.name} · {est.inputs.weights_label} · {n_gpus} × {gpu.name} · {batch} users × {prompt + output:,} tokens"
         + (" · calibrated" if mode == "calibrated" else "")
     )
-    if m.fits:
-        st.success(
-            f"**Fits**: {fmt.gb(m.per_gpu_bytes)} of {fmt.gb(m.gpu_memory_bytes)} per GPU "
-            f"({fmt.gb(m.headroom_bytes)} free). Up to **{est.max_batch}** users at {prompt + output:,} tokens."
+    for warning in est.warnings:
+        st.warning(warning, icon=":material/warning:")
+    verdict, table = st.columns([1, 1])
+    with verdict:
+        if m.fits:
+            st.success(
+                f"**Fits**: {fmt.gb(m.per_gpu_bytes)} of {fmt.gb(m.gpu_memory_bytes)} per GPU "
+                f"({fmt.gb(m.headroom_bytes)} free). Up to **{est.max_batch}** users at {prompt + output:,} tokens."
+            )
+        else:
+            st.error(
+                f"**Does not fit**: needs {fmt.gb(m.per_gpu_bytes)} per GPU, has {fmt.gb(m.gpu_memory_bytes)}. "
+                f"GPUs needed: **{plan.gpus}**. {plan.sentence(spec.n_head)}"
+            )
+        st.plotly_chart(memory_bar(m), width="stretch", key=f"{NS}.membar")
+    with table:
+        st.dataframe(breakdown_frame(est), hide_index=True, width="stretch")
+        st.caption(
+            f"Parameters per component, counted by the {est.params.source}; bytes at {est.inputs.weights_label}"
+            + (" (average bytes per weight, scales included)" if est.inputs.weight_format else "")
+            + "."
         )
-    else:
-        st.error(
-            f"**Does not fit**: needs {fmt.gb(m.per_gpu_bytes)} per GPU, has {fmt.gb(m.gpu_memory_bytes)}. "
-            f"GPUs needed: **{est.gpus_needed}** (a count that divides the {spec.n_head} heads)."
-        )
-    st.plotly_chart(memory_bar(m), width="stretch", key=f"{NS}.membar")
     k = st.columns(3)
     k[0].metric("Weights", fmt.gb(m.weights_bytes), help=memory.formula_of(memory.weights_bytes))
     k[1].metric(
@@ -163,12 +178,26 @@ with right:
         help="batch x output tokens / generation time",
     )
     k = st.columns(3)
-    k[0].metric(
-        "$ per million output tokens",
-        fmt.usd(est.cost.usd_per_million_tokens),
-        help=memory.formula_of(estimate_cost),
-    )
-    k[1].metric("$ per hour", fmt.usd(est.cost.usd_per_hour))
+    if m.fits:
+        k[0].metric(
+            "$ per million output tokens",
+            fmt.usd(est.cost.usd_per_million_tokens),
+            help=memory.formula_of(estimate_cost),
+        )
+        k[1].metric("$ per hour", fmt.usd(est.cost.usd_per_hour))
+    elif est.cost_at_plan is not None:
+        k[0].metric(
+            f"$/M output tokens at {plan.gpus} GPUs",
+            fmt.usd(est.cost_at_plan.usd_per_million_tokens),
+            f"{fmt.usd(est.cost.usd_per_million_tokens)} on {n_gpus} if it fitted",
+            delta_color="off",
+            delta_arrow="off",
+            help=memory.formula_of(estimate_cost) + " Priced at the GPUs the load needs: " + plan.sentence(spec.n_head),
+        )
+        k[1].metric(f"$ per hour at {plan.gpus} GPUs", fmt.usd(est.cost_at_plan.usd_per_hour))
+    else:
+        k[0].metric("$ per million output tokens", "—", "does not fit: no price", delta_color="off", delta_arrow="off")
+        k[1].metric("$ per hour", "—", "does not fit", delta_color="off", delta_arrow="off")
     k[2].metric("Generation time", fmt.seconds(t.generation_s), help="TTFT + (output - 1) x TPOT")
     k = st.columns(3)
     k[0].metric(
@@ -184,37 +213,32 @@ with right:
         delta_arrow="off",
         help=memory.formula_of(memory.max_seq_len),
     )
-    k[2].metric("GPUs needed", est.gpus_needed, help=memory.formula_of(memory.gpus_needed))
+    k[2].metric("GPUs needed", plan.gpus, help=memory.formula_of(memory.plan_gpus))
+    if n_gpus > 1:
+        k = st.columns(3)
+        k[0].metric(
+            "Tensor-parallel share of prefill",
+            f"{t.prefill.comm_share:.0%}",
+            fmt.seconds(t.prefill.comm_s),
+            delta_color="off",
+            delta_arrow="off",
+            help=memory.formula_of(timing.tp_comm_s),
+        )
+        k[1].metric(
+            "Tensor-parallel share of a decode step",
+            f"{t.decode_step.comm_share:.0%}",
+            fmt.seconds(t.decode_step.comm_s),
+            delta_color="off",
+            delta_arrow="off",
+            help=memory.formula_of(timing.allreduce_s),
+        )
+        k[2].metric("Interconnect", gpu.interconnect or "unknown", f"{fmt.gb(gpu.interconnect_bytes_per_s)}/s each way",
+                    delta_color="off", delta_arrow="off")
 
     with st.expander("Why: the reasoning with these numbers", expanded=True):
-        st.markdown(
-            f"- **Weights** = {m.params:,} parameters × {m.weights_bytes / m.params:g} B = **{fmt.gb(m.weights_bytes)}**.\n"
-            f"- **KV cache** = 2 × {spec.n_layer} layers × {spec.n_kv_head} KV heads × {spec.head_dim} head dim × "
-            f"{m.kv_bytes_per_token / (2 * spec.n_layer * spec.n_kv_head * spec.head_dim):g} B = "
-            f"{m.kv_bytes_per_token:,.0f} B per token; × {batch} users × {prompt + output:,} tokens = **{fmt.gb(m.kv_cache_bytes)}**"
-            + (
-                f" (capped at the {spec.sliding_window}-token window the model evicts beyond)"
-                if spec.window_evicts
-                else ""
-            )
-            + ".\n"
-            f"- **Overhead** {overhead_pct}% of both = {fmt.gb(m.overhead_bytes)}; total {fmt.gb(m.total_bytes)}"
-            f" / {n_gpus} GPU(s) = {fmt.gb(m.per_gpu_bytes)} against {fmt.gb(m.gpu_memory_bytes)}.\n"
-            f"- **Decode**: each step reads {fmt.gb(t.decode_step.weights_bytes)} of weights + "
-            f"{fmt.gb(t.decode_step.kv_bytes)} of KV cache at {fmt.gb(gpu.bandwidth_bytes_per_s * n_gpus * eff.bandwidth)}/s"
-            f" → {fmt.seconds(t.decode_s_per_token)} per step, for all {batch} users at once: {t.decode_step.bound}-bound.\n"
-            f"- **Prefill**: {fmt.flops(t.prefill.flops)} at {fmt.flops(gpu.flops_for(dtype) * n_gpus * eff.flops, 'FLOP/s')}"
-            f" → {fmt.seconds(t.prefill_s)}: {t.prefill.bound}-bound.\n"
-            f"- **Cost**: ${price:g}/GPU-hour × {n_gpus} = {fmt.usd(est.cost.usd_per_hour)}/hour ÷ "
-            f"({t.tokens_per_s:,.0f} tok/s × 3600) × 10⁶ = **{fmt.usd(est.cost.usd_per_million_tokens)} per million output tokens**."
-        )
+        st.markdown("\n".join(f"- {line}" for line in reasoning(est, spec, gpu, eff)))
         for note in spec.notes:
             st.caption(note)
-        if spec.arch == "gpt_neo":
-            st.caption(
-                "GPT-Neo's local layers are a mask over a full-length cache in Hugging Face: the 256-token "
-                "window saves attention compute in principle, not KV memory, so the cache is counted in full."
-            )
 
     formula_expander(
         "Formulas: memory",
@@ -228,6 +252,7 @@ with right:
         memory.max_batch,
         memory.max_seq_len,
         memory.gpus_needed,
+        memory.plan_gpus,
     )
     formula_expander(
         "Formulas: time and cost",
@@ -235,9 +260,35 @@ with right:
         timing.estimate_timing,
         timing.simple_decode_s,
         timing.simple_prefill_s,
+        timing.allreduce_s,
+        timing.tp_comm_s,
         estimate_cost,
         extra="TTFT: request to first token. TPOT: (latency − TTFT) / (output tokens − 1), vLLM's definition.",
     )
+
+# ---------------------------------------------------------------- cost and latency against batch size
+st.divider()
+st.header("Cost and latency against batch size")
+points = batch_sweep(spec, gpu, inputs, eff, max_batch_=4096)
+priced = math.isfinite(points[0].usd_per_million_tokens)
+st.plotly_chart(batch_curve(points, est.max_batch, priced=priced), width="stretch", key=f"{NS}.curve")
+fitting = [p for p in points if p.fits]
+if fitting:
+    cheapest = min(fitting, key=lambda p: p.usd_per_million_tokens if priced else p.decode_s_per_token / p.batch)
+    first = fitting[0]
+    st.markdown(
+        f"On {n_gpus} × {gpu.name}, batch {first.batch} → {cheapest.batch}: time per output token goes from "
+        f"{fmt.seconds(first.decode_s_per_token)} to {fmt.seconds(cheapest.decode_s_per_token)}"
+        + (
+            f", and the price of a million output tokens from {fmt.usd(first.usd_per_million_tokens)} to "
+            f"{fmt.usd(cheapest.usd_per_million_tokens)}"
+            if priced
+            else ""
+        )
+        + f". Past batch {est.max_batch:,} the KV cache no longer fits (hollow points: priced as if it did)."
+    )
+else:
+    st.markdown(f"Not even batch 1 fits on {n_gpus} × {gpu.name}: every point is priced as if it did (hollow).")
 
 # ---------------------------------------------------------------- estimate vs measurement
 st.divider()
@@ -347,7 +398,7 @@ with c_left:
         formula_expander("Formula: paged KV", paged.compare_paged, paged.output_spread)
 with c_right:
     st.subheader("GPUs needed")
-    st.metric(f"{gpu.name} GPUs for this load", est.gpus_needed)
-    st.caption(memory.formula_of(memory.gpus_needed) + " Tensor-parallel communication is not modelled.")
+    st.metric(f"{gpu.name} GPUs for this load", plan.gpus)
+    st.caption(plan.sentence(spec.n_head) + " " + memory.formula_of(memory.plan_gpus))
     if not math.isfinite(est.cost.usd_per_million_tokens):
         st.caption("Enter a price per GPU-hour for the cost figures.")

@@ -187,6 +187,33 @@ def calculator_rejects_upload(content: bytes, message: str, filename: str = "con
     return check
 
 
+def calculator_warns_upload(content: bytes, message: str) -> Callable[[Path], None]:
+    """A config the calculator can only estimate with an assumption: it computes, and says so on the page."""
+
+    def check(tmp: Path) -> None:
+        at = page("pages/2_Memory_and_cost.py")
+        at.radio(key="calc.source").set_value("config.json").run()
+        at.file_uploader(key="calc.upload").set_value(("config.json", content, "application/json")).run()
+        assert not at.exception and not at.error, errors(at)
+        assert "Weights" in [m.label for m in at.metric]
+        assert any(message.lower() in w.value.lower() for w in at.warning), [w.value for w in at.warning]
+
+    return check
+
+
+def _exact(cfg: object) -> Callable[[], object]:
+    def build() -> object:
+        from engine.arch import exact_spec
+
+        return exact_spec(cfg)  # type: ignore[arg-type]
+
+    return build
+
+
+_CUSTOM = {"model_type": "no-such-family", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "vocab_size": 100}
+
+
 def lab() -> AppTest:
     at = page("pages/4_Few-shot_code_and_eval.py", model=TINY)
     assert at.session_state["lab.model"] == TINY
@@ -324,6 +351,15 @@ CASES = [
         "not a decoder-only"), slow=True),
     Case("page-calc-upload-garbage-layer-count", calculator_rejects_upload(
         json.dumps({**_NEO, "num_layers": "many"}).encode(), "positive whole number"), slow=True),
+    Case("page-calc-upload-absurd-hidden", calculator_rejects_upload(
+        json.dumps({**_NEO, "hidden_size": 10**9}).encode(), "absurdly large"), slow=True),
+    Case("page-calc-upload-no-architecture", calculator_rejects_upload(
+        json.dumps({k: v for k, v in _NEO.items() if k != "model_type"}).encode(), "no model_type"), slow=True),
+    Case("page-calc-upload-class-not-buildable-offline", calculator_warns_upload(
+        json.dumps(_CUSTOM).encode(), "could not be built offline"), slow=True),
+    Case("page-calc-upload-remote-code-only", calculator_warns_upload(
+        json.dumps({**_CUSTOM, "model_type": "my_remote_model", "auto_map": {"AutoModelForCausalLM": "x.Y"}}).encode(),
+        "could not be built offline"), slow=True),
     Case("page-calc-upload-deeply-nested", calculator_rejects_upload(b"[" * 100_000 + b"]" * 100_000, "nested"),
          slow=True),
     # few-shot, code (AppTest)
@@ -425,6 +461,12 @@ CASES = [
     Case("engine-batch-workload-zero-requests", engine_rejects(_batch_zero_requests, "at least one request")),
     Case("engine-batch-replay-empty-workload", engine_rejects(_replay_empty_workload, "no requests")),
     Case("engine-eval-unknown-task", engine_rejects(_eval_unknown_task, "unknown task")),
+    Case("engine-config-absurd-hidden", engine_rejects(_exact({**_NEO, "hidden_size": 10**9}), "absurdly large")),
+    Case("engine-config-absurd-intermediate",
+         engine_rejects(_config({**_NEO, "intermediate_size": 10**12}), "absurdly large")),
+    Case("engine-config-no-architecture", engine_rejects(_exact({"hidden_size": 64}), "no model_type")),
+    Case("engine-config-experts-per-token-over-experts", engine_rejects(_exact(
+        {**_CUSTOM, "model_type": "mixtral", "num_local_experts": 2, "num_experts_per_tok": 3}), "experts per token")),
     Case("engine-config-attention-types-garbage", engine_rejects(_config({**_NEO, "attention_types": "zz"}),
                                                                  "attention_types")),
     Case("engine-config-attention-layers-garbage", engine_rejects(_config({**_NEO, "attention_layers": 5}),

@@ -139,3 +139,45 @@ def test_unknown_names_and_bad_configs():
         spec_from_numbers(n_layer=2, hidden=64, n_head=6, n_kv_head=4, vocab=100)
     with pytest.raises(InvalidParameterError, match="precision"):
         weights_bytes(model_preset("gpt2"), "fp8")
+
+
+def test_gpu_plan_never_proposes_a_count_that_does_not_divide_the_heads():
+    """Issue 13, defect 1: at batch 4096 the page proposed 104 GPUs "that divide the 20 heads"."""
+    from engine.calc.memory import plan_gpus
+
+    spec = model_preset("gpt-neo-2.7b")
+    kw = dict(dtype="fp16", kv_dtype="fp16", seq_len=1024, gpu_memory_bytes=16e9)
+    for batch in (1, 8, 64, 500, 4096):
+        plan = plan_gpus(spec, batch=batch, **kw)
+        assert spec.n_head % plan.tensor_parallel == 0 and plan.tensor_parallel <= spec.n_head
+        assert plan.gpus == plan.tensor_parallel * plan.replicas
+        assert plan.replicas * plan.batch_per_replica >= batch
+        # each replica really fits its share
+        assert estimate_memory(
+            spec, batch=plan.batch_per_replica, n_gpus=plan.tensor_parallel, **kw
+        ).fits
+    big = plan_gpus(spec, batch=4096, **kw)
+    assert big.memory_gpus > spec.n_head and "cannot split 20 heads" in big.sentence(spec.n_head)
+    assert "divides" not in big.sentence(spec.n_head)
+
+
+def test_weight_only_int8_int4_keep_a_16_bit_kv_cache_by_default():
+    """Issue 13, defect 6: "KV cache: same" shrank the cache with int8/int4 weights, though they are weight-only."""
+    spec, t4 = model_preset("gpt-neo-125m"), gpu_spec("t4")
+    for dtype in ("int8", "int4"):
+        i = Inputs(dtype=dtype, batch=4, prompt_tokens=100, output_tokens=100)
+        assert i.resolved().kv_dtype == "fp16"
+        est = estimate(spec, t4, i)
+        assert est.memory.kv_bytes_per_token == 2 * 12 * 12 * 64 * 2
+    assert Inputs(dtype="int8", kv_dtype="int8").resolved().kv_dtype == "int8"  # asked for: honoured
+    assert Inputs(dtype="bf16").resolved().kv_dtype == "bf16"
+
+
+def test_a_cpu_defaults_to_a_precision_it_runs():
+    """Issue 13, defect 6: "this machine" defaulted to fp16, which a CPU runs through reference kernels."""
+    from engine.calc.report import default_precision
+    from engine.calc.specs import GPUSpec
+
+    cpu = GPUSpec("this-machine", "this machine (CPU)", 64e9, 20e9, {"fp32": 1e11, "bf16": 5e10})
+    assert default_precision(cpu) == "fp32"
+    assert default_precision(gpu_spec("t4")) == "fp16"

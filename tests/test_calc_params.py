@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from engine.arch import check_params, meta_count
+from engine.arch import config_of_spec as hf_config_of
 from engine.calc import load_model_presets
 from engine.calc.specs import parse_config_text, spec_from_hf_config
-from engine.calc_check import check_params, hf_config_of, meta_count
 
 pytest.importorskip("transformers")
 

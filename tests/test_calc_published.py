@@ -1,4 +1,4 @@
-"""Every figure of ../shared/reference/PUBLISHED_NUMBERS.md, reproduced through the calculators' own functions."""
+"""Published figures (model cards, vendor datasheets, the book), reproduced through the calculators' own functions."""
 
 from __future__ import annotations
 

@@ -30,7 +30,26 @@ def test_tensor_parallel_adds_bandwidth():
     spec, a10 = model_preset("llama-2-13b"), gpu_spec("a10")
     one = estimate_timing(spec, a10, dtype="fp16", batch=1, prompt_tokens=10, output_tokens=10)
     two = estimate_timing(spec, a10, dtype="fp16", batch=1, prompt_tokens=10, output_tokens=10, n_gpus=2)
-    assert two.decode_s_per_token == pytest.approx(one.decode_s_per_token / 2)
+    # the rest: two ring all-reduces per layer of 1 token x 5120 x 2 B over PCIe Gen4 (64 GB/s, 32 one way)
+    comm = 2 * 40 * (2 * 1 / 2) * 5120 * 2 / 32e9
+    assert two.decode_step.comm_s == pytest.approx(comm)
+    assert two.decode_s_per_token == pytest.approx(one.decode_s_per_token / 2 + comm)
+
+
+def test_tensor_parallel_share_over_pcie_t4():
+    """GPT-Neo 2.7B, fp16, batch 8, 512 + 512 tokens on T4s over PCIe Gen3 (16 GB/s one way): the all-reduce
+    share of a step is computed, grows with the GPUs, and is flagged when it dominates."""
+    from engine.calc.report import Inputs, estimate
+
+    spec, t4 = model_preset("gpt-neo-2.7b"), gpu_spec("t4")
+    shares = {}
+    for n in (1, 2, 4):
+        est = estimate(spec, t4, Inputs(dtype="fp16", batch=8, prompt_tokens=512, output_tokens=512, n_gpus=n))
+        shares[n] = (est.timing.prefill.comm_share, est.timing.decode_step.comm_share)
+        dominated = any(s > 0.5 for s in shares[n])
+        assert dominated == any("communication dominates" in w for w in est.warnings)
+    assert shares[1] == (0.0, 0.0)
+    assert 0 < shares[2][0] < shares[4][0] and 0 < shares[2][1] < shares[4][1]
 
 
 def test_batch_raises_throughput_while_memory_bound():

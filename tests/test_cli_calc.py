@@ -258,3 +258,45 @@ def test_estimate_calibrated_on_this_machine(tmp_path, monkeypatch, capsys):
     assert r["decode_s_per_token"] == pytest.approx(expected, rel=0.02)
     datasheet = _json(capsys, [*args[:-2], "--json"])
     assert datasheet["mode"] == "datasheet" and datasheet["decode_s_per_token"] < r["decode_s_per_token"] / 3
+
+
+def _estimate_config(capsys, tmp_path, cfg, *extra):
+    folder = tmp_path / "downloads-folder"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(cfg))
+    argv = ["estimate", "--config", str(folder), "--dtype", "fp16", "--gpu", "t4", "--batch", "1"]
+    return _json(capsys, [*argv, "--seq-len", "256", *extra, "--json"])
+
+
+def test_estimate_names_the_model_not_the_folder_and_lists_no_warning_when_exact(tmp_path, capsys):
+    cfg = {
+        "_name_or_path": "EleutherAI/pythia-70m",
+        "architectures": ["GPTNeoXForCausalLM"],
+        "model_type": "gpt_neox",
+        "hidden_size": 512,
+        "num_hidden_layers": 6,
+        "num_attention_heads": 8,
+        "intermediate_size": 2048,
+        "vocab_size": 50304,
+        "max_position_embeddings": 2048,
+        "rotary_pct": 0.25,
+    }
+    r = _estimate_config(capsys, tmp_path, cfg)
+    assert r["model"] == "EleutherAI/pythia-70m"
+    assert r["params"] == 70_426_624 and r["params_source"] == "meta device"  # Pythia's model card: 70,426,624
+    assert r["warnings"] == []
+
+
+def test_estimate_warns_when_it_rests_on_an_assumption(tmp_path, capsys):
+    cfg = {
+        "model_type": "no-such-family",
+        "hidden_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "vocab_size": 1000,
+    }
+    r = _estimate_config(capsys, tmp_path, cfg, "--weight-format", "Q4_0")
+    assert r["model"] == "no-such-family" and r["params_source"] == "formula"
+    text = " ".join(r["warnings"])
+    assert "Llama-like" in text and "could not be built offline" in text and "context length" in text
+    assert "Q4_0" in text and r["inputs"]["kv_dtype"] == "fp16"

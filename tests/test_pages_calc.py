@@ -72,11 +72,91 @@ def test_widgets_recompute_fit_and_gpus_needed():
 
 
 def test_precision_changes_weights():
+    from engine.calc import format as fmt
+    from engine.calc.memory import weights_bytes
+    from engine.calc.specs import model_preset
+
     at = _run(CALC)
-    at.selectbox(key="calc.dtype").set_value("int4").run()
-    assert _metric(at, "Weights") == "1.33 GB"
+    at.selectbox(key="calc.dtype.gpu").set_value("int4").run()
+    # int4 in groups of 128 with a bf16 scale and zero per group: 4.25 bits per quantized weight
+    assert _metric(at, "Weights") == fmt.gb(weights_bytes(model_preset("gpt-neo-2.7b"), "int4", "int4", 128))
+    at.number_input(key="calc.group.int4").set_value(32).run()
+    assert _metric(at, "Weights") == fmt.gb(weights_bytes(model_preset("gpt-neo-2.7b"), "int4", "int4", 32))
     at.selectbox(key="calc.kv_dtype").set_value("int8").run()
     assert _metric(at, "KV cache") == "1.34 GB"
+
+
+def test_int4_weights_keep_a_16_bit_kv_cache():
+    """Issue 13, defect 6: int8/int4 are weight-only; the KV cache stays 16-bit unless asked."""
+    at = _run(CALC)
+    assert _metric(at, "KV cache") == "2.68 GB"
+    for weights in ("int8", "int4", "Q4_0"):
+        at.selectbox(key="calc.dtype.gpu").set_value(weights).run()
+        assert _metric(at, "KV cache") == "2.68 GB", weights
+        assert any(weights in w.value for w in at.warning)  # the storage assumption is on the page
+
+
+def test_this_machine_defaults_to_a_precision_a_cpu_runs(monkeypatch):
+    """Issue 13, defect 6: "this machine" defaulted to fp16, 13.7 minutes of prefill on a CPU."""
+    from engine import calibration
+    from engine.calc.specs import GPUSpec
+
+    cpu = GPUSpec("this-machine", "this machine (CPU, measured)", 64e9, 20e9, {"fp32": 2e11, "bf16": 5e10})
+    monkeypatch.setattr(calibration, "measure_machine", lambda *a, **k: cpu)
+    at = _run(CALC)
+    at.selectbox(key="calc.gpu").set_value("this-machine").run()
+    assert not at.exception
+    assert at.selectbox(key="calc.dtype.cpu").value == "fp32"
+
+
+def test_cost_is_priced_at_the_gpus_needed_when_it_does_not_fit():
+    """Issue 13, defect 1: at batch 64 on one T4 the cost cards priced one GPU for a load that needs more."""
+    at = _run(CALC)
+    at.number_input(key="calc.batch").set_value(64).run()
+    assert "Does not fit" in at.error[0].value
+    labels = [m.label for m in at.metric]
+    assert "$ per million output tokens" not in labels
+    priced = next(m for m in at.metric if m.label.startswith("$/M output tokens at "))
+    n = int(priced.label.split(" at ")[1].split()[0])
+    assert f"GPUs needed: **{n}**" in at.error[0].value and n > 1
+    assert "if it fitted" in priced.delta
+
+
+def test_past_the_head_count_says_tensor_parallel_stops():
+    """Issue 13, defect 1: at batch 4096 the page proposed 104 GPUs as "a count that divides the 20 heads"."""
+    at = _run(CALC)
+    at.number_input(key="calc.batch").set_value(4096).run()
+    verdict = at.error[0].value
+    assert "cannot split 20 heads over more than 20 GPUs" in verdict and "replicas" in verdict
+    n = int(verdict.split("GPUs needed: **")[1].split("**")[0])
+    tp = int(verdict.split("replicas of ")[1].split(" GPUs")[0])
+    assert 20 % tp == 0 and n % tp == 0
+
+
+def test_breakdown_table_and_batch_curve_are_shown():
+    at = _run(CALC)
+    frame = at.dataframe[0].value
+    assert list(frame["component"])[:3] == ["embedding", "attention", "MLP"]
+    assert frame["parameters"].iloc[-1] == "2,651,307,520"
+    assert any("fit limit" in str(c.proto.spec) for c in at.get("plotly_chart"))
+    curve = next(m.value for m in at.markdown if "time per output token goes from" in m.value)
+    assert "Past batch 23" in curve
+
+
+def test_uploaded_moe_config_counts_total_and_active_on_the_meta_device():
+    import json
+
+    from tests.test_calc_families import MIXTRAL_8X7B
+
+    at = _run(CALC)
+    at.radio(key="calc.source").set_value("config.json").run()
+    at.file_uploader(key="calc.upload").set_value(("config.json", json.dumps(MIXTRAL_8X7B).encode(), "application/json")).run()
+    assert not at.exception
+    assert "mistralai/Mixtral-8x7B-v0.1" in at.subheader[1].value
+    assert any("46,702,792,704 parameters (12,879,925,248 active per token), counted by the meta device" in c.value for c in at.caption)
+    frame = at.dataframe[0].value
+    assert "router" in list(frame["component"]) and "active per token" in list(frame["component"])
+    assert "Does not fit" in at.error[0].value
 
 
 def test_raw_numbers_with_bad_heads_say_what_to_do():
@@ -156,3 +236,28 @@ def test_hub_id_offline_shows_what_to_do(monkeypatch):
     at.text_input(key="calc.hub").set_value("no-such-owner/no-such-model").run()
     assert not at.exception
     assert any("Upload the config.json" in e.value for e in at.error)
+
+
+def test_raw_numbers_take_a_layer_layout_and_say_the_count_is_a_formula():
+    from engine.calc.memory import count_params
+    from engine.calc.specs import spec_from_numbers
+
+    at = _run(CALC)
+    at.radio(key="calc.source").set_value("raw numbers").run()
+    at.selectbox(key="calc.arch").set_value("gpt_neox").run()
+    assert not at.exception and not at.error
+    want = count_params(
+        spec_from_numbers(arch="gpt_neox", n_layer=32, hidden=4096, n_head=32, n_kv_head=8, intermediate=14336,
+                          vocab=32000, context_length=8192)
+    ).total
+    assert any(f"{want:,} parameters" in c.value for c in at.caption)
+    assert any("raw numbers: parameters from the formula with the gpt_neox layer layout" in w.value for w in at.warning)
+
+
+def test_tensor_parallel_share_is_shown_with_its_interconnect():
+    at = _run(CALC)
+    assert "Tensor-parallel share of prefill" not in [m.label for m in at.metric]
+    at.number_input(key="calc.gpus").set_value(4).run()
+    assert _metric(at, "Tensor-parallel share of prefill") == "57%"  # GPT-Neo 2.7B, 4 T4s over PCIe Gen3
+    assert _metric(at, "Interconnect") == "PCIe Gen3 x16"
+    assert any("communication dominates" in w.value for w in at.warning)

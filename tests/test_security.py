@@ -129,8 +129,19 @@ def test_server_caps_upload_size():
 def test_config_upload_is_size_checked_and_parsed_as_json_only():
     with pytest.raises(InvalidParameterError, match="a few KB"):
         parse_config_text(b"{" + b" " * MAX_CONFIG_BYTES + b"}")
-    src = inspect.getsource(parse_config_text)
-    assert "json.loads" in src
+    from engine.calc.hf_config import parse_config_json
+
+    assert "parse_config_json" in inspect.getsource(parse_config_text)
+    assert "json.loads" in inspect.getsource(parse_config_json)
+
+
+def test_uploaded_config_never_runs_remote_code():
+    """The meta-device count drops auto_map, so a config cannot point transformers at its own code."""
+    from engine.arch import exact_spec
+
+    spec = exact_spec({"model_type": "evil", "auto_map": {"AutoModelForCausalLM": "evil.Model"}, "hidden_size": 64,
+                       "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 10})
+    assert spec.exact is None and any("could not be built offline" in a for a in spec.assumptions)
 
 
 def test_fewshot_upload_is_size_checked_on_the_page():

@@ -12,10 +12,11 @@ import streamlit as st
 
 from engine import calibration
 from engine.calc import format as fmt
-from engine.calc.memory import count_params, formula_of
-from engine.calc.report import Inputs
+from engine.calc.memory import WEIGHT_FORMATS, formula_of, param_count
+from engine.calc.report import Inputs, default_precision
 from engine.calc.roofline import measured_point
 from engine.calc.specs import (
+    ARCH_TRAITS,
     PRECISIONS,
     THIS_MACHINE,
     GPUSpec,
@@ -23,7 +24,6 @@ from engine.calc.specs import (
     custom_gpu,
     load_gpu_catalog,
     load_model_presets,
-    parse_config_text,
     published_params,
     spec_from_numbers,
 )
@@ -46,9 +46,27 @@ def cached_machine() -> GPUSpec:
 
 @st.cache_data(show_spinner="Fetching config.json…", max_entries=32)
 def cached_hub_spec(repo_id: str) -> ModelSpec:
-    from engine.calc_check import spec_from_hub
+    from engine.hub_config import spec_from_hub
 
     return spec_from_hub(repo_id)
+
+
+@st.cache_data(show_spinner="Building the model class on the meta device to count its parameters…", max_entries=32)
+def cached_config_spec(content: bytes) -> ModelSpec:
+    """An uploaded config.json's spec, counted with the real class on the meta device (engine.arch)."""
+    from engine.arch import exact_spec
+    from engine.calc.hf_config import parse_config_json
+
+    return exact_spec(parse_config_json(content))
+
+
+def _count_caption(spec: ModelSpec) -> str:
+    pc = param_count(spec)
+    active = f" ({pc.active:,} active per token)" if pc.active != pc.total else ""
+    how = pc.source
+    if pc.source == "formula" and spec.source not in ("config.json", "raw numbers") and spec.params_override is None:
+        how = "formula (for every preset it equals the real class's count on the meta device; tests/test_calc_params.py)"
+    return f"{spec.attention_kind}; {pc.total:,} parameters{active}, counted by the {how}"
 
 
 def cached_calibration() -> calibration.Calibration | None:
@@ -82,9 +100,7 @@ def model_input(key: str, *, default: str = "gpt-neo-2.7b") -> ModelSpec | None:
                 help="Shapes from each model's config.json; sources in `python -m engine gpus --models`.",
             )
             spec = presets[name]
-            st.caption(
-                f"{spec.attention_kind}; {count_params(spec).total:,} parameters. Source: {spec.source}"
-            )
+            st.caption(f"{_count_caption(spec)}. Source: {spec.source}")
             return spec
         if source == "config.json":
             up = st.file_uploader(
@@ -95,10 +111,8 @@ def model_input(key: str, *, default: str = "gpt-neo-2.7b") -> ModelSpec | None:
             if up is None:
                 st.info("Upload a config.json, e.g. from a model's 'Files' tab on the hub.")
                 return None
-            spec = parse_config_text(up.getvalue(), name=up.name.removesuffix(".json"))
-            st.caption(
-                f"{spec.attention_kind}; {count_params(spec).total:,} parameters (shape read from the config)"
-            )
+            spec = cached_config_spec(up.getvalue())
+            st.caption(_count_caption(spec))
             for note in spec.notes:
                 st.caption(note)
             return spec
@@ -110,7 +124,7 @@ def model_input(key: str, *, default: str = "gpt-neo-2.7b") -> ModelSpec | None:
                 st.info("Type a hub id; only its config.json is fetched (or read from the local cache).")
                 return None
             spec = cached_hub_spec(repo)
-            st.caption(f"{spec.attention_kind}; {count_params(spec).total:,} parameters")
+            st.caption(_count_caption(spec))
             return spec
         c1, c2, c3 = st.columns(3)
         n_layer = c1.number_input("layers", 1, 1000, 32, key=f"{key}.L")
@@ -129,8 +143,21 @@ def model_input(key: str, *, default: str = "gpt-neo-2.7b") -> ModelSpec | None:
             help="A window that evicts (rolling cache, as Mistral's) caps the KV cache.",
         )
         params = c3.number_input("parameters (0 = from shape)", 0, 10**13, 0, key=f"{key}.P")
-        inter = st.number_input("MLP intermediate size (0 = 4 x hidden)", 0, 1_000_000, 14336, key=f"{key}.I")
-        return spec_from_numbers(
+        inter = c1.number_input("MLP intermediate size (0 = 4 x hidden)", 0, 1_000_000, 14336, key=f"{key}.I")
+        layouts = list(ARCH_TRAITS)
+        arch = c2.selectbox(
+            "layer layout",
+            layouts,
+            index=layouts.index("llama"),
+            key=f"{key}.arch",
+            help="Whose layer: biases, LayerNorm or RMSNorm, gated MLP or not, parallel block (each family's modelling code).",
+        )
+        experts = c3.number_input("MLP experts (1 = dense)", 1, 1024, 1, key=f"{key}.E")
+        per_token = c3.number_input("experts per token", 1, 1024, 1, key=f"{key}.k") if experts > 1 else 1
+        spec = spec_from_numbers(
+            arch=arch,
+            n_experts=experts,
+            experts_per_token=per_token,
             name="custom",
             n_layer=n_layer,
             hidden=hidden,
@@ -143,26 +170,56 @@ def model_input(key: str, *, default: str = "gpt-neo-2.7b") -> ModelSpec | None:
             sliding_window=window or None,
             params=params or None,
         )
+        st.caption(_count_caption(spec))
+        return spec
     except EngineError as exc:
         st.error(str(exc), icon=":material/error:")
         return None
 
 
-def precision_inputs(key: str) -> tuple[str, str]:
+KV_AUTO = "auto"
+GGUF_FORMATS = tuple(f for f in WEIGHT_FORMATS if f not in ("int8", "int4"))
+
+
+def precision_inputs(key: str, gpu: GPUSpec) -> Inputs:
+    """Weights (a precision, int8/int4 weight-only with a group size, or a GGUF block format) and the KV
+    cache's precision. The default follows the device (fp32 on a CPU); KV "auto" is the weights' precision,
+    16-bit for quantized weights (they are weight-only)."""
+    choices = [*PRECISIONS, *GGUF_FORMATS]
+    default = default_precision(gpu)
+    device = "gpu" if default == "fp16" else "cpu"
     c1, c2 = st.columns(2)
-    dtype = c1.selectbox(
+    weights = c1.selectbox(
         "Weights",
-        PRECISIONS,
-        index=PRECISIONS.index(DEFAULTS.dtype),
-        key=f"{key}.dtype",
-        help="int8/int4: weight-only storage (scales not counted); math in fp16.",
+        choices,
+        index=choices.index(default),
+        key=f"{key}.dtype.{device}",  # a new default when the device kind changes
+        help="int8/int4: weight-only (torchao layouts, scales counted); Q*_*: GGUF blocks. Math runs in fp16.",
     )
-    kv = c2.selectbox("KV cache", ["same", *PRECISIONS], key=f"{key}.kv_dtype")
-    return dtype, (dtype if kv == "same" else kv)
+    kv = c2.selectbox(
+        "KV cache",
+        [KV_AUTO, *PRECISIONS],
+        key=f"{key}.kv_dtype",
+        help="auto: the weights' precision, 16-bit when the weights are quantized (weight-only).",
+    )
+    fmt = group = None
+    if weights in ("int8", "int4"):
+        fmt = weights
+        group = c1.number_input(
+            "Group size (weights per scale; 0 = per output channel)" if weights == "int8" else "Group size",
+            0 if weights == "int8" else 1,
+            65536,
+            0 if weights == "int8" else 128,
+            key=f"{key}.group.{weights}",
+        ) or None
+    elif weights in GGUF_FORMATS:
+        fmt = weights
+    dtype = weights if weights in PRECISIONS else "int4"
+    return Inputs(dtype=dtype, kv_dtype=None if kv == KV_AUTO else kv, weight_format=fmt, group_size=group)
 
 
-def gpu_input(key: str, *, default: str = "t4", dtype: str = "fp16") -> GPUSpec:
-    """Catalog GPU or this machine, with every figure editable and its source beside it."""
+def gpu_choice(key: str, *, default: str = "t4") -> GPUSpec:
+    """A catalog GPU or this machine (measured), before its figures are edited."""
     catalog = load_gpu_catalog()
     keys = [*catalog, THIS_MACHINE]
     choice = st.selectbox(
@@ -172,15 +229,17 @@ def gpu_input(key: str, *, default: str = "t4", dtype: str = "fp16") -> GPUSpec:
         key=f"{key}.gpu",
         format_func=lambda k: catalog[k].name if k in catalog else "this machine (measured)",
     )
-    base = cached_machine() if choice == THIS_MACHINE else catalog[choice]
+    return cached_machine() if choice == THIS_MACHINE else catalog[choice]
+
+
+def gpu_figures(key: str, base: GPUSpec, *, dtype: str) -> GPUSpec:
+    """Every figure of `base` editable, its source beside it."""
     math_dtype = "fp16" if dtype in ("int8", "int4") else dtype
     with st.expander(f"{base.name}: figures and sources (editable)"):
         c1, c2, c3 = st.columns(3)
-        mem = c1.number_input(
-            "memory (GB)", 0.1, 10_000.0, base.memory_bytes / 1e9, key=f"{key}.{choice}.mem"
-        )
+        mem = c1.number_input("memory (GB)", 0.1, 10_000.0, base.memory_bytes / 1e9, key=f"{key}.{base.key}.mem")
         bw = c2.number_input(
-            "bandwidth (GB/s)", 0.1, 100_000.0, base.bandwidth_bytes_per_s / 1e9, key=f"{key}.{choice}.bw"
+            "bandwidth (GB/s)", 0.1, 100_000.0, base.bandwidth_bytes_per_s / 1e9, key=f"{key}.{base.key}.bw"
         )
         tf = c3.number_input(
             f"{math_dtype} peak (TFLOP/s)",
@@ -188,16 +247,24 @@ def gpu_input(key: str, *, default: str = "t4", dtype: str = "fp16") -> GPUSpec:
             100_000.0,
             base.flops_for(math_dtype) / 1e12,
             format="%.4g",
-            key=f"{key}.{choice}.{math_dtype}",
+            key=f"{key}.{base.key}.{math_dtype}",
         )
         st.caption(f"memory: {base.sources.get('memory', '')}")
         st.caption(f"bandwidth: {base.sources.get('bandwidth', '')}")
         st.caption(f"{math_dtype}: {base.flops_source(math_dtype)}")
+        if base.interconnect:
+            st.caption(
+                f"interconnect: {base.interconnect}, {fmt.gb(base.interconnect_bytes_per_s)}/s each way "
+                f"({base.sources.get('interconnect', '')})"
+            )
         if base.notes:
             st.caption(base.notes)
-    return custom_gpu(
-        base, memory_bytes=mem * 1e9, bandwidth_bytes_per_s=bw * 1e9, flops={math_dtype: tf * 1e12}
-    )
+    return custom_gpu(base, memory_bytes=mem * 1e9, bandwidth_bytes_per_s=bw * 1e9, flops={math_dtype: tf * 1e12})
+
+
+def gpu_input(key: str, *, default: str = "t4", dtype: str = "fp16") -> GPUSpec:
+    """Catalog GPU or this machine, with every figure editable and its source beside it."""
+    return gpu_figures(key, gpu_choice(key, default=default), dtype=dtype)
 
 
 def formula_expander(title: str, *fns: object, extra: str = "") -> None:
@@ -254,8 +321,23 @@ def measured_roofline_points(runs: list) -> list[dict]:
 def params_check_caption(spec: ModelSpec, key: str | None) -> None:
     """Say whether the preset's count matches the count its source publishes."""
     if key and (pub := published_params(key)):
-        ok = count_params(spec).total == pub
+        ok = param_count(spec).total == pub
         st.caption(
-            f"{'✓' if ok else '✗'} {count_params(spec).total:,} parameters vs {pub:,} published "
+            f"{'✓' if ok else '✗'} {param_count(spec).total:,} parameters vs {pub:,} published "
             "(and the real transformers model on the meta device, in the tests)"
         )
+
+
+def breakdown_frame(est):
+    """Per component: parameters and bytes (at the weight precision; the average bytes per weight for a
+    quantized format), skipping empty components, with the total."""
+    import pandas as pd
+
+    per = est.memory.weights_bytes / est.params.total
+    rows = [{"component": name, "parameters": f"{n:,}", "bytes": fmt.gb(n * per)} for name, n in est.params.rows() if n]
+    rows.append({"component": "total", "parameters": f"{est.params.total:,}", "bytes": fmt.gb(est.memory.weights_bytes)})
+    if est.params.active != est.params.total:
+        rows.append(
+            {"component": "active per token", "parameters": f"{est.params.active:,}", "bytes": fmt.gb(est.params.active * per)}
+        )
+    return pd.DataFrame(rows)

@@ -272,3 +272,52 @@ def comparison_chart(rows: Sequence[dict]) -> go.Figure:
         legend=dict(orientation="h", y=1.15),
     )
     return fig
+
+
+def batch_curve(points: Sequence, fit_limit: int, *, priced: bool) -> go.Figure:
+    """$/M output tokens (top) and time per output token (bottom) against batch size, log-2 x axis; points
+    past the memory limit are hollow and grey, and the limit itself is a dashed line."""
+    from plotly.subplots import make_subplots
+
+    rows = 2 if priced else 1
+    fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.08)
+    fits = [p for p in points if p.fits]
+    over = [p for p in points if not p.fits]
+    series = [("TPOT (ms)", lambda p: p.decode_s_per_token * 1e3, rows)]
+    if priced:
+        series.insert(0, ("$ per million output tokens", lambda p: p.usd_per_million_tokens, 1))
+    for title, y, row in series:
+        for group, name, color, symbol in ((fits, "fits", "#4C78A8", "circle"), (over, "does not fit", "#AAAAAA", "circle-open")):
+            if group:
+                fig.add_scatter(
+                    x=[p.batch for p in group],
+                    y=[y(p) for p in group],
+                    mode="lines+markers",
+                    marker=dict(color=color, symbol=symbol, size=9),
+                    line=dict(color=color, dash="solid" if group is fits else "dot"),
+                    name=f"{title}: {name}",
+                    showlegend=row == 1,
+                    row=row,
+                    col=1,
+                )
+        fig.update_yaxes(title_text=title, row=row, col=1)
+    if fit_limit >= 1:
+        # a shape on a log axis takes the data value; an annotation takes its log10
+        for row in range(1, rows + 1):
+            fig.add_vline(x=fit_limit, line_dash="dash", line_color="#E45756", row=row, col=1)
+        fig.add_annotation(
+            x=math.log10(fit_limit),
+            y=1,
+            xref="x",
+            yref="paper",
+            text=f"fit limit: batch {fit_limit}",
+            showarrow=False,
+            xanchor="left",
+            yanchor="bottom",
+            font=dict(color="#E45756"),
+        )
+    fig.update_xaxes(type="log", dtick=math.log10(2))
+    fig.update_xaxes(title_text="batch (concurrent sequences)", row=rows, col=1)
+    fig.update_layout(height=460 if priced else 300, margin=dict(l=10, r=10, t=60, b=10), font=FONT,
+                      legend=dict(orientation="h", y=1.12, x=0))
+    return fig

@@ -109,6 +109,7 @@ def operators(
     dtype: str = "fp16",
     kv_dtype: str | None = None,
     logits_all_positions: bool = False,
+    weight_bytes_per_param: float | None = None,
 ) -> list[Operator]:
     """Linear y = xW: FLOPs = 2 x tokens x in x out; bytes = in x out x w + tokens x (in + out) x a.
     QK^T and attn x V: FLOPs = 2 x b x H x n x c x d each; softmax 5 x b x H x n x c; lm_head 2 x b x h x V.
@@ -116,14 +117,20 @@ def operators(
     prefill: n = s new tokens per sequence, c = s keys. decode: n = 1 new token against c = s cached + 1.
     K/V projections write the cache; QK^T and attn x V read it (c cached tokens, or min(c, window) where
     the model evicts). lm_head runs on the last position only (what `generate` does) unless
-    `logits_all_positions` (a training-style forward over every position)."""
+    `logits_all_positions` (a training-style forward over every position). `weight_bytes_per_param` replaces
+    the precision's bytes per weight (a quantized format with its scales).
+
+    Mixture of experts: each token runs k of E experts (FLOPs x k) and a router (2 x h x E per token); the
+    weights read are those of the distinct experts the T tokens visit, E x (1 - (1 - k/E)^T) in expectation
+    under uniform routing (k at batch 1: decode reads the active parameters plus the router).
+    Layers without attention (a `layer_types` hybrid) run no attention operators."""
     if phase not in PHASES:
         raise InvalidParameterError(f"phase must be one of {', '.join(PHASES)}, got {phase!r}")
     s = positive_int("sequence length", seq_len)
     b = positive_int("batch", batch)
     dtype = check_precision("precision", dtype)
     kv_dtype = check_precision("KV precision", kv_dtype or dtype)
-    w = BYTES_PER_ELEMENT[dtype]
+    w = weight_bytes_per_param or BYTES_PER_ELEMENT[dtype]
     a = activation_bytes(dtype)
     sb = 4.0 if spec.traits.scores_fp32 else a  # bytes per attention score
     n, c = (s, s) if phase == "prefill" else (1, s + 1)
@@ -140,49 +147,68 @@ def operators(
         spec.n_layer,
     )
     t = spec.traits
-    kv_one = kv_bytes_per_token(spec, kv_dtype) / (2 * L)  # K (or V) bytes per token per layer
+    LA = spec.kv_layers  # layers with attention
+    kv_one = kv_bytes_per_token(spec, kv_dtype) / (2 * LA) if LA else 0.0  # K (or V) bytes per token per layer
+    E, k = spec.n_experts, spec.experts_per_token
+    visited = E * (1 - (1 - k / E) ** T) if spec.is_moe else 1.0  # distinct experts the T tokens visit
 
     def linear(
-        name: str, group: str, d_in: int, d_out: int, bias: bool, out_bytes: float | None = None
+        name: str,
+        group: str,
+        d_in: int,
+        d_out: int,
+        bias: bool,
+        out_bytes: float | None = None,
+        *,
+        count: int = L,
+        per_token: float = 1.0,
+        copies: float = 1.0,
     ) -> Operator:
-        wb = (d_in * d_out + (d_out if bias else 0)) * w
-        ob = T * d_out * a if out_bytes is None else out_bytes
-        return Operator(name, group, 2.0 * T * d_in * d_out, wb + T * d_in * a + ob, L, weight_bytes=wb)
+        """per_token: instances each token runs (k experts); copies: distinct weight sets read (experts visited)."""
+        wb = (d_in * d_out + (d_out if bias else 0)) * w * copies
+        ob = T * per_token * d_out * a if out_bytes is None else out_bytes
+        return Operator(
+            name, group, 2.0 * T * per_token * d_in * d_out, wb + T * per_token * d_in * a + ob, count, weight_bytes=wb
+        )
 
     scores = b * H * n * c_kv
     ops = [
-        linear("Q projection", "projection", h, q, t.qkv_bias),
-        replace(linear("K projection", "projection", h, kv, t.qkv_bias, T * kv_one), kv_bytes=T * kv_one),
-        replace(linear("V projection", "projection", h, kv, t.qkv_bias, T * kv_one), kv_bytes=T * kv_one),
+        linear("Q projection", "projection", h, q, t.qkv_bias, count=LA),
+        replace(linear("K projection", "projection", h, kv, t.qkv_bias, T * kv_one, count=LA), kv_bytes=T * kv_one),
+        replace(linear("V projection", "projection", h, kv, t.qkv_bias, T * kv_one, count=LA), kv_bytes=T * kv_one),
         Operator(
             "QK^T",
             "attention",
             2.0 * scores * d,
             T * q * a + b * c_kv * kv_one + scores * sb,
-            L,
+            LA,
             kv_bytes=b * c_kv * kv_one,
         ),
-        Operator("softmax", "attention", SOFTMAX_FLOPS_PER_ELEMENT * scores, scores * (sb + a), L),
+        Operator("softmax", "attention", SOFTMAX_FLOPS_PER_ELEMENT * scores, scores * (sb + a), LA),
         Operator(
             "attn x V",
             "attention",
             2.0 * scores * d,
             scores * a + b * c_kv * kv_one + T * q * a,
-            L,
+            LA,
             kv_bytes=b * c_kv * kv_one,
         ),
-        linear("output projection", "projection", q, h, t.out_bias),
+        linear("output projection", "projection", q, h, t.out_bias, count=LA),
     ]
+    ops = [op for op in ops if op.count]
+    moe = {"per_token": float(k), "copies": visited}
+    if spec.is_moe:
+        ops.append(linear("router", "mlp", h, E, False))
     if t.gated_mlp:
         ops += [
-            linear("MLP gate", "mlp", h, inter, t.mlp_bias),
-            linear("MLP up", "mlp", h, inter, t.mlp_bias),
+            linear("MLP gate", "mlp", h, inter, t.mlp_bias, **moe),
+            linear("MLP up", "mlp", h, inter, t.mlp_bias, **moe),
         ]
     else:
-        ops.append(linear("MLP up", "mlp", h, inter, t.mlp_bias))
-    ops.append(linear("MLP down", "mlp", inter, h, t.mlp_bias))
+        ops.append(linear("MLP up", "mlp", h, inter, t.mlp_bias, **moe))
+    ops.append(linear("MLP down", "mlp", inter, h, t.mlp_bias, **moe))
     rows = T if logits_all_positions else b
-    head_w = h * V * w
+    head_w = (spec.embed_dim or h) * V * w
     ops.append(
         Operator(
             "lm_head",

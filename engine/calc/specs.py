@@ -2,7 +2,7 @@
 
 `ModelSpec` holds the architecture numbers (from a preset in engine/data/architectures.toml, a Hugging
 Face config.json dict, or raw numbers); `GPUSpec` holds peak FLOP/s per precision, memory bandwidth and
-capacity, each with its source (engine/data/gpus.toml, from GPU_SPECS.md). Standard library only.
+capacity, each with its source (engine/data/gpus.toml, vendor datasheets). Standard library only.
 
 Layer layouts follow the Hugging Face modelling code (modeling_gpt_neo.py, modeling_gpt2.py,
 modeling_llama.py); `ArchTraits` says where they differ (biases, norm type, gated MLP, learned positions).
@@ -31,26 +31,57 @@ class ArchTraits:
     qkv_bias: bool  # GPT-2's c_attn and Qwen2's q/k/v carry biases; GPT-Neo's and Llama's do not
     out_bias: bool  # GPT-Neo's out_proj has a bias; Llama's o_proj does not
     mlp_bias: bool
-    norm_params_per_hidden: int  # LayerNorm: weight + bias = 2; RMSNorm: weight = 1
-    gated_mlp: bool  # SwiGLU (gate, up, down) versus GELU MLP (fc, proj)
-    learned_positions: bool  # wpe table of context_length x hidden (GPT-2/GPT-Neo); RoPE has no parameters
+    norm_params_per_hidden: int  # LayerNorm: weight + bias = 2; RMSNorm: weight = 1; no affine: 0
+    gated_mlp: bool  # SwiGLU/GeGLU (gate, up, down) versus a plain MLP (fc, proj)
+    learned_positions: bool  # a wpe table of (context + offset) x hidden; RoPE and ALiBi have no parameters
     scores_fp32: bool  # GPT-Neo casts q and k to float32 before QK^T, so its scores are 4 bytes each
+    norms_per_layer: int = 2  # GPT-J, Phi and Falcon-7B's parallel block have one norm per layer
+    parallel_attn: bool = False  # attention and MLP read the same normed input (GPT-J, NeoX, Phi, Falcon)
+    lm_head_bias: bool = False  # GPT-J and Phi
+    position_offset: int = 0  # OPT's learned positions table has 2 extra rows
+    embed_norm: bool = False  # BLOOM's word_embeddings_layernorm
+    final_norm: bool = True
 
 
+_LN_BIASED = ArchTraits(True, True, True, 2, False, False, False)
 ARCH_TRAITS: dict[str, ArchTraits] = {
     "gpt_neo": ArchTraits(False, True, True, 2, False, True, True),
     "gpt2": ArchTraits(True, True, True, 2, False, True, False),
     "llama": ArchTraits(False, False, False, 1, True, False, False),
     "qwen2": ArchTraits(True, False, False, 1, True, False, False),
+    "gpt_neox": replace(_LN_BIASED, parallel_attn=True),
+    "gptj": ArchTraits(False, False, True, 2, False, False, False, 1, True, lm_head_bias=True),
+    "opt": replace(_LN_BIASED, learned_positions=True, position_offset=2),
+    "bloom": replace(_LN_BIASED, embed_norm=True),
+    "falcon": ArchTraits(False, False, False, 2, False, False, False, 1, True),
+    "phi": replace(_LN_BIASED, norms_per_layer=1, parallel_attn=True, lm_head_bias=True),
 }
-# model_type in config.json -> layout. Mistral's layer is Llama's (plus a sliding window).
-MODEL_TYPE_TO_ARCH = {
-    "gpt_neo": "gpt_neo",
-    "gpt2": "gpt2",
-    "llama": "llama",
-    "mistral": "llama",
-    "qwen2": "qwen2",
-}
+
+
+@dataclass(frozen=True)
+class ParamCount:
+    """Parameters per component; tied weights are counted once (in `embedding`, `head` is then 0)."""
+
+    embedding: int  # token embeddings (+ learned positions, + OPT's project_in/out)
+    attention: int  # Q, K, V, output projections with their biases, all layers
+    mlp: int  # every expert's MLP, all layers
+    router: int  # MoE gate, all layers (0 for a dense model)
+    norms: int  # every norm: per layer, final, embedding norm
+    head: int  # lm_head (+ bias) when not tied to the embeddings
+    total: int
+    active: int  # per token: total minus the experts a token does not visit
+    matmul: int  # parameters in a matmul each token (attention + MLP of the active experts + router + head)
+    source: str  # "meta device" (the real class) or "formula"
+
+    def rows(self) -> list[tuple[str, int]]:
+        return [
+            ("embedding", self.embedding),
+            ("attention", self.attention),
+            ("MLP" + (" (all experts)" if self.router else ""), self.mlp),
+            ("router", self.router),
+            ("norms", self.norms),
+            ("head", self.head),
+        ]
 
 
 @dataclass(frozen=True)
@@ -64,7 +95,7 @@ class ModelSpec:
     n_head: int
     n_kv_head: int  # < n_head for grouped-query attention, 1 for multi-query
     head_dim: int
-    intermediate: int  # MLP inner width
+    intermediate: int  # MLP inner width (one expert's, for a mixture of experts)
     vocab: int
     context_length: int
     tied_embeddings: bool
@@ -74,10 +105,17 @@ class ModelSpec:
     params_override: int | None = None  # raw input: a parameter count given by the user
     source: str = ""
     notes: tuple[str, ...] = ()
+    n_experts: int = 1  # MLP experts per layer (Mixtral: 8)
+    experts_per_token: int = 1  # experts each token is routed to (Mixtral: 2)
+    embed_dim: int | None = None  # OPT's word_embed_proj_dim when it differs from hidden
+    attn_layers: int | None = None  # layers with attention (and a KV cache); None = all
+    layout: ArchTraits | None = None  # this config's flags, when they differ from the family's defaults
+    assumptions: tuple[str, ...] = ()  # what the figures rest on that the config does not say
+    exact: ParamCount | None = None  # the count of the real class on the meta device (engine.arch)
 
     @property
     def traits(self) -> ArchTraits:
-        return ARCH_TRAITS[self.arch]
+        return self.layout or ARCH_TRAITS[self.arch]
 
     @property
     def q_dim(self) -> int:
@@ -88,12 +126,24 @@ class ModelSpec:
         return self.n_kv_head * self.head_dim
 
     @property
+    def kv_layers(self) -> int:
+        return self.n_layer if self.attn_layers is None else self.attn_layers
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_experts > 1
+
+    @property
     def attention_kind(self) -> str:
         if self.n_kv_head == self.n_head:
-            return "multi-head (MHA)"
-        if self.n_kv_head == 1:
-            return "multi-query (MQA)"
-        return f"grouped-query (GQA, {self.n_head // self.n_kv_head} query heads per KV head)"
+            kind = "multi-head (MHA)"
+        elif self.n_kv_head == 1:
+            kind = "multi-query (MQA)"
+        else:
+            kind = f"grouped-query (GQA, {self.n_head // self.n_kv_head} query heads per KV head)"
+        if self.is_moe:
+            kind += f"; mixture of {self.n_experts} experts, {self.experts_per_token} per token"
+        return kind
 
 
 @dataclass(frozen=True)
@@ -107,6 +157,8 @@ class GPUSpec:
     peak_flops: Mapping[str, float]  # precision -> FLOP/s (int8 entries are OP/s)
     sources: Mapping[str, str] = field(default_factory=dict)  # figure -> where it comes from
     notes: str = ""
+    interconnect: str = ""  # "PCIe Gen3 x16", "NVLink 4"; empty when unknown (this machine)
+    interconnect_bytes_per_s: float = 0.0  # one direction: the datasheet's bidirectional figure / 2
 
     def flops_for(self, dtype: str) -> float:
         """Peak FLOP/s for math in `dtype`. Weight-only int8/int4 formats dequantize to fp16 before the
@@ -171,19 +223,23 @@ def check_precision(name: str, dtype: str) -> str:
         ) from None
 
 
-def validate_spec(spec: ModelSpec) -> ModelSpec:
+SIZE_FIELDS = ("n_layer", "hidden", "n_head", "n_kv_head", "head_dim", "intermediate", "vocab", "context_length")
+MAX_WIDTH = 10**7  # no real layer is 10 million wide; a hidden size of 10^9 is a typo, and its count overflows sense
+
+
+def validate_spec(spec: ModelSpec, *, sizes: bool = True) -> ModelSpec:
+    """Check a shape once, where it enters: each size a positive whole number (`sizes=False` when the
+    reader already checked them one by one), then the relations between them."""
     hint = f"Check the numbers of model {spec.name!r}."
-    for attr in (
-        "n_layer",
-        "hidden",
-        "n_head",
-        "n_kv_head",
-        "head_dim",
-        "intermediate",
-        "vocab",
-        "context_length",
-    ):
-        positive_int(attr, getattr(spec, attr), hint=hint)
+    if sizes:
+        for attr in SIZE_FIELDS:
+            positive_int(attr, getattr(spec, attr), hint=hint)
+    for attr in ("hidden", "intermediate", "head_dim"):
+        if getattr(spec, attr) > MAX_WIDTH:
+            raise InvalidParameterError(
+                f"{attr}={getattr(spec, attr):,} is absurdly large (the widest real models are under 10^5); "
+                "check the config's numbers"
+            )
     if spec.arch not in ARCH_TRAITS:
         raise InvalidParameterError(
             f"unknown layer layout {spec.arch!r}; choose one of {', '.join(ARCH_TRAITS)}"
@@ -193,10 +249,16 @@ def validate_spec(spec: ModelSpec) -> ModelSpec:
             f"{spec.n_head} query heads cannot be grouped over {spec.n_kv_head} KV heads; "
             "KV heads must divide the query heads (equal for MHA, 1 for MQA)."
         )
+    if not 1 <= spec.experts_per_token <= spec.n_experts:
+        raise InvalidParameterError(
+            f"experts per token ({spec.experts_per_token}) must be between 1 and the experts ({spec.n_experts})"
+        )
     if spec.sliding_window is not None:
         positive_int("sliding_window", spec.sliding_window, hint=hint)
     if not 0 <= spec.window_layers <= spec.n_layer:
         raise InvalidParameterError(f"window_layers must be between 0 and n_layer ({spec.n_layer})")
+    if spec.attn_layers is not None and not 0 <= spec.attn_layers <= spec.n_layer:
+        raise InvalidParameterError(f"attention layers must be between 0 and n_layer ({spec.n_layer})")
     if spec.params_override is not None:
         positive_int("params", spec.params_override, hint=hint)
     return spec
@@ -239,133 +301,6 @@ def model_preset(name: str) -> ModelSpec:
     return presets[name]
 
 
-def _get(cfg: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
-    for k in keys:
-        if cfg.get(k) is not None:
-            return cfg[k]
-    return default
-
-
-NOT_A_CONFIG = (
-    "this does not look like a Hugging Face config.json: {why}. Upload the config.json from the model's "
-    "folder on the hub (it has model_type, hidden_size or n_embd, the layer and head counts, vocab_size)."
-)
-
-
-def spec_from_hf_config(cfg: Any, name: str | None = None) -> ModelSpec:
-    """A ModelSpec from a parsed config.json. Known layouts: gpt_neo, gpt2, llama, mistral, qwen2; another
-    decoder with the usual keys is read as Llama-like and says so in `notes`."""
-    if not isinstance(cfg, Mapping):
-        raise InvalidParameterError(NOT_A_CONFIG.format(why="its top level is not a JSON object"))
-    model_type = cfg.get("model_type")
-    if not isinstance(model_type, str):
-        raise InvalidParameterError(NOT_A_CONFIG.format(why="it has no model_type"))
-    if cfg.get("is_encoder_decoder") or model_type in ("bert", "roberta", "t5", "bart", "distilbert"):
-        raise InvalidParameterError(
-            f"{model_type} is not a decoder-only language model; the calculator covers decoders "
-            "(GPT-Neo, GPT-2, Llama, Mistral, Qwen2 and alike)."
-        )
-    name = name or str(_get(cfg, "_name_or_path", default="") or model_type)
-    notes: list[str] = []
-    arch = MODEL_TYPE_TO_ARCH.get(model_type)
-    hidden = _get(cfg, "hidden_size", "n_embd", "d_model")
-    n_layer = _get(cfg, "num_hidden_layers", "num_layers", "n_layer")
-    n_head = _get(cfg, "num_attention_heads", "num_heads", "n_head")
-    vocab = _get(cfg, "vocab_size")
-    missing = [
-        k
-        for k, v in {"hidden size": hidden, "layers": n_layer, "heads": n_head, "vocab_size": vocab}.items()
-        if v is None
-    ]
-    if missing:
-        raise InvalidParameterError(NOT_A_CONFIG.format(why=f"it lacks {', '.join(missing)}"))
-    if arch is None:
-        arch = "llama"
-        notes.append(
-            f"model_type {model_type!r} has no layout of its own here; read as Llama-like (no biases, RMSNorm, "
-            "gated MLP). Check the parameter count against the real model (engine.calc_check)."
-        )
-    hidden = positive_int("hidden_size", hidden)
-    n_head = positive_int("num_attention_heads", n_head)
-    n_layer = positive_int("num_hidden_layers", n_layer)  # before int(n_layer) below: "abc" must not raise ValueError
-    n_kv = positive_int(
-        "num_key_value_heads", _get(cfg, "num_key_value_heads", "multi_query_group_num", default=n_head)
-    )
-    head_dim = _get(cfg, "head_dim", default=None) or hidden // n_head
-    inter = _get(cfg, "intermediate_size", "n_inner", "ffn_dim", default=None) or 4 * hidden
-    ctx = _get(cfg, "max_position_embeddings", "n_positions", "n_ctx", "seq_length", default=2048)
-    tied_default = arch in ("gpt_neo", "gpt2")
-    tied = bool(cfg.get("tie_word_embeddings", tied_default))
-    window = None
-    window_layers = 0
-    evicts = False
-    if arch == "gpt_neo":
-        layer_kinds = _gpt_neo_layers(cfg, int(n_layer))
-        window_layers = layer_kinds.count("local")
-        window = cfg.get("window_size", 256) if window_layers else None
-        if window_layers:
-            notes.append(
-                "GPT-Neo's local layers mask scores outside the window over a full-length cache: "
-                "the window saves attention compute in principle, not KV memory."
-            )
-    elif cfg.get("sliding_window") and cfg.get("use_sliding_window", True):
-        window = cfg["sliding_window"]
-        window_layers = int(n_layer)
-        if model_type == "qwen2":
-            max_window = cfg.get("max_window_layers", n_layer)
-            window_layers = max(0, n_layer - (0 if max_window == 0 else positive_int("max_window_layers", max_window)))
-        evicts = True
-        notes.append(
-            f"sliding window {window}: a rolling cache keeps at most {window} tokens per windowed layer"
-        )
-    return validate_spec(
-        ModelSpec(
-            name=name,
-            arch=arch,
-            n_layer=positive_int("num_hidden_layers", n_layer),
-            hidden=hidden,
-            n_head=n_head,
-            n_kv_head=n_kv,
-            head_dim=positive_int("head_dim", head_dim),
-            intermediate=positive_int("intermediate_size", inter),
-            vocab=positive_int("vocab_size", vocab),
-            context_length=positive_int("max_position_embeddings", ctx),
-            tied_embeddings=tied,
-            sliding_window=window,
-            window_layers=window_layers,
-            window_evicts=evicts,
-            source="config.json",
-            notes=tuple(notes),
-        )
-    )
-
-
-def _gpt_neo_layers(cfg: Mapping[str, Any], n_layer: int) -> list[str]:
-    """GPTNeoConfig.expand_attention_types_params: [[["global","local"], 6]] -> 12 layer kinds."""
-    kinds = cfg.get("attention_layers")
-    if kinds:
-        if not isinstance(kinds, list) or not all(k in ("global", "local") for k in kinds):
-            raise InvalidParameterError(
-                "attention_layers must be a list of \"global\"/\"local\", one per layer; fix the config"
-            )
-        return list(kinds)
-    out: list[str] = []
-    try:  # user data: any shape may arrive here, and only a clear message may leave
-        for pattern, repeat in cfg.get("attention_types", [[["global", "local"], n_layer // 2]]):
-            out.extend(list(pattern) * positive_int("attention_types repeat", repeat))
-    except (TypeError, ValueError) as exc:
-        if isinstance(exc, InvalidParameterError):
-            raise
-        raise InvalidParameterError(
-            'attention_types must look like [[["global", "local"], 6]] (pattern, repeat); fix the config'
-        ) from None
-    if len(out) != n_layer:
-        raise InvalidParameterError(
-            f"attention_types expands to {len(out)} layers but the config has {n_layer}; fix attention_types"
-        )
-    return out
-
-
 def spec_from_numbers(
     *,
     name: str = "custom",
@@ -382,11 +317,18 @@ def spec_from_numbers(
     sliding_window: int | None = None,
     window_evicts: bool = True,
     params: int | None = None,
+    n_experts: int = 1,
+    experts_per_token: int = 1,
 ) -> ModelSpec:
-    """Raw numbers typed by the user. A given `params` overrides the count derived from the shape."""
+    """Raw numbers typed by the user, in the layer layout `arch` (a key of ARCH_TRAITS: biases, norms, gated MLP
+    or not). A given `params` overrides the count derived from the shape."""
     hidden = positive_int("hidden", hidden)
     n_head = positive_int("heads", n_head)
-    return validate_spec(
+    assumed = () if params else (
+        f"raw numbers: parameters from the formula with the {arch} layer layout; a real model may differ in "
+        "biases, norms or extra tensors",
+    )
+    return validate_spec(  # each size was checked as it was read above
         ModelSpec(
             name=name,
             arch=arch,
@@ -404,7 +346,11 @@ def spec_from_numbers(
             window_evicts=bool(sliding_window) and window_evicts,
             params_override=params,
             source="raw numbers",
-        )
+            n_experts=positive_int("experts", n_experts),
+            experts_per_token=positive_int("experts per token", experts_per_token),
+            assumptions=assumed,
+        ),
+        sizes=False,
     )
 
 
@@ -418,6 +364,7 @@ def _gpu_from_row(key: str, row: Mapping[str, Any]) -> GPUSpec:
     sources = {
         "memory": row.get("memory_source", row["source"]),
         "bandwidth": row.get("bandwidth_source", row["source"]),
+        "interconnect": row.get("interconnect_source", ""),
     }
     for dtype in ("fp32", "fp16", "bf16", "int8"):
         unit = "tops" if dtype == "int8" else "tflops"
@@ -433,6 +380,8 @@ def _gpu_from_row(key: str, row: Mapping[str, Any]) -> GPUSpec:
         peak_flops=peaks,
         sources=sources,
         notes=row.get("notes", ""),
+        interconnect=row.get("interconnect", ""),
+        interconnect_bytes_per_s=float(row.get("interconnect_gb_s", 0.0)) * 1e9 / 2,
     )
 
 
@@ -477,39 +426,12 @@ def custom_gpu(
     return replace(base, peak_flops=peaks, sources=sources, **changes)
 
 
-MAX_CONFIG_BYTES = 5 * 2**20  # a config.json is a few KB; anything this large is not one
+# The config.json reader lives in engine/calc/hf_config.py; these names stay importable from here.
+from engine.calc.hf_config import (  # noqa: E402, F401
+    MAX_CONFIG_BYTES,
+    NOT_A_CONFIG,
+    load_config_file,
+    parse_config_text,
+    spec_from_hf_config,
+)
 
-
-def parse_config_text(text: str | bytes, name: str | None = None) -> ModelSpec:
-    """A ModelSpec from the text of a config.json (parsed with json only: nothing is executed)."""
-    import json
-
-    if len(text) > MAX_CONFIG_BYTES:
-        raise InvalidParameterError(
-            f"the file is {len(text) / 2**20:.1f} MB; a config.json is a few KB. Upload config.json, not the weights"
-        )
-    try:
-        cfg = json.loads(text)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidParameterError(NOT_A_CONFIG.format(why=f"it is not valid JSON ({exc})")) from None
-    except RecursionError:  # "[[[[..." nested past the parser's stack: not a config, and not a crash
-        raise InvalidParameterError(NOT_A_CONFIG.format(why="it is nested far too deeply")) from None
-    return spec_from_hf_config(cfg, name=name)
-
-
-def load_config_file(path: str | Path) -> ModelSpec:
-    """A ModelSpec from a config.json on disk (a folder is read as folder/config.json)."""
-    p = Path(path).expanduser()
-    if p.is_dir():
-        p = p / "config.json"
-    try:
-        if p.stat().st_size > MAX_CONFIG_BYTES:
-            raise InvalidParameterError(
-                f"{p} is larger than 5 MB; pass the model's config.json, not its weights"
-            )
-        data = p.read_bytes()
-    except OSError as exc:
-        raise InvalidParameterError(
-            f"cannot read {p}: {exc.strerror}. Pass the path of a config.json"
-        ) from None
-    return parse_config_text(data, name=p.parent.name or p.stem)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.calc.roofline import Operator, Roof, operators, roof_for
+from engine.calc.roofline import Operator, Roof, activation_bytes, operators, roof_for
 from engine.calc.specs import GPUSpec, ModelSpec, positive_float, positive_int
 from engine.errors import InvalidParameterError
 
@@ -44,6 +44,12 @@ class PhaseTime:
     bytes: float
     weights_bytes: float  # weight bytes read in the phase
     kv_bytes: float  # KV bytes read (attention) and written (K/V projections)
+    comm_s: float = 0.0  # tensor-parallel all-reduces over the interconnect (included in `seconds`)
+
+    @property
+    def comm_share(self) -> float:
+        """Share of the phase spent in tensor-parallel all-reduces."""
+        return self.comm_s / self.seconds if self.seconds else 0.0
 
     @property
     def bound(self) -> str:
@@ -51,8 +57,30 @@ class PhaseTime:
         return "memory" if self.memory_s >= self.compute_s else "compute"
 
 
-def phase_time(ops: list[Operator], roof: Roof, n_layer: int, eff: Efficiency = DATASHEET) -> PhaseTime:
-    """t = sum over operators of count x max(FLOPs / (peak x e_flops), bytes / (BW x e_bw)) + L x overhead per layer."""
+def allreduce_s(message_bytes: float, n_gpus: int, link_bytes_per_s: float) -> float:
+    """t = 2 (n - 1) / n x message / link bandwidth (one direction): a ring all-reduce sends and receives
+    2 (n - 1) / n of the message per GPU (Patarasuk and Yuan 2009; NCCL's "bus bandwidth"). 0 on one GPU."""
+    if n_gpus <= 1:
+        return 0.0
+    return 2 * (n_gpus - 1) / n_gpus * message_bytes / positive_float("interconnect bandwidth", link_bytes_per_s)
+
+
+def tp_comm_s(
+    spec: ModelSpec, *, batch: int, tokens: int, act_bytes: float, n_gpus: int, link_bytes_per_s: float
+) -> float:
+    """Tensor-parallel communication of one forward = 2 all-reduces per layer (after attention's output
+    projection and after the MLP, Megatron-LM) x L x allreduce_s(b x tokens x h x bytes)."""
+    if n_gpus <= 1:
+        return 0.0
+    message = batch * tokens * spec.hidden * act_bytes
+    return 2 * spec.n_layer * allreduce_s(message, n_gpus, link_bytes_per_s)
+
+
+def phase_time(
+    ops: list[Operator], roof: Roof, n_layer: int, eff: Efficiency = DATASHEET, comm_s: float = 0.0
+) -> PhaseTime:
+    """t = sum over operators of count x max(FLOPs / (peak x e_flops), bytes / (BW x e_bw)) + L x overhead per
+    layer + tensor-parallel all-reduces (not overlapped with compute: a conservative bound)."""
     derated = Roof(roof.peak_flops_per_s * eff.flops, roof.bandwidth_bytes_per_s * eff.bandwidth, roof.label)
     mem = comp = 0.0
     for op in ops:
@@ -63,7 +91,7 @@ def phase_time(ops: list[Operator], roof: Roof, n_layer: int, eff: Efficiency = 
             comp += t
     overhead = n_layer * eff.step_overhead_s_per_layer
     return PhaseTime(
-        seconds=mem + comp + overhead,
+        seconds=mem + comp + overhead + comm_s,
         memory_s=mem,
         compute_s=comp,
         overhead_s=overhead,
@@ -71,6 +99,7 @@ def phase_time(ops: list[Operator], roof: Roof, n_layer: int, eff: Efficiency = 
         bytes=sum(op.total_bytes for op in ops),
         weights_bytes=sum(op.weight_bytes * op.count for op in ops),
         kv_bytes=sum(op.kv_bytes * op.count for op in ops),
+        comm_s=comm_s,
     )
 
 
@@ -98,12 +127,13 @@ def estimate_timing(
     output_tokens: int,
     n_gpus: int = 1,
     eff: Efficiency = DATASHEET,
+    weight_bytes_per_param: float | None = None,
 ) -> TimingEstimate:
     """TTFT = prefill(P); TPOT = decode step at the mean context P + O/2 (steps 2..O see P+1..P+O-1 tokens);
     generation = TTFT + (O - 1) x TPOT; throughput = b x O / generation.
 
-    With N GPUs in tensor parallel, each holds 1/N of the weights and heads: bandwidth and FLOP/s add up
-    (communication is not modelled: an optimistic bound)."""
+    With N GPUs in tensor parallel, each holds 1/N of the weights and heads: bandwidth and FLOP/s add up, and
+    every layer pays two all-reduces of the activations over the GPU interconnect (`tp_comm_s`)."""
     b = positive_int("batch", batch)
     p = positive_int("prompt tokens", prompt_tokens)
     o = positive_int("output tokens", output_tokens)
@@ -114,12 +144,27 @@ def estimate_timing(
         )
     base = roof_for(gpu, dtype)
     roof = Roof(base.peak_flops_per_s * n, base.bandwidth_bytes_per_s * n, base.label)
-    pre_ops = operators(spec, phase="prefill", seq_len=p, batch=b, dtype=dtype, kv_dtype=kv_dtype)
-    prefill = phase_time(pre_ops, roof, spec.n_layer, eff)
+    if n > 1 and gpu.interconnect_bytes_per_s <= 0:
+        raise InvalidParameterError(
+            f"{gpu.name} has no interconnect bandwidth in the catalog; tensor parallel over {n} GPUs cannot be "
+            "timed. Pick a catalog GPU, or 1 GPU"
+        )
+    act = activation_bytes(dtype)
+    wpp = weight_bytes_per_param
+
+    def comm(tokens: int) -> float:
+        return tp_comm_s(spec, batch=b, tokens=tokens, act_bytes=act, n_gpus=n, link_bytes_per_s=gpu.interconnect_bytes_per_s)
+
+    pre_ops = operators(
+        spec, phase="prefill", seq_len=p, batch=b, dtype=dtype, kv_dtype=kv_dtype, weight_bytes_per_param=wpp
+    )
+    prefill = phase_time(pre_ops, roof, spec.n_layer, eff, comm(p))
     # decode(s) models one new token against s cached + 1: s = P + O/2 - 1 gives the mean context P + O/2
     mean_ctx = max(1, round(p + o / 2 - 1))
-    dec_ops = operators(spec, phase="decode", seq_len=mean_ctx, batch=b, dtype=dtype, kv_dtype=kv_dtype)
-    decode = phase_time(dec_ops, roof, spec.n_layer, eff)
+    dec_ops = operators(
+        spec, phase="decode", seq_len=mean_ctx, batch=b, dtype=dtype, kv_dtype=kv_dtype, weight_bytes_per_param=wpp
+    )
+    decode = phase_time(dec_ops, roof, spec.n_layer, eff, comm(1))
     generation = prefill.seconds + (o - 1) * decode.seconds
     return TimingEstimate(
         prefill=prefill,

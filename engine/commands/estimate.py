@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from engine.calc import format as fmt
-from engine.calc.memory import DEFAULT_OVERHEAD
+from engine.calc.hf_config import read_config_file
+from engine.calc.memory import DEFAULT_OVERHEAD, WEIGHT_FORMATS
 from engine.calc.report import Estimate, Inputs, estimate, split_prompt_output
-from engine.calc.specs import PRECISIONS, THIS_MACHINE, load_config_file
+from engine.calc.specs import PRECISIONS, THIS_MACHINE
 from engine.calibration import efficiency_for, resolve_gpu, resolve_model_spec
 from engine.errors import InvalidParameterError
 
@@ -20,7 +21,15 @@ def add_arguments(parser) -> None:
     )
     src.add_argument("--config", help="path of a Hugging Face config.json (or its folder)")
     parser.add_argument("--dtype", required=True, choices=PRECISIONS, help="weight precision")
-    parser.add_argument("--kv-dtype", choices=PRECISIONS, help="KV cache precision (default: --dtype)")
+    parser.add_argument(
+        "--kv-dtype", choices=PRECISIONS, help="KV cache precision (default: --dtype; fp16 for int8/int4 weights)"
+    )
+    parser.add_argument(
+        "--weight-format",
+        choices=WEIGHT_FORMATS,
+        help="quantized weights with their scales: int8 (per channel), int4 (groups), or a GGUF block format",
+    )
+    parser.add_argument("--group-size", type=int, help="weights per scale for int8/int4 (default: per channel / 128)")
     parser.add_argument(
         "--gpu", required=True, help=f"a catalog key (python -m engine gpus) or {THIS_MACHINE}"
     )
@@ -44,7 +53,12 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> dict:
-    spec = load_config_file(args.config) if args.config else resolve_model_spec(args.model)
+    if args.config:
+        from engine.arch import exact_spec  # the real class on the meta device; the formula where it cannot
+
+        spec = exact_spec(read_config_file(args.config))
+    else:
+        spec = resolve_model_spec(args.model)
     if args.calibrated and args.gpu != THIS_MACHINE:
         raise InvalidParameterError(
             f"a calibration describes this machine; use --gpu {THIS_MACHINE} with --calibrated, "
@@ -63,6 +77,8 @@ def run(args) -> dict:
         overhead=args.overhead,
         n_gpus=args.gpus,
         usd_per_gpu_hour=args.usd_per_hour,
+        weight_format=args.weight_format,
+        group_size=args.group_size,
     )
     est = estimate(spec, gpu, inputs, eff)
     return flatten(est)
@@ -98,6 +114,14 @@ def flatten(est: Estimate) -> dict:
         "usd_per_hour": est.cost.usd_per_hour,
         "usd_per_million_tokens": est.cost.usd_per_million_tokens,
         "paged_extra_sequences": est.paged.extra_seqs if est.paged else 0,
+        "active_params": est.params.active,
+        "params_source": est.params.source,
+        "params_breakdown": {name: n for name, n in est.params.rows() if n},
+        "gpu_plan": est.plan,
+        "usd_per_million_tokens_at_plan": est.cost_at_plan.usd_per_million_tokens if est.cost_at_plan else None,
+        "tp_comm_share_prefill": t.prefill.comm_share,
+        "tp_comm_share_decode": t.decode_step.comm_share,
+        "warnings": list(est.warnings),
         "inputs": est.inputs,
     }
 
@@ -107,7 +131,7 @@ def format_text(r: dict) -> str:
     verdict = "FITS" if r["fits"] else "DOES NOT FIT"
     return "\n".join(
         [
-            f"{r['model']} in {i.dtype} (KV {i.kv_dtype}) on {r.get('n_gpus', i.n_gpus)} x {r['gpu']}, "
+            f"{r['model']} in {i.weights_label} (KV {i.kv_dtype}) on {r.get('n_gpus', i.n_gpus)} x {r['gpu']}, "
             f"batch {i.batch}, {i.seq_len} tokens ({i.prompt_tokens} prompt + {i.output_tokens} output) [{r['mode']}]",
             f"  parameters        {r['params']:,}",
             f"  weights           {fmt.gb(r['weights_bytes'])}",
@@ -123,5 +147,6 @@ def format_text(r: dict) -> str:
             f"  cost              {fmt.usd(r['usd_per_hour'])}/hour, {fmt.usd(r['usd_per_million_tokens'])} per million output tokens"
             if r["usd_per_hour"] == r["usd_per_hour"]
             else "  cost              pass --usd-per-hour for dollars per hour and per million tokens",
+            *(f"  WARNING           {w}" for w in r["warnings"]),
         ]
     )
