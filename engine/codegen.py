@@ -233,6 +233,46 @@ def extract_code(reply: str) -> str:
     return (match.group(1) if match else reply).strip("\n")
 
 
+def collapse_findings(findings: tuple[LintFinding, ...]) -> list[dict]:
+    """One row per (rule, message), with every line it occurs on: a model that repeats a line ten times gets one
+    row saying so, not ten identical ones."""
+    rows: dict[tuple[str, str], dict] = {}
+    for f in findings:
+        row = rows.setdefault((f.code, f.message), {"code": f.code, "rule": f.name, "message": f.message,
+                                                    "count": 0, "lines": []})
+        row["count"] += 1
+        row["lines"].append(f"{f.line}:{f.column}")
+    return [{**r, "lines": ", ".join(r["lines"])} for r in rows.values()]
+
+
+def code_config(
+    max_new_tokens: int = 128, mode: str = "complete", stop: tuple[str, ...] = DEFAULT_STOP
+) -> GenerationConfig:
+    """The generation settings of a code request (greedy; stop sequences only when continuing code)."""
+    if mode not in ("complete", "instruct"):
+        raise InvalidParameterError(f"mode must be 'complete' or 'instruct', got {mode!r}")
+    return GenerationConfig(
+        max_new_tokens=max_new_tokens,
+        stop=tuple(stop) if mode == "complete" else (),
+        chat_template=mode == "instruct",
+        include_prompt=mode == "complete",
+    ).validate()
+
+
+def review(completion: Completion, mode: str) -> CodeResult:
+    """Syntax and lint of a finished code completion (from generate_code, or streamed by the page)."""
+    code = completion.prompt + completion.text if mode == "complete" else extract_code(completion.text)
+    code = code.rstrip() + "\n"  # a file ends with a newline; without it every result would carry W292
+    return CodeResult(
+        prompt=completion.prompt,
+        mode=mode,
+        code=code,
+        completion=completion,
+        syntax=check_syntax(code),
+        lint=lint(code),
+    )
+
+
 def generate_code(
     lm: LoadedModel,
     prompt: str,
@@ -247,22 +287,5 @@ def generate_code(
     the prompt followed by the completion. mode "instruct": the prompt is a request sent through the
     model's chat template; the code under review is the first fenced block of the reply.
     """
-    if mode not in ("complete", "instruct"):
-        raise InvalidParameterError(f"mode must be 'complete' or 'instruct', got {mode!r}")
-    cfg = GenerationConfig(
-        max_new_tokens=max_new_tokens,
-        stop=tuple(stop) if mode == "complete" else (),
-        chat_template=mode == "instruct",
-        include_prompt=mode == "complete",
-    ).validate()
-    completion = generation.generate(lm, prompt, cfg)
-    code = completion.prompt + completion.text if mode == "complete" else extract_code(completion.text)
-    code = code.rstrip() + "\n"  # a file ends with a newline; without it every result would carry W292
-    return CodeResult(
-        prompt=completion.prompt,
-        mode=mode,
-        code=code,
-        completion=completion,
-        syntax=check_syntax(code),
-        lint=lint(code),
-    )
+    cfg = code_config(max_new_tokens, mode, stop)
+    return review(generation.generate(lm, prompt, cfg), mode)

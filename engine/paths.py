@@ -46,6 +46,19 @@ def model_roots() -> list[Path]:
     return [models_dir().resolve(), (Path.cwd() / "models").resolve()]
 
 
+def public(path: str | os.PathLike[str]) -> str:
+    """A server path as it may be shown to a browser: under this lab's home it reads '<lab home>/...', under the
+    working directory './...', under the user's home '~/...'; anything else shows its last part only. A page or a
+    message never reveals the server's directory layout."""
+    p = Path(path).expanduser()
+    for root, label in ((home(), "<lab home>"), (Path.cwd(), "."), (Path.home(), "~")):
+        try:
+            return str(Path(label) / p.resolve().relative_to(root.resolve()))
+        except ValueError:
+            continue
+    return p.name or str(p)
+
+
 def resolve_local_model_path(path: str | os.PathLike[str]) -> Path:
     """Resolve `path` and insist it lies under one of model_roots(); symlinks and `..` cannot escape."""
     candidate = Path(path).expanduser()
@@ -60,7 +73,7 @@ def resolve_local_model_path(path: str | os.PathLike[str]) -> Path:
     else:
         resolved = candidate.resolve()
     if not any(resolved.is_relative_to(root) for root in roots):
-        allowed = ", ".join(str(r) for r in roots)
+        allowed = ", ".join(public(r) for r in roots)
         raise PathNotAllowedError(
             f"{path!s} is outside the folders this server may load models from ({allowed}). "
             "Copy the model folder under one of them, or ask the server's operator to add its folder to "

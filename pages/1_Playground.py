@@ -3,23 +3,29 @@
 from __future__ import annotations
 
 import math
+import queue
+import threading
+import time
 
 import pandas as pd
 import streamlit as st
 
-from engine import generation
+from engine import generation, runlog
 from engine.errors import CancelledError, EngineError
 from engine.generation import GenerationConfig
+from ui import export
 from ui.batching_widgets import cached_scheduler
 from ui.common import fmt_bytes, fmt_count, fmt_seconds, init_state, page_setup, show_error
+from ui.narrative import latency_sentence
+from ui.playground_widgets import forecast, latency_figure, per_token_latency, progress_text, show_forecast
 from ui.widgets import load_with_progress, model_picker
 
 NS = "playground"
 D = GenerationConfig()  # widget defaults come from the engine's dataclass: one source with the CLI
 
 page_setup("Playground", ":material/chat:")
-init_state(NS, history=[], last=None)
-st.title("Prompt playground")
+init_state(NS, history=[], last=None, running=None, curve={})
+st.title("Playground")
 st.caption("Generate with a causal LM and see what each run cost. Every number below a completion was "
            "measured on this run.")
 
@@ -66,12 +72,25 @@ prompt = st.text_area(
     height=120,
     key=f"{NS}.prompt.{batch_mode}",
 )
+if lm is not None and not batch_mode:
+    show_forecast(forecast(lm, prompt, int(max_new), use_cache))
 go = st.button("Generate", type="primary", disabled=lm is None, key=f"{NS}.go")
 if lm is not None:
     snap = cached_scheduler(lm).snapshot()
     st.caption(f"Shared scheduler for {lm.name}: {len(snap.running)} request(s) generating, "
                f"{len(snap.waiting)} waiting (all browser sessions). Single prompts with the KV cache on go "
                "through it; see the Batching page for its live batch.")
+
+# A run that was still going when this script started again was stopped: by the Stop button, by a widget change,
+# or by a closed tab. Keep what it made, marked cancelled; it never reaches a comparison or the run log.
+running = st.session_state[f"{NS}.running"]
+if running is not None:
+    running["status"] = "cancelled"
+    running["elapsed"] = time.perf_counter() - running["request_t"]
+    st.session_state[f"{NS}.last"] = running
+    st.session_state[f"{NS}.running"] = None
+    st.session_state[f"{NS}.history"].append({**running["row"], "output tokens": running["tokens"],
+                                              "latency (s)": round(running["elapsed"], 3), "stop": "cancelled"})
 
 
 def parse_stops(text: str) -> tuple[str, ...]:
@@ -95,8 +114,86 @@ def history_row(m, mode: str, stop_reason: str) -> dict:
         "output tokens": m.output_tokens, "TTFT (ms)": round(m.ttft_s * 1e3, 1),
         "TPOT (ms)": None if math.isnan(m.tpot_s) else round(m.tpot_s * 1e3, 2),
         "latency (s)": round(m.latency_s, 3), "tokens/s": round(m.tokens_per_s, 2),
-        "peak memory (MiB)": round(m.peak_memory_bytes / 2**20, 1), "stop": stop_reason,
+        "peak memory (MB)": round(m.peak_memory_bytes / 1e6, 1), "stop": stop_reason,
     }
+
+
+def run_single(lm, prompt: str, cfg: GenerationConfig, include_prompt: bool) -> None:
+    """Stream one prompt with a Stop button, tokens so far / max, elapsed and live tok/s. The partial run lives in
+    session state while it streams, so a Stop (which reruns the page) keeps its text."""
+    # With the KV cache on, through the shared in-flight scheduler: sessions generating at the same time share
+    # decode steps (one weight read serves every running request) instead of queueing. The scheduler always keeps
+    # a KV cache, so "cache off" runs alone.
+    s = cached_scheduler(lm).submit(prompt, cfg) if cfg.use_cache else generation.stream(lm, prompt, cfg, record=False)
+    t0 = time.perf_counter()
+    cur = {"model": lm.name, "use_cache": cfg.use_cache, "max_new": cfg.max_new_tokens, "tokens": 0, "elapsed": 0.0,
+           "text": prompt if include_prompt else "", "chunks": [], "request_t": t0, "status": "running",
+           "row": {"time (UTC)": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()), "model": lm.name,
+                   "dtype": lm.dtype, "device": lm.device, "mode": "single", "batch": 1, "kv cache": cfg.use_cache}}
+    st.session_state[f"{NS}.running"] = cur
+    stop_slot = st.empty()  # emptied when the run ends: a Stop button must not outlive its run
+    stop_slot.button("Stop", icon=":material/stop_circle:", key=f"{NS}.stop_btn",
+                     help="Stops generating at the next token; the text so far is kept, marked cancelled.")
+    status, box = st.empty(), st.empty()
+    status.caption(progress_text(0, cfg.max_new_tokens, 0.0) + " · waiting for the first token (prefill)")
+    # The stream is read in a helper thread so this script can redraw elapsed time and tok/s while no token
+    # arrives (the prefill of a long prompt, a busy shared batch); chunks carry their arrival time.
+    chunks: queue.Queue = queue.Queue()
+
+    def pump() -> None:
+        try:
+            for chunk in s:
+                chunks.put(("chunk", chunk, time.perf_counter()))
+        except BaseException as exc:  # handed to the script thread
+            chunks.put(("error", exc, 0.0))
+        finally:
+            chunks.put(("end", None, 0.0))
+
+    threading.Thread(target=pump, name="playground-stream", daemon=True).start()
+    shown_at = 0.0
+    try:
+        while True:
+            try:
+                kind, chunk, now = chunks.get(timeout=0.25)
+            except queue.Empty:
+                cur["elapsed"] = time.perf_counter() - t0
+                status.caption(progress_text(cur["tokens"], cfg.max_new_tokens, cur["elapsed"])
+                               + ("" if cur["tokens"] else " · waiting for the first token (prefill)"))
+                continue
+            if kind == "end":
+                break
+            if kind == "error":
+                raise chunk
+            k = len(lm.tokenizer(chunk, add_special_tokens=False)["input_ids"]) or 1
+            cur["chunks"].append((now, k))
+            cur["tokens"] += k
+            cur["text"] += chunk
+            cur["elapsed"] = now - t0
+            if now - shown_at > 0.15:  # redraw at most ~7 times a second: the browser, not the model, is the limit
+                status.caption(progress_text(cur["tokens"], cfg.max_new_tokens, cur["elapsed"]))
+                box.code(cur["text"], language=None, wrap_lines=True)
+                shown_at = now
+    except EngineError:
+        st.session_state[f"{NS}.running"] = None  # failed, not stopped: the error says why; nothing to keep
+        raise
+    finally:
+        # A rerun (Stop, a widget change) or a closed tab stops this script mid-loop: stop generating for nobody.
+        s.cancel()
+    c = s.completion
+    stop_slot.empty()
+    st.session_state[f"{NS}.running"] = None
+    if c is None:
+        raise CancelledError("the generation was cancelled before it finished; generate again")
+    status.empty()
+    box.empty()
+    runlog.record(c.measurement, source="playground", stop_reason=c.stop_reason)
+    cur.update(status=c.stop_reason, text=c.shown(include_prompt), tokens=c.measurement.output_tokens,
+               elapsed=c.measurement.latency_s, measurement=c.measurement,
+               latency=per_token_latency(t0, cur["chunks"]))
+    st.session_state[f"{NS}.last"] = cur
+    if c.stop_reason != "cancelled":
+        st.session_state[f"{NS}.curve"][cfg.use_cache] = cur
+    st.session_state[f"{NS}.history"].append(history_row(c.measurement, "single", c.stop_reason))
 
 
 if go and lm is not None:
@@ -109,7 +206,8 @@ if go and lm is not None:
         if batch_mode:
             prompts = [p for p in prompt.splitlines() if p.strip()]
             with st.spinner(f"Generating for {len(prompts)} prompts as one batch…"):
-                result = generation.generate_batch(lm, prompts, cfg)
+                result = generation.generate_batch(lm, prompts, cfg, record=False)
+            runlog.record(result.measurement, source="playground")
             for c in result.completions:
                 st.markdown(f"**{c.prompt}**")
                 st.code(c.shown(include_prompt), language=None, wrap_lines=True)
@@ -119,37 +217,47 @@ if go and lm is not None:
             metrics_row(result.measurement)
             st.session_state[f"{NS}.history"].append(history_row(result.measurement, "batch", "mixed"))
         else:
-            # With the KV cache on, through the shared in-flight scheduler: sessions generating at the same
-            # time share decode steps (one weight read serves every running request) instead of queueing.
-            # The scheduler always keeps a KV cache, so "cache off" runs alone.
-            s = cached_scheduler(lm).submit(prompt, cfg) if use_cache else generation.stream(lm, prompt, cfg)
-            box = st.empty()
-            shown = prompt if include_prompt else ""
-            try:
-                for chunk in s:
-                    shown += chunk
-                    box.code(shown, language=None, wrap_lines=True)
-            finally:
-                # A rerun or a closed browser tab stops this script mid-loop: stop generating for nobody.
-                s.cancel()
-            c = s.completion
-            if c is None:
-                raise CancelledError("the generation was cancelled before it finished; generate again")
-            box.code(c.shown(include_prompt), language=None, wrap_lines=True)
-            st.caption(f"Stopped by **{c.stop_reason}**"
-                       + (" (max new tokens reached: the output is truncated)" if c.stop_reason == "length" else ""))
-            metrics_row(c.measurement)
-            st.session_state[f"{NS}.history"].append(history_row(c.measurement, "single", c.stop_reason))
+            run_single(lm, prompt, cfg, include_prompt)
     except EngineError as exc:
         show_error(exc)
+
+last = st.session_state[f"{NS}.last"]
+report: list = []
+if last is not None and not batch_mode:
+    st.code(last["text"], language=None, wrap_lines=True)
+    report += [export.Heading(f"Last run: {last['model']}, KV cache {'on' if last['use_cache'] else 'off'}"),
+               export.Text(f"Stopped by **{last['status']}** after {last['tokens']} of {last['max_new']} tokens."),
+               export.Table([{"output": last["text"]}])]
+    if last["status"] == "cancelled":
+        st.warning(f"**Cancelled** after {last['tokens']} of {last['max_new']} tokens "
+                   f"({fmt_seconds(last['elapsed'])}). The text above is what was made; this run is kept out of the "
+                   "run log and the comparisons.", icon=":material/cancel:")
+    else:
+        st.caption(f"Stopped by **{last['status']}**"
+                   + (" (max new tokens reached: the output is truncated)" if last["status"] == "length" else ""))
+        metrics_row(last["measurement"])
+    curves = {}
+    for cache_on, run in sorted(st.session_state[f"{NS}.curve"].items(), reverse=True):
+        if run["model"] == last["model"] and run.get("latency"):
+            curves[f"KV cache {'on' if cache_on else 'off'} ({run['tokens']} tokens)"] = run["latency"]
+    if curves:
+        fig = latency_figure(curves)
+        st.plotly_chart(fig, width="stretch", key=f"{NS}.latency_chart")
+        st.caption(latency_sentence(st.session_state[f"{NS}.curve"], last["model"]))
+        report += [export.Figure(fig, latency_sentence(st.session_state[f"{NS}.curve"], last["model"]))]
 
 history = st.session_state[f"{NS}.history"]
 st.subheader("Runs in this session")
 if history:
     df = pd.DataFrame(history)
     st.dataframe(df, hide_index=True, width="stretch")
-    st.download_button("Download runs (CSV)", df.to_csv(index=False).encode(), "playground_runs.csv", "text/csv",
+    c1, c2 = st.columns(2)
+    c1.download_button("Download runs (CSV)", df.to_csv(index=False).encode(), "playground_runs.csv", "text/csv",
                        key=f"{NS}.csv")
+    report += [export.Heading("Runs in this session"), export.Table(df)]
+    with c2:
+        export.download_button("Playground", report, key=f"{NS}.html",
+                               subtitle="TTFT, TPOT, latency and throughput measured on every run.")
 else:
     st.caption("No runs yet. Generate once with the KV cache on and once off to see what the cache buys.")
 

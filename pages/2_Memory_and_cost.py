@@ -8,7 +8,7 @@ from dataclasses import replace
 import pandas as pd
 import streamlit as st
 
-from engine import calibration
+from engine import estimate_check
 from engine.calc import format as fmt
 from engine.calc import memory, paged, timing
 from engine.calc.cost import estimate_cost
@@ -299,73 +299,65 @@ st.caption(
     "efficiency one real run reached. Ratio = predicted / measured."
 )
 runs = [r for r in load_runs() if r.use_cache]
+shapes = estimate_check.summarize(runs, cached_machine(), cal) if runs else []
 if not runs:
     st.info(
         "No measured runs on this machine yet. Generate in the Playground, or run `python -m engine calibrate`; "
         "the comparison appears here."
     )
+elif not shapes:
+    st.info("The runs logged here are of models the calculator has no shape for.")
 else:
-    machine = cached_machine()
-    rows, chart = [], []
-    for r in runs[-60:]:
-        c = calibration.compare_run(r, machine, cal)
-        if c is None:
-            continue
-        rows.append(
-            {
-                "model": c.model,
-                "dtype": c.dtype,
-                "batch": c.batch_size,
-                "prompt": c.prompt_tokens,
-                "output": c.output_tokens,
-                "when": c.started_at[:16],
-                "TPOT measured (ms)": c.measured_tpot_s * 1e3,
-                "TPOT datasheet (ms)": c.datasheet_tpot_s * 1e3,
-                "datasheet ratio": c.datasheet_tpot_ratio,
-                "TPOT calibrated (ms)": None if c.calibrated_tpot_s is None else c.calibrated_tpot_s * 1e3,
-                "calibrated ratio": c.calibrated_tpot_ratio,
-                "TTFT measured (ms)": c.measured_ttft_s * 1e3,
-                "TTFT datasheet (ms)": c.datasheet_ttft_s * 1e3,
-                "TTFT calibrated (ms)": None if c.calibrated_ttft_s is None else c.calibrated_ttft_s * 1e3,
-                "TTFT calibrated ratio": c.calibrated_ttft_ratio,
-            }
+    st.caption(
+        f"Each row is one shape (model, precision, batch, prompt and output length bucket): the median and middle "
+        f"half of its last {estimate_check.RECENT} comparable runs, never one run. Cancelled runs are left out."
+    )
+    best = shapes[-3:]
+    for col, c in zip(st.columns(len(best)), best, strict=True):
+        predicted = c.calibrated_tpot_s if c.calibrated_tpot_s is not None else c.datasheet_tpot_s
+        col.metric(
+            c.label,
+            f"measured {fmt.seconds(c.tpot.median)}",
+            f"predicted {fmt.seconds(predicted)} ({predicted / c.tpot.median:.2f}×)",
+            delta_color="off",
+            delta_arrow="off",
+            help="median measured TPOT of the shape's recent runs; predicted = calibrated if a calibration exists, "
+            "else datasheet (this machine's measured roofs)",
         )
-        chart.append(
-            {
-                "label": f"{c.model} {c.dtype} b{c.batch_size}",
-                "measured": c.measured_tpot_s,
-                "datasheet": c.datasheet_tpot_s,
-                "calibrated": c.calibrated_tpot_s,
-            }
-        )
-    if not rows:
-        st.info("The runs logged here are of models the calculator has no shape for.")
-    else:
-        latest: dict[str, dict] = {}
-        for row in chart:
-            latest[row["label"]] = row  # newest run of each model/precision/batch
-        best = list(latest.values())[-6:]
-        cols = st.columns(min(3, len(best)))
-        for col, row in zip(cols, best[-len(cols) :], strict=True):
-            ratio = (row["calibrated"] or row["datasheet"]) / row["measured"]
-            col.metric(
-                row["label"],
-                f"measured {fmt.seconds(row['measured'])}",
-                f"predicted {fmt.seconds(row['calibrated'] or row['datasheet'])} ({ratio:.2f}×)",
-                delta_color="off",
-                delta_arrow="off",
-            )
-        st.plotly_chart(comparison_chart(best), width="stretch", key=f"{NS}.cmp")
-        st.dataframe(
-            pd.DataFrame(rows).iloc[::-1],
-            hide_index=True,
-            width="stretch",
-            column_config={
-                k: st.column_config.NumberColumn(format="%.2f")
-                for k in rows[0]
-                if k not in ("model", "dtype", "batch", "prompt", "output", "when")
-            },
-        )
+    for c in best:
+        st.caption(f"**{c.label}**: {c.explanation()}")
+    chart = [
+        {"label": c.label, "measured": c.tpot.median, "datasheet": c.datasheet_tpot_s,
+         "calibrated": c.calibrated_tpot_s}
+        for c in shapes[-6:]
+    ]
+    st.plotly_chart(comparison_chart(chart), width="stretch", key=f"{NS}.cmp")
+
+    def _ms(x: float | None) -> float | None:
+        return None if x is None else x * 1e3
+
+    rows = [
+        {
+            "model": c.model, "dtype": c.dtype, "batch": c.batch_size, "prompt": c.prompt_tokens,
+            "output": c.output_tokens, "runs": c.n, "from": c.source_text, "newest": c.newest[:16],
+            "TPOT measured median (ms)": _ms(c.tpot.median), "TPOT q1 (ms)": _ms(c.tpot.q1),
+            "TPOT q3 (ms)": _ms(c.tpot.q3), "TPOT datasheet (ms)": _ms(c.datasheet_tpot_s),
+            "efficiency (datasheet / measured)": c.tpot_efficiency,
+            "TPOT calibrated (ms)": _ms(c.calibrated_tpot_s),
+            "TPOT calibrated 95% low (ms)": _ms(c.calibrated_tpot_interval[0]) if c.calibrated_tpot_interval else None,
+            "TPOT calibrated 95% high (ms)": _ms(c.calibrated_tpot_interval[1]) if c.calibrated_tpot_interval else None,
+            "TTFT measured median (ms)": _ms(c.ttft.median), "TTFT datasheet (ms)": _ms(c.datasheet_ttft_s),
+            "TTFT calibrated (ms)": _ms(c.calibrated_ttft_s),
+        }
+        for c in reversed(shapes)
+    ]
+    text_cols = ("model", "dtype", "batch", "prompt", "output", "runs", "from", "newest")
+    st.dataframe(
+        pd.DataFrame(rows),
+        hide_index=True,
+        width="stretch",
+        column_config={k: st.column_config.NumberColumn(format="%.2f") for k in rows[0] if k not in text_cols},
+    )
     if cal is not None:
         st.caption(
             f"Calibration of {cal.created_at} on {cal.model}: bandwidth efficiency {cal.bandwidth_efficiency:.2f} of "

@@ -10,9 +10,11 @@ from engine.calc.memory import formula_of
 from engine.calc.roofline import Roof, analyse, diagnose, measured_point, operators, roof_for
 from engine.calc.specs import PRECISIONS, THIS_MACHINE, load_gpu_catalog
 from engine.errors import EngineError
+from ui import export
 from ui.calc_widgets import cached_machine, load_runs, measured_roofline_points, model_input
 from ui.common import page_setup
 from ui.plots_calc import roofline_figure
+from ui.roofline_view import lower_ridge_note, ridge_note, separate_labels, seq_cap_note, split_measured
 
 page_setup("Roofline", ":material/show_chart:")
 NS = "roof"
@@ -51,6 +53,7 @@ if not gpus:
         st.info("Choose at least one GPU.")
     st.stop()
 
+cap_note = seq_cap_note(seq, spec.context_length, spec.name)
 seq = min(seq, spec.context_length)
 gpu_specs = [cached_machine() if k == THIS_MACHINE else catalog[k] for k in gpus]
 roofs = [roof_for(g, dtype) for g in gpu_specs]
@@ -76,20 +79,21 @@ if show_measured:
                 machine.flops_for("fp32"), machine.bandwidth_bytes_per_s, "this machine (measured, fp32)"
             )
 
-note = ""
-if primary.key == "t4":
-    note = "NVIDIA's datasheet: 320 GB/s → 203"
+note = ridge_note(catalog.get("t4-datasheet"), dtype) if primary.key == "t4" else ""
 with right:
     st.subheader(f"{spec.name} on {primary.name} · {dtype} · s = {seq:,} · b = {batch}")
-    st.plotly_chart(
-        roofline_figure(roofs, results, measured=measured, machine_roof=machine_roof, ridge_note=note),
-        width="stretch",
-        key=f"{NS}.chart",
-    )
+    if cap_note:
+        st.info(cap_note, icon=":material/info:")
+    fig = separate_labels(split_measured(
+        roofline_figure(roofs, results, measured=measured, machine_roof=machine_roof, ridge_note=note)))
+    lower_ridge_note(fig, roofs[0].peak_flops_per_s)
+    st.plotly_chart(fig, width="stretch", key=f"{NS}.chart")
     if primary.key == "t4":
         st.caption(
-            "T4 as the chapter uses it: 65 TFLOPS FP16 / 300 GB/s = 216.6 ops/byte. NVIDIA's datasheet lists "
-            "320 GB/s, which gives 203 (add 'T4 (NVIDIA datasheet)' to overlay it). Marker size: share of the phase's time."
+            f"T4 as the chapter uses it: {primary.flops_for(dtype) / 1e12:g} TFLOPS {dtype} / "
+            f"{primary.bandwidth_bytes_per_s / 1e9:g} GB/s = {fmt.ridge(roofs[0].ridge)} ops/byte. "
+            + (f"{note.replace('→', 'gives')} (add 'T4 (NVIDIA datasheet)' to overlay it). " if note else "")
+            + "Marker size: share of the phase's time."
         )
     else:
         st.caption(
@@ -97,7 +101,8 @@ with right:
         )
     if measured:
         st.caption(
-            "Stars: runs measured on this machine, placed on its measured roof (read bandwidth and matmul FLOP/s). "
+            "Runs measured on this machine (stars: prefill, from TTFT; open diamonds: decode, from TPOT), placed on "
+            "its measured roof (read bandwidth and matmul FLOP/s). "
             f"{formula_of(measured_point)}"
         )
     st.subheader("Diagnosis")
@@ -123,6 +128,14 @@ for r in results:
             }
         )
 st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+report = [export.Text(cap_note)] if cap_note else []
+report += [export.Figure(fig, "Marker size: share of the phase's time.")]
+for r in results:
+    report += [export.Heading(f"{r.phase.capitalize()} ({fmt.seconds(r.attainable_s)} at best on {primary.name})"),
+               export.Text("\n".join(f"- {line}" for line in diagnose(r)))]
+report += [export.Heading("Operators"), export.Table(pd.DataFrame(rows))]
+export.download_button(f"Roofline: {spec.name} on {primary.name}", report, key=f"{NS}.html",
+                       subtitle=f"{dtype} · s = {seq:,} · b = {batch}")
 with st.expander("Formulas"):
     st.markdown(f"- {formula_of(operators)}")
     st.markdown(f"- {formula_of(analyse)}")

@@ -8,9 +8,10 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from engine import codegen, evaluation, fewshot, generation
+from engine import codegen, evaluation, fewshot, generation, runlog
 from engine.errors import EngineError
 from engine.generation import GenerationConfig
+from ui import export
 from ui import lab_widgets as lw
 from ui.common import fmt_seconds, init_state, page_setup, show_error
 from ui.widgets import load_with_progress, model_picker
@@ -18,11 +19,11 @@ from ui.widgets import load_with_progress, model_picker
 NS = "lab"
 MAX_UPLOAD_BYTES = fewshot.MAX_CSV_BYTES
 
-page_setup("Few-shot, code and evaluation", ":material/science:")
+page_setup("Few-shot, code and eval", ":material/science:")
 init_state(NS, sweep=None, classified=None, code=None, eval_runs=[], last_eval=None)
 S = st.session_state
 
-st.title("Few-shot prompts, generated code, and evaluation")
+st.title("Few-shot, code and eval")
 st.caption(
     "Chapter 4.1.2-4.1.4: show a model a few examples and it classifies new text; ask it for code and "
     "review what comes back; and measure a model with a shared evaluation harness before trusting it."
@@ -266,13 +267,22 @@ with tab_code:
     )
     if st.button("Generate code", key=f"{NS}.code_go", type="primary"):
         stops = tuple(s.strip().replace("\\n", "\n") for s in stop_text.split(",") if s.strip())
-        with st.spinner("generating…"):
+        try:
+            # streamed as it is written; the review (syntax, lint) runs on the finished text
+            stream = generation.stream(lm, prompt, codegen.code_config(max_new, mode, stops), record=False)
+            live, shown = st.empty(), prompt if mode == "complete" else ""
             try:
-                S[f"{NS}.code"] = codegen.generate_code(
-                    lm, prompt, max_new_tokens=max_new, mode=mode, stop=stops
-                )
-            except EngineError as exc:
-                show_error(exc)
+                for chunk in stream:
+                    shown += chunk
+                    live.code(shown, language="python")
+            finally:
+                stream.cancel()  # a rerun or a closed tab stops generating for nobody
+            live.empty()
+            if stream.completion is not None:
+                runlog.record(stream.completion.measurement, source="lab", stop_reason=stream.completion.stop_reason)
+                S[f"{NS}.code"] = codegen.review(stream.completion, mode)
+        except EngineError as exc:
+            show_error(exc)
     result: codegen.CodeResult | None = S[f"{NS}.code"]
     if result is not None:
         m = result.completion.measurement
@@ -296,30 +306,19 @@ with tab_code:
         elif not lint.findings:
             st.success(f"{lint.ruff_version} (rules {', '.join(lint.rules)}): no findings.")
         else:
+            rows = codegen.collapse_findings(lint.findings)
             st.markdown(
                 f"**{lint.ruff_version}** (rules {', '.join(lint.rules)}): {len(lint.findings)} finding(s)"
+                + (f", {len(rows)} distinct (repeats collapsed into one row with their lines)"
+                   if len(rows) < len(lint.findings) else "")
             )
-            st.dataframe(
-                pd.DataFrame(
-                    [
-                        {
-                            "line": f.line,
-                            "col": f.column,
-                            "code": f.code,
-                            "message": f.message,
-                            "rule": f.name,
-                        }
-                        for f in lint.findings
-                    ]
-                ),
-                hide_index=True,
-            )
+            st.dataframe(pd.DataFrame(rows), hide_index=True)
         with st.expander("The model's raw output"):
             st.code(
                 result.completion.full_text if result.mode == "complete" else result.completion.text,
                 language=None,
             )
-    st.info("**Why review is needed.** " + codegen.WHY_REVIEW, icon="🧐")
+    st.info("**Why review is needed.** " + codegen.WHY_REVIEW, icon=":material/rate_review:")
 
 
 # --- Evaluation ----------------------------------------------------------------------------------------------
@@ -450,3 +449,23 @@ with tab_eval:
                 S[f"{NS}.eval_runs"] = []
                 S[f"{NS}.last_eval"] = None
                 st.rerun()
+
+# --- One HTML report of this page's results --------------------------------------------------------------
+report: list = []
+if S[f"{NS}.sweep"] is not None and S[f"{NS}.sweep"]["results"]:
+    sw = S[f"{NS}.sweep"]
+    report += [export.Heading(f"Few-shot accuracy against k: {sw['model']} on '{sw['dataset']}'"),
+               export.Figure(lw.accuracy_figure(sw["results"], sw["baseline"])),
+               export.Table([{"k": r.k, "accuracy": r.accuracy, "correct": f"{r.correct}/{r.total}"}
+                             for r in sw["results"]])]
+if S[f"{NS}.code"] is not None:
+    code_result = S[f"{NS}.code"]
+    report += [export.Heading(f"Generated code ({code_result.mode} mode, stopped by {code_result.stop_reason})"),
+               export.Table([{"code": code_result.code}]),
+               export.Text("Syntax: " + ("accepted by `ast.parse`" if code_result.syntax.ok
+                                         else f"rejected: {code_result.syntax.message}"))]
+    if code_result.lint.findings:
+        report += [export.Table(codegen.collapse_findings(code_result.lint.findings), "ruff findings")]
+if S[f"{NS}.eval_runs"]:
+    report += [export.Heading("Evaluation runs"), export.Table(S[f"{NS}.eval_runs"])]
+export.download_button("Few-shot, code and eval", report, key=f"{NS}.html")

@@ -9,16 +9,28 @@ import streamlit as st
 from engine.batching.sweep import DEFAULT_SIZES, run_sweep
 from engine.batching.workload import OUTPUT_DISTRIBUTIONS, WorkloadSpec, generate_workload, replay
 from engine.errors import EngineError
-from ui.batching_widgets import cached_scheduler, gantt_figure, show_snapshot, sweep_figure
+from ui import export
+from ui.batching_widgets import (
+    cached_scheduler,
+    gantt_figure,
+    record_completion,
+    show_snapshot,
+    show_users_result,
+    simulate_users,
+    sweep_figure,
+)
 from ui.common import fmt_bytes, fmt_seconds, init_state, page_setup, show_error
+from ui.narrative import sweep_sentence, tradeoff_sentences, users_sentence
 from ui.widgets import load_with_progress, model_picker
 
 NS = "batching"
 page_setup("Batching", ":material/stacks:")
-init_state(NS, sweep=None, compare=None)
+init_state(NS, sweep=None, compare=None, users=None)
+report: list = []
 _W = WorkloadSpec()
 
-st.title("Static versus in-flight batching")
+st.title("Batching")
+st.caption("Static versus in-flight batching, measured on this machine.")
 st.markdown(
     "Decode is memory-bound: every step reads all the weights to make **one** token per sequence, so running "
     "many sequences together shares that read and raises throughput. **Static batching** pads a batch, runs it "
@@ -47,16 +59,15 @@ if c3.button("Measure", key=f"{NS}.sweep_go", type="primary"):
         show_error(exc)
 sweep = st.session_state[f"{NS}.sweep"]
 if sweep is not None and sweep.model == lm.name:
-    st.plotly_chart(sweep_figure(sweep), width="stretch")
-    best = max(sweep.points, key=lambda p: p.tokens_per_s)
-    one = sweep.points[0]
+    fig = sweep_figure(sweep)
+    st.plotly_chart(fig, width="stretch")
+    report += [export.Heading("Static batching: what a bigger batch buys"), export.Text(sweep_sentence(sweep.points)),
+               export.Figure(fig)]
     fits = sweep.max_batch_fits
     st.markdown(
-        f"Measured on this machine: batch {one.batch} makes **{one.tokens_per_s:.0f} tokens/s**, batch "
-        f"{best.batch} **{best.tokens_per_s:.0f} tokens/s** ({best.tokens_per_s / one.tokens_per_s:.1f}×), while "
-        f"each request's latency goes from {fmt_seconds(one.latency_s)} to {fmt_seconds(best.latency_s)}. "
-        f"Dashed: the calculator's rule, step = (weights + batch × KV) / bandwidth but never faster than "
-        f"2 × params × batch / FLOP/s, with bandwidth calibrated at batch {one.batch} "
+        sweep_sentence(sweep.points)
+        + f" Dashed: the calculator's rule, step = (weights + batch × KV) / bandwidth but never faster than "
+        f"2 × params × batch / FLOP/s, with bandwidth calibrated at batch {sweep.points[0].batch} "
         f"({sweep.calibrated_bandwidth_bytes_per_s / 1e9:.1f} GB/s effective) and this machine's matmul "
         f"({sweep.matmul_flops_per_s / 1e9:.0f} GFLOP/s)."
     )
@@ -116,27 +127,17 @@ if compare is not None and compare["static"].model == lm.name:
                 delta_color="inverse")
     c[2].metric("Static slots idle", f"{1 - s.slot_utilization:.0%}", help="row-steps computed for rows already finished")
     x_max = max(s.wall_s, i.wall_s) * 1.02
-    st.plotly_chart(gantt_figure(s, "Static batching: finished rows hold their slot (red) until the batch ends", x_max),
-                    width="stretch")
-    st.plotly_chart(gantt_figure(i, "In-flight batching: a finished row's slot goes to the next request at once", x_max),
-                    width="stretch")
+    g_s = gantt_figure(s, "Static batching: finished rows hold their slot (red) until the batch ends", x_max)
+    g_i = gantt_figure(i, "In-flight batching: a finished row's slot goes to the next request at once", x_max)
+    st.plotly_chart(g_s, width="stretch")
+    st.plotly_chart(g_i, width="stretch")
 
     st.subheader("The trade-off, from these measurements")
-    st.markdown(
-        f"- **Batching pays when there is a queue.** On this workload in-flight batching made {ratio:.2f}× static's "
-        f"throughput: static kept {1 - s.slot_utilization:.0%} of its row-steps on sequences that had already "
-        f"finished, and every request behind a batch waited for that batch's *longest* member "
-        f"(static p95 latency {fmt_seconds(s.latency_s_p95)}, in-flight {fmt_seconds(i.latency_s_p95)}).\n"
-        f"- **Batching costs each request some speed.** A decode step over more rows takes longer "
-        f"(section 1: latency at the largest batch versus batch 1), and with in-flight batching every admitted "
-        f"prompt's prefill pauses the running rows for that step.\n"
-        f"- **A latency-sensitive application should not wait for a batch.** Waiting to fill a static batch adds "
-        f"queueing to TTFT (static TTFT p50 here {fmt_seconds(s.ttft_s_p50)}, in-flight "
-        f"{fmt_seconds(i.ttft_s_p50)}); with one user at a time batch 1 is fastest per request, and in-flight "
-        f"batching gives the throughput of a batch without holding anyone back for it.\n"
-        f"- **Memory caps the batch**: every running row holds its KV cache; section 1 shows the largest batch "
-        f"that fits, and the scheduler below stops admitting when its KV budget would be exceeded."
-    )
+    st.markdown("\n".join(f"- {line}" for line in tradeoff_sentences(s, i)))
+    report += [export.Heading("Static versus in-flight on the same workload"),
+               export.Table([r.summary() for r in (s, i)]),
+               export.Text("\n".join(f"- {line}" for line in tradeoff_sentences(s, i))),
+               export.Figure(g_s), export.Figure(g_i)]
 
 # ---------------------------------------------------------------- 3. the live shared scheduler
 st.header("3 · The shared scheduler, live")
@@ -155,12 +156,36 @@ if send:
     try:
         handle = sched.submit(prompt, GenerationConfig(max_new_tokens=48, chat_template=lm.has_chat_template))
         st.write_stream(handle)
+        record_completion(handle.completion, "batching")
         m = handle.completion.measurement
         st.caption(f"queued {fmt_seconds(m.queue_s)}, TTFT {fmt_seconds(m.ttft_s)}, latency {fmt_seconds(m.latency_s)}, "
                    f"shared the batch with up to {m.batch_size - 1} other request(s)")
     except EngineError as exc:
         show_error(exc)
 
+
+st.subheader("Simulate N users")
+st.caption("Sends N requests to the shared scheduler at once, as N people pressing Generate together, and shows "
+           "its queue and batch while they run, then what each request got. Other sessions' requests share the "
+           "same batch.")
+with st.form(f"{NS}.users_form"):
+    c = st.columns(3)
+    n_users = c[0].number_input("Users (concurrent requests)", 1, 32, 6, key=f"{NS}.users_n")
+    user_tokens = c[1].number_input("New tokens each", 1, 256, 24, key=f"{NS}.users_tokens")
+    stagger = c[2].number_input("Seconds between arrivals", 0.0, 5.0, 0.0, 0.1, key=f"{NS}.users_stagger")
+    simulate = st.form_submit_button("Simulate", type="primary")
+if simulate:
+    try:
+        st.session_state[f"{NS}.users"] = simulate_users(sched, lm, int(n_users), int(user_tokens), float(stagger))
+    except EngineError as exc:
+        show_error(exc)
+if st.session_state.get(f"{NS}.users"):
+    users = st.session_state[f"{NS}.users"]
+    show_users_result(users)
+    report += [export.Heading(f"Simulated {users['n']} users"), export.Text(users_sentence(users["n"], users["rows"])),
+               export.Table(users["rows"])]
+export.download_button(f"Batching: {lm.name}", report, key=f"{NS}.html",
+                       subtitle="Static and in-flight batching, measured on this machine.")
 
 auto = st.toggle("Refresh every 2 s", key=f"{NS}.live")
 

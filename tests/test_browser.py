@@ -7,6 +7,34 @@ import pytest
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
+def test_deep_link_offline_navigation_and_bundled_icons(dashboard, browser):
+    """Issue 12/13: the first visit of a fresh server is a deep link; it gets app.py's st.navigation (titles and
+    Material icons, not file names), the model from the URL, and nothing is fetched from outside the server
+    (the favicon and the icon font are bundled)."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    outside = []
+
+    def only_the_server(route):
+        if route.request.url.startswith(dashboard):
+            return route.continue_()
+        outside.append(route.request.url)
+        return route.abort()
+
+    page.route("**/*", only_the_server)
+    page.goto(dashboard + "/Playground?model=tiny-gpt-neo")
+    page.get_by_role("button", name="Generate").wait_for(timeout=240_000)
+    nav = page.get_by_test_id("stSidebarNav").inner_text()
+    for title in ("Home", "Playground", "Memory and cost", "Few-shot, code and eval", "Batching"):
+        assert title in nav
+    assert "\napp\n" not in f"\n{nav}\n"  # Streamlit's pages-folder menu names the home page 'app'
+    page.get_by_text("Loaded: ").first.wait_for(timeout=120_000)
+    assert "Loaded: tiny-gpt-neo" in page.inner_text("body")
+    page.get_by_role("link", name="Roofline").click()
+    page.get_by_role("heading", name="Roofline").first.wait_for(timeout=120_000)
+    assert not outside, outside
+    page.close()
+
+
 def test_dashboard_loads_and_generates(dashboard, browser):
     page = browser.new_page(viewport={"width": 1400, "height": 1600})
     page.set_default_timeout(300_000)  # guards against a hang on a busy machine, not speed claims
@@ -26,4 +54,24 @@ def test_dashboard_loads_and_generates(dashboard, browser):
     # the bundled SmolLM2 continues "The capital of France is" greedily with "Paris"
     assert page.locator('[data-testid="stException"]').count() == 0
     assert "Traceback" not in page.inner_text("body")
+    page.close()
+
+
+def test_playground_stop_keeps_partial_text_marked_cancelled(dashboard, browser):
+    """Issue 13 defect 4 in a real browser: a long run shows tokens / max and elapsed, Stop ends it, and the text
+    made so far stays on the page marked cancelled."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1400})
+    page.goto(dashboard + "/Playground?model=smollm2-135m-instruct")
+    page.get_by_text("Loaded: ").first.wait_for(timeout=240_000)
+    box = page.get_by_label("Max new tokens")
+    box.fill("4096")
+    box.press("Enter")
+    page.get_by_text("Predicted for this run").first.wait_for(timeout=400_000)  # measures the machine once
+    page.get_by_role("button", name="Generate").click()
+    page.wait_for_function("() => /[1-9][0-9]* \\/ 4096 tokens/.test(document.body.innerText)", timeout=300_000)
+    page.get_by_role("button", name="Stop").click()
+    page.get_by_text("Cancelled").first.wait_for(timeout=120_000)
+    body = page.inner_text("body")
+    assert "of 4096 tokens" in body and "kept out of the run log" in body
+    assert "Paris" in body  # the partial text survived the rerun
     page.close()

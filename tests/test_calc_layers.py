@@ -35,7 +35,6 @@ def test_engine_side_of_the_calculators_never_imports_streamlit():
     for path in [
         *CALC.glob("*.py"),
         root / "calibration.py",
-        root / "calc_check.py",
         root / "arch.py",
         root / "hub_config.py",
         *(root / "commands").glob("*.py"),

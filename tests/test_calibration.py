@@ -1,8 +1,11 @@
-"""Calibration maths with synthetic runs (fast), storage per machine, and one real run (slow)."""
+"""Calibration: the fit recovers known parameters from noisy synthetic runs, a slow run does not move it, the
+interval covers, load is detected, storage round-trips, and the command is wired. No timing asserts."""
 
 from __future__ import annotations
 
 import math
+import random
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -11,95 +14,169 @@ from engine import calibration as cal_mod
 from engine.calc import model_preset
 from engine.calc.timing import Efficiency
 from engine.calibration import (
+    CALIBRATION_SHAPES,
+    SHORT_DEPTH,
     RunSample,
     build_calibration,
     compare_run,
     load_calibration,
     machine_spec,
     predict,
+    predict_interval,
     save_calibration,
 )
+from engine.calibration_fit import features, fit_precisions, predict_point
+from engine.calibration_runs import LoadMeter, load_reading, tpot_from_steps
 from tests.factories import synthetic_run
 
 MACHINE = machine_spec(55e9, {"fp32": 200e9, "bf16": 400e9}, memory_bytes=24e9)
 SMOL = model_preset("smollm2-135m")
 NEO = model_preset("gpt-neo-125m")
+# [s/byte, s/layer, s per extra-sequence FLOP, s/FLOP, prefill fixed s]: a CPU-like machine
+TRUE = {
+    "fp32": [1 / 12e9, 4e-4, 1 / 30e9, 1 / 80e9, 5e-3],
+    "bf16": [1 / 9e9, 5e-4, 1 / 20e9, 1 / 60e9, 6e-3],
+}
 
 
-def _synthetic(spec, true: dict[str, Efficiency], prompt=64, out=32):
-    samples = []
-    for dt, eff in true.items():
-        s = RunSample(dt, 1, prompt, out, 0.0, 0.0)
-        ttft, tpot = predict(spec, s, MACHINE, eff)
-        samples.append(RunSample(dt, 1, prompt, out, ttft, tpot))
-    return samples
+def _runs(truth=TRUE, *, repeats=3, noise=0.03, seed=0, outlier=None):
+    """Every calibration shape at two depths, `repeats` times, each time slowed by up to `noise` (noise only
+    adds time). `outlier`: (dtype, shape index, factor) slows one run of one shape by `factor`."""
+    rng = random.Random(seed)
+    out = []
+    for rep in range(repeats):
+        for dt, coef in truth.items():
+            for i, sh in enumerate(CALIBRATION_SHAPES):
+                for depth in (None, SHORT_DEPTH):
+                    f = features(SMOL, dt, sh.prompt_tokens, sh.output_tokens, sh.batch_size, depth)
+                    ttft, tpot = predict_point(coef, f)
+                    slow = 1.0
+                    if outlier and rep == 0 and depth is None and (dt, i) == outlier[:2]:
+                        slow = outlier[2]
+                    out.append(
+                        RunSample(
+                            dt, sh.batch_size, sh.prompt_tokens, sh.output_tokens,
+                            ttft * (1 + rng.uniform(0, noise)) * slow, tpot * (1 + rng.uniform(0, noise)) * slow,
+                            n_layer=depth, loadavg_1m=1.0, cpu_share=0.95,
+                        )
+                    )
+    return out
 
 
-def test_fit_recovers_known_efficiencies_and_fixed_cost():
-    true = {"fp32": Efficiency(0.22, 0.45, 4e-4), "bf16": Efficiency(0.22, 0.30, 4e-4)}
-    cal = build_calibration(SMOL, _synthetic(SMOL, true), MACHINE, model="smollm2-135m-instruct")
-    assert cal.bandwidth_efficiency == pytest.approx(0.22, rel=1e-3)
-    assert cal.step_overhead_s_per_layer == pytest.approx(4e-4, rel=1e-3)
-    assert cal.flops_efficiency["fp32"] == pytest.approx(0.45, rel=1e-3)
-    assert cal.flops_efficiency["bf16"] == pytest.approx(0.30, rel=1e-3)
-    # and it transfers to another model of another shape exactly when the machine behaves as modelled
-    for dt, eff in true.items():
-        s = RunSample(dt, 1, 64, 32, 0, 0)
-        assert predict(NEO, s, MACHINE, cal.efficiency(dt))[1] == pytest.approx(
-            predict(NEO, s, MACHINE, eff)[1], rel=1e-3
-        )
+def test_fit_recovers_known_parameters_from_noisy_runs():
+    fits, notes = fit_precisions(SMOL, _runs())
+    for dt, coef in TRUE.items():
+        got = fits[dt].coefficients
+        assert got[0] == pytest.approx(coef[0], rel=0.08), "achieved bandwidth"
+        assert got[1] == pytest.approx(coef[1], rel=0.25), "per-layer cost"
+        assert got[2] == pytest.approx(coef[2], rel=0.25), "extra sequence cost"
+        assert got[3] == pytest.approx(coef[3], rel=0.08), "prefill FLOP/s"
+        assert not fits[dt].pooled
+    assert not any("pooled" in n or "shared" in n for n in notes)
 
 
-def test_one_precision_folds_fixed_cost_into_bandwidth():
-    samples = _synthetic(SMOL, {"fp32": Efficiency(0.3, 0.5, 0.0)})
+def test_a_slow_outlier_run_does_not_move_the_fit():
+    clean, _ = fit_precisions(SMOL, _runs(noise=0.0))
+    slowed, _ = fit_precisions(SMOL, _runs(noise=0.0, outlier=("fp32", 0, 3.0)))
+    assert slowed["fp32"].coefficients == pytest.approx(clean["fp32"].coefficients, rel=1e-9)
+    # a shape slow in every repeat is dropped as an outlier and the rest still recover the parameters
+    every = [
+        RunSample(s.dtype, s.batch_size, s.prompt_tokens, s.output_tokens, s.ttft_s, s.tpot_s * 2.5, s.n_layer)
+        if (s.dtype, s.prompt_tokens, s.batch_size, s.n_layer) == ("fp32", 128, 1, None)
+        else s
+        for s in _runs(noise=0.01)
+    ]
+    fits, notes = fit_precisions(SMOL, every)
+    assert fits["fp32"].dropped >= 1 and any("outliers" in n for n in notes)
+    assert fits["fp32"].coefficients[0] == pytest.approx(TRUE["fp32"][0], rel=0.1)
+
+
+def test_interval_covers_an_unseen_shape():
+    cal = build_calibration(SMOL, _runs(noise=0.05, seed=3), MACHINE, model="smollm2-135m-instruct")
+    for dt, coef in TRUE.items():
+        for batch in (1, 4):
+            truth_ttft, truth_tpot = predict_point(coef, features(NEO, dt, 64, 16, batch))
+            p = predict_interval(cal, NEO, dtype=dt, prompt_tokens=64, output_tokens=16, batch=batch)
+            assert p.tpot.low <= p.tpot.point <= p.tpot.high and p.ttft.low <= p.ttft.point <= p.ttft.high
+            # runs are truth slowed by 0..5%, fastest of 3 kept: the expected measurement is truth x 1.0125
+            assert p.tpot.covers(truth_tpot * 1.0125) and p.ttft.covers(truth_ttft * 1.0125), (dt, batch, p)
+            assert p.tpot.high / p.tpot.low < 1.5  # and it is informative
+    with pytest.raises(Exception, match="batch"):
+        predict_interval(cal, NEO, dtype="fp32", prompt_tokens=64, output_tokens=16, batch=0)
+
+
+def test_load_is_detected():
+    quiet = load_reading(cpu_s=1.9, wall_s=1.0, threads=2, loadavg=0.5)
+    assert not quiet.busy and quiet.cpu_share == pytest.approx(0.95)
+    assert load_reading(cpu_s=0.6, wall_s=1.0, threads=2, loadavg=0.5).busy  # this process waited for the CPU
+    assert load_reading(cpu_s=2.0, wall_s=1.0, threads=2, loadavg=9.0).busy  # more runnable tasks than cores
+    with LoadMeter(threads=1) as m:
+        time.sleep(0.05)  # sleeping uses no CPU: the meter must see a share far below 1
+    assert m.reading is not None and m.reading.cpu_share < 0.5 and m.reading.busy
+    assert "load average" in m.reading.describe()
+    samples = _runs(repeats=1)
+    samples[0] = RunSample(**{**samples[0].__dict__, "cpu_share": 0.2})
     cal = build_calibration(SMOL, samples, MACHINE, model="m")
-    assert cal.bandwidth_efficiency == pytest.approx(0.3, rel=0.02)
-    assert cal.step_overhead_s_per_layer == 0
-    assert any("one precision" in n for n in cal.notes)
-    assert cal.efficiency("fp16").flops == cal.flops_efficiency["fp32"]  # borrowed, said in the docstring
+    assert cal.load is not None and cal.load.busy_runs >= 1
+    assert any("slowed by other work" in n for n in cal.notes)
 
 
-def test_saved_per_machine_with_date(tmp_path, monkeypatch):
+def test_tpot_from_steps_ignores_a_step_that_lost_the_cpu():
+    steps = [0.0, 0.01, 0.02, 0.03, 0.53, 0.54, 0.55]  # one 500 ms stall
+    assert tpot_from_steps(steps) == pytest.approx(0.01)
+    assert math.isnan(tpot_from_steps([0.0]))
+
+
+def test_saved_per_machine_with_date_and_round_trips(tmp_path, monkeypatch):
     monkeypatch.setenv("INFERENCE_LAB_HOME", str(tmp_path))
     assert load_calibration() is None
-    cal = build_calibration(
-        SMOL,
-        _synthetic(SMOL, {"fp32": Efficiency(0.3, 0.5, 1e-4), "bf16": Efficiency(0.3, 0.4, 1e-4)}),
-        MACHINE,
-        model="m",
-        created_at="2026-11-29T12:00:00+00:00",
-    )
+    cal = build_calibration(SMOL, _runs(repeats=2), MACHINE, model="m", created_at="2026-11-29T12:00:00+00:00")
     path = save_calibration(cal)
     assert path.parent == tmp_path / "calibration" and path.suffix == ".json"
     again = load_calibration()
-    assert again == cal and again.created_at.startswith("2026-11-29")
+    assert again is not None and again.created_at.startswith("2026-11-29")
+    assert again.fits == cal.fits and again.load == cal.load and again.notes == cal.notes
+    assert len(again.samples) == len(cal.samples)
+    p1 = predict_interval(cal, NEO, dtype="bf16", prompt_tokens=64, output_tokens=16)
+    p2 = predict_interval(again, NEO, dtype="bf16", prompt_tokens=64, output_tokens=16)
+    assert p1.tpot == p2.tpot and p1.ttft == p2.ttft
     path.write_text("{not json", encoding="utf-8")
     assert load_calibration() is None  # a torn file means datasheet mode, not a crash
+    path.write_text('{"machine_id": "x", "bandwidth_efficiency": 0.3}', encoding="utf-8")
+    assert load_calibration() is None  # an older format too
 
 
-def test_compare_run_reports_ratios():
-    s = RunSample("bf16", 1, 64, 32, 0, 0)
-    ttft, tpot = predict(NEO, s, MACHINE, Efficiency(0.25, 0.4, 2e-4))
+def test_one_depth_pools_precisions_and_transfers_the_operator_model():
+    """Runs at one depth (an old-style calibration): bandwidth efficiency and per-layer cost are shared by
+    the precisions, which recovers them exactly when the machine behaves as the calculator's model."""
+    true = {"fp32": Efficiency(0.22, 0.45, 4e-4), "bf16": Efficiency(0.22, 0.30, 4e-4)}
+    samples = []
+    for dt, eff in true.items():
+        ttft, tpot = predict(SMOL, RunSample(dt, 1, 64, 32, 0, 0), MACHINE, eff)
+        samples.append(RunSample(dt, 1, 64, 32, ttft, tpot))
+    cal = build_calibration(SMOL, samples, MACHINE, model="smollm2-135m-instruct")
+    assert any("shared" in n for n in cal.notes)
+    for dt, eff in true.items():
+        got = cal.efficiency(dt)
+        assert got.bandwidth == pytest.approx(0.22, rel=1e-3)
+        assert got.step_overhead_s_per_layer == pytest.approx(4e-4, rel=1e-3)
+        s = RunSample(dt, 1, 64, 32, 0, 0)
+        assert predict(NEO, s, MACHINE, got)[1] == pytest.approx(predict(NEO, s, MACHINE, eff)[1], rel=1e-3)
+    assert cal.efficiency("fp16") == cal.efficiency("bf16")  # borrowed, as the docstring says
+
+
+def test_compare_run_reports_ratios_and_interval():
+    cal = build_calibration(SMOL, _runs(noise=0.0), MACHINE, model="m")
+    ttft, tpot = predict_point(TRUE["bf16"], features(NEO, "bf16", 64, 32, 1))
     m = SimpleNamespace(
-        model="gpt-neo-125m-random",
-        dtype="bf16",
-        batch_size=1,
-        prompt_tokens=64,
-        output_tokens=32,
-        ttft_s=ttft,
-        tpot_s=tpot,
-        use_cache=True,
-        started_at="2026-11-29T00:00:00+00:00",
-    )
-    cal = build_calibration(
-        SMOL,
-        _synthetic(SMOL, {"fp32": Efficiency(0.25, 0.5, 2e-4), "bf16": Efficiency(0.25, 0.4, 2e-4)}),
-        MACHINE,
-        model="m",
+        model="gpt-neo-125m-random", dtype="bf16", batch_size=1, prompt_tokens=64, output_tokens=32,
+        ttft_s=ttft, tpot_s=tpot, use_cache=True, started_at="2026-11-29T00:00:00+00:00",
     )
     c = compare_run(m, MACHINE, cal)
     assert c is not None
     assert c.calibrated_tpot_ratio == pytest.approx(1.0, rel=1e-3)
+    assert c.calibrated_ttft_ratio == pytest.approx(1.0, rel=1e-3)
+    assert c.calibrated_tpot_interval is not None and c.calibrated_tpot_interval.covers(c.calibrated_tpot_s)
     assert c.datasheet_tpot_ratio < 0.5  # peak bandwidth is optimistic
     assert compare_run(SimpleNamespace(**{**m.__dict__, "tpot_s": math.nan}), MACHINE, cal) is None
 
@@ -112,24 +189,60 @@ def test_spec_for_engine_presets():
 
 
 def test_calibrate_command_wiring(tmp_path, monkeypatch, capsys):
-    """`python -m engine calibrate` end to end with the engine's runs replaced by synthetic Measurements."""
+    """`python -m engine calibrate` end to end with the runs and the machine replaced by synthetic ones."""
+    from engine import calibration_runs, machine
+    from engine.calibration_runs import TimedRun
     from engine.cli import main
 
     monkeypatch.setenv("INFERENCE_LAB_HOME", str(tmp_path))
-    true = {"fp32": Efficiency(0.25, 0.5, 2e-4), "bf16": Efficiency(0.25, 0.35, 2e-4)}
 
-    def fake_runs(model, dtypes, **kw):
-        out = []
-        for dt in dtypes:
-            ttft, tpot = predict(SMOL, RunSample(dt, 1, 40, 32, 0, 0), MACHINE, true[dt])
-            out.append(synthetic_run(model, dt, ttft, tpot))
-        return out
+    def fake_measure(lms, shapes, **kw):
+        return [
+            TimedRun("smollm2-135m-instruct", s.dtype, s.prompt_tokens, s.output_tokens, s.batch_size, s.ttft_s,
+                     s.tpot_s, s.tpot_s, 0.5, 0.97, s.n_layer or 30)
+            for s in _runs(repeats=2)
+        ]
 
-    monkeypatch.setattr(cal_mod, "measure_runs", fake_runs)
-    monkeypatch.setattr(cal_mod, "measure_machine", lambda dtypes=("fp32", "bf16"): MACHINE)
+    roofs = machine.MachineMeasurement(
+        machine.paths.machine_id(), "2026-11-29T00:00:00+00:00", "cpu", "this machine (measured)", 55e9, 50e9,
+        {"fp32": 200e9, "bf16": 400e9}, 1024, 24e9,
+    )
+    monkeypatch.setattr(calibration_runs, "measure", fake_measure)
+    monkeypatch.setattr(cal_mod, "load_models", lambda *a, **k: [])
+    monkeypatch.setattr(machine, "measure", lambda dtypes=(), store=True: roofs)
     assert main(["calibrate"]) == 0
     out = capsys.readouterr().out
-    assert "bandwidth efficiency 0.25" in out and "stored in" in out
+    assert "stored in" in out and "GB/s achieved" in out and "ms per layer" in out
     stored = load_calibration()
     assert stored is not None and stored.model == "smollm2-135m-instruct"
-    assert stored.flops_efficiency["bf16"] == pytest.approx(0.35, rel=1e-3)
+    assert stored.fits["bf16"].coefficients[0] == pytest.approx(TRUE["bf16"][0], rel=0.1)
+    assert machine.latest() is not None  # the roofs it was fitted against are the stored machine measurement
+
+
+def test_one_machine_measurement_stored_with_its_date(tmp_path, monkeypatch):
+    from engine import machine
+
+    monkeypatch.setenv("INFERENCE_LAB_HOME", str(tmp_path))
+    assert machine.latest() is None
+    m = machine.MachineMeasurement(
+        machine.paths.machine_id(), "2026-11-30T00:00:00+00:00", "cpu", "this machine (measured)", 40e9, 30e9,
+        {"fp32": 100e9, "bf16": 300e9}, 1024, 24e9, 0.5,
+    )
+    machine.save(m)
+    assert machine.latest() == m
+    spec = m.gpu_spec()
+    assert spec.bandwidth_bytes_per_s == 40e9 and spec.flops_for("bf16") == 300e9
+    assert machine.best_of(m, m) == m
+    # the calculator's "this machine" falls back on the stored measurement when there is no calibration
+    assert cal_mod.this_machine_gpu(measure_if_missing=False).bandwidth_bytes_per_s == 40e9
+    assert synthetic_run("x", "fp32", 0.1, 0.01).tpot_s == 0.01  # the shared factory still builds runs
+
+
+def test_a_wild_residual_cannot_make_an_interval_negative():
+    from engine.calibration_fit import PrecisionFit
+    from engine.calibration_fit import predict as fit_predict
+
+    fit = PrecisionFit("fp32", *TRUE["fp32"], decode_residuals=[-0.99, 5.0], prefill_residuals=[-1.5, 0.0],
+                       replicates=[TRUE["fp32"]] * 50)
+    ttft, tpot = fit_predict(fit, NEO, prompt=64, output=16)
+    assert ttft.low > 0 and tpot.low > 0 and tpot.high <= tpot.point * 10 + 1e-12

@@ -122,3 +122,13 @@ def test_bundled_model_writes_parseable_code_when_asked(smol_lm):
     assert "def " in result.code
     assert result.lint.available
     assert result.stop_reason in ("eos", "length")
+
+
+def test_repeated_lint_findings_collapse_into_one_row():
+    """Issue 13 defect 8: a model that repeats a line gets one row per finding with its lines, not ten rows."""
+    code = "import os\n" + "print(undefined_name)\n" * 3
+    report = codegen.lint(code)
+    rows = codegen.collapse_findings(report.findings)
+    f821 = [r for r in rows if r["code"] == "F821"]
+    assert len(f821) == 1 and f821[0]["count"] == 3 and f821[0]["lines"] == "2:7, 3:7, 4:7"
+    assert len(rows) == len({(f.code, f.message) for f in report.findings})

@@ -73,3 +73,65 @@ def test_home_explains_missing_gpu():
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT).run()
     if not torch.cuda.is_available():
         assert any("No GPU in use" in i.value for i in at.info)
+
+
+def test_playground_keeps_a_stopped_run_marked_cancelled():
+    """Issue 13 defect 4: Stop (or any widget change) reruns the page mid-stream; the partial text survives,
+    marked cancelled, and never reaches the run log."""
+    from engine import runlog
+
+    at = playground()
+    before = len(runlog.load("tiny-gpt-neo"))
+    at.session_state["playground.running"] = {
+        "model": "tiny-gpt-neo", "use_cache": True, "max_new": 4096, "tokens": 17, "elapsed": 3.2,
+        "text": "partial text so far", "chunks": [], "request_t": 0.0, "status": "running",
+        "row": {"model": "tiny-gpt-neo", "mode": "single"},
+    }
+    at.run()
+    assert not at.exception
+    assert any("Cancelled" in w.value and "17 of 4096" in w.value for w in at.warning)
+    assert any(c.value == "partial text so far" for c in at.code)
+    assert at.session_state["playground.history"][-1]["stop"] == "cancelled"
+    assert len(runlog.load("tiny-gpt-neo")) == before
+    at.sidebar.slider(key="playground.rep").set_value(1.1).run()  # another widget change: still shown
+    assert any(c.value == "partial text so far" for c in at.code)
+
+
+def test_playground_warns_before_a_run_of_minutes(monkeypatch):
+    from engine import estimate_check
+
+    fake = estimate_check.RunForecast(600.0, 1.0, 0.15, False, "a test forecast")
+    monkeypatch.setattr(estimate_check, "forecast_run", lambda *a, **k: fake)
+    at = playground()
+    assert not any("minutes" in w.value for w in at.warning)  # 8 tokens: no forecast at all
+    at.sidebar.number_input(key="playground.max_new").set_value(4096).run()
+    assert any("10.0 min" in w.value and "Stop" in w.value for w in at.warning)
+
+
+def test_playground_stop_button_progress_and_latency_chart():
+    at = playground()
+    at.button(key="playground.go").click().run()
+    assert not at.exception and not at.error
+    assert not [b for b in at.button if b.key == "playground.stop_btn"]  # Stop does not outlive its run
+    assert len(at.get("plotly_chart")) == 1
+    at.sidebar.toggle(key="playground.cache").set_value(False).run()
+    at.button(key="playground.go").click().run()
+    import json
+
+    fig = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert sorted(t["name"].split(" (")[0] for t in fig["data"]) == ["KV cache off", "KV cache on"]
+    assert any("cache off was" in c.value for c in at.caption)
+    from engine import runlog
+
+    assert {m.source for m in runlog.load("tiny-gpt-neo")[-2:]} == {"playground"}
+
+
+def test_home_starts_a_tour_with_deep_links_and_names_its_sources():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT).run()
+    assert not at.exception
+    links = [p.proto for p in at.get("page_link")]
+    labels = [link.label for link in links]
+    assert labels[:2] == ["1. Playground", "2. Memory and cost"]
+    assert links[0].page == "Playground" and links[0].query_string == "model=smollm2-135m-instruct"
+    text = " ".join(c.value for c in at.caption)
+    assert "Running inference" in text and "Mastering LLM Techniques: Inference Optimization" in text

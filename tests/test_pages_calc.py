@@ -98,15 +98,20 @@ def test_int4_weights_keep_a_16_bit_kv_cache():
 
 def test_this_machine_defaults_to_a_precision_a_cpu_runs(monkeypatch):
     """Issue 13, defect 6: "this machine" defaulted to fp16, 13.7 minutes of prefill on a CPU."""
-    from engine import calibration
-    from engine.calc.specs import GPUSpec
+    from engine import machine
+    from ui.common import cached_machine_measurement
 
-    cpu = GPUSpec("this-machine", "this machine (CPU, measured)", 64e9, 20e9, {"fp32": 2e11, "bf16": 5e10})
-    monkeypatch.setattr(calibration, "measure_machine", lambda *a, **k: cpu)
+    cpu = machine.MachineMeasurement(
+        "m", "2026-11-30T00:00:00+00:00", "cpu", "this machine (CPU, measured)", 20e9, 20e9,
+        {"fp32": 2e11, "bf16": 5e10}, 1024, 64e9,
+    )
+    monkeypatch.setattr(machine, "measure", lambda *a, **k: cpu)  # the one measurement of the machine
+    cached_machine_measurement.clear()
     at = _run(CALC)
     at.selectbox(key="calc.gpu").set_value("this-machine").run()
     assert not at.exception
     assert at.selectbox(key="calc.dtype.cpu").value == "fp32"
+    cached_machine_measurement.clear()
 
 
 def test_cost_is_priced_at_the_gpus_needed_when_it_does_not_fit():
@@ -194,7 +199,7 @@ def test_estimate_vs_measurement_shows_measured_runs(tmp_path):
     assert "(1.00×)" in shown.delta  # calibrated prediction of the synthetic machine is exact
     assert at.dataframe, "the per-run table is shown"
     roof = _run(ROOF)
-    assert any("Stars: runs measured on this machine" in c.value for c in roof.caption)
+    assert any("Runs measured on this machine" in c.value for c in roof.caption)
 
 
 def test_roofline_defaults_to_the_books_t4():

@@ -108,3 +108,24 @@ def test_evaluation_run_reports_metrics_crosscheck_and_comparison():
     assert any(t.value == "This session's runs (2)" for t in at.subheader)
     runs = at.session_state["lab.eval_runs"]
     assert len(runs) == 2 and runs[0]["bits_per_byte"] == pytest.approx(runs[1]["bits_per_byte"])
+
+
+def test_code_generation_streams(monkeypatch):
+    """Issue 13 defect 8: the code appears as it is written (engine.generation.stream), then is reviewed."""
+    from engine import generation
+
+    calls = []
+    real = generation.stream
+
+    def spy(lm, prompt, cfg=None, **kw):
+        calls.append(cfg)
+        return real(lm, prompt, cfg, **kw)
+
+    monkeypatch.setattr(generation, "stream", spy)
+    at = _app()
+    at.radio(key="lab.code_mode").set_value("complete").run()
+    at.slider(key="lab.code_max_new").set_value(16)
+    at.button(key="lab.code_go").click().run()
+    assert not at.exception
+    assert len(calls) == 1 and calls[0].max_new_tokens == 16 and calls[0].include_prompt
+    assert any(c.language == "python" and c.value.startswith("def is_palindrome") for c in at.code)

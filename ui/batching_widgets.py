@@ -23,7 +23,17 @@ SHARED_MAX_BATCH = 8
 def _scheduler(name: str, dtype: str, lm_id: int, _lm: LoadedModel) -> Scheduler:
     # keyed by the model object's id too: when ui.common.cached_model evicts and reloads a model, the old
     # scheduler (and the model it holds) is not reused
-    return Scheduler(_lm, max_batch=SHARED_MAX_BATCH)
+    # record=False: the page that submitted a request logs it with its source and how it ended (a cancelled
+    # request never reaches a comparison); see record_completion
+    return Scheduler(_lm, max_batch=SHARED_MAX_BATCH, record=False)
+
+
+def record_completion(completion, source: str) -> None:
+    """Log a finished request to the machine's run log with where it came from and how it ended."""
+    from engine import runlog
+
+    if completion is not None:
+        runlog.record(completion.measurement, source=source, stop_reason=completion.stop_reason)
 
 
 def cached_scheduler(lm: LoadedModel) -> Scheduler:
@@ -91,3 +101,70 @@ def show_snapshot(snap: SchedulerSnapshot) -> None:
         st.dataframe(rows, hide_index=True, width="stretch")
     else:
         st.caption("The shared batch is idle: nothing running, nothing queued.")
+
+
+LIVE_REDRAW_S = 0.5  # how often the live queue/batch view is redrawn while simulated users run
+
+USER_PROMPTS = (
+    "Explain in-flight batching in one sentence.",
+    "Write a haiku about memory bandwidth.",
+    "What is a KV cache?",
+    "List three uses of a GPU.",
+    "Why is decoding slower than prefill per token?",
+    "Say hello in French.",
+    "Describe a roofline plot.",
+    "What does TTFT measure?",
+)
+
+
+def simulate_users(sched: Scheduler, lm: LoadedModel, n: int, max_new_tokens: int, stagger_s: float = 0.0) -> dict:
+    """Replay `n` concurrent requests through the shared scheduler, drawing its queue and batch live (every
+    LIVE_REDRAW_S) until all finish; returns {"n": n, "rows": per-request results} for show_users_result.
+    A rerun or a closed tab stops the script mid-loop: the finally cancels what is still running."""
+    import time
+
+    from engine.generation import GenerationConfig
+
+    cfg = GenerationConfig(max_new_tokens=max_new_tokens, chat_template=lm.has_chat_template)
+    handles, errors = [], {}
+    live = st.empty()
+    try:
+        t0 = time.perf_counter()
+        for k in range(n):
+            if stagger_s and k:
+                time.sleep(stagger_s)
+            handles.append(sched.submit(USER_PROMPTS[k % len(USER_PROMPTS)], cfg))
+        while not all(h.done for h in handles):
+            with live.container():
+                st.caption(f"Live: {sum(h.done for h in handles)} of {n} finished, "
+                           f"{time.perf_counter() - t0:.1f} s elapsed.")
+                show_snapshot(sched.snapshot())
+            time.sleep(LIVE_REDRAW_S)
+    finally:
+        for h in handles:
+            if not h.done:
+                h.cancel()
+    live.empty()
+    rows = []
+    for k, h in enumerate(handles):
+        c = h.completion
+        if c is None:
+            errors[k] = str(h.error)
+            rows.append({"user": k + 1, "stop": "error", "text": str(h.error)})
+            continue
+        record_completion(c, "batching")
+        m = c.measurement
+        rows.append({
+            "user": k + 1, "queued (s)": round(m.queue_s, 3), "TTFT (s)": round(m.ttft_s, 3),
+            "latency (s)": round(m.latency_s, 3), "tokens": m.output_tokens,
+            "tokens/s": round(m.tokens_per_s, 1), "batch seen": m.batch_size, "stop": c.stop_reason,
+            "text": c.text.strip()[:80],
+        })
+    return {"n": n, "rows": rows}
+
+
+def show_users_result(result: dict) -> None:
+    from ui.narrative import users_sentence
+
+    st.markdown(users_sentence(result["n"], result["rows"]))
+    st.dataframe(result["rows"], hide_index=True, width="stretch")

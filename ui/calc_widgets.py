@@ -32,9 +32,10 @@ from engine.errors import EngineError
 DEFAULTS = Inputs()
 
 
-@st.cache_resource(show_spinner="Measuring this machine's memory bandwidth and matmul FLOP/s…")
 def _measured_machine() -> GPUSpec:
-    return calibration.measure_machine()
+    from ui.common import cached_machine_measurement  # the one cached measurement of this machine
+
+    return cached_machine_measurement().gpu_spec()
 
 
 def cached_machine() -> GPUSpec:

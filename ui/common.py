@@ -11,41 +11,73 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import streamlit as st
-from streamlit.errors import StreamlitPageNotFoundError
 
-from engine import hardware, models
+from engine import hardware, machine, models
+from engine.calc import format as fmt
 from engine.errors import EngineError
 
 APP_TITLE = "Inference Lab"
 
 
 ROOT = Path(__file__).resolve().parents[1]
-# Material icons ship with Streamlit: no emoji font needed on the viewer's machine.
-NAV_ICONS = {
-    "Playground": ":material/chat:", "Memory and cost": ":material/calculate:", "Roofline": ":material/show_chart:",
-    "Few-shot code and eval": ":material/science:", "Latency race": ":material/timer:", "Batching": ":material/stacks:",
-}
 
 
-def nav_title(path: Path) -> str:
-    """'pages/2_Memory_and_cost.py' -> 'Memory and cost'."""
-    return path.stem.split("_", 1)[-1].replace("_", " ")
+@dataclass(frozen=True)
+class NavPage:
+    script: str  # relative to the repository root
+    title: str  # the one name of the page: sidebar, browser tab, page title and README
+    icon: str  # a Material Symbol: drawn from the font Streamlit bundles, no emoji font needed
+    url_path: str  # stable deep link: /Playground?model=tiny-gpt-neo
 
 
-def page_setup(title: str, icon: str = ":material/science:", *, layout: str = "wide") -> None:
-    """Every page calls this first: one place owns page config and the navigation.
-    Streamlit's own pages-folder menu is hidden (.streamlit/config.toml) because it can only call the home
-    page 'app'; this one names it Home and gives each page an icon."""
-    st.set_page_config(page_title=f"{title} · {APP_TITLE}", page_icon=icon, layout=layout)
-    with st.sidebar:
-        try:
-            st.page_link("app.py", label="Home", icon=":material/home:")
-            for path in sorted((ROOT / "pages").glob("*.py")):
-                name = nav_title(path)
-                st.page_link(f"pages/{path.name}", label=name, icon=NAV_ICONS.get(name, ":material/article:"))
-        except StreamlitPageNotFoundError:
-            pass  # the page runs on its own (AppTest.from_file, `streamlit run pages/x.py`): no app to link to
-        st.divider()
+# Bundled, so the browser tab has its icon offline (a ":material/...:" page icon is fetched from a font CDN).
+FAVICON = str(ROOT / "ui" / "assets" / "favicon.png")
+HOME = NavPage("app.py", "Home", ":material/home:", "")
+PAGES = (
+    NavPage("pages/1_Playground.py", "Playground", ":material/chat:", "Playground"),
+    NavPage("pages/2_Memory_and_cost.py", "Memory and cost", ":material/calculate:", "Memory_and_cost"),
+    NavPage("pages/3_Roofline.py", "Roofline", ":material/show_chart:", "Roofline"),
+    NavPage("pages/4_Few-shot_code_and_eval.py", "Few-shot, code and eval", ":material/science:",
+            "Few-shot_code_and_eval"),
+    NavPage("pages/5_Latency_race.py", "Latency race", ":material/timer:", "Latency_race"),
+    NavPage("pages/6_Batching.py", "Batching", ":material/stacks:", "Batching"),
+    NavPage("pages/7_Quantization_and_speculative_decoding.py", "Quantization and speculative decoding",
+            ":material/compress:", "Quantization_and_speculative_decoding"),
+    NavPage("pages/8_Serving.py", "Serving", ":material/dns:", "Serving"),
+)
+NAV_ICONS = {p.title: p.icon for p in PAGES}
+
+
+def navigation(home) -> st.navigation:
+    """The app's pages for `st.navigation` (app.py): Home (a callable, the default page at /) then PAGES, with
+    their titles, icons and stable URL paths."""
+    # The bundled favicon first: otherwise the browser shows the page's Material icon, fetched from a font CDN.
+    st.set_page_config(page_icon=FAVICON)
+    pages = [st.Page(home, title=HOME.title, icon=HOME.icon, default=True)]
+    pages += [st.Page(str(ROOT / p.script), title=p.title, icon=p.icon, url_path=p.url_path) for p in PAGES]
+    return st.navigation(pages, position="sidebar")
+
+
+def _leave_pages_folder_mode() -> None:
+    """A fresh server that first receives a deep link (/Playground?model=...) runs the page in Streamlit's old
+    pages-folder mode, because the folder is named pages/ and app.py's st.navigation has not run yet in this
+    process: the sidebar then lists file names ("app", no icons). Switching the process to st.navigation and
+    rerunning runs app.py, which resolves the same URL to the same page (its hash is that of the URL path).
+    PagesManager.uses_pages_directory is Streamlit's own switch (set False by st.navigation itself)."""
+    from streamlit.runtime.pages_manager import PagesManager
+
+    if PagesManager.uses_pages_directory and (ROOT / "pages").is_dir() and st.runtime.exists():
+        PagesManager.uses_pages_directory = False
+        st.rerun()
+
+
+def page_setup(title: str, icon: str | None = None, *, layout: str = "wide") -> None:
+    """Every page calls this first: one place owns page config. The navigation is app.py's st.navigation; a page
+    run on its own (AppTest.from_file, `streamlit run pages/x.py`) simply has none. `icon` is the page's
+    navigation icon (kept for the callers; the tab shows the bundled favicon on every page)."""
+    del icon
+    _leave_pages_folder_mode()
+    st.set_page_config(page_title=f"{title} · {APP_TITLE}", page_icon=FAVICON, layout=layout)
 
 
 @st.cache_resource(show_spinner=False)
@@ -77,21 +109,12 @@ def loaded_models() -> list[models.LoadedModel]:
     return list(_loaded_registry().values())
 
 
-@dataclass(frozen=True)
-class MachineRoofline:
-    bandwidth: hardware.BandwidthMeasurement
-    matmul: hardware.MatmulMeasurement
-
-
-@st.cache_resource(show_spinner=False)
-def cached_machine_roofline() -> MachineRoofline:
-    """This machine's measured bandwidth and matmul FLOP/s, measured once per server process."""
-    hw = cached_hardware()
-    device = hw.accelerator
-    return MachineRoofline(
-        hardware.measure_memory_bandwidth(device),
-        hardware.measure_matmul_flops(device, "fp16" if device == "cuda" else "fp32"),
-    )
+@st.cache_resource(show_spinner="Measuring this machine's memory bandwidth and matmul FLOP/s…")
+def cached_machine_measurement() -> machine.MachineMeasurement:
+    """The one measurement of this machine (read and copy bandwidth, matmul FLOP/s per precision), taken once
+    per server process by engine.machine.measure and stored with its date; home, calculator and roofline
+    all read this one."""
+    return machine.measure()
 
 
 def init_state(namespace: str, **defaults) -> None:
@@ -105,17 +128,15 @@ def show_error(exc: EngineError | ValueError) -> None:
 
 
 def fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "n/a"
-    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n:.0f} B"
+    """Bytes for people, by the project's one unit policy (engine.calc.format: decimal, 1 GB = 1e9 bytes)."""
+    return fmt.gb(n)
 
 
 def fmt_seconds(s: float | None) -> str:
     if s is None or s != s:  # None or NaN
         return "n/a"
+    if s < 0:  # a difference (a metric's delta): the sign, then the size in the unit that suits it
+        return "−" + fmt_seconds(-s)
     if s < 1e-3:
         return f"{s * 1e6:.0f} µs"
     if s < 1:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import streamlit as st
+from streamlit.errors import StreamlitAPIException
 
 from engine import models
 from ui.common import (
+    PAGES,
+    ROOT,
     cached_hardware,
-    cached_machine_roofline,
+    cached_machine_measurement,
     fmt_bytes,
     fmt_count,
     fmt_seconds,
@@ -15,20 +18,61 @@ from ui.common import (
     page_setup,
 )
 
-GUIDE = [
-    ("Playground", "Load a model, generate for one prompt or a batch, streamed, with TTFT, TPOT, latency and "
-     "throughput measured on every run; switch the KV cache off to see what it buys."),
-    ("Memory and cost", "Will a model fit on a GPU, how fast will it decode, what will a million tokens cost, "
-     "and how close is that estimate to a run on this machine."),
-    ("Roofline", "Why generation is memory-bound: each operator's arithmetic intensity against a GPU's "
-     "ops/byte ridge (the T4's 216.6), with this machine's measured runs placed on it."),
-    ("Few-shot code and eval", "Few-shot classification scored by log-likelihood, code generation with a "
-     "syntax check and a linter, and lm-evaluation-harness perplexity before anything is trusted."),
-    ("Latency race", "Vanilla Hugging Face generation against DeepSpeed inference and other levers, "
-     "each in its own process, weighed against output quality."),
-    ("Batching", "Static against in-flight batching, the memory limit on batch size, and the "
-     "throughput/latency trade-off, measured."),
-]
+GUIDE = {
+    "Playground": "Load a model, generate for one prompt or a batch, streamed, with TTFT, TPOT, latency and "
+    "throughput measured on every run; switch the KV cache off to see what it buys.",
+    "Memory and cost": "Will a model fit on a GPU, how fast will it decode, what will a million tokens cost, "
+    "and how close is that estimate to a run on this machine.",
+    "Roofline": "Why generation is memory-bound: each operator's arithmetic intensity against a GPU's "
+    "ops/byte ridge (the T4's 216.6), with this machine's measured runs placed on it.",
+    "Few-shot, code and eval": "Few-shot classification scored by log-likelihood, code generation with a "
+    "syntax check and a linter, and lm-evaluation-harness perplexity before anything is trusted.",
+    "Latency race": "Vanilla Hugging Face generation against DeepSpeed inference and other levers, "
+    "each in its own process, weighed against output quality.",
+    "Batching": "Static against in-flight batching, the memory limit on batch size, and the "
+    "throughput/latency trade-off, measured.",
+    "Serving": "This engine behind an OpenAI-compatible server, or any vLLM, TGI or SGLang URL, swept by load: "
+    "latency percentiles, throughput and goodput, and how many users fit within the SLOs.",
+}
+
+# The three-minute tour: (page title, query parameters for its deep link, what to do there, the chapter section).
+TOUR = (
+    ("Playground", {"model": "smollm2-135m-instruct"},
+     "Press Generate, then turn **Use KV cache** off and generate again: the per-token chart shows what the cache "
+     "saves on every step after the first.", "4.1.1 and 4.3.1"),
+    ("Memory and cost", {}, "Pick a model and the T4: does it fit in fp32, in fp16, and what does a million "
+     "tokens cost?", "4.2 and 4.3.3"),
+    ("Roofline", {}, "Decode's operators sit far left of the ridge: memory-bound, so a faster memory, not more "
+     "FLOP/s, makes them faster.", "4.3.1"),
+    ("Batching", {}, "Under *Simulate N users*, send 6 requests at once and watch them share decode steps.",
+     "4.3.2"),
+    ("Latency race", {}, "Vanilla generation against the levers, each timed in its own process.", "4.3.4"),
+    ("Few-shot, code and eval", {}, "Classify with a few examples, generate code and lint it, measure perplexity.",
+     "4.1.2 to 4.1.4"),
+)
+
+
+def tour_panel() -> None:
+    """'Start here': one deep link per stop, half a minute each, with the chapter section it demonstrates."""
+    st.subheader("Start here: a three-minute tour")
+    pages = {p.title: p for p in PAGES}
+    for n, (title, params, what, section) in enumerate(TOUR, 1):
+        c1, c2 = st.columns([1, 3], vertical_alignment="center")
+        with c1:
+            try:
+                st.page_link(str(ROOT / pages[title].script), label=f"{n}. {title}", icon=pages[title].icon,
+                             query_params=params or None)
+            except StreamlitAPIException:
+                st.markdown(f"**{n}. {title}**")  # run on its own (a test), outside the app's navigation
+        c2.markdown(f"{what} *(chapter section {section})*")
+    st.caption(
+        "What the lab follows: **chapter 4, \"Running inference\"**, of the Manning book this lab accompanies "
+        "(GPT-Neo as the reference model; generating, few-shot prompting, code and evaluation in 4.1; memory and "
+        "cost in 4.2; the GPU, the KV cache, batching, generation-time estimates and DeepSpeed in 4.3), and "
+        "NVIDIA's technical blog article **\"Mastering LLM Techniques: Inference Optimization\"** (prefill and "
+        "decode, in-flight batching, the KV cache and its memory, quantization). The pages say which section each "
+        "figure comes from."
+    )
 
 
 def hardware_panel() -> None:
@@ -51,15 +95,21 @@ def hardware_panel() -> None:
     cols[2].metric("RAM", fmt_bytes(hw.ram_total_bytes), help=f"{fmt_bytes(hw.ram_available_bytes)} available now")
     cols[3].metric("torch", hw.torch_version, help=f"CUDA build: {hw.cuda_build or 'none'}")
     with st.expander("Measure this machine's memory bandwidth and matmul throughput"):
-        st.caption("A read (sum) and a copy over 256 MiB, and a 1024³ matmul; best of 5. These set the "
-                   "roofline and the calculator's 'this machine' GPU entry.")
+        st.caption("A read (sum) and a copy over a 268 MB buffer, and a 1024³ matmul per precision; best of 5. "
+                   "These set the roofline and the calculator's 'this machine' entry (one measurement, shared by "
+                   "every page).")
         if st.button("Measure", key="home.measure"):
-            with st.spinner("Measuring… (a few seconds)"):
-                roof = cached_machine_roofline()
-            c = st.columns(3)
-            c[0].metric("Read bandwidth (measured)", f"{roof.bandwidth.read_bytes_per_s / 1e9:.1f} GB/s")
-            c[1].metric("Copy bandwidth (measured)", f"{roof.bandwidth.copy_bytes_per_s / 1e9:.1f} GB/s")
-            c[2].metric(f"Matmul {roof.matmul.dtype} (measured)", f"{roof.matmul.flops_per_s / 1e9:.0f} GFLOP/s")
+            roof = cached_machine_measurement()
+            c = st.columns(2 + len(roof.matmul_flops_per_s))
+            c[0].metric("Read bandwidth (measured)", f"{roof.read_bytes_per_s / 1e9:.1f} GB/s")
+            c[1].metric("Copy bandwidth (measured)", f"{roof.copy_bytes_per_s / 1e9:.1f} GB/s")
+            for col, (dt, flops) in zip(c[2:], roof.matmul_flops_per_s.items(), strict=True):
+                col.metric(f"Matmul {dt} (measured)", f"{flops / 1e9:.3g} GFLOP/s")
+            cores = hw.cpu_cores_logical
+            busy = roof.loadavg_1m > cores
+            st.caption(f"Measured {roof.measured_at} on {roof.device}, load average {roof.loadavg_1m:.2f} on {cores} "
+                       "cores: " + ("the machine was busy, so these roofs are lower than it reaches when quiet."
+                                    if busy else "a quiet machine, so these are its roofs."))
 
 
 def models_panel() -> None:
@@ -92,7 +142,9 @@ def render() -> None:
     st.markdown("See LLM inference: **what a model costs to run, why it is slow, and what makes it faster.** "
                 "Every figure is either measured on this machine or computed from a formula you can open; "
                 "each says which.")
-    for name, text in GUIDE:
-        st.markdown(f"- **{name}**: {text}")
+    tour_panel()
+    with st.expander("Every page in one line"):
+        for p in PAGES:
+            st.markdown(f"- **{p.title}**: {GUIDE[p.title]}")
     hardware_panel()
     models_panel()

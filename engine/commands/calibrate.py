@@ -1,10 +1,13 @@
-"""`python -m engine calibrate`: run one model on this machine and store what fraction of the roofs it reaches."""
+"""`python -m engine calibrate`: run the bundled model on this machine and store the fitted timing model."""
 
 from __future__ import annotations
 
 from engine.calibration import DEFAULT_DTYPES, DEFAULT_MODEL, Calibration, calibrate, calibration_path
 
-HELP = "measure this machine's achieved bandwidth and FLOP/s on a real run; the calculator's calibrated mode uses it"
+HELP = (
+    "fit this machine's achieved bandwidth, per-layer cost and FLOP/s per precision on real runs (several "
+    "shapes, two depths, repeated); the calculator's calibrated mode uses it"
+)
 
 
 def add_arguments(parser) -> None:
@@ -13,7 +16,7 @@ def add_arguments(parser) -> None:
         "--dtypes", default=",".join(DEFAULT_DTYPES), help="comma-separated precisions to run"
     )
     parser.add_argument(
-        "--repeats", type=int, default=3, help="measured runs per precision after one warm-up"
+        "--repeats", type=int, default=3, help="repeats of each shape after one warm-up (the fastest is kept)"
     )
 
 
@@ -30,8 +33,15 @@ def format_text(r: dict) -> str:
         f"calibrated on {c.model} at {c.created_at} ({c.machine_id}); stored in {r['path']}",
         f"  roofs: read bandwidth {c.peak_bandwidth_bytes_per_s / 1e9:.1f} GB/s, matmul "
         + ", ".join(f"{k} {v / 1e9:.0f} GFLOP/s" for k, v in c.peak_flops.items()),
-        f"  bandwidth efficiency {c.bandwidth_efficiency:.2f}, fixed cost {c.step_overhead_s_per_layer * 1e3:.3f} ms per layer per step",
-        "  FLOP/s efficiency " + ", ".join(f"{k} {v:.2f}" for k, v in c.flops_efficiency.items()),
     ]
+    for dt, f in c.fits.items():
+        lines.append(
+            f"  {dt}: {f.achieved_bandwidth / 1e9:.1f} GB/s achieved, {f.overhead_s_per_layer * 1e3:.3f} ms per layer "
+            f"per step, prefill {f.achieved_flops / 1e9:.0f} GFLOP/s + {f.prefill_fixed_s * 1e3:.1f} ms; "
+            f"{f.shapes} shapes, decode residuals within "
+            f"{max((abs(x) for x in f.decode_residuals), default=0):.0%}"
+        )
+    if c.load is not None:
+        lines.append(f"  load: {c.load.describe()}")
     lines += [f"  note: {n}" for n in c.notes]
     return "\n".join(lines)

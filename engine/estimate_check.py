@@ -1,0 +1,176 @@
+"""Estimate against measurement over recent comparable runs, not one: the median and spread (engine.stats) of the
+last runs of the same shape, where they came from, and what an efficiency above 1 means.
+
+Runs are comparable when they share model, precision, batch, KV cache on/off and the power-of-two bucket of their
+per-sequence prompt and output lengths (a 100- and a 120-token prompt cost nearly the same prefill; a 100- and a
+4000-token one do not). Cancelled runs never count (Measurement.comparable).
+
+Efficiency = predicted time at the machine's measured roofs / measured time, the fraction of the roof a run
+reached (Williams, Waterman & Patterson, "Roofline", CACM 2009). It can exceed 1 because the roofs are
+themselves measurements of one access pattern: a streaming read of 256 MB from DRAM. A model whose weights fit in
+the CPU's last-level cache reads them faster than DRAM; and with a few runs the median can sit in a quiet moment
+of the machine while the roof was measured in a busy one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engine import stats
+from engine.calc import format as fmt
+from engine.calibration import RunSample, predict, predict_interval, spec_for_run_model
+
+RECENT = 10  # the newest runs of a shape that count: older ones may predate a change of load or code
+
+
+def _bucket(n: float) -> int:
+    """Power-of-two bucket: 1, 2, 4, 8, ... (the bucket of 100 and of 120 is 128)."""
+    return 1 << max(0, math.ceil(math.log2(max(1.0, n))))
+
+
+@dataclass(frozen=True)
+class ShapeComparison:
+    model: str
+    dtype: str
+    batch_size: int
+    use_cache: bool
+    prompt_tokens: int  # median per sequence
+    output_tokens: int  # median per sequence
+    sources: dict[str, int]  # source -> runs ("unlabelled" for log lines that predate sources)
+    newest: str
+    tpot: stats.Spread  # measured, seconds
+    ttft: stats.Spread
+    datasheet_tpot_s: float
+    datasheet_ttft_s: float
+    calibrated_tpot_s: float | None
+    calibrated_ttft_s: float | None
+    calibrated_tpot_interval: tuple[float, float] | None = None  # 95%, from the calibration's fit
+    calibrated_ttft_interval: tuple[float, float] | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.model} {self.dtype} b{self.batch_size}" + ("" if self.use_cache else " no-cache")
+
+    @property
+    def n(self) -> int:
+        return self.tpot.n
+
+    @property
+    def tpot_efficiency(self) -> float:
+        """Datasheet-mode prediction / median measured TPOT: the fraction of the measured roof reached."""
+        return self.datasheet_tpot_s / self.tpot.median if self.tpot.median > 0 else math.nan
+
+    @property
+    def source_text(self) -> str:
+        return ", ".join(f"{k} ×{v}" for k, v in sorted(self.sources.items()))
+
+    def explanation(self) -> str:
+        """One sentence built from this comparison's numbers (flip them and it flips)."""
+        e = self.tpot_efficiency
+        spread = (f"median of {self.n} run(s) ({self.source_text}), middle half "
+                  f"{fmt.seconds(self.tpot.q1)}–{fmt.seconds(self.tpot.q3)}")
+        if self.n < 3:
+            spread += "; fewer than 3 runs, so the spread says little"
+        if not math.isfinite(e):
+            return f"No usable TPOT: {spread}."
+        if e > 1:
+            return (f"Measured TPOT {fmt.seconds(self.tpot.median)} is faster than the roof allows "
+                    f"(efficiency {e:.2f} > 1; {spread}). The roof is a measured DRAM streaming read; weights that "
+                    f"stay in the CPU's caches between steps, or a quieter machine than when the roof was measured, "
+                    f"beat it. Recalibrate (`python -m engine calibrate`) to fold this in.")
+        return (f"Measured TPOT {fmt.seconds(self.tpot.median)} reached {e:.0%} of the roof's "
+                f"{fmt.seconds(self.datasheet_tpot_s)} ({spread}).")
+
+
+def summarize(
+    runs: Sequence[Any],
+    machine: Any,
+    cal: Any = None,
+    *,
+    recent: int = RECENT,
+    spec_for: Callable[[str], Any] = spec_for_run_model,
+) -> list[ShapeComparison]:
+    """One ShapeComparison per comparable shape among `runs` (Measurements, oldest first), newest shapes last."""
+    groups: dict[tuple, list[Any]] = {}
+    for m in runs:
+        if not getattr(m, "comparable", True) or not math.isfinite(m.tpot_s) or m.tpot_s <= 0:
+            continue
+        if m.dtype not in ("fp32", "fp16", "bf16"):
+            continue
+        b = max(1, int(m.batch_size))
+        key = (m.model, m.dtype, b, bool(m.use_cache), _bucket(m.prompt_tokens / b), _bucket(m.output_tokens / b))
+        groups.setdefault(key, []).append(m)
+    out = []
+    for (model, dtype, b, use_cache, _p, _o), ms in groups.items():
+        spec = spec_for(model)
+        if spec is None:
+            continue
+        ms = ms[-recent:]
+        p = max(1, round(stats.median([m.prompt_tokens / b for m in ms])))
+        o = max(1, round(stats.median([m.output_tokens / b for m in ms])))
+        sample = RunSample(dtype, b, p, o, math.nan, math.nan)
+        d_ttft, d_tpot = predict(spec, sample, machine)
+        c_ttft = c_tpot = None
+        c_tpot_iv = c_ttft_iv = None
+        if cal is not None:
+            c_ttft, c_tpot = predict(spec, sample, machine, cal.efficiency(dtype))
+            try:
+                pi = predict_interval(cal, spec, dtype=dtype, prompt_tokens=p, output_tokens=o, batch=b)
+                c_tpot_iv, c_ttft_iv = (pi.tpot.low, pi.tpot.high), (pi.ttft.low, pi.ttft.high)
+            except (ValueError, KeyError, StopIteration):
+                pass  # a calibration without a fit for this precision: the point estimate stands alone
+        out.append(ShapeComparison(
+            model, dtype, b, use_cache, p, o,
+            dict(Counter(getattr(m, "source", "") or "unlabelled" for m in ms)),
+            max(m.started_at for m in ms),
+            stats.spread([m.tpot_s for m in ms]), stats.spread([m.ttft_s for m in ms]),
+            d_tpot, d_ttft, c_tpot, c_ttft, c_tpot_iv, c_ttft_iv,
+        ))
+    return sorted(out, key=lambda c: c.newest)
+
+
+@dataclass(frozen=True)
+class RunForecast:
+    """How long one generation should take on this machine, before it starts."""
+
+    seconds: float
+    ttft_s: float
+    tpot_s: float  # with the KV cache; without it, the mean step
+    calibrated: bool
+    basis: str  # one line: what the figure was computed from
+
+
+def forecast_run(
+    spec: Any, dtype: str, prompt_tokens: int, max_new_tokens: int, use_cache: bool, machine: Any, cal: Any = None
+) -> RunForecast:
+    """Predicted wall time of a run of `max_new_tokens` after a `prompt_tokens` prompt (batch 1), from the
+    calculator's per-operator timing on `machine`'s roofs, with the calibrated efficiency when `cal` is given.
+
+    With the KV cache: TTFT + (n - 1) × TPOT at the middle of the output. Without it, every step is a prefill
+    over the whole sequence so far, so the total is the sum of prefills at lengths p+1 ... p+n (trapezoid over
+    33 points; error well under the model's own)."""
+    eff = cal.efficiency(dtype) if cal is not None else None
+    n, p = max(1, max_new_tokens), max(1, prompt_tokens)
+
+    def at(prompt: int, out: int) -> tuple[float, float]:
+        sample = RunSample(dtype, 1, prompt, out, math.nan, math.nan)
+        return predict(spec, sample, machine, eff) if eff is not None else predict(spec, sample, machine)
+
+    ttft, tpot = at(p, n)
+    if use_cache:
+        total = ttft + (n - 1) * tpot
+        step = tpot
+    else:
+        k = min(33, n)
+        xs = [p + 1 + round(i * (n - 1) / max(1, k - 1)) for i in range(k)]
+        ys = [at(x, 1)[0] for x in xs]
+        total = ttft + sum((xs[i + 1] - xs[i]) * (ys[i] + ys[i + 1]) / 2 for i in range(k - 1)) + (ys[0] if n > 1 else 0)
+        step = (total - ttft) / max(1, n - 1)
+    mode = "calibrated efficiency" if cal is not None else "measured roofs, no calibration (an optimistic bound)"
+    return RunForecast(total, ttft, step, cal is not None,
+                       f"{spec.name}, {dtype}, {p} prompt + {n} new tokens, KV cache {'on' if use_cache else 'off'}, "
+                       f"on {machine.name} ({mode})")

@@ -1,0 +1,128 @@
+"""Drive a run (Poisson arrivals or a fixed number of users) and sweep load levels to find the knee: the highest
+rate or concurrency whose run still meets the SLOs. The sweep stops at the first level that misses them (more
+load only queues more), unless `keep_going`."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import httpx2 as httpx
+
+from engine.loadgen.client import RequestRecord, headers, send
+from engine.loadgen.metrics import RunMetrics, summarize
+from engine.loadgen.workload import SLO, LoadSpec, LoadSpecError, plan
+
+Progress = Callable[[float, str], None]
+
+
+async def _run_async(spec: LoadSpec) -> list[RequestRecord]:
+    reqs = plan(spec)
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    async with httpx.AsyncClient(limits=limits, timeout=spec.timeout_s) as client:
+        if spec.mode == "poisson":
+            t0 = time.perf_counter()
+
+            async def timed(r):
+                delay = r.send_at_s - (time.perf_counter() - t0)
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                return await send(client, spec, r)
+
+            return list(await asyncio.gather(*(timed(r) for r in reqs)))
+        queue = list(reversed(reqs))
+        records: list[RequestRecord] = []
+
+        async def user():
+            while queue:
+                records.append(await send(client, spec, queue.pop()))
+
+        await asyncio.gather(*(user() for _ in range(min(spec.concurrency, len(reqs)))))
+        return sorted(records, key=lambda r: r.index)
+
+
+def run_once(spec: LoadSpec, slo: SLO) -> RunMetrics:
+    """One run at the spec's level; blocking (an event loop of its own, so it works from any thread)."""
+    spec.validate()
+    slo.validate()
+    records = asyncio.run(_run_async(spec))
+    return summarize(records, level=spec.level, mode=spec.mode, slo=slo)
+
+
+def check_server(base_url: str, api_key: str | None = None, timeout: float = 10.0) -> list[str]:
+    """The model ids a server lists at GET /v1/models; raises LoadSpecError with what went wrong."""
+    try:
+        r = httpx.get(base_url.rstrip("/") + "/models", headers=headers(api_key), timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise LoadSpecError(f"cannot reach {base_url} ({type(exc).__name__}: {exc}); is the server running?") from None
+    if r.status_code == 401:
+        raise LoadSpecError(f"{base_url} refused the key (401): give the server's API key")
+    if r.status_code != 200:
+        raise LoadSpecError(f"{base_url}/models answered {r.status_code}: is this an OpenAI-compatible base URL (…/v1)?")
+    try:
+        return [m["id"] for m in r.json().get("data", [])]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise LoadSpecError(f"{base_url}/models did not return an OpenAI model list") from None
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    spec: LoadSpec
+    slo: SLO
+    levels: tuple[float, ...]
+    points: tuple[RunMetrics, ...]
+    knee: float | None  # highest level meeting the SLOs; None when even the lowest missed them
+    stopped_early: bool
+    started_at: str
+
+    @property
+    def knee_point(self) -> RunMetrics | None:
+        return next((p for p in self.points if p.level == self.knee), None)
+
+
+def run_sweep(spec: LoadSpec, slo: SLO, levels: Sequence[float], *, keep_going: bool = False,
+              progress: Progress | None = None) -> SweepResult:
+    if not levels or any(v <= 0 for v in levels):
+        raise LoadSpecError("give at least one positive load level (rates per second, or numbers of users)")
+    levels = tuple(sorted(set(levels)))
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    points: list[RunMetrics] = []
+    knee: float | None = None
+    stopped = False
+    for i, level in enumerate(levels):
+        if progress:
+            progress(i / len(levels), f"{spec.mode} {level:g}: running {spec.n_requests} requests")
+        m = run_once(spec.at(level), slo)
+        points.append(m)
+        if m.meets_slo:
+            knee = level
+        elif not keep_going:
+            stopped = i < len(levels) - 1
+            break
+    if progress:
+        progress(1.0, "done")
+    return SweepResult(spec, slo, levels, tuple(points), knee, stopped, started)
+
+
+def to_json(result: SweepResult) -> dict:
+    """The sweep as plain data, with the API key removed (results files get shared)."""
+    import dataclasses
+    import math
+
+    def plain(v):
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            return {f.name: plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
+        if isinstance(v, dict):
+            return {str(k): plain(x) for k, x in v.items()}
+        if isinstance(v, list | tuple):
+            return [plain(x) for x in v]
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        return v
+
+    out = plain(result)
+    out["spec"]["api_key"] = "***" if result.spec.api_key else None
+    return out

@@ -1,0 +1,59 @@
+"""Issue 13 defect 5: estimate against measurement over the median and spread of recent comparable runs, with
+their sources, and an efficiency above 1 explained; and the pre-run forecast behind the playground's warning
+(defect 4)."""
+
+from __future__ import annotations
+
+from engine import estimate_check, runlog
+from engine.calc.specs import model_preset
+from engine.calibration import machine_spec
+from tests.factories import synthetic_run
+
+MACHINE = machine_spec(20e9, {"fp32": 200e9}, memory_bytes=64e9)
+SPEC = model_preset("gpt-neo-125m")
+
+
+def spec_for(_name: str):
+    return SPEC
+
+
+def test_median_and_spread_of_comparable_runs_with_sources():
+    runs = [synthetic_run("m", "fp32", 0.1, t, source=src) for t, src in
+            ((0.010, "playground"), (0.030, "playground"), (0.020, "calibration"))]
+    runs.append(synthetic_run("m", "fp32", 0.1, 9.0, source="playground", stop_reason="cancelled"))  # never counts
+    runs.append(synthetic_run("m", "fp32", 0.1, 0.02, prompt_tokens=4000))  # another shape: its own row
+    rows = estimate_check.summarize(runs, MACHINE, spec_for=spec_for)
+    main = next(r for r in rows if r.prompt_tokens == 40)
+    assert main.n == 3 and main.tpot.median == 0.020
+    assert (main.tpot.q1, main.tpot.q3) == (0.015, 0.025)
+    assert main.sources == {"playground": 2, "calibration": 1}
+    assert "median of 3 run(s) (calibration ×1, playground ×2)" in main.explanation()
+    assert len(rows) == 2
+
+
+def test_efficiency_above_one_is_explained_and_flips():
+    predicted = estimate_check.summarize([synthetic_run("m", "fp32", 0.1, 1.0)], MACHINE, spec_for=spec_for)[0]
+    roof_tpot = predicted.datasheet_tpot_s
+    fast = estimate_check.summarize([synthetic_run("m", "fp32", 0.1, roof_tpot / 2)], MACHINE, spec_for=spec_for)[0]
+    slow = estimate_check.summarize([synthetic_run("m", "fp32", 0.1, roof_tpot * 2)], MACHINE, spec_for=spec_for)[0]
+    assert fast.tpot_efficiency > 1 and "faster than the roof allows" in fast.explanation()
+    assert "caches" in fast.explanation()
+    assert slow.tpot_efficiency < 1 and "reached 50% of the roof" in slow.explanation()
+    assert "fewer than 3 runs" in slow.explanation()
+
+
+def test_runlog_keeps_source_and_drops_cancelled_from_comparisons():
+    runlog.record(synthetic_run("prov-model", "fp32", 0.1, 0.01), source="playground", stop_reason="length")
+    runlog.record(synthetic_run("prov-model", "fp32", 0.1, 0.01), source="playground", stop_reason="cancelled")
+    every = runlog.load("prov-model")
+    assert [m.stop_reason for m in every] == ["length", "cancelled"] and every[0].source == "playground"
+    assert [m.stop_reason for m in runlog.load("prov-model", comparable_only=True)] == ["length"]
+
+
+def test_forecast_grows_without_the_kv_cache_and_with_length():
+    short = estimate_check.forecast_run(SPEC, "fp32", 8, 64, True, MACHINE)
+    long = estimate_check.forecast_run(SPEC, "fp32", 8, 4096, True, MACHINE)
+    off = estimate_check.forecast_run(SPEC, "fp32", 8, 4096, False, MACHINE)
+    assert short.seconds < long.seconds < off.seconds
+    assert long.seconds > 60  # 4096 tokens of a 125M model at 20 GB/s: minutes, so the page warns
+    assert "KV cache off" in off.basis and not off.calibrated

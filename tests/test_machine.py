@@ -1,0 +1,40 @@
+"""One measurement of this machine: home, the calculator and the roofline read the same cached one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from engine import machine
+
+ROOT = Path(__file__).resolve().parents[1]
+FAKE = machine.MachineMeasurement(
+    "test-machine", "2026-11-30T00:00:00+00:00", "cpu", "this machine (measured)", 41e9, 33e9,
+    {"fp32": 123e9, "bf16": 321e9}, 1024, 24e9, 0.5,
+)
+
+
+def test_home_and_calculator_share_one_measurement(monkeypatch, tmp_path):
+    from ui import calc_widgets, common
+
+    monkeypatch.setenv("INFERENCE_LAB_HOME", str(tmp_path))  # no stored calibration: the measurement is used
+    calls = []
+
+    def fake_measure(dtypes=machine.DEFAULT_DTYPES, *, store=True):
+        calls.append(dtypes)
+        return FAKE
+
+    monkeypatch.setattr(machine, "measure", fake_measure)
+    common.cached_machine_measurement.clear()
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    at.button(key="home.measure").click().run()
+    assert not at.exception
+    shown = {m.label: m.value for m in at.metric}
+    assert shown["Read bandwidth (measured)"] == "41.0 GB/s"
+    assert shown["Copy bandwidth (measured)"] == "33.0 GB/s"
+    assert shown["Matmul fp32 (measured)"] == "123 GFLOP/s" and shown["Matmul bf16 (measured)"] == "321 GFLOP/s"
+    spec = calc_widgets.cached_machine()  # the calculator's and roofline's "this machine"
+    assert spec.bandwidth_bytes_per_s == 41e9 and spec.flops_for("bf16") == 321e9
+    assert len(calls) == 1, "measured once for every page"
+    common.cached_machine_measurement.clear()

@@ -1,0 +1,50 @@
+"""Words follow numbers (issue 13, defect 3 and the playground's KV-cache line): every interpreting sentence is
+built from the figures beside it, so flipping the figures flips the sentence."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace as NS
+
+from tests.factories import synthetic_run
+from ui import narrative
+
+
+def policy(throughput: float, p95: float, ttft: float, util: float = 0.7) -> NS:
+    return NS(throughput_tokens_per_s=throughput, latency_s_p95=p95, ttft_s_p50=ttft, slot_utilization=util)
+
+
+def test_tradeoff_flips_with_the_throughput_ratio():
+    static = policy(100.0, 2.0, 0.5)
+    won = " ".join(narrative.tradeoff_sentences(static, policy(150.0, 1.5, 0.2)))
+    lost = " ".join(narrative.tradeoff_sentences(static, policy(91.0, 2.6, 0.8)))  # the issue's 0.91 and worse p95
+    assert "In-flight batching won on throughput" in won and "Static batching won" not in won
+    assert "Static batching won on throughput" in lost and "In-flight batching won" not in lost
+    assert "0.91×" in lost
+    assert "Tail latency favoured in-flight" in won and "Tail latency favoured static" in lost
+    assert "came sooner" in won and "came later" in lost
+    same = " ".join(narrative.tradeoff_sentences(static, policy(102.0, 2.02, 0.5)))
+    assert "about the same" in same and "won" not in same
+
+
+def test_sweep_sentence_says_when_a_bigger_batch_did_not_help():
+    def pts(tps):
+        return [NS(batch=b, tokens_per_s=t, latency_s=0.5 * b) for b, t in zip((1, 4, 16), tps, strict=True)]
+    assert "did **not** raise throughput" in narrative.sweep_sentence(pts([100, 98, 97]))
+    helped = narrative.sweep_sentence(pts([100, 300, 700]))
+    assert "batch 16 **700 tokens/s** (7.0×)" in helped and "not" not in helped
+    assert "latency rose" in helped
+
+
+def test_kv_cache_sentence_flips():
+    on = {"model": "m", "measurement": synthetic_run("m", "fp32", 0.1, 0.01)}
+    off_slow = {"model": "m", "measurement": synthetic_run("m", "fp32", 0.1, 0.05, use_cache=False)}
+    off_fast = {"model": "m", "measurement": synthetic_run("m", "fp32", 0.1, 0.005, use_cache=False)}
+    assert "cache off was slower" in narrative.latency_sentence({True: on, False: off_slow}, "m")
+    assert "cache off was faster" in narrative.latency_sentence({True: on, False: off_fast}, "m")
+    assert "Only a KV cache on run" in narrative.latency_sentence({True: on}, "m")
+
+
+def test_users_sentence_follows_the_batch_seen():
+    row = {"queued (s)": 0.0, "latency (s)": 1.0, "stop": "length"}
+    assert "up to **3**" in narrative.users_sentence(3, [{**row, "batch seen": 3}] * 3)
+    assert "never shared a decode step" in narrative.users_sentence(3, [{**row, "batch seen": 1}] * 3)

@@ -1,0 +1,133 @@
+"""Sentences built from the numbers they sit beside (pure Python, no Streamlit): flip the numbers and the
+sentence flips. Each function takes the measured results and returns Markdown strings; the pages only print
+them, and tests/test_narrative.py flips the inputs and checks the words change with them."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from engine.calc import format as fmt
+
+# Within this relative band two measured figures are called "about the same": timing on a shared CPU moves by a
+# few percent between identical runs, so a 3% difference is not a result.
+SAME_BAND = 0.05
+
+
+def compare_word(a: float, b: float, *, higher: str, lower: str, same: str = "about the same as") -> str:
+    """'higher' when a > b by more than SAME_BAND, 'lower' when below, else 'same'."""
+    if not (math.isfinite(a) and math.isfinite(b)) or b == 0:
+        return "not comparable with"
+    r = a / b
+    if r > 1 + SAME_BAND:
+        return higher
+    if r < 1 - SAME_BAND:
+        return lower
+    return same
+
+
+def sweep_sentence(points: Sequence[Any]) -> str:
+    """Section 1: what a bigger static batch bought, from the sweep's measured points (batch, tokens_per_s,
+    latency_s)."""
+    one = points[0]
+    best = max(points, key=lambda p: p.tokens_per_s)
+    last = points[-1]
+    if best.batch == one.batch or best.tokens_per_s <= one.tokens_per_s * (1 + SAME_BAND):
+        gain = (f"a bigger batch did **not** raise throughput here: batch {one.batch} made "
+                f"**{one.tokens_per_s:.0f} tokens/s** and no larger batch did better by more than "
+                f"{SAME_BAND:.0%} (batch {last.batch}: {last.tokens_per_s:.0f} tokens/s). The step was not "
+                f"memory-bound at these sizes, or the machine was busy")
+    else:
+        gain = (f"batch {one.batch} made **{one.tokens_per_s:.0f} tokens/s** and batch {best.batch} "
+                f"**{best.tokens_per_s:.0f} tokens/s** ({best.tokens_per_s / one.tokens_per_s:.1f}×)")
+    lat = compare_word(last.latency_s, one.latency_s, higher="rose", lower="fell", same="stayed about the same")
+    return (f"Measured on this machine: {gain}. Each request's latency {lat} from batch {one.batch} to batch "
+            f"{last.batch} ({fmt.seconds(one.latency_s)} → {fmt.seconds(last.latency_s)}).")
+
+
+def tradeoff_sentences(s: Any, i: Any) -> list[str]:
+    """Section 2: static (s) against in-flight (i) on the same workload, from their PolicyResults."""
+    ratio = i.throughput_tokens_per_s / s.throughput_tokens_per_s if s.throughput_tokens_per_s else math.nan
+    idle = 1 - s.slot_utilization
+    out = []
+    if ratio > 1 + SAME_BAND:
+        out.append(
+            f"**In-flight batching won on throughput here**: {ratio:.2f}× static's. Static kept {idle:.0%} of its "
+            f"row-steps on sequences that had already finished; in-flight gave those slots to waiting requests.")
+    elif ratio < 1 - SAME_BAND:
+        out.append(
+            f"**Static batching won on throughput here**: in-flight made only {ratio:.2f}× static's. Static's idle "
+            f"slots cost {idle:.0%} of its row-steps, but in-flight paid more than that back: each admitted "
+            f"prompt's prefill pauses the running rows, and its per-step bookkeeping is not free on a small model.")
+    else:
+        out.append(
+            f"**Throughput was about the same** ({ratio:.2f}×, within ±{SAME_BAND:.0%}): static's idle slots "
+            f"({idle:.0%} of its row-steps) cost about what in-flight's per-step admissions cost.")
+    p95 = compare_word(i.latency_s_p95, s.latency_s_p95, higher="worse", lower="better", same="about the same")
+    if p95 == "better":
+        out.append(f"**Tail latency favoured in-flight**: p95 {fmt.seconds(i.latency_s_p95)} against static's "
+                   f"{fmt.seconds(s.latency_s_p95)}; no request waited for a whole batch's longest member.")
+    elif p95 == "worse":
+        out.append(f"**Tail latency favoured static**: in-flight's p95 was {fmt.seconds(i.latency_s_p95)} against "
+                   f"static's {fmt.seconds(s.latency_s_p95)}: its slowest requests shared more steps with "
+                   f"prefills of newcomers than static's did.")
+    else:
+        out.append(f"**Tail latency was about the same**: p95 {fmt.seconds(i.latency_s_p95)} in-flight, "
+                   f"{fmt.seconds(s.latency_s_p95)} static.")
+    ttft = compare_word(i.ttft_s_p50, s.ttft_s_p50, higher="later", lower="sooner", same="about as soon")
+    out.append(
+        f"**First tokens came {ttft}** with in-flight batching (TTFT p50 {fmt.seconds(i.ttft_s_p50)} against "
+        f"static's {fmt.seconds(s.ttft_s_p50)}): "
+        + ("a static batch makes every newcomer wait for the running batch to end."
+           if ttft == "sooner" else
+           "here waiting for a static batch cost less than sharing steps with running rows."
+           if ttft == "later" else "queueing and sharing cost about the same here."))
+    out.append("**Memory caps the batch**: every running row holds its KV cache; section 1 shows the largest batch "
+               "that fits, and the scheduler below stops admitting when its KV budget would be exceeded.")
+    return out
+
+
+def users_sentence(n: int, results: Sequence[dict]) -> str:
+    """Simulate-N-users summary from per-request rows (queued_s, ttft_s, latency_s, shared_with)."""
+    done = [r for r in results if r.get("stop") != "error"]
+    if not done:
+        return "No request finished."
+    shared = max(r["batch seen"] for r in done)
+    waits = sorted(r["queued (s)"] for r in done)
+    lat = [r["latency (s)"] for r in done]
+    if shared > 1:
+        share = (f"The scheduler ran up to **{shared}** of the {n} requests in one decode step, so they shared each "
+                 f"weight read instead of queueing one behind another")
+    else:
+        share = ("The requests never shared a decode step (largest batch seen: 1): they ran one after another, "
+                 "as a server without batching would")
+    queued = (f"; the longest wait for a slot was {fmt.seconds(waits[-1])}" if waits[-1] > 0.05
+              else "; no request waited for a slot")
+    return (f"{share}{queued}. Latency ranged from {fmt.seconds(min(lat))} to {fmt.seconds(max(lat))} "
+            f"across {len(done)} finished request(s).")
+
+
+def latency_sentence(curves: dict[bool, dict], model: str) -> str:
+    """Playground: what the KV cache bought, from the last finished run with it on and off (same model)."""
+    runs = {on: r for on, r in curves.items() if r["model"] == model and r.get("measurement") is not None}
+    if True in runs and False in runs:
+        on, off = runs[True]["measurement"], runs[False]["measurement"]
+        if not (math.isfinite(on.tpot_s) and math.isfinite(off.tpot_s)) or on.tpot_s <= 0:
+            return "One of the two runs made a single token: no TPOT to compare."
+        r = off.tpot_s / on.tpot_s
+        verdict = compare_word(off.tpot_s, on.tpot_s, higher="slower", lower="faster", same="about as fast")
+        if verdict == "slower":
+            why = ("without the cache every step re-runs the whole sequence so far, so its steps grow with length; "
+                   f"with it, each step reads the stored keys and values ({r:.1f}× faster per token here)")
+        elif verdict == "faster":
+            why = (f"the cache-off run was {1 / r:.1f}× faster per token: at these lengths re-running a short "
+                   "sequence costs less than the cache's bookkeeping, or the machine was busier during the cached run")
+        else:
+            why = "at these lengths re-running the sequence costs about what reading the cache does"
+        return (f"TPOT {fmt.seconds(on.tpot_s)} with the KV cache ({on.output_tokens} tokens) against "
+                f"{fmt.seconds(off.tpot_s)} without ({off.output_tokens} tokens): cache off was {verdict}; {why}.")
+    only = "on" if True in runs else "off"
+    other = "off" if only == "on" else "on"
+    return (f"Only a KV cache {only} run so far: generate again with the cache {other} (sidebar) to overlay it and "
+            "see what the cache buys.")

@@ -1,0 +1,88 @@
+"""Playground helpers: the live progress line, the per-token latency chart, and the pre-run forecast."""
+
+from __future__ import annotations
+
+import math
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from engine.calc import format as fmt
+from engine.errors import EngineError
+
+# A run predicted to take longer than this gets a warning before it starts.
+LONG_RUN_S = 60.0
+# Shorter cached runs take seconds on any machine this lab runs on: no forecast (it needs the machine's roofs,
+# measured once per server in a few seconds) until a run could plausibly take minutes.
+FORECAST_FROM_TOKENS = 256
+
+
+def per_token_latency(request_t: float, chunks: list[tuple[float, int]]) -> list[float]:
+    """Seconds per generated token from the streamed chunks, [(arrival time, tokens in the chunk)], oldest
+    first. The first token's latency is the TTFT (request -> first chunk); a chunk of k tokens spreads the gap
+    since the previous chunk evenly over its k tokens (a detokenizer may hold a token back until a word ends)."""
+    out: list[float] = []
+    prev = request_t
+    for t, k in chunks:
+        k = max(1, k)
+        gap = max(0.0, t - prev)
+        if not out:  # the first chunk: its first token carries the prefill (TTFT), the rest share nothing
+            out.append(gap)
+            out.extend([0.0] * (k - 1))
+        else:
+            out.extend([gap / k] * k)
+        prev = t
+    return out
+
+
+def latency_figure(runs: dict[str, list[float]]) -> go.Figure:
+    """One line per run (label -> seconds per token), milliseconds on a log axis so the TTFT spike and the TPOT
+    floor are both readable."""
+    fig = go.Figure()
+    colours = {"KV cache on": "#3a7ca5", "KV cache off": "#e4572e"}
+    for label, lat in runs.items():
+        fig.add_scatter(x=list(range(1, len(lat) + 1)), y=[max(v, 1e-6) * 1e3 for v in lat], mode="lines",
+                        name=label, line={"color": colours.get(label.split(" (")[0], "#888")})
+    fig.update_layout(height=320, margin={"t": 30, "b": 10}, legend={"orientation": "h", "y": -0.25},
+                      xaxis_title="generated token", yaxis_title="latency (ms, log)", yaxis_type="log",
+                      title="Per-token latency: the first token carries the prefill (TTFT), then one decode step each")
+    return fig
+
+
+def forecast(lm, prompt: str, max_new: int, use_cache: bool):
+    """The calculator's forecast for this run on this machine, or None when the model has no calculator shape
+    or this machine has not been measured. Uses the stored calibration when there is one."""
+    from engine import calibration, estimate_check
+
+    if use_cache and max_new < FORECAST_FROM_TOKENS:
+        return None
+    spec = calibration.spec_for_run_model(lm.name)
+    if spec is None or lm.dtype not in ("fp32", "fp16", "bf16"):
+        return None
+    try:
+        from ui.calc_widgets import cached_machine
+
+        machine = cached_machine()
+        cal = calibration.load_calibration()
+        n_prompt = len(lm.tokenizer(prompt)["input_ids"]) if prompt else 1
+        return estimate_check.forecast_run(spec, lm.dtype, n_prompt, max_new, use_cache, machine, cal)
+    except (EngineError, ValueError, OSError):
+        return None
+
+
+def progress_text(tokens: int, max_new: int, elapsed: float) -> str:
+    rate = tokens / elapsed if elapsed > 0 else math.nan
+    return (f"{tokens} / {max_new} tokens · {fmt.seconds(elapsed)} elapsed · "
+            + (f"{rate:.1f} tok/s" if math.isfinite(rate) else "— tok/s"))
+
+
+def show_forecast(fc) -> None:
+    if fc is None:
+        return
+    text = (f"Predicted for this run: **{fmt.seconds(fc.seconds)}** (TTFT {fmt.seconds(fc.ttft_s)}, "
+            f"{fmt.seconds(fc.tpot_s)} per token) — {fc.basis}.")
+    if fc.seconds >= LONG_RUN_S:
+        st.warning(text + " That is minutes: you can press **Stop** at any time and keep the text made so far.",
+                   icon=":material/hourglass_top:")
+    else:
+        st.caption(text)

@@ -1,0 +1,152 @@
+"""Streamlit helpers for the Serving page: the engine's own server as a child process shared by every session
+(one per dashboard, with a clear stop), the sweep's table and plots, and the knee-versus-calculator sentence
+(built from the numbers it sits beside)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+
+import plotly.graph_objects as go
+import streamlit as st
+from plotly.subplots import make_subplots
+
+from engine.calc.capacity import CapacityPrediction
+from engine.loadgen.sweep import SweepResult
+from engine.serving.process import ServerProcess
+
+
+class ServerSlot:
+    """The one engine server this dashboard may run (started from the page, stopped from it)."""
+
+    def __init__(self) -> None:
+        self.proc: ServerProcess | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.alive
+
+    def start(self, model: str, max_batch: int) -> ServerProcess:
+        self.stop()
+        self.proc = ServerProcess(model, max_batch=max_batch)
+        return self.proc.wait_ready()
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop()
+            self.proc = None
+
+
+@st.cache_resource(show_spinner=False)
+def server_slot() -> ServerSlot:
+    return ServerSlot()
+
+
+def level_unit(mode: str) -> str:
+    return "requests/s" if mode == "poisson" else "users"
+
+
+def at_level(x: float, unit: str) -> str:
+    """'1 user', '4 users', '0.5 requests/s'."""
+    return f"{x:g} {'user' if unit == 'users' and x == 1 else unit}"
+
+
+def table_rows(sweep: SweepResult) -> list[dict]:
+    unit = level_unit(sweep.spec.mode)
+    rows = []
+    for p in sweep.points:
+        rows.append({
+            unit: p.level, "completed": p.completed, "errors": sum(p.errors.values()),
+            "req/s": round(p.request_throughput, 3), "output tok/s": round(p.output_tokens_per_s, 1),
+            "tok/s per user": round(p.per_user_tokens_per_s, 1),
+            **{f"TTFT p{q} (s)": round(getattr(p.ttft_s, f"p{q}"), 3) for q in (50, 90, 99)},
+            **{f"TPOT p{q} (ms)": round(getattr(p.tpot_s, f"p{q}") * 1e3, 1) for q in (50, 90, 99)},
+            "ITL p50 (ms)": round(p.itl_s.p50 * 1e3, 1),
+            **{f"E2E p{q} (s)": round(getattr(p.e2e_s, f"p{q}"), 3) for q in (50, 90, 99)},
+            "goodput (req/s)": round(p.goodput_rps, 3), "SLO attainment": round(p.slo_attainment, 3),
+            "meets SLO": p.meets_slo,
+        })
+    return rows
+
+
+def to_csv(rows: list[dict]) -> str:
+    buf = io.StringIO()
+    if rows:
+        w = csv.DictWriter(buf, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return buf.getvalue()
+
+
+def latency_figure(sweep: SweepResult) -> go.Figure:
+    x = [p.level for p in sweep.points]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("TTFT (s)", "TPOT (ms)"))
+    for q, dash in ((50, "solid"), (90, "dash"), (99, "dot")):
+        fig.add_scatter(x=x, y=[getattr(p.ttft_s, f"p{q}") for p in sweep.points], name=f"TTFT p{q}",
+                        mode="lines+markers", line={"dash": dash, "color": "#3a7ca5"}, row=1, col=1)
+        fig.add_scatter(x=x, y=[getattr(p.tpot_s, f"p{q}") * 1e3 for p in sweep.points], name=f"TPOT p{q}",
+                        mode="lines+markers", line={"dash": dash, "color": "#e4572e"}, row=1, col=2)
+    if sweep.slo.ttft_s:
+        fig.add_hline(y=sweep.slo.ttft_s, line_color="grey", line_dash="dot", annotation_text="SLO", row=1, col=1)
+    if sweep.slo.tpot_s:
+        fig.add_hline(y=sweep.slo.tpot_s * 1e3, line_color="grey", line_dash="dot", annotation_text="SLO", row=1, col=2)
+    fig.update_xaxes(title=level_unit(sweep.spec.mode))
+    fig.update_layout(height=360, margin={"t": 40, "b": 10}, legend={"orientation": "h", "y": -0.3})
+    return fig
+
+
+def throughput_figure(sweep: SweepResult) -> go.Figure:
+    x = [p.level for p in sweep.points]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("Output tokens/s (all users)", "Requests/s: completed and good"))
+    fig.add_scatter(x=x, y=[p.output_tokens_per_s for p in sweep.points], name="output tok/s", mode="lines+markers",
+                    line={"color": "#3a7ca5"}, row=1, col=1)
+    fig.add_scatter(x=x, y=[p.request_throughput for p in sweep.points], name="completed req/s", mode="lines+markers",
+                    line={"color": "#888"}, row=1, col=2)
+    fig.add_scatter(x=x, y=[p.goodput_rps for p in sweep.points], name="goodput (within SLOs)", mode="lines+markers",
+                    line={"color": "#2a9d8f"}, row=1, col=2)
+    fig.update_xaxes(title=level_unit(sweep.spec.mode))
+    fig.update_layout(height=340, margin={"t": 40, "b": 10}, legend={"orientation": "h", "y": -0.3})
+    return fig
+
+
+def per_user_figure(sweep: SweepResult) -> go.Figure:
+    """The serving trade-off curve: what one user sees against what the deployment makes."""
+    fig = go.Figure()
+    fig.add_scatter(x=[p.output_tokens_per_s for p in sweep.points], y=[p.per_user_tokens_per_s for p in sweep.points],
+                    text=[f"{p.level:g}" for p in sweep.points], mode="lines+markers+text", textposition="top center",
+                    line={"color": "#3a7ca5"}, name="measured")
+    if sweep.slo.tpot_s:
+        fig.add_hline(y=1 / sweep.slo.tpot_s, line_color="grey", line_dash="dot", annotation_text="1 / TPOT SLO")
+    fig.update_layout(height=340, margin={"t": 30, "b": 10}, xaxis_title="total output tokens/s",
+                      yaxis_title="tokens/s per user (median 1 / TPOT)",
+                      title=f"labels: {level_unit(sweep.spec.mode)}")
+    return fig
+
+
+def knee_sentence(knee: float | None, unit: str, predicted: CapacityPrediction | None, stopped_early: bool) -> str:
+    """Words from the numbers beside them: the measured knee, and the calculator's prediction against it."""
+    if knee is None:
+        measured = "No level of this sweep met the SLOs: lower the load (or relax the SLOs) to find the knee."
+    else:
+        more = " (the sweep stopped at the first level that missed them)" if stopped_early else ""
+        measured = f"Measured knee: **{at_level(knee, unit)}** is the highest level that met the SLOs{more}."
+    if predicted is None:
+        return measured
+    p = predicted.max_users
+    if knee is None:
+        verdict = f"The calculator predicts {p} users within the TPOT objective."
+    elif p > knee:
+        verdict = (f"The calculator predicts **{p} users** (limited by {predicted.limited_by}): more than measured, "
+                   "so the memory-bound rule is optimistic here (compute, prefill interference or the TTFT objective "
+                   "bind first).")
+    elif p < knee:
+        verdict = (f"The calculator predicts **{p} users** (limited by {predicted.limited_by}): fewer than measured, "
+                   "so the rule is pessimistic here.")
+    else:
+        verdict = f"The calculator predicts **{p} users** (limited by {predicted.limited_by}), the same as measured."
+    return f"{measured} {verdict}"
+
+
+def fmt_level(x: float) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:g}"
