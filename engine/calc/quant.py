@@ -10,9 +10,11 @@ so the effective bits per weight are bits + 8 * (scale_bytes + zero_bytes) / g. 
   ggml-common.h: Q8_0 = fp16 scale + 32 int8 (34 B per 32); Q4_0 = fp16 scale + 32 x 4 bit (18 B per 32);
   Q4_1 = fp16 scale + fp16 min + 32 x 4 bit (20 B per 32); Q5_0 22 B, Q5_1 24 B per 32; the k-quants Q2_K 84,
   Q3_K 110, Q4_K 144, Q5_K 176, Q6_K 210 B per 256.
-- torchao weight-only: `Int8WeightOnlyConfig` keeps one fp32 scale and one int8 zero point per output channel
-  (group = the row; torchao 0.18's Int8Tensor: qdata int8, scale float32 (rows, 1), zero_point int8 (rows, 1)); `Int4WeightOnlyConfig(group_size=128)` keeps a bf16 scale and a bf16 zero point per group
-  (torchao docs, quantization API reference).
+- torchao 0.18 weight-only, checked against the real quantized tensors (tests/test_levers_quant.py):
+  `Int8WeightOnlyConfig` (Int8Tensor) keeps per output channel an fp32 `scale` and an int8 `zero_point`
+  (5 B per row, whatever the model's dtype); int4 with groups of g keeps a scale and a zero point per group in
+  the *model's* dtype: bf16 (2 + 2 B) for a bf16 model (the CUDA tinygemm path), fp32 (4 + 4 B) for an fp32
+  model on the CPU (`PrototypeInt4WeightOnlyConfig`, Int4OpaqueTensor's `scale_and_zero`).
 
 Pure standard library: the calculators, the quantization lab and the CLI share these numbers.
 """
@@ -71,9 +73,14 @@ FORMATS: dict[str, QuantFormat] = {
         QuantFormat("Q5_K", 5, 256, 176 - 160, 0, _GGML),
         QuantFormat("Q6_K", 6, 256, 210 - 192, 0, _GGML),
         QuantFormat(
-            "int8-per-channel", 8, None, 4, 1, "torchao Int8WeightOnlyConfig (fp32 scale + int8 zero point per row)"
+            "int8-per-channel", 8, None, 4, 1, "torchao Int8WeightOnlyConfig: fp32 scale + int8 zero point per row"
         ),
-        QuantFormat("int4-g128", 4, 128, 2, 2, "torchao Int4WeightOnlyConfig(group_size=128): bf16 scale + zero"),
+        QuantFormat("int4-g128", 4, 128, 2, 2, "torchao int4 weight-only, bf16 model: bf16 scale + zero per group"),
+        QuantFormat("bnb-int8", 8, None, 4, 0, "bitsandbytes LLM.int8 (Int8Params): int8 + one fp32 SCB per row"),
+        QuantFormat("bnb-nf4", 4, 64, 4, 0, "bitsandbytes nf4, blocksize 64, no double quant: fp32 absmax per block"),
+        QuantFormat(
+            "int4-g128-fp32", 4, 128, 4, 4, "torchao int4 weight-only on an fp32 model (CPU): fp32 scale + zero"
+        ),
     )
 }
 
@@ -99,3 +106,47 @@ def tensor_bytes(shape: tuple[int, ...], fmt: str, group_size: int | None = None
         rows = n // row
         return rows * f.bytes_for(row, g)
     return f.bytes_for(n, g, row)
+
+
+def model_bytes(tensors: list[tuple[tuple[int, ...], bool, float]], fmt: str, group_size: int | None = None) -> int:
+    """Bytes of a whole model: each (shape, quantized, bytes per element if not) tensor either in `fmt`
+    (groups along the last dimension) or at its own precision. Tied tensors must be listed once."""
+    total = 0
+    for shape, quantized, elem_bytes in tensors:
+        total += tensor_bytes(shape, fmt, group_size) if quantized else math.ceil(math.prod(shape) * elem_bytes)
+    return total
+
+
+@dataclass(frozen=True)
+class KVQuant:
+    """A quantized KV cache in the KIVI style (transformers' QuantizedCache): the newest `residual` tokens
+    stay in the model's precision, older ones are stored in `bits` with one scale and one zero point of
+    `scale_bytes` each per `group` values."""
+
+    bits: float
+    group: int
+    scale_bytes: float
+    zero_bytes: float
+    residual: int
+
+
+def kv_quant_bytes(
+    values_per_token: int, prompt_tokens: int, decode_tokens: int, fp_bytes: float, q: KVQuant | None
+) -> float:
+    """KV bytes of one sequence: values_per_token = 2 x layers x kv_heads x head_dim.
+
+    Unquantized: tokens x values x fp_bytes. Quantized (transformers' QuantizedLayer.update): the prompt is
+    quantized at once; decoded tokens gather in a full-precision residual that is flushed into the quantized
+    store when it reaches `residual`, so r = decode_tokens mod residual tokens stay in full precision and the
+    rest cost bits / 8 + (scale + zero) / group bytes per value (KIVI, Liu et al. 2024)."""
+    tokens = prompt_tokens + decode_tokens
+    if prompt_tokens < 0 or decode_tokens < 0 or values_per_token <= 0:
+        raise InvalidParameterError(
+            f"token counts must be >= 0 and values per token > 0, got {prompt_tokens}, {decode_tokens}, "
+            f"{values_per_token}"
+        )
+    if q is None:
+        return tokens * values_per_token * fp_bytes
+    fp_tokens = decode_tokens % q.residual
+    per_value = q.bits / 8 + (q.scale_bytes + q.zero_bytes) / q.group
+    return fp_tokens * values_per_token * fp_bytes + (tokens - fp_tokens) * values_per_token * per_value

@@ -1,0 +1,55 @@
+"""Weight quantization on the bundled model: every scheme against fp32, measured in the same run.
+
+    .venv/bin/python bench/quant.py [--model smollm2-135m-instruct] [--schemes fp32,bf16,int8,int4,bnb-int8,bnb-nf4]
+                                    [--max-new-tokens 32] [--runs 3] [--eval-docs 4]
+
+Prints the table of `python -m engine quant` with the load average before and after, and writes
+bench/results/quant-<machine>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from engine import models, paths  # noqa: E402
+from engine.cli import to_jsonable  # noqa: E402
+from engine.commands import quant as cmd  # noqa: E402
+from engine.levers import quant as Q  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default=models.DEFAULT_MODEL)
+    p.add_argument("--schemes", default=",".join(Q.DEFAULT_SCHEMES))
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--eval-docs", type=int, default=4)
+    args = p.parse_args(argv)
+    load_before = os.getloadavg()
+    lm = models.load_model(args.model, dtype="fp32")
+    report = Q.run_quant(lm, args.schemes.split(","), max_new_tokens=args.max_new_tokens, runs=args.runs,
+                         eval_documents=args.eval_docs, progress=lambda f, m: print(f"[{f:4.0%}] {m}", flush=True))
+    entries = cmd.rows(report)
+    load_after = os.getloadavg()
+    print(cmd.format_text(entries))
+    print(f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f} (2 cores)")
+    result = {"benchmark": "quant", "machine": paths.machine_id(), "date": datetime.now(UTC).isoformat(timespec="seconds"),
+              "load_average_before": load_before, "load_average_after": load_after, "args": vars(args),
+              "entries": entries}
+    out = ROOT / "bench" / "results" / f"quant-{paths.machine_id()}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(to_jsonable(result), indent=2, allow_nan=False))
+    print(f"wrote {out.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,57 @@
+"""Speculative decoding on the bundled model: prompt lookup and a draft model against plain greedy, on the
+input-grounded and open-ended workloads, measured in the same run.
+
+    .venv/bin/python bench/speculate.py [--model smollm2-135m-instruct] [--draft bf16] [--draft-length 4]
+                                        [--max-new-tokens 48] [--runs 3]
+
+Prints the table of `python -m engine speculate` with the load average, and writes
+bench/results/speculate-<machine>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from engine import models, paths  # noqa: E402
+from engine.cli import to_jsonable  # noqa: E402
+from engine.commands import speculate as cmd  # noqa: E402
+from engine.levers import speculative as S  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default=models.DEFAULT_MODEL)
+    p.add_argument("--dtype", default="fp32")
+    p.add_argument("--draft", default=S.DEFAULT_DRAFT)
+    p.add_argument("--draft-length", type=int, default=S.DEFAULT_DRAFT_LENGTH)
+    p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--runs", type=int, default=3)
+    args = p.parse_args(argv)
+    load_before = os.getloadavg()
+    lm = models.load_model(args.model, dtype=args.dtype)
+    report = S.run_speculate(lm, draft=args.draft, draft_length=args.draft_length, max_new_tokens=args.max_new_tokens,
+                             runs=args.runs, progress=lambda f, m: print(f"[{f:4.0%}] {m}", flush=True))
+    entries = cmd.rows(report)
+    load_after = os.getloadavg()
+    print(cmd.format_text(entries))
+    print(f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f} (2 cores)")
+    result = {"benchmark": "speculate", "machine": paths.machine_id(),
+              "date": datetime.now(UTC).isoformat(timespec="seconds"), "load_average_before": load_before,
+              "load_average_after": load_after, "args": vars(args), "entries": entries}
+    out = ROOT / "bench" / "results" / f"speculate-{paths.machine_id()}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(to_jsonable(result), indent=2, allow_nan=False))
+    print(f"wrote {out.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,63 @@
+"""`python -m engine quant`: weight quantization schemes applied to one model and measured against fp32
+(bytes, memory, speed with a bootstrap interval, bits per byte, greedy agreement, the calculator's bytes)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from engine import models
+from engine.calc.format import gb
+from engine.levers import quant as Q
+
+HELP = "quantize a model's weights (fp32, bf16, torchao int8/int4, bitsandbytes, ...) and measure each scheme"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--model", default=models.DEFAULT_MODEL, help=f"preset, hub id or folder (default {models.DEFAULT_MODEL})")
+    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    parser.add_argument("--schemes", default=",".join(Q.DEFAULT_SCHEMES),
+                        help=f"comma-separated, from: {', '.join(Q.SCHEMES)} (fp32 is always measured: the baseline)")
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--runs", type=int, default=3, help="timed runs per scheme (3+ gives a 95%% interval)")
+    parser.add_argument("--eval-docs", type=int, default=4, help="pydoc_topics documents for bits per byte")
+
+
+def rows(report: Q.QuantReport) -> list[dict]:
+    """The JSON entries: one per scheme, with the model, the device and the verdict beside the numbers."""
+    base = report.rows[0] if report.rows and report.rows[0].scheme == "fp32" else None
+    return [
+        {"model": report.model, "device": report.device, **dataclasses.asdict(r), "verdict": Q.verdict(r, base),
+         "quality_method": report.quality_method}
+        for r in report.rows
+    ]
+
+
+def run(args) -> list[dict]:
+    schemes = Q.check_schemes(args.schemes.split(","))  # fail before loading anything
+    lm = models.load_model(args.model, dtype="fp32", device=args.device)
+    report = Q.run_quant(lm, schemes, max_new_tokens=args.max_new_tokens, runs=args.runs,
+                         eval_documents=args.eval_docs)
+    return rows(report)
+
+
+def _f(x, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def format_text(entries: list[dict]) -> str:
+    lines = [f"{'scheme':<12}{'status':<8}{'weights':>10}{'predicted':>11}{'ratio':>7}{'tok/s':>8}{'speedup':>9}"
+             f"{'95% CI':>14}{'bpb':>8}{'Δbpb':>9}{'match':>7}{'div':>5}"]
+    for e in entries:
+        ci = e["speedup_ci"]
+        lines.append(
+            f"{e['scheme']:<12}{e['status']:<8}{gb(e['weights_bytes']) if e['weights_bytes'] else '-':>10}"
+            f"{gb(e['predicted_weights_bytes']) if e['predicted_weights_bytes'] else '-':>11}"
+            f"{_f(e['predicted_ratio'], '.3f'):>7}{_f(e['tokens_per_s'], '.1f'):>8}{_f(e['speedup_vs_fp32'], '.2f'):>9}"
+            f"{(f'{ci[0]:.2f}-{ci[1]:.2f}' if ci else '-'):>14}{_f(e['bits_per_byte'], '.4f'):>8}"
+            f"{_f(e['bits_per_byte_delta'], '+.4f'):>9}{_f(e['exact_match_rate'], '.0%'):>7}"
+            f"{_f(e['first_divergence_token'], 'd'):>5}"
+        )
+    lines += ["", *[f"- {e['verdict']}" for e in entries]]
+    if entries:
+        lines.append(f"quality: {entries[0]['quality_method']}")
+    return "\n".join(lines)

@@ -1,0 +1,425 @@
+"""Weight quantization, applied to a loaded model and measured against fp32 in one run.
+
+NVIDIA's "Mastering LLM Techniques: Inference Optimization" names quantization as a main lever: fewer bytes
+per weight means less memory and, when decode is memory-bound, fewer bytes read per token. Whether that turns
+into speed depends on the kernel: a weight-only int8 matmul that dequantizes in a slow path reads fewer bytes
+and still loses. So every scheme is measured, not assumed:
+
+- weights_bytes: the bytes of the quantized tensors themselves (torchao tensor subclasses are flattened into
+  their inner tensors: data, scales, zero points; bitsandbytes adds its per-row SCB or per-block absmax),
+  each tied tensor counted once; beside it the calculator's bytes (engine.calc.quant) from the same shapes.
+- speed: TTFT, TPOT, tok/s over `runs` greedy runs of the race's first prompt; speedup = median fp32 TPOT /
+  median scheme TPOT (per-token time, so an earlier EOS does not count as speed) with a bootstrap 95% interval
+  (engine.stats).
+- quality: bits per byte on the shipped `pydoc_topics` documents with the engine's own rolling log-likelihood
+  (engine.evaluation.engine_perplexity, the harness's cross-check: same metric, without lm-eval's overhead),
+  and greedy exact match / first divergent token against fp32 over the race's prompts.
+
+Which layers: every nn.Linear except the output layer (lm_head), which stays in the model's precision and
+tied to the embeddings, as transformers' bitsandbytes integration does by default.
+Schemes that cannot run on this stack fail with their own reason in `status`; the run goes on.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from engine import evaluation, stats
+from engine.calc import quant as qcalc
+from engine.errors import EngineError, InvalidParameterError
+from engine.hardware import current_rss_bytes
+from engine.levers import runs as R
+from engine.models import LoadedModel
+from engine.race import quality
+
+
+@dataclass(frozen=True)
+class Scheme:
+    name: str
+    description: str
+    library: str  # "torch" | "torchao" | "bitsandbytes" | "optimum-quanto"
+    calc_format: str  # key of engine.calc.quant.FORMATS for the quantized linears ("" = no quantization)
+    cuda_only: bool = False
+
+
+SCHEMES: dict[str, Scheme] = {
+    s.name: s
+    for s in (
+        Scheme("fp32", "fp32, the reference every other scheme is compared with", "torch", ""),
+        Scheme("bf16", "bfloat16 weights and activations", "torch", ""),
+        Scheme("fp16", "float16 weights and activations (CUDA only: CPU fp16 uses slow reference kernels)", "torch",
+               "", cuda_only=True),
+        Scheme("int8", "torchao Int8WeightOnlyConfig: int8 weights, one scale per output channel", "torchao",
+               "int8-per-channel"),
+        Scheme("int4", "torchao int4 weight-only, groups of 128 (64/32 when the layer widths need it)", "torchao",
+               "int4-g128"),
+        Scheme("bnb-int8", "bitsandbytes LLM.int8 (8-bit weights, outliers in fp16)", "bitsandbytes", "bnb-int8"),
+        Scheme("bnb-nf4", "bitsandbytes 4-bit NormalFloat, blocks of 64", "bitsandbytes", "bnb-nf4"),
+        Scheme("quanto-int4", "optimum-quanto qint4 weights", "optimum-quanto", "int4-g128"),
+    )
+}
+DEFAULT_SCHEMES: tuple[str, ...] = ("fp32", "bf16", "int8", "int4", "bnb-int8", "bnb-nf4")
+INT4_GROUPS = (128, 64, 32)  # what the int4 kernels accept, largest first
+
+
+def check_schemes(names: Sequence[str]) -> list[str]:
+    out = []
+    for n in names:
+        key = n.strip().lower()
+        if key not in SCHEMES:
+            raise InvalidParameterError(f"unknown scheme {n!r}; choose from {', '.join(SCHEMES)}")
+        if key not in out:
+            out.append(key)
+    if not out:
+        raise InvalidParameterError(f"no scheme given; choose from {', '.join(SCHEMES)}")
+    if "fp32" not in out:
+        out.insert(0, "fp32")  # the baseline of every ratio is measured in the same run
+    return out
+
+
+# --- bytes ------------------------------------------------------------------------------------------------
+
+
+def storage_bytes(t) -> int:
+    """Bytes a (possibly quantized) parameter really stores: tensor subclasses flattened into their inner
+    tensors; bitsandbytes' per-row SCB (8-bit) or quant_state absmax (4-bit) added."""
+    if hasattr(t, "__tensor_flatten__") and type(t).__name__ not in ("Parameter", "Tensor"):
+        names, _ = t.__tensor_flatten__()
+        return sum(storage_bytes(getattr(t, n)) for n in names)
+    total = t.numel() * t.element_size()
+    scb = getattr(t, "SCB", None)
+    if scb is not None:
+        total += scb.numel() * scb.element_size()
+    state = getattr(t, "quant_state", None)
+    if state is not None and getattr(state, "absmax", None) is not None:
+        total += state.absmax.numel() * state.absmax.element_size()
+        nested = getattr(state, "state2", None)  # double quantization: absmax of the absmax
+        if nested is not None:
+            total += nested.absmax.numel() * nested.absmax.element_size()
+    return int(total)
+
+
+def model_storage_bytes(model) -> int:
+    """Sum over unique parameters (model.parameters() yields a tied tensor once), plus the row scales that
+    bitsandbytes 8-bit moves from the weight into its module's `state` after the first matmul."""
+    total = sum(storage_bytes(p) for p in model.parameters())
+    for module in model.modules():
+        scb = getattr(getattr(module, "state", None), "SCB", None)
+        if scb is not None and getattr(getattr(module, "weight", None), "SCB", None) is None:
+            total += scb.numel() * scb.element_size()
+    return int(total)
+
+
+def _quantized_linears(model) -> dict[str, object]:
+    import torch
+
+    return {n: m for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and n.split(".")[-1] != "lm_head"}
+
+
+def int4_group(model) -> int:
+    """The largest int4 group size that divides every quantized layer's input width."""
+    widths = {m.in_features for m in _quantized_linears(model).values()}
+    for g in INT4_GROUPS:
+        if all(w % g == 0 for w in widths):
+            return g
+    raise InvalidParameterError(f"no int4 group size in {INT4_GROUPS} divides the layer widths {sorted(widths)}")
+
+
+def predicted_bytes(reference, fmt: str, elem_bytes: float, group: int | None) -> int:
+    """The calculator's bytes for `reference` (an unquantized model) with its linears in `fmt`: the same
+    shapes, each tied tensor once, everything else at `elem_bytes`."""
+    linear_weights = {id(m.weight) for m in _quantized_linears(reference).values()}
+    tensors = [
+        (tuple(p.shape), bool(fmt) and id(p) in linear_weights, elem_bytes) for p in reference.parameters()
+    ]
+    return qcalc.model_bytes(tensors, fmt or "F32", group)
+
+
+# --- applying a scheme ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Applied:
+    lm: LoadedModel
+    quantize_s: float
+    calc_format: str
+    group_size: int | None
+    elem_bytes: float  # bytes per element of what stays unquantized
+    notes: list[str] = field(default_factory=list)
+
+
+def _torchao(lm: LoadedModel, scheme: str) -> Applied:
+    import torch
+    from torchao.quantization import Int8WeightOnlyConfig, quantize_
+
+    notes: list[str] = []
+    t0 = time.perf_counter()
+    model = copy.deepcopy(lm.model)
+    group = None
+    fmt = SCHEMES[scheme].calc_format
+    if scheme == "int8":
+        cfg = Int8WeightOnlyConfig()
+    else:
+        group = int4_group(model)
+        if group != 128:
+            notes.append(f"group size {group}: a layer width is not a multiple of 128")
+        if lm.device.startswith("cuda"):
+            from torchao.quantization import Int4WeightOnlyConfig
+
+            model = model.to(torch.bfloat16)  # the tinygemm int4 kernel takes bf16 activations
+            notes.append("model converted to bf16 for the CUDA int4 kernel")
+            cfg = Int4WeightOnlyConfig(group_size=group, int4_packing_format="tile_packed_to_4d")
+        else:
+            # torchao 0.18: the default (plain) int4 layout needs the CUDA-only mslk kernels; on the CPU the
+            # tinygemm CPU kernel runs through Int4OpaqueTensor, whose scales keep the model's dtype.
+            from torchao.prototype.quantization.int4 import PrototypeInt4WeightOnlyConfig
+
+            cfg = PrototypeInt4WeightOnlyConfig(group_size=group)
+            if next(model.parameters()).dtype == torch.float32:
+                fmt = "int4-g128-fp32"
+    names = set(_quantized_linears(model))
+    quantize_(model, cfg, filter_fn=lambda m, fqn: fqn in names)
+    elem = next(p for n, p in model.named_parameters() if "embed" in n or "wte" in n).element_size()
+    return Applied(R.derived(lm, model, scheme), time.perf_counter() - t0, fmt, group, elem, notes)
+
+
+def _bitsandbytes(lm: LoadedModel, scheme: str) -> Applied:
+    import torch
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    if scheme == "bnb-int8":
+        cfg = BitsAndBytesConfig(load_in_8bit=True)
+    else:
+        cfg = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32)
+    device_map = "cuda" if lm.device.startswith("cuda") else "cpu"
+    with tempfile.TemporaryDirectory(prefix="inference-lab-bnb-") as tmp:
+        lm.model.save_pretrained(tmp, safe_serialization=True)
+        t0 = time.perf_counter()  # bitsandbytes quantizes while loading: the time includes reading the file
+        model = R.quiet(
+            AutoModelForCausalLM.from_pretrained,
+            tmp,
+            quantization_config=cfg,
+            device_map=device_map,
+            dtype=next(lm.model.parameters()).dtype,
+        )
+        took = time.perf_counter() - t0
+    model.eval()
+    notes = ["quantized while loading from a saved copy (the time includes reading it)"]
+    elem = next(lm.model.parameters()).element_size()
+    return Applied(R.derived(lm, model, scheme), took, SCHEMES[scheme].calc_format, None, elem, notes)
+
+
+def _quanto(lm: LoadedModel, scheme: str) -> Applied:
+    from optimum.quanto import freeze, qint4, quantize
+
+    t0 = time.perf_counter()
+    model = copy.deepcopy(lm.model)
+    quantize(model, weights=qint4, exclude="lm_head")
+    freeze(model)
+    elem = next(lm.model.parameters()).element_size()
+    return Applied(R.derived(lm, model, scheme), time.perf_counter() - t0, "int4-g128", 128, elem)
+
+
+def apply_scheme(lm: LoadedModel, scheme: str) -> Applied:
+    """A quantized copy of lm's model; lm itself is left untouched (it stays the fp32 reference)."""
+    import torch
+
+    s = SCHEMES[scheme]
+    if s.cuda_only and not lm.device.startswith("cuda"):
+        raise InvalidParameterError(f"{scheme} is offered on CUDA GPUs only: {s.description}")
+    if lm.dtype != "fp32":
+        raise InvalidParameterError(f"load the reference in fp32 (got {lm.dtype}): every scheme is compared with it")
+    if s.library == "torch":
+        t0 = time.perf_counter()
+        model = lm.model if scheme == "fp32" else copy.deepcopy(lm.model).to({"bf16": torch.bfloat16,
+                                                                                  "fp16": torch.float16}[scheme])
+        elem = next(model.parameters()).element_size()
+        return Applied(R.derived(lm, model, scheme) if scheme != "fp32" else lm, time.perf_counter() - t0, "", None,
+                       elem)
+    if s.library == "torchao":
+        return _torchao(lm, scheme)
+    if s.library == "bitsandbytes":
+        return _bitsandbytes(lm, scheme)
+    return _quanto(lm, scheme)
+
+
+# --- one run over the schemes ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SchemeResult:
+    scheme: str
+    status: str  # "ok" | "skipped" | "failed"
+    reason: str = ""
+    description: str = ""
+    weights_bytes: int | None = None
+    predicted_weights_bytes: int | None = None
+    predicted_ratio: float | None = None  # measured / predicted
+    calc_format: str = ""
+    group_size: int | None = None
+    rss_bytes: int | None = None  # peak process RSS while this scheme ran (the fp32 reference is resident too)
+    quantize_s: float | None = None
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    tokens_per_s: float | None = None
+    speedup_vs_fp32: float | None = None
+    speedup_ci: tuple[float, float] | None = None
+    bits_per_byte: float | None = None
+    bits_per_byte_delta: float | None = None
+    exact_match_rate: float | None = None
+    first_divergence_token: int | None = None
+    runs: int = 0
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class QuantReport:
+    model: str
+    device: str
+    max_new_tokens: int
+    runs: int
+    eval_documents: int
+    quality_method: str
+    rows: tuple[SchemeResult, ...]
+
+
+QUALITY_METHOD = (
+    "bits per byte: the engine's own rolling log-likelihood over the first {n} pydoc_topics documents "
+    "(engine.evaluation.engine_perplexity, which the lm-eval run cross-checks within 1%); exact match and "
+    "first divergence: greedy continuations of the race's prompts against fp32's"
+)
+
+
+def _failure(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return f"{type(exc).__name__}: {text}"[:300]
+
+
+def _measure_one(
+    applied: Applied,
+    reference,
+    base: dict,
+    prompts: Sequence[str],
+    cfg,
+    runs: int,
+    docs: Sequence[str],
+) -> SchemeResult:
+    lm = applied.lm
+    timed = R.timed_runs(lm, prompts[0], cfg, runs)
+    tokens = [timed.token_ids, *R.greedy_tokens(lm, prompts[1:], cfg)]
+    ppl = R.quiet(evaluation.engine_perplexity, lm, docs)
+    m = [r for r in timed.runs]
+    weights = model_storage_bytes(lm.model)
+    predicted = predicted_bytes(reference, applied.calc_format, applied.elem_bytes, applied.group_size)
+    if base:
+        sp = stats.speedup(base["tpots"], timed.tpots)
+        agree = R.agreement(base["tokens"], tokens)
+        delta = ppl.bits_per_byte - base["bpb"]
+    else:  # this is fp32: the baseline is 1x by definition, without an interval
+        sp, agree, delta = stats.Speedup(1.0, 1.0, 1.0, 0), R.agreement(tokens, tokens), 0.0
+        base.update(tpots=timed.tpots, tokens=tokens, bpb=ppl.bits_per_byte)
+    return SchemeResult(
+        scheme=lm.dtype,
+        status="ok",
+        description=SCHEMES[lm.dtype].description,
+        weights_bytes=weights,
+        predicted_weights_bytes=predicted,
+        predicted_ratio=weights / predicted if predicted else None,
+        calc_format=applied.calc_format,
+        group_size=applied.group_size,
+        rss_bytes=max(max(r.peak_memory_bytes for r in m), current_rss_bytes()),
+        quantize_s=applied.quantize_s,
+        ttft_s=stats.median([r.ttft_s for r in m]),
+        tpot_s=stats.median(timed.tpots),
+        tokens_per_s=stats.median([r.tokens_per_s for r in m]),
+        speedup_vs_fp32=sp.median,
+        speedup_ci=(sp.low, sp.high) if runs >= 3 and sp.resamples else None,
+        bits_per_byte=ppl.bits_per_byte,
+        bits_per_byte_delta=delta,
+        exact_match_rate=agree.exact_match_rate,
+        first_divergence_token=agree.first_divergence_token,
+        runs=runs,
+        notes=tuple(applied.notes),
+    )
+
+
+def run_quant(
+    lm: LoadedModel,
+    schemes: Sequence[str] = DEFAULT_SCHEMES,
+    *,
+    max_new_tokens: int = 32,
+    runs: int = 3,
+    eval_documents: int = 4,
+    prompts: Sequence[str] = quality.PROMPTS,
+    progress: R.Progress | None = None,
+) -> QuantReport:
+    """Apply and measure each scheme against the fp32 model `lm`, one after another in this process."""
+    names = check_schemes(schemes)
+    if not 1 <= runs <= 50:
+        raise InvalidParameterError(f"runs must be between 1 and 50, got {runs}")
+    if not 1 <= eval_documents <= len(evaluation.local_documents()):
+        raise InvalidParameterError(f"eval documents must be between 1 and {len(evaluation.local_documents())}")
+    cfg = R.config(lm, max_new_tokens)
+    docs = evaluation.local_documents(eval_documents)
+    base: dict = {}
+    rows: list[SchemeResult] = []
+    for i, name in enumerate(names):
+        if progress is not None:
+            progress(i / len(names), f"{name}: quantizing and measuring ({i + 1}/{len(names)})")
+        scheme = SCHEMES[name]
+        if scheme.cuda_only and not lm.device.startswith("cuda"):
+            rows.append(SchemeResult(name, "skipped", f"needs a CUDA GPU: {scheme.description}", scheme.description))
+            continue
+        applied = None
+        try:
+            applied = apply_scheme(lm, name)
+            rows.append(_measure_one(applied, lm.model, base, prompts, cfg, runs, docs))
+        except (EngineError, ImportError, RuntimeError, ValueError, TypeError, AssertionError, NotImplementedError,
+                AttributeError, OSError) as exc:
+            if name == "fp32":
+                raise  # without the baseline no ratio means anything
+            rows.append(SchemeResult(name, "failed", _failure(exc), scheme.description))
+        finally:
+            if applied is not None and applied.lm is not lm:
+                del applied
+            gc.collect()
+    if progress is not None:
+        progress(1.0, "done")
+    return QuantReport(lm.name, lm.device, max_new_tokens, runs, eval_documents,
+                       QUALITY_METHOD.format(n=eval_documents), tuple(rows))
+
+
+# --- words from numbers -------------------------------------------------------------------------------------------
+
+
+def verdict(row: SchemeResult, base: SchemeResult | None = None) -> str:
+    """One sentence from the row's own numbers (and the fp32 row's, for the size ratio)."""
+    if row.status != "ok":
+        return f"{row.scheme} did not run here: {row.reason}"
+    if row.scheme == "fp32":
+        return "fp32 is the reference: every ratio and delta is measured against it in the same run."
+    sp, bpb, ci = row.speedup_vs_fp32, row.bits_per_byte_delta, row.speedup_ci
+    cost = f"{bpb:+.3f} bits/byte" if bpb is not None else "an unmeasured quality cost"
+    size = ""
+    if base is not None and base.weights_bytes and row.weights_bytes:
+        size = f", stores its weights in {row.weights_bytes / base.weights_bytes:.0%} of fp32's bytes"
+    match = f"; greedy output equals fp32's on {row.exact_match_rate:.0%} of the prompts"
+    if sp is None or sp != sp:
+        return f"{row.scheme}: no speed figure{size}."
+    unsure = ci is not None and ci[0] <= 1 <= ci[1]
+    if sp >= 1:
+        tail = " (the 95% interval includes 1x: not clearly faster)" if unsure else ""
+        return f"{row.scheme} is {sp:.2f}x faster per token here{tail}, costs {cost}{size}{match}."
+    library = SCHEMES[row.scheme].library
+    why = (
+        "its weight-only kernel dequantizes on every matmul, which costs more on this CPU than the bytes it saves"
+        if library != "torch"
+        else "this CPU's matmul kernels for that precision are slower than its fp32 ones"
+    )
+    tail = " (the 95% interval includes 1x)" if unsure else ""
+    return f"{row.scheme} is slower here ({sp:.2f}x fp32's speed{tail}), because {why}; it costs {cost}{size}{match}."

@@ -1,0 +1,361 @@
+"""Speculative decoding, measured: prompt lookup decoding and assisted generation with a draft model.
+
+Both draft several tokens cheaply and let the target model check them in one forward pass; under greedy
+decoding the target keeps exactly its own choices, so the output must equal plain greedy token for token
+(Leviathan et al., 2023; transformers' `prompt_lookup_num_tokens` and `assistant_model`). The gain depends
+on how many drafts are accepted and on what a draft costs, so each (method, workload) reports:
+
+- acceptance_rate alpha = accepted drafted tokens / drafted tokens, and tokens_per_target_forward = generated
+  tokens / target forward passes, both counted with a forward pre-hook on the target model: each call's new
+  positions are the drafts it verifies plus the one token it was going to compute anyway;
+- speedup_vs_plain = median plain latency / median method latency (the workload's prompts summed per run)
+  with a bootstrap 95% interval (engine.stats);
+- expected_speedup from alpha, gamma and the cost ratio c (engine.calc.speculative, Leviathan et al.).
+
+Draft models that exist offline for the bundled SmolLM2 (no hub): `layers:N`, the target's own first N layers
+with its embeddings and output layer (self-speculation, as in LayerSkip/Draft&Verify: no copy, same
+tokenizer, c about N / layers), or `bf16`, a bf16 copy of the target (cheaper on CPUs with bf16 matmul, and
+almost always agrees). With hub access, `gpt-neo-125m` drafting for `gpt-neo-1.3b`, the chapter's family.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine import stats
+from engine.calc import speculative as scalc
+from engine.errors import EngineError, InvalidParameterError
+from engine.generation import check_context, clean_prompt
+from engine.levers import runs as R
+from engine.models import LoadedModel, load_model
+
+WORKLOADS_FILE = Path(__file__).resolve().parents[1] / "data" / "speculative_workloads.toml"
+METHODS = ("prompt_lookup", "draft")
+MAX_DRAFT = 64  # drafts beyond this are almost never all accepted; 1000 would only waste the draft's time
+DEFAULT_DRAFT_LENGTH = 4
+# A bf16 copy: on a CPU with bf16 matmuls it costs about half an fp32 forward and agrees with the target on
+# almost every token; the first-layers draft is cheaper but agrees far less often (measure both).
+DEFAULT_DRAFT = "bf16"
+
+
+def load_workloads(path: Path = WORKLOADS_FILE) -> dict[str, tuple[str, ...]]:
+    with path.open("rb") as f:
+        raw = tomllib.load(f)
+    return {name: tuple(w["prompts"]) for name, w in raw.items()}
+
+
+WORKLOADS: dict[str, tuple[str, ...]] = load_workloads()
+WORKLOAD_DESCRIPTIONS: dict[str, str] = {
+    name: w["description"] for name, w in tomllib.loads(WORKLOADS_FILE.read_text()).items()
+}
+
+
+def check_draft_length(gamma) -> int:
+    if isinstance(gamma, bool) or not isinstance(gamma, int) or not 1 <= gamma <= MAX_DRAFT:
+        raise InvalidParameterError(
+            f"draft length must be a whole number from 1 to {MAX_DRAFT} tokens per target forward, got {gamma!r}"
+        )
+    return gamma
+
+
+# --- draft models --------------------------------------------------------------------------------------------------
+
+
+def _layer_stack(model) -> tuple[str, str]:
+    """(attribute of the base model, attribute of its layer list) for the families we can truncate."""
+    for base, layers in (("model", "layers"), ("transformer", "h")):
+        inner = getattr(model, base, None)
+        if inner is not None and hasattr(inner, layers):
+            return base, layers
+    raise InvalidParameterError(f"cannot find the decoder layers of {type(model).__name__}; use the bf16 draft")
+
+
+def truncated(lm: LoadedModel, n_layers: int):
+    """The target's first n layers + its embeddings, final norm and output layer, sharing every tensor."""
+    import torch
+
+    model = lm.model
+    base, attr = _layer_stack(model)
+    layers = getattr(getattr(model, base), attr)
+    if not 1 <= n_layers < len(layers):
+        raise InvalidParameterError(f"layers:N needs 1 <= N < {len(layers)} (the target has {len(layers)} layers)")
+    cfg = copy.deepcopy(model.config)
+    cfg.num_hidden_layers = n_layers
+    for name in ("layer_types", "attention_layers"):  # per-layer lists (Llama-family, GPT-Neo)
+        if isinstance(getattr(cfg, name, None), list):
+            setattr(cfg, name, getattr(cfg, name)[:n_layers])
+    draft = copy.copy(model)
+    draft._modules = dict(model._modules)  # a new registry: the target's own stays untouched
+    for name, value in list(vars(model).items()):
+        if name.startswith(("_forward", "_backward")) and isinstance(value, dict):
+            setattr(draft, name, type(value)())  # hooks on the target (the forward counter) must not fire here
+    inner = copy.copy(getattr(model, base))
+    inner._modules = dict(inner._modules)
+    setattr(inner, attr, torch.nn.ModuleList(list(layers)[:n_layers]))
+    inner.config = cfg
+    setattr(draft, base, inner)
+    draft.config = cfg
+    draft.generation_config = copy.deepcopy(model.generation_config)
+    return draft
+
+
+def _same_tokenizer(lm: LoadedModel, other: LoadedModel) -> None:
+    if lm.tokenizer.get_vocab() != other.tokenizer.get_vocab():
+        raise InvalidParameterError(
+            f"the draft model {other.name} uses another tokenizer than {lm.name}: a draft's tokens must be the "
+            "target's tokens. Choose a draft with the same tokenizer, layers:N or bf16."
+        )
+    if lm.model.config.vocab_size != other.model.config.vocab_size:
+        raise InvalidParameterError(
+            f"the draft model {other.name} has {other.model.config.vocab_size} output tokens and {lm.name} has "
+            f"{lm.model.config.vocab_size}: they must score the same vocabulary. Choose layers:N or bf16."
+        )
+
+
+def build_draft(lm: LoadedModel, spec: str) -> tuple[object, str]:
+    """(draft model, what it is) from "layers:N", "bf16" or a model name with the same tokenizer."""
+    import torch
+
+    spec = (spec or "").strip()
+    if spec.startswith("layers:"):
+        try:
+            n = int(spec.split(":", 1)[1])
+        except ValueError:
+            raise InvalidParameterError(f"layers:N needs a whole number N, got {spec!r}") from None
+        return truncated(lm, n), f"self-speculation: the target's first {n} layers, sharing its weights"
+    if spec == "bf16":
+        if lm.dtype == "bf16":
+            raise InvalidParameterError("the target is already bf16: a bf16 draft would be the target itself")
+        return copy.deepcopy(lm.model).to(torch.bfloat16), "a bf16 copy of the target"
+    if not spec:
+        raise InvalidParameterError("no draft model given: use layers:N, bf16 or a model name")
+    other = load_model(spec, dtype=lm.dtype, device=lm.device)
+    _same_tokenizer(lm, other)
+    return other.model, f"{other.name} ({other.params / 1e6:.0f}M parameters)"
+
+
+# --- one counted generation ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Counted:
+    token_ids: tuple[int, ...]
+    latency_s: float
+    forwards: int  # target forward passes
+    drafted: int  # drafted tokens the target verified
+
+    @property
+    def accepted(self) -> int:
+        # Every target forward yields one token of its own (the correction or bonus token); the rest were drafts.
+        return max(0, len(self.token_ids) - self.forwards)
+
+
+def _encode(lm: LoadedModel, prompt: str):
+    prompt = clean_prompt(prompt)
+    if lm.has_chat_template:
+        text = lm.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                                tokenize=False)
+        return lm.tokenizer(text, return_tensors="pt", add_special_tokens=False)
+    return lm.tokenizer(prompt, return_tensors="pt")
+
+
+def counted_generate(lm: LoadedModel, prompt: str, max_new_tokens: int, extra: dict | None = None) -> Counted:
+    """Greedy `generate` with `extra` kwargs (prompt lookup / assistant), timed, target forwards counted."""
+    import torch
+
+    enc = _encode(lm, prompt)
+    prompt_len = int(enc["input_ids"].shape[1])
+    check_context(lm, prompt_len, max_new_tokens)
+    enc = {k: v.to(lm.model.device) for k, v in enc.items()}
+    positions: list[int] = []
+
+    def hook(_module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is None:
+            ids = kwargs["inputs_embeds"]
+        positions.append(int(ids.shape[1]))
+
+    handle = lm.model.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        with lm.lock, torch.inference_mode():
+            if lm.device.startswith("cuda"):
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            out = R.quiet(
+                lm.model.generate,
+                **enc,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                temperature=None,
+                top_p=None,
+                top_k=None,
+                pad_token_id=lm.tokenizer.pad_token_id,
+                **(extra or {}),
+            )
+            if lm.device.startswith("cuda"):
+                torch.cuda.synchronize()
+            latency = time.perf_counter() - t0
+    finally:
+        handle.remove()
+    ids = out[0, prompt_len:].tolist()
+    eos = lm.model.generation_config.eos_token_id
+    eos_set = set(eos if isinstance(eos, list) else [eos]) - {None}
+    for i, t in enumerate(ids):
+        if t in eos_set:
+            ids = ids[: i + 1]
+            break
+    # First call: the prompt plus its drafts; later calls: the last own token plus the drafts.
+    drafted = max(0, sum(positions) - len(positions) - (prompt_len - 1))
+    return Counted(tuple(ids), latency, len(positions), drafted)
+
+
+# --- a run over methods and workloads ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SpecResult:
+    method: str
+    workload: str
+    status: str  # "ok" | "failed"
+    reason: str = ""
+    draft: str = ""  # what drafted: "n-grams of the prompt" or the draft model
+    draft_length: int = 0  # gamma
+    acceptance_rate: float | None = None
+    tokens_per_target_forward: float | None = None
+    speedup_vs_plain: float | None = None
+    speedup_ci: tuple[float, float] | None = None
+    identical_to_greedy: bool | None = None
+    expected_speedup: float | None = None
+    cost_ratio: float | None = None  # c: one draft forward / one target forward
+    plain_latency_s: float | None = None  # median over runs, the workload's prompts summed
+    method_latency_s: float | None = None
+    runs: int = 0
+
+
+@dataclass(frozen=True)
+class SpecReport:
+    model: str
+    device: str
+    max_new_tokens: int
+    runs: int
+    draft_spec: str
+    rows: tuple[SpecResult, ...]
+
+
+def _plain(lm, prompts, max_new_tokens, runs) -> tuple[list[float], list[tuple[int, ...]], list[float]]:
+    """Per run: summed latency over prompts; the greedy tokens; per-token times (for the cost ratio)."""
+    totals, tokens, per_token = [], [], []
+    for r in range(runs):
+        done = [counted_generate(lm, p, max_new_tokens) for p in prompts]
+        totals.append(sum(c.latency_s for c in done))
+        per_token.extend(c.latency_s / max(1, len(c.token_ids)) for c in done)
+        if r == 0:
+            tokens = [c.token_ids for c in done]
+    return totals, tokens, per_token
+
+
+def _cost_ratio(lm: LoadedModel, draft_model, prompt: str, max_new_tokens: int, target_per_token: list[float]) -> float:
+    """c = a draft's time per token / the target's, both plain greedy on the same prompt."""
+    as_lm = R.derived(lm, draft_model, "draft")
+    counted_generate(as_lm, prompt, 4)  # warm-up
+    c = counted_generate(as_lm, prompt, max_new_tokens)
+    return (c.latency_s / max(1, len(c.token_ids))) / stats.median(target_per_token)
+
+
+def run_speculate(
+    lm: LoadedModel,
+    methods: Sequence[str] = METHODS,
+    workloads: Sequence[str] | None = None,
+    *,
+    draft: str = DEFAULT_DRAFT,
+    draft_length: int = DEFAULT_DRAFT_LENGTH,
+    max_new_tokens: int = 48,
+    runs: int = 3,
+    progress: R.Progress | None = None,
+) -> SpecReport:
+    gamma = check_draft_length(draft_length)
+    for m in methods:
+        if m not in METHODS:
+            raise InvalidParameterError(f"unknown method {m!r}; choose from {', '.join(METHODS)}")
+    names = list(workloads or WORKLOADS)
+    for w in names:
+        if w not in WORKLOADS:
+            raise InvalidParameterError(f"unknown workload {w!r}; choose from {', '.join(WORKLOADS)}")
+    if not 1 <= runs <= 50:
+        raise InvalidParameterError(f"runs must be between 1 and 50, got {runs}")
+    draft_model, draft_what = (build_draft(lm, draft) if "draft" in methods else (None, ""))
+    if draft_model is not None:
+        draft_model.generation_config.num_assistant_tokens = gamma
+        draft_model.generation_config.num_assistant_tokens_schedule = "constant"  # a fixed gamma, as in the paper
+        draft_model.generation_config.assistant_confidence_threshold = 0.0  # never stop a draft early
+    rows: list[SpecResult] = []
+    steps = len(names) * (1 + len(methods))
+    step = 0
+
+    def tick(msg: str) -> None:
+        nonlocal step
+        if progress is not None:
+            progress(step / steps, msg)
+        step += 1
+
+    counted_generate(lm, WORKLOADS[names[0]][0], 4)  # warm-up
+    cost = None
+    for w in names:
+        prompts = WORKLOADS[w]
+        tick(f"{w}: plain greedy")
+        plain_totals, plain_tokens, per_token = _plain(lm, prompts, max_new_tokens, runs)
+        for method in methods:
+            tick(f"{w}: {method}")
+            try:
+                if method == "prompt_lookup":
+                    extra, what, c = {"prompt_lookup_num_tokens": gamma}, "n-grams of the prompt", 0.0
+                else:
+                    if cost is None:
+                        cost = _cost_ratio(lm, draft_model, prompts[0], max_new_tokens, per_token)
+                    extra, what, c = {"assistant_model": draft_model}, draft_what, cost
+                totals, drafted, accepted, forwards, generated, same = [], 0, 0, 0, 0, True
+                for r in range(runs):
+                    done = [counted_generate(lm, p, max_new_tokens, extra) for p in prompts]
+                    totals.append(sum(d.latency_s for d in done))
+                    if r == 0:
+                        same = [d.token_ids for d in done] == plain_tokens
+                        drafted = sum(d.drafted for d in done)
+                        accepted = sum(d.accepted for d in done)
+                        forwards = sum(d.forwards for d in done)
+                        generated = sum(len(d.token_ids) for d in done)
+                alpha = accepted / drafted if drafted else 0.0
+                sp = stats.speedup(plain_totals, totals)
+                rows.append(SpecResult(
+                    method=method, workload=w, status="ok", draft=what, draft_length=gamma,
+                    acceptance_rate=alpha, tokens_per_target_forward=generated / forwards if forwards else None,
+                    speedup_vs_plain=sp.median, speedup_ci=(sp.low, sp.high) if runs >= 3 else None,
+                    identical_to_greedy=same, expected_speedup=scalc.expected_speedup(min(alpha, 1.0), gamma, c),
+                    cost_ratio=c, plain_latency_s=stats.median(plain_totals), method_latency_s=stats.median(totals),
+                    runs=runs,
+                ))
+            except (EngineError, RuntimeError, ValueError, TypeError, AttributeError) as exc:
+                rows.append(SpecResult(method, w, "failed", f"{type(exc).__name__}: {exc}"[:300], draft_length=gamma))
+    if progress is not None:
+        progress(1.0, "done")
+    return SpecReport(lm.name, lm.device, max_new_tokens, runs, draft, tuple(rows))
+
+
+def verdict(row: SpecResult) -> str:
+    """One sentence from the row's numbers: measured speedup, why (alpha, c), and whether output matched."""
+    if row.status != "ok":
+        return f"{row.method} on {row.workload} did not run: {row.reason}"
+    sp, exp = row.speedup_vs_plain, row.expected_speedup
+    same = "identical to plain greedy" if row.identical_to_greedy else "NOT identical to plain greedy"
+    why = (f"{row.acceptance_rate:.0%} of drafted tokens accepted, {row.tokens_per_target_forward:.2f} tokens per "
+           f"target forward, draft cost c = {row.cost_ratio:.2f}")
+    if sp is None or not math.isfinite(sp):
+        return f"{row.method} on {row.workload}: no speed figure ({why})."
+    word = "faster" if sp >= 1 else "slower"
+    theory = f"; Leviathan et al. predict {exp:.2f}x from these" if exp is not None else ""
+    return f"{row.method} on {row.workload} is {sp:.2f}x plain greedy here ({word}): {why}{theory}; output {same}."

@@ -1,0 +1,146 @@
+"""The article's levers, measured on this machine (NVIDIA, "Mastering LLM Techniques: Inference
+Optimization"): weight quantization, KV-cache quantization and speculative decoding, each beside what the
+calculator or the theory predicts, with every verdict written from the numbers next to it."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from engine.errors import EngineError
+from engine.levers import kvquant as K
+from engine.levers import quant as Q
+from engine.levers import speculative as S
+from ui import levers_widgets as lw
+from ui.common import init_state, page_setup, show_error
+from ui.widgets import load_with_progress, model_picker
+
+NS = "levers"
+page_setup("Quantization and speculative decoding", ":material/compress:")
+init_state(NS, quant=None, kv=None, spec=None)
+
+st.title("Quantization and speculative decoding")
+st.markdown(
+    "Three levers from NVIDIA's guide to LLM inference optimization, each applied to the loaded model and "
+    "measured in one run against its own baseline: **fewer bytes per weight**, **fewer bytes per cached "
+    "token**, and **several tokens per forward pass**. Whatever wins or loses here is what this machine does."
+)
+with st.sidebar:
+    name, dtype = model_picker(NS, allow_custom=False)
+    st.caption("Quantization and the KV cache are measured against the model in fp32.")
+
+tab_q, tab_kv, tab_s = st.tabs(["Weight quantization", "KV-cache quantization", "Speculative decoding"])
+
+with tab_q:
+    st.markdown(
+        "Each scheme quantizes a copy of the fp32 model (every linear layer except the output layer). Weight "
+        "bytes are read from the quantized tensors themselves (scales and zero points included) and set beside "
+        "the calculator's bytes for the same shapes (engine/calc/quant.py). Speedup = median fp32 time per "
+        "token / median scheme time per token, with a bootstrap 95% interval. Quality: " + Q.QUALITY_METHOD.format(n="N")
+    )
+    with st.form(f"{NS}.qform"):
+        c = st.columns(4)
+        schemes = c[0].multiselect("Schemes", list(Q.SCHEMES), default=list(Q.DEFAULT_SCHEMES), key=f"{NS}.schemes")
+        q_tokens = c[1].number_input("New tokens", 4, 256, 32, key=f"{NS}.qtok")
+        q_runs = c[2].number_input("Timed runs", 1, 20, 3, key=f"{NS}.qruns")
+        q_docs = c[3].number_input("Documents for bits/byte (N)", 1, 48, 4, key=f"{NS}.qdocs")
+        go_q = st.form_submit_button("Quantize and measure", type="primary")
+    if go_q:
+        lm = load_with_progress(name, "fp32")
+        if lm is not None:
+            report, bar = lw.progress_bar("weight quantization")
+            try:
+                st.session_state[f"{NS}.quant"] = Q.run_quant(
+                    lm, schemes, max_new_tokens=int(q_tokens), runs=int(q_runs), eval_documents=int(q_docs),
+                    progress=report)
+            except EngineError as exc:
+                show_error(exc)
+            finally:
+                bar.empty()
+    result = st.session_state[f"{NS}.quant"]
+    if result is not None:
+        st.caption(f"{result.model} on {result.device}: {result.runs} timed runs of {result.max_new_tokens} tokens "
+                   f"per scheme; quality over {result.eval_documents} documents (measured).")
+        st.dataframe(lw.quant_table(result.rows), hide_index=True, width="stretch")
+        base = result.rows[0] if result.rows and result.rows[0].scheme == "fp32" else None
+        for row in result.rows:
+            st.markdown(f"- {Q.verdict(row, base)}")
+        lw.downloads(result.rows, "quantization", f"{NS}.qdl")
+    else:
+        st.info("Choose schemes and press **Quantize and measure** (SmolLM2: about a minute per scheme on 2 cores).")
+
+with tab_kv:
+    st.markdown(
+        "transformers' `QuantizedCache` (KIVI, Liu et al. 2024) keeps the newest tokens in full precision and "
+        f"stores older ones in 2–8 bits with a scale and a zero point per group of {K.GROUP}. Bytes are read from "
+        "the cache after one greedy generation and set beside the calculator's (engine.calc.quant.kv_quant_bytes); "
+        "quality is the greedy continuation compared with the plain cache's."
+    )
+    status = {b: K.backend_status(b) for b in K.BACKENDS}
+    for b, (ok, why) in status.items():
+        (st.caption if ok else st.warning)(f"backend **{b}**: {why}")
+    with st.form(f"{NS}.kvform"):
+        c = st.columns(4)
+        backends = c[0].multiselect("Backends", list(K.BACKENDS), default=list(K.BACKENDS), key=f"{NS}.backends")
+        nbits = c[1].selectbox("Bits (quanto: 2/4; HQQ: 2/4/8)", [4, 2, 8], key=f"{NS}.nbits")
+        kv_tokens = c[2].number_input("New tokens", 8, 1024, 256, key=f"{NS}.kvtok")
+        budget_gb = c[3].number_input("Memory budget for the cache (GB)", 0.01, 1000.0, 1.0, key=f"{NS}.budget")
+        go_kv = st.form_submit_button("Measure the KV cache", type="primary")
+    if go_kv:
+        lm = load_with_progress(name, "fp32")
+        if lm is not None:
+            report, bar = lw.progress_bar("KV cache")
+            try:
+                st.session_state[f"{NS}.kv"] = K.run_kv(lm, backends, nbits=int(nbits), max_new_tokens=int(kv_tokens),
+                                                        budget_bytes=float(budget_gb) * 1e9, progress=report)
+            except EngineError as exc:
+                show_error(exc)
+            finally:
+                bar.empty()
+    rows = st.session_state[f"{NS}.kv"]
+    if rows:
+        st.dataframe(lw.kv_table(rows), hide_index=True, width="stretch")
+        for row in rows:
+            st.markdown(f"- {K.verdict(row, rows[0])}")
+        lw.downloads(rows, "kv-cache", f"{NS}.kvdl")
+
+with tab_s:
+    st.markdown(
+        "A cheap drafter proposes γ tokens; the target checks them all in one forward pass and keeps the "
+        "longest prefix it agrees with, plus one token of its own, so greedy output is unchanged. **Prompt "
+        "lookup** drafts by matching the last n-gram in the prompt (free, wins when the answer copies the input); "
+        "**a draft model** costs c of a target forward per token. Expected speedup (Leviathan et al., 2023): "
+        "(1 − α^(γ+1)) / ((1 − α)(γc + 1))."
+    )
+    st.caption("Offline draft models: `layers:N` = the target's own first N layers (self-speculation, no copy, "
+               "same tokenizer); `bf16` = a bf16 copy of the target; or a model with the same tokenizer.")
+    with st.form(f"{NS}.sform"):
+        c = st.columns(5)
+        methods = c[0].multiselect("Methods", list(S.METHODS), default=list(S.METHODS), key=f"{NS}.methods")
+        workloads = c[1].multiselect("Workloads", list(S.WORKLOADS), default=list(S.WORKLOADS), key=f"{NS}.wl")
+        draft = c[2].text_input("Draft model", S.DEFAULT_DRAFT, key=f"{NS}.draft")
+        gamma = c[3].number_input("Draft length γ", 0, 1000, S.DEFAULT_DRAFT_LENGTH, key=f"{NS}.gamma")
+        s_tokens = c[4].number_input("New tokens", 4, 512, 48, key=f"{NS}.stok")
+        s_runs = st.number_input("Timed runs", 1, 20, 3, key=f"{NS}.sruns")
+        go_s = st.form_submit_button("Measure speculative decoding", type="primary")
+    for w in S.WORKLOADS:
+        st.caption(f"**{w}**: {S.WORKLOAD_DESCRIPTIONS[w]} ({len(S.WORKLOADS[w])} prompts)")
+    if go_s:
+        try:
+            S.check_draft_length(int(gamma))
+            lm = load_with_progress(name, dtype if dtype != "auto" else "fp32")
+            if lm is not None:
+                report, bar = lw.progress_bar("speculative decoding")
+                try:
+                    st.session_state[f"{NS}.spec"] = S.run_speculate(
+                        lm, methods, workloads, draft=draft, draft_length=int(gamma), max_new_tokens=int(s_tokens),
+                        runs=int(s_runs), progress=report)
+                finally:
+                    bar.empty()
+        except EngineError as exc:
+            show_error(exc)
+    spec = st.session_state[f"{NS}.spec"]
+    if spec is not None:
+        st.dataframe(lw.spec_table(spec.rows), hide_index=True, width="stretch")
+        for row in spec.rows:
+            st.markdown(f"- {S.verdict(row)}")
+        lw.downloads(spec.rows, "speculative", f"{NS}.sdl")

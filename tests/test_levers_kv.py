@@ -1,0 +1,50 @@
+"""KV-cache quantization: the calculator's bytes (KIVI residual arithmetic), a backend that cannot run says
+why, and on SmolLM2 the bytes read from a real QuantizedCache equal the calculator's."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.calc import quant as qcalc
+from engine.errors import InvalidParameterError
+from engine.levers import kvquant as K
+
+
+def test_kv_quant_bytes_arithmetic():
+    values = 2 * 30 * 3 * 64  # SmolLM2-135M: 30 layers, 3 KV heads, head_dim 64
+    assert qcalc.kv_quant_bytes(values, 40, 24, 4, None) == 64 * values * 4
+    q = qcalc.KVQuant(bits=4, group=64, scale_bytes=4, zero_bytes=4, residual=128)
+    # 24 decoded tokens stay in the fp32 residual; the 40 prompt tokens cost 0.5 + 8/64 bytes per value
+    assert qcalc.kv_quant_bytes(values, 40, 24, 4, q) == 24 * values * 4 + 40 * values * (0.5 + 8 / 64)
+    # at 128 decoded tokens the residual has just been flushed: everything is quantized
+    assert qcalc.kv_quant_bytes(values, 40, 128, 4, q) == 168 * values * (0.5 + 8 / 64)
+    with pytest.raises(InvalidParameterError):
+        qcalc.kv_quant_bytes(values, -1, 0, 4, q)
+
+
+def test_bad_inputs(tiny_lm):
+    with pytest.raises(InvalidParameterError, match="nbits"):
+        K.run_kv(tiny_lm, nbits=3)
+    with pytest.raises(InvalidParameterError, match="unknown KV backend"):
+        K.backend_status("int1")
+
+
+def test_tiny_model_bytes_match_and_missing_backend_says_why(tiny_lm, monkeypatch):
+    monkeypatch.setitem(K.BACKENDS, "hqq", "not_installed_hqq_xyz")
+    rows = K.run_kv(tiny_lm, ["quanto", "fp8", "hqq"], max_new_tokens=6)
+    assert [r.backend for r in rows] == ["none", "quanto", "fp8", "hqq"]
+    for row in rows[:3]:
+        assert row.status == "ok", row.reason
+        assert row.kv_bytes == pytest.approx(row.predicted_bytes)  # read from the cache = the calculator
+    assert rows[2].kv_bytes < rows[0].kv_bytes  # fp8 stores 1 byte per value instead of 4
+    assert rows[3].status == "skipped" and "not installed" in rows[3].reason
+    assert "cannot run here" in K.verdict(rows[3], rows[0])
+
+
+@pytest.mark.slow
+def test_quantized_cache_bytes_match_the_calculator(smol_lm):
+    rows = K.run_kv(smol_lm, ["quanto", "fp8"], max_new_tokens=8)
+    for row in rows:
+        assert row.status == "ok", row.reason
+        assert row.kv_bytes == pytest.approx(row.predicted_bytes)
+    assert rows[1].kv_bytes < rows[0].kv_bytes and rows[1].max_sequences > rows[0].max_sequences

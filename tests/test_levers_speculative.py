@@ -1,0 +1,91 @@
+"""Speculative decoding: Leviathan et al.'s formula, token-for-token equality with plain greedy, the forward
+counting, bad input, and verdicts that follow the numbers."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from engine.calc import speculative as scalc
+from engine.errors import InvalidParameterError
+from engine.levers import speculative as S
+
+
+def test_leviathan_formula():
+    assert scalc.expected_speedup(0.0, 4, 0.0) == 1.0  # nothing accepted, free drafts: plain speed
+    assert scalc.tokens_per_forward(1.0, 4) == 5.0
+    # alpha 0.8, gamma 4, c 0.1: (1 - 0.8^5) / (0.2 x 1.4) = 2.3811...
+    assert math.isclose(scalc.expected_speedup(0.8, 4, 0.1), (1 - 0.8**5) / (0.2 * 1.4))
+    assert scalc.expected_speedup(0.2, 8, 0.5) < 1  # costly drafts that are rejected lose
+    with pytest.raises(InvalidParameterError):
+        scalc.expected_speedup(1.5, 4, 0.1)
+
+
+@pytest.mark.parametrize("gamma", [0, 1000, -1, True])
+def test_bad_draft_length(gamma):
+    with pytest.raises(InvalidParameterError, match="draft length"):
+        S.check_draft_length(gamma)
+
+
+def test_cli_bad_draft_length(capsys):
+    from engine.cli import main
+
+    assert main(["speculate", "--model", "tiny-gpt-neo", "--draft-length", "0"]) == 2
+    assert "draft length" in capsys.readouterr().err
+
+
+def test_draft_with_another_tokenizer_is_refused(tiny_lm):
+    other = SimpleNamespace(name="other", tokenizer=SimpleNamespace(get_vocab=lambda: {"a": 0}),
+                            model=tiny_lm.model)
+    with pytest.raises(InvalidParameterError, match="another tokenizer"):
+        S._same_tokenizer(tiny_lm, other)
+
+
+def test_workloads_ship_both_kinds():
+    assert set(S.WORKLOADS) == {"input_grounded", "open_ended"}
+    assert all(len(p) >= 3 for p in S.WORKLOADS.values())
+
+
+def test_plain_greedy_counts_one_forward_per_token(tiny_lm):
+    c = S.counted_generate(tiny_lm, "Hello there", 6)
+    assert c.forwards == len(c.token_ids) and c.drafted == 0 and c.accepted == 0
+
+
+@pytest.mark.parametrize("draft", ["prompt_lookup", "layers:2", "bf16"])
+def test_speculative_output_is_identical_to_greedy(tiny_lm, draft):
+    prompt = S.WORKLOADS["input_grounded"][0]
+    plain = S.counted_generate(tiny_lm, prompt, 12)
+    if draft == "prompt_lookup":
+        extra = {"prompt_lookup_num_tokens": 3}
+    else:
+        model, _ = S.build_draft(tiny_lm, draft)
+        model.generation_config.num_assistant_tokens = 3
+        model.generation_config.num_assistant_tokens_schedule = "constant"
+        extra = {"assistant_model": model}
+    spec = S.counted_generate(tiny_lm, prompt, 12, extra)
+    assert spec.token_ids == plain.token_ids
+    assert spec.forwards <= plain.forwards  # drafts only ever save target passes
+    assert len(tiny_lm.model.transformer.h) == 4  # the truncated draft left the target whole
+
+
+@pytest.mark.slow
+def test_run_speculate_rows(tiny_lm):
+    report = S.run_speculate(tiny_lm, draft="layers:2", draft_length=3, max_new_tokens=8, runs=1)
+    assert {(r.method, r.workload) for r in report.rows} == {
+        (m, w) for m in S.METHODS for w in S.WORKLOADS
+    }
+    for r in report.rows:
+        assert r.status == "ok" and r.identical_to_greedy is True
+        assert 0 <= r.acceptance_rate <= 1 and r.tokens_per_target_forward >= 1
+        assert r.expected_speedup is not None and r.speedup_vs_plain > 0
+
+
+def test_verdict_follows_the_numbers():
+    row = S.SpecResult("prompt_lookup", "input_grounded", "ok", acceptance_rate=0.6, tokens_per_target_forward=2.1,
+                       speedup_vs_plain=1.8, expected_speedup=2.0, cost_ratio=0.0, identical_to_greedy=True)
+    assert "1.80x plain greedy here (faster)" in S.verdict(row) and "60% of drafted" in S.verdict(row)
+    slow = S.SpecResult("draft", "open_ended", "ok", acceptance_rate=0.1, tokens_per_target_forward=1.1,
+                        speedup_vs_plain=0.5, expected_speedup=0.6, cost_ratio=0.4, identical_to_greedy=False)
+    assert "(slower)" in S.verdict(slow) and "NOT identical" in S.verdict(slow)

@@ -1,0 +1,61 @@
+"""The levers page through AppTest: it renders, bad input is a clear error that leaves the page usable, a
+backend that cannot run says why, and a small speculative run shows its table, verdicts and downloads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "7_Quantization_and_speculative_decoding.py")
+
+
+def _page() -> AppTest:
+    at = AppTest.from_file(PAGE, default_timeout=300)
+    at.run()
+    at.sidebar.selectbox(key="levers.model").select("tiny-gpt-neo").run()
+    return at
+
+
+def test_page_renders():
+    at = _page()
+    assert not at.exception and not at.error
+    assert any("Quantization and speculative decoding" in t.value for t in at.title)
+
+
+def test_draft_length_zero_is_a_clear_error():
+    at = _page()
+    at.number_input(key="levers.gamma").set_value(0)
+    next(b for b in at.button if "speculative" in str(b.label)).click().run()
+    assert not at.exception
+    assert any("draft length" in e.value for e in at.error)
+
+
+@pytest.mark.slow
+def test_kv_backend_that_cannot_run_says_why(monkeypatch):
+    from engine.levers import kvquant
+
+    monkeypatch.setitem(kvquant.BACKENDS, "hqq", "not_installed_hqq_xyz")
+    at = _page()
+    assert any("not installed" in w.value for w in at.warning)
+    at.multiselect(key="levers.backends").set_value(["fp8", "hqq"])
+    at.number_input(key="levers.kvtok").set_value(8)
+    next(b for b in at.button if "KV cache" in str(b.label)).click().run()
+    assert not at.exception and not at.error
+    assert any("cannot run here" in m.value and "not installed" in m.value for m in at.markdown)
+    assert any("fewer bytes than the plain cache" in m.value for m in at.markdown)
+
+
+@pytest.mark.slow
+def test_small_speculative_run():
+    at = _page()
+    at.multiselect(key="levers.methods").set_value(["prompt_lookup"])
+    at.multiselect(key="levers.wl").set_value(["input_grounded"])
+    at.number_input(key="levers.stok").set_value(6)
+    at.number_input(key="levers.sruns").set_value(1)
+    next(b for b in at.button if "speculative" in str(b.label)).click().run()
+    assert not at.exception and not at.error
+    table = at.dataframe[0].value
+    assert list(table["method"]) == ["prompt_lookup"] and bool(table["identical to greedy"][0])
+    assert any("plain greedy here" in m.value for m in at.markdown)
