@@ -5,6 +5,6 @@ run:
 test:
 	bash scripts/test.sh
 lint:
-	.venv/bin/ruff check .
+	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy engine/calc
 bench:
 	.venv/bin/python bench/decode.py

@@ -38,7 +38,9 @@ def hf_continuous_batching(lm, n: int = 4, tokens: int = 32) -> dict:
     ids = [lm.tokenizer(f"Request {i}: tell me about batching")["input_ids"] for i in range(n)]
     out: dict = {"requests": n, "tokens_each": tokens}
     try:
-        cfg = HFConfig(max_new_tokens=tokens, do_sample=False, eos_token_id=-1, pad_token_id=lm.tokenizer.pad_token_id)
+        cfg = HFConfig(
+            max_new_tokens=tokens, do_sample=False, eos_token_id=-1, pad_token_id=lm.tokenizer.pad_token_id
+        )
         t = time.perf_counter()
         with lm.lock:
             lm.model.generate_batch(inputs=ids, generation_config=cfg, progress_bar=False)
@@ -49,7 +51,10 @@ def hf_continuous_batching(lm, n: int = 4, tokens: int = 32) -> dict:
     sched = Scheduler(lm, max_batch=n, record=False)
     try:
         t = time.perf_counter()
-        hs = [sched.submit("x", GenerationConfig(max_new_tokens=tokens), ignore_eos=True, prompt_ids=i) for i in ids]
+        hs = [
+            sched.submit("x", GenerationConfig(max_new_tokens=tokens), ignore_eos=True, prompt_ids=i)
+            for i in ids
+        ]
         [h.result() for h in hs]
         out["engine_s"] = time.perf_counter() - t
         out["engine_tokens_per_s"] = n * tokens / out["engine_s"]
@@ -81,9 +86,14 @@ def main(argv: list[str] | None = None) -> int:
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": paths.machine_id(),
         "load_average": os.getloadavg(),
-        "model": lm.name, "dtype": lm.dtype, "device": lm.device,
-        "workload": spec, "max_batch": args.max_batch, "repeats": args.repeats,
-        "static": s.summary(), "inflight": i.summary(),
+        "model": lm.name,
+        "dtype": lm.dtype,
+        "device": lm.device,
+        "workload": spec,
+        "max_batch": args.max_batch,
+        "repeats": args.repeats,
+        "static": s.summary(),
+        "inflight": i.summary(),
         "all_throughputs": {p: [r.throughput_tokens_per_s for r in rs] for p, rs in runs.items()},
         "throughput_ratio": i.throughput_tokens_per_s / s.throughput_tokens_per_s,
         "latency_p95_ratio": i.latency_s_p95 / s.latency_s_p95,
@@ -93,14 +103,22 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.hf_check:
         result["transformers_continuous_batching"] = hf_continuous_batching(lm)
-    print(f"{lm.name} ({lm.dtype}, {lm.device}); {args.requests} requests, output 8..256 tokens, max batch "
-          f"{args.max_batch}; median of {args.repeats}; load average {os.getloadavg()[0]:.1f}")
-    print(f"{'policy':<9} {'tok/s':>8} {'TTFT p50':>9} {'lat p50':>8} {'lat p95':>8} {'wall':>7} {'slots used':>10}")
+    print(
+        f"{lm.name} ({lm.dtype}, {lm.device}); {args.requests} requests, output 8..256 tokens, max batch "
+        f"{args.max_batch}; median of {args.repeats}; load average {os.getloadavg()[0]:.1f}"
+    )
+    print(
+        f"{'policy':<9} {'tok/s':>8} {'TTFT p50':>9} {'lat p50':>8} {'lat p95':>8} {'wall':>7} {'slots used':>10}"
+    )
     for r in (s, i):
-        print(f"{r.policy:<9} {r.throughput_tokens_per_s:>8.1f} {r.ttft_s_p50:>8.2f}s {r.latency_s_p50:>7.2f}s "
-              f"{r.latency_s_p95:>7.2f}s {r.wall_s:>6.1f}s {r.slot_utilization:>10.0%}")
-    print(f"in-flight / static: throughput {result['throughput_ratio']:.2f}x, p95 latency "
-          f"{result['latency_p95_ratio']:.2f}x; target (>= 1.5x, p95 <= 0.8x) met: {result['target_met']}")
+        print(
+            f"{r.policy:<9} {r.throughput_tokens_per_s:>8.1f} {r.ttft_s_p50:>8.2f}s {r.latency_s_p50:>7.2f}s "
+            f"{r.latency_s_p95:>7.2f}s {r.wall_s:>6.1f}s {r.slot_utilization:>10.0%}"
+        )
+    print(
+        f"in-flight / static: throughput {result['throughput_ratio']:.2f}x, p95 latency "
+        f"{result['latency_p95_ratio']:.2f}x; target (>= 1.5x, p95 <= 0.8x) met: {result['target_met']}"
+    )
     print("step-time breakdown (seconds of the model thread; share of its busy time):")
     for r in (s, i):
         parts = dict(r.breakdown)
@@ -108,7 +126,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {r.policy:<9} " + "  ".join(f"{k} {v:.1f}s ({v / busy:.0%})" for k, v in parts.items()))
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     if args.hf_check:
-        print("transformers continuous batching:", json.dumps(to_jsonable(result["transformers_continuous_batching"])))
+        print(
+            "transformers continuous batching:",
+            json.dumps(to_jsonable(result["transformers_continuous_batching"])),
+        )
     out = ROOT / "bench" / "results" / f"batching-{paths.machine_id()}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(to_jsonable(result), indent=2, allow_nan=False))

@@ -75,26 +75,43 @@ def run(repeats: int, neo13: bool, neo13_bf16: bool, raw_out: Path | None = None
         for lm, shapes, n in targets:
             if rep < n:
                 target_runs += [timed_run(lm, s) for s in shapes]
-        print(f"repeat {rep + 1}/{repeats} done at {time.perf_counter() - t0:.0f} s, load average "
-              f"{os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
+        print(
+            f"repeat {rep + 1}/{repeats} done at {time.perf_counter() - t0:.0f} s, load average "
+            f"{os.getloadavg()[0]:.1f}",
+            file=sys.stderr,
+            flush=True,
+        )
         _save_raw(raw_out, calib_runs, target_runs, roofs)  # a run cut short still leaves its data
     roofs = machine.best_of(roofs, machine.measure(DTYPES, store=False))
     machine.save(roofs)
-    _save_raw(raw_out, calib_runs, target_runs, roofs)  # the analysis below can be redone from it (--from-runs)
+    _save_raw(
+        raw_out, calib_runs, target_runs, roofs
+    )  # the analysis below can be redone from it (--from-runs)
     return analyse(calib_runs, target_runs, roofs, t0)
 
 
 def _save_raw(raw_out: Path | None, calib_runs, target_runs, roofs) -> None:
     if raw_out is not None:
         raw_out.parent.mkdir(parents=True, exist_ok=True)
-        raw_out.write_text(json.dumps(_clean({"calibration_runs": [asdict(r) for r in calib_runs],
-                                              "target_runs": [asdict(r) for r in target_runs],
-                                              "roofs": asdict(roofs)}), indent=1))
+        raw_out.write_text(
+            json.dumps(
+                _clean(
+                    {
+                        "calibration_runs": [asdict(r) for r in calib_runs],
+                        "target_runs": [asdict(r) for r in target_runs],
+                        "roofs": asdict(roofs),
+                    }
+                ),
+                indent=1,
+            )
+        )
 
 
 def analyse(calib_runs, target_runs, roofs, t0: float) -> dict:
     smol = spec_for_run_model(DEFAULT_MODEL)
-    cal = build_calibration(smol, run_samples(calib_runs, smol.n_layer), roofs.gpu_spec(), model=DEFAULT_MODEL)
+    cal = build_calibration(
+        smol, run_samples(calib_runs, smol.n_layer), roofs.gpu_spec(), model=DEFAULT_MODEL
+    )
     save_calibration(cal)  # as `python -m engine calibrate` would
     rows = []
     groups: dict[tuple, list] = {}
@@ -105,20 +122,30 @@ def analyse(calib_runs, target_runs, roofs, t0: float) -> dict:
         pred = predict_interval(cal, spec, dtype=dt, prompt_tokens=p, output_tokens=o, batch=b)
         ds_ttft, ds_tpot = predict(spec, RunSample(dt, b, p, o, 0, 0), roofs.gpu_spec())
         tpot, ttft = min(r.tpot_s for r in runs), min(r.ttft_s for r in runs)
-        rows.append({
-            "model": model, "dtype": dt, "batch": b, "prompt": p, "output": o, "runs": len(runs),
-            "measured_tpot_s": tpot, "measured_ttft_s": ttft,
-            "measured_tpot_median_s": median([r.tpot_s for r in runs]),
-            "measured_ttft_median_s": median([r.ttft_s for r in runs]),
-            "calibrated_tpot_s": pred.tpot.point, "calibrated_tpot_interval_s": [pred.tpot.low, pred.tpot.high],
-            "calibrated_ttft_s": pred.ttft.point, "calibrated_ttft_interval_s": [pred.ttft.low, pred.ttft.high],
-            "calibrated_over_measured_tpot": pred.tpot.point / tpot,
-            "calibrated_over_measured_ttft": pred.ttft.point / ttft,
-            "datasheet_over_measured_tpot": ds_tpot / tpot,
-            "datasheet_over_measured_ttft": ds_ttft / ttft,
-            "loadavg_1m_median": median([r.loadavg_1m for r in runs]),
-            "cpu_share_median": median([r.cpu_share for r in runs]),
-        })
+        rows.append(
+            {
+                "model": model,
+                "dtype": dt,
+                "batch": b,
+                "prompt": p,
+                "output": o,
+                "runs": len(runs),
+                "measured_tpot_s": tpot,
+                "measured_ttft_s": ttft,
+                "measured_tpot_median_s": median([r.tpot_s for r in runs]),
+                "measured_ttft_median_s": median([r.ttft_s for r in runs]),
+                "calibrated_tpot_s": pred.tpot.point,
+                "calibrated_tpot_interval_s": [pred.tpot.low, pred.tpot.high],
+                "calibrated_ttft_s": pred.ttft.point,
+                "calibrated_ttft_interval_s": [pred.ttft.low, pred.ttft.high],
+                "calibrated_over_measured_tpot": pred.tpot.point / tpot,
+                "calibrated_over_measured_ttft": pred.ttft.point / ttft,
+                "datasheet_over_measured_tpot": ds_tpot / tpot,
+                "datasheet_over_measured_ttft": ds_ttft / ttft,
+                "loadavg_1m_median": median([r.loadavg_1m for r in runs]),
+                "cpu_share_median": median([r.cpu_share for r in runs]),
+            }
+        )
     return {
         "calibration": asdict(cal),
         "rows": rows,
@@ -153,36 +180,59 @@ def main() -> int:
     load_before = os.getloadavg()[0]
     if args.from_runs:
         raw = json.loads(args.from_runs.read_text())
-        result = analyse([TimedRun(**r) for r in raw["calibration_runs"]], [TimedRun(**r) for r in raw["target_runs"]],
-                         machine.MachineMeasurement(**raw["roofs"]), time.perf_counter())
+        result = analyse(
+            [TimedRun(**r) for r in raw["calibration_runs"]],
+            [TimedRun(**r) for r in raw["target_runs"]],
+            machine.MachineMeasurement(**raw["roofs"]),
+            time.perf_counter(),
+        )
     else:
-        with ThreadPoolExecutor(max_workers=1) as pool:  # a worker thread, like the dashboard (see bench/decode.py)
-            result = pool.submit(run, args.repeats, not args.no_neo13, args.neo13_bf16,
-                                 out.with_suffix(".runs.json")).result()
-    print(f"load average {load_before:.2f} at start, {os.getloadavg()[0]:.2f} at end, {os.cpu_count()} cores; "
-          f"{result['seconds']:.0f} s")
+        with ThreadPoolExecutor(
+            max_workers=1
+        ) as pool:  # a worker thread, like the dashboard (see bench/decode.py)
+            result = pool.submit(
+                run, args.repeats, not args.no_neo13, args.neo13_bf16, out.with_suffix(".runs.json")
+            ).result()
+    print(
+        f"load average {load_before:.2f} at start, {os.getloadavg()[0]:.2f} at end, {os.cpu_count()} cores; "
+        f"{result['seconds']:.0f} s"
+    )
     if result["load"]:
         ld = result["load"]
-        print(f"calibration runs: load average median {ld['loadavg_1m_median']:.1f}, CPU share median "
-              f"{ld['cpu_share_median']:.0%}, {ld['busy_runs']} of {ld['runs']} runs busy; target runs: load average "
-              f"median {result['target_runs_loadavg_median']:.1f}, CPU share {result['target_runs_cpu_share_median']:.0%}")
-    print(f"{'model':<22}{'dtype':<6}{'b':>3}{'TPOT meas':>11}{'cal/meas':>9}{'95% interval':>17}{'sheet/meas':>11}"
-          f"{'TTFT meas':>11}{'cal/meas':>9}{'95% interval':>17}  load  within 20%")
+        print(
+            f"calibration runs: load average median {ld['loadavg_1m_median']:.1f}, CPU share median "
+            f"{ld['cpu_share_median']:.0%}, {ld['busy_runs']} of {ld['runs']} runs busy; target runs: load average "
+            f"median {result['target_runs_loadavg_median']:.1f}, CPU share {result['target_runs_cpu_share_median']:.0%}"
+        )
+    print(
+        f"{'model':<22}{'dtype':<6}{'b':>3}{'TPOT meas':>11}{'cal/meas':>9}{'95% interval':>17}{'sheet/meas':>11}"
+        f"{'TTFT meas':>11}{'cal/meas':>9}{'95% interval':>17}  load  within 20%"
+    )
     ok = True
     for r in result["rows"]:
-        hit = all(0.8 <= r[k] <= 1.2 for k in ("calibrated_over_measured_tpot", "calibrated_over_measured_ttft"))
+        hit = all(
+            0.8 <= r[k] <= 1.2 for k in ("calibrated_over_measured_tpot", "calibrated_over_measured_ttft")
+        )
         ok &= hit
         ti = [v / r["measured_tpot_s"] for v in r["calibrated_tpot_interval_s"]]
         fi = [v / r["measured_ttft_s"] for v in r["calibrated_ttft_interval_s"]]
-        print(f"{r['model']:<22}{r['dtype']:<6}{r['batch']:>3}{r['measured_tpot_s'] * 1e3:>8.1f} ms"
-              f"{r['calibrated_over_measured_tpot']:>9.2f}{f'{ti[0]:.2f}..{ti[1]:.2f}':>17}"
-              f"{r['datasheet_over_measured_tpot']:>11.2f}{r['measured_ttft_s'] * 1e3:>8.0f} ms"
-              f"{r['calibrated_over_measured_ttft']:>9.2f}{f'{fi[0]:.2f}..{fi[1]:.2f}':>17}"
-              f"{r['loadavg_1m_median']:>6.1f}  {'yes' if hit else 'NO'}")
+        print(
+            f"{r['model']:<22}{r['dtype']:<6}{r['batch']:>3}{r['measured_tpot_s'] * 1e3:>8.1f} ms"
+            f"{r['calibrated_over_measured_tpot']:>9.2f}{f'{ti[0]:.2f}..{ti[1]:.2f}':>17}"
+            f"{r['datasheet_over_measured_tpot']:>11.2f}{r['measured_ttft_s'] * 1e3:>8.0f} ms"
+            f"{r['calibrated_over_measured_ttft']:>9.2f}{f'{fi[0]:.2f}..{fi[1]:.2f}':>17}"
+            f"{r['loadavg_1m_median']:>6.1f}  {'yes' if hit else 'NO'}"
+        )
     for n in result["calibration"]["notes"]:
         print(f"note: {n}")
-    payload = {"benchmark": "calibration", "date": datetime.now(UTC).isoformat(timespec="seconds"),
-               "machine": paths.machine_id(), "target_met": ok, "loadavg_at_start": load_before, **result}
+    payload = {
+        "benchmark": "calibration",
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": paths.machine_id(),
+        "target_met": ok,
+        "loadavg_at_start": load_before,
+        **result,
+    }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(_clean(payload), indent=2, default=str))
     print(f"wrote {out}")

@@ -38,8 +38,16 @@ def plain_generate(lm, cfg: GenerationConfig) -> tuple[int, float]:
     enc = lm.tokenizer(PROMPT, return_tensors="pt").to(lm.model.device)
     t0 = time.perf_counter()
     with torch.inference_mode():
-        out = lm.model.generate(**enc, max_new_tokens=cfg.max_new_tokens, do_sample=False, use_cache=True,
-                                pad_token_id=lm.tokenizer.pad_token_id, temperature=None, top_p=None, top_k=None)
+        out = lm.model.generate(
+            **enc,
+            max_new_tokens=cfg.max_new_tokens,
+            do_sample=False,
+            use_cache=True,
+            pad_token_id=lm.tokenizer.pad_token_id,
+            temperature=None,
+            top_p=None,
+            top_k=None,
+        )
     if lm.device.startswith("cuda"):
         torch.cuda.synchronize()
     return int(out.shape[1] - enc["input_ids"].shape[1]), time.perf_counter() - t0
@@ -72,11 +80,17 @@ def bench_model(name: str, repeats: int, max_new_tokens: int, dtype: str) -> dic
         plain_generate(lm, cfg)
         engine_generate(lm, cfg)
         engine_scheduler(sched, cfg)
-    rates: dict[str, list[float]] = {"plain generate": [], "engine generate": [], "engine stream": [],
-                                     "engine scheduler": []}
+    rates: dict[str, list[float]] = {
+        "plain generate": [],
+        "engine generate": [],
+        "engine stream": [],
+        "engine scheduler": [],
+    }
     tpots: list[float] = []
     sched_tpots: list[float] = []
-    same_tokens = generation.generate(lm, PROMPT, cfg, record=False).token_ids == engine_scheduler(sched, cfg)[3]
+    same_tokens = (
+        generation.generate(lm, PROMPT, cfg, record=False).token_ids == engine_scheduler(sched, cfg)[3]
+    )
     for _ in range(repeats):
         n, t, tpot, _ids = engine_scheduler(sched, cfg)
         rates["engine scheduler"].append(n / t)
@@ -119,7 +133,9 @@ def main() -> int:
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / f"decode-{paths.machine_id()}.json")
+    ap.add_argument(
+        "--out", type=Path, default=ROOT / "bench" / "results" / f"decode-{paths.machine_id()}.json"
+    )
     args = ap.parse_args()
     info = hardware.detect()
     bw = hardware.measure_memory_bandwidth(info.accelerator)
@@ -130,27 +146,39 @@ def main() -> int:
         rows = pool.submit(
             lambda: [bench_model(m, args.repeats, args.max_new_tokens, args.dtype) for m in args.models]
         ).result()
-    print(f"measured read bandwidth: {bw.read_bytes_per_s / 1e9:.1f} GB/s ({info.accelerator}, {info.cpu_name}); "
-          f"load average {os.getloadavg()[0]:.1f}")
-    print(f"{'model':<24}{'dtype':<6}{'plain tok/s':>12}{'engine':>9}{'stream':>9}{'eng/plain':>11}"
-          f"{'str/plain':>11}{'GB/s':>7}{'% of BW':>9}")
+    print(
+        f"measured read bandwidth: {bw.read_bytes_per_s / 1e9:.1f} GB/s ({info.accelerator}, {info.cpu_name}); "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
+    print(
+        f"{'model':<24}{'dtype':<6}{'plain tok/s':>12}{'engine':>9}{'stream':>9}{'eng/plain':>11}"
+        f"{'str/plain':>11}{'GB/s':>7}{'% of BW':>9}"
+    )
     for r in rows:
         m = r["tokens_per_s_median"]
         achieved = r["achieved_weight_bytes_per_s"]
-        print(f"{r['model']:<24}{r['dtype']:<6}{m['plain generate']:>12.1f}{m['engine generate']:>9.1f}"
-              f"{m['engine stream']:>9.1f}{r['ratio_engine_generate_vs_plain']:>11.3f}"
-              f"{r['ratio_engine_stream_vs_plain']:>11.3f}{achieved / 1e9:>7.1f}{100 * achieved / bw.read_bytes_per_s:>8.0f}%")
+        print(
+            f"{r['model']:<24}{r['dtype']:<6}{m['plain generate']:>12.1f}{m['engine generate']:>9.1f}"
+            f"{m['engine stream']:>9.1f}{r['ratio_engine_generate_vs_plain']:>11.3f}"
+            f"{r['ratio_engine_stream_vs_plain']:>11.3f}{achieved / 1e9:>7.1f}{100 * achieved / bw.read_bytes_per_s:>8.0f}%"
+        )
         sa = r["scheduler_achieved_weight_bytes_per_s"]
-        print(f"{'':<30}scheduler (1 request) {m['engine scheduler']:.1f} tok/s = "
-              f"{r['ratio_engine_scheduler_vs_plain']:.3f}x plain; {sa / 1e9:.1f} GB/s = "
-              f"{100 * sa / bw.read_bytes_per_s:.0f}% of read bandwidth; greedy tokens equal generate's: "
-              f"{r['scheduler_greedy_tokens_equal_generate']}")
+        print(
+            f"{'':<30}scheduler (1 request) {m['engine scheduler']:.1f} tok/s = "
+            f"{r['ratio_engine_scheduler_vs_plain']:.3f}x plain; {sa / 1e9:.1f} GB/s = "
+            f"{100 * sa / bw.read_bytes_per_s:.0f}% of read bandwidth; greedy tokens equal generate's: "
+            f"{r['scheduler_greedy_tokens_equal_generate']}"
+        )
     result = {
         "benchmark": "decode",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": paths.machine_id(),
-        "hardware": {"cpu": info.cpu_name, "threads": info.torch_threads, "gpus": [g.name for g in info.gpus],
-                     "torch": info.torch_version},
+        "hardware": {
+            "cpu": info.cpu_name,
+            "threads": info.torch_threads,
+            "gpus": [g.name for g in info.gpus],
+            "torch": info.torch_version,
+        },
         "read_bandwidth_bytes_per_s": bw.read_bytes_per_s,
         "load_average": os.getloadavg(),
         "rows": rows,

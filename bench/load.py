@@ -34,13 +34,28 @@ sys.path.insert(0, str(ROOT))
 
 from engine import stats  # noqa: E402
 
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-quic"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
 PROMPTS = [
-    "The capital of France is", "Water boils at a temperature of", "The largest planet in the solar system is",
-    "A haiku about autumn:", "def add(a, b):", "The opposite of hot is", "Photosynthesis is the process",
-    "In 1969, the first person to walk on the moon", "The chemical symbol for gold is", "My favourite fruit is",
-    "Rust and Python differ in", "The speed of light is about",
+    "The capital of France is",
+    "Water boils at a temperature of",
+    "The largest planet in the solar system is",
+    "A haiku about autumn:",
+    "def add(a, b):",
+    "The opposite of hot is",
+    "Photosynthesis is the process",
+    "In 1969, the first person to walk on the moon",
+    "The chemical symbol for gold is",
+    "My favourite fruit is",
+    "Rust and Python differ in",
+    "The speed of light is about",
 ]
 
 
@@ -66,9 +81,23 @@ def serve(log: Path, extra_env: dict[str, str] | None = None, startup_s: float =
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-             "--server.address", "127.0.0.1", "--server.headless", "true"],
-            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env,
+            [
+                sys.executable,
+                "-m",
+                "streamlit",
+                "run",
+                "app.py",
+                "--server.port",
+                str(port),
+                "--server.address",
+                "127.0.0.1",
+                "--server.headless",
+                "true",
+            ],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
         )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -120,7 +149,9 @@ class HealthWatch:
         ctx = multiprocessing.get_context("spawn")
         self._stop = ctx.Event()
         self._recv, send = ctx.Pipe(duplex=False)
-        self._proc = ctx.Process(target=_poll_health, args=(url, interval_s, bound_s, self._stop, send), daemon=True)
+        self._proc = ctx.Process(
+            target=_poll_health, args=(url, interval_s, bound_s, self._stop, send), daemon=True
+        )
 
     def __enter__(self) -> HealthWatch:
         self._proc.start()
@@ -170,7 +201,9 @@ async def _no_exception(page) -> int:
     return await page.locator('[data-testid="stException"]').count()
 
 
-async def playground_session(browser, url: str, model: str, prompt: str, max_new: int, timeout_ms: int) -> SessionResult:
+async def playground_session(
+    browser, url: str, model: str, prompt: str, max_new: int, timeout_ms: int
+) -> SessionResult:
     ctx = await browser.new_context(viewport={"width": 1300, "height": 1400})
     ctx.set_default_timeout(timeout_ms)
     page = await ctx.new_page()
@@ -195,8 +228,9 @@ async def playground_session(browser, url: str, model: str, prompt: str, max_new
         metric = await metric_box.inner_text()
         out_tokens = int(re.findall(r"(\d+)", metric.split("→")[-1])[0])
         exceptions = await _no_exception(page)
-        return SessionResult("playground", exceptions == 0, f"{exceptions} exceptions shown", prompt, text,
-                             out_tokens, latency)
+        return SessionResult(
+            "playground", exceptions == 0, f"{exceptions} exceptions shown", prompt, text, out_tokens, latency
+        )
     except Exception as exc:  # a failed session is a result, not a crash of the whole load run
         return SessionResult("playground", False, f"{type(exc).__name__}: {exc}"[:500], prompt)
     finally:
@@ -217,7 +251,9 @@ async def calculator_session(browser, url: str, moves: int, timeout_ms: int) -> 
             await batch.press("Enter", timeout=timeout_ms)
             await page.get_by_text(f"{b * 4} users").first.wait_for(timeout=timeout_ms)
         exceptions = await _no_exception(page)
-        return SessionResult("calculator", exceptions == 0, f"{moves} moves", latency_s=time.perf_counter() - t0)
+        return SessionResult(
+            "calculator", exceptions == 0, f"{moves} moves", latency_s=time.perf_counter() - t0
+        )
     except Exception as exc:
         return SessionResult("calculator", False, f"{type(exc).__name__}: {exc}"[:500])
     finally:
@@ -259,8 +295,10 @@ async def _run(url: str, sessions: int, model: str, max_new: int, with_eval: boo
             if not warm.ok:
                 raise RuntimeError(f"warm-up session failed: {warm.detail}")
             rss_before = proc.memory_info().rss
-            jobs = [playground_session(browser, url, model, PROMPTS[i % len(PROMPTS)], max_new, timeout_ms)
-                    for i in range(sessions)]
+            jobs = [
+                playground_session(browser, url, model, PROMPTS[i % len(PROMPTS)], max_new, timeout_ms)
+                for i in range(sessions)
+            ]
             jobs.append(calculator_session(browser, url, 4, timeout_ms))
             if with_eval:
                 jobs.append(evaluation_session(browser, url, model, timeout_ms))
@@ -273,8 +311,16 @@ async def _run(url: str, sessions: int, model: str, max_new: int, with_eval: boo
     return rss_before, list(results), wall, watch
 
 
-def run_load(url: str, pid: int, *, sessions: int = 8, model: str = "smollm2-135m-instruct", max_new_tokens: int = 24,
-             with_eval: bool = True, timeout_s: float = 600) -> LoadReport:
+def run_load(
+    url: str,
+    pid: int,
+    *,
+    sessions: int = 8,
+    model: str = "smollm2-135m-instruct",
+    max_new_tokens: int = 24,
+    with_eval: bool = True,
+    timeout_s: float = 600,
+) -> LoadReport:
     import psutil
 
     proc = psutil.Process(pid)
@@ -289,12 +335,20 @@ def run_load(url: str, pid: int, *, sessions: int = 8, model: str = "smollm2-135
     lat = sorted(r.latency_s for r in play) or [float("nan")]
     tokens = sum(r.output_tokens for r in play)
     return LoadReport(
-        sessions=sessions, model=model, max_new_tokens=max_new_tokens, wall_s=wall, output_tokens=tokens,
+        sessions=sessions,
+        model=model,
+        max_new_tokens=max_new_tokens,
+        wall_s=wall,
+        output_tokens=tokens,
         throughput_tokens_per_s=tokens / wall if wall > 0 else float("nan"),
-        latency_s_p50=stats.percentile(lat, 50), latency_s_p95=stats.percentile(lat, 95),
-        health_checks=watch.checks, health_failures=watch.failures, health_bound_s=watch.bound_s,
+        latency_s_p50=stats.percentile(lat, 50),
+        latency_s_p95=stats.percentile(lat, 95),
+        health_checks=watch.checks,
+        health_failures=watch.failures,
+        health_bound_s=watch.bound_s,
         health_latency_s_p50=stats.percentile(watch.latencies_s, 50),
-        health_latency_s_max=max(watch.latencies_s, default=float("nan")), rss_before_bytes=rss_before,
+        health_latency_s_max=max(watch.latencies_s, default=float("nan")),
+        rss_before_bytes=rss_before,
         rss_after_bytes=rss_after,
         exceptions_seen=sum(1 for r in results if r.detail.endswith("exceptions shown") and not r.ok),
         results=results,
@@ -320,29 +374,52 @@ def main() -> int:
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--max-new-tokens", type=int, default=24)
     ap.add_argument("--no-eval", action="store_true")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / f"load-{paths.machine_id()}.json")
+    ap.add_argument(
+        "--out", type=Path, default=ROOT / "bench" / "results" / f"load-{paths.machine_id()}.json"
+    )
     args = ap.parse_args()
     with serve(ROOT / "bench" / "out" / "load-server.log") as (url, proc):
-        report = run_load(url, proc.pid, sessions=args.sessions, model=args.model,
-                          max_new_tokens=args.max_new_tokens, with_eval=not args.no_eval)
-    expected = expected_outputs(args.model, [r.prompt for r in report.results if r.kind == "playground"],
-                                args.max_new_tokens)
-    mismatched = [r.prompt for r in report.results
-                  if r.kind == "playground" and r.ok and r.text.strip() != expected[r.prompt].strip()]
+        report = run_load(
+            url,
+            proc.pid,
+            sessions=args.sessions,
+            model=args.model,
+            max_new_tokens=args.max_new_tokens,
+            with_eval=not args.no_eval,
+        )
+    expected = expected_outputs(
+        args.model, [r.prompt for r in report.results if r.kind == "playground"], args.max_new_tokens
+    )
+    mismatched = [
+        r.prompt
+        for r in report.results
+        if r.kind == "playground" and r.ok and r.text.strip() != expected[r.prompt].strip()
+    ]
     failed = [f"{r.kind}: {r.detail}" for r in report.results if not r.ok]
-    print(f"{report.sessions} playground sessions + calculator + {'evaluation' if not args.no_eval else 'no eval'} "
-          f"on {report.model}, {report.max_new_tokens} new tokens each")
-    print(f"wall {report.wall_s:.1f} s · {report.output_tokens} tokens · {report.throughput_tokens_per_s:.1f} tok/s · "
-          f"latency p50 {report.latency_s_p50:.2f} s, p95 {report.latency_s_p95:.2f} s")
-    print(f"health {report.health_checks - report.health_failures}/{report.health_checks} answered within "
-          f"{report.health_bound_s:.0f} s (p50 {report.health_latency_s_p50 * 1e3:.0f} ms, max "
-          f"{report.health_latency_s_max * 1e3:.0f} ms) · RSS "
-          f"{report.rss_before_bytes / 2**20:.0f} -> {report.rss_after_bytes / 2**20:.0f} MiB · "
-          f"cross-talk mismatches {len(mismatched)} · failed sessions {len(failed)}")
+    print(
+        f"{report.sessions} playground sessions + calculator + {'evaluation' if not args.no_eval else 'no eval'} "
+        f"on {report.model}, {report.max_new_tokens} new tokens each"
+    )
+    print(
+        f"wall {report.wall_s:.1f} s · {report.output_tokens} tokens · {report.throughput_tokens_per_s:.1f} tok/s · "
+        f"latency p50 {report.latency_s_p50:.2f} s, p95 {report.latency_s_p95:.2f} s"
+    )
+    print(
+        f"health {report.health_checks - report.health_failures}/{report.health_checks} answered within "
+        f"{report.health_bound_s:.0f} s (p50 {report.health_latency_s_p50 * 1e3:.0f} ms, max "
+        f"{report.health_latency_s_max * 1e3:.0f} ms) · RSS "
+        f"{report.rss_before_bytes / 2**20:.0f} -> {report.rss_after_bytes / 2**20:.0f} MiB · "
+        f"cross-talk mismatches {len(mismatched)} · failed sessions {len(failed)}"
+    )
     for f in failed:
         print("  failed:", f)
-    result = {"benchmark": "load", "date": datetime.now(UTC).isoformat(timespec="seconds"),
-              "machine": paths.machine_id(), "mismatched_prompts": mismatched, **asdict(report)}
+    result = {
+        "benchmark": "load",
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": paths.machine_id(),
+        "mismatched_prompts": mismatched,
+        **asdict(report),
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     return 0 if not mismatched and not failed and report.health_failures == 0 else 1

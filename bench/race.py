@@ -39,18 +39,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(serialise.RESULTS_DIR))
     args = p.parse_args(argv)
     names = [*ENGINES, *(QUANTIZED if args.quantized else ()), *[n for n in args.extra.split(",") if n]]
-    spec = runner.RaceSpec(model=args.model, contenders=tuple(contenders.resolve(names)), runs=args.runs,
-                           warmup=args.warmup, max_new_tokens=args.max_new_tokens)
+    spec = runner.RaceSpec(
+        model=args.model,
+        contenders=tuple(contenders.resolve(names)),
+        runs=args.runs,
+        warmup=args.warmup,
+        max_new_tokens=args.max_new_tokens,
+    )
     load_before = os.getloadavg()
     t0 = time.perf_counter()
-    result = runner.run_race(spec, progress=lambda d, t, m: print(f"[{d}/{t}] {m}", file=sys.stderr, flush=True))
+    result = runner.run_race(
+        spec, progress=lambda d, t, m: print(f"[{d}/{t}] {m}", file=sys.stderr, flush=True)
+    )
     wall = time.perf_counter() - t0
     path = serialise.save(result, Path(args.out), tag="peers")
     out = result.to_dict()
     out["saved_to"] = str(path)
     print(format_text(out))
-    print(f"wall time {wall:.0f} s; load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f} "
-          f"({os.cpu_count()} cores)")
+    print(
+        f"wall time {wall:.0f} s; load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f} "
+        f"({os.cpu_count()} cores)"
+    )
     print(json.dumps({"saved_to": str(path), "wall_s": round(wall, 1)}))
     return 0
 

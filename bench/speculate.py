@@ -37,15 +37,27 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     load_before = os.getloadavg()
     lm = models.load_model(args.model, dtype=args.dtype)
-    report = S.run_speculate(lm, draft=args.draft, draft_length=args.draft_length, max_new_tokens=args.max_new_tokens,
-                             runs=args.runs, progress=lambda f, m: print(f"[{f:4.0%}] {m}", flush=True))
+    report = S.run_speculate(
+        lm,
+        draft=args.draft,
+        draft_length=args.draft_length,
+        max_new_tokens=args.max_new_tokens,
+        runs=args.runs,
+        progress=lambda f, m: print(f"[{f:4.0%}] {m}", flush=True),
+    )
     entries = cmd.rows(report)
     load_after = os.getloadavg()
     print(cmd.format_text(entries))
     print(f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f} (2 cores)")
-    result = {"benchmark": "speculate", "machine": paths.machine_id(),
-              "date": datetime.now(UTC).isoformat(timespec="seconds"), "load_average_before": load_before,
-              "load_average_after": load_after, "args": vars(args), "entries": entries}
+    result = {
+        "benchmark": "speculate",
+        "machine": paths.machine_id(),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "load_average_before": load_before,
+        "load_average_after": load_after,
+        "args": vars(args),
+        "entries": entries,
+    }
     out = ROOT / "bench" / "results" / f"speculate-{paths.machine_id()}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(to_jsonable(result), indent=2, allow_nan=False))

@@ -49,7 +49,9 @@ def hf_config(cfg: Mapping[str, Any]):
     try:
         from transformers import AutoConfig
     except ImportError as exc:  # pragma: no cover - transformers is a core dependency
-        raise DependencyMissingError("transformers is not installed; pip install -r requirements.txt") from exc
+        raise DependencyMissingError(
+            "transformers is not installed; pip install -r requirements.txt"
+        ) from exc
     cfg = dict(cfg)
     model_type = cfg.pop("model_type", None)
     if not model_type:
@@ -91,7 +93,9 @@ def _classify(module_name: str, module) -> str:
     return "mlp"
 
 
-def components(model, *, experts_per_token: int = 1, n_experts: int = 1, formula: ParamCount | None = None) -> ParamCount:
+def components(
+    model, *, experts_per_token: int = 1, n_experts: int = 1, formula: ParamCount | None = None
+) -> ParamCount:
     """Per-component counts of a built model: each parameter once (a tied head is the embedding), by the
     module that owns it. Active = total - (E - k) / E x the experts' parameters."""
     seen: set[int] = set()
@@ -127,7 +131,10 @@ def meta_count(cfg: Mapping[str, Any], *, head: bool = True) -> MetaCount:
         try:
             spec = spec_from_hf_config(cfg)
             comps = components(
-                model, experts_per_token=spec.experts_per_token, n_experts=spec.n_experts, formula=count_params(spec)
+                model,
+                experts_per_token=spec.experts_per_token,
+                n_experts=spec.n_experts,
+                formula=count_params(spec),
             )
         except EngineError:
             comps = components(model)
@@ -182,7 +189,12 @@ def exact_spec(cfg: Mapping[str, Any], name: str | None = None) -> ModelSpec:
             *notes,
             f"the formula gives {formula.total:,} parameters, the real class {exact.total:,}: the real count is used",
         )
-    return replace(spec, exact=exact, notes=notes, source=f"config.json; counted on the meta device ({type(model).__name__})")
+    return replace(
+        spec,
+        exact=exact,
+        notes=notes,
+        source=f"config.json; counted on the meta device ({type(model).__name__})",
+    )
 
 
 def _fallback(spec: ModelSpec, why: str) -> ModelSpec:
@@ -224,7 +236,11 @@ def config_of_spec(spec: ModelSpec) -> dict[str, Any]:
         }
     if spec.arch not in ("llama", "qwen2"):
         raise InvalidParameterError(f"no config inverse for layout {spec.arch!r}; count from its config.json")
-    model_type = "qwen2" if spec.arch == "qwen2" else ("mixtral" if spec.is_moe else ("mistral" if spec.window_evicts else "llama"))
+    model_type = (
+        "qwen2"
+        if spec.arch == "qwen2"
+        else ("mixtral" if spec.is_moe else ("mistral" if spec.window_evicts else "llama"))
+    )
     cfg: dict[str, Any] = {
         "model_type": model_type,
         "hidden_size": spec.hidden,

@@ -126,7 +126,9 @@ def load_summary(samples: Sequence[RunSample]) -> LoadSummary:
         or (math.isfinite(s.loadavg_1m) and s.loadavg_1m > cores)
     )
     finite = [v for v in loads if math.isfinite(v)]
-    return LoadSummary(len(samples), median(loads), max(finite) if finite else math.nan, median(shares), busy, cores)
+    return LoadSummary(
+        len(samples), median(loads), max(finite) if finite else math.nan, median(shares), busy, cores
+    )
 
 
 def build_calibration(
@@ -196,7 +198,14 @@ def predict_interval(
         notes.append(f"{dtype} borrows the {fit.dtype} calibration (no {dtype} runs were fitted)")
     ttft, tpot = fit_predict(fit, spec, prompt=prompt_tokens, output=output_tokens, batch=batch)
     return CalibratedPrediction(
-        spec.name, dtype, batch, prompt_tokens, output_tokens, ttft, tpot, f"{cal.model}, {cal.created_at}",
+        spec.name,
+        dtype,
+        batch,
+        prompt_tokens,
+        output_tokens,
+        ttft,
+        tpot,
+        f"{cal.model}, {cal.created_at}",
         tuple(notes),
     )
 
@@ -262,8 +271,14 @@ def sample_of(m: Any) -> RunSample:
     """A Measurement (batch totals) or a TimedRun (per sequence) as a RunSample (per-sequence token counts)."""
     if isinstance(m, TimedRun):
         return RunSample(
-            m.dtype, m.batch_size, m.prompt_tokens, m.output_tokens, m.ttft_s, m.tpot_s,
-            loadavg_1m=m.loadavg_1m, cpu_share=m.cpu_share,
+            m.dtype,
+            m.batch_size,
+            m.prompt_tokens,
+            m.output_tokens,
+            m.ttft_s,
+            m.tpot_s,
+            loadavg_1m=m.loadavg_1m,
+            cpu_share=m.cpu_share,
         )
     b = max(1, int(m.batch_size))
     return RunSample(
@@ -291,7 +306,11 @@ def compare_run(
     c_ttft = c_tpot = None
     if cal is not None:
         p = predict_interval(
-            cal, spec, dtype=s.dtype, prompt_tokens=s.prompt_tokens, output_tokens=s.output_tokens,
+            cal,
+            spec,
+            dtype=s.dtype,
+            prompt_tokens=s.prompt_tokens,
+            output_tokens=s.output_tokens,
             batch=s.batch_size,
         )
         c_ttft, c_tpot = p.ttft, p.tpot
@@ -390,7 +409,6 @@ def spec_for_run_model(name: str) -> ModelSpec | None:
         except UnknownModelError:
             return None
     return None
-
 
 
 def resolve_model_spec(name: str) -> ModelSpec:

@@ -119,7 +119,9 @@ class Features:
     prefill_bytes: float
 
 
-def features(spec: ModelSpec, dtype: str, prompt: int, output: int, batch: int, n_layer: int | None = None) -> Features:
+def features(
+    spec: ModelSpec, dtype: str, prompt: int, output: int, batch: int, n_layer: int | None = None
+) -> Features:
     """The calculator's bytes and FLOPs for one shape (decode at the mean context P + O/2, as its estimate)."""
     if n_layer is not None and n_layer != spec.n_layer:
         spec = replace(spec, n_layer=n_layer)
@@ -196,7 +198,9 @@ def nonneg_fit(rows: list[list[float]], y: list[float], active: list[bool]) -> l
 
 
 def rel_residuals(rows: list[list[float]], y: list[float], coef: Sequence[float]) -> list[float]:
-    return [(sum(c * x for c, x in zip(coef, r, strict=True)) - yi) / yi for r, yi in zip(rows, y, strict=True)]
+    return [
+        (sum(c * x for c, x in zip(coef, r, strict=True)) - yi) / yi for r, yi in zip(rows, y, strict=True)
+    ]
 
 
 def _without_outliers(rows, y, active) -> tuple[list[float] | None, list[int]]:
@@ -225,7 +229,9 @@ def fastest_per_shape(samples: Sequence[RunSample]) -> list[RunSample]:
             continue
         key = (s.dtype, s.batch_size, s.prompt_tokens, s.output_tokens, s.n_layer)
         b = best.get(key)
-        best[key] = s if b is None else replace(b, ttft_s=min(b.ttft_s, s.ttft_s), tpot_s=min(b.tpot_s, s.tpot_s))
+        best[key] = (
+            s if b is None else replace(b, ttft_s=min(b.ttft_s, s.ttft_s), tpot_s=min(b.tpot_s, s.tpot_s))
+        )
     return list(best.values())
 
 
@@ -331,9 +337,7 @@ def fit_precisions(
             continue
         coef = [*dec[d.dtype], *pre]
         dec_res = rel_residuals(_decode_rows(d), d.tpot, coef[:3])
-        pre_res = [
-            (predict_point(coef, f)[0] - t) / t for f, t in zip(d.feats, d.ttft, strict=True)
-        ]
+        pre_res = [(predict_point(coef, f)[0] - t) / t for f, t in zip(d.feats, d.ttft, strict=True)]
         bad = sorted(set(dropped.get(d.dtype, [])) | set(pre_bad))
         # residuals of a fit are smaller than its errors on new points: inflate by sqrt(n / (n - k))
         n = len(d.feats) - len(bad)
@@ -355,7 +359,9 @@ def fit_precisions(
     # shape and with it a coefficient); all precisions redrawn together (a pooled fit couples them)
     reps: dict[str, list[list[float]]] = {dt: [] for dt in fits}
     fitted = {
-        d.dtype: [predict_point(fits[d.dtype].coefficients, f) for f in d.feats] for d in designs if d.dtype in fits
+        d.dtype: [predict_point(fits[d.dtype].coefficients, f) for f in d.feats]
+        for d in designs
+        if d.dtype in fits
     }
     for _ in range(bootstrap):
         drawn = []
@@ -389,7 +395,13 @@ def _scale(residual: float) -> float:
 
 
 def predict(
-    fit: PrecisionFit, spec: ModelSpec, *, prompt: int, output: int, batch: int = 1, n_layer: int | None = None
+    fit: PrecisionFit,
+    spec: ModelSpec,
+    *,
+    prompt: int,
+    output: int,
+    batch: int = 1,
+    n_layer: int | None = None,
 ) -> tuple[Interval, Interval]:
     """(TTFT, TPOT) intervals at COVERAGE: the point from the fit, the bounds from the bootstrap replicates,
     each scaled by one of the fit's own relative residuals (a deterministic draw)."""

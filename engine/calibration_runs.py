@@ -91,7 +91,9 @@ def _torch_threads() -> int:
         return 1
 
 
-def load_reading(cpu_s: float, wall_s: float, threads: int | None = None, loadavg: float | None = None) -> LoadReading:
+def load_reading(
+    cpu_s: float, wall_s: float, threads: int | None = None, loadavg: float | None = None
+) -> LoadReading:
     """cpu_share = cpu_s / (wall_s x threads), clipped to 0..1; loadavg defaults to os.getloadavg()[0]."""
     threads = threads or _torch_threads()
     share = min(1.0, cpu_s / (wall_s * threads)) if wall_s > 0 else float("nan")
@@ -158,7 +160,9 @@ def timed_run(lm, shape: Shape) -> TimedRun:
             times.append(time.perf_counter())
             return torch.zeros((input_ids.shape[0],), dtype=torch.bool, device=input_ids.device)
 
-    ids = torch.tensor([prompt_ids(lm.tokenizer, shape.prompt_tokens)] * shape.batch_size, device=lm.model.device)
+    ids = torch.tensor(
+        [prompt_ids(lm.tokenizer, shape.prompt_tokens)] * shape.batch_size, device=lm.model.device
+    )
     mask = torch.ones_like(ids)
     pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else lm.tokenizer.eos_token_id
     with lm.lock, torch.inference_mode(), LoadMeter() as meter:
@@ -193,7 +197,9 @@ def timed_run(lm, shape: Shape) -> TimedRun:
     )
 
 
-def measure(lms: Sequence, shapes: Iterable[Shape], *, repeats: int = 3, warmup: bool = True) -> list[TimedRun]:
+def measure(
+    lms: Sequence, shapes: Iterable[Shape], *, repeats: int = 3, warmup: bool = True
+) -> list[TimedRun]:
     """Every shape on every loaded model, `repeats` times, round-robin (models and shapes take turns, so
     a load that comes and goes touches each alike). One untimed warm-up per model first."""
     shapes = list(shapes)

@@ -80,7 +80,9 @@ class Calibration:
         return {dt: self.efficiency(dt).flops for dt in self.fits}
 
     def machine_gpu(self) -> GPUSpec:
-        return machine_spec(self.peak_bandwidth_bytes_per_s, self.peak_flops, source=f"measured {self.created_at}")
+        return machine_spec(
+            self.peak_bandwidth_bytes_per_s, self.peak_flops, source=f"measured {self.created_at}"
+        )
 
 
 def calibration_path(machine_id: str | None = None) -> Path:
@@ -120,7 +122,9 @@ def load_calibration(machine_id: str | None = None) -> Calibration | None:
         raw["fits"] = {k: PrecisionFit(**v) for k, v in raw["fits"].items()}
         raw["samples"] = [RunSample(**_nan(s, "loadavg_1m", "cpu_share")) for s in raw.get("samples", [])]
         if raw.get("load") is not None:
-            raw["load"] = LoadSummary(**_nan(raw["load"], "loadavg_1m_median", "loadavg_1m_max", "cpu_share_median"))
+            raw["load"] = LoadSummary(
+                **_nan(raw["load"], "loadavg_1m_median", "loadavg_1m_max", "cpu_share_median")
+            )
         cal = Calibration(**raw)
         return cal if cal.fits else None
     except (OSError, ValueError, TypeError, KeyError, AttributeError):

@@ -21,8 +21,22 @@ from typing import Any
 from engine.errors import EngineError
 
 # Order is the order of `--help`. A command module that fails to import is reported, not fatal.
-COMMANDS = ("hardware", "generate", "estimate", "gpus", "calibrate", "roofline", "eval", "fewshot", "race", "batch",
-            "serve", "loadgen", "quant", "speculate")
+COMMANDS = (
+    "hardware",
+    "generate",
+    "estimate",
+    "gpus",
+    "calibrate",
+    "roofline",
+    "eval",
+    "fewshot",
+    "race",
+    "batch",
+    "serve",
+    "loadgen",
+    "quant",
+    "speculate",
+)
 
 
 def to_jsonable(value: Any) -> Any:

@@ -238,8 +238,10 @@ def collapse_findings(findings: tuple[LintFinding, ...]) -> list[dict]:
     row saying so, not ten identical ones."""
     rows: dict[tuple[str, str], dict] = {}
     for f in findings:
-        row = rows.setdefault((f.code, f.message), {"code": f.code, "rule": f.name, "message": f.message,
-                                                    "count": 0, "lines": []})
+        row = rows.setdefault(
+            (f.code, f.message),
+            {"code": f.code, "rule": f.name, "message": f.message, "count": 0, "lines": []},
+        )
         row["count"] += 1
         row["lines"].append(f"{f.line}:{f.column}")
     return [{**r, "lines": ", ".join(r["lines"])} for r in rows.values()]

@@ -34,4 +34,6 @@ def torch_dtype(name: str):
 
 
 def name_of(dtype) -> str:
-    return {"torch.float32": "fp32", "torch.float16": "fp16", "torch.bfloat16": "bf16"}.get(str(dtype), str(dtype))
+    return {"torch.float32": "fp32", "torch.float16": "fp16", "torch.bfloat16": "bf16"}.get(
+        str(dtype), str(dtype)
+    )

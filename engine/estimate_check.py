@@ -71,19 +71,25 @@ class ShapeComparison:
     def explanation(self) -> str:
         """One sentence built from this comparison's numbers (flip them and it flips)."""
         e = self.tpot_efficiency
-        spread = (f"median of {self.n} run(s) ({self.source_text}), middle half "
-                  f"{fmt.seconds(self.tpot.q1)}–{fmt.seconds(self.tpot.q3)}")
+        spread = (
+            f"median of {self.n} run(s) ({self.source_text}), middle half "
+            f"{fmt.seconds(self.tpot.q1)}–{fmt.seconds(self.tpot.q3)}"
+        )
         if self.n < 3:
             spread += "; fewer than 3 runs, so the spread says little"
         if not math.isfinite(e):
             return f"No usable TPOT: {spread}."
         if e > 1:
-            return (f"Measured TPOT {fmt.seconds(self.tpot.median)} is faster than the roof allows "
-                    f"(efficiency {e:.2f} > 1; {spread}). The roof is a measured DRAM streaming read; weights that "
-                    f"stay in the CPU's caches between steps, or a quieter machine than when the roof was measured, "
-                    f"beat it. Recalibrate (`python -m engine calibrate`) to fold this in.")
-        return (f"Measured TPOT {fmt.seconds(self.tpot.median)} reached {e:.0%} of the roof's "
-                f"{fmt.seconds(self.datasheet_tpot_s)} ({spread}).")
+            return (
+                f"Measured TPOT {fmt.seconds(self.tpot.median)} is faster than the roof allows "
+                f"(efficiency {e:.2f} > 1; {spread}). The roof is a measured DRAM streaming read; weights that "
+                f"stay in the CPU's caches between steps, or a quieter machine than when the roof was measured, "
+                f"beat it. Recalibrate (`python -m engine calibrate`) to fold this in."
+            )
+        return (
+            f"Measured TPOT {fmt.seconds(self.tpot.median)} reached {e:.0%} of the roof's "
+            f"{fmt.seconds(self.datasheet_tpot_s)} ({spread})."
+        )
 
 
 def summarize(
@@ -102,7 +108,14 @@ def summarize(
         if m.dtype not in ("fp32", "fp16", "bf16"):
             continue
         b = max(1, int(m.batch_size))
-        key = (m.model, m.dtype, b, bool(m.use_cache), _bucket(m.prompt_tokens / b), _bucket(m.output_tokens / b))
+        key = (
+            m.model,
+            m.dtype,
+            b,
+            bool(m.use_cache),
+            _bucket(m.prompt_tokens / b),
+            _bucket(m.output_tokens / b),
+        )
         groups.setdefault(key, []).append(m)
     out = []
     for (model, dtype, b, use_cache, _p, _o), ms in groups.items():
@@ -123,13 +136,26 @@ def summarize(
                 c_tpot_iv, c_ttft_iv = (pi.tpot.low, pi.tpot.high), (pi.ttft.low, pi.ttft.high)
             except (ValueError, KeyError, StopIteration):
                 pass  # a calibration without a fit for this precision: the point estimate stands alone
-        out.append(ShapeComparison(
-            model, dtype, b, use_cache, p, o,
-            dict(Counter(getattr(m, "source", "") or "unlabelled" for m in ms)),
-            max(m.started_at for m in ms),
-            stats.spread([m.tpot_s for m in ms]), stats.spread([m.ttft_s for m in ms]),
-            d_tpot, d_ttft, c_tpot, c_ttft, c_tpot_iv, c_ttft_iv,
-        ))
+        out.append(
+            ShapeComparison(
+                model,
+                dtype,
+                b,
+                use_cache,
+                p,
+                o,
+                dict(Counter(getattr(m, "source", "") or "unlabelled" for m in ms)),
+                max(m.started_at for m in ms),
+                stats.spread([m.tpot_s for m in ms]),
+                stats.spread([m.ttft_s for m in ms]),
+                d_tpot,
+                d_ttft,
+                c_tpot,
+                c_ttft,
+                c_tpot_iv,
+                c_ttft_iv,
+            )
+        )
     return sorted(out, key=lambda c: c.newest)
 
 
@@ -145,7 +171,13 @@ class RunForecast:
 
 
 def forecast_run(
-    spec: Any, dtype: str, prompt_tokens: int, max_new_tokens: int, use_cache: bool, machine: Any, cal: Any = None
+    spec: Any,
+    dtype: str,
+    prompt_tokens: int,
+    max_new_tokens: int,
+    use_cache: bool,
+    machine: Any,
+    cal: Any = None,
 ) -> RunForecast:
     """Predicted wall time of a run of `max_new_tokens` after a `prompt_tokens` prompt (batch 1), from the
     calculator's per-operator timing on `machine`'s roofs, with the calibrated efficiency when `cal` is given.
@@ -168,9 +200,20 @@ def forecast_run(
         k = min(33, n)
         xs = [p + 1 + round(i * (n - 1) / max(1, k - 1)) for i in range(k)]
         ys = [at(x, 1)[0] for x in xs]
-        total = ttft + sum((xs[i + 1] - xs[i]) * (ys[i] + ys[i + 1]) / 2 for i in range(k - 1)) + (ys[0] if n > 1 else 0)
+        total = (
+            ttft
+            + sum((xs[i + 1] - xs[i]) * (ys[i] + ys[i + 1]) / 2 for i in range(k - 1))
+            + (ys[0] if n > 1 else 0)
+        )
         step = (total - ttft) / max(1, n - 1)
-    mode = "calibrated efficiency" if cal is not None else "measured roofs, no calibration (an optimistic bound)"
-    return RunForecast(total, ttft, step, cal is not None,
-                       f"{spec.name}, {dtype}, {p} prompt + {n} new tokens, KV cache {'on' if use_cache else 'off'}, "
-                       f"on {machine.name} ({mode})")
+    mode = (
+        "calibrated efficiency" if cal is not None else "measured roofs, no calibration (an optimistic bound)"
+    )
+    return RunForecast(
+        total,
+        ttft,
+        step,
+        cal is not None,
+        f"{spec.name}, {dtype}, {p} prompt + {n} new tokens, KV cache {'on' if use_cache else 'off'}, "
+        f"on {machine.name} ({mode})",
+    )

@@ -70,9 +70,13 @@ class GenerationConfig:
         if not 0 < self.top_p <= 1:
             raise InvalidParameterError(f"top_p must be in (0, 1], got {self.top_p}")
         if not isinstance(self.top_k, int) or self.top_k < 0:
-            raise InvalidParameterError(f"top_k must be a whole number >= 0 (0 turns it off), got {self.top_k!r}")
+            raise InvalidParameterError(
+                f"top_k must be a whole number >= 0 (0 turns it off), got {self.top_k!r}"
+            )
         if not 0 < self.repetition_penalty <= 10:
-            raise InvalidParameterError(f"repetition_penalty must be in (0, 10], got {self.repetition_penalty}")
+            raise InvalidParameterError(
+                f"repetition_penalty must be in (0, 10], got {self.repetition_penalty}"
+            )
         if self.seed is not None and (not isinstance(self.seed, int) or not 0 <= self.seed < 2**63):
             raise InvalidParameterError(f"seed must be a whole number >= 0, got {self.seed!r}")
         if len(self.stop) > MAX_STOP_SEQUENCES:
@@ -130,7 +134,9 @@ class _StepTimer:
         self.peak: PeakMemory | None = None  # started with the run, under the model's lock
 
     def start(self) -> None:
-        self.peak = PeakMemory(self.device, every=8, reset_cuda=True)  # RSS sampled every 8th step: ~20 us each
+        self.peak = PeakMemory(
+            self.device, every=8, reset_cuda=True
+        )  # RSS sampled every 8th step: ~20 us each
 
     def __call__(self, input_ids, scores, **kwargs):
         import torch
@@ -207,7 +213,9 @@ def _oom_message(lm: LoadedModel, n_prompts: int, cfg: GenerationConfig) -> str:
     )
 
 
-def _split(lm: LoadedModel, row, prompt_len: int, cfg: GenerationConfig, cancelled: bool) -> tuple[list[int], str, str]:
+def _split(
+    lm: LoadedModel, row, prompt_len: int, cfg: GenerationConfig, cancelled: bool
+) -> tuple[list[int], str, str]:
     """Cut one output row after EOS or a stop string; return (generated ids, text, stop reason)."""
     tok = lm.tokenizer
     generated = row[prompt_len:].tolist()
@@ -265,7 +273,9 @@ def _run(
         except MemoryError as exc:
             raise OutOfMemoryError(_oom_message(lm, len(prompts), cfg)) from exc
         except RuntimeError as exc:
-            if any(m in str(exc).lower() for m in ("out of memory", "not enough memory")):  # CUDA / CPU allocator
+            if any(
+                m in str(exc).lower() for m in ("out of memory", "not enough memory")
+            ):  # CUDA / CPU allocator
                 raise OutOfMemoryError(_oom_message(lm, len(prompts), cfg)) from exc
             raise
     cancelled = bool(cancel is not None and cancel.is_set())
@@ -276,15 +286,34 @@ def _run(
     out_lengths = [max(1, len(ids)) for ids, _, _ in rows]
     assert timer.peak is not None
     timer.peak.sample(force=True)
-    common = dict(request_t=request_t, first_token_t=timer.times[0], peak=timer.peak, started_at=started_at,
-                  queue_s=queue_s, use_cache=cfg.use_cache, max_new_tokens=cfg.max_new_tokens)
-    batch_m = run_metrics(lm, last_token_t=timer.times[-1], output_tokens=out_lengths, prompt_tokens=sum(lengths),
-                          batch_size=len(out_lengths), **common)
+    common = dict(
+        request_t=request_t,
+        first_token_t=timer.times[0],
+        peak=timer.peak,
+        started_at=started_at,
+        queue_s=queue_s,
+        use_cache=cfg.use_cache,
+        max_new_tokens=cfg.max_new_tokens,
+    )
+    batch_m = run_metrics(
+        lm,
+        last_token_t=timer.times[-1],
+        output_tokens=out_lengths,
+        prompt_tokens=sum(lengths),
+        batch_size=len(out_lengths),
+        **common,
+    )
     completions = []
     for prompt, shown, n_prompt, (ids, text, reason) in zip(prompts, rendered, lengths, rows, strict=True):
         n = len(ids) or 1
-        own = run_metrics(lm, last_token_t=timer.times[min(n, len(timer.times)) - 1], output_tokens=[n], prompt_tokens=n_prompt,
-                          batch_size=len(out_lengths), **common)
+        own = run_metrics(
+            lm,
+            last_token_t=timer.times[min(n, len(timer.times)) - 1],
+            output_tokens=[n],
+            prompt_tokens=n_prompt,
+            batch_size=len(out_lengths),
+            **common,
+        )
         completions.append(Completion(prompt, text, shown + text, tuple(ids), reason, own))
     if record:
         runlog.record(batch_m)
@@ -296,7 +325,9 @@ def generate(lm: LoadedModel, prompt: str, cfg: GenerationConfig | None = None, 
     return _run(lm, [prompt], cfg or GenerationConfig(), **kw).completions[0]
 
 
-def generate_batch(lm: LoadedModel, prompts: Sequence[str], cfg: GenerationConfig | None = None, **kw) -> BatchResult:
+def generate_batch(
+    lm: LoadedModel, prompts: Sequence[str], cfg: GenerationConfig | None = None, **kw
+) -> BatchResult:
     """Several prompts as one padded batch (static batching): one forward pass per step serves them all."""
     if isinstance(prompts, str):
         raise InvalidParameterError("generate_batch takes a list of prompts; use generate for one")
@@ -318,7 +349,9 @@ class GenerationStream:
         clean_prompt(prompt)  # fail fast, in the caller's thread, before a worker starts
         self.cancel_event = threading.Event()
         # A timeout so a generation that dies before its first token cannot hang the reader forever.
-        self._streamer = TextIteratorStreamer(lm.tokenizer, skip_prompt=True, skip_special_tokens=True, timeout=0.5)
+        self._streamer = TextIteratorStreamer(
+            lm.tokenizer, skip_prompt=True, skip_special_tokens=True, timeout=0.5
+        )
         self._error: BaseException | None = None
         self.completion: Completion | None = None
 
@@ -366,5 +399,7 @@ class GenerationStream:
         self.cancel_event.set()
 
 
-def stream(lm: LoadedModel, prompt: str, cfg: GenerationConfig | None = None, *, record: bool = True) -> GenerationStream:
+def stream(
+    lm: LoadedModel, prompt: str, cfg: GenerationConfig | None = None, *, record: bool = True
+) -> GenerationStream:
     return GenerationStream(lm, prompt, cfg or GenerationConfig(), record=record)

@@ -92,7 +92,9 @@ def nvml_gpus() -> tuple[list[GPUInfo], str]:
                     name=name,
                     memory_total_bytes=int(mem.total),
                     memory_used_bytes=int(mem.used),
-                    utilization_pct=_nvml_optional(lambda h=handle: pynvml.nvmlDeviceGetUtilizationRates(h).gpu),
+                    utilization_pct=_nvml_optional(
+                        lambda h=handle: pynvml.nvmlDeviceGetUtilizationRates(h).gpu
+                    ),
                     power_w=_nvml_optional(lambda h=handle: pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0),
                     power_limit_w=_nvml_optional(
                         lambda h=handle: pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0

@@ -59,6 +59,7 @@ class Measurement:
     @classmethod
     def from_dict(cls, data: dict) -> Measurement:
         names = {f.name for f in dataclasses.fields(cls)}
-        clean = {k: (math.nan if v is None and k in ("tpot_s",) else v) for k, v in data.items() if k in names}
+        clean = {
+            k: (math.nan if v is None and k in ("tpot_s",) else v) for k, v in data.items() if k in names
+        }
         return cls(**clean)
-

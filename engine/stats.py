@@ -70,7 +70,9 @@ class Speedup:
     resamples: int
 
 
-def speedup(baseline: Sequence[float], contender: Sequence[float], resamples: int = 2000, seed: int = 0) -> Speedup:
+def speedup(
+    baseline: Sequence[float], contender: Sequence[float], resamples: int = 2000, seed: int = 0
+) -> Speedup:
     base, cont = _finite(baseline), _finite(contender)
     if not base or not cont or median(cont) <= 0:
         return Speedup(math.nan, math.nan, math.nan, 0)

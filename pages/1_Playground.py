@@ -26,8 +26,10 @@ D = GenerationConfig()  # widget defaults come from the engine's dataclass: one 
 page_setup("Playground", ":material/chat:")
 init_state(NS, history=[], last=None, running=None, curve={})
 st.title("Playground")
-st.caption("Generate with a causal LM and see what each run cost. Every number below a completion was "
-           "measured on this run.")
+st.caption(
+    "Generate with a causal LM and see what each run cost. Every number below a completion was "
+    "measured on this run."
+)
 
 with st.sidebar:
     st.header("Model")
@@ -35,40 +37,62 @@ with st.sidebar:
 lm = load_with_progress(name, dtype)
 
 if lm is not None:
-    with st.expander(f"Loaded: **{lm.name}** · {lm.dtype} · {lm.device} · {fmt_bytes(lm.footprint_bytes)}",
-                     expanded=False):
+    with st.expander(
+        f"Loaded: **{lm.name}** · {lm.dtype} · {lm.device} · {fmt_bytes(lm.footprint_bytes)}", expanded=False
+    ):
         c = st.columns(4)
         c[0].metric("Parameters", fmt_count(lm.params), help="sum of parameter elements (tied weights once)")
         c[1].metric("Memory footprint", fmt_bytes(lm.footprint_bytes), help="model.get_memory_footprint()")
         c[2].metric("Load time", fmt_seconds(lm.load_s), help="measured when this server loaded it")
         c[3].metric("Context window", f"{lm.context_length:,} tokens")
-        st.markdown("**Placement** (accelerate's `hf_device_map`, or the single device): "
-                    + ", ".join(f"`{k or 'whole model'}` → `{v}`" for k, v in lm.device_map.items()))
+        st.markdown(
+            "**Placement** (accelerate's `hf_device_map`, or the single device): "
+            + ", ".join(f"`{k or 'whole model'}` → `{v}`" for k, v in lm.device_map.items())
+        )
         st.caption(f"Source: {lm.source}. " + " ".join(lm.notes))
 
 with st.sidebar:
     st.header("Generation")
-    max_new = st.number_input("Max new tokens", 1, generation.MAX_NEW_TOKENS_LIMIT, D.max_new_tokens,
-                              key=f"{NS}.max_new")
+    max_new = st.number_input(
+        "Max new tokens", 1, generation.MAX_NEW_TOKENS_LIMIT, D.max_new_tokens, key=f"{NS}.max_new"
+    )
     sample = st.toggle("Sample (off = greedy)", D.do_sample, key=f"{NS}.sample")
-    temperature = st.slider("Temperature", 0.05, 2.0, D.temperature, 0.05, disabled=not sample, key=f"{NS}.temp")
+    temperature = st.slider(
+        "Temperature", 0.05, 2.0, D.temperature, 0.05, disabled=not sample, key=f"{NS}.temp"
+    )
     top_p = st.slider("Top-p", 0.05, 1.0, D.top_p, 0.05, disabled=not sample, key=f"{NS}.top_p")
     top_k = st.number_input("Top-k (0 = off)", 0, 1000, D.top_k, disabled=not sample, key=f"{NS}.top_k")
     rep = st.slider("Repetition penalty", 1.0, 2.0, D.repetition_penalty, 0.05, key=f"{NS}.rep")
     seed = st.number_input("Seed", 0, 2**31 - 1, D.seed or 0, disabled=not sample, key=f"{NS}.seed")
     stops = st.text_input("Stop sequences (comma-separated; \\n for newline)", "", key=f"{NS}.stop")
-    use_cache = st.toggle("Use KV cache", D.use_cache, key=f"{NS}.cache",
-                          help="Off recomputes every past token's keys and values at every step: watch TPOT grow.")
-    chat = st.toggle("Use the chat template", False, key=f"{NS}.chat",
-                     disabled=lm is None or not lm.has_chat_template,
-                     help="Wraps the prompt as a user message (only for models that ship a template).")
-    include_prompt = st.toggle("Show the prompt in the output", False, key=f"{NS}.incl",
-                               help="`generate` returns prompt + completion: the chapter's point. Off shows the completion only.")
+    use_cache = st.toggle(
+        "Use KV cache",
+        D.use_cache,
+        key=f"{NS}.cache",
+        help="Off recomputes every past token's keys and values at every step: watch TPOT grow.",
+    )
+    chat = st.toggle(
+        "Use the chat template",
+        False,
+        key=f"{NS}.chat",
+        disabled=lm is None or not lm.has_chat_template,
+        help="Wraps the prompt as a user message (only for models that ship a template).",
+    )
+    include_prompt = st.toggle(
+        "Show the prompt in the output",
+        False,
+        key=f"{NS}.incl",
+        help="`generate` returns prompt + completion: the chapter's point. Off shows the completion only.",
+    )
 
-batch_mode = st.toggle("Batch mode: one prompt per line, generated together as one padded batch", key=f"{NS}.batch")
+batch_mode = st.toggle(
+    "Batch mode: one prompt per line, generated together as one padded batch", key=f"{NS}.batch"
+)
 prompt = st.text_area(
     "Prompts (one per line)" if batch_mode else "Prompt",
-    "The capital of France is" if not batch_mode else "The capital of France is\nOnce upon a time\ndef fibonacci(n):",
+    "The capital of France is"
+    if not batch_mode
+    else "The capital of France is\nOnce upon a time\ndef fibonacci(n):",
     height=120,
     key=f"{NS}.prompt.{batch_mode}",
 )
@@ -77,9 +101,11 @@ if lm is not None and not batch_mode:
 go = st.button("Generate", type="primary", disabled=lm is None, key=f"{NS}.go")
 if lm is not None:
     snap = cached_scheduler(lm).snapshot()
-    st.caption(f"Shared scheduler for {lm.name}: {len(snap.running)} request(s) generating, "
-               f"{len(snap.waiting)} waiting (all browser sessions). Single prompts with the KV cache on go "
-               "through it; see the Batching page for its live batch.")
+    st.caption(
+        f"Shared scheduler for {lm.name}: {len(snap.running)} request(s) generating, "
+        f"{len(snap.waiting)} waiting (all browser sessions). Single prompts with the KV cache on go "
+        "through it; see the Batching page for its live batch."
+    )
 
 # A run that was still going when this script started again was stopped: by the Stop button, by a widget change,
 # or by a closed tab. Keep what it made, marked cancelled; it never reaches a comparison or the run log.
@@ -89,8 +115,14 @@ if running is not None:
     running["elapsed"] = time.perf_counter() - running["request_t"]
     st.session_state[f"{NS}.last"] = running
     st.session_state[f"{NS}.running"] = None
-    st.session_state[f"{NS}.history"].append({**running["row"], "output tokens": running["tokens"],
-                                              "latency (s)": round(running["elapsed"], 3), "stop": "cancelled"})
+    st.session_state[f"{NS}.history"].append(
+        {
+            **running["row"],
+            "output tokens": running["tokens"],
+            "latency (s)": round(running["elapsed"], 3),
+            "stop": "cancelled",
+        }
+    )
 
 
 def parse_stops(text: str) -> tuple[str, ...]:
@@ -100,7 +132,11 @@ def parse_stops(text: str) -> tuple[str, ...]:
 def metrics_row(m) -> None:
     c = st.columns(6)
     c[0].metric("TTFT", fmt_seconds(m.ttft_s), help="request → first generated token")
-    c[1].metric("TPOT", fmt_seconds(m.tpot_s), help="(latency − TTFT) / (output tokens − 1): first token excluded (vLLM)")
+    c[1].metric(
+        "TPOT",
+        fmt_seconds(m.tpot_s),
+        help="(latency − TTFT) / (output tokens − 1): first token excluded (vLLM)",
+    )
     c[2].metric("Latency", fmt_seconds(m.latency_s), help="request → last token")
     c[3].metric("Throughput", f"{m.tokens_per_s:.1f} tok/s", help="output tokens / latency (all sequences)")
     c[4].metric("Tokens in → out", f"{m.prompt_tokens} → {m.output_tokens}")
@@ -109,12 +145,21 @@ def metrics_row(m) -> None:
 
 def history_row(m, mode: str, stop_reason: str) -> dict:
     return {
-        "time (UTC)": m.started_at, "model": m.model, "dtype": m.dtype, "device": m.device, "mode": mode,
-        "batch": m.batch_size, "kv cache": m.use_cache, "prompt tokens": m.prompt_tokens,
-        "output tokens": m.output_tokens, "TTFT (ms)": round(m.ttft_s * 1e3, 1),
+        "time (UTC)": m.started_at,
+        "model": m.model,
+        "dtype": m.dtype,
+        "device": m.device,
+        "mode": mode,
+        "batch": m.batch_size,
+        "kv cache": m.use_cache,
+        "prompt tokens": m.prompt_tokens,
+        "output tokens": m.output_tokens,
+        "TTFT (ms)": round(m.ttft_s * 1e3, 1),
         "TPOT (ms)": None if math.isnan(m.tpot_s) else round(m.tpot_s * 1e3, 2),
-        "latency (s)": round(m.latency_s, 3), "tokens/s": round(m.tokens_per_s, 2),
-        "peak memory (MB)": round(m.peak_memory_bytes / 1e6, 1), "stop": stop_reason,
+        "latency (s)": round(m.latency_s, 3),
+        "tokens/s": round(m.tokens_per_s, 2),
+        "peak memory (MB)": round(m.peak_memory_bytes / 1e6, 1),
+        "stop": stop_reason,
     }
 
 
@@ -124,16 +169,40 @@ def run_single(lm, prompt: str, cfg: GenerationConfig, include_prompt: bool) -> 
     # With the KV cache on, through the shared in-flight scheduler: sessions generating at the same time share
     # decode steps (one weight read serves every running request) instead of queueing. The scheduler always keeps
     # a KV cache, so "cache off" runs alone.
-    s = cached_scheduler(lm).submit(prompt, cfg) if cfg.use_cache else generation.stream(lm, prompt, cfg, record=False)
+    s = (
+        cached_scheduler(lm).submit(prompt, cfg)
+        if cfg.use_cache
+        else generation.stream(lm, prompt, cfg, record=False)
+    )
     t0 = time.perf_counter()
-    cur = {"model": lm.name, "use_cache": cfg.use_cache, "max_new": cfg.max_new_tokens, "tokens": 0, "elapsed": 0.0,
-           "text": prompt if include_prompt else "", "chunks": [], "request_t": t0, "status": "running",
-           "row": {"time (UTC)": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()), "model": lm.name,
-                   "dtype": lm.dtype, "device": lm.device, "mode": "single", "batch": 1, "kv cache": cfg.use_cache}}
+    cur = {
+        "model": lm.name,
+        "use_cache": cfg.use_cache,
+        "max_new": cfg.max_new_tokens,
+        "tokens": 0,
+        "elapsed": 0.0,
+        "text": prompt if include_prompt else "",
+        "chunks": [],
+        "request_t": t0,
+        "status": "running",
+        "row": {
+            "time (UTC)": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()),
+            "model": lm.name,
+            "dtype": lm.dtype,
+            "device": lm.device,
+            "mode": "single",
+            "batch": 1,
+            "kv cache": cfg.use_cache,
+        },
+    }
     st.session_state[f"{NS}.running"] = cur
     stop_slot = st.empty()  # emptied when the run ends: a Stop button must not outlive its run
-    stop_slot.button("Stop", icon=":material/stop_circle:", key=f"{NS}.stop_btn",
-                     help="Stops generating at the next token; the text so far is kept, marked cancelled.")
+    stop_slot.button(
+        "Stop",
+        icon=":material/stop_circle:",
+        key=f"{NS}.stop_btn",
+        help="Stops generating at the next token; the text so far is kept, marked cancelled.",
+    )
     status, box = st.empty(), st.empty()
     status.caption(progress_text(0, cfg.max_new_tokens, 0.0) + " · waiting for the first token (prefill)")
     # The stream is read in a helper thread so this script can redraw elapsed time and tok/s while no token
@@ -157,8 +226,10 @@ def run_single(lm, prompt: str, cfg: GenerationConfig, include_prompt: bool) -> 
                 kind, chunk, now = chunks.get(timeout=0.25)
             except queue.Empty:
                 cur["elapsed"] = time.perf_counter() - t0
-                status.caption(progress_text(cur["tokens"], cfg.max_new_tokens, cur["elapsed"])
-                               + ("" if cur["tokens"] else " · waiting for the first token (prefill)"))
+                status.caption(
+                    progress_text(cur["tokens"], cfg.max_new_tokens, cur["elapsed"])
+                    + ("" if cur["tokens"] else " · waiting for the first token (prefill)")
+                )
                 continue
             if kind == "end":
                 break
@@ -169,7 +240,9 @@ def run_single(lm, prompt: str, cfg: GenerationConfig, include_prompt: bool) -> 
             cur["tokens"] += k
             cur["text"] += chunk
             cur["elapsed"] = now - t0
-            if now - shown_at > 0.15:  # redraw at most ~7 times a second: the browser, not the model, is the limit
+            if (
+                now - shown_at > 0.15
+            ):  # redraw at most ~7 times a second: the browser, not the model, is the limit
                 status.caption(progress_text(cur["tokens"], cfg.max_new_tokens, cur["elapsed"]))
                 box.code(cur["text"], language=None, wrap_lines=True)
                 shown_at = now
@@ -187,9 +260,14 @@ def run_single(lm, prompt: str, cfg: GenerationConfig, include_prompt: bool) -> 
     status.empty()
     box.empty()
     runlog.record(c.measurement, source="playground", stop_reason=c.stop_reason)
-    cur.update(status=c.stop_reason, text=c.shown(include_prompt), tokens=c.measurement.output_tokens,
-               elapsed=c.measurement.latency_s, measurement=c.measurement,
-               latency=per_token_latency(t0, cur["chunks"]))
+    cur.update(
+        status=c.stop_reason,
+        text=c.shown(include_prompt),
+        tokens=c.measurement.output_tokens,
+        elapsed=c.measurement.latency_s,
+        measurement=c.measurement,
+        latency=per_token_latency(t0, cur["chunks"]),
+    )
     st.session_state[f"{NS}.last"] = cur
     if c.stop_reason != "cancelled":
         st.session_state[f"{NS}.curve"][cfg.use_cache] = cur
@@ -199,9 +277,17 @@ def run_single(lm, prompt: str, cfg: GenerationConfig, include_prompt: bool) -> 
 if go and lm is not None:
     try:
         cfg = GenerationConfig(
-            max_new_tokens=int(max_new), do_sample=sample, temperature=float(temperature), top_p=float(top_p),
-            top_k=int(top_k), repetition_penalty=float(rep), seed=int(seed), stop=parse_stops(stops),
-            use_cache=use_cache, chat_template=chat, include_prompt=include_prompt,
+            max_new_tokens=int(max_new),
+            do_sample=sample,
+            temperature=float(temperature),
+            top_p=float(top_p),
+            top_k=int(top_k),
+            repetition_penalty=float(rep),
+            seed=int(seed),
+            stop=parse_stops(stops),
+            use_cache=use_cache,
+            chat_template=chat,
+            include_prompt=include_prompt,
         ).validate()
         if batch_mode:
             prompts = [p for p in prompt.splitlines() if p.strip()]
@@ -211,8 +297,10 @@ if go and lm is not None:
             for c in result.completions:
                 st.markdown(f"**{c.prompt}**")
                 st.code(c.shown(include_prompt), language=None, wrap_lines=True)
-                st.caption(f"{c.measurement.output_tokens} tokens · stopped by {c.stop_reason} · "
-                           f"finished at {fmt_seconds(c.measurement.latency_s)}")
+                st.caption(
+                    f"{c.measurement.output_tokens} tokens · stopped by {c.stop_reason} · "
+                    f"finished at {fmt_seconds(c.measurement.latency_s)}"
+                )
             st.markdown("**The batch as a whole**")
             metrics_row(result.measurement)
             st.session_state[f"{NS}.history"].append(history_row(result.measurement, "batch", "mixed"))
@@ -225,16 +313,23 @@ last = st.session_state[f"{NS}.last"]
 report: list = []
 if last is not None and not batch_mode:
     st.code(last["text"], language=None, wrap_lines=True)
-    report += [export.Heading(f"Last run: {last['model']}, KV cache {'on' if last['use_cache'] else 'off'}"),
-               export.Text(f"Stopped by **{last['status']}** after {last['tokens']} of {last['max_new']} tokens."),
-               export.Table([{"output": last["text"]}])]
+    report += [
+        export.Heading(f"Last run: {last['model']}, KV cache {'on' if last['use_cache'] else 'off'}"),
+        export.Text(f"Stopped by **{last['status']}** after {last['tokens']} of {last['max_new']} tokens."),
+        export.Table([{"output": last["text"]}]),
+    ]
     if last["status"] == "cancelled":
-        st.warning(f"**Cancelled** after {last['tokens']} of {last['max_new']} tokens "
-                   f"({fmt_seconds(last['elapsed'])}). The text above is what was made; this run is kept out of the "
-                   "run log and the comparisons.", icon=":material/cancel:")
+        st.warning(
+            f"**Cancelled** after {last['tokens']} of {last['max_new']} tokens "
+            f"({fmt_seconds(last['elapsed'])}). The text above is what was made; this run is kept out of the "
+            "run log and the comparisons.",
+            icon=":material/cancel:",
+        )
     else:
-        st.caption(f"Stopped by **{last['status']}**"
-                   + (" (max new tokens reached: the output is truncated)" if last["status"] == "length" else ""))
+        st.caption(
+            f"Stopped by **{last['status']}**"
+            + (" (max new tokens reached: the output is truncated)" if last["status"] == "length" else "")
+        )
         metrics_row(last["measurement"])
     curves = {}
     for cache_on, run in sorted(st.session_state[f"{NS}.curve"].items(), reverse=True):
@@ -252,12 +347,21 @@ if history:
     df = pd.DataFrame(history)
     st.dataframe(df, hide_index=True, width="stretch")
     c1, c2 = st.columns(2)
-    c1.download_button("Download runs (CSV)", df.to_csv(index=False).encode(), "playground_runs.csv", "text/csv",
-                       key=f"{NS}.csv")
+    c1.download_button(
+        "Download runs (CSV)",
+        df.to_csv(index=False).encode(),
+        "playground_runs.csv",
+        "text/csv",
+        key=f"{NS}.csv",
+    )
     report += [export.Heading("Runs in this session"), export.Table(df)]
     with c2:
-        export.download_button("Playground", report, key=f"{NS}.html",
-                               subtitle="TTFT, TPOT, latency and throughput measured on every run.")
+        export.download_button(
+            "Playground",
+            report,
+            key=f"{NS}.html",
+            subtitle="TTFT, TPOT, latency and throughput measured on every run.",
+        )
 else:
     st.caption("No runs yet. Generate once with the KV cache on and once off to see what the cache buys.")
 

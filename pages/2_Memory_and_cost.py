@@ -193,11 +193,15 @@ with right:
             f"{fmt.usd(est.cost.usd_per_million_tokens)} on {n_gpus} if it fitted",
             delta_color="off",
             delta_arrow="off",
-            help=memory.formula_of(estimate_cost) + " Priced at the GPUs the load needs: " + plan.sentence(spec.n_head),
+            help=memory.formula_of(estimate_cost)
+            + " Priced at the GPUs the load needs: "
+            + plan.sentence(spec.n_head),
         )
         k[1].metric(f"$ per hour at {plan.gpus} GPUs", fmt.usd(est.cost_at_plan.usd_per_hour))
     else:
-        k[0].metric("$ per million output tokens", "—", "does not fit: no price", delta_color="off", delta_arrow="off")
+        k[0].metric(
+            "$ per million output tokens", "—", "does not fit: no price", delta_color="off", delta_arrow="off"
+        )
         k[1].metric("$ per hour", "—", "does not fit", delta_color="off", delta_arrow="off")
     k[2].metric("Generation time", fmt.seconds(t.generation_s), help="TTFT + (output - 1) x TPOT")
     k = st.columns(3)
@@ -233,8 +237,13 @@ with right:
             delta_arrow="off",
             help=memory.formula_of(timing.allreduce_s),
         )
-        k[2].metric("Interconnect", gpu.interconnect or "unknown", f"{fmt.gb(gpu.interconnect_bytes_per_s)}/s each way",
-                    delta_color="off", delta_arrow="off")
+        k[2].metric(
+            "Interconnect",
+            gpu.interconnect or "unknown",
+            f"{fmt.gb(gpu.interconnect_bytes_per_s)}/s each way",
+            delta_color="off",
+            delta_arrow="off",
+        )
 
     with st.expander("Why: the reasoning with these numbers", expanded=True):
         st.markdown("\n".join(f"- {line}" for line in reasoning(est, spec, gpu, eff)))
@@ -275,7 +284,9 @@ priced = math.isfinite(points[0].usd_per_million_tokens)
 st.plotly_chart(batch_curve(points, est.max_batch, priced=priced), width="stretch", key=f"{NS}.curve")
 fitting = [p for p in points if p.fits]
 if fitting:
-    cheapest = min(fitting, key=lambda p: p.usd_per_million_tokens if priced else p.decode_s_per_token / p.batch)
+    cheapest = min(
+        fitting, key=lambda p: p.usd_per_million_tokens if priced else p.decode_s_per_token / p.batch
+    )
     first = fitting[0]
     st.markdown(
         f"On {n_gpus} × {gpu.name}, batch {first.batch} → {cheapest.batch}: time per output token goes from "
@@ -289,7 +300,9 @@ if fitting:
         + f". Past batch {est.max_batch:,} the KV cache no longer fits (hollow points: priced as if it did)."
     )
 else:
-    st.markdown(f"Not even batch 1 fits on {n_gpus} × {gpu.name}: every point is priced as if it did (hollow).")
+    st.markdown(
+        f"Not even batch 1 fits on {n_gpus} × {gpu.name}: every point is priced as if it did (hollow)."
+    )
 
 # ---------------------------------------------------------------- estimate vs measurement
 st.divider()
@@ -328,8 +341,12 @@ else:
     for c in best:
         st.caption(f"**{c.label}**: {c.explanation()}")
     chart = [
-        {"label": c.label, "measured": c.tpot.median, "datasheet": c.datasheet_tpot_s,
-         "calibrated": c.calibrated_tpot_s}
+        {
+            "label": c.label,
+            "measured": c.tpot.median,
+            "datasheet": c.datasheet_tpot_s,
+            "calibrated": c.calibrated_tpot_s,
+        }
         for c in shapes[-6:]
     ]
     st.plotly_chart(comparison_chart(chart), width="stretch", key=f"{NS}.cmp")
@@ -339,15 +356,28 @@ else:
 
     rows = [
         {
-            "model": c.model, "dtype": c.dtype, "batch": c.batch_size, "prompt": c.prompt_tokens,
-            "output": c.output_tokens, "runs": c.n, "from": c.source_text, "newest": c.newest[:16],
-            "TPOT measured median (ms)": _ms(c.tpot.median), "TPOT q1 (ms)": _ms(c.tpot.q1),
-            "TPOT q3 (ms)": _ms(c.tpot.q3), "TPOT datasheet (ms)": _ms(c.datasheet_tpot_s),
+            "model": c.model,
+            "dtype": c.dtype,
+            "batch": c.batch_size,
+            "prompt": c.prompt_tokens,
+            "output": c.output_tokens,
+            "runs": c.n,
+            "from": c.source_text,
+            "newest": c.newest[:16],
+            "TPOT measured median (ms)": _ms(c.tpot.median),
+            "TPOT q1 (ms)": _ms(c.tpot.q1),
+            "TPOT q3 (ms)": _ms(c.tpot.q3),
+            "TPOT datasheet (ms)": _ms(c.datasheet_tpot_s),
             "efficiency (datasheet / measured)": c.tpot_efficiency,
             "TPOT calibrated (ms)": _ms(c.calibrated_tpot_s),
-            "TPOT calibrated 95% low (ms)": _ms(c.calibrated_tpot_interval[0]) if c.calibrated_tpot_interval else None,
-            "TPOT calibrated 95% high (ms)": _ms(c.calibrated_tpot_interval[1]) if c.calibrated_tpot_interval else None,
-            "TTFT measured median (ms)": _ms(c.ttft.median), "TTFT datasheet (ms)": _ms(c.datasheet_ttft_s),
+            "TPOT calibrated 95% low (ms)": _ms(c.calibrated_tpot_interval[0])
+            if c.calibrated_tpot_interval
+            else None,
+            "TPOT calibrated 95% high (ms)": _ms(c.calibrated_tpot_interval[1])
+            if c.calibrated_tpot_interval
+            else None,
+            "TTFT measured median (ms)": _ms(c.ttft.median),
+            "TTFT datasheet (ms)": _ms(c.datasheet_ttft_s),
             "TTFT calibrated (ms)": _ms(c.calibrated_ttft_s),
         }
         for c in reversed(shapes)
@@ -357,7 +387,9 @@ else:
         pd.DataFrame(rows),
         hide_index=True,
         width="stretch",
-        column_config={k: st.column_config.NumberColumn(format="%.2f") for k in rows[0] if k not in text_cols},
+        column_config={
+            k: st.column_config.NumberColumn(format="%.2f") for k in rows[0] if k not in text_cols
+        },
     )
     if cal is not None:
         st.caption(
@@ -406,7 +438,9 @@ export.download_button(
         *(export.Text(f"Warning: {w}") for w in est.warnings),
         export.Table(breakdown_frame(est), "parameters and bytes per component"),
         export.Figure(memory_bar(m)),
-        export.Figure(batch_curve(points, est.max_batch, priced=priced), "cost and latency against batch size"),
+        export.Figure(
+            batch_curve(points, est.max_batch, priced=priced), "cost and latency against batch size"
+        ),
     ],
     key=f"{NS}.html",
 )

@@ -84,8 +84,11 @@ with right:
     st.subheader(f"{spec.name} on {primary.name} · {dtype} · s = {seq:,} · b = {batch}")
     if cap_note:
         st.info(cap_note, icon=":material/info:")
-    fig = separate_labels(split_measured(
-        roofline_figure(roofs, results, measured=measured, machine_roof=machine_roof, ridge_note=note)))
+    fig = separate_labels(
+        split_measured(
+            roofline_figure(roofs, results, measured=measured, machine_roof=machine_roof, ridge_note=note)
+        )
+    )
     lower_ridge_note(fig, roofs[0].peak_flops_per_s)
     st.plotly_chart(fig, width="stretch", key=f"{NS}.chart")
     if primary.key == "t4":
@@ -131,11 +134,17 @@ st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
 report = [export.Text(cap_note)] if cap_note else []
 report += [export.Figure(fig, "Marker size: share of the phase's time.")]
 for r in results:
-    report += [export.Heading(f"{r.phase.capitalize()} ({fmt.seconds(r.attainable_s)} at best on {primary.name})"),
-               export.Text("\n".join(f"- {line}" for line in diagnose(r)))]
+    report += [
+        export.Heading(f"{r.phase.capitalize()} ({fmt.seconds(r.attainable_s)} at best on {primary.name})"),
+        export.Text("\n".join(f"- {line}" for line in diagnose(r))),
+    ]
 report += [export.Heading("Operators"), export.Table(pd.DataFrame(rows))]
-export.download_button(f"Roofline: {spec.name} on {primary.name}", report, key=f"{NS}.html",
-                       subtitle=f"{dtype} · s = {seq:,} · b = {batch}")
+export.download_button(
+    f"Roofline: {spec.name} on {primary.name}",
+    report,
+    key=f"{NS}.html",
+    subtitle=f"{dtype} · s = {seq:,} · b = {batch}",
+)
 with st.expander("Formulas"):
     st.markdown(f"- {formula_of(operators)}")
     st.markdown(f"- {formula_of(analyse)}")

@@ -279,7 +279,9 @@ with tab_code:
                 stream.cancel()  # a rerun or a closed tab stops generating for nobody
             live.empty()
             if stream.completion is not None:
-                runlog.record(stream.completion.measurement, source="lab", stop_reason=stream.completion.stop_reason)
+                runlog.record(
+                    stream.completion.measurement, source="lab", stop_reason=stream.completion.stop_reason
+                )
                 S[f"{NS}.code"] = codegen.review(stream.completion, mode)
         except EngineError as exc:
             show_error(exc)
@@ -309,8 +311,11 @@ with tab_code:
             rows = codegen.collapse_findings(lint.findings)
             st.markdown(
                 f"**{lint.ruff_version}** (rules {', '.join(lint.rules)}): {len(lint.findings)} finding(s)"
-                + (f", {len(rows)} distinct (repeats collapsed into one row with their lines)"
-                   if len(rows) < len(lint.findings) else "")
+                + (
+                    f", {len(rows)} distinct (repeats collapsed into one row with their lines)"
+                    if len(rows) < len(lint.findings)
+                    else ""
+                )
             )
             st.dataframe(pd.DataFrame(rows), hide_index=True)
         with st.expander("The model's raw output"):
@@ -454,16 +459,27 @@ with tab_eval:
 report: list = []
 if S[f"{NS}.sweep"] is not None and S[f"{NS}.sweep"]["results"]:
     sw = S[f"{NS}.sweep"]
-    report += [export.Heading(f"Few-shot accuracy against k: {sw['model']} on '{sw['dataset']}'"),
-               export.Figure(lw.accuracy_figure(sw["results"], sw["baseline"])),
-               export.Table([{"k": r.k, "accuracy": r.accuracy, "correct": f"{r.correct}/{r.total}"}
-                             for r in sw["results"]])]
+    report += [
+        export.Heading(f"Few-shot accuracy against k: {sw['model']} on '{sw['dataset']}'"),
+        export.Figure(lw.accuracy_figure(sw["results"], sw["baseline"])),
+        export.Table(
+            [{"k": r.k, "accuracy": r.accuracy, "correct": f"{r.correct}/{r.total}"} for r in sw["results"]]
+        ),
+    ]
 if S[f"{NS}.code"] is not None:
     code_result = S[f"{NS}.code"]
-    report += [export.Heading(f"Generated code ({code_result.mode} mode, stopped by {code_result.stop_reason})"),
-               export.Table([{"code": code_result.code}]),
-               export.Text("Syntax: " + ("accepted by `ast.parse`" if code_result.syntax.ok
-                                         else f"rejected: {code_result.syntax.message}"))]
+    report += [
+        export.Heading(f"Generated code ({code_result.mode} mode, stopped by {code_result.stop_reason})"),
+        export.Table([{"code": code_result.code}]),
+        export.Text(
+            "Syntax: "
+            + (
+                "accepted by `ast.parse`"
+                if code_result.syntax.ok
+                else f"rejected: {code_result.syntax.message}"
+            )
+        ),
+    ]
     if code_result.lint.findings:
         report += [export.Table(codegen.collapse_findings(code_result.lint.findings), "ruff findings")]
 if S[f"{NS}.eval_runs"]:

@@ -34,24 +34,39 @@ if not hw.has_gpu:
     )
 
 with st.form("race.form"):
-    presets = [n for n, p in models.PRESETS.items() if p.kind != "hub"] + \
-              [n for n, p in models.PRESETS.items() if p.kind == "hub"]
+    presets = [n for n, p in models.PRESETS.items() if p.kind != "hub"] + [
+        n for n, p in models.PRESETS.items() if p.kind == "hub"
+    ]
     c1, c2 = st.columns(2)
-    model = c1.selectbox("Model", presets, index=presets.index(models.DEFAULT_MODEL), key="race.model",
-                         format_func=lambda n: f"{n} ({models.PRESETS[n].kind})",
-                         help="random = true shape and timings with random weights (gibberish text)")
-    dtype = c2.selectbox("Race precision (vanilla's)", ["auto", "fp32", "bf16", *(["fp16"] if hw.has_gpu else [])],
-                         key="race.dtype", help="auto = fp16 on a GPU (as in the chapter), fp32 on the CPU")
+    model = c1.selectbox(
+        "Model",
+        presets,
+        index=presets.index(models.DEFAULT_MODEL),
+        key="race.model",
+        format_func=lambda n: f"{n} ({models.PRESETS[n].kind})",
+        help="random = true shape and timings with random weights (gibberish text)",
+    )
+    dtype = c2.selectbox(
+        "Race precision (vanilla's)",
+        ["auto", "fp32", "bf16", *(["fp16"] if hw.has_gpu else [])],
+        key="race.dtype",
+        help="auto = fp16 on a GPU (as in the chapter), fp32 on the CPU",
+    )
     engines = [n for n, c in contenders.CONTENDERS.items() if c.group == "engines"]
     levers = [n for n, c in contenders.CONTENDERS.items() if c.group == "levers"]
     c1, c2 = st.columns(2)
     chosen_engines = c1.multiselect(
-        "Engines (vanilla, the baseline, always runs)", engines,
-        default=[n for n in contenders.DEFAULT_CONTENDERS if n in engines], key="race.engines",
+        "Engines (vanilla, the baseline, always runs)",
+        engines,
+        default=[n for n in contenders.DEFAULT_CONTENDERS if n in engines],
+        key="race.engines",
         format_func=lambda n: contenders.CONTENDERS[n].label,
     )
     chosen_levers = c2.multiselect(
-        "Levers", levers, default=[n for n in contenders.DEFAULT_CONTENDERS if n in levers], key="race.levers",
+        "Levers",
+        levers,
+        default=[n for n in contenders.DEFAULT_CONTENDERS if n in levers],
+        key="race.levers",
         format_func=lambda n: contenders.CONTENDERS[n].label,
     )
     c1, c2, c3 = st.columns(3)
@@ -69,15 +84,21 @@ with st.expander("The contenders"):
         st.markdown(f"- **{c.label}** (`{c.name}`, {c.group}): {c.description}")
     path, why = contenders.ds_python()
     st.markdown(f"Pinned DeepSpeed environment: {'`' + path + '`' if path else why}")
-    st.markdown("**Peer engines installed here** (`bash scripts/install_peers.sh` installs them; each converts a "
-                "model once, offline, into the model cache, and later races reuse it):")
+    st.markdown(
+        "**Peer engines installed here** (`bash scripts/install_peers.sh` installs them; each converts a "
+        "model once, offline, into the model cache, and later races reuse it):"
+    )
     st.dataframe(peers.installed(), hide_index=True, width="stretch")
 
 if started:
     try:
         spec = runner.RaceSpec(
-            model=model, contenders=tuple(contenders.resolve([*chosen_engines, *chosen_levers])), runs=runs,
-            warmup=warmup, max_new_tokens=max_new, dtype=dtype,
+            model=model,
+            contenders=tuple(contenders.resolve([*chosen_engines, *chosen_levers])),
+            runs=runs,
+            warmup=warmup,
+            max_new_tokens=max_new,
+            dtype=dtype,
         ).validate()
         bar = st.progress(0.0, text="starting the race…")
 
@@ -102,8 +123,10 @@ if not any(r.hardware.get("gpu") for _, r in recorded):
         "GPT-Neo 125M / 1.3B shapes and the bundled model (vanilla fp16 against DeepSpeed kernel injection) and "
         "writes them to bench/results/; they appear here, labelled with their hardware and date."
     )
-st.caption("`bench/race.py` records the peer engines' race on this kind of CPU machine; each recorded race is "
-           "labelled with its hardware and date, and is not a live measurement.")
+st.caption(
+    "`bench/race.py` records the peer engines' race on this kind of CPU machine; each recorded race is "
+    "labelled with its hardware and date, and is not a live measurement."
+)
 for path, rec in recorded:
     where = rec.hardware.get("gpu") or f"CPU {rec.hardware.get('cpu', '?')}"
     with st.expander(f"Recorded, not live: {rec.model} on {where} · {rec.started_at[:10]} · {path.name}"):

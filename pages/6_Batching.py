@@ -49,7 +49,9 @@ if lm is None:
 # ---------------------------------------------------------------- 1. static batching, batch sizes
 st.header("1 · Static batching: what a bigger batch buys")
 c1, c2, c3 = st.columns([3, 1, 1])
-sizes = c1.multiselect("Batch sizes", [1, 2, 4, 8, 16, 32, 64], default=list(DEFAULT_SIZES), key=f"{NS}.sizes")
+sizes = c1.multiselect(
+    "Batch sizes", [1, 2, 4, 8, 16, 32, 64], default=list(DEFAULT_SIZES), key=f"{NS}.sizes"
+)
 sweep_tokens = c2.number_input("New tokens each", 4, 256, 32, key=f"{NS}.sweep_tokens")
 if c3.button("Measure", key=f"{NS}.sweep_go", type="primary"):
     try:
@@ -61,8 +63,11 @@ sweep = st.session_state[f"{NS}.sweep"]
 if sweep is not None and sweep.model == lm.name:
     fig = sweep_figure(sweep)
     st.plotly_chart(fig, width="stretch")
-    report += [export.Heading("Static batching: what a bigger batch buys"), export.Text(sweep_sentence(sweep.points)),
-               export.Figure(fig)]
+    report += [
+        export.Heading("Static batching: what a bigger batch buys"),
+        export.Text(sweep_sentence(sweep.points)),
+        export.Figure(fig),
+    ]
     fits = sweep.max_batch_fits
     st.markdown(
         sweep_sentence(sweep.points)
@@ -71,7 +76,9 @@ if sweep is not None and sweep.model == lm.name:
         f"({sweep.calibrated_bandwidth_bytes_per_s / 1e9:.1f} GB/s effective) and this machine's matmul "
         f"({sweep.matmul_flops_per_s / 1e9:.0f} GFLOP/s)."
     )
-    where = "the red dotted line" if fits <= 4 * max(p.batch for p in sweep.points) else "far right of this chart"
+    where = (
+        "the red dotted line" if fits <= 4 * max(p.batch for p in sweep.points) else "far right of this chart"
+    )
     st.info(
         f"**Largest batch that fits** ({sweep.prompt_tokens} prompt + {sweep.max_new_tokens} new tokens each): "
         f"**{fits:,}** sequences in {fmt_bytes(sweep.memory_bytes)} (free memory + the weights), from "
@@ -79,10 +86,20 @@ if sweep is not None and sweep.model == lm.name:
         + (" The sweep stopped when the device ran out of memory." if sweep.stopped_by_memory else "")
     )
     st.dataframe(
-        [{"batch": p.batch, "tokens/s": round(p.tokens_per_s, 1), "predicted tokens/s": round(p.predicted_tokens_per_s, 1),
-          "latency (s)": round(p.latency_s, 2), "TTFT (s)": round(p.ttft_s, 3), "TPOT (ms)": round(p.tpot_s * 1e3, 1),
-          "peak memory": fmt_bytes(p.peak_memory_bytes)} for p in sweep.points],
-        hide_index=True, width="stretch",
+        [
+            {
+                "batch": p.batch,
+                "tokens/s": round(p.tokens_per_s, 1),
+                "predicted tokens/s": round(p.predicted_tokens_per_s, 1),
+                "latency (s)": round(p.latency_s, 2),
+                "TTFT (s)": round(p.ttft_s, 3),
+                "TPOT (ms)": round(p.tpot_s * 1e3, 1),
+                "peak memory": fmt_bytes(p.peak_memory_bytes),
+            }
+            for p in sweep.points
+        ],
+        hide_index=True,
+        width="stretch",
     )
 
 # ---------------------------------------------------------------- 2. static vs in-flight
@@ -90,7 +107,9 @@ st.header("2 · Static versus in-flight on the same workload")
 with st.form(f"{NS}.wl"):
     c = st.columns(4)
     n_req = c[0].number_input("Requests", 1, 200, 12, key=f"{NS}.n")
-    rate = c[1].number_input("Arrivals per second (0 = all at once)", 0.0, 100.0, _W.arrival_rate_per_s, key=f"{NS}.rate")
+    rate = c[1].number_input(
+        "Arrivals per second (0 = all at once)", 0.0, 100.0, _W.arrival_rate_per_s, key=f"{NS}.rate"
+    )
     max_batch = c[2].number_input("Max batch (both policies)", 1, 64, 4, key=f"{NS}.max_batch")
     seed = c[3].number_input("Seed", 0, 10**6, _W.seed, key=f"{NS}.seed")
     c = st.columns(4)
@@ -101,9 +120,16 @@ with st.form(f"{NS}.wl"):
     go = st.form_submit_button("Run both policies", type="primary")
 if go:
     try:
-        spec = WorkloadSpec(n_requests=int(n_req), arrival_rate_per_s=float(rate), prompt_tokens_min=min(8, int(p_max)),
-                            prompt_tokens_max=int(p_max), output_tokens_min=int(out_min), output_tokens_max=int(out_max),
-                            output_distribution=dist, seed=int(seed))
+        spec = WorkloadSpec(
+            n_requests=int(n_req),
+            arrival_rate_per_s=float(rate),
+            prompt_tokens_min=min(8, int(p_max)),
+            prompt_tokens_max=int(p_max),
+            output_tokens_min=int(out_min),
+            output_tokens_max=int(out_max),
+            output_distribution=dist,
+            seed=int(seed),
+        )
         workload = generate_workload(spec, lm.tokenizer)
         with st.spinner("Replaying the workload under static, then in-flight batching…"):
             results = {p: replay(lm, workload, p, int(max_batch)) for p in ("static", "inflight")}
@@ -114,18 +140,36 @@ compare = st.session_state[f"{NS}.compare"]
 if compare is not None and compare["static"].model == lm.name:
     s, i = compare["static"], compare["inflight"]
     st.dataframe(
-        [{"policy": r.policy, "throughput (tok/s)": round(r.throughput_tokens_per_s, 1),
-          "TTFT p50 (s)": round(r.ttft_s_p50, 2), "TTFT p95 (s)": round(r.ttft_s_p95, 2),
-          "latency p50 (s)": round(r.latency_s_p50, 2), "latency p95 (s)": round(r.latency_s_p95, 2),
-          "wall (s)": round(r.wall_s, 2), "slots doing useful work": f"{r.slot_utilization:.0%}"} for r in (s, i)],
-        hide_index=True, width="stretch",
+        [
+            {
+                "policy": r.policy,
+                "throughput (tok/s)": round(r.throughput_tokens_per_s, 1),
+                "TTFT p50 (s)": round(r.ttft_s_p50, 2),
+                "TTFT p95 (s)": round(r.ttft_s_p95, 2),
+                "latency p50 (s)": round(r.latency_s_p50, 2),
+                "latency p95 (s)": round(r.latency_s_p95, 2),
+                "wall (s)": round(r.wall_s, 2),
+                "slots doing useful work": f"{r.slot_utilization:.0%}",
+            }
+            for r in (s, i)
+        ],
+        hide_index=True,
+        width="stretch",
     )
     ratio = i.throughput_tokens_per_s / s.throughput_tokens_per_s
     c = st.columns(3)
     c[0].metric("In-flight / static throughput", f"{ratio:.2f}×")
-    c[1].metric("p95 latency, in-flight", fmt_seconds(i.latency_s_p95), delta=fmt_seconds(i.latency_s_p95 - s.latency_s_p95),
-                delta_color="inverse")
-    c[2].metric("Static slots idle", f"{1 - s.slot_utilization:.0%}", help="row-steps computed for rows already finished")
+    c[1].metric(
+        "p95 latency, in-flight",
+        fmt_seconds(i.latency_s_p95),
+        delta=fmt_seconds(i.latency_s_p95 - s.latency_s_p95),
+        delta_color="inverse",
+    )
+    c[2].metric(
+        "Static slots idle",
+        f"{1 - s.slot_utilization:.0%}",
+        help="row-steps computed for rows already finished",
+    )
     x_max = max(s.wall_s, i.wall_s) * 1.02
     g_s = gantt_figure(s, "Static batching: finished rows hold their slot (red) until the batch ends", x_max)
     g_i = gantt_figure(i, "In-flight batching: a finished row's slot goes to the next request at once", x_max)
@@ -134,10 +178,13 @@ if compare is not None and compare["static"].model == lm.name:
 
     st.subheader("The trade-off, from these measurements")
     st.markdown("\n".join(f"- {line}" for line in tradeoff_sentences(s, i)))
-    report += [export.Heading("Static versus in-flight on the same workload"),
-               export.Table([r.summary() for r in (s, i)]),
-               export.Text("\n".join(f"- {line}" for line in tradeoff_sentences(s, i))),
-               export.Figure(g_s), export.Figure(g_i)]
+    report += [
+        export.Heading("Static versus in-flight on the same workload"),
+        export.Table([r.summary() for r in (s, i)]),
+        export.Text("\n".join(f"- {line}" for line in tradeoff_sentences(s, i))),
+        export.Figure(g_s),
+        export.Figure(g_i),
+    ]
 
 # ---------------------------------------------------------------- 3. the live shared scheduler
 st.header("3 · The shared scheduler, live")
@@ -147,8 +194,11 @@ st.caption(
 )
 sched = cached_scheduler(lm)
 with st.form(f"{NS}.try"):
-    prompt = st.text_input("Send a request to the shared batch", "Explain in-flight batching in one sentence.",
-                           key=f"{NS}.prompt")
+    prompt = st.text_input(
+        "Send a request to the shared batch",
+        "Explain in-flight batching in one sentence.",
+        key=f"{NS}.prompt",
+    )
     send = st.form_submit_button("Send")
 if send:
     from engine.generation import GenerationConfig
@@ -158,16 +208,20 @@ if send:
         st.write_stream(handle)
         record_completion(handle.completion, "batching")
         m = handle.completion.measurement
-        st.caption(f"queued {fmt_seconds(m.queue_s)}, TTFT {fmt_seconds(m.ttft_s)}, latency {fmt_seconds(m.latency_s)}, "
-                   f"shared the batch with up to {m.batch_size - 1} other request(s)")
+        st.caption(
+            f"queued {fmt_seconds(m.queue_s)}, TTFT {fmt_seconds(m.ttft_s)}, latency {fmt_seconds(m.latency_s)}, "
+            f"shared the batch with up to {m.batch_size - 1} other request(s)"
+        )
     except EngineError as exc:
         show_error(exc)
 
 
 st.subheader("Simulate N users")
-st.caption("Sends N requests to the shared scheduler at once, as N people pressing Generate together, and shows "
-           "its queue and batch while they run, then what each request got. Other sessions' requests share the "
-           "same batch.")
+st.caption(
+    "Sends N requests to the shared scheduler at once, as N people pressing Generate together, and shows "
+    "its queue and batch while they run, then what each request got. Other sessions' requests share the "
+    "same batch."
+)
 with st.form(f"{NS}.users_form"):
     c = st.columns(3)
     n_users = c[0].number_input("Users (concurrent requests)", 1, 32, 6, key=f"{NS}.users_n")
@@ -176,16 +230,25 @@ with st.form(f"{NS}.users_form"):
     simulate = st.form_submit_button("Simulate", type="primary")
 if simulate:
     try:
-        st.session_state[f"{NS}.users"] = simulate_users(sched, lm, int(n_users), int(user_tokens), float(stagger))
+        st.session_state[f"{NS}.users"] = simulate_users(
+            sched, lm, int(n_users), int(user_tokens), float(stagger)
+        )
     except EngineError as exc:
         show_error(exc)
 if st.session_state.get(f"{NS}.users"):
     users = st.session_state[f"{NS}.users"]
     show_users_result(users)
-    report += [export.Heading(f"Simulated {users['n']} users"), export.Text(users_sentence(users["n"], users["rows"])),
-               export.Table(users["rows"])]
-export.download_button(f"Batching: {lm.name}", report, key=f"{NS}.html",
-                       subtitle="Static and in-flight batching, measured on this machine.")
+    report += [
+        export.Heading(f"Simulated {users['n']} users"),
+        export.Text(users_sentence(users["n"], users["rows"])),
+        export.Table(users["rows"]),
+    ]
+export.download_button(
+    f"Batching: {lm.name}",
+    report,
+    key=f"{NS}.html",
+    subtitle="Static and in-flight batching, measured on this machine.",
+)
 
 auto = st.toggle("Refresh every 2 s", key=f"{NS}.live")
 

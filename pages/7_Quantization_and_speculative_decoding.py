@@ -35,11 +35,14 @@ with tab_q:
         "Each scheme quantizes a copy of the fp32 model (every linear layer except the output layer). Weight "
         "bytes are read from the quantized tensors themselves (scales and zero points included) and set beside "
         "the calculator's bytes for the same shapes (engine/calc/quant.py). Speedup = median fp32 time per "
-        "token / median scheme time per token, with a bootstrap 95% interval. Quality: " + Q.QUALITY_METHOD.format(n="N")
+        "token / median scheme time per token, with a bootstrap 95% interval. Quality: "
+        + Q.QUALITY_METHOD.format(n="N")
     )
     with st.form(f"{NS}.qform"):
         c = st.columns(4)
-        schemes = c[0].multiselect("Schemes", list(Q.SCHEMES), default=list(Q.DEFAULT_SCHEMES), key=f"{NS}.schemes")
+        schemes = c[0].multiselect(
+            "Schemes", list(Q.SCHEMES), default=list(Q.DEFAULT_SCHEMES), key=f"{NS}.schemes"
+        )
         q_tokens = c[1].number_input("New tokens", 4, 256, 32, key=f"{NS}.qtok")
         q_runs = c[2].number_input("Timed runs", 1, 20, 3, key=f"{NS}.qruns")
         q_docs = c[3].number_input("Documents for bits/byte (N)", 1, 48, 4, key=f"{NS}.qdocs")
@@ -50,23 +53,32 @@ with tab_q:
             report, bar = lw.progress_bar("weight quantization")
             try:
                 st.session_state[f"{NS}.quant"] = Q.run_quant(
-                    lm, schemes, max_new_tokens=int(q_tokens), runs=int(q_runs), eval_documents=int(q_docs),
-                    progress=report)
+                    lm,
+                    schemes,
+                    max_new_tokens=int(q_tokens),
+                    runs=int(q_runs),
+                    eval_documents=int(q_docs),
+                    progress=report,
+                )
             except EngineError as exc:
                 show_error(exc)
             finally:
                 bar.empty()
     result = st.session_state[f"{NS}.quant"]
     if result is not None:
-        st.caption(f"{result.model} on {result.device}: {result.runs} timed runs of {result.max_new_tokens} tokens "
-                   f"per scheme; quality over {result.eval_documents} documents (measured).")
+        st.caption(
+            f"{result.model} on {result.device}: {result.runs} timed runs of {result.max_new_tokens} tokens "
+            f"per scheme; quality over {result.eval_documents} documents (measured)."
+        )
         st.dataframe(lw.quant_table(result.rows), hide_index=True, width="stretch")
         base = result.rows[0] if result.rows and result.rows[0].scheme == "fp32" else None
         for row in result.rows:
             st.markdown(f"- {Q.verdict(row, base)}")
         lw.downloads(result.rows, "quantization", f"{NS}.qdl")
     else:
-        st.info("Choose schemes and press **Quantize and measure** (SmolLM2: about a minute per scheme on 2 cores).")
+        st.info(
+            "Choose schemes and press **Quantize and measure** (SmolLM2: about a minute per scheme on 2 cores)."
+        )
 
 with tab_kv:
     st.markdown(
@@ -80,18 +92,28 @@ with tab_kv:
         (st.caption if ok else st.warning)(f"backend **{b}**: {why}")
     with st.form(f"{NS}.kvform"):
         c = st.columns(4)
-        backends = c[0].multiselect("Backends", list(K.BACKENDS), default=list(K.BACKENDS), key=f"{NS}.backends")
+        backends = c[0].multiselect(
+            "Backends", list(K.BACKENDS), default=list(K.BACKENDS), key=f"{NS}.backends"
+        )
         nbits = c[1].selectbox("Bits (quanto: 2/4; HQQ: 2/4/8)", [4, 2, 8], key=f"{NS}.nbits")
         kv_tokens = c[2].number_input("New tokens", 8, 1024, 256, key=f"{NS}.kvtok")
-        budget_gb = c[3].number_input("Memory budget for the cache (GB)", 0.01, 1000.0, 1.0, key=f"{NS}.budget")
+        budget_gb = c[3].number_input(
+            "Memory budget for the cache (GB)", 0.01, 1000.0, 1.0, key=f"{NS}.budget"
+        )
         go_kv = st.form_submit_button("Measure the KV cache", type="primary")
     if go_kv:
         lm = load_with_progress(name, "fp32")
         if lm is not None:
             report, bar = lw.progress_bar("KV cache")
             try:
-                st.session_state[f"{NS}.kv"] = K.run_kv(lm, backends, nbits=int(nbits), max_new_tokens=int(kv_tokens),
-                                                        budget_bytes=float(budget_gb) * 1e9, progress=report)
+                st.session_state[f"{NS}.kv"] = K.run_kv(
+                    lm,
+                    backends,
+                    nbits=int(nbits),
+                    max_new_tokens=int(kv_tokens),
+                    budget_bytes=float(budget_gb) * 1e9,
+                    progress=report,
+                )
             except EngineError as exc:
                 show_error(exc)
             finally:
@@ -111,12 +133,16 @@ with tab_s:
         "**a draft model** costs c of a target forward per token. Expected speedup (Leviathan et al., 2023): "
         "(1 − α^(γ+1)) / ((1 − α)(γc + 1))."
     )
-    st.caption("Offline draft models: `layers:N` = the target's own first N layers (self-speculation, no copy, "
-               "same tokenizer); `bf16` = a bf16 copy of the target; or a model with the same tokenizer.")
+    st.caption(
+        "Offline draft models: `layers:N` = the target's own first N layers (self-speculation, no copy, "
+        "same tokenizer); `bf16` = a bf16 copy of the target; or a model with the same tokenizer."
+    )
     with st.form(f"{NS}.sform"):
         c = st.columns(5)
         methods = c[0].multiselect("Methods", list(S.METHODS), default=list(S.METHODS), key=f"{NS}.methods")
-        workloads = c[1].multiselect("Workloads", list(S.WORKLOADS), default=list(S.WORKLOADS), key=f"{NS}.wl")
+        workloads = c[1].multiselect(
+            "Workloads", list(S.WORKLOADS), default=list(S.WORKLOADS), key=f"{NS}.wl"
+        )
         draft = c[2].text_input("Draft model", S.DEFAULT_DRAFT, key=f"{NS}.draft")
         gamma = c[3].number_input("Draft length γ", 0, 1000, S.DEFAULT_DRAFT_LENGTH, key=f"{NS}.gamma")
         s_tokens = c[4].number_input("New tokens", 4, 512, 48, key=f"{NS}.stok")
@@ -132,8 +158,15 @@ with tab_s:
                 report, bar = lw.progress_bar("speculative decoding")
                 try:
                     st.session_state[f"{NS}.spec"] = S.run_speculate(
-                        lm, methods, workloads, draft=draft, draft_length=int(gamma), max_new_tokens=int(s_tokens),
-                        runs=int(s_runs), progress=report)
+                        lm,
+                        methods,
+                        workloads,
+                        draft=draft,
+                        draft_length=int(gamma),
+                        max_new_tokens=int(s_tokens),
+                        runs=int(s_runs),
+                        progress=report,
+                    )
                 finally:
                     bar.empty()
         except EngineError as exc:

@@ -31,8 +31,13 @@ NS = "serving"
 page_setup("Serving", ":material/dns:")
 init_state(NS, sweep=None, models=None)
 _D, _S = LoadSpec(base_url="http://127.0.0.1:8000/v1", model=""), SLO()
-CALC_FOR = {"smollm2-135m-instruct": "smollm2-135m", "gpt-neo-125m-random": "gpt-neo-125m", "gpt-neo-125m": "gpt-neo-125m",
-            "gpt-neo-1.3b-random": "gpt-neo-1.3b", "gpt-neo-1.3b": "gpt-neo-1.3b"}
+CALC_FOR = {
+    "smollm2-135m-instruct": "smollm2-135m",
+    "gpt-neo-125m-random": "gpt-neo-125m",
+    "gpt-neo-125m": "gpt-neo-125m",
+    "gpt-neo-1.3b-random": "gpt-neo-1.3b",
+    "gpt-neo-1.3b": "gpt-neo-1.3b",
+}
 
 st.title("Serving")
 st.subheader("How many users does a deployment hold within the SLOs?")
@@ -47,18 +52,30 @@ st.markdown(
 
 # ---------------------------------------------------------------- 1. target
 st.header("1 · Target")
-target = st.radio("Endpoint", ["This engine's server", "Any OpenAI-compatible URL"], horizontal=True, key=f"{NS}.target")
+target = st.radio(
+    "Endpoint", ["This engine's server", "Any OpenAI-compatible URL"], horizontal=True, key=f"{NS}.target"
+)
 slot = server_slot()
 api_key: str | None = None
 if target == "This engine's server":
     c1, c2, c3, c4 = st.columns([2, 1, 1, 1])
     names = list(PRESETS)
     engine_model = c1.selectbox("Model", names, index=names.index(DEFAULT_MODEL), key=f"{NS}.engine_model")
-    batch = int(c2.number_input("Max batch", 1, 64, 8, key=f"{NS}.max_batch",
-                                help="requests decoded together by the server's in-flight scheduler"))
+    batch = int(
+        c2.number_input(
+            "Max batch",
+            1,
+            64,
+            8,
+            key=f"{NS}.max_batch",
+            help="requests decoded together by the server's in-flight scheduler",
+        )
+    )
     if c3.button("Start server", key=f"{NS}.start", type="primary", disabled=slot.running):
         try:
-            with st.spinner(f"Starting `python -m engine serve --model {engine_model}` and waiting for /health…"):
+            with st.spinner(
+                f"Starting `python -m engine serve --model {engine_model}` and waiting for /health…"
+            ):
                 slot.start(engine_model, batch)
         except RuntimeError as exc:
             st.error(str(exc))
@@ -67,16 +84,23 @@ if target == "This engine's server":
         st.rerun()
     if slot.running:
         proc = slot.proc
-        st.success(f"Running: `{proc.base_url}` serving **{proc.model}** (process {proc.proc.pid}, bound to "
-                   "127.0.0.1 only). It runs until you stop it here or the dashboard stops.", icon=":material/dns:")
+        st.success(
+            f"Running: `{proc.base_url}` serving **{proc.model}** (process {proc.proc.pid}, bound to "
+            "127.0.0.1 only). It runs until you stop it here or the dashboard stops.",
+            icon=":material/dns:",
+        )
         url, model = proc.base_url, proc.model
     else:
-        st.info("The engine's server is not running. Start it here (a child process of the dashboard), or run "
-                "`python -m engine serve` yourself and choose *Any OpenAI-compatible URL*.")
+        st.info(
+            "The engine's server is not running. Start it here (a child process of the dashboard), or run "
+            "`python -m engine serve` yourself and choose *Any OpenAI-compatible URL*."
+        )
         url, model = None, engine_model
 else:
     c1, c2 = st.columns([3, 2])
-    url = c1.text_input("Base URL", _D.base_url, key=f"{NS}.url", help="up to /v1, e.g. http://gpu-node:8000/v1")
+    url = c1.text_input(
+        "Base URL", _D.base_url, key=f"{NS}.url", help="up to /v1, e.g. http://gpu-node:8000/v1"
+    )
     api_key = c2.text_input("API key (kept in this session only)", type="password", key=f"{NS}.key") or None
     if st.button("List models", key=f"{NS}.list"):
         try:
@@ -84,32 +108,53 @@ else:
         except LoadSpecError as exc:
             show_error(exc)
     listed = st.session_state[f"{NS}.models"] or []
-    model = st.selectbox("Model", listed, key=f"{NS}.model_pick") if listed else st.text_input(
-        "Model id", key=f"{NS}.model_text", help="as the server's GET /v1/models lists it")
+    model = (
+        st.selectbox("Model", listed, key=f"{NS}.model_pick")
+        if listed
+        else st.text_input("Model id", key=f"{NS}.model_text", help="as the server's GET /v1/models lists it")
+    )
 
 # ---------------------------------------------------------------- 2. workload and SLOs
 st.header("2 · Workload and SLOs")
 c = st.columns(4)
-mode = c[0].selectbox("Load", ["concurrency", "poisson"], key=f"{NS}.mode",
-                      format_func=lambda m: "fixed users (concurrency)" if m == "concurrency" else "Poisson arrivals (rate)")
-levels_text = c[1].text_input(f"Levels to sweep ({level_unit(mode)})", "1,2,4,8" if mode == "concurrency" else "0.5,1,2,4",
-                              key=f"{NS}.levels.{mode}")
+mode = c[0].selectbox(
+    "Load",
+    ["concurrency", "poisson"],
+    key=f"{NS}.mode",
+    format_func=lambda m: "fixed users (concurrency)" if m == "concurrency" else "Poisson arrivals (rate)",
+)
+levels_text = c[1].text_input(
+    f"Levels to sweep ({level_unit(mode)})",
+    "1,2,4,8" if mode == "concurrency" else "0.5,1,2,4",
+    key=f"{NS}.levels.{mode}",
+)
 n_requests = int(c[2].number_input("Requests per level", 1, 2000, 16, key=f"{NS}.requests"))
 out_tokens = int(c[3].number_input("Output tokens", 1, 4096, 32, key=f"{NS}.out_tokens"))
 c = st.columns(4)
 slo_ttft = c[0].number_input("TTFT SLO (s)", 0.01, 600.0, float(_S.ttft_s), key=f"{NS}.slo_ttft")
 slo_tpot = c[1].number_input("TPOT SLO (ms)", 1.0, 60000.0, float(_S.tpot_s) * 1e3, key=f"{NS}.slo_tpot")
-attain = c[2].number_input("Requests meeting them (%)", 1, 100, int(_S.min_attainment * 100), key=f"{NS}.attain")
+attain = c[2].number_input(
+    "Requests meeting them (%)", 1, 100, int(_S.min_attainment * 100), key=f"{NS}.attain"
+)
 endpoint = c[3].selectbox("Endpoint", ENDPOINTS, key=f"{NS}.endpoint")
 
 if st.button("Run sweep", key=f"{NS}.go", type="primary", disabled=not (url and model)):
     bar = st.progress(0.0, text="starting…")
     try:
         levels = [float(x) for x in levels_text.replace(" ", "").split(",") if x]
-        spec = LoadSpec(base_url=url, model=model, api_key=api_key, endpoint=endpoint, mode=mode, n_requests=n_requests,
-                        output_tokens=out_tokens).validate()
+        spec = LoadSpec(
+            base_url=url,
+            model=model,
+            api_key=api_key,
+            endpoint=endpoint,
+            mode=mode,
+            n_requests=n_requests,
+            output_tokens=out_tokens,
+        ).validate()
         slo = SLO(ttft_s=slo_ttft, tpot_s=slo_tpot / 1e3, min_attainment=attain / 100).validate()
-        st.session_state[f"{NS}.sweep"] = run_sweep(spec, slo, levels, progress=lambda f, msg: bar.progress(f, text=msg))
+        st.session_state[f"{NS}.sweep"] = run_sweep(
+            spec, slo, levels, progress=lambda f, msg: bar.progress(f, text=msg)
+        )
     except (LoadSpecError, ValueError, EngineError) as exc:
         show_error(exc)
     bar.empty()
@@ -121,15 +166,22 @@ if sweep is None:
     st.stop()
 st.header("3 · Results (measured)")
 unit = level_unit(sweep.spec.mode)
-st.caption(f"{sweep.spec.base_url}, model `{sweep.spec.model}`, {sweep.spec.n_requests} requests per level × "
-           f"{sweep.spec.output_tokens} output tokens, started {sweep.started_at}; tokens counted by "
-           f"{sweep.points[0].tokens_counted_by if sweep.points else 'n/a'}.")
+st.caption(
+    f"{sweep.spec.base_url}, model `{sweep.spec.model}`, {sweep.spec.n_requests} requests per level × "
+    f"{sweep.spec.output_tokens} output tokens, started {sweep.started_at}; tokens counted by "
+    f"{sweep.points[0].tokens_counted_by if sweep.points else 'n/a'}."
+)
 rows = table_rows(sweep)
 st.dataframe(rows, hide_index=True, width="stretch")
 d1, d2 = st.columns(2)
 d1.download_button("Download CSV", to_csv(rows), "serving-sweep.csv", "text/csv", key=f"{NS}.csv")
-d2.download_button("Download JSON", json.dumps(to_json(sweep), indent=2), "serving-sweep.json", "application/json",
-                   key=f"{NS}.json")
+d2.download_button(
+    "Download JSON",
+    json.dumps(to_json(sweep), indent=2),
+    "serving-sweep.json",
+    "application/json",
+    key=f"{NS}.json",
+)
 errors = {k: v for p in sweep.points for k, v in p.errors.items()}
 if errors:
     first = next(p.first_error for p in sweep.points if p.first_error)
@@ -143,22 +195,36 @@ st.header("4 · Measured knee beside the calculator")
 prediction = None
 first = sweep.points[0] if sweep.points else None
 if sweep.spec.mode != "concurrency":
-    st.caption("The calculator predicts a number of concurrent users; sweep *fixed users* to compare it with a knee.")
+    st.caption(
+        "The calculator predicts a number of concurrent users; sweep *fixed users* to compare it with a knee."
+    )
 elif first is None or not first.tpot_s.n or sweep.slo.tpot_s is None:
     st.caption("No TPOT was measured at the lowest level, so the calculator cannot be calibrated.")
 else:
     calc_names = list(load_model_presets())
     c = st.columns(3)
     guess = CALC_FOR.get(sweep.spec.model, calc_names[0])
-    calc_name = c[0].selectbox("Architecture for the calculator", calc_names, index=calc_names.index(guess),
-                               key=f"{NS}.calc_arch")
-    dtype = c[1].selectbox("Weights and KV precision", ["fp32", "bf16", "fp16", "int8"], key=f"{NS}.calc_dtype")
-    slots = int(c[2].number_input("Batch slots of the deployment", 1, 4096,
-                                  int(st.session_state.get(f"{NS}.max_batch", 8)), key=f"{NS}.slots"))
+    calc_name = c[0].selectbox(
+        "Architecture for the calculator", calc_names, index=calc_names.index(guess), key=f"{NS}.calc_arch"
+    )
+    dtype = c[1].selectbox(
+        "Weights and KV precision", ["fp32", "bf16", "fp16", "int8"], key=f"{NS}.calc_dtype"
+    )
+    slots = int(
+        c[2].number_input(
+            "Batch slots of the deployment",
+            1,
+            4096,
+            int(st.session_state.get(f"{NS}.max_batch", 8)),
+            key=f"{NS}.slots",
+        )
+    )
     spec = load_model_presets()[calc_name]
     w, kv = weights_bytes(spec, dtype), kv_bytes_per_token(spec, dtype)
-    ctx = int((first.prompt_tokens_mean if first.prompt_tokens_mean == first.prompt_tokens_mean else 0)
-              + sweep.spec.output_tokens / 2)
+    ctx = int(
+        (first.prompt_tokens_mean if first.prompt_tokens_mean == first.prompt_tokens_mean else 0)
+        + sweep.spec.output_tokens / 2
+    )
     bw = calibrated_bandwidth(w, kv, ctx, first.tpot_s.p50)
     prediction = max_users(w, kv, ctx, bw, sweep.slo.tpot_s, slots)
     st.markdown(

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Install (if needed) and run the whole test suite: lint, then pytest (slow and browser tests included).
+# Install (if needed) and run the whole test suite: lint (ruff check, ruff format, mypy on engine/calc), then
+# pytest (slow and browser tests included). Fast lane for iteration: bash scripts/test.sh -m "not slow".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh --browser
 bash scripts/install_peers.sh  # the race's peer engines, so CI proves their lanes (stamped: a second run is instant)
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 .venv/bin/ruff check .
+.venv/bin/ruff format --check .
+.venv/bin/mypy engine/calc  # the pure calculators are fully typed
 exec .venv/bin/python -m pytest "$@"

@@ -8,9 +8,20 @@ from engine.measurement import Measurement
 def synthetic_run(model: str, dtype: str, ttft_s: float, tpot_s: float, **fields) -> Measurement:
     """A batch-1 run of 40 prompt and 32 output tokens with the given TTFT and TPOT."""
     base = {
-        "model": model, "dtype": dtype, "device": "cpu", "batch_size": 1, "prompt_tokens": 40, "output_tokens": 32,
-        "ttft_s": ttft_s, "tpot_s": tpot_s, "latency_s": ttft_s + 31 * tpot_s, "tokens_per_s": 1.0,
-        "decode_tokens_per_s": 1.0, "peak_memory_bytes": 1, "peak_memory_kind": "process RSS (CPU)",
-        "use_cache": True, "started_at": "2026-11-29T10:00:00+00:00",
+        "model": model,
+        "dtype": dtype,
+        "device": "cpu",
+        "batch_size": 1,
+        "prompt_tokens": 40,
+        "output_tokens": 32,
+        "ttft_s": ttft_s,
+        "tpot_s": tpot_s,
+        "latency_s": ttft_s + 31 * tpot_s,
+        "tokens_per_s": 1.0,
+        "decode_tokens_per_s": 1.0,
+        "peak_memory_bytes": 1,
+        "peak_memory_kind": "process RSS (CPU)",
+        "use_cache": True,
+        "started_at": "2026-11-29T10:00:00+00:00",
     }
     return Measurement(**{**base, **fields})

@@ -29,8 +29,9 @@ TINY = "tiny-gpt-neo"
 # --- the CLI ---------------------------------------------------------------------------------------------
 def cli(*args: str | bytes, timeout: float = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "engine", *args], cwd=ROOT, capture_output=True,
-                          timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "engine", *args], cwd=ROOT, capture_output=True, timeout=timeout, env=env
+    )
 
 
 def cli_rejects(*args: str | bytes, message: str) -> Callable[[Path], None]:
@@ -61,7 +62,16 @@ def cli_rejects_file(name: str, content: bytes, *args: str, message: str) -> Cal
 
 def cli_generate_sanitises_bad_bytes(tmp: Path) -> None:
     """Not UTF-8 on the command line (Linux hands argv over as bytes): replaced, then generated as usual."""
-    r = cli("generate", "--model", TINY, "--prompt", b"caf\xe9 \xff\xfe ok \x1b[31m", "--max-new-tokens", "3", "--json")
+    r = cli(
+        "generate",
+        "--model",
+        TINY,
+        "--prompt",
+        b"caf\xe9 \xff\xfe ok \x1b[31m",
+        "--max-new-tokens",
+        "3",
+        "--json",
+    )
     assert r.returncode == 0, r.stderr.decode("utf-8", "replace")[-2000:]
     data = json.loads(r.stdout)
     assert 1 <= data["output_tokens"] <= 3
@@ -99,7 +109,9 @@ def still_generates(at: AppTest, before: int) -> None:
     assert len(at.session_state["playground.history"]) == before + 1
 
 
-def playground_rejects(prompt: str, message: str, *, batch: bool = False, stops: str = "") -> Callable[[Path], None]:
+def playground_rejects(
+    prompt: str, message: str, *, batch: bool = False, stops: str = ""
+) -> Callable[[Path], None]:
     def check(tmp: Path) -> None:
         at = playground()
         at.sidebar.text_input(key="playground.stop").set_value(stops).run()
@@ -165,12 +177,22 @@ def with_model_root(check: Callable[[Path], None]) -> Callable[[Path], None]:
     return wrapped
 
 
-GOOD_CONFIG = json.dumps({"model_type": "gpt_neo", "hidden_size": 64, "num_layers": 4, "num_heads": 4,
-                          "vocab_size": 1000, "max_position_embeddings": 2048,
-                          "attention_types": [[["global", "local"], 2]]}).encode()
+GOOD_CONFIG = json.dumps(
+    {
+        "model_type": "gpt_neo",
+        "hidden_size": 64,
+        "num_layers": 4,
+        "num_heads": 4,
+        "vocab_size": 1000,
+        "max_position_embeddings": 2048,
+        "attention_types": [[["global", "local"], 2]],
+    }
+).encode()
 
 
-def calculator_rejects_upload(content: bytes, message: str, filename: str = "config.json") -> Callable[[Path], None]:
+def calculator_rejects_upload(
+    content: bytes, message: str, filename: str = "config.json"
+) -> Callable[[Path], None]:
     """A bad config.json upload shows st.error; a good one uploaded next still computes."""
 
     def check(tmp: Path) -> None:
@@ -210,8 +232,13 @@ def _exact(cfg: object) -> Callable[[], object]:
     return build
 
 
-_CUSTOM = {"model_type": "no-such-family", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-           "vocab_size": 100}
+_CUSTOM = {
+    "model_type": "no-such-family",
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "vocab_size": 100,
+}
 
 
 def lab() -> AppTest:
@@ -323,157 +350,564 @@ CASES = [
     Case("page-playground-whitespace-prompt", playground_rejects(" \n\t \u3000 ", "empty"), slow=True),
     Case("page-playground-nul-only-prompt", playground_rejects("\x00\x00\x00", "empty"), slow=True),
     Case("page-playground-100k-char-prompt", playground_rejects("x" * 100_000, "context window"), slow=True),
-    Case("page-playground-prompt-over-context", playground_rejects("hello " * 3000, "context window"), slow=True),
-    Case("page-playground-batch-of-blank-lines", playground_rejects("\n  \n\t\n", "no prompts", batch=True),
-         slow=True),
-    Case("page-playground-batch-line-over-context",
-         playground_rejects("short one\n" + "word " * 3000, "context window", batch=True), slow=True),
-    Case("page-playground-nine-stop-sequences", playground_rejects("hi", "at most 8", stops=",".join("abcdefghi")),
-         slow=True),
+    Case(
+        "page-playground-prompt-over-context",
+        playground_rejects("hello " * 3000, "context window"),
+        slow=True,
+    ),
+    Case(
+        "page-playground-batch-of-blank-lines",
+        playground_rejects("\n  \n\t\n", "no prompts", batch=True),
+        slow=True,
+    ),
+    Case(
+        "page-playground-batch-line-over-context",
+        playground_rejects("short one\n" + "word " * 3000, "context window", batch=True),
+        slow=True,
+    ),
+    Case(
+        "page-playground-nine-stop-sequences",
+        playground_rejects("hi", "at most 8", stops=",".join("abcdefghi")),
+        slow=True,
+    ),
     Case("page-playground-stop-sequence-matches-prompt", playground_stop_in_prompt, slow=True),
     Case("page-playground-unknown-model", playground_bad_model("no-such-model", "unknown model"), slow=True),
-    Case("page-playground-hub-id-offline", playground_bad_model("nobody-xyz/not-a-model-123", "cannot be reached"),
-         slow=True),
-    Case("page-playground-path-outside-roots", playground_bad_model("../../etc", "outside the folders"), slow=True),
-    Case("page-playground-absolute-path-outside", playground_bad_model("/etc/passwd", "outside the folders"), slow=True),
-    Case("page-playground-folder-that-is-not-a-model",
-         with_model_root(playground_bad_model("{tmp}/models/not-a-model", "not a model folder")), slow=True),
+    Case(
+        "page-playground-hub-id-offline",
+        playground_bad_model("nobody-xyz/not-a-model-123", "cannot be reached"),
+        slow=True,
+    ),
+    Case(
+        "page-playground-path-outside-roots",
+        playground_bad_model("../../etc", "outside the folders"),
+        slow=True,
+    ),
+    Case(
+        "page-playground-absolute-path-outside",
+        playground_bad_model("/etc/passwd", "outside the folders"),
+        slow=True,
+    ),
+    Case(
+        "page-playground-folder-that-is-not-a-model",
+        with_model_root(playground_bad_model("{tmp}/models/not-a-model", "not a model folder")),
+        slow=True,
+    ),
     # calculator (AppTest upload)
     Case("page-calc-upload-invalid-json", calculator_rejects_upload(NOT_JSON, "not valid JSON"), slow=True),
-    Case("page-calc-upload-json-not-a-config", calculator_rejects_upload(b'{"hello": "world"}', "no model_type"),
-         slow=True),
-    Case("page-calc-upload-json-list", calculator_rejects_upload(b"[1, 2, 3]", "not a JSON object"), slow=True),
-    Case("page-calc-upload-huge-file", calculator_rejects_upload(b" " * (6 * 2**20), "config.json is a few KB"),
-         slow=True),
-    Case("page-calc-upload-binary", calculator_rejects_upload(bytes(range(256)) * 64, "not valid JSON"), slow=True),
-    Case("page-calc-upload-encoder-decoder", calculator_rejects_upload(
-        json.dumps({"model_type": "t5", "d_model": 512, "num_layers": 6, "num_heads": 8, "vocab_size": 32128}).encode(),
-        "not a decoder-only"), slow=True),
-    Case("page-calc-upload-garbage-layer-count", calculator_rejects_upload(
-        json.dumps({**_NEO, "num_layers": "many"}).encode(), "positive whole number"), slow=True),
-    Case("page-calc-upload-absurd-hidden", calculator_rejects_upload(
-        json.dumps({**_NEO, "hidden_size": 10**9}).encode(), "absurdly large"), slow=True),
-    Case("page-calc-upload-no-architecture", calculator_rejects_upload(
-        json.dumps({k: v for k, v in _NEO.items() if k != "model_type"}).encode(), "no model_type"), slow=True),
-    Case("page-calc-upload-class-not-buildable-offline", calculator_warns_upload(
-        json.dumps(_CUSTOM).encode(), "could not be built offline"), slow=True),
-    Case("page-calc-upload-remote-code-only", calculator_warns_upload(
-        json.dumps({**_CUSTOM, "model_type": "my_remote_model", "auto_map": {"AutoModelForCausalLM": "x.Y"}}).encode(),
-        "could not be built offline"), slow=True),
-    Case("page-calc-upload-deeply-nested", calculator_rejects_upload(b"[" * 100_000 + b"]" * 100_000, "nested"),
-         slow=True),
+    Case(
+        "page-calc-upload-json-not-a-config",
+        calculator_rejects_upload(b'{"hello": "world"}', "no model_type"),
+        slow=True,
+    ),
+    Case(
+        "page-calc-upload-json-list", calculator_rejects_upload(b"[1, 2, 3]", "not a JSON object"), slow=True
+    ),
+    Case(
+        "page-calc-upload-huge-file",
+        calculator_rejects_upload(b" " * (6 * 2**20), "config.json is a few KB"),
+        slow=True,
+    ),
+    Case(
+        "page-calc-upload-binary",
+        calculator_rejects_upload(bytes(range(256)) * 64, "not valid JSON"),
+        slow=True,
+    ),
+    Case(
+        "page-calc-upload-encoder-decoder",
+        calculator_rejects_upload(
+            json.dumps(
+                {"model_type": "t5", "d_model": 512, "num_layers": 6, "num_heads": 8, "vocab_size": 32128}
+            ).encode(),
+            "not a decoder-only",
+        ),
+        slow=True,
+    ),
+    Case(
+        "page-calc-upload-garbage-layer-count",
+        calculator_rejects_upload(
+            json.dumps({**_NEO, "num_layers": "many"}).encode(), "positive whole number"
+        ),
+        slow=True,
+    ),
+    Case(
+        "page-calc-upload-absurd-hidden",
+        calculator_rejects_upload(json.dumps({**_NEO, "hidden_size": 10**9}).encode(), "absurdly large"),
+        slow=True,
+    ),
+    Case(
+        "page-calc-upload-no-architecture",
+        calculator_rejects_upload(
+            json.dumps({k: v for k, v in _NEO.items() if k != "model_type"}).encode(), "no model_type"
+        ),
+        slow=True,
+    ),
+    Case(
+        "page-calc-upload-class-not-buildable-offline",
+        calculator_warns_upload(json.dumps(_CUSTOM).encode(), "could not be built offline"),
+        slow=True,
+    ),
+    Case(
+        "page-calc-upload-remote-code-only",
+        calculator_warns_upload(
+            json.dumps(
+                {**_CUSTOM, "model_type": "my_remote_model", "auto_map": {"AutoModelForCausalLM": "x.Y"}}
+            ).encode(),
+            "could not be built offline",
+        ),
+        slow=True,
+    ),
+    Case(
+        "page-calc-upload-deeply-nested",
+        calculator_rejects_upload(b"[" * 100_000 + b"]" * 100_000, "nested"),
+        slow=True,
+    ),
     # few-shot, code (AppTest)
-    Case("page-lab-csv-missing-columns", lab_rejects_csv("sentence,sentiment\nnice,positive\nbad,negative\n",
-                                                         "missing the column"), slow=True),
+    Case(
+        "page-lab-csv-missing-columns",
+        lab_rejects_csv("sentence,sentiment\nnice,positive\nbad,negative\n", "missing the column"),
+        slow=True,
+    ),
     Case("page-lab-csv-empty", lab_rejects_csv("", "empty"), slow=True),
-    Case("page-lab-csv-garbage", lab_rejects_csv("\x00\x01\x02 ;;; \u202e garbage", "missing the column"), slow=True),
-    Case("page-lab-csv-one-label", lab_rejects_csv("text,label\na,pos\nb,pos\n", "at least two labels"), slow=True),
-    Case("page-lab-csv-upload-not-utf8", lab_rejects_upload(b"text,label\n\xff\xfe\xfa,pos\n", "UTF-8"), slow=True),
-    Case("page-lab-csv-upload-too-large", lab_rejects_upload(b"text,label\n" + b"x,y\n" * 300_000, "limit"),
-         slow=True),
+    Case(
+        "page-lab-csv-garbage",
+        lab_rejects_csv("\x00\x01\x02 ;;; \u202e garbage", "missing the column"),
+        slow=True,
+    ),
+    Case(
+        "page-lab-csv-one-label",
+        lab_rejects_csv("text,label\na,pos\nb,pos\n", "at least two labels"),
+        slow=True,
+    ),
+    Case(
+        "page-lab-csv-upload-not-utf8",
+        lab_rejects_upload(b"text,label\n\xff\xfe\xfa,pos\n", "UTF-8"),
+        slow=True,
+    ),
+    Case(
+        "page-lab-csv-upload-too-large",
+        lab_rejects_upload(b"text,label\n" + b"x,y\n" * 300_000, "limit"),
+        slow=True,
+    ),
     Case("page-lab-code-prompt-asks-to-run-code", lab_code_prompt_that_asks_to_run_code, slow=True),
     # the CLI (subprocess)
     Case("cli-generate-non-utf8-bytes-and-escapes", cli_generate_sanitises_bad_bytes, slow=True),
-    Case("cli-generate-negative-max-new-tokens",
-         cli_rejects("generate", "--model", TINY, "--prompt", "hi", "--max-new-tokens", "-5", message="max_new_tokens")),
-    Case("cli-generate-huge-max-new-tokens",
-         cli_rejects("generate", "--model", TINY, "--prompt", "hi", "--max-new-tokens", "100000000",
-                     message="between 1 and")),
-    Case("cli-generate-nan-top-p",
-         cli_rejects("generate", "--model", TINY, "--prompt", "hi", "--top-p", "nan", message="top_p")),
-    Case("cli-generate-inf-repetition-penalty",
-         cli_rejects("generate", "--model", TINY, "--prompt", "hi", "--repetition-penalty", "inf",
-                     message="repetition_penalty")),
-    Case("cli-generate-zero-temperature-sampling",
-         cli_rejects("generate", "--model", TINY, "--prompt", "hi", "--sample", "--temperature", "0",
-                     message="temperature")),
-    Case("cli-generate-negative-top-k",
-         cli_rejects("generate", "--model", TINY, "--prompt", "hi", "--sample", "--top-k", "-1", message="top_k")),
-    Case("cli-generate-negative-seed",
-         cli_rejects("generate", "--model", TINY, "--prompt", "hi", "--sample", "--seed", "-1", message="seed")),
-    Case("cli-generate-empty-stop",
-         cli_rejects("generate", "--model", TINY, "--prompt", "hi", "--stop", "", message="stop sequences")),
-    Case("cli-generate-empty-model-name", cli_rejects("generate", "--model", " ", "--prompt", "hi",
-                                                      message="no model name")),
-    Case("cli-generate-hub-id-offline",
-         cli_rejects("generate", "--model", "nobody-xyz/not-a-model-123", "--prompt", "hi", message="cannot be reached")),
-    Case("cli-generate-home-relative-escape",
-         cli_rejects("generate", "--model", "~/../../etc", "--prompt", "hi", message="outside the folders")),
-    Case("cli-generate-unknown-dtype",
-         cli_rejects("generate", "--model", TINY, "--prompt", "hi", "--dtype", "fp8", message="unknown precision")),
-    Case("cli-generate-unknown-device",
-         cli_rejects("generate", "--model", TINY, "--prompt", "hi", "--device", "tpu", message="unknown device")),
-    Case("cli-estimate-zero-batch", cli_rejects("estimate", "--model", "gpt-neo-125m", "--dtype", "fp16", "--gpu",
-                                                "t4", "--batch", "0", "--seq-len", "100", message="batch")),
-    Case("cli-estimate-negative-seq-len", cli_rejects("estimate", "--model", "gpt-neo-125m", "--dtype", "fp16",
-                                                      "--gpu", "t4", "--batch", "1", "--seq-len", "-5",
-                                                      message="sequence length")),
-    Case("cli-estimate-nan-overhead", cli_rejects("estimate", "--model", "gpt-neo-125m", "--dtype", "fp16", "--gpu",
-                                                  "t4", "--batch", "1", "--seq-len", "100", "--overhead", "nan",
-                                                  message="overhead")),
-    Case("cli-estimate-zero-gpus", cli_rejects("estimate", "--model", "gpt-neo-125m", "--dtype", "fp16", "--gpu", "t4",
-                                               "--batch", "1", "--seq-len", "100", "--gpus", "0", message="GPUs")),
-    Case("cli-estimate-negative-price", cli_rejects("estimate", "--model", "gpt-neo-125m", "--dtype", "fp16", "--gpu",
-                                                    "t4", "--batch", "1", "--seq-len", "100", "--usd-per-hour", "-3",
-                                                    message="price per GPU-hour")),
-    Case("cli-estimate-absurd-price", cli_rejects("estimate", "--model", "gpt-neo-125m", "--dtype", "fp16", "--gpu",
-                                                  "t4", "--batch", "1", "--seq-len", "100", "--usd-per-hour", "1e300",
-                                                  message="absurdly large")),
-    Case("cli-estimate-config-binary", cli_rejects_file(
-        "weights.bin", bytes(range(256)) * 16, "estimate", "--config", "{tmp}/weights.bin", "--dtype", "fp16",
-        "--gpu", "t4", "--batch", "1", "--seq-len", "100", message="not valid JSON")),
-    Case("cli-estimate-config-huge", cli_rejects_file(
-        "config.json", b" " * (6 * 2**20), "estimate", "--config", "{tmp}/config.json", "--dtype", "fp16",
-        "--gpu", "t4", "--batch", "1", "--seq-len", "100", message="larger than 5 MB")),
-    Case("cli-estimate-config-missing", cli_rejects("estimate", "--config", "{tmp}/nope.json", "--dtype", "fp16",
-                                                    "--gpu", "t4", "--batch", "1", "--seq-len", "100",
-                                                    message="cannot read")),
-    Case("cli-roofline-unknown-gpu", cli_rejects("roofline", "--gpu", "gtx-9999", "--model", "gpt-neo-125m", "--phase",
-                                                 "decode", "--seq-len", "10", "--batch", "1", message="unknown GPU")),
-    Case("cli-roofline-negative-seq-len", cli_rejects("roofline", "--gpu", "t4", "--model", "gpt-neo-125m", "--phase",
-                                                      "decode", "--seq-len", "-1", "--batch", "1",
-                                                      message="sequence length")),
-    Case("cli-roofline-unknown-phase", cli_rejects("roofline", "--gpu", "t4", "--model", "gpt-neo-125m", "--phase",
-                                                   "training", "--seq-len", "8", "--batch", "1",
-                                                   message="invalid choice")),
-    Case("cli-batch-zero-requests", cli_rejects("batch", "--model", TINY, "--requests", "0", message="at least one")),
-    Case("cli-batch-zero-max-batch", cli_rejects("batch", "--model", TINY, "--requests", "2", "--max-batch", "0",
-                                                 message="--max-batch")),
-    Case("cli-batch-nan-rate", cli_rejects("batch", "--model", TINY, "--rate", "nan", message="arrival rate")),
-    Case("cli-batch-inverted-token-range", cli_rejects("batch", "--model", TINY, "--prompt-tokens", "9", "3",
-                                                       message="min <= max")),
-    Case("cli-eval-unknown-task", cli_rejects("eval", "--model", TINY, "--task", "no-such-task",
-                                              message="invalid choice")),
+    Case(
+        "cli-generate-negative-max-new-tokens",
+        cli_rejects(
+            "generate", "--model", TINY, "--prompt", "hi", "--max-new-tokens", "-5", message="max_new_tokens"
+        ),
+    ),
+    Case(
+        "cli-generate-huge-max-new-tokens",
+        cli_rejects(
+            "generate",
+            "--model",
+            TINY,
+            "--prompt",
+            "hi",
+            "--max-new-tokens",
+            "100000000",
+            message="between 1 and",
+        ),
+    ),
+    Case(
+        "cli-generate-nan-top-p",
+        cli_rejects("generate", "--model", TINY, "--prompt", "hi", "--top-p", "nan", message="top_p"),
+    ),
+    Case(
+        "cli-generate-inf-repetition-penalty",
+        cli_rejects(
+            "generate",
+            "--model",
+            TINY,
+            "--prompt",
+            "hi",
+            "--repetition-penalty",
+            "inf",
+            message="repetition_penalty",
+        ),
+    ),
+    Case(
+        "cli-generate-zero-temperature-sampling",
+        cli_rejects(
+            "generate",
+            "--model",
+            TINY,
+            "--prompt",
+            "hi",
+            "--sample",
+            "--temperature",
+            "0",
+            message="temperature",
+        ),
+    ),
+    Case(
+        "cli-generate-negative-top-k",
+        cli_rejects(
+            "generate", "--model", TINY, "--prompt", "hi", "--sample", "--top-k", "-1", message="top_k"
+        ),
+    ),
+    Case(
+        "cli-generate-negative-seed",
+        cli_rejects(
+            "generate", "--model", TINY, "--prompt", "hi", "--sample", "--seed", "-1", message="seed"
+        ),
+    ),
+    Case(
+        "cli-generate-empty-stop",
+        cli_rejects("generate", "--model", TINY, "--prompt", "hi", "--stop", "", message="stop sequences"),
+    ),
+    Case(
+        "cli-generate-empty-model-name",
+        cli_rejects("generate", "--model", " ", "--prompt", "hi", message="no model name"),
+    ),
+    Case(
+        "cli-generate-hub-id-offline",
+        cli_rejects(
+            "generate", "--model", "nobody-xyz/not-a-model-123", "--prompt", "hi", message="cannot be reached"
+        ),
+    ),
+    Case(
+        "cli-generate-home-relative-escape",
+        cli_rejects("generate", "--model", "~/../../etc", "--prompt", "hi", message="outside the folders"),
+    ),
+    Case(
+        "cli-generate-unknown-dtype",
+        cli_rejects(
+            "generate", "--model", TINY, "--prompt", "hi", "--dtype", "fp8", message="unknown precision"
+        ),
+    ),
+    Case(
+        "cli-generate-unknown-device",
+        cli_rejects(
+            "generate", "--model", TINY, "--prompt", "hi", "--device", "tpu", message="unknown device"
+        ),
+    ),
+    Case(
+        "cli-estimate-zero-batch",
+        cli_rejects(
+            "estimate",
+            "--model",
+            "gpt-neo-125m",
+            "--dtype",
+            "fp16",
+            "--gpu",
+            "t4",
+            "--batch",
+            "0",
+            "--seq-len",
+            "100",
+            message="batch",
+        ),
+    ),
+    Case(
+        "cli-estimate-negative-seq-len",
+        cli_rejects(
+            "estimate",
+            "--model",
+            "gpt-neo-125m",
+            "--dtype",
+            "fp16",
+            "--gpu",
+            "t4",
+            "--batch",
+            "1",
+            "--seq-len",
+            "-5",
+            message="sequence length",
+        ),
+    ),
+    Case(
+        "cli-estimate-nan-overhead",
+        cli_rejects(
+            "estimate",
+            "--model",
+            "gpt-neo-125m",
+            "--dtype",
+            "fp16",
+            "--gpu",
+            "t4",
+            "--batch",
+            "1",
+            "--seq-len",
+            "100",
+            "--overhead",
+            "nan",
+            message="overhead",
+        ),
+    ),
+    Case(
+        "cli-estimate-zero-gpus",
+        cli_rejects(
+            "estimate",
+            "--model",
+            "gpt-neo-125m",
+            "--dtype",
+            "fp16",
+            "--gpu",
+            "t4",
+            "--batch",
+            "1",
+            "--seq-len",
+            "100",
+            "--gpus",
+            "0",
+            message="GPUs",
+        ),
+    ),
+    Case(
+        "cli-estimate-negative-price",
+        cli_rejects(
+            "estimate",
+            "--model",
+            "gpt-neo-125m",
+            "--dtype",
+            "fp16",
+            "--gpu",
+            "t4",
+            "--batch",
+            "1",
+            "--seq-len",
+            "100",
+            "--usd-per-hour",
+            "-3",
+            message="price per GPU-hour",
+        ),
+    ),
+    Case(
+        "cli-estimate-absurd-price",
+        cli_rejects(
+            "estimate",
+            "--model",
+            "gpt-neo-125m",
+            "--dtype",
+            "fp16",
+            "--gpu",
+            "t4",
+            "--batch",
+            "1",
+            "--seq-len",
+            "100",
+            "--usd-per-hour",
+            "1e300",
+            message="absurdly large",
+        ),
+    ),
+    Case(
+        "cli-estimate-config-binary",
+        cli_rejects_file(
+            "weights.bin",
+            bytes(range(256)) * 16,
+            "estimate",
+            "--config",
+            "{tmp}/weights.bin",
+            "--dtype",
+            "fp16",
+            "--gpu",
+            "t4",
+            "--batch",
+            "1",
+            "--seq-len",
+            "100",
+            message="not valid JSON",
+        ),
+    ),
+    Case(
+        "cli-estimate-config-huge",
+        cli_rejects_file(
+            "config.json",
+            b" " * (6 * 2**20),
+            "estimate",
+            "--config",
+            "{tmp}/config.json",
+            "--dtype",
+            "fp16",
+            "--gpu",
+            "t4",
+            "--batch",
+            "1",
+            "--seq-len",
+            "100",
+            message="larger than 5 MB",
+        ),
+    ),
+    Case(
+        "cli-estimate-config-missing",
+        cli_rejects(
+            "estimate",
+            "--config",
+            "{tmp}/nope.json",
+            "--dtype",
+            "fp16",
+            "--gpu",
+            "t4",
+            "--batch",
+            "1",
+            "--seq-len",
+            "100",
+            message="cannot read",
+        ),
+    ),
+    Case(
+        "cli-roofline-unknown-gpu",
+        cli_rejects(
+            "roofline",
+            "--gpu",
+            "gtx-9999",
+            "--model",
+            "gpt-neo-125m",
+            "--phase",
+            "decode",
+            "--seq-len",
+            "10",
+            "--batch",
+            "1",
+            message="unknown GPU",
+        ),
+    ),
+    Case(
+        "cli-roofline-negative-seq-len",
+        cli_rejects(
+            "roofline",
+            "--gpu",
+            "t4",
+            "--model",
+            "gpt-neo-125m",
+            "--phase",
+            "decode",
+            "--seq-len",
+            "-1",
+            "--batch",
+            "1",
+            message="sequence length",
+        ),
+    ),
+    Case(
+        "cli-roofline-unknown-phase",
+        cli_rejects(
+            "roofline",
+            "--gpu",
+            "t4",
+            "--model",
+            "gpt-neo-125m",
+            "--phase",
+            "training",
+            "--seq-len",
+            "8",
+            "--batch",
+            "1",
+            message="invalid choice",
+        ),
+    ),
+    Case(
+        "cli-batch-zero-requests",
+        cli_rejects("batch", "--model", TINY, "--requests", "0", message="at least one"),
+    ),
+    Case(
+        "cli-batch-zero-max-batch",
+        cli_rejects("batch", "--model", TINY, "--requests", "2", "--max-batch", "0", message="--max-batch"),
+    ),
+    Case(
+        "cli-batch-nan-rate", cli_rejects("batch", "--model", TINY, "--rate", "nan", message="arrival rate")
+    ),
+    Case(
+        "cli-batch-inverted-token-range",
+        cli_rejects("batch", "--model", TINY, "--prompt-tokens", "9", "3", message="min <= max"),
+    ),
+    Case(
+        "cli-eval-unknown-task",
+        cli_rejects("eval", "--model", TINY, "--task", "no-such-task", message="invalid choice"),
+    ),
     Case("cli-eval-zero-limit", cli_rejects("eval", "--model", TINY, "--limit", "0", message="limit")),
-    Case("cli-fewshot-csv-missing-columns", cli_rejects_file(
-        "bad.csv", b"sentence,sentiment\nnice,positive\n", "fewshot", "--model", TINY, "--csv", "{tmp}/bad.csv",
-        message="missing the column")),
-    Case("cli-fewshot-csv-empty", cli_rejects_file("empty.csv", b"", "fewshot", "--model", TINY, "--csv",
-                                                   "{tmp}/empty.csv", message="empty")),
-    Case("cli-fewshot-csv-binary", cli_rejects_file("bin.csv", b"\x89PNG\r\n\x1a\n" + bytes(range(256)), "fewshot",
-                                                    "--model", TINY, "--csv", "{tmp}/bin.csv", message="UTF-8")),
-    Case("cli-fewshot-csv-is-a-folder", cli_rejects("fewshot", "--model", TINY, "--csv", "{tmp}",
-                                                    message="cannot read")),
-    Case("cli-race-no-contenders", cli_rejects("race", "--model", TINY, "--contenders", "", message="no contenders")),
-    Case("cli-race-unknown-contender", cli_rejects("race", "--model", TINY, "--contenders", "warp-drive",
-                                                   message="unknown contender")),
+    Case(
+        "cli-fewshot-csv-missing-columns",
+        cli_rejects_file(
+            "bad.csv",
+            b"sentence,sentiment\nnice,positive\n",
+            "fewshot",
+            "--model",
+            TINY,
+            "--csv",
+            "{tmp}/bad.csv",
+            message="missing the column",
+        ),
+    ),
+    Case(
+        "cli-fewshot-csv-empty",
+        cli_rejects_file(
+            "empty.csv", b"", "fewshot", "--model", TINY, "--csv", "{tmp}/empty.csv", message="empty"
+        ),
+    ),
+    Case(
+        "cli-fewshot-csv-binary",
+        cli_rejects_file(
+            "bin.csv",
+            b"\x89PNG\r\n\x1a\n" + bytes(range(256)),
+            "fewshot",
+            "--model",
+            TINY,
+            "--csv",
+            "{tmp}/bin.csv",
+            message="UTF-8",
+        ),
+    ),
+    Case(
+        "cli-fewshot-csv-is-a-folder",
+        cli_rejects("fewshot", "--model", TINY, "--csv", "{tmp}", message="cannot read"),
+    ),
+    Case(
+        "cli-race-no-contenders",
+        cli_rejects("race", "--model", TINY, "--contenders", "", message="no contenders"),
+    ),
+    Case(
+        "cli-race-unknown-contender",
+        cli_rejects("race", "--model", TINY, "--contenders", "warp-drive", message="unknown contender"),
+    ),
     # the engine
     Case("engine-batch-workload-zero-requests", engine_rejects(_batch_zero_requests, "at least one request")),
     Case("engine-batch-replay-empty-workload", engine_rejects(_replay_empty_workload, "no requests")),
     Case("engine-eval-unknown-task", engine_rejects(_eval_unknown_task, "unknown task")),
-    Case("engine-config-absurd-hidden", engine_rejects(_exact({**_NEO, "hidden_size": 10**9}), "absurdly large")),
-    Case("engine-config-absurd-intermediate",
-         engine_rejects(_config({**_NEO, "intermediate_size": 10**12}), "absurdly large")),
+    Case(
+        "engine-config-absurd-hidden",
+        engine_rejects(_exact({**_NEO, "hidden_size": 10**9}), "absurdly large"),
+    ),
+    Case(
+        "engine-config-absurd-intermediate",
+        engine_rejects(_config({**_NEO, "intermediate_size": 10**12}), "absurdly large"),
+    ),
     Case("engine-config-no-architecture", engine_rejects(_exact({"hidden_size": 64}), "no model_type")),
-    Case("engine-config-experts-per-token-over-experts", engine_rejects(_exact(
-        {**_CUSTOM, "model_type": "mixtral", "num_local_experts": 2, "num_experts_per_tok": 3}), "experts per token")),
-    Case("engine-config-attention-types-garbage", engine_rejects(_config({**_NEO, "attention_types": "zz"}),
-                                                                 "attention_types")),
-    Case("engine-config-attention-layers-garbage", engine_rejects(_config({**_NEO, "attention_layers": 5}),
-                                                                  "attention_layers")),
-    Case("engine-config-qwen-window-layers-garbage", engine_rejects(_config(
-        {"model_type": "qwen2", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
-         "vocab_size": 100, "sliding_window": 8, "max_window_layers": "x"}), "max_window_layers")),
+    Case(
+        "engine-config-experts-per-token-over-experts",
+        engine_rejects(
+            _exact({**_CUSTOM, "model_type": "mixtral", "num_local_experts": 2, "num_experts_per_tok": 3}),
+            "experts per token",
+        ),
+    ),
+    Case(
+        "engine-config-attention-types-garbage",
+        engine_rejects(_config({**_NEO, "attention_types": "zz"}), "attention_types"),
+    ),
+    Case(
+        "engine-config-attention-layers-garbage",
+        engine_rejects(_config({**_NEO, "attention_layers": 5}), "attention_layers"),
+    ),
+    Case(
+        "engine-config-qwen-window-layers-garbage",
+        engine_rejects(
+            _config(
+                {
+                    "model_type": "qwen2",
+                    "hidden_size": 64,
+                    "num_hidden_layers": 4,
+                    "num_attention_heads": 4,
+                    "vocab_size": 100,
+                    "sliding_window": 8,
+                    "max_window_layers": "x",
+                }
+            ),
+            "max_window_layers",
+        ),
+    ),
 ]
 
 

@@ -42,7 +42,9 @@ def test_dashboard_loads_and_generates(dashboard, browser):
     page.get_by_text("Inference Lab", exact=True).first.wait_for(timeout=60_000)
     page.get_by_role("heading", name="This machine").wait_for(timeout=60_000)
     page.get_by_role("link", name="Playground").click()
-    page.get_by_role("button", name="Generate").wait_for(timeout=120_000)  # first load may dequantize the GGUF
+    page.get_by_role("button", name="Generate").wait_for(
+        timeout=120_000
+    )  # first load may dequantize the GGUF
     page.get_by_text("Loaded: ").first.wait_for(timeout=120_000)
     page.get_by_role("button", name="Generate").click()
     page.get_by_text("Stopped by").first.wait_for(timeout=120_000)
@@ -68,7 +70,9 @@ def test_playground_stop_keeps_partial_text_marked_cancelled(dashboard, browser)
     box.press("Enter")
     page.get_by_text("Predicted for this run").first.wait_for(timeout=400_000)  # measures the machine once
     page.get_by_role("button", name="Generate").click()
-    page.wait_for_function("() => /[1-9][0-9]* \\/ 4096 tokens/.test(document.body.innerText)", timeout=300_000)
+    page.wait_for_function(
+        "() => /[1-9][0-9]* \\/ 4096 tokens/.test(document.body.innerText)", timeout=300_000
+    )
     page.get_by_role("button", name="Stop").click()
     page.get_by_text("Cancelled").first.wait_for(timeout=120_000)
     body = page.inner_text("body")

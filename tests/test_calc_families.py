@@ -20,7 +20,14 @@ from engine.arch import exact_spec, meta_count
 
 SMALL = {"vocab_size": 100, "max_position_embeddings": 64}
 FAMILIES = {
-    "gpt2": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100, "n_positions": 64},
+    "gpt2": {
+        "model_type": "gpt2",
+        "n_embd": 64,
+        "n_layer": 2,
+        "n_head": 4,
+        "vocab_size": 100,
+        "n_positions": 64,
+    },
     "gpt_neo": {
         "model_type": "gpt_neo",
         "hidden_size": 64,
@@ -38,7 +45,15 @@ FAMILIES = {
         "intermediate_size": 256,
         **SMALL,
     },
-    "gptj": {"model_type": "gptj", "n_embd": 64, "n_layer": 2, "n_head": 4, "rotary_dim": 8, "vocab_size": 100, "n_positions": 64},
+    "gptj": {
+        "model_type": "gptj",
+        "n_embd": 64,
+        "n_layer": 2,
+        "n_head": 4,
+        "rotary_dim": 8,
+        "vocab_size": 100,
+        "n_positions": 64,
+    },
     "opt": {
         "model_type": "opt",
         "hidden_size": 64,
@@ -178,7 +193,12 @@ def test_kv_bytes_per_token_follow_the_attention_layout():
     mistral = spec_from_hf_config(FAMILIES["mistral"])
     assert mistral.n_kv_head == 2 and mistral.window_evicts and mistral.sliding_window == 32
     hybrid = spec_from_hf_config(
-        {**FAMILIES["llama"], "num_hidden_layers": 4, "layer_types": ["full_attention", "mamba", "sliding_attention", "mamba"], "sliding_window": 8}
+        {
+            **FAMILIES["llama"],
+            "num_hidden_layers": 4,
+            "layer_types": ["full_attention", "mamba", "sliding_attention", "mamba"],
+            "sliding_window": 8,
+        }
     )
     assert hybrid.kv_layers == 2 and hybrid.window_layers == 1
     assert kv_bytes_per_token(hybrid, "fp16") == 2 * 2 * 2 * 16 * 2
@@ -219,7 +239,9 @@ def test_moe_memory_uses_total_and_decode_reads_active_plus_router():
     from engine.calc.specs import gpu_spec
 
     spec = exact_spec(MIXTRAL_8X7B)
-    est = estimate(spec, gpu_spec("a100-80gb"), Inputs(dtype="fp16", batch=1, prompt_tokens=128, output_tokens=128))
+    est = estimate(
+        spec, gpu_spec("a100-80gb"), Inputs(dtype="fp16", batch=1, prompt_tokens=128, output_tokens=128)
+    )
     assert est.memory.weights_bytes == 2 * 46_702_792_704
     assert not est.fits  # 93 GB of fp16 weights on one 80 GB GPU
     step = est.timing.decode_step

@@ -153,9 +153,7 @@ def test_gpu_plan_never_proposes_a_count_that_does_not_divide_the_heads():
         assert plan.gpus == plan.tensor_parallel * plan.replicas
         assert plan.replicas * plan.batch_per_replica >= batch
         # each replica really fits its share
-        assert estimate_memory(
-            spec, batch=plan.batch_per_replica, n_gpus=plan.tensor_parallel, **kw
-        ).fits
+        assert estimate_memory(spec, batch=plan.batch_per_replica, n_gpus=plan.tensor_parallel, **kw).fits
     big = plan_gpus(spec, batch=4096, **kw)
     assert big.memory_gpus > spec.n_head and "cannot split 20 heads" in big.sentence(spec.n_head)
     assert "divides" not in big.sentence(spec.n_head)

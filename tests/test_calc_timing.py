@@ -44,7 +44,9 @@ def test_tensor_parallel_share_over_pcie_t4():
     spec, t4 = model_preset("gpt-neo-2.7b"), gpu_spec("t4")
     shares = {}
     for n in (1, 2, 4):
-        est = estimate(spec, t4, Inputs(dtype="fp16", batch=8, prompt_tokens=512, output_tokens=512, n_gpus=n))
+        est = estimate(
+            spec, t4, Inputs(dtype="fp16", batch=8, prompt_tokens=512, output_tokens=512, n_gpus=n)
+        )
         shares[n] = (est.timing.prefill.comm_share, est.timing.decode_step.comm_share)
         dominated = any(s > 0.5 for s in shares[n])
         assert dominated == any("communication dominates" in w for w in est.warnings)

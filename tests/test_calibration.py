@@ -55,9 +55,15 @@ def _runs(truth=TRUE, *, repeats=3, noise=0.03, seed=0, outlier=None):
                         slow = outlier[2]
                     out.append(
                         RunSample(
-                            dt, sh.batch_size, sh.prompt_tokens, sh.output_tokens,
-                            ttft * (1 + rng.uniform(0, noise)) * slow, tpot * (1 + rng.uniform(0, noise)) * slow,
-                            n_layer=depth, loadavg_1m=1.0, cpu_share=0.95,
+                            dt,
+                            sh.batch_size,
+                            sh.prompt_tokens,
+                            sh.output_tokens,
+                            ttft * (1 + rng.uniform(0, noise)) * slow,
+                            tpot * (1 + rng.uniform(0, noise)) * slow,
+                            n_layer=depth,
+                            loadavg_1m=1.0,
+                            cpu_share=0.95,
                         )
                     )
     return out
@@ -81,7 +87,9 @@ def test_a_slow_outlier_run_does_not_move_the_fit():
     assert slowed["fp32"].coefficients == pytest.approx(clean["fp32"].coefficients, rel=1e-9)
     # a shape slow in every repeat is dropped as an outlier and the rest still recover the parameters
     every = [
-        RunSample(s.dtype, s.batch_size, s.prompt_tokens, s.output_tokens, s.ttft_s, s.tpot_s * 2.5, s.n_layer)
+        RunSample(
+            s.dtype, s.batch_size, s.prompt_tokens, s.output_tokens, s.ttft_s, s.tpot_s * 2.5, s.n_layer
+        )
         if (s.dtype, s.prompt_tokens, s.batch_size, s.n_layer) == ("fp32", 128, 1, None)
         else s
         for s in _runs(noise=0.01)
@@ -130,7 +138,9 @@ def test_tpot_from_steps_ignores_a_step_that_lost_the_cpu():
 def test_saved_per_machine_with_date_and_round_trips(tmp_path, monkeypatch):
     monkeypatch.setenv("INFERENCE_LAB_HOME", str(tmp_path))
     assert load_calibration() is None
-    cal = build_calibration(SMOL, _runs(repeats=2), MACHINE, model="m", created_at="2026-11-29T12:00:00+00:00")
+    cal = build_calibration(
+        SMOL, _runs(repeats=2), MACHINE, model="m", created_at="2026-11-29T12:00:00+00:00"
+    )
     path = save_calibration(cal)
     assert path.parent == tmp_path / "calibration" and path.suffix == ".json"
     again = load_calibration()
@@ -169,8 +179,15 @@ def test_compare_run_reports_ratios_and_interval():
     cal = build_calibration(SMOL, _runs(noise=0.0), MACHINE, model="m")
     ttft, tpot = predict_point(TRUE["bf16"], features(NEO, "bf16", 64, 32, 1))
     m = SimpleNamespace(
-        model="gpt-neo-125m-random", dtype="bf16", batch_size=1, prompt_tokens=64, output_tokens=32,
-        ttft_s=ttft, tpot_s=tpot, use_cache=True, started_at="2026-11-29T00:00:00+00:00",
+        model="gpt-neo-125m-random",
+        dtype="bf16",
+        batch_size=1,
+        prompt_tokens=64,
+        output_tokens=32,
+        ttft_s=ttft,
+        tpot_s=tpot,
+        use_cache=True,
+        started_at="2026-11-29T00:00:00+00:00",
     )
     c = compare_run(m, MACHINE, cal)
     assert c is not None
@@ -198,14 +215,32 @@ def test_calibrate_command_wiring(tmp_path, monkeypatch, capsys):
 
     def fake_measure(lms, shapes, **kw):
         return [
-            TimedRun("smollm2-135m-instruct", s.dtype, s.prompt_tokens, s.output_tokens, s.batch_size, s.ttft_s,
-                     s.tpot_s, s.tpot_s, 0.5, 0.97, s.n_layer or 30)
+            TimedRun(
+                "smollm2-135m-instruct",
+                s.dtype,
+                s.prompt_tokens,
+                s.output_tokens,
+                s.batch_size,
+                s.ttft_s,
+                s.tpot_s,
+                s.tpot_s,
+                0.5,
+                0.97,
+                s.n_layer or 30,
+            )
             for s in _runs(repeats=2)
         ]
 
     roofs = machine.MachineMeasurement(
-        machine.paths.machine_id(), "2026-11-29T00:00:00+00:00", "cpu", "this machine (measured)", 55e9, 50e9,
-        {"fp32": 200e9, "bf16": 400e9}, 1024, 24e9,
+        machine.paths.machine_id(),
+        "2026-11-29T00:00:00+00:00",
+        "cpu",
+        "this machine (measured)",
+        55e9,
+        50e9,
+        {"fp32": 200e9, "bf16": 400e9},
+        1024,
+        24e9,
     )
     monkeypatch.setattr(calibration_runs, "measure", fake_measure)
     monkeypatch.setattr(cal_mod, "load_models", lambda *a, **k: [])
@@ -225,8 +260,16 @@ def test_one_machine_measurement_stored_with_its_date(tmp_path, monkeypatch):
     monkeypatch.setenv("INFERENCE_LAB_HOME", str(tmp_path))
     assert machine.latest() is None
     m = machine.MachineMeasurement(
-        machine.paths.machine_id(), "2026-11-30T00:00:00+00:00", "cpu", "this machine (measured)", 40e9, 30e9,
-        {"fp32": 100e9, "bf16": 300e9}, 1024, 24e9, 0.5,
+        machine.paths.machine_id(),
+        "2026-11-30T00:00:00+00:00",
+        "cpu",
+        "this machine (measured)",
+        40e9,
+        30e9,
+        {"fp32": 100e9, "bf16": 300e9},
+        1024,
+        24e9,
+        0.5,
     )
     machine.save(m)
     assert machine.latest() == m
@@ -242,7 +285,12 @@ def test_a_wild_residual_cannot_make_an_interval_negative():
     from engine.calibration_fit import PrecisionFit
     from engine.calibration_fit import predict as fit_predict
 
-    fit = PrecisionFit("fp32", *TRUE["fp32"], decode_residuals=[-0.99, 5.0], prefill_residuals=[-1.5, 0.0],
-                       replicates=[TRUE["fp32"]] * 50)
+    fit = PrecisionFit(
+        "fp32",
+        *TRUE["fp32"],
+        decode_residuals=[-0.99, 5.0],
+        prefill_residuals=[-1.5, 0.0],
+        replicates=[TRUE["fp32"]] * 50,
+    )
     ttft, tpot = fit_predict(fit, NEO, prompt=64, output=16)
     assert ttft.low > 0 and tpot.low > 0 and tpot.high <= tpot.point * 10 + 1e-12

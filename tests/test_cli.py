@@ -15,8 +15,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "engine", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "engine", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 def test_hardware_json():
@@ -37,7 +43,18 @@ def test_generate_json_keys():
 
 
 def test_generate_batch_json():
-    r = cli("generate", "--model", "tiny-gpt-neo", "--prompt", "a", "--prompt", "b c", "--max-new-tokens", "4", "--json")
+    r = cli(
+        "generate",
+        "--model",
+        "tiny-gpt-neo",
+        "--prompt",
+        "a",
+        "--prompt",
+        "b c",
+        "--max-new-tokens",
+        "4",
+        "--json",
+    )
     assert r.returncode == 0, r.stderr
     assert len(json.loads(r.stdout)["completions"]) == 2
 

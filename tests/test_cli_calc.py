@@ -283,7 +283,9 @@ def test_estimate_names_the_model_not_the_folder_and_lists_no_warning_when_exact
     }
     r = _estimate_config(capsys, tmp_path, cfg)
     assert r["model"] == "EleutherAI/pythia-70m"
-    assert r["params"] == 70_426_624 and r["params_source"] == "meta device"  # Pythia's model card: 70,426,624
+    assert (
+        r["params"] == 70_426_624 and r["params_source"] == "meta device"
+    )  # Pythia's model card: 70,426,624
     assert r["warnings"] == []
 
 

@@ -28,8 +28,12 @@ def test_one_byte_unit_on_pages():
     from ui.common import fmt_bytes
 
     assert fmt_bytes(25.28e9) == "25.28 GB" and fmt_bytes(1.5e6) == "1.50 MB"
-    offenders = [p.name for p in (*ROOT.glob("pages/*.py"), *ROOT.glob("ui/*.py"))
-                 if p.name not in OWNED_ELSEWHERE and re.search(r"\b(GiB|MiB|KiB|TiB)\b|2\s*\*\*\s*(20|30)", p.read_text())]
+    offenders = [
+        p.name
+        for p in (*ROOT.glob("pages/*.py"), *ROOT.glob("ui/*.py"))
+        if p.name not in OWNED_ELSEWHERE
+        and re.search(r"\b(GiB|MiB|KiB|TiB)\b|2\s*\*\*\s*(20|30)", p.read_text())
+    ]
     assert not offenders, f"binary units on pages (the policy is 1 GB = 1e9 bytes): {offenders}"
 
 
@@ -50,8 +54,11 @@ def test_no_emoji_icons():
     """Emoji need a colour-emoji font on the viewer's machine (a box without one); Material Symbols ship with
     Streamlit."""
     emoji = re.compile("[\U0001f300-\U0001faff\ufe0f]")
-    offenders = [p.name for p in (*ROOT.glob("pages/*.py"), *ROOT.glob("ui/*.py"), ROOT / "app.py")
-                 if emoji.search(p.read_text())]
+    offenders = [
+        p.name
+        for p in (*ROOT.glob("pages/*.py"), *ROOT.glob("ui/*.py"), ROOT / "app.py")
+        if emoji.search(p.read_text())
+    ]
     assert not offenders
 
 

@@ -18,9 +18,13 @@ def spec_for(_name: str):
 
 
 def test_median_and_spread_of_comparable_runs_with_sources():
-    runs = [synthetic_run("m", "fp32", 0.1, t, source=src) for t, src in
-            ((0.010, "playground"), (0.030, "playground"), (0.020, "calibration"))]
-    runs.append(synthetic_run("m", "fp32", 0.1, 9.0, source="playground", stop_reason="cancelled"))  # never counts
+    runs = [
+        synthetic_run("m", "fp32", 0.1, t, source=src)
+        for t, src in ((0.010, "playground"), (0.030, "playground"), (0.020, "calibration"))
+    ]
+    runs.append(
+        synthetic_run("m", "fp32", 0.1, 9.0, source="playground", stop_reason="cancelled")
+    )  # never counts
     runs.append(synthetic_run("m", "fp32", 0.1, 0.02, prompt_tokens=4000))  # another shape: its own row
     rows = estimate_check.summarize(runs, MACHINE, spec_for=spec_for)
     main = next(r for r in rows if r.prompt_tokens == 40)
@@ -32,10 +36,16 @@ def test_median_and_spread_of_comparable_runs_with_sources():
 
 
 def test_efficiency_above_one_is_explained_and_flips():
-    predicted = estimate_check.summarize([synthetic_run("m", "fp32", 0.1, 1.0)], MACHINE, spec_for=spec_for)[0]
+    predicted = estimate_check.summarize([synthetic_run("m", "fp32", 0.1, 1.0)], MACHINE, spec_for=spec_for)[
+        0
+    ]
     roof_tpot = predicted.datasheet_tpot_s
-    fast = estimate_check.summarize([synthetic_run("m", "fp32", 0.1, roof_tpot / 2)], MACHINE, spec_for=spec_for)[0]
-    slow = estimate_check.summarize([synthetic_run("m", "fp32", 0.1, roof_tpot * 2)], MACHINE, spec_for=spec_for)[0]
+    fast = estimate_check.summarize(
+        [synthetic_run("m", "fp32", 0.1, roof_tpot / 2)], MACHINE, spec_for=spec_for
+    )[0]
+    slow = estimate_check.summarize(
+        [synthetic_run("m", "fp32", 0.1, roof_tpot * 2)], MACHINE, spec_for=spec_for
+    )[0]
     assert fast.tpot_efficiency > 1 and "faster than the roof allows" in fast.explanation()
     assert "caches" in fast.explanation()
     assert slow.tpot_efficiency < 1 and "reached 50% of the roof" in slow.explanation()
@@ -44,7 +54,9 @@ def test_efficiency_above_one_is_explained_and_flips():
 
 def test_runlog_keeps_source_and_drops_cancelled_from_comparisons():
     runlog.record(synthetic_run("prov-model", "fp32", 0.1, 0.01), source="playground", stop_reason="length")
-    runlog.record(synthetic_run("prov-model", "fp32", 0.1, 0.01), source="playground", stop_reason="cancelled")
+    runlog.record(
+        synthetic_run("prov-model", "fp32", 0.1, 0.01), source="playground", stop_reason="cancelled"
+    )
     every = runlog.load("prov-model")
     assert [m.stop_reason for m in every] == ["length", "cancelled"] and every[0].source == "playground"
     assert [m.stop_reason for m in runlog.load("prov-model", comparable_only=True)] == ["length"]

@@ -16,12 +16,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_report_is_self_contained():
     fig = go.Figure(go.Scatter(x=[1, 2], y=[3, 4]))
-    page = export.build_html("Demo <page>", [
-        export.Heading("Results"),
-        export.Text("In-flight made **1.40×** static's throughput.\n- p95 `2.0 s`"),
-        export.Table([{"policy": "static", "tok/s": 100}, {"policy": "inflight", "tok/s": 140}]),
-        export.Figure(fig, "one"), export.Figure(fig, "two"),
-    ])
+    page = export.build_html(
+        "Demo <page>",
+        [
+            export.Heading("Results"),
+            export.Text("In-flight made **1.40×** static's throughput.\n- p95 `2.0 s`"),
+            export.Table([{"policy": "static", "tok/s": 100}, {"policy": "inflight", "tok/s": 140}]),
+            export.Figure(fig, "one"),
+            export.Figure(fig, "two"),
+        ],
+    )
     assert page.startswith("<!doctype html>") and "Demo &lt;page&gt;" in page
     assert "<b>1.40×</b>" in page and "<li>p95 <code>2.0 s</code></li>" in page
     assert "<td>inflight</td><td>140</td>" in page

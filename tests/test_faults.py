@@ -9,11 +9,14 @@ from engine.errors import OutOfMemoryError
 from engine.generation import GenerationConfig
 
 
-@pytest.mark.parametrize("exc_factory", [
-    lambda: __import__("torch").OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
-    lambda: MemoryError(),
-    lambda: RuntimeError("DefaultCPUAllocator: not enough memory: you tried to allocate 123 bytes"),
-])
+@pytest.mark.parametrize(
+    "exc_factory",
+    [
+        lambda: __import__("torch").OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+        lambda: MemoryError(),
+        lambda: RuntimeError("DefaultCPUAllocator: not enough memory: you tried to allocate 123 bytes"),
+    ],
+)
 def test_out_of_memory_during_generation_keeps_the_model(tiny_lm, monkeypatch, exc_factory):
     real = tiny_lm.model.generate
 
@@ -26,13 +29,18 @@ def test_out_of_memory_during_generation_keeps_the_model(tiny_lm, monkeypatch, e
     assert "still loaded" in str(info.value)
     monkeypatch.setattr(tiny_lm.model, "generate", real)
     assert not tiny_lm.lock.locked()  # the failed run released the model
-    assert generation.generate(tiny_lm, "hello", GenerationConfig(max_new_tokens=4)).measurement.output_tokens > 0
+    assert (
+        generation.generate(tiny_lm, "hello", GenerationConfig(max_new_tokens=4)).measurement.output_tokens
+        > 0
+    )
 
 
 def test_unwritable_run_log_does_not_break_generation(tiny_lm, monkeypatch, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    monkeypatch.setenv("INFERENCE_LAB_RUNS_DIR", str(blocker / "runs"))  # mkdir under a file fails, even as root
+    monkeypatch.setenv(
+        "INFERENCE_LAB_RUNS_DIR", str(blocker / "runs")
+    )  # mkdir under a file fails, even as root
     c = generation.generate(tiny_lm, "still works", GenerationConfig(max_new_tokens=4))
     assert c.measurement.output_tokens > 0
     assert runlog.load() == []
@@ -45,7 +53,10 @@ def test_unwritable_model_cache_loads_from_the_gguf(monkeypatch, tmp_path):
     monkeypatch.setenv("INFERENCE_LAB_HOME", str(blocker / "home"))
     lm = models.load_model("smollm2-135m-instruct")
     assert any("not writable" in n for n in lm.notes)
-    assert "Paris" in generation.generate(lm, "The capital of France is", GenerationConfig(max_new_tokens=6)).text
+    assert (
+        "Paris"
+        in generation.generate(lm, "The capital of France is", GenerationConfig(max_new_tokens=6)).text
+    )
 
 
 # --- optional dependencies missing (issue 8): the availability check gives a reason, nothing crashes -------
@@ -70,11 +81,16 @@ def test_lm_eval_missing_is_reported_not_raised(tiny_lm, monkeypatch, how):
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "lm_eval", None)  # `import lm_eval` now raises ImportError
     ok, reason = evaluation.harness_status()
-    assert not ok and ("not installed: pip install lm-eval" in reason if how == "not installed"
-                       else "failed to import" in reason)
+    assert not ok and (
+        "not installed: pip install lm-eval" in reason
+        if how == "not installed"
+        else "failed to import" in reason
+    )
     with pytest.raises(DependencyMissingError, match="lm-eval"):
         evaluation.run_eval(tiny_lm, evaluation.LOCAL_TASK, limit=1)
-    assert generation.generate(tiny_lm, "still fine", GenerationConfig(max_new_tokens=2)).measurement.output_tokens
+    assert generation.generate(
+        tiny_lm, "still fine", GenerationConfig(max_new_tokens=2)
+    ).measurement.output_tokens
 
 
 @pytest.mark.slow
@@ -87,8 +103,9 @@ def test_lab_page_explains_a_missing_lm_eval(monkeypatch):
     for name in [m for m in sys.modules if m == "lm_eval" or m.startswith("lm_eval.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "lm_eval", None)
-    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "pages/4_Few-shot_code_and_eval.py"),
-                           default_timeout=180)
+    at = AppTest.from_file(
+        str(Path(__file__).resolve().parents[1] / "pages/4_Few-shot_code_and_eval.py"), default_timeout=180
+    )
     at.query_params["model"] = "tiny-gpt-neo"
     at.run()
     assert not at.exception, [e.value for e in at.exception]
@@ -103,8 +120,16 @@ def test_deepspeed_missing_fails_its_contender_with_the_reason(monkeypatch):
     from engine.race import contenders, worker
 
     monkeypatch.setitem(sys.modules, "deepspeed", None)
-    job = {"contender": contenders.CONTENDERS["deepspeed"].to_dict(), "model": "tiny-gpt-neo", "device": "cpu",
-           "dtype": "fp32", "max_new_tokens": 2, "prompts": ["hello"], "runs": 1, "warmup": 0}
+    job = {
+        "contender": contenders.CONTENDERS["deepspeed"].to_dict(),
+        "model": "tiny-gpt-neo",
+        "device": "cpu",
+        "dtype": "fp32",
+        "max_new_tokens": 2,
+        "prompts": ["hello"],
+        "runs": 1,
+        "warmup": 0,
+    }
     result = worker.run_job(job)
     assert result["status"] == "failed"
     assert "deepspeed is not importable" in result["reason"] and "init_inference" in result["reason"]

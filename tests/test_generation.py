@@ -67,7 +67,10 @@ def test_no_kv_cache_gives_same_greedy_tokens(tiny_lm):
 
 def test_seeded_sampling_is_reproducible(tiny_lm):
     cfg = GenerationConfig(max_new_tokens=10, do_sample=True, temperature=1.0, seed=123)
-    assert generation.generate(tiny_lm, "seed", cfg).token_ids == generation.generate(tiny_lm, "seed", cfg).token_ids
+    assert (
+        generation.generate(tiny_lm, "seed", cfg).token_ids
+        == generation.generate(tiny_lm, "seed", cfg).token_ids
+    )
 
 
 def test_stop_sequence_cuts_the_text(smol_lm):

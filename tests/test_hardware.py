@@ -31,7 +31,11 @@ def test_nvml_query_failure_mid_way(monkeypatch):
 
     monkeypatch.setattr(pynvml, "nvmlInit", lambda: None)
     monkeypatch.setattr(pynvml, "nvmlShutdown", lambda: None)
-    monkeypatch.setattr(pynvml, "nvmlDeviceGetCount", lambda: (_ for _ in ()).throw(pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)))
+    monkeypatch.setattr(
+        pynvml,
+        "nvmlDeviceGetCount",
+        lambda: (_ for _ in ()).throw(pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)),
+    )
     gpus, status = hardware.nvml_gpus()
     assert gpus == [] and "query failed" in status
 

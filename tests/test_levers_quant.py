@@ -21,7 +21,10 @@ def test_torchao_bytes_match_the_calculator(dtype_name):
     lin = torch.nn.Sequential(torch.nn.Linear(576, 1536, bias=False, dtype=dtype))
     quantize_(lin, Int8WeightOnlyConfig())
     w = lin[0].weight
-    assert (w.scale.dtype, w.zero_point.dtype) == (torch.float32, torch.int8)  # per row, whatever the model dtype
+    assert (w.scale.dtype, w.zero_point.dtype) == (
+        torch.float32,
+        torch.int8,
+    )  # per row, whatever the model dtype
     assert Q.storage_bytes(w) == qcalc.tensor_bytes(shape, "int8-per-channel")
 
     lin = torch.nn.Sequential(torch.nn.Linear(576, 1536, bias=False, dtype=dtype))
@@ -47,8 +50,9 @@ def test_cli_unknown_scheme_exits_with_the_reason(capsys):
 
 @pytest.mark.slow
 def test_run_quant_on_tiny_model(tiny_lm):
-    report = Q.run_quant(tiny_lm, ["fp32", "fp16", "int8", "quanto-int4"], max_new_tokens=4, runs=1,
-                         eval_documents=1)
+    report = Q.run_quant(
+        tiny_lm, ["fp32", "fp16", "int8", "quanto-int4"], max_new_tokens=4, runs=1, eval_documents=1
+    )
     rows = {r.scheme: r for r in report.rows}
     assert rows["fp32"].status == "ok" and rows["fp32"].exact_match_rate == 1.0
     assert rows["fp32"].bits_per_byte_delta == 0.0
@@ -71,14 +75,25 @@ def test_bitsandbytes_bytes_match_the_calculator(tiny_lm, scheme):
 
     applied = Q.apply_scheme(tiny_lm, scheme)
     with torch.inference_mode():
-        Q.R.quiet(applied.lm.model, input_ids=torch.tensor([[1, 2, 3]]))  # 8-bit moves its row scales on first use
+        Q.R.quiet(
+            applied.lm.model, input_ids=torch.tensor([[1, 2, 3]])
+        )  # 8-bit moves its row scales on first use
     measured = Q.model_storage_bytes(applied.lm.model)
-    assert measured == Q.predicted_bytes(tiny_lm.model, applied.calc_format, applied.elem_bytes, applied.group_size)
+    assert measured == Q.predicted_bytes(
+        tiny_lm.model, applied.calc_format, applied.elem_bytes, applied.group_size
+    )
 
 
 def _row(**kw):
-    base = dict(scheme="int8", status="ok", weights_bytes=50, bits_per_byte_delta=0.02, exact_match_rate=1.0,
-                speedup_vs_fp32=1.3, speedup_ci=(1.2, 1.4))
+    base = dict(
+        scheme="int8",
+        status="ok",
+        weights_bytes=50,
+        bits_per_byte_delta=0.02,
+        exact_match_rate=1.0,
+        speedup_vs_fp32=1.3,
+        speedup_ci=(1.2, 1.4),
+    )
     base.update(kw)
     return Q.SchemeResult(**base)
 

@@ -37,8 +37,9 @@ def test_cli_bad_draft_length(capsys):
 
 
 def test_draft_with_another_tokenizer_is_refused(tiny_lm):
-    other = SimpleNamespace(name="other", tokenizer=SimpleNamespace(get_vocab=lambda: {"a": 0}),
-                            model=tiny_lm.model)
+    other = SimpleNamespace(
+        name="other", tokenizer=SimpleNamespace(get_vocab=lambda: {"a": 0}), model=tiny_lm.model
+    )
     with pytest.raises(InvalidParameterError, match="another tokenizer"):
         S._same_tokenizer(tiny_lm, other)
 
@@ -73,9 +74,7 @@ def test_speculative_output_is_identical_to_greedy(tiny_lm, draft):
 @pytest.mark.slow
 def test_run_speculate_rows(tiny_lm):
     report = S.run_speculate(tiny_lm, draft="layers:2", draft_length=3, max_new_tokens=8, runs=1)
-    assert {(r.method, r.workload) for r in report.rows} == {
-        (m, w) for m in S.METHODS for w in S.WORKLOADS
-    }
+    assert {(r.method, r.workload) for r in report.rows} == {(m, w) for m in S.METHODS for w in S.WORKLOADS}
     for r in report.rows:
         assert r.status == "ok" and r.identical_to_greedy is True
         assert 0 <= r.acceptance_rate <= 1 and r.tokens_per_target_forward >= 1
@@ -83,9 +82,27 @@ def test_run_speculate_rows(tiny_lm):
 
 
 def test_verdict_follows_the_numbers():
-    row = S.SpecResult("prompt_lookup", "input_grounded", "ok", acceptance_rate=0.6, tokens_per_target_forward=2.1,
-                       speedup_vs_plain=1.8, expected_speedup=2.0, cost_ratio=0.0, identical_to_greedy=True)
+    row = S.SpecResult(
+        "prompt_lookup",
+        "input_grounded",
+        "ok",
+        acceptance_rate=0.6,
+        tokens_per_target_forward=2.1,
+        speedup_vs_plain=1.8,
+        expected_speedup=2.0,
+        cost_ratio=0.0,
+        identical_to_greedy=True,
+    )
     assert "1.80x plain greedy here (faster)" in S.verdict(row) and "60% of drafted" in S.verdict(row)
-    slow = S.SpecResult("draft", "open_ended", "ok", acceptance_rate=0.1, tokens_per_target_forward=1.1,
-                        speedup_vs_plain=0.5, expected_speedup=0.6, cost_ratio=0.4, identical_to_greedy=False)
+    slow = S.SpecResult(
+        "draft",
+        "open_ended",
+        "ok",
+        acceptance_rate=0.1,
+        tokens_per_target_forward=1.1,
+        speedup_vs_plain=0.5,
+        expected_speedup=0.6,
+        cost_ratio=0.4,
+        identical_to_greedy=False,
+    )
     assert "(slower)" in S.verdict(slow) and "NOT identical" in S.verdict(slow)

@@ -15,7 +15,9 @@ NEW_TOKENS = 16
 LONG_MODEL, LONG_TOKENS = "gpt-neo-125m-random", 2000
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium is not installed (scripts/install.sh installs it as root)")
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="Debian chromium is not installed (scripts/install.sh installs it as root)"
+)
 def test_eight_sessions_share_one_model(tmp_path):
     from engine.models import load_model
 
@@ -27,11 +29,14 @@ def test_eight_sessions_share_one_model(tmp_path):
     play = [r for r in report.results if r.kind == "playground"]
     assert len(play) == 8
     expected = expected_outputs(MODEL, [r.prompt for r in play], NEW_TOKENS)
-    assert {r.prompt: r.text.strip() for r in play} == {p: t.strip() for p, t in expected.items()}  # no cross-talk
+    assert {r.prompt: r.text.strip() for r in play} == {
+        p: t.strip() for p, t in expected.items()
+    }  # no cross-talk
     assert report.health_checks > 0
     assert report.health_failures == 0, (
         f"{report.health_failures} of {report.health_checks} health checks unanswered within {report.health_bound_s} s "
-        f"(answered: p50 {report.health_latency_s_p50:.3f} s, max {report.health_latency_s_max:.3f} s)")
+        f"(answered: p50 {report.health_latency_s_p50:.3f} s, max {report.health_latency_s_max:.3f} s)"
+    )
     assert report.rss_after_bytes - report.rss_before_bytes < model_bytes  # still one copy of the model
     assert report.throughput_tokens_per_s > 0
 
@@ -45,6 +50,7 @@ def test_closing_a_tab_cancels_its_generation(tmp_path, browser):  # the shared 
     from bench.load import healthy
 
     with serve(tmp_path / "server.log", {"STREAMLIT_SERVER_DISCONNECTED_SESSION_TTL": "2"}) as (url, _proc):
+
         def shared_batch(page) -> tuple[int, int]:
             """(rows running, tokens generated so far) as the Batching page shows the shared scheduler."""
             page.goto(f"{url}/Batching?model={LONG_MODEL}")
@@ -53,8 +59,10 @@ def test_closing_a_tab_cancels_its_generation(tmp_path, browser):  # the shared 
             tokens = metrics.filter(has_text="Decode steps / tokens").first
             running.wait_for()
             tokens.wait_for()
-            return (int(re.findall(r"(\d+)\s*/", running.inner_text())[0]),
-                    int(re.findall(r"/\s*([\d,]+)", tokens.inner_text())[-1].replace(",", "")))
+            return (
+                int(re.findall(r"(\d+)\s*/", running.inner_text())[0]),
+                int(re.findall(r"/\s*([\d,]+)", tokens.inner_text())[-1].replace(",", "")),
+            )
 
         def wait_until(page, want_running: int, bound_s: int = 600) -> tuple[int, int]:
             """Waits for the state asserted; the bound only guards against a hang, it is not a speed claim."""
@@ -83,6 +91,8 @@ def test_closing_a_tab_cancels_its_generation(tmp_path, browser):  # the shared 
         running, tokens = wait_until(watcher, 0)
         assert running == 0
         # Not a timing claim: a generation that was not cancelled would leave the batch only after all its tokens.
-        assert tokens < LONG_TOKENS, f"the closed tab's generation ran to {tokens} tokens instead of being cancelled"
+        assert tokens < LONG_TOKENS, (
+            f"the closed tab's generation ran to {tokens} tokens instead of being cancelled"
+        )
         assert healthy(url)
         watcher_ctx.close()

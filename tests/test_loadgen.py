@@ -37,10 +37,14 @@ def server(tiny_lm):
 
 
 def test_plan_is_seeded_and_poisson():
-    spec = LoadSpec(base_url="http://x/v1", model="m", rate=4.0, n_requests=2000, output_tokens=8, output_tokens_max=32)
+    spec = LoadSpec(
+        base_url="http://x/v1", model="m", rate=4.0, n_requests=2000, output_tokens=8, output_tokens_max=32
+    )
     a, b = plan(spec), plan(spec)
     assert a == b
-    assert plan(LoadSpec(base_url="http://x/v1", model="m", n_requests=5, seed=1)) != plan(LoadSpec(base_url="http://x/v1", model="m", n_requests=5))
+    assert plan(LoadSpec(base_url="http://x/v1", model="m", n_requests=5, seed=1)) != plan(
+        LoadSpec(base_url="http://x/v1", model="m", n_requests=5)
+    )
     gaps = [y.send_at_s - x.send_at_s for x, y in itertools.pairwise(a)]
     assert abs(sum(gaps) / len(gaps) - 1 / 4.0) < 0.03  # exponential gaps with mean 1/rate (2000 draws)
     assert {r.max_tokens for r in a} <= set(range(8, 33)) and len({r.max_tokens for r in a}) > 10
@@ -55,17 +59,25 @@ def test_metric_formulas_on_known_records():
     assert m.completed == 2 and m.errors == {}
     assert m.wall_s == pytest.approx(3.1)  # first send 0.0, last byte 0.5 + 2.0 + 0.6
     assert m.output_tokens_per_s == pytest.approx(8 / 3.1)
-    assert recs[0].tpot_s == pytest.approx(0.4 / 4) and recs[1].tpot_s == pytest.approx(0.6 / 2)  # (E2E - TTFT) / (n - 1)
+    assert recs[0].tpot_s == pytest.approx(0.4 / 4) and recs[1].tpot_s == pytest.approx(
+        0.6 / 2
+    )  # (E2E - TTFT) / (n - 1)
     assert m.itl_s.p50 == pytest.approx(stats.percentile([0.1] * 4 + [0.3] * 2, 50))
     assert m.ttft_s.p90 == pytest.approx(stats.percentile([1.0, 2.0], 90))
     assert m.slo_attainment == 0.5 and not m.meets_slo  # request 1 misses TTFT and TPOT
     assert m.goodput_rps == pytest.approx(1 / 3.1)
-    assert summarize(recs, level=1.0, mode="poisson", slo=SLO(ttft_s=3, tpot_s=0.5)).meets_slo  # flip the SLOs
+    assert summarize(
+        recs, level=1.0, mode="poisson", slo=SLO(ttft_s=3, tpot_s=0.5)
+    ).meets_slo  # flip the SLOs
 
 
 def test_errors_are_counted_by_kind_and_are_never_good():
-    recs = [_rec(0, 0.0, 0.1, [0.1]), _rec(1, 0.0, 0, [], ok=False, error="http_429"),
-            _rec(2, 0.0, 0, [], ok=False, error="http_429"), _rec(3, 0.0, 0, [], ok=False, error="timeout")]
+    recs = [
+        _rec(0, 0.0, 0.1, [0.1]),
+        _rec(1, 0.0, 0, [], ok=False, error="http_429"),
+        _rec(2, 0.0, 0, [], ok=False, error="http_429"),
+        _rec(3, 0.0, 0, [], ok=False, error="timeout"),
+    ]
     m = summarize(recs, level=2, mode="concurrency", slo=SLO())
     assert m.errors == {"http_429": 2, "timeout": 1} and m.completed == 1 and m.slo_attainment == 0.25
     assert not good(recs[1], SLO(ttft_s=None, tpot_s=None))
@@ -86,8 +98,14 @@ def test_bad_specs_and_prompt_files_say_what_to_fix(tmp_path):
 
 
 def test_run_against_the_engine_server_counts_server_tokens(server, tiny_lm):
-    spec = LoadSpec(base_url=server.base_url, model=tiny_lm.name, mode="concurrency", concurrency=2, n_requests=4,
-                    output_tokens=6)
+    spec = LoadSpec(
+        base_url=server.base_url,
+        model=tiny_lm.name,
+        mode="concurrency",
+        concurrency=2,
+        n_requests=4,
+        output_tokens=6,
+    )
     m = run_once(spec, SLO(ttft_s=None, tpot_s=None))
     assert m.completed == 4 and m.errors == {} and m.tokens_counted_by == "server usage"
     assert m.output_tokens_per_s > 0 and m.ttft_s.n == 4 and math.isfinite(m.itl_s.p50)
@@ -96,7 +114,9 @@ def test_run_against_the_engine_server_counts_server_tokens(server, tiny_lm):
 
 
 def test_sweep_knee_follows_the_slo(server, tiny_lm):
-    spec = LoadSpec(base_url=server.base_url, model=tiny_lm.name, mode="concurrency", n_requests=3, output_tokens=4)
+    spec = LoadSpec(
+        base_url=server.base_url, model=tiny_lm.name, mode="concurrency", n_requests=3, output_tokens=4
+    )
     easy = run_sweep(spec, SLO(ttft_s=600, tpot_s=600), [1, 2])
     assert easy.knee == 2 and not easy.stopped_early and len(easy.points) == 2
     impossible = run_sweep(spec, SLO(ttft_s=1e-9, tpot_s=None), [1, 2])
@@ -108,7 +128,9 @@ def test_unreachable_server_and_wrong_model_are_errors_by_kind(server):
     spec = LoadSpec(base_url=server.base_url, model="nope", mode="concurrency", n_requests=2, output_tokens=2)
     m = run_once(spec, SLO())
     assert m.errors == {"http_4xx": 2} and "not served" in m.first_error
-    dead = LoadSpec(base_url="http://127.0.0.1:9/v1", model="m", mode="concurrency", n_requests=1, timeout_s=5)
+    dead = LoadSpec(
+        base_url="http://127.0.0.1:9/v1", model="m", mode="concurrency", n_requests=1, timeout_s=5
+    )
     assert run_once(dead, SLO()).errors == {"connect": 1}
 
 
@@ -116,8 +138,28 @@ def test_cli_sweep_writes_json(server, tiny_lm, tmp_path, capsys):
     from engine.cli import main
 
     out = tmp_path / "r.json"
-    assert main(["loadgen", "--url", server.base_url, "--mode", "concurrency", "--sweep", "1,2", "--requests", "2",
-                 "--output-tokens", "3", "--slo-ttft", "600", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "loadgen",
+                "--url",
+                server.base_url,
+                "--mode",
+                "concurrency",
+                "--sweep",
+                "1,2",
+                "--requests",
+                "2",
+                "--output-tokens",
+                "3",
+                "--slo-ttft",
+                "600",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert "knee: 2 users" in capsys.readouterr().out
     data = json.loads(out.read_text())
     assert data["spec"]["model"] == tiny_lm.name and len(data["points"]) == 2  # model found at GET /v1/models
@@ -133,6 +175,8 @@ def test_loadgen_knows_nothing_of_the_engine():
     for path in root.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("engine"):
-                assert node.module in ("engine", "engine.stats") or node.module.startswith("engine.loadgen"), path
+                assert node.module in ("engine", "engine.stats") or node.module.startswith(
+                    "engine.loadgen"
+                ), path
                 if node.module == "engine":
                     assert [a.name for a in node.names] == ["stats"], path

@@ -10,8 +10,16 @@ from engine import machine
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = machine.MachineMeasurement(
-    "test-machine", "2026-11-30T00:00:00+00:00", "cpu", "this machine (measured)", 41e9, 33e9,
-    {"fp32": 123e9, "bf16": 321e9}, 1024, 24e9, 0.5,
+    "test-machine",
+    "2026-11-30T00:00:00+00:00",
+    "cpu",
+    "this machine (measured)",
+    41e9,
+    33e9,
+    {"fp32": 123e9, "bf16": 321e9},
+    1024,
+    24e9,
+    0.5,
 )
 
 
@@ -33,7 +41,9 @@ def test_home_and_calculator_share_one_measurement(monkeypatch, tmp_path):
     shown = {m.label: m.value for m in at.metric}
     assert shown["Read bandwidth (measured)"] == "41.0 GB/s"
     assert shown["Copy bandwidth (measured)"] == "33.0 GB/s"
-    assert shown["Matmul fp32 (measured)"] == "123 GFLOP/s" and shown["Matmul bf16 (measured)"] == "321 GFLOP/s"
+    assert (
+        shown["Matmul fp32 (measured)"] == "123 GFLOP/s" and shown["Matmul bf16 (measured)"] == "321 GFLOP/s"
+    )
     spec = calc_widgets.cached_machine()  # the calculator's and roofline's "this machine"
     assert spec.bandwidth_bytes_per_s == 41e9 and spec.flops_for("bf16") == 321e9
     assert len(calls) == 1, "measured once for every page"

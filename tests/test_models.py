@@ -29,10 +29,14 @@ def test_tiny_model_report(tiny_lm):
 
 
 def test_bundled_model_from_safetensors_copy(smol_lm):
-    assert smol_lm.params == 134_515_008  # the dequantized SmolLM2-135M-Instruct (HF config: 30 layers, hidden 576, tied head)
+    assert (
+        smol_lm.params == 134_515_008
+    )  # the dequantized SmolLM2-135M-Instruct (HF config: 30 layers, hidden 576, tied head)
     assert (models.bundled_cache_dir() / "model.safetensors").is_file()
     again = models.load_model("smollm2-135m-instruct")
-    assert again.load_s < 3.0  # the safetensors copy, not a second dequantization (~15 s); generous for CI noise
+    assert (
+        again.load_s < 3.0
+    )  # the safetensors copy, not a second dequantization (~15 s); generous for CI noise
 
 
 def test_bf16_load_halves_the_weights(tiny_lm):

@@ -16,7 +16,9 @@ def policy(throughput: float, p95: float, ttft: float, util: float = 0.7) -> NS:
 def test_tradeoff_flips_with_the_throughput_ratio():
     static = policy(100.0, 2.0, 0.5)
     won = " ".join(narrative.tradeoff_sentences(static, policy(150.0, 1.5, 0.2)))
-    lost = " ".join(narrative.tradeoff_sentences(static, policy(91.0, 2.6, 0.8)))  # the 0.91 and worse p95
+    lost = " ".join(
+        narrative.tradeoff_sentences(static, policy(91.0, 2.6, 0.8))
+    )  # the 0.91 and worse p95
     assert "In-flight batching won on throughput" in won and "Static batching won" not in won
     assert "Static batching won on throughput" in lost and "In-flight batching won" not in lost
     assert "0.91×" in lost
@@ -29,6 +31,7 @@ def test_tradeoff_flips_with_the_throughput_ratio():
 def test_sweep_sentence_says_when_a_bigger_batch_did_not_help():
     def pts(tps):
         return [NS(batch=b, tokens_per_s=t, latency_s=0.5 * b) for b, t in zip((1, 4, 16), tps, strict=True)]
+
     assert "did **not** raise throughput" in narrative.sweep_sentence(pts([100, 98, 97]))
     helped = narrative.sweep_sentence(pts([100, 300, 700]))
     assert "batch 16 **700 tokens/s** (7.0×)" in helped and "not" not in helped

@@ -83,8 +83,15 @@ def test_playground_keeps_a_stopped_run_marked_cancelled():
     at = playground()
     before = len(runlog.load("tiny-gpt-neo"))
     at.session_state["playground.running"] = {
-        "model": "tiny-gpt-neo", "use_cache": True, "max_new": 4096, "tokens": 17, "elapsed": 3.2,
-        "text": "partial text so far", "chunks": [], "request_t": 0.0, "status": "running",
+        "model": "tiny-gpt-neo",
+        "use_cache": True,
+        "max_new": 4096,
+        "tokens": 17,
+        "elapsed": 3.2,
+        "text": "partial text so far",
+        "chunks": [],
+        "request_t": 0.0,
+        "status": "running",
         "row": {"model": "tiny-gpt-neo", "mode": "single"},
     }
     at.run()

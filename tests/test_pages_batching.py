@@ -57,10 +57,14 @@ def _inject_compare(at: AppTest, inflight_throughput: float, inflight_p95: float
     from engine.batching.workload import PolicyResult
 
     def result(policy: str, tps: float, p95: float) -> PolicyResult:
-        return PolicyResult(policy, "tiny-gpt-neo", 4, 12, 100, 2.0, tps, 6.0, 0.3, 0.6, 1.0, p95, 0.1, 0.7, ())
+        return PolicyResult(
+            policy, "tiny-gpt-neo", 4, 12, 100, 2.0, tps, 6.0, 0.3, 0.6, 1.0, p95, 0.1, 0.7, ()
+        )
 
-    at.session_state["batching.compare"] = {"static": result("static", 100.0, 2.0),
-                                            "inflight": result("inflight", inflight_throughput, inflight_p95)}
+    at.session_state["batching.compare"] = {
+        "static": result("static", 100.0, 2.0),
+        "inflight": result("inflight", inflight_throughput, inflight_p95),
+    }
     return at.run()
 
 

@@ -102,8 +102,15 @@ def test_this_machine_defaults_to_a_precision_a_cpu_runs(monkeypatch):
     from ui.common import cached_machine_measurement
 
     cpu = machine.MachineMeasurement(
-        "m", "2026-11-30T00:00:00+00:00", "cpu", "this machine (CPU, measured)", 20e9, 20e9,
-        {"fp32": 2e11, "bf16": 5e10}, 1024, 64e9,
+        "m",
+        "2026-11-30T00:00:00+00:00",
+        "cpu",
+        "this machine (CPU, measured)",
+        20e9,
+        20e9,
+        {"fp32": 2e11, "bf16": 5e10},
+        1024,
+        64e9,
     )
     monkeypatch.setattr(machine, "measure", lambda *a, **k: cpu)  # the one measurement of the machine
     cached_machine_measurement.clear()
@@ -155,10 +162,15 @@ def test_uploaded_moe_config_counts_total_and_active_on_the_meta_device():
 
     at = _run(CALC)
     at.radio(key="calc.source").set_value("config.json").run()
-    at.file_uploader(key="calc.upload").set_value(("config.json", json.dumps(MIXTRAL_8X7B).encode(), "application/json")).run()
+    at.file_uploader(key="calc.upload").set_value(
+        ("config.json", json.dumps(MIXTRAL_8X7B).encode(), "application/json")
+    ).run()
     assert not at.exception
     assert "mistralai/Mixtral-8x7B-v0.1" in at.subheader[1].value
-    assert any("46,702,792,704 parameters (12,879,925,248 active per token), counted by the meta device" in c.value for c in at.caption)
+    assert any(
+        "46,702,792,704 parameters (12,879,925,248 active per token), counted by the meta device" in c.value
+        for c in at.caption
+    )
     frame = at.dataframe[0].value
     assert "router" in list(frame["component"]) and "active per token" in list(frame["component"])
     assert "Does not fit" in at.error[0].value
@@ -190,7 +202,9 @@ def test_estimate_vs_measurement_shows_measured_runs(tmp_path):
         model_preset("gpt-neo-125m"), RunSample("bf16", 1, 40, 32, 0, 0), machine, truth["bf16"]
     )
     runlog.record(
-        synthetic_run("gpt-neo-125m-random", "bf16", ttft, tpot, weights_bytes=250_397_184, params=125_198_592)
+        synthetic_run(
+            "gpt-neo-125m-random", "bf16", ttft, tpot, weights_bytes=250_397_184, params=125_198_592
+        )
     )
     at = _run(CALC)
     label = "gpt-neo-125m-random bf16 b1"
@@ -252,11 +266,22 @@ def test_raw_numbers_take_a_layer_layout_and_say_the_count_is_a_formula():
     at.selectbox(key="calc.arch").set_value("gpt_neox").run()
     assert not at.exception and not at.error
     want = count_params(
-        spec_from_numbers(arch="gpt_neox", n_layer=32, hidden=4096, n_head=32, n_kv_head=8, intermediate=14336,
-                          vocab=32000, context_length=8192)
+        spec_from_numbers(
+            arch="gpt_neox",
+            n_layer=32,
+            hidden=4096,
+            n_head=32,
+            n_kv_head=8,
+            intermediate=14336,
+            vocab=32000,
+            context_length=8192,
+        )
     ).total
     assert any(f"{want:,} parameters" in c.value for c in at.caption)
-    assert any("raw numbers: parameters from the formula with the gpt_neox layer layout" in w.value for w in at.warning)
+    assert any(
+        "raw numbers: parameters from the formula with the gpt_neox layer layout" in w.value
+        for w in at.warning
+    )
 
 
 def test_tensor_parallel_share_is_shown_with_its_interconnect():

@@ -28,7 +28,9 @@ def test_race_page_renders_without_running():
     assert at.title[0].value.endswith("Latency race")
     text = _text(at)
     assert "deepspeed.init_inference" in text
-    assert "No recorded GPU results exist yet" in text or at.expander  # recorded results, when present, are labelled
+    assert (
+        "No recorded GPU results exist yet" in text or at.expander
+    )  # recorded results, when present, are labelled
     assert "notebook" in text.lower()
 
 
@@ -51,21 +53,48 @@ def test_race_page_runs_a_small_race_from_the_widgets():
     assert status["deepspeed"]["status"] == "ran" and status["deepspeed"]["kernel_inject"] is False
     assert len(at.dataframe) >= 4  # verdicts, statuses, speed, quality
     assert any("Live run" in s.value for s in at.subheader)
-    assert any("no interval" in i.value for i in at.info)  # 2 runs: the speedups are points, said before the race
+    assert any(
+        "no interval" in i.value for i in at.info
+    )  # 2 runs: the speedups are points, said before the race
 
 
 def test_recorded_gpu_results_are_shown_labelled(tmp_path, monkeypatch):
     from engine.race import runner
 
     rows = [
-        runner.ContenderResult("vanilla", "Vanilla", "", "ran", latencies_s=[1.0, 1.1, 0.9], tokens_per_s=[64, 58, 71],
-                               ttfts_s=[0.02] * 3, tpots_s=[0.015] * 3, output_tokens=[64] * 3, token_ids=[[1, 2, 3]]),
-        runner.ContenderResult("deepspeed", "DeepSpeed", "", "failed", reason="deepspeed.init_inference failed: boom",
-                               deepspeed_mode="kernel injection"),
+        runner.ContenderResult(
+            "vanilla",
+            "Vanilla",
+            "",
+            "ran",
+            latencies_s=[1.0, 1.1, 0.9],
+            tokens_per_s=[64, 58, 71],
+            ttfts_s=[0.02] * 3,
+            tpots_s=[0.015] * 3,
+            output_tokens=[64] * 3,
+            token_ids=[[1, 2, 3]],
+        ),
+        runner.ContenderResult(
+            "deepspeed",
+            "DeepSpeed",
+            "",
+            "failed",
+            reason="deepspeed.init_inference failed: boom",
+            deepspeed_mode="kernel injection",
+        ),
     ]
-    rec = runner.RaceResult(model="gpt-neo-125m-random", dtype="auto", device="cuda", runs=3, warmup=1,
-                            max_new_tokens=64, prompts=["p"], started_at="2026-12-01T10:00:00+00:00",
-                            hardware={"gpu": "NVIDIA H200 (test fixture)", "accelerator": "cuda"}, contenders=rows)
+    rec = runner.RaceResult(
+        model="gpt-neo-125m-random",
+        dtype="auto",
+        device="cuda",
+        runs=3,
+        warmup=1,
+        max_new_tokens=64,
+        prompts=["p"],
+        started_at="2026-12-01T10:00:00+00:00",
+        hardware={"gpu": "NVIDIA H200 (test fixture)", "accelerator": "cuda"},
+        contenders=rows,
+    )
     runner.compare(rec.contenders)
     runner.save(rec, tmp_path)
     from engine.race import serialise
@@ -74,8 +103,10 @@ def test_recorded_gpu_results_are_shown_labelled(tmp_path, monkeypatch):
     at = _open()
     assert not at.exception, at.exception
     labels = [e.label for e in at.expander]
-    assert any(label.startswith("Recorded, not live: gpt-neo-125m-random on NVIDIA H200 (test fixture) · 2026-12-01")
-               for label in labels), labels
+    assert any(
+        label.startswith("Recorded, not live: gpt-neo-125m-random on NVIDIA H200 (test fixture) · 2026-12-01")
+        for label in labels
+    ), labels
     assert "No recorded GPU results exist yet" not in _text(at)
 
 
@@ -96,19 +127,51 @@ def _recorded_race(fast_latency: float, diverge_at: int | None):
     ids = [1, 2, 3, 4] if diverge_at is None else [1, 2, 3, 4][:diverge_at] + [9] * (4 - diverge_at)
 
     def lane(name, label, latencies, token_ids, **kw):
-        return runner.ContenderResult(name, label, "", "ran", group="engines", latencies_s=latencies,
-                                      warmup_s=[1.0], token_ids=[token_ids, [5], [6]], texts=["t"],
-                                      output_tokens=[4] * 3, tokens_per_s=[4.0] * 3, ttfts_s=[0.1] * 3,
-                                      tpots_s=[0.1] * 3, **kw)
+        return runner.ContenderResult(
+            name,
+            label,
+            "",
+            "ran",
+            group="engines",
+            latencies_s=latencies,
+            warmup_s=[1.0],
+            token_ids=[token_ids, [5], [6]],
+            texts=["t"],
+            output_tokens=[4] * 3,
+            tokens_per_s=[4.0] * 3,
+            ttfts_s=[0.1] * 3,
+            tpots_s=[0.1] * 3,
+            **kw,
+        )
 
-    rows = [lane("vanilla", "Vanilla", [1.0, 1.02, 0.98], [1, 2, 3, 4]),
-            lane("ctranslate2", "CTranslate2 float32", [fast_latency * f for f in (1.0, 1.01, 0.99)], ids,
-                 engine="ctranslate2", engine_version="4.8.5", precision="fp32", conversion_s=14.0,
-                 converted_now=False, peak_rss_bytes=600_000_000)]
-    rec = runner.RaceResult(model="smollm2-135m-instruct", dtype="auto", device="cpu", runs=3, warmup=1,
-                            max_new_tokens=4, prompts=["p", "q", "r"], started_at="2026-11-30T06:00:00+00:00",
-                            hardware={"cpu": "test CPU", "cpu_cores_logical": 2, "accelerator": "cpu"},
-                            contenders=rows, load_avg_start=(0.5, 0.5, 0.5))
+    rows = [
+        lane("vanilla", "Vanilla", [1.0, 1.02, 0.98], [1, 2, 3, 4]),
+        lane(
+            "ctranslate2",
+            "CTranslate2 float32",
+            [fast_latency * f for f in (1.0, 1.01, 0.99)],
+            ids,
+            engine="ctranslate2",
+            engine_version="4.8.5",
+            precision="fp32",
+            conversion_s=14.0,
+            converted_now=False,
+            peak_rss_bytes=600_000_000,
+        ),
+    ]
+    rec = runner.RaceResult(
+        model="smollm2-135m-instruct",
+        dtype="auto",
+        device="cpu",
+        runs=3,
+        warmup=1,
+        max_new_tokens=4,
+        prompts=["p", "q", "r"],
+        started_at="2026-11-30T06:00:00+00:00",
+        hardware={"cpu": "test CPU", "cpu_cores_logical": 2, "accelerator": "cpu"},
+        contenders=rows,
+        load_avg_start=(0.5, 0.5, 0.5),
+    )
     runner.compare(rec.contenders)
     rec.winner = verdict.winner_line(rec.contenders)
     return rec.to_dict()
@@ -119,10 +182,13 @@ def _verdicts(at: AppTest) -> dict[str, str]:
     return dict(zip(frame["lane"], frame["verdict"], strict=True))
 
 
-@pytest.mark.parametrize(("latency", "diverge_at", "speed", "quality"), [
-    (0.5, 2, "2.00× faster", "output diverges at token 2"),
-    (2.0, None, "2.00× slower", "same output as vanilla on all 3 prompts"),
-])
+@pytest.mark.parametrize(
+    ("latency", "diverge_at", "speed", "quality"),
+    [
+        (0.5, 2, "2.00× faster", "output diverges at token 2"),
+        (2.0, None, "2.00× slower", "same output as vanilla on all 3 prompts"),
+    ],
+)
 def test_the_verdict_and_winner_lines_follow_the_numbers(latency, diverge_at, speed, quality):
     at = AppTest.from_file(str(ROOT / PAGE), default_timeout=120)
     at.session_state["race.result"] = _recorded_race(latency, diverge_at)

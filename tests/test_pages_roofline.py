@@ -30,7 +30,9 @@ def test_ridge_note_follows_the_precision():
     assert any("8.1 TFLOPS fp32 / 300 GB/s = 27.0" in c.value for c in at.caption)
     note = next(a for a in figure(at)["layout"]["annotations"] if a["text"].startswith("<b>ridge"))
     decode = next(t for t in figure(at)["data"] if t["name"] == "decode operators")
-    assert 10 ** note["y"] < min(decode["y"]) / 10  # the note sits well below the decode labels it used to cover
+    assert (
+        10 ** note["y"] < min(decode["y"]) / 10
+    )  # the note sits well below the decode labels it used to cover
 
 
 def test_sequence_capped_at_the_context_says_so():
@@ -43,8 +45,12 @@ def test_sequence_capped_at_the_context_says_so():
 
 def test_measured_prefill_and_decode_look_different():
     for _ in range(2):
-        runlog.record(synthetic_run("gpt-neo-125m-random", "fp32", 0.2, 0.02, params=125_000_000,
-                                    weights_bytes=500_000_000), source="playground")
+        runlog.record(
+            synthetic_run(
+                "gpt-neo-125m-random", "fp32", 0.2, 0.02, params=125_000_000, weights_bytes=500_000_000
+            ),
+            source="playground",
+        )
     at = AppTest.from_file(PAGE, default_timeout=120).run()
     traces = {t["name"]: t for t in figure(at)["data"]}
     pre, dec = traces["measured prefill (this machine)"], traces["measured decode (this machine)"]
@@ -54,10 +60,22 @@ def test_measured_prefill_and_decode_look_different():
 
 def test_overlapping_phase_labels_are_moved_apart():
     fig = go.Figure()
-    fig.add_scatter(x=[1.0, 100.0], y=[1e12, 1e14], text=["a", "b"], textposition=["top left", "top left"],
-                    mode="markers+text", name="prefill operators")
-    fig.add_scatter(x=[1.1], y=[1.05e12], text=["c"], textposition=["top left"], mode="markers+text",
-                    name="decode operators")
+    fig.add_scatter(
+        x=[1.0, 100.0],
+        y=[1e12, 1e14],
+        text=["a", "b"],
+        textposition=["top left", "top left"],
+        mode="markers+text",
+        name="prefill operators",
+    )
+    fig.add_scatter(
+        x=[1.1],
+        y=[1.05e12],
+        text=["c"],
+        textposition=["top left"],
+        mode="markers+text",
+        name="decode operators",
+    )
     separate_labels(fig)
     assert fig.data[0].textposition == ("bottom right", "top left")  # only the clashing pair moves
     assert fig.data[1].textposition == ("top left",)

@@ -23,7 +23,9 @@ def test_knee_sentence_follows_the_numbers():
     assert "optimistic" in knee_sentence(4, "users", _pred(8), False)
     assert "pessimistic" in knee_sentence(8, "users", _pred(4), False)
     assert "the same as measured" in knee_sentence(4, "users", _pred(4), False)
-    assert "**2 users**" in knee_sentence(2, "users", None, True) and "stopped" in knee_sentence(2, "users", None, True)
+    assert "**2 users**" in knee_sentence(2, "users", None, True) and "stopped" in knee_sentence(
+        2, "users", None, True
+    )
     assert "No level" in knee_sentence(None, "users", None, False)
     assert "**1 user**" in knee_sentence(1, "users", None, False)
 

@@ -31,6 +31,7 @@ def _script(path: Path, body: str) -> str:
 
 # ---- pure parts -------------------------------------------------------------------------------------
 
+
 def test_empty_contender_list_raises_a_clear_error():
     with pytest.raises(InvalidParameterError, match="no contenders chosen"):
         contenders.resolve([])
@@ -85,6 +86,7 @@ def test_engine_race_never_imports_streamlit():
 
 # ---- real worker processes ------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def race(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("interp")
@@ -99,8 +101,9 @@ def race(tmp_path_factory):
         replace(CONTENDERS["half"], name="bogus-python", python="/nonexistent/bin/python"),
         replace(CONTENDERS["fp32"], name="killed-worker", python=killed),
     ]
-    spec = runner.RaceSpec(model="tiny-gpt-neo", contenders=tuple(chosen), runs=2, warmup=1, max_new_tokens=8,
-                           timeout_s=300)
+    spec = runner.RaceSpec(
+        model="tiny-gpt-neo", contenders=tuple(chosen), runs=2, warmup=1, max_new_tokens=8, timeout_s=300
+    )
     seen = []
     result = runner.run_race(spec, progress=lambda done, total, msg: seen.append((done, total)))
     assert seen[-1] == (len(chosen) + 1, len(chosen) + 1)  # + vanilla re-run at the end
@@ -168,7 +171,9 @@ def test_exports_round_trip(race, tmp_path):
     assert data["kind"] == "race" and len(data["contenders"]) == 8
     rows = result.to_csv().strip().splitlines()
     assert rows[0].startswith("name,label,group,status") and len(rows) == 9
-    assert len(result.runs_csv().strip().splitlines()) == 1 + sum(len(c.latencies_s) for c in result.contenders)
+    assert len(result.runs_csv().strip().splitlines()) == 1 + sum(
+        len(c.latencies_s) for c in result.contenders
+    )
     path = runner.save(result, tmp_path)
     (tmp_path / "not-a-race.json").write_text('{"kind": "other"}')
     (tmp_path / "broken.json").write_text("{")
@@ -189,21 +194,53 @@ def test_a_hung_worker_is_killed_at_the_timeout(tmp_path):
 def test_cli_race_json_has_the_promised_fields():
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     out = subprocess.run(
-        [sys.executable, "-m", "engine", "race", "--model", "tiny-gpt-neo", "--contenders", "vanilla,ctranslate2",
-         "--runs", "2", "--max-new-tokens", "4", "--no-baseline-recheck", "--json"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, env=env, check=True,
+        [
+            sys.executable,
+            "-m",
+            "engine",
+            "race",
+            "--model",
+            "tiny-gpt-neo",
+            "--contenders",
+            "vanilla,ctranslate2",
+            "--runs",
+            "2",
+            "--max-new-tokens",
+            "4",
+            "--no-baseline-recheck",
+            "--json",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=True,
     )
     data = json.loads(out.stdout)
     for entry in data["contenders"]:  # the keys issue 14 promises, for a torch lane and a peer lane alike
-        for key in ("name", "status", "engine_version", "latency_s_median", "ttft_s_median", "tpot_s_median",
-                    "tokens_per_s_median", "speedup_vs_vanilla", "exact_match_rate", "first_divergence_token",
-                    "peak_rss_bytes", "kernel_inject"):
+        for key in (
+            "name",
+            "status",
+            "engine_version",
+            "latency_s_median",
+            "ttft_s_median",
+            "tpot_s_median",
+            "tokens_per_s_median",
+            "speedup_vs_vanilla",
+            "exact_match_rate",
+            "first_divergence_token",
+            "peak_rss_bytes",
+            "kernel_inject",
+        ):
             assert key in entry, key
     entry = data["contenders"][0]
     assert entry["name"] == "vanilla" and entry["status"] == "ran" and entry["speedup_vs_vanilla"] == 1.0
     assert entry["peak_rss_bytes"] > 0 and entry["engine_version"]
     peer = data["contenders"][1]
-    assert peer["name"] == "ctranslate2" and peer["status"] != "ran" and peer["reason"]  # GPT-Neo: not converted
+    assert (
+        peer["name"] == "ctranslate2" and peer["status"] != "ran" and peer["reason"]
+    )  # GPT-Neo: not converted
 
 
 @pytest.mark.slow
@@ -214,8 +251,14 @@ def test_pinned_environment_gives_vanilla_tokens():
     if path is None:
         pytest.skip(f"no pinned environment: {why}")
     pinned = replace(CONTENDERS["vanilla"], name="vanilla-pinned", python=path)
-    spec = runner.RaceSpec(model="tiny-gpt-neo", contenders=(CONTENDERS["vanilla"], pinned), runs=1,
-                           max_new_tokens=8, timeout_s=300, recheck_baseline=False)
+    spec = runner.RaceSpec(
+        model="tiny-gpt-neo",
+        contenders=(CONTENDERS["vanilla"], pinned),
+        runs=1,
+        max_new_tokens=8,
+        timeout_s=300,
+        recheck_baseline=False,
+    )
     by_name = {c.name: c for c in runner.run_race(spec).contenders}
     r = by_name["vanilla-pinned"]
     assert r.status == "ran", r.reason + r.traceback
@@ -229,8 +272,14 @@ def test_kernel_injection_on_a_gpu_runs_or_explains_itself():
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU (kernel injection is CUDA-only); scripts/gpu_check.sh runs this on one")
     pytest.importorskip("deepspeed")
-    spec = runner.RaceSpec(model="gpt-neo-125m-random", contenders=(CONTENDERS["vanilla"], CONTENDERS["deepspeed"]),
-                           runs=3, max_new_tokens=16, timeout_s=600, recheck_baseline=False)
+    spec = runner.RaceSpec(
+        model="gpt-neo-125m-random",
+        contenders=(CONTENDERS["vanilla"], CONTENDERS["deepspeed"]),
+        runs=3,
+        max_new_tokens=16,
+        timeout_s=600,
+        recheck_baseline=False,
+    )
     by_name = {c.name: c for c in runner.run_race(spec).contenders}
     ds = by_name["deepspeed"]
     assert by_name["vanilla"].status == "ran"
@@ -253,9 +302,13 @@ def test_fp16_on_a_cpu_is_rejected_before_any_worker_starts():
 def test_killing_the_runner_takes_its_worker_down():
     """An outer timeout (scripts/gpu_check.sh) or a closed page must not leave a worker holding the GPU."""
     psutil = pytest.importorskip("psutil")
-    code = ("from engine.race import runner, contenders as c; runner.run_race(runner.RaceSpec(model='tiny-gpt-neo', "
-            "contenders=(c.CONTENDERS['vanilla'],), runs=50, max_new_tokens=512))")
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    code = (
+        "from engine.race import runner, contenders as c; runner.run_race(runner.RaceSpec(model='tiny-gpt-neo', "
+        "contenders=(c.CONTENDERS['vanilla'],), runs=50, max_new_tokens=512))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}
+    )
     try:
         parent, workers, deadline = psutil.Process(proc.pid), [], time.monotonic() + 60
         while not workers and time.monotonic() < deadline and proc.poll() is None:
@@ -274,10 +327,20 @@ def test_killing_the_runner_takes_its_worker_down():
 
 # ---- verdicts from numbers (issue 13, defect 2): flip the numbers, the sentence flips ------------------------
 
+
 def _lane(name="lane", latencies=(0.5, 0.52, 0.48), warmup=1, ids=None, **kw) -> ContenderResult:
     ids = ids if ids is not None else [[1, 2, 3], [4, 5], [6]]
-    return ContenderResult(name, name.title(), "", "ran", latencies_s=list(latencies), warmup_s=[1.0] * warmup,
-                           token_ids=ids, output_tokens=[3] * len(latencies), **kw)
+    return ContenderResult(
+        name,
+        name.title(),
+        "",
+        "ran",
+        latencies_s=list(latencies),
+        warmup_s=[1.0] * warmup,
+        token_ids=ids,
+        output_tokens=[3] * len(latencies),
+        **kw,
+    )
 
 
 def _compare(*lanes: ContenderResult, base_latencies=(1.0, 1.02, 0.98), warmup=1, recheck=None):
@@ -291,7 +354,10 @@ def test_verdict_says_faster_and_where_the_output_diverges_and_flips_with_the_nu
     fast = _lane("fast", ids=[[1, 2, 9], [4, 5], [6]])
     (_, r), _ = _compare(fast)
     assert r.interval_shown and r.speedup_low > 1
-    assert r.verdict.startswith("2.00× faster") and "output diverges at token 2 (2/3 prompts identical)" in r.verdict
+    assert (
+        r.verdict.startswith("2.00× faster")
+        and "output diverges at token 2 (2/3 prompts identical)" in r.verdict
+    )
     assert "lies above 1×" in verdict.interval_line(r)
     slow = _lane("slow", latencies=(2.0, 2.1, 1.9))
     (_, r), _ = _compare(slow)
@@ -310,7 +376,11 @@ def test_one_cold_run_gives_no_interval_and_a_pass_through_speedup_is_called_noi
     ds = _lane("deepspeed", latencies=(0.31,), warmup=0, deepspeed_mode="pass-through (CPU)")
     (_, r), _ = _compare(ds, base_latencies=(1.0,), warmup=0)
     assert r.speedup_vs_vanilla == pytest.approx(1.0 / 0.31)
-    assert not r.interval_shown and "no interval" in r.interval_note and "at least 3 timed runs" in r.interval_note
+    assert (
+        not r.interval_shown
+        and "no interval" in r.interval_note
+        and "at least 3 timed runs" in r.interval_note
+    )
     assert "(one point, no interval)" in r.verdict
     assert "cannot be faster than vanilla" in r.verdict and "noise" in r.verdict
     assert verdict.interval_line(r) == r.interval_note
@@ -341,16 +411,38 @@ def test_winner_line_follows_the_numbers():
     flipped_fast = _lane("exact", latencies=(0.2, 0.2, 0.2))
     rows, _ = _compare(flipped_fast, _lane("quant", latencies=(0.25, 0.25, 0.25), ids=[[1, 7], [4, 5], [6]]))
     line = verdict.winner_line(rows)
-    assert line.startswith("Fastest: Exact, 5.00× faster, same output as vanilla") and "exact output:" not in line
+    assert (
+        line.startswith("Fastest: Exact, 5.00× faster, same output as vanilla")
+        and "exact output:" not in line
+    )
     rows, _ = _compare(_lane("slow", latencies=(2.0, 2.0, 2.0)))
     assert verdict.winner_line(rows).startswith("No lane beat vanilla beyond noise; the closest was Slow")
 
 
 def test_schema_1_files_from_before_the_peers_still_load():
-    old = {"model": "m", "dtype": "auto", "device": "cpu", "runs": 3, "warmup": 1, "max_new_tokens": 8,
-           "prompts": ["p"], "started_at": "2026-11-01T00:00:00+00:00", "kind": "race", "schema": 1,
-           "contenders": [{"name": "vanilla", "label": "Vanilla", "description": "", "status": "ran",
-                           "latencies_s": [1.0], "speedup_low": None, "peak_memory_bytes": 5}]}
+    old = {
+        "model": "m",
+        "dtype": "auto",
+        "device": "cpu",
+        "runs": 3,
+        "warmup": 1,
+        "max_new_tokens": 8,
+        "prompts": ["p"],
+        "started_at": "2026-11-01T00:00:00+00:00",
+        "kind": "race",
+        "schema": 1,
+        "contenders": [
+            {
+                "name": "vanilla",
+                "label": "Vanilla",
+                "description": "",
+                "status": "ran",
+                "latencies_s": [1.0],
+                "speedup_low": None,
+                "peak_memory_bytes": 5,
+            }
+        ],
+    }
     r = serialise.from_dict(old)
     assert r.contenders[0].peak_rss_bytes is None and math.isnan(r.contenders[0].speedup_low)
     assert r.baseline_recheck is None and r.contenders[0].group == "levers"

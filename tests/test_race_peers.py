@@ -32,8 +32,15 @@ def _need(*engines: str) -> None:
 def peer_race():
     _need("openvino", "onnxruntime-genai", "ctranslate2")
     chosen = (CONTENDERS["vanilla"], *(CONTENDERS[n] for n in FP32 + QUANTIZED))
-    spec = runner.RaceSpec(model="smollm2-135m-instruct", contenders=chosen, runs=1, warmup=0, max_new_tokens=16,
-                           recheck_baseline=False, timeout_s=900)
+    spec = runner.RaceSpec(
+        model="smollm2-135m-instruct",
+        contenders=chosen,
+        runs=1,
+        warmup=0,
+        max_new_tokens=16,
+        recheck_baseline=False,
+        timeout_s=900,
+    )
     result = runner.run_race(spec)
     return {c.name: c for c in result.contenders}, result
 
@@ -43,7 +50,11 @@ def peer_race():
 def test_fp32_peer_lanes_give_vanillas_greedy_tokens(peer_race, name):
     r = peer_race[0][name]
     assert r.status == "ran", r.reason + r.traceback
-    assert r.group == "engines" and r.engine == name and r.engine_version == base.version(base.backend(name).dist)
+    assert (
+        r.group == "engines"
+        and r.engine == name
+        and r.engine_version == base.version(base.backend(name).dist)
+    )
     assert r.exact_match_rate == 1.0 and r.first_divergence_token is None, r.texts
     assert len(r.token_ids) == 3 and r.peak_rss_bytes > 0
     assert r.conversion_s is not None and r.conversion_s > 0 and r.conversion_dir
@@ -75,8 +86,15 @@ def test_bits_per_byte_where_log_probabilities_are_exposed(peer_race):
 @pytest.mark.slow
 def test_a_second_race_takes_the_conversion_from_the_cache(peer_race):
     first = peer_race[0]["ctranslate2"]
-    spec = runner.RaceSpec(model="smollm2-135m-instruct", contenders=(CONTENDERS["ctranslate2"],), runs=1,
-                           warmup=0, max_new_tokens=4, prompts=("Hi",), recheck_baseline=False)
+    spec = runner.RaceSpec(
+        model="smollm2-135m-instruct",
+        contenders=(CONTENDERS["ctranslate2"],),
+        runs=1,
+        warmup=0,
+        max_new_tokens=4,
+        prompts=("Hi",),
+        recheck_baseline=False,
+    )
     again = next(c for c in runner.run_race(spec).contenders if c.name == "ctranslate2")
     assert again.status == "ran", again.reason
     assert again.converted_now is False and again.conversion_dir == first.conversion_dir
@@ -109,21 +127,33 @@ def test_conversion_runs_once_and_a_failed_one_leaves_nothing(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_peer_that_fails_to_import_or_cannot_convert_the_family_is_a_lane_with_its_reason(tmp_path, monkeypatch):
+def test_a_peer_that_fails_to_import_or_cannot_convert_the_family_is_a_lane_with_its_reason(
+    tmp_path, monkeypatch
+):
     """A broken install (the module raises on import) and GPT-Neo, which CTranslate2 and ONNX Runtime GenAI's
     builder do not convert: each lane says why, the race goes on."""
     _need("onnxruntime-genai", "ctranslate2")
     broken = tmp_path / "shadow" / "onnxruntime_genai"
     broken.mkdir(parents=True)
-    (broken / "__init__.py").write_text("raise ImportError('simulated broken wheel: libonnxruntime.so missing')\n")
+    (broken / "__init__.py").write_text(
+        "raise ImportError('simulated broken wheel: libonnxruntime.so missing')\n"
+    )
     monkeypatch.setenv("PYTHONPATH", str(broken.parent))  # the worker's path: the shadow before site-packages
-    spec = runner.RaceSpec(model="tiny-gpt-neo", contenders=(CONTENDERS["vanilla"], CONTENDERS["onnxruntime-genai"],
-                                                             CONTENDERS["ctranslate2"]),
-                           runs=1, warmup=0, max_new_tokens=4, recheck_baseline=False, timeout_s=300)
+    spec = runner.RaceSpec(
+        model="tiny-gpt-neo",
+        contenders=(CONTENDERS["vanilla"], CONTENDERS["onnxruntime-genai"], CONTENDERS["ctranslate2"]),
+        runs=1,
+        warmup=0,
+        max_new_tokens=4,
+        recheck_baseline=False,
+        timeout_s=300,
+    )
     by_name = {c.name: c for c in runner.run_race(spec).contenders}
     assert by_name["vanilla"].status == "ran"
     ort = by_name["onnxruntime-genai"]
-    assert ort.status == "failed" and "failed to import" in ort.reason and "simulated broken wheel" in ort.reason
+    assert (
+        ort.status == "failed" and "failed to import" in ort.reason and "simulated broken wheel" in ort.reason
+    )
     assert "install_peers.sh" in ort.reason and ort.verdict.startswith("did not run")
     ct2 = by_name["ctranslate2"]
     version = base.version("ctranslate2")
@@ -145,5 +175,9 @@ def test_peer_contenders_are_engines_with_their_precision():
         c = CONTENDERS[name]
         assert c.group == "engines" and c.peer in base.BACKENDS and c.precision in ("fp32", "int8", "int4")
     assert replace(CONTENDERS["ctranslate2"], peer=None).engine_name() == "transformers"
-    assert os.path.basename(str(cache.target_dir("ctranslate2", "4.8.5", cache.Source(Path("/x"), "m", "A", "a"),
-                                                 "fp32"))) == "m-fp32"
+    assert (
+        os.path.basename(
+            str(cache.target_dir("ctranslate2", "4.8.5", cache.Source(Path("/x"), "m", "A", "a"), "fp32"))
+        )
+        == "m-fp32"
+    )

@@ -37,8 +37,12 @@ def tiny_sched(tiny_lm):
 
 @pytest.mark.parametrize(
     ("lm_name", "chunk"),
-    [("tiny_lm", 256), ("tiny_lm", 3), pytest.param("smol_lm", 256, marks=pytest.mark.slow),
-     pytest.param("smol_lm", 5, marks=pytest.mark.slow)],
+    [
+        ("tiny_lm", 256),
+        ("tiny_lm", 3),
+        pytest.param("smol_lm", 256, marks=pytest.mark.slow),
+        pytest.param("smol_lm", 5, marks=pytest.mark.slow),
+    ],
 )
 def test_inflight_matches_solo_token_for_token(lm_name, chunk, request):
     """Batched admission, chunked prefill (chunk tokens per step across the admitted rows) and slot reuse."""
@@ -48,7 +52,9 @@ def test_inflight_matches_solo_token_for_token(lm_name, chunk, request):
     # 5 requests through 3 slots: joins and leaves mid-batch
     sched = Scheduler(lm, max_batch=3, record=False, prefill_chunk_tokens=chunk)
     try:
-        handles = [sched.submit(p, GenerationConfig(max_new_tokens=24 - 3 * i)) for i, p in enumerate(PROMPTS)]
+        handles = [
+            sched.submit(p, GenerationConfig(max_new_tokens=24 - 3 * i)) for i, p in enumerate(PROMPTS)
+        ]
         got = [h.result(120).token_ids for h in handles]
     finally:
         sched.close()
@@ -200,7 +206,10 @@ def test_sampling_honours_the_request_seed_in_a_shared_batch(tiny_lm):
         alone.close()
     shared = Scheduler(tiny_lm, max_batch=4, record=False)
     try:
-        others = [shared.submit(f"noise {i}", GenerationConfig(max_new_tokens=12, do_sample=True, seed=i)) for i in range(3)]
+        others = [
+            shared.submit(f"noise {i}", GenerationConfig(max_new_tokens=12, do_sample=True, seed=i))
+            for i in range(3)
+        ]
         again = shared.submit("seeded", cfg).result(60).token_ids
         [h.result(60) for h in others]
     finally:
@@ -218,7 +227,9 @@ def test_zero_request_workload_raises_clear_error(tiny_lm):
 
 
 def test_workload_is_reproducible_and_policies_agree(tiny_lm):
-    spec = WorkloadSpec(n_requests=6, output_tokens_min=4, output_tokens_max=40, arrival_rate_per_s=50.0, seed=3)
+    spec = WorkloadSpec(
+        n_requests=6, output_tokens_min=4, output_tokens_max=40, arrival_rate_per_s=50.0, seed=3
+    )
     a, b = generate_workload(spec, tiny_lm.tokenizer), generate_workload(spec, tiny_lm.tokenizer)
     assert a == b and all(spec.prompt_tokens_min <= len(r.prompt_ids) <= spec.prompt_tokens_max for r in a)
     static = replay(tiny_lm, a, "static", 3)
@@ -248,7 +259,9 @@ def test_slot_cache_reuses_rows_without_copying_the_batch(tiny_lm):
         late = kv.Prefill(tiny_lm, [[11, 12, 13]], pad, chunk=2)  # chunked: two steps
         assert late.step() is None and late.step() is not None
         cache.insert(late, [0], remaining=8)
-        assert cache.n == 3 and [la.keys.data_ptr() for la in cache.layers] == buffers  # same buffers, no realloc
+        assert (
+            cache.n == 3 and [la.keys.data_ptr() for la in cache.layers] == buffers
+        )  # same buffers, no realloc
         per_token = kv_bytes_per_token(tiny_lm)
         assert cache.copied_bytes - copied == 3 * per_token  # only the newcomer's 3 tokens were written
         order = cache.retire([0])

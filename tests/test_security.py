@@ -82,13 +82,21 @@ def test_symlink_inside_a_root_cannot_escape_it(tmp_path, monkeypatch):
     (root / "escape").symlink_to(outside / "model", target_is_directory=True)
     (root / "parent").symlink_to(tmp_path, target_is_directory=True)
     monkeypatch.setenv("INFERENCE_LAB_MODEL_ROOTS", str(root))
-    for name in ("escape", str(root / "escape"), "./escape", "parent/outside/model", str(root / "parent" / "outside")):
+    for name in (
+        "escape",
+        str(root / "escape"),
+        "./escape",
+        "parent/outside/model",
+        str(root / "parent" / "outside"),
+    ):
         with pytest.raises(PathNotAllowedError):
             paths.resolve_local_model_path(name)
     for name in (str(root / "escape"), "./escape", "parent/outside/model"):
         with pytest.raises(PathNotAllowedError, match="outside the folders"):
             models.load_model(name)
-    with pytest.raises(UnknownModelError):  # a bare name is looked up under the roots only, never followed out
+    with pytest.raises(
+        UnknownModelError
+    ):  # a bare name is looked up under the roots only, never followed out
         models.load_model("escape")
 
 
@@ -139,8 +147,16 @@ def test_uploaded_config_never_runs_remote_code():
     """The meta-device count drops auto_map, so a config cannot point transformers at its own code."""
     from engine.arch import exact_spec
 
-    spec = exact_spec({"model_type": "evil", "auto_map": {"AutoModelForCausalLM": "evil.Model"}, "hidden_size": 64,
-                       "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 10})
+    spec = exact_spec(
+        {
+            "model_type": "evil",
+            "auto_map": {"AutoModelForCausalLM": "evil.Model"},
+            "hidden_size": 64,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 4,
+            "vocab_size": 10,
+        }
+    )
     assert spec.exact is None and any("could not be built offline" in a for a in spec.assumptions)
 
 
@@ -155,7 +171,12 @@ DANGEROUS = re.compile(
 )
 # The one dynamic import: engine/evaluation.py reads the shipped task's corpus.py from engine/data, a file of
 # this repository, never a user's.
-ALLOWED = {("engine/evaluation.py", 'spec = importlib.util.spec_from_file_location("_lab_pydoc_corpus", TASK_DIR / "corpus.py")')}
+ALLOWED = {
+    (
+        "engine/evaluation.py",
+        'spec = importlib.util.spec_from_file_location("_lab_pydoc_corpus", TASK_DIR / "corpus.py")',
+    )
+}
 
 
 def test_nothing_user_supplied_is_unpickled_executed_or_evaluated():
@@ -209,7 +230,9 @@ def test_codegen_never_runs_generated_code(tiny_lm, monkeypatch, tmp_path):
             assert name == "Popen", (name, arg)
             argv = [str(a) for a in ([arg] if isinstance(arg, str) else arg)]
             assert "touch" not in " ".join(argv), argv
-            assert Path(argv[0]).name not in {"python", "python3", Path(sys.executable).name, "sh", "bash"}, argv
+            assert Path(argv[0]).name not in {"python", "python3", Path(sys.executable).name, "sh", "bash"}, (
+                argv
+            )
     assert any(name == "Popen" and str(next(iter(arg))) == ruff for name, arg in calls)  # the lint did run
 
 
@@ -241,21 +264,66 @@ def test_hf_token_never_reaches_the_run_log(tiny_lm, monkeypatch, tmp_path):
 
 
 def _cli(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_TOKEN": TOKEN, "HUGGING_FACE_HUB_TOKEN": TOKEN,
-           "INFERENCE_LAB_RUNS_DIR": str(tmp_path / "runs")}
-    return subprocess.run([sys.executable, "-m", "engine", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600, env=env)
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_TOKEN": TOKEN,
+        "HUGGING_FACE_HUB_TOKEN": TOKEN,
+        "INFERENCE_LAB_RUNS_DIR": str(tmp_path / "runs"),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "engine", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("args", [
-    ("generate", "--model", "tiny-gpt-neo", "--prompt", "hello", "--max-new-tokens", "3", "--json"),
-    ("estimate", "--model", "gpt-neo-125m", "--dtype", "fp16", "--gpu", "t4", "--batch", "1", "--seq-len", "64",
-     "--json"),
-    ("hardware", "--json"),
-    ("race", "--model", "tiny-gpt-neo", "--contenders", "vanilla", "--runs", "1", "--warmup", "0",
-     "--max-new-tokens", "2", "--device", "cpu", "--save", "{tmp}/race", "--csv", "{tmp}/race.csv", "--json"),
-], ids=["generate", "estimate", "hardware", "race"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("generate", "--model", "tiny-gpt-neo", "--prompt", "hello", "--max-new-tokens", "3", "--json"),
+        (
+            "estimate",
+            "--model",
+            "gpt-neo-125m",
+            "--dtype",
+            "fp16",
+            "--gpu",
+            "t4",
+            "--batch",
+            "1",
+            "--seq-len",
+            "64",
+            "--json",
+        ),
+        ("hardware", "--json"),
+        (
+            "race",
+            "--model",
+            "tiny-gpt-neo",
+            "--contenders",
+            "vanilla",
+            "--runs",
+            "1",
+            "--warmup",
+            "0",
+            "--max-new-tokens",
+            "2",
+            "--device",
+            "cpu",
+            "--save",
+            "{tmp}/race",
+            "--csv",
+            "{tmp}/race.csv",
+            "--json",
+        ),
+    ],
+    ids=["generate", "estimate", "hardware", "race"],
+)
 def test_hf_token_never_reaches_cli_output_or_saved_files(args, tmp_path):
     r = _cli(*(a.replace("{tmp}", str(tmp_path)) for a in args), tmp_path=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]

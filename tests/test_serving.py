@@ -45,7 +45,9 @@ def _wait_idle(srv, timeout=GUARD_S):
         if not snap.running and not snap.waiting and st.in_system == 0:
             return
         time.sleep(0.05)
-    raise AssertionError(f"server still busy after {timeout} s: {srv.scheduler.snapshot()}, admitted {st.in_system}")
+    raise AssertionError(
+        f"server still busy after {timeout} s: {srv.scheduler.snapshot()}, admitted {st.in_system}"
+    )
 
 
 def _long_stream(srv, key=None, max_tokens=1000):
@@ -53,9 +55,17 @@ def _long_stream(srv, key=None, max_tokens=1000):
     Keep `lines` referenced: a garbage-collected line iterator closes the response (a disconnect)."""
     client = httpx.Client(timeout=GUARD_S)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    body = {"model": srv.scheduler.lm.name, "prompt": "Hello", "max_tokens": max_tokens, "temperature": 0,
-            "ignore_eos": True, "stream": True}
-    resp = client.send(client.build_request("POST", srv.base_url + "/completions", json=body, headers=headers), stream=True)
+    body = {
+        "model": srv.scheduler.lm.name,
+        "prompt": "Hello",
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    resp = client.send(
+        client.build_request("POST", srv.base_url + "/completions", json=body, headers=headers), stream=True
+    )
     assert resp.status_code == 200
     lines = resp.iter_lines()
     assert next(line for line in lines if line.startswith("data:"))
@@ -64,25 +74,49 @@ def _long_stream(srv, key=None, max_tokens=1000):
 
 # ---------------------------------------------------------------- request mapping (no server)
 def test_openai_fields_map_to_generation_config():
-    req = parse_completion({"model": "m", "prompt": "hi", "max_tokens": 5, "temperature": 0, "top_k": -1,
-                            "stop": "x", "seed": 3, "repetition_penalty": 1.2}, Limits())
-    assert req.cfg == GenerationConfig(max_new_tokens=5, do_sample=False, temperature=1.0, top_p=1.0, top_k=0,
-                                       repetition_penalty=1.2, seed=3, stop=("x",))
+    req = parse_completion(
+        {
+            "model": "m",
+            "prompt": "hi",
+            "max_tokens": 5,
+            "temperature": 0,
+            "top_k": -1,
+            "stop": "x",
+            "seed": 3,
+            "repetition_penalty": 1.2,
+        },
+        Limits(),
+    )
+    assert req.cfg == GenerationConfig(
+        max_new_tokens=5,
+        do_sample=False,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        repetition_penalty=1.2,
+        seed=3,
+        stop=("x",),
+    )
     sampled = parse_completion({"model": "m", "prompt": "hi", "temperature": 0.5, "top_p": 0.9}, Limits())
     assert sampled.cfg.do_sample and sampled.cfg.temperature == 0.5 and sampled.cfg.max_new_tokens == 16
-    chat = parse_chat({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 7}, Limits())
+    chat = parse_chat(
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 7}, Limits()
+    )
     assert chat.cfg.max_new_tokens == 7 and chat.messages == ({"role": "user", "content": "hi"},)
 
 
-@pytest.mark.parametrize("body, param", [
-    ({"model": "m", "prompt": "hi", "max_tokens": -1}, "max_tokens"),
-    ({"model": "m", "prompt": "hi", "n": 2}, "n"),
-    ({"model": "m", "prompt": "hi", "logprobs": 2}, "logprobs"),
-    ({"model": "m", "prompt": "hi", "frequency_penalty": 0.5}, "frequency_penalty"),
-    ({"model": "m", "prompt": "hi", "made_up": 1}, "made_up"),
-    ({"model": "m", "prompt": ["a", "b"]}, "prompt"),
-    ({"model": "m", "prompt": "hi", "temperature": float("nan")}, "temperature"),
-])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({"model": "m", "prompt": "hi", "max_tokens": -1}, "max_tokens"),
+        ({"model": "m", "prompt": "hi", "n": 2}, "n"),
+        ({"model": "m", "prompt": "hi", "logprobs": 2}, "logprobs"),
+        ({"model": "m", "prompt": "hi", "frequency_penalty": 0.5}, "frequency_penalty"),
+        ({"model": "m", "prompt": "hi", "made_up": 1}, "made_up"),
+        ({"model": "m", "prompt": ["a", "b"]}, "prompt"),
+        ({"model": "m", "prompt": "hi", "temperature": float("nan")}, "temperature"),
+    ],
+)
 def test_unsupported_or_bad_fields_are_refused_by_name(body, param):
     with pytest.raises(RequestError) as err:
         parse_completion(body, Limits())
@@ -98,8 +132,14 @@ def test_openai_client_completion_round_trip_is_solo_greedy(tiny_server, tiny_lm
     assert got.choices[0].text == solo.text
     assert got.usage.completion_tokens == len(solo.token_ids)
     assert got.usage.prompt_tokens == solo.measurement.prompt_tokens
-    stream = client.completions.create(model=tiny_lm.name, prompt=PROMPTS[0], max_tokens=12, temperature=0,
-                                       stream=True, stream_options={"include_usage": True})
+    stream = client.completions.create(
+        model=tiny_lm.name,
+        prompt=PROMPTS[0],
+        max_tokens=12,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     events = list(stream)
     assert "".join(e.choices[0].text for e in events if e.choices) == solo.text
     assert events[-1].usage.completion_tokens == len(solo.token_ids)
@@ -108,11 +148,15 @@ def test_openai_client_completion_round_trip_is_solo_greedy(tiny_server, tiny_lm
 
 def test_openai_client_chat_round_trip_matches_the_chat_template(tiny_server, tiny_lm):
     client = openai.OpenAI(base_url=tiny_server.base_url, api_key="unused", max_retries=0)
-    solo = generate(tiny_lm, "What is 2+2?", GenerationConfig(max_new_tokens=10, chat_template=True), record=False)
+    solo = generate(
+        tiny_lm, "What is 2+2?", GenerationConfig(max_new_tokens=10, chat_template=True), record=False
+    )
     msgs = [{"role": "user", "content": "What is 2+2?"}]
     got = client.chat.completions.create(model=tiny_lm.name, messages=msgs, max_tokens=10, temperature=0)
     assert got.choices[0].message.content == solo.text and got.choices[0].message.role == "assistant"
-    stream = client.chat.completions.create(model=tiny_lm.name, messages=msgs, max_tokens=10, temperature=0, stream=True)
+    stream = client.chat.completions.create(
+        model=tiny_lm.name, messages=msgs, max_tokens=10, temperature=0, stream=True
+    )
     assert "".join(e.choices[0].delta.content or "" for e in stream if e.choices) == solo.text
 
 
@@ -122,9 +166,18 @@ def test_smollm2_chat_through_the_server_is_real_text(smol_lm):
     srv = _server(smol_lm)
     try:
         client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0)
-        solo = generate(smol_lm, "What is the capital of France?", GenerationConfig(max_new_tokens=12, chat_template=True), record=False)
-        got = client.chat.completions.create(model=smol_lm.name, max_tokens=12, temperature=0,
-                                             messages=[{"role": "user", "content": "What is the capital of France?"}])
+        solo = generate(
+            smol_lm,
+            "What is the capital of France?",
+            GenerationConfig(max_new_tokens=12, chat_template=True),
+            record=False,
+        )
+        got = client.chat.completions.create(
+            model=smol_lm.name,
+            max_tokens=12,
+            temperature=0,
+            messages=[{"role": "user", "content": "What is the capital of France?"}],
+        )
         assert got.choices[0].message.content == solo.text
         assert "Paris" in solo.text
     finally:
@@ -132,13 +185,18 @@ def test_smollm2_chat_through_the_server_is_real_text(smol_lm):
 
 
 def test_concurrent_requests_get_their_own_solo_outputs(tiny_server, tiny_lm):
-    solos = {p: generate(tiny_lm, p, GenerationConfig(max_new_tokens=20 + i), record=False).text
-             for i, p in enumerate(PROMPTS)}
+    solos = {
+        p: generate(tiny_lm, p, GenerationConfig(max_new_tokens=20 + i), record=False).text
+        for i, p in enumerate(PROMPTS)
+    }
     results: dict[str, str] = {}  # the second answer for a prompt overwrites the first: both must equal solo
 
     def ask(i: int, p: str) -> None:
-        r = httpx.post(tiny_server.base_url + "/completions", timeout=GUARD_S,
-                       json={"model": tiny_lm.name, "prompt": p, "max_tokens": 20 + i, "temperature": 0})
+        r = httpx.post(
+            tiny_server.base_url + "/completions",
+            timeout=GUARD_S,
+            json={"model": tiny_lm.name, "prompt": p, "max_tokens": 20 + i, "temperature": 0},
+        )
         text = r.json()["choices"][0]["text"]
         results[p] = text if results.get(p, text) == text else "<the two answers differ>"
 
@@ -188,7 +246,9 @@ def test_health_answers_while_four_streams_generate(smol_server):
         metrics = httpx.get(_root(smol_server) + "/metrics", timeout=10).text
         name = smol_server.scheduler.lm.name
         assert f'inference_lab_requests_running{{model="{name}"}} 4.0' in metrics
-        kv = next(line for line in metrics.splitlines() if line.startswith("inference_lab_kv_cache_bytes_in_use{"))
+        kv = next(
+            line for line in metrics.splitlines() if line.startswith("inference_lab_kv_cache_bytes_in_use{")
+        )
         assert float(kv.split()[-1]) > 0
     finally:
         for client, resp, _ in opened:
@@ -198,8 +258,11 @@ def test_health_answers_while_four_streams_generate(smol_server):
 
 
 def test_metrics_count_requests_tokens_and_latencies(tiny_server, tiny_lm):
-    httpx.post(tiny_server.base_url + "/completions", timeout=GUARD_S,
-               json={"model": tiny_lm.name, "prompt": "Hi", "max_tokens": 4, "temperature": 0, "ignore_eos": True})
+    httpx.post(
+        tiny_server.base_url + "/completions",
+        timeout=GUARD_S,
+        json={"model": tiny_lm.name, "prompt": "Hi", "max_tokens": 4, "temperature": 0, "ignore_eos": True},
+    )
     text = httpx.get(_root(tiny_server) + "/metrics", timeout=10).text
     assert 'inference_lab_requests_total{endpoint="completions",status="200"}' in text
     assert "inference_lab_output_tokens_total" in text
@@ -209,24 +272,40 @@ def test_metrics_count_requests_tokens_and_latencies(tiny_server, tiny_lm):
     assert "inference_lab_requests_waiting" in text
 
 
-@pytest.mark.parametrize("content, status, words", [
-    (b'{"model": "tiny-gpt-neo", "prompt": ', 400, "not valid JSON"),
-    (b'{"model": "tiny-gpt-neo", "prompt": "hi", "max_tokens": -3}', 400, "max_tokens"),
-    (b'{"model": "gpt-4o", "prompt": "hi"}', 404, "not served here"),
-    (b'{"model": "tiny-gpt-neo", "prompt": "hi", "max_tokens": 5000}', 400, "max_tokens"),
-    (b'{"model": "tiny-gpt-neo", "prompt": "' + b"word " * 3000 + b'", "max_tokens": 8}', 400, "context window"),
-    (b'{"model": "tiny-gpt-neo", "prompt": "' + b"x" * 1_100_000 + b'"}', 413, "at most"),
-    (b'[1, 2]', 400, "JSON object"),
-    (b'{"model": "tiny-gpt-neo", "prompt": "hi", "logprobs": 2}', 400, "logprobs"),
-])
-def test_bad_requests_get_4xx_with_a_message_and_the_server_stays_healthy(tiny_server, tiny_lm, content, status, words):
-    r = httpx.post(tiny_server.base_url + "/completions", content=content, timeout=GUARD_S,
-                   headers={"content-type": "application/json"})
+@pytest.mark.parametrize(
+    "content, status, words",
+    [
+        (b'{"model": "tiny-gpt-neo", "prompt": ', 400, "not valid JSON"),
+        (b'{"model": "tiny-gpt-neo", "prompt": "hi", "max_tokens": -3}', 400, "max_tokens"),
+        (b'{"model": "gpt-4o", "prompt": "hi"}', 404, "not served here"),
+        (b'{"model": "tiny-gpt-neo", "prompt": "hi", "max_tokens": 5000}', 400, "max_tokens"),
+        (
+            b'{"model": "tiny-gpt-neo", "prompt": "' + b"word " * 3000 + b'", "max_tokens": 8}',
+            400,
+            "context window",
+        ),
+        (b'{"model": "tiny-gpt-neo", "prompt": "' + b"x" * 1_100_000 + b'"}', 413, "at most"),
+        (b"[1, 2]", 400, "JSON object"),
+        (b'{"model": "tiny-gpt-neo", "prompt": "hi", "logprobs": 2}', 400, "logprobs"),
+    ],
+)
+def test_bad_requests_get_4xx_with_a_message_and_the_server_stays_healthy(
+    tiny_server, tiny_lm, content, status, words
+):
+    r = httpx.post(
+        tiny_server.base_url + "/completions",
+        content=content,
+        timeout=GUARD_S,
+        headers={"content-type": "application/json"},
+    )
     assert r.status_code == status, r.text
     assert words in r.json()["error"]["message"]
     assert httpx.get(_root(tiny_server) + "/health", timeout=10).json()["status"] == "ok"
-    ok = httpx.post(tiny_server.base_url + "/completions", timeout=GUARD_S,
-                    json={"model": tiny_lm.name, "prompt": "Hi", "max_tokens": 2, "temperature": 0})
+    ok = httpx.post(
+        tiny_server.base_url + "/completions",
+        timeout=GUARD_S,
+        json={"model": tiny_lm.name, "prompt": "Hi", "max_tokens": 2, "temperature": 0},
+    )
     assert ok.status_code == 200
 
 
@@ -237,26 +316,40 @@ def test_api_key_and_full_queue(tiny_lm, monkeypatch):
     srv = _server(tiny_lm, max_batch=1, limits=Limits(max_queue=0))
     try:
         assert httpx.get(srv.base_url + "/models", timeout=10).status_code == 401
-        r = httpx.post(srv.base_url + "/completions", json={"model": tiny_lm.name, "prompt": "hi"}, timeout=10)
+        r = httpx.post(
+            srv.base_url + "/completions", json={"model": tiny_lm.name, "prompt": "hi"}, timeout=10
+        )
         assert r.status_code == 401 and "API key" in r.json()["error"]["message"]
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(base_url=srv.base_url, api_key="wrong", max_retries=0).completions.create(
-                model=tiny_lm.name, prompt="hi", max_tokens=2)
+                model=tiny_lm.name, prompt="hi", max_tokens=2
+            )
         good = openai.OpenAI(base_url=srv.base_url, api_key="s3cret", max_retries=0)
         assert good.completions.create(model=tiny_lm.name, prompt="hi", max_tokens=2, temperature=0).choices
         auth = {"Authorization": "Bearer s3cret"}
         first: dict = {}
         with tiny_lm.lock:  # the one slot's request cannot finish while the test holds the model
-            t = threading.Thread(target=lambda: first.update(r=httpx.post(
-                srv.base_url + "/completions", headers=auth, timeout=GUARD_S,
-                json={"model": tiny_lm.name, "prompt": "hi", "max_tokens": 2, "temperature": 0})))
+            t = threading.Thread(
+                target=lambda: first.update(
+                    r=httpx.post(
+                        srv.base_url + "/completions",
+                        headers=auth,
+                        timeout=GUARD_S,
+                        json={"model": tiny_lm.name, "prompt": "hi", "max_tokens": 2, "temperature": 0},
+                    )
+                )
+            )
             t.start()
             st = srv.server.config.app.state.serving
             deadline = time.monotonic() + GUARD_S
             while st.in_system < 1 and time.monotonic() < deadline:
                 time.sleep(0.02)
-            busy = httpx.post(srv.base_url + "/completions", headers=auth, timeout=10,
-                              json={"model": tiny_lm.name, "prompt": "hi", "max_tokens": 2})
+            busy = httpx.post(
+                srv.base_url + "/completions",
+                headers=auth,
+                timeout=10,
+                json={"model": tiny_lm.name, "prompt": "hi", "max_tokens": 2},
+            )
             assert busy.status_code == 429 and busy.headers["retry-after"] == "1"
             assert "full" in busy.json()["error"]["message"]
         t.join(GUARD_S)

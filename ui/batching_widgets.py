@@ -45,15 +45,45 @@ def sweep_figure(sweep: Sweep) -> go.Figure:
     from plotly.subplots import make_subplots
 
     b = [p.batch for p in sweep.points]
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("Throughput (all rows, tokens/s)", "Per-request latency (s)"))
-    fig.add_scatter(x=b, y=[p.tokens_per_s for p in sweep.points], name="measured", mode="lines+markers",
-                    line={"color": "#3a7ca5"}, row=1, col=1)
-    fig.add_scatter(x=b, y=[p.predicted_tokens_per_s for p in sweep.points], name="calculator (calibrated at batch 1)",
-                    mode="lines", line={"dash": "dash", "color": "#888"}, row=1, col=1)
-    fig.add_scatter(x=b, y=[p.latency_s for p in sweep.points], name="measured latency", mode="lines+markers",
-                    line={"color": "#e4572e"}, row=1, col=2)
-    fig.add_scatter(x=b, y=[p.predicted_latency_s for p in sweep.points], name="calculator latency", mode="lines",
-                    line={"dash": "dash", "color": "#bbb"}, row=1, col=2)
+    fig = make_subplots(
+        rows=1, cols=2, subplot_titles=("Throughput (all rows, tokens/s)", "Per-request latency (s)")
+    )
+    fig.add_scatter(
+        x=b,
+        y=[p.tokens_per_s for p in sweep.points],
+        name="measured",
+        mode="lines+markers",
+        line={"color": "#3a7ca5"},
+        row=1,
+        col=1,
+    )
+    fig.add_scatter(
+        x=b,
+        y=[p.predicted_tokens_per_s for p in sweep.points],
+        name="calculator (calibrated at batch 1)",
+        mode="lines",
+        line={"dash": "dash", "color": "#888"},
+        row=1,
+        col=1,
+    )
+    fig.add_scatter(
+        x=b,
+        y=[p.latency_s for p in sweep.points],
+        name="measured latency",
+        mode="lines+markers",
+        line={"color": "#e4572e"},
+        row=1,
+        col=2,
+    )
+    fig.add_scatter(
+        x=b,
+        y=[p.predicted_latency_s for p in sweep.points],
+        name="calculator latency",
+        mode="lines",
+        line={"dash": "dash", "color": "#bbb"},
+        row=1,
+        col=2,
+    )
     fig.update_xaxes(type="log", title="batch size", tickvals=b)
     if sweep.max_batch_fits <= 4 * max(b):
         for col in (1, 2):
@@ -70,15 +100,26 @@ def gantt_figure(result: PolicyResult, title: str, x_max: float | None = None) -
         if not part:
             continue
         fig.add_bar(
-            y=[f"req {r.request}" for r in part], x=[r.end_s - r.start_s for r in part], base=[r.start_s for r in part],
-            orientation="h", name=phase, marker_color=colour,
+            y=[f"req {r.request}" for r in part],
+            x=[r.end_s - r.start_s for r in part],
+            base=[r.start_s for r in part],
+            orientation="h",
+            name=phase,
+            marker_color=colour,
             hovertemplate="%{y}: " + phase + " %{base:.2f}s → +%{x:.2f}s<extra></extra>",
         )
     n = result.n_requests
     fig.update_layout(
-        title=title, barmode="overlay", height=max(260, 18 * n + 100), margin={"t": 40, "b": 10},
+        title=title,
+        barmode="overlay",
+        height=max(260, 18 * n + 100),
+        margin={"t": 40, "b": 10},
         xaxis={"title": "seconds since the first request", "range": [0, x_max] if x_max else None},
-        yaxis={"autorange": "reversed", "categoryorder": "array", "categoryarray": [f"req {i}" for i in range(n)]},
+        yaxis={
+            "autorange": "reversed",
+            "categoryorder": "array",
+            "categoryarray": [f"req {i}" for i in range(n)],
+        },
         legend={"orientation": "h", "y": -0.15},
     )
     return fig
@@ -88,13 +129,28 @@ def show_snapshot(snap: SchedulerSnapshot) -> None:
     c = st.columns(5)
     c[0].metric("Running", f"{len(snap.running)} / {snap.max_batch}")
     c[1].metric("Queued", len(snap.waiting))
-    c[2].metric("KV cache in use", fmt_bytes(snap.kv_bytes_in_use), help=f"the running rows' window of the preallocated slot cache, padding included, measured ({fmt_bytes(snap.kv_bytes_allocated)} allocated for all slots)")
-    c[3].metric("KV budget", fmt_bytes(snap.kv_budget_bytes),
-                help=f"{fmt_bytes(snap.kv_bytes_per_token)} per token (2 × layers × KV heads × head dim × bytes)")
+    c[2].metric(
+        "KV cache in use",
+        fmt_bytes(snap.kv_bytes_in_use),
+        help=f"the running rows' window of the preallocated slot cache, padding included, measured ({fmt_bytes(snap.kv_bytes_allocated)} allocated for all slots)",
+    )
+    c[3].metric(
+        "KV budget",
+        fmt_bytes(snap.kv_budget_bytes),
+        help=f"{fmt_bytes(snap.kv_bytes_per_token)} per token (2 × layers × KV heads × head dim × bytes)",
+    )
     c[4].metric("Decode steps / tokens", f"{snap.steps} / {snap.tokens_generated}")
     rows = [
-        {"request": r.id, "state": r.state, "prompt tokens": r.prompt_tokens, "generated": r.generated,
-         "max new": r.max_new_tokens, "queued (s)": round(r.waited_s, 2), "age (s)": round(r.age_s, 2), "latest text": r.preview}
+        {
+            "request": r.id,
+            "state": r.state,
+            "prompt tokens": r.prompt_tokens,
+            "generated": r.generated,
+            "max new": r.max_new_tokens,
+            "queued (s)": round(r.waited_s, 2),
+            "age (s)": round(r.age_s, 2),
+            "latest text": r.preview,
+        }
         for r in snap.running + snap.waiting
     ]
     if rows:
@@ -117,7 +173,9 @@ USER_PROMPTS = (
 )
 
 
-def simulate_users(sched: Scheduler, lm: LoadedModel, n: int, max_new_tokens: int, stagger_s: float = 0.0) -> dict:
+def simulate_users(
+    sched: Scheduler, lm: LoadedModel, n: int, max_new_tokens: int, stagger_s: float = 0.0
+) -> dict:
     """Replay `n` concurrent requests through the shared scheduler, drawing its queue and batch live (every
     LIVE_REDRAW_S) until all finish; returns {"n": n, "rows": per-request results} for show_users_result.
     A rerun or a closed tab stops the script mid-loop: the finally cancels what is still running."""
@@ -136,8 +194,10 @@ def simulate_users(sched: Scheduler, lm: LoadedModel, n: int, max_new_tokens: in
             handles.append(sched.submit(USER_PROMPTS[k % len(USER_PROMPTS)], cfg))
         while not all(h.done for h in handles):
             with live.container():
-                st.caption(f"Live: {sum(h.done for h in handles)} of {n} finished, "
-                           f"{time.perf_counter() - t0:.1f} s elapsed.")
+                st.caption(
+                    f"Live: {sum(h.done for h in handles)} of {n} finished, "
+                    f"{time.perf_counter() - t0:.1f} s elapsed."
+                )
                 show_snapshot(sched.snapshot())
             time.sleep(LIVE_REDRAW_S)
     finally:
@@ -154,12 +214,19 @@ def simulate_users(sched: Scheduler, lm: LoadedModel, n: int, max_new_tokens: in
             continue
         record_completion(c, "batching")
         m = c.measurement
-        rows.append({
-            "user": k + 1, "queued (s)": round(m.queue_s, 3), "TTFT (s)": round(m.ttft_s, 3),
-            "latency (s)": round(m.latency_s, 3), "tokens": m.output_tokens,
-            "tokens/s": round(m.tokens_per_s, 1), "batch seen": m.batch_size, "stop": c.stop_reason,
-            "text": c.text.strip()[:80],
-        })
+        rows.append(
+            {
+                "user": k + 1,
+                "queued (s)": round(m.queue_s, 3),
+                "TTFT (s)": round(m.ttft_s, 3),
+                "latency (s)": round(m.latency_s, 3),
+                "tokens": m.output_tokens,
+                "tokens/s": round(m.tokens_per_s, 1),
+                "batch seen": m.batch_size,
+                "stop": c.stop_reason,
+                "text": c.text.strip()[:80],
+            }
+        )
     return {"n": n, "rows": rows}
 
 

@@ -52,7 +52,9 @@ def cached_hub_spec(repo_id: str) -> ModelSpec:
     return spec_from_hub(repo_id)
 
 
-@st.cache_data(show_spinner="Building the model class on the meta device to count its parameters…", max_entries=32)
+@st.cache_data(
+    show_spinner="Building the model class on the meta device to count its parameters…", max_entries=32
+)
 def cached_config_spec(content: bytes) -> ModelSpec:
     """An uploaded config.json's spec, counted with the real class on the meta device (engine.arch)."""
     from engine.arch import exact_spec
@@ -65,7 +67,11 @@ def _count_caption(spec: ModelSpec) -> str:
     pc = param_count(spec)
     active = f" ({pc.active:,} active per token)" if pc.active != pc.total else ""
     how = pc.source
-    if pc.source == "formula" and spec.source not in ("config.json", "raw numbers") and spec.params_override is None:
+    if (
+        pc.source == "formula"
+        and spec.source not in ("config.json", "raw numbers")
+        and spec.params_override is None
+    ):
         how = "formula (for every preset it equals the real class's count on the meta device; tests/test_calc_params.py)"
     return f"{spec.attention_kind}; {pc.total:,} parameters{active}, counted by the {how}"
 
@@ -206,13 +212,18 @@ def precision_inputs(key: str, gpu: GPUSpec) -> Inputs:
     fmt = group = None
     if weights in ("int8", "int4"):
         fmt = weights
-        group = c1.number_input(
-            "Group size (weights per scale; 0 = per output channel)" if weights == "int8" else "Group size",
-            0 if weights == "int8" else 1,
-            65536,
-            0 if weights == "int8" else 128,
-            key=f"{key}.group.{weights}",
-        ) or None
+        group = (
+            c1.number_input(
+                "Group size (weights per scale; 0 = per output channel)"
+                if weights == "int8"
+                else "Group size",
+                0 if weights == "int8" else 1,
+                65536,
+                0 if weights == "int8" else 128,
+                key=f"{key}.group.{weights}",
+            )
+            or None
+        )
     elif weights in GGUF_FORMATS:
         fmt = weights
     dtype = weights if weights in PRECISIONS else "int4"
@@ -238,7 +249,9 @@ def gpu_figures(key: str, base: GPUSpec, *, dtype: str) -> GPUSpec:
     math_dtype = "fp16" if dtype in ("int8", "int4") else dtype
     with st.expander(f"{base.name}: figures and sources (editable)"):
         c1, c2, c3 = st.columns(3)
-        mem = c1.number_input("memory (GB)", 0.1, 10_000.0, base.memory_bytes / 1e9, key=f"{key}.{base.key}.mem")
+        mem = c1.number_input(
+            "memory (GB)", 0.1, 10_000.0, base.memory_bytes / 1e9, key=f"{key}.{base.key}.mem"
+        )
         bw = c2.number_input(
             "bandwidth (GB/s)", 0.1, 100_000.0, base.bandwidth_bytes_per_s / 1e9, key=f"{key}.{base.key}.bw"
         )
@@ -260,7 +273,9 @@ def gpu_figures(key: str, base: GPUSpec, *, dtype: str) -> GPUSpec:
             )
         if base.notes:
             st.caption(base.notes)
-    return custom_gpu(base, memory_bytes=mem * 1e9, bandwidth_bytes_per_s=bw * 1e9, flops={math_dtype: tf * 1e12})
+    return custom_gpu(
+        base, memory_bytes=mem * 1e9, bandwidth_bytes_per_s=bw * 1e9, flops={math_dtype: tf * 1e12}
+    )
 
 
 def gpu_input(key: str, *, default: str = "t4", dtype: str = "fp16") -> GPUSpec:
@@ -335,10 +350,24 @@ def breakdown_frame(est):
     import pandas as pd
 
     per = est.memory.weights_bytes / est.params.total
-    rows = [{"component": name, "parameters": f"{n:,}", "bytes": fmt.gb(n * per)} for name, n in est.params.rows() if n]
-    rows.append({"component": "total", "parameters": f"{est.params.total:,}", "bytes": fmt.gb(est.memory.weights_bytes)})
+    rows = [
+        {"component": name, "parameters": f"{n:,}", "bytes": fmt.gb(n * per)}
+        for name, n in est.params.rows()
+        if n
+    ]
+    rows.append(
+        {
+            "component": "total",
+            "parameters": f"{est.params.total:,}",
+            "bytes": fmt.gb(est.memory.weights_bytes),
+        }
+    )
     if est.params.active != est.params.total:
         rows.append(
-            {"component": "active per token", "parameters": f"{est.params.active:,}", "bytes": fmt.gb(est.params.active * per)}
+            {
+                "component": "active per token",
+                "parameters": f"{est.params.active:,}",
+                "bytes": fmt.gb(est.params.active * per),
+            }
         )
     return pd.DataFrame(rows)

@@ -37,12 +37,20 @@ PAGES = (
     NavPage("pages/1_Playground.py", "Playground", ":material/chat:", "Playground"),
     NavPage("pages/2_Memory_and_cost.py", "Memory and cost", ":material/calculate:", "Memory_and_cost"),
     NavPage("pages/3_Roofline.py", "Roofline", ":material/show_chart:", "Roofline"),
-    NavPage("pages/4_Few-shot_code_and_eval.py", "Few-shot, code and eval", ":material/science:",
-            "Few-shot_code_and_eval"),
+    NavPage(
+        "pages/4_Few-shot_code_and_eval.py",
+        "Few-shot, code and eval",
+        ":material/science:",
+        "Few-shot_code_and_eval",
+    ),
     NavPage("pages/5_Latency_race.py", "Latency race", ":material/timer:", "Latency_race"),
     NavPage("pages/6_Batching.py", "Batching", ":material/stacks:", "Batching"),
-    NavPage("pages/7_Quantization_and_speculative_decoding.py", "Quantization and speculative decoding",
-            ":material/compress:", "Quantization_and_speculative_decoding"),
+    NavPage(
+        "pages/7_Quantization_and_speculative_decoding.py",
+        "Quantization and speculative decoding",
+        ":material/compress:",
+        "Quantization_and_speculative_decoding",
+    ),
     NavPage("pages/8_Serving.py", "Serving", ":material/dns:", "Serving"),
 )
 NAV_ICONS = {p.title: p.icon for p in PAGES}

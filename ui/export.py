@@ -78,7 +78,9 @@ def _table(rows: Any) -> str:
     cols = list(dict.fromkeys(k for r in records for k in r))
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in cols)
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape('' if r.get(c) is None else str(r.get(c)))}</td>" for c in cols) + "</tr>"
+        "<tr>"
+        + "".join(f"<td>{html.escape('' if r.get(c) is None else str(r.get(c)))}</td>" for c in cols)
+        + "</tr>"
         for r in records
     )
     return f"<table><tr>{head}</tr>{body}</table>"
@@ -116,12 +118,20 @@ def download_button(title: str, sections: Sequence[Section], key: str, *, subtit
     name = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") + "-report.html"
     sections = list(sections)
 
-    def make() -> bytes:  # built on click only: plotly.js inlined is ~4 MB, too much to rebuild on every rerun
+    def make() -> (
+        bytes
+    ):  # built on click only: plotly.js inlined is ~4 MB, too much to rebuild on every rerun
         return build_html(title, sections, subtitle=subtitle).encode("utf-8")
 
     st.download_button(
-        "Download report (HTML)", make if has_results else b"",
-        file_name=name, mime="text/html", key=key, icon=":material/download:", disabled=not has_results,
+        "Download report (HTML)",
+        make if has_results else b"",
+        file_name=name,
+        mime="text/html",
+        key=key,
+        icon=":material/download:",
+        disabled=not has_results,
         help="One self-contained file (plots included, works offline) to share after a demo."
-        if has_results else "Nothing to export yet: run something on this page first.",
+        if has_results
+        else "Nothing to export yet: run something on this page first.",
     )

@@ -39,18 +39,39 @@ GUIDE = {
 
 # The three-minute tour: (page title, query parameters for its deep link, what to do there, the chapter section).
 TOUR = (
-    ("Playground", {"model": "smollm2-135m-instruct"},
-     "Press Generate, then turn **Use KV cache** off and generate again: the per-token chart shows what the cache "
-     "saves on every step after the first.", "4.1.1 and 4.3.1"),
-    ("Memory and cost", {}, "Pick a model and the T4: does it fit in fp32, in fp16, and what does a million "
-     "tokens cost?", "4.2 and 4.3.3"),
-    ("Roofline", {}, "Decode's operators sit far left of the ridge: memory-bound, so a faster memory, not more "
-     "FLOP/s, makes them faster.", "4.3.1"),
-    ("Batching", {}, "Under *Simulate N users*, send 6 requests at once and watch them share decode steps.",
-     "4.3.2"),
+    (
+        "Playground",
+        {"model": "smollm2-135m-instruct"},
+        "Press Generate, then turn **Use KV cache** off and generate again: the per-token chart shows what the cache "
+        "saves on every step after the first.",
+        "4.1.1 and 4.3.1",
+    ),
+    (
+        "Memory and cost",
+        {},
+        "Pick a model and the T4: does it fit in fp32, in fp16, and what does a million tokens cost?",
+        "4.2 and 4.3.3",
+    ),
+    (
+        "Roofline",
+        {},
+        "Decode's operators sit far left of the ridge: memory-bound, so a faster memory, not more "
+        "FLOP/s, makes them faster.",
+        "4.3.1",
+    ),
+    (
+        "Batching",
+        {},
+        "Under *Simulate N users*, send 6 requests at once and watch them share decode steps.",
+        "4.3.2",
+    ),
     ("Latency race", {}, "Vanilla generation against the levers, each timed in its own process.", "4.3.4"),
-    ("Few-shot, code and eval", {}, "Classify with a few examples, generate code and lint it, measure perplexity.",
-     "4.1.2 to 4.1.4"),
+    (
+        "Few-shot, code and eval",
+        {},
+        "Classify with a few examples, generate code and lint it, measure perplexity.",
+        "4.1.2 to 4.1.4",
+    ),
 )
 
 
@@ -62,16 +83,20 @@ def tour_panel() -> None:
         c1, c2 = st.columns([1, 3], vertical_alignment="center")
         with c1:
             try:
-                st.page_link(str(ROOT / pages[title].script), label=f"{n}. {title}", icon=pages[title].icon,
-                             query_params=params or None)
+                st.page_link(
+                    str(ROOT / pages[title].script),
+                    label=f"{n}. {title}",
+                    icon=pages[title].icon,
+                    query_params=params or None,
+                )
             except StreamlitAPIException:
                 st.markdown(f"**{n}. {title}**")  # run on its own (a test), outside the app's navigation
         c2.markdown(f"{what} *(chapter section {section})*")
     st.caption(
-        "What the lab follows: **chapter 4, \"Running inference\"**, of the Manning book this lab accompanies "
+        'What the lab follows: **chapter 4, "Running inference"**, of the Manning book this lab accompanies '
         "(GPT-Neo as the reference model; generating, few-shot prompting, code and evaluation in 4.1; memory and "
         "cost in 4.2; the GPU, the KV cache, batching, generation-time estimates and DeepSpeed in 4.3), and "
-        "NVIDIA's technical blog article **\"Mastering LLM Techniques: Inference Optimization\"** (prefill and "
+        'NVIDIA\'s technical blog article **"Mastering LLM Techniques: Inference Optimization"** (prefill and '
         "decode, in-flight batching, the KV cache and its memory, quantization). The pages say which section each "
         "figure comes from."
     )
@@ -84,22 +109,31 @@ def hardware_panel() -> None:
         for g in hw.gpus:
             cols = st.columns(4)
             cols[0].metric(f"GPU {g.index}", g.name)
-            cols[1].metric("Memory used", f"{fmt_bytes(g.memory_used_bytes)} / {fmt_bytes(g.memory_total_bytes)}")
+            cols[1].metric(
+                "Memory used", f"{fmt_bytes(g.memory_used_bytes)} / {fmt_bytes(g.memory_total_bytes)}"
+            )
             cols[2].metric("Utilization", "n/a" if g.utilization_pct is None else f"{g.utilization_pct:.0f}%")
             cols[3].metric("Power draw", "n/a" if g.power_w is None else f"{g.power_w:.0f} W")
         st.caption(f"Read through {hw.gpus[0].source}; {hw.nvml_status}. Measured now, not a datasheet.")
     if hw.gpu_reason:
-        st.info(f"**No GPU in use.** {hw.gpu_reason}. Everything here runs on the CPU; the calculators and "
-                "roofline still model any GPU from their catalog.", icon=":material/info:")
+        st.info(
+            f"**No GPU in use.** {hw.gpu_reason}. Everything here runs on the CPU; the calculators and "
+            "roofline still model any GPU from their catalog.",
+            icon=":material/info:",
+        )
     cols = st.columns(4)
     cols[0].metric("CPU", hw.cpu_name)
     cols[1].metric("Cores (torch threads)", f"{hw.cpu_cores_logical} ({hw.torch_threads})")
-    cols[2].metric("RAM", fmt_bytes(hw.ram_total_bytes), help=f"{fmt_bytes(hw.ram_available_bytes)} available now")
+    cols[2].metric(
+        "RAM", fmt_bytes(hw.ram_total_bytes), help=f"{fmt_bytes(hw.ram_available_bytes)} available now"
+    )
     cols[3].metric("torch", hw.torch_version, help=f"CUDA build: {hw.cuda_build or 'none'}")
     with st.expander("Measure this machine's memory bandwidth and matmul throughput"):
-        st.caption("A read (sum) and a copy over a 268 MB buffer, and a 1024³ matmul per precision; best of 5. "
-                   "These set the roofline and the calculator's 'this machine' entry (one measurement, shared by "
-                   "every page).")
+        st.caption(
+            "A read (sum) and a copy over a 268 MB buffer, and a 1024³ matmul per precision; best of 5. "
+            "These set the roofline and the calculator's 'this machine' entry (one measurement, shared by "
+            "every page)."
+        )
         if st.button("Measure", key="home.measure"):
             roof = cached_machine_measurement()
             c = st.columns(2 + len(roof.matmul_flops_per_s))
@@ -109,16 +143,24 @@ def hardware_panel() -> None:
                 col.metric(f"Matmul {dt} (measured)", f"{flops / 1e9:.3g} GFLOP/s")
             cores = hw.cpu_cores_logical
             busy = roof.loadavg_1m > cores
-            st.caption(f"Measured {roof.measured_at} on {roof.device}, load average {roof.loadavg_1m:.2f} on {cores} "
-                       "cores: " + ("the machine was busy, so these roofs are lower than it reaches when quiet."
-                                    if busy else "a quiet machine, so these are its roofs."))
+            st.caption(
+                f"Measured {roof.measured_at} on {roof.device}, load average {roof.loadavg_1m:.2f} on {cores} "
+                "cores: "
+                + (
+                    "the machine was busy, so these roofs are lower than it reaches when quiet."
+                    if busy
+                    else "a quiet machine, so these are its roofs."
+                )
+            )
 
 
 def models_panel() -> None:
     st.subheader("Models loaded in this server")
     loaded = loaded_models()
     if not loaded:
-        st.caption(f"None yet. The Playground loads **{models.DEFAULT_MODEL}** (bundled, offline) by default.")
+        st.caption(
+            f"None yet. The Playground loads **{models.DEFAULT_MODEL}** (bundled, offline) by default."
+        )
         return
     rows = [
         {
@@ -133,17 +175,21 @@ def models_panel() -> None:
         for lm in loaded
     ]
     st.dataframe(rows, hide_index=True, width="stretch")
-    st.caption("Footprint: `model.get_memory_footprint()` (parameters + buffers), measured. Placement: "
-               "accelerate's `hf_device_map` when device_map='auto' split the model, else its single device. "
-               "One copy of each model serves every browser session.")
+    st.caption(
+        "Footprint: `model.get_memory_footprint()` (parameters + buffers), measured. Placement: "
+        "accelerate's `hf_device_map` when device_map='auto' split the model, else its single device. "
+        "One copy of each model serves every browser session."
+    )
 
 
 def render() -> None:
     page_setup("Home", ":material/home:")
     st.title("Inference Lab")
-    st.markdown("See LLM inference: **what a model costs to run, why it is slow, and what makes it faster.** "
-                "Every figure is either measured on this machine or computed from a formula you can open; "
-                "each says which.")
+    st.markdown(
+        "See LLM inference: **what a model costs to run, why it is slow, and what makes it faster.** "
+        "Every figure is either measured on this machine or computed from a formula you can open; "
+        "each says which."
+    )
     tour_panel()
     with st.expander("Every page in one line"):
         for p in PAGES:

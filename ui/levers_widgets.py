@@ -31,47 +31,94 @@ def _ci(ci) -> str:
 
 
 def quant_table(rows) -> pd.DataFrame:
-    return pd.DataFrame([{
-        "scheme": r.scheme, "status": r.status,
-        "weights (measured)": gb(r.weights_bytes) if r.weights_bytes else "n/a",
-        "weights (calculator)": gb(r.predicted_weights_bytes) if r.predicted_weights_bytes else "n/a",
-        "measured / calculator": _r(r.predicted_ratio, 4),
-        "peak RSS": gb(r.rss_bytes) if r.rss_bytes else "n/a",
-        "quantize (s)": _r(r.quantize_s, 2), "TTFT (s)": _r(r.ttft_s), "TPOT (ms)": _r(r.tpot_s and r.tpot_s * 1e3, 1),
-        "tok/s": _r(r.tokens_per_s, 1), "speedup vs fp32": _r(r.speedup_vs_fp32, 2), "95% CI": _ci(r.speedup_ci),
-        "bits/byte": _r(r.bits_per_byte, 4), "Δ bits/byte": _r(r.bits_per_byte_delta, 4),
-        "exact match": _r(r.exact_match_rate, 2), "first divergence": r.first_divergence_token,
-        "reason": r.reason,
-    } for r in rows])
+    return pd.DataFrame(
+        [
+            {
+                "scheme": r.scheme,
+                "status": r.status,
+                "weights (measured)": gb(r.weights_bytes) if r.weights_bytes else "n/a",
+                "weights (calculator)": gb(r.predicted_weights_bytes) if r.predicted_weights_bytes else "n/a",
+                "measured / calculator": _r(r.predicted_ratio, 4),
+                "peak RSS": gb(r.rss_bytes) if r.rss_bytes else "n/a",
+                "quantize (s)": _r(r.quantize_s, 2),
+                "TTFT (s)": _r(r.ttft_s),
+                "TPOT (ms)": _r(r.tpot_s and r.tpot_s * 1e3, 1),
+                "tok/s": _r(r.tokens_per_s, 1),
+                "speedup vs fp32": _r(r.speedup_vs_fp32, 2),
+                "95% CI": _ci(r.speedup_ci),
+                "bits/byte": _r(r.bits_per_byte, 4),
+                "Δ bits/byte": _r(r.bits_per_byte_delta, 4),
+                "exact match": _r(r.exact_match_rate, 2),
+                "first divergence": r.first_divergence_token,
+                "reason": r.reason,
+            }
+            for r in rows
+        ]
+    )
 
 
 def kv_table(rows) -> pd.DataFrame:
-    return pd.DataFrame([{
-        "cache": r.backend, "status": r.status, "bits": r.nbits, "tokens": r.tokens,
-        "KV bytes (measured)": gb(r.kv_bytes) if r.kv_bytes else "n/a",
-        "KV bytes (calculator)": gb(r.predicted_bytes) if r.predicted_bytes else "n/a",
-        "measured / calculator": _r(r.predicted_ratio, 4), "bytes per token": _r(r.kv_bytes_per_token, 0),
-        "sequences in budget (measured)": r.max_sequences, "sequences in budget (calculator)": r.predicted_max_sequences,
-        "same greedy tokens": r.exact_match, "first divergence": r.first_divergence_token,
-        "tok/s": _r(r.tokens_per_s, 1), "reason": r.reason,
-    } for r in rows])
+    return pd.DataFrame(
+        [
+            {
+                "cache": r.backend,
+                "status": r.status,
+                "bits": r.nbits,
+                "tokens": r.tokens,
+                "KV bytes (measured)": gb(r.kv_bytes) if r.kv_bytes else "n/a",
+                "KV bytes (calculator)": gb(r.predicted_bytes) if r.predicted_bytes else "n/a",
+                "measured / calculator": _r(r.predicted_ratio, 4),
+                "bytes per token": _r(r.kv_bytes_per_token, 0),
+                "sequences in budget (measured)": r.max_sequences,
+                "sequences in budget (calculator)": r.predicted_max_sequences,
+                "same greedy tokens": r.exact_match,
+                "first divergence": r.first_divergence_token,
+                "tok/s": _r(r.tokens_per_s, 1),
+                "reason": r.reason,
+            }
+            for r in rows
+        ]
+    )
 
 
 def spec_table(rows) -> pd.DataFrame:
-    return pd.DataFrame([{
-        "method": r.method, "workload": r.workload, "status": r.status, "draft": r.draft, "γ": r.draft_length,
-        "acceptance α": _r(r.acceptance_rate), "tokens / target forward": _r(r.tokens_per_target_forward, 2),
-        "speedup vs plain": _r(r.speedup_vs_plain, 2), "95% CI": _ci(r.speedup_ci),
-        "expected (Leviathan)": _r(r.expected_speedup, 2), "cost ratio c": _r(r.cost_ratio, 2),
-        "identical to greedy": r.identical_to_greedy, "reason": r.reason,
-    } for r in rows])
+    return pd.DataFrame(
+        [
+            {
+                "method": r.method,
+                "workload": r.workload,
+                "status": r.status,
+                "draft": r.draft,
+                "γ": r.draft_length,
+                "acceptance α": _r(r.acceptance_rate),
+                "tokens / target forward": _r(r.tokens_per_target_forward, 2),
+                "speedup vs plain": _r(r.speedup_vs_plain, 2),
+                "95% CI": _ci(r.speedup_ci),
+                "expected (Leviathan)": _r(r.expected_speedup, 2),
+                "cost ratio c": _r(r.cost_ratio, 2),
+                "identical to greedy": r.identical_to_greedy,
+                "reason": r.reason,
+            }
+            for r in rows
+        ]
+    )
 
 
 def downloads(rows, name: str, key: str) -> None:
     """CSV and JSON of the raw rows (base units), beside the table."""
     raw = [dataclasses.asdict(r) for r in rows]
     c1, c2 = st.columns(2)
-    c1.download_button("Download CSV", pd.DataFrame(raw).to_csv(index=False).encode(), f"{name}.csv", "text/csv",
-                       key=f"{key}.csv")
-    c2.download_button("Download JSON", json.dumps(raw, indent=2, default=str).encode(), f"{name}.json",
-                       "application/json", key=f"{key}.json")
+    c1.download_button(
+        "Download CSV",
+        pd.DataFrame(raw).to_csv(index=False).encode(),
+        f"{name}.csv",
+        "text/csv",
+        key=f"{key}.csv",
+    )
+    c2.download_button(
+        "Download JSON",
+        json.dumps(raw, indent=2, default=str).encode(),
+        f"{name}.json",
+        "application/json",
+        key=f"{key}.json",
+    )

@@ -34,16 +34,24 @@ def sweep_sentence(points: Sequence[Any]) -> str:
     best = max(points, key=lambda p: p.tokens_per_s)
     last = points[-1]
     if best.batch == one.batch or best.tokens_per_s <= one.tokens_per_s * (1 + SAME_BAND):
-        gain = (f"a bigger batch did **not** raise throughput here: batch {one.batch} made "
-                f"**{one.tokens_per_s:.0f} tokens/s** and no larger batch did better by more than "
-                f"{SAME_BAND:.0%} (batch {last.batch}: {last.tokens_per_s:.0f} tokens/s). The step was not "
-                f"memory-bound at these sizes, or the machine was busy")
+        gain = (
+            f"a bigger batch did **not** raise throughput here: batch {one.batch} made "
+            f"**{one.tokens_per_s:.0f} tokens/s** and no larger batch did better by more than "
+            f"{SAME_BAND:.0%} (batch {last.batch}: {last.tokens_per_s:.0f} tokens/s). The step was not "
+            f"memory-bound at these sizes, or the machine was busy"
+        )
     else:
-        gain = (f"batch {one.batch} made **{one.tokens_per_s:.0f} tokens/s** and batch {best.batch} "
-                f"**{best.tokens_per_s:.0f} tokens/s** ({best.tokens_per_s / one.tokens_per_s:.1f}×)")
-    lat = compare_word(last.latency_s, one.latency_s, higher="rose", lower="fell", same="stayed about the same")
-    return (f"Measured on this machine: {gain}. Each request's latency {lat} from batch {one.batch} to batch "
-            f"{last.batch} ({fmt.seconds(one.latency_s)} → {fmt.seconds(last.latency_s)}).")
+        gain = (
+            f"batch {one.batch} made **{one.tokens_per_s:.0f} tokens/s** and batch {best.batch} "
+            f"**{best.tokens_per_s:.0f} tokens/s** ({best.tokens_per_s / one.tokens_per_s:.1f}×)"
+        )
+    lat = compare_word(
+        last.latency_s, one.latency_s, higher="rose", lower="fell", same="stayed about the same"
+    )
+    return (
+        f"Measured on this machine: {gain}. Each request's latency {lat} from batch {one.batch} to batch "
+        f"{last.batch} ({fmt.seconds(one.latency_s)} → {fmt.seconds(last.latency_s)})."
+    )
 
 
 def tradeoff_sentences(s: Any, i: Any) -> list[str]:
@@ -54,37 +62,54 @@ def tradeoff_sentences(s: Any, i: Any) -> list[str]:
     if ratio > 1 + SAME_BAND:
         out.append(
             f"**In-flight batching won on throughput here**: {ratio:.2f}× static's. Static kept {idle:.0%} of its "
-            f"row-steps on sequences that had already finished; in-flight gave those slots to waiting requests.")
+            f"row-steps on sequences that had already finished; in-flight gave those slots to waiting requests."
+        )
     elif ratio < 1 - SAME_BAND:
         out.append(
             f"**Static batching won on throughput here**: in-flight made only {ratio:.2f}× static's. Static's idle "
             f"slots cost {idle:.0%} of its row-steps, but in-flight paid more than that back: each admitted "
-            f"prompt's prefill pauses the running rows, and its per-step bookkeeping is not free on a small model.")
+            f"prompt's prefill pauses the running rows, and its per-step bookkeeping is not free on a small model."
+        )
     else:
         out.append(
             f"**Throughput was about the same** ({ratio:.2f}×, within ±{SAME_BAND:.0%}): static's idle slots "
-            f"({idle:.0%} of its row-steps) cost about what in-flight's per-step admissions cost.")
-    p95 = compare_word(i.latency_s_p95, s.latency_s_p95, higher="worse", lower="better", same="about the same")
+            f"({idle:.0%} of its row-steps) cost about what in-flight's per-step admissions cost."
+        )
+    p95 = compare_word(
+        i.latency_s_p95, s.latency_s_p95, higher="worse", lower="better", same="about the same"
+    )
     if p95 == "better":
-        out.append(f"**Tail latency favoured in-flight**: p95 {fmt.seconds(i.latency_s_p95)} against static's "
-                   f"{fmt.seconds(s.latency_s_p95)}; no request waited for a whole batch's longest member.")
+        out.append(
+            f"**Tail latency favoured in-flight**: p95 {fmt.seconds(i.latency_s_p95)} against static's "
+            f"{fmt.seconds(s.latency_s_p95)}; no request waited for a whole batch's longest member."
+        )
     elif p95 == "worse":
-        out.append(f"**Tail latency favoured static**: in-flight's p95 was {fmt.seconds(i.latency_s_p95)} against "
-                   f"static's {fmt.seconds(s.latency_s_p95)}: its slowest requests shared more steps with "
-                   f"prefills of newcomers than static's did.")
+        out.append(
+            f"**Tail latency favoured static**: in-flight's p95 was {fmt.seconds(i.latency_s_p95)} against "
+            f"static's {fmt.seconds(s.latency_s_p95)}: its slowest requests shared more steps with "
+            f"prefills of newcomers than static's did."
+        )
     else:
-        out.append(f"**Tail latency was about the same**: p95 {fmt.seconds(i.latency_s_p95)} in-flight, "
-                   f"{fmt.seconds(s.latency_s_p95)} static.")
+        out.append(
+            f"**Tail latency was about the same**: p95 {fmt.seconds(i.latency_s_p95)} in-flight, "
+            f"{fmt.seconds(s.latency_s_p95)} static."
+        )
     ttft = compare_word(i.ttft_s_p50, s.ttft_s_p50, higher="later", lower="sooner", same="about as soon")
     out.append(
         f"**First tokens came {ttft}** with in-flight batching (TTFT p50 {fmt.seconds(i.ttft_s_p50)} against "
         f"static's {fmt.seconds(s.ttft_s_p50)}): "
-        + ("a static batch makes every newcomer wait for the running batch to end."
-           if ttft == "sooner" else
-           "here waiting for a static batch cost less than sharing steps with running rows."
-           if ttft == "later" else "queueing and sharing cost about the same here."))
-    out.append("**Memory caps the batch**: every running row holds its KV cache; section 1 shows the largest batch "
-               "that fits, and the scheduler below stops admitting when its KV budget would be exceeded.")
+        + (
+            "a static batch makes every newcomer wait for the running batch to end."
+            if ttft == "sooner"
+            else "here waiting for a static batch cost less than sharing steps with running rows."
+            if ttft == "later"
+            else "queueing and sharing cost about the same here."
+        )
+    )
+    out.append(
+        "**Memory caps the batch**: every running row holds its KV cache; section 1 shows the largest batch "
+        "that fits, and the scheduler below stops admitting when its KV budget would be exceeded."
+    )
     return out
 
 
@@ -97,15 +122,24 @@ def users_sentence(n: int, results: Sequence[dict]) -> str:
     waits = sorted(r["queued (s)"] for r in done)
     lat = [r["latency (s)"] for r in done]
     if shared > 1:
-        share = (f"The scheduler ran up to **{shared}** of the {n} requests in one decode step, so they shared each "
-                 f"weight read instead of queueing one behind another")
+        share = (
+            f"The scheduler ran up to **{shared}** of the {n} requests in one decode step, so they shared each "
+            f"weight read instead of queueing one behind another"
+        )
     else:
-        share = ("The requests never shared a decode step (largest batch seen: 1): they ran one after another, "
-                 "as a server without batching would")
-    queued = (f"; the longest wait for a slot was {fmt.seconds(waits[-1])}" if waits[-1] > 0.05
-              else "; no request waited for a slot")
-    return (f"{share}{queued}. Latency ranged from {fmt.seconds(min(lat))} to {fmt.seconds(max(lat))} "
-            f"across {len(done)} finished request(s).")
+        share = (
+            "The requests never shared a decode step (largest batch seen: 1): they ran one after another, "
+            "as a server without batching would"
+        )
+    queued = (
+        f"; the longest wait for a slot was {fmt.seconds(waits[-1])}"
+        if waits[-1] > 0.05
+        else "; no request waited for a slot"
+    )
+    return (
+        f"{share}{queued}. Latency ranged from {fmt.seconds(min(lat))} to {fmt.seconds(max(lat))} "
+        f"across {len(done)} finished request(s)."
+    )
 
 
 def latency_sentence(curves: dict[bool, dict], model: str) -> str:
@@ -118,16 +152,24 @@ def latency_sentence(curves: dict[bool, dict], model: str) -> str:
         r = off.tpot_s / on.tpot_s
         verdict = compare_word(off.tpot_s, on.tpot_s, higher="slower", lower="faster", same="about as fast")
         if verdict == "slower":
-            why = ("without the cache every step re-runs the whole sequence so far, so its steps grow with length; "
-                   f"with it, each step reads the stored keys and values ({r:.1f}× faster per token here)")
+            why = (
+                "without the cache every step re-runs the whole sequence so far, so its steps grow with length; "
+                f"with it, each step reads the stored keys and values ({r:.1f}× faster per token here)"
+            )
         elif verdict == "faster":
-            why = (f"the cache-off run was {1 / r:.1f}× faster per token: at these lengths re-running a short "
-                   "sequence costs less than the cache's bookkeeping, or the machine was busier during the cached run")
+            why = (
+                f"the cache-off run was {1 / r:.1f}× faster per token: at these lengths re-running a short "
+                "sequence costs less than the cache's bookkeeping, or the machine was busier during the cached run"
+            )
         else:
             why = "at these lengths re-running the sequence costs about what reading the cache does"
-        return (f"TPOT {fmt.seconds(on.tpot_s)} with the KV cache ({on.output_tokens} tokens) against "
-                f"{fmt.seconds(off.tpot_s)} without ({off.output_tokens} tokens): cache off was {verdict}; {why}.")
+        return (
+            f"TPOT {fmt.seconds(on.tpot_s)} with the KV cache ({on.output_tokens} tokens) against "
+            f"{fmt.seconds(off.tpot_s)} without ({off.output_tokens} tokens): cache off was {verdict}; {why}."
+        )
     only = "on" if True in runs else "off"
     other = "off" if only == "on" else "on"
-    return (f"Only a KV cache {only} run so far: generate again with the cache {other} (sidebar) to overlay it and "
-            "see what the cache buys.")
+    return (
+        f"Only a KV cache {only} run so far: generate again with the cache {other} (sidebar) to overlay it and "
+        "see what the cache buys."
+    )

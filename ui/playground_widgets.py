@@ -41,11 +41,22 @@ def latency_figure(runs: dict[str, list[float]]) -> go.Figure:
     fig = go.Figure()
     colours = {"KV cache on": "#3a7ca5", "KV cache off": "#e4572e"}
     for label, lat in runs.items():
-        fig.add_scatter(x=list(range(1, len(lat) + 1)), y=[max(v, 1e-6) * 1e3 for v in lat], mode="lines",
-                        name=label, line={"color": colours.get(label.split(" (")[0], "#888")})
-    fig.update_layout(height=320, margin={"t": 30, "b": 10}, legend={"orientation": "h", "y": -0.25},
-                      xaxis_title="generated token", yaxis_title="latency (ms, log)", yaxis_type="log",
-                      title="Per-token latency: the first token carries the prefill (TTFT), then one decode step each")
+        fig.add_scatter(
+            x=list(range(1, len(lat) + 1)),
+            y=[max(v, 1e-6) * 1e3 for v in lat],
+            mode="lines",
+            name=label,
+            line={"color": colours.get(label.split(" (")[0], "#888")},
+        )
+    fig.update_layout(
+        height=320,
+        margin={"t": 30, "b": 10},
+        legend={"orientation": "h", "y": -0.25},
+        xaxis_title="generated token",
+        yaxis_title="latency (ms, log)",
+        yaxis_type="log",
+        title="Per-token latency: the first token carries the prefill (TTFT), then one decode step each",
+    )
     return fig
 
 
@@ -72,17 +83,22 @@ def forecast(lm, prompt: str, max_new: int, use_cache: bool):
 
 def progress_text(tokens: int, max_new: int, elapsed: float) -> str:
     rate = tokens / elapsed if elapsed > 0 else math.nan
-    return (f"{tokens} / {max_new} tokens · {fmt.seconds(elapsed)} elapsed · "
-            + (f"{rate:.1f} tok/s" if math.isfinite(rate) else "— tok/s"))
+    return f"{tokens} / {max_new} tokens · {fmt.seconds(elapsed)} elapsed · " + (
+        f"{rate:.1f} tok/s" if math.isfinite(rate) else "— tok/s"
+    )
 
 
 def show_forecast(fc) -> None:
     if fc is None:
         return
-    text = (f"Predicted for this run: **{fmt.seconds(fc.seconds)}** (TTFT {fmt.seconds(fc.ttft_s)}, "
-            f"{fmt.seconds(fc.tpot_s)} per token) — {fc.basis}.")
+    text = (
+        f"Predicted for this run: **{fmt.seconds(fc.seconds)}** (TTFT {fmt.seconds(fc.ttft_s)}, "
+        f"{fmt.seconds(fc.tpot_s)} per token) — {fc.basis}."
+    )
     if fc.seconds >= LONG_RUN_S:
-        st.warning(text + " That is minutes: you can press **Stop** at any time and keep the text made so far.",
-                   icon=":material/hourglass_top:")
+        st.warning(
+            text + " That is minutes: you can press **Stop** at any time and keep the text made so far.",
+            icon=":material/hourglass_top:",
+        )
     else:
         st.caption(text)

@@ -287,7 +287,10 @@ def batch_curve(points: Sequence, fit_limit: int, *, priced: bool) -> go.Figure:
     if priced:
         series.insert(0, ("$ per million output tokens", lambda p: p.usd_per_million_tokens, 1))
     for title, y, row in series:
-        for group, name, color, symbol in ((fits, "fits", "#4C78A8", "circle"), (over, "does not fit", "#AAAAAA", "circle-open")):
+        for group, name, color, symbol in (
+            (fits, "fits", "#4C78A8", "circle"),
+            (over, "does not fit", "#AAAAAA", "circle-open"),
+        ):
             if group:
                 fig.add_scatter(
                     x=[p.batch for p in group],
@@ -318,6 +321,10 @@ def batch_curve(points: Sequence, fit_limit: int, *, priced: bool) -> go.Figure:
         )
     fig.update_xaxes(type="log", dtick=math.log10(2))
     fig.update_xaxes(title_text="batch (concurrent sequences)", row=rows, col=1)
-    fig.update_layout(height=460 if priced else 300, margin=dict(l=10, r=10, t=60, b=10), font=FONT,
-                      legend=dict(orientation="h", y=1.12, x=0))
+    fig.update_layout(
+        height=460 if priced else 300,
+        margin=dict(l=10, r=10, t=60, b=10),
+        font=FONT,
+        legend=dict(orientation="h", y=1.12, x=0),
+    )
     return fig

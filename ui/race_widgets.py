@@ -24,44 +24,76 @@ def _ok(v) -> bool:
 
 def _ordered(result: RaceResult) -> list[ContenderResult]:
     """Engines first, then levers (vanilla leads the engines)."""
-    return sorted(result.contenders, key=lambda c: (GROUPS.index(c.group) if c.group in GROUPS else 2))
+    return sorted(result.contenders, key=lambda c: GROUPS.index(c.group) if c.group in GROUPS else 2)
 
 
 def latency_figure(result: RaceResult) -> go.Figure:
     fig = go.Figure()
     for c in _ordered(result):
         if c.ran and c.latencies_s:
-            fig.add_trace(go.Box(y=[v * 1e3 for v in c.latencies_s], name=c.label, boxpoints="all", jitter=0.3,
-                                 pointpos=0, hovertemplate="%{y:.1f} ms<extra>" + c.name + "</extra>"))
-    fig.update_layout(title=f"End-to-end latency per run ({result.max_new_tokens} new tokens, greedy)",
-                      yaxis_title="latency (ms)", showlegend=False, height=380, margin={"t": 50, "b": 40})
+            fig.add_trace(
+                go.Box(
+                    y=[v * 1e3 for v in c.latencies_s],
+                    name=c.label,
+                    boxpoints="all",
+                    jitter=0.3,
+                    pointpos=0,
+                    hovertemplate="%{y:.1f} ms<extra>" + c.name + "</extra>",
+                )
+            )
+    fig.update_layout(
+        title=f"End-to-end latency per run ({result.max_new_tokens} new tokens, greedy)",
+        yaxis_title="latency (ms)",
+        showlegend=False,
+        height=380,
+        margin={"t": 50, "b": 40},
+    )
     return fig
 
 
 def speedup_figure(result: RaceResult) -> go.Figure:
     """Bars with their bootstrap 95% interval; a lane without an interval (too few runs) is grey, no bars."""
     ran = [c for c in _ordered(result) if c.ran and _ok(c.speedup_vs_vanilla)]
-    fig = go.Figure(go.Bar(
-        x=[c.label for c in ran], y=[c.speedup_vs_vanilla for c in ran],
-        marker_color=[BLUE if c.interval_shown else GREY for c in ran],
-        error_y={"type": "data", "symmetric": False,
-                 "array": [max(0.0, c.speedup_high - c.speedup_vs_vanilla) if c.interval_shown else 0 for c in ran],
-                 "arrayminus": [max(0.0, c.speedup_vs_vanilla - c.speedup_low) if c.interval_shown else 0
-                                for c in ran]},
-        text=[f"{c.speedup_vs_vanilla:.2f}×" for c in ran], textposition="outside",
-        hovertemplate="%{y:.2f}× vs vanilla<extra></extra>",
-    ))
+    fig = go.Figure(
+        go.Bar(
+            x=[c.label for c in ran],
+            y=[c.speedup_vs_vanilla for c in ran],
+            marker_color=[BLUE if c.interval_shown else GREY for c in ran],
+            error_y={
+                "type": "data",
+                "symmetric": False,
+                "array": [
+                    max(0.0, c.speedup_high - c.speedup_vs_vanilla) if c.interval_shown else 0 for c in ran
+                ],
+                "arrayminus": [
+                    max(0.0, c.speedup_vs_vanilla - c.speedup_low) if c.interval_shown else 0 for c in ran
+                ],
+            },
+            text=[f"{c.speedup_vs_vanilla:.2f}×" for c in ran],
+            textposition="outside",
+            hovertemplate="%{y:.2f}× vs vanilla<extra></extra>",
+        )
+    )
     fig.add_hline(y=1.0, line_dash="dot", annotation_text="vanilla", annotation_position="top left")
-    fig.update_layout(title="Speedup vs vanilla (ratio of median latencies; bars: bootstrap 95% interval; "
-                            "grey: too few runs for an interval)",
-                      yaxis_title="× faster than vanilla", height=360, margin={"t": 50, "b": 40})
+    fig.update_layout(
+        title="Speedup vs vanilla (ratio of median latencies; bars: bootstrap 95% interval; "
+        "grey: too few runs for an interval)",
+        yaxis_title="× faster than vanilla",
+        height=360,
+        margin={"t": 50, "b": 40},
+    )
     return fig
 
 
 def metric_figure(result: RaceResult, attr: str, title: str, scale: float, unit: str) -> go.Figure:
     ran = [c for c in _ordered(result) if c.ran and _ok(getattr(c, attr))]
-    fig = go.Figure(go.Bar(x=[c.label for c in ran], y=[getattr(c, attr) * scale for c in ran],
-                           hovertemplate="%{y:.3g} " + unit + "<extra></extra>"))
+    fig = go.Figure(
+        go.Bar(
+            x=[c.label for c in ran],
+            y=[getattr(c, attr) * scale for c in ran],
+            hovertemplate="%{y:.3g} " + unit + "<extra></extra>",
+        )
+    )
     fig.update_layout(title=title, yaxis_title=unit, height=300, margin={"t": 45, "b": 40})
     return fig
 
@@ -69,33 +101,42 @@ def metric_figure(result: RaceResult, attr: str, title: str, scale: float, unit:
 def _conversion(c: ContenderResult) -> str:
     if c.conversion_s is None:
         return "-"
-    return (f"converted now in {fmt.seconds(c.conversion_s)}" if c.converted_now
-            else f"cached (took {fmt.seconds(c.conversion_s)})")
+    return (
+        f"converted now in {fmt.seconds(c.conversion_s)}"
+        if c.converted_now
+        else f"cached (took {fmt.seconds(c.conversion_s)})"
+    )
 
 
 def verdict_rows(result: RaceResult) -> list[dict]:
-    return [{
-        "group": c.group,
-        "lane": c.label,
-        "verdict": c.verdict or verdict.lane_verdict(c),
-        "speedup interval": verdict.interval_line(c) if c.ran and c.name != verdict.BASELINE else "-",
-    } for c in _ordered(result)]
+    return [
+        {
+            "group": c.group,
+            "lane": c.label,
+            "verdict": c.verdict or verdict.lane_verdict(c),
+            "speedup interval": verdict.interval_line(c) if c.ran and c.name != verdict.BASELINE else "-",
+        }
+        for c in _ordered(result)
+    ]
 
 
 def _status_rows(result: RaceResult) -> list[dict]:
-    return [{
-        "group": c.group,
-        "contender": c.label,
-        "status": c.status,
-        "engine": f"{c.engine} {c.engine_version or ''}".strip(),
-        "precision": c.precision or c.dtype or "-",
-        "device": c.device or "-",
-        "conversion": _conversion(c),
-        "kernel injection": "yes" if c.kernel_inject else ("pass-through" if c.deepspeed_mode else "-"),
-        "KV cache": "on" if c.use_cache else "off",
-        "interpreter": c.python,
-        "wall time": fmt.seconds(c.wall_s),
-    } for c in _ordered(result)]
+    return [
+        {
+            "group": c.group,
+            "contender": c.label,
+            "status": c.status,
+            "engine": f"{c.engine} {c.engine_version or ''}".strip(),
+            "precision": c.precision or c.dtype or "-",
+            "device": c.device or "-",
+            "conversion": _conversion(c),
+            "kernel injection": "yes" if c.kernel_inject else ("pass-through" if c.deepspeed_mode else "-"),
+            "KV cache": "on" if c.use_cache else "off",
+            "interpreter": c.python,
+            "wall time": fmt.seconds(c.wall_s),
+        }
+        for c in _ordered(result)
+    ]
 
 
 def _reasons(result: RaceResult) -> list[str]:
@@ -119,17 +160,19 @@ def _speed_rows(result: RaceResult) -> list[dict]:
             sp = f"{c.speedup_vs_vanilla:.2f}× [{c.speedup_low:.2f}–{c.speedup_high:.2f}]"
         else:
             sp = f"{c.speedup_vs_vanilla:.2f}× (no interval)"
-        rows.append({
-            "contender": c.label,
-            "latency (median)": fmt.seconds(c.latency_s_median),
-            "latency IQR": fmt.seconds(c.latency_s_q3 - c.latency_s_q1) if _ok(c.latency_s_q1) else "n/a",
-            "TTFT": fmt.seconds(c.ttft_s_median),
-            "TPOT": fmt.seconds(c.tpot_s_median),
-            "tokens/s": f"{c.tokens_per_s_median:.1f}" if _ok(c.tokens_per_s_median) else "n/a",
-            "tokens": f"{c.output_tokens_median:g}" if _ok(c.output_tokens_median) else "n/a",
-            "peak RSS (worker)": fmt.gb(c.peak_rss_bytes),
-            "speedup vs vanilla [95% CI]": sp,
-        })
+        rows.append(
+            {
+                "contender": c.label,
+                "latency (median)": fmt.seconds(c.latency_s_median),
+                "latency IQR": fmt.seconds(c.latency_s_q3 - c.latency_s_q1) if _ok(c.latency_s_q1) else "n/a",
+                "TTFT": fmt.seconds(c.ttft_s_median),
+                "TPOT": fmt.seconds(c.tpot_s_median),
+                "tokens/s": f"{c.tokens_per_s_median:.1f}" if _ok(c.tokens_per_s_median) else "n/a",
+                "tokens": f"{c.output_tokens_median:g}" if _ok(c.output_tokens_median) else "n/a",
+                "peak RSS (worker)": fmt.gb(c.peak_rss_bytes),
+                "speedup vs vanilla [95% CI]": sp,
+            }
+        )
     return rows
 
 
@@ -142,15 +185,18 @@ def _quality_rows(result: RaceResult) -> list[dict]:
             divergence = f"token {c.first_divergence_token}"
         else:
             divergence = "none: identical" if c.quality_note.startswith("identical") else "n/a"
-        rows.append({
-            "contender": c.label,
-            "first divergence": divergence,
-            "exact match (prompts)": f"{c.exact_match_rate:.0%}" if _ok(c.exact_match_rate) else "n/a",
-            "bits per byte (pydoc_topics)": (f"{c.bits_per_byte:.3f}" if _ok(c.bits_per_byte)
-                                             else (c.bits_per_byte_note or "n/a")),
-            "perplexity (reference text)": f"{c.perplexity:.2f}" if _ok(c.perplexity) else "n/a",
-            "first prompt's output": (c.texts[0][:160] if c.texts else ""),
-        })
+        rows.append(
+            {
+                "contender": c.label,
+                "first divergence": divergence,
+                "exact match (prompts)": f"{c.exact_match_rate:.0%}" if _ok(c.exact_match_rate) else "n/a",
+                "bits per byte (pydoc_topics)": (
+                    f"{c.bits_per_byte:.3f}" if _ok(c.bits_per_byte) else (c.bits_per_byte_note or "n/a")
+                ),
+                "perplexity (reference text)": f"{c.perplexity:.2f}" if _ok(c.perplexity) else "n/a",
+                "first prompt's output": (c.texts[0][:160] if c.texts else ""),
+            }
+        )
     return rows
 
 
@@ -185,15 +231,22 @@ def show_result(result: RaceResult, *, key: str) -> None:
     st.plotly_chart(latency_figure(result), key=f"{key}.latency")
     st.plotly_chart(speedup_figure(result), key=f"{key}.speedup")
     cols = st.columns(2)
-    cols[0].plotly_chart(metric_figure(result, "ttft_s_median", "TTFT (median): request to first token", 1e3, "ms"),
-                         key=f"{key}.ttft")
-    cols[1].plotly_chart(metric_figure(result, "tpot_s_median", "TPOT (median): per token after the first", 1e3,
-                                       "ms"), key=f"{key}.tpot")
+    cols[0].plotly_chart(
+        metric_figure(result, "ttft_s_median", "TTFT (median): request to first token", 1e3, "ms"),
+        key=f"{key}.ttft",
+    )
+    cols[1].plotly_chart(
+        metric_figure(result, "tpot_s_median", "TPOT (median): per token after the first", 1e3, "ms"),
+        key=f"{key}.tpot",
+    )
     cols = st.columns(2)
-    cols[0].plotly_chart(metric_figure(result, "tokens_per_s_median", "Tokens/s (median)", 1.0, "tok/s"),
-                         key=f"{key}.tps")
-    cols[1].plotly_chart(metric_figure(result, "peak_rss_bytes", "Peak RSS of the worker process", 1e-6, "MB"),
-                         key=f"{key}.mem")
+    cols[0].plotly_chart(
+        metric_figure(result, "tokens_per_s_median", "Tokens/s (median)", 1.0, "tok/s"), key=f"{key}.tps"
+    )
+    cols[1].plotly_chart(
+        metric_figure(result, "peak_rss_bytes", "Peak RSS of the worker process", 1e-6, "MB"),
+        key=f"{key}.mem",
+    )
     st.markdown("**Speed** (measured in each lane's own worker process)")
     st.dataframe(_speed_rows(result), hide_index=True, width="stretch")
     st.markdown(
@@ -206,12 +259,27 @@ def show_result(result: RaceResult, *, key: str) -> None:
     )
     st.dataframe(_quality_rows(result), hide_index=True, width="stretch")
     cols = st.columns(3)
-    cols[0].download_button("Download JSON", result.to_json(), file_name=f"race-{result.model}.json",
-                            mime="application/json", key=f"{key}.json")
-    cols[1].download_button("Download CSV (summary)", result.to_csv(), file_name=f"race-{result.model}.csv",
-                            mime="text/csv", key=f"{key}.csv")
-    cols[2].download_button("Download CSV (every run)", result.runs_csv(), file_name=f"race-{result.model}-runs.csv",
-                            mime="text/csv", key=f"{key}.runs")
+    cols[0].download_button(
+        "Download JSON",
+        result.to_json(),
+        file_name=f"race-{result.model}.json",
+        mime="application/json",
+        key=f"{key}.json",
+    )
+    cols[1].download_button(
+        "Download CSV (summary)",
+        result.to_csv(),
+        file_name=f"race-{result.model}.csv",
+        mime="text/csv",
+        key=f"{key}.csv",
+    )
+    cols[2].download_button(
+        "Download CSV (every run)",
+        result.runs_csv(),
+        file_name=f"race-{result.model}-runs.csv",
+        mime="text/csv",
+        key=f"{key}.runs",
+    )
     failed = [c for c in result.contenders if c.traceback or c.stderr_tail]
     for c in failed:
         with st.expander(f"{c.label}: error details"):

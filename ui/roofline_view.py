@@ -13,10 +13,14 @@ from engine.calc import format as fmt
 MEASURED_STYLE = {
     # phase -> (trace name, marker): prefill a filled star, decode an open diamond, different colours, so the two
     # read apart in print and for colour-blind viewers alike
-    "prefill": ("measured prefill (this machine)",
-                dict(symbol="star", size=16, color="#ff7f0e", line=dict(color="black", width=1))),
-    "decode": ("measured decode (this machine)",
-               dict(symbol="diamond-open", size=14, color="#6a3d9a", line=dict(width=3))),
+    "prefill": (
+        "measured prefill (this machine)",
+        dict(symbol="star", size=16, color="#ff7f0e", line=dict(color="black", width=1)),
+    ),
+    "decode": (
+        "measured decode (this machine)",
+        dict(symbol="diamond-open", size=14, color="#6a3d9a", line=dict(width=3)),
+    ),
 }
 NEAR_DECADES = 0.35  # two labels closer than this in both log10 axes would print over each other
 
@@ -33,8 +37,10 @@ def seq_cap_note(requested: int, context: int, name: str) -> str:
     """'' when the length fits the context, else the sentence saying what was analysed instead."""
     if requested <= context:
         return ""
-    return (f"s = {requested:,} is past {name}'s context window of {context:,} tokens: the analysis uses "
-            f"s = {context:,}, the longest sequence the model accepts.")
+    return (
+        f"s = {requested:,} is past {name}'s context window of {context:,} tokens: the analysis uses "
+        f"s = {context:,}, the longest sequence the model accepts."
+    )
 
 
 def split_measured(fig: go.Figure) -> go.Figure:
@@ -51,9 +57,15 @@ def split_measured(fig: go.Figure) -> go.Figure:
     for phase, (name, marker) in MEASURED_STYLE.items():
         idx = [i for i, h in enumerate(measured.customdata) if f"measured {phase}" in str(h)]
         if idx:
-            fig.add_scatter(x=[measured.x[i] for i in idx], y=[measured.y[i] for i in idx], mode="markers",
-                            name=name, marker=marker, customdata=[measured.customdata[i] for i in idx],
-                            hovertemplate="%{customdata}<extra></extra>")
+            fig.add_scatter(
+                x=[measured.x[i] for i in idx],
+                y=[measured.y[i] for i in idx],
+                mode="markers",
+                name=name,
+                marker=marker,
+                customdata=[measured.customdata[i] for i in idx],
+                hovertemplate="%{customdata}<extra></extra>",
+            )
     return fig
 
 

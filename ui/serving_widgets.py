@@ -56,17 +56,23 @@ def table_rows(sweep: SweepResult) -> list[dict]:
     unit = level_unit(sweep.spec.mode)
     rows = []
     for p in sweep.points:
-        rows.append({
-            unit: p.level, "completed": p.completed, "errors": sum(p.errors.values()),
-            "req/s": round(p.request_throughput, 3), "output tok/s": round(p.output_tokens_per_s, 1),
-            "tok/s per user": round(p.per_user_tokens_per_s, 1),
-            **{f"TTFT p{q} (s)": round(getattr(p.ttft_s, f"p{q}"), 3) for q in (50, 90, 99)},
-            **{f"TPOT p{q} (ms)": round(getattr(p.tpot_s, f"p{q}") * 1e3, 1) for q in (50, 90, 99)},
-            "ITL p50 (ms)": round(p.itl_s.p50 * 1e3, 1),
-            **{f"E2E p{q} (s)": round(getattr(p.e2e_s, f"p{q}"), 3) for q in (50, 90, 99)},
-            "goodput (req/s)": round(p.goodput_rps, 3), "SLO attainment": round(p.slo_attainment, 3),
-            "meets SLO": p.meets_slo,
-        })
+        rows.append(
+            {
+                unit: p.level,
+                "completed": p.completed,
+                "errors": sum(p.errors.values()),
+                "req/s": round(p.request_throughput, 3),
+                "output tok/s": round(p.output_tokens_per_s, 1),
+                "tok/s per user": round(p.per_user_tokens_per_s, 1),
+                **{f"TTFT p{q} (s)": round(getattr(p.ttft_s, f"p{q}"), 3) for q in (50, 90, 99)},
+                **{f"TPOT p{q} (ms)": round(getattr(p.tpot_s, f"p{q}") * 1e3, 1) for q in (50, 90, 99)},
+                "ITL p50 (ms)": round(p.itl_s.p50 * 1e3, 1),
+                **{f"E2E p{q} (s)": round(getattr(p.e2e_s, f"p{q}"), 3) for q in (50, 90, 99)},
+                "goodput (req/s)": round(p.goodput_rps, 3),
+                "SLO attainment": round(p.slo_attainment, 3),
+                "meets SLO": p.meets_slo,
+            }
+        )
     return rows
 
 
@@ -83,14 +89,32 @@ def latency_figure(sweep: SweepResult) -> go.Figure:
     x = [p.level for p in sweep.points]
     fig = make_subplots(rows=1, cols=2, subplot_titles=("TTFT (s)", "TPOT (ms)"))
     for q, dash in ((50, "solid"), (90, "dash"), (99, "dot")):
-        fig.add_scatter(x=x, y=[getattr(p.ttft_s, f"p{q}") for p in sweep.points], name=f"TTFT p{q}",
-                        mode="lines+markers", line={"dash": dash, "color": "#3a7ca5"}, row=1, col=1)
-        fig.add_scatter(x=x, y=[getattr(p.tpot_s, f"p{q}") * 1e3 for p in sweep.points], name=f"TPOT p{q}",
-                        mode="lines+markers", line={"dash": dash, "color": "#e4572e"}, row=1, col=2)
+        fig.add_scatter(
+            x=x,
+            y=[getattr(p.ttft_s, f"p{q}") for p in sweep.points],
+            name=f"TTFT p{q}",
+            mode="lines+markers",
+            line={"dash": dash, "color": "#3a7ca5"},
+            row=1,
+            col=1,
+        )
+        fig.add_scatter(
+            x=x,
+            y=[getattr(p.tpot_s, f"p{q}") * 1e3 for p in sweep.points],
+            name=f"TPOT p{q}",
+            mode="lines+markers",
+            line={"dash": dash, "color": "#e4572e"},
+            row=1,
+            col=2,
+        )
     if sweep.slo.ttft_s:
-        fig.add_hline(y=sweep.slo.ttft_s, line_color="grey", line_dash="dot", annotation_text="SLO", row=1, col=1)
+        fig.add_hline(
+            y=sweep.slo.ttft_s, line_color="grey", line_dash="dot", annotation_text="SLO", row=1, col=1
+        )
     if sweep.slo.tpot_s:
-        fig.add_hline(y=sweep.slo.tpot_s * 1e3, line_color="grey", line_dash="dot", annotation_text="SLO", row=1, col=2)
+        fig.add_hline(
+            y=sweep.slo.tpot_s * 1e3, line_color="grey", line_dash="dot", annotation_text="SLO", row=1, col=2
+        )
     fig.update_xaxes(title=level_unit(sweep.spec.mode))
     fig.update_layout(height=360, margin={"t": 40, "b": 10}, legend={"orientation": "h", "y": -0.3})
     return fig
@@ -98,13 +122,36 @@ def latency_figure(sweep: SweepResult) -> go.Figure:
 
 def throughput_figure(sweep: SweepResult) -> go.Figure:
     x = [p.level for p in sweep.points]
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("Output tokens/s (all users)", "Requests/s: completed and good"))
-    fig.add_scatter(x=x, y=[p.output_tokens_per_s for p in sweep.points], name="output tok/s", mode="lines+markers",
-                    line={"color": "#3a7ca5"}, row=1, col=1)
-    fig.add_scatter(x=x, y=[p.request_throughput for p in sweep.points], name="completed req/s", mode="lines+markers",
-                    line={"color": "#888"}, row=1, col=2)
-    fig.add_scatter(x=x, y=[p.goodput_rps for p in sweep.points], name="goodput (within SLOs)", mode="lines+markers",
-                    line={"color": "#2a9d8f"}, row=1, col=2)
+    fig = make_subplots(
+        rows=1, cols=2, subplot_titles=("Output tokens/s (all users)", "Requests/s: completed and good")
+    )
+    fig.add_scatter(
+        x=x,
+        y=[p.output_tokens_per_s for p in sweep.points],
+        name="output tok/s",
+        mode="lines+markers",
+        line={"color": "#3a7ca5"},
+        row=1,
+        col=1,
+    )
+    fig.add_scatter(
+        x=x,
+        y=[p.request_throughput for p in sweep.points],
+        name="completed req/s",
+        mode="lines+markers",
+        line={"color": "#888"},
+        row=1,
+        col=2,
+    )
+    fig.add_scatter(
+        x=x,
+        y=[p.goodput_rps for p in sweep.points],
+        name="goodput (within SLOs)",
+        mode="lines+markers",
+        line={"color": "#2a9d8f"},
+        row=1,
+        col=2,
+    )
     fig.update_xaxes(title=level_unit(sweep.spec.mode))
     fig.update_layout(height=340, margin={"t": 40, "b": 10}, legend={"orientation": "h", "y": -0.3})
     return fig
@@ -113,18 +160,32 @@ def throughput_figure(sweep: SweepResult) -> go.Figure:
 def per_user_figure(sweep: SweepResult) -> go.Figure:
     """The serving trade-off curve: what one user sees against what the deployment makes."""
     fig = go.Figure()
-    fig.add_scatter(x=[p.output_tokens_per_s for p in sweep.points], y=[p.per_user_tokens_per_s for p in sweep.points],
-                    text=[f"{p.level:g}" for p in sweep.points], mode="lines+markers+text", textposition="top center",
-                    line={"color": "#3a7ca5"}, name="measured")
+    fig.add_scatter(
+        x=[p.output_tokens_per_s for p in sweep.points],
+        y=[p.per_user_tokens_per_s for p in sweep.points],
+        text=[f"{p.level:g}" for p in sweep.points],
+        mode="lines+markers+text",
+        textposition="top center",
+        line={"color": "#3a7ca5"},
+        name="measured",
+    )
     if sweep.slo.tpot_s:
-        fig.add_hline(y=1 / sweep.slo.tpot_s, line_color="grey", line_dash="dot", annotation_text="1 / TPOT SLO")
-    fig.update_layout(height=340, margin={"t": 30, "b": 10}, xaxis_title="total output tokens/s",
-                      yaxis_title="tokens/s per user (median 1 / TPOT)",
-                      title=f"labels: {level_unit(sweep.spec.mode)}")
+        fig.add_hline(
+            y=1 / sweep.slo.tpot_s, line_color="grey", line_dash="dot", annotation_text="1 / TPOT SLO"
+        )
+    fig.update_layout(
+        height=340,
+        margin={"t": 30, "b": 10},
+        xaxis_title="total output tokens/s",
+        yaxis_title="tokens/s per user (median 1 / TPOT)",
+        title=f"labels: {level_unit(sweep.spec.mode)}",
+    )
     return fig
 
 
-def knee_sentence(knee: float | None, unit: str, predicted: CapacityPrediction | None, stopped_early: bool) -> str:
+def knee_sentence(
+    knee: float | None, unit: str, predicted: CapacityPrediction | None, stopped_early: bool
+) -> str:
     """Words from the numbers beside them: the measured knee, and the calculator's prediction against it."""
     if knee is None:
         measured = "No level of this sweep met the SLOs: lower the load (or relax the SLOs) to find the knee."
@@ -137,12 +198,16 @@ def knee_sentence(knee: float | None, unit: str, predicted: CapacityPrediction |
     if knee is None:
         verdict = f"The calculator predicts {p} users within the TPOT objective."
     elif p > knee:
-        verdict = (f"The calculator predicts **{p} users** (limited by {predicted.limited_by}): more than measured, "
-                   "so the memory-bound rule is optimistic here (compute, prefill interference or the TTFT objective "
-                   "bind first).")
+        verdict = (
+            f"The calculator predicts **{p} users** (limited by {predicted.limited_by}): more than measured, "
+            "so the memory-bound rule is optimistic here (compute, prefill interference or the TTFT objective "
+            "bind first)."
+        )
     elif p < knee:
-        verdict = (f"The calculator predicts **{p} users** (limited by {predicted.limited_by}): fewer than measured, "
-                   "so the rule is pessimistic here.")
+        verdict = (
+            f"The calculator predicts **{p} users** (limited by {predicted.limited_by}): fewer than measured, "
+            "so the rule is pessimistic here."
+        )
     else:
         verdict = f"The calculator predicts **{p} users** (limited by {predicted.limited_by}), the same as measured."
     return f"{measured} {verdict}"

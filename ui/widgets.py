@@ -16,7 +16,9 @@ REMOTE_CODE_HELP = (
 )
 
 
-def model_picker(key: str, *, default: str = models.DEFAULT_MODEL, allow_custom: bool = True) -> tuple[str, str]:
+def model_picker(
+    key: str, *, default: str = models.DEFAULT_MODEL, allow_custom: bool = True
+) -> tuple[str, str]:
     """Preset/custom model name and dtype, with each preset's description. Returns (name, dtype)."""
     hw = cached_hardware()
     names = list(models.PRESETS) + ([CUSTOM] if allow_custom else [])
@@ -57,7 +59,9 @@ def load_with_progress(name: str, dtype: str) -> models.LoadedModel | None:
         st.info("Enter a hub id or a local folder to load.")
         return None
     try:
-        with st.spinner(f"Loading {name} ({dtype})… the first load of the bundled model dequantizes it (~20 s)"):
+        with st.spinner(
+            f"Loading {name} ({dtype})… the first load of the bundled model dequantizes it (~20 s)"
+        ):
             return cached_model(name, dtype)
     except EngineError as exc:
         show_error(exc)

@@ -202,7 +202,11 @@ class SlotCache(Cache):
         idx = torch.tensor(list(keep), dtype=torch.long, device=prefill.mask.device)
         whole = len(keep) == prefill.rows
         for sl, pl in zip(self.layers, prefill.cache.layers, strict=True):
-            k, v = (pl.keys, pl.values) if whole else (pl.keys.index_select(0, idx), pl.values.index_select(0, idx))
+            k, v = (
+                (pl.keys, pl.values)
+                if whole
+                else (pl.keys.index_select(0, idx), pl.values.index_select(0, idx))
+            )
             sl.keys[a:b, :, w.end - cols : w.end] = k
             sl.values[a:b, :, w.end - cols : w.end] = v
             self.copied_bytes += k.nbytes + v.nbytes

@@ -55,7 +55,6 @@ _END = object()
 BREAKDOWN = ("prefill", "decode_forward", "sampling", "cache_surgery")
 
 
-
 def kv_bytes_per_token(lm: LoadedModel) -> int:
     """2 (K, V) x layers x kv_heads x head_dim x bytes per element, from the calculator (engine.calc.memory)
     with the model's own config."""
@@ -185,7 +184,9 @@ class Scheduler:
         prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
     ) -> None:
         if not isinstance(max_batch, int) or not 1 <= max_batch <= MAX_BATCH_LIMIT:
-            raise InvalidParameterError(f"max batch must be a whole number from 1 to {MAX_BATCH_LIMIT}, got {max_batch!r}")
+            raise InvalidParameterError(
+                f"max batch must be a whole number from 1 to {MAX_BATCH_LIMIT}, got {max_batch!r}"
+            )
         self.lm = lm
         self.max_batch = max_batch
         self.record = record
@@ -193,10 +194,14 @@ class Scheduler:
         if kv_budget_bytes is None:
             kv_budget_bytes = int(free_memory_bytes(lm.device) * DEFAULT_KV_FRACTION)
         if kv_budget_bytes < self.kv_bytes_per_token:
-            raise InvalidParameterError(f"the KV budget of {kv_budget_bytes} bytes holds less than one token; raise it")
+            raise InvalidParameterError(
+                f"the KV budget of {kv_budget_bytes} bytes holds less than one token; raise it"
+            )
         self.kv_budget_bytes = int(kv_budget_bytes)
         if not isinstance(prefill_chunk_tokens, int) or prefill_chunk_tokens < 1:
-            raise InvalidParameterError(f"prefill chunk must be a whole number of tokens >= 1, got {prefill_chunk_tokens!r}")
+            raise InvalidParameterError(
+                f"prefill chunk must be a whole number of tokens >= 1, got {prefill_chunk_tokens!r}"
+            )
         self.prefill_chunk_tokens = prefill_chunk_tokens
         self._pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
         self._ids = itertools.count(1)
@@ -242,7 +247,9 @@ class Scheduler:
                 f"this request needs {need / 2**20:.1f} MiB of KV cache, more than the scheduler's budget of "
                 f"{self.kv_budget_bytes / 2**20:.1f} MiB: shorten the prompt or lower max new tokens"
             )
-        req = Request(next(self._ids), self.lm, prompt, rendered, ids, cfg, ignore_eos=ignore_eos, arrival=arrival)
+        req = Request(
+            next(self._ids), self.lm, prompt, rendered, ids, cfg, ignore_eos=ignore_eos, arrival=arrival
+        )
         handle = RequestHandle(req)
         with self._cond:
             self._waiting.append((req, handle))
@@ -310,12 +317,26 @@ class Scheduler:
     def _view(self, s: Request, state: str, now: float) -> RowView:
         t = s.times
         waited = (t.admitted if not math.isnan(t.admitted) else now) - t.arrival
-        return RowView(s.id, state, s.prompt_len, len(s.generated), s.cfg.max_new_tokens, waited, now - t.arrival, s.text[-60:])
+        return RowView(
+            s.id,
+            state,
+            s.prompt_len,
+            len(s.generated),
+            s.cfg.max_new_tokens,
+            waited,
+            now - t.arrival,
+            s.text[-60:],
+        )
 
     def _loop(self) -> None:
         while not self._stop.is_set():
             with self._cond:
-                while not self._waiting and not self._running and not self._prefilling and not self._stop.is_set():
+                while (
+                    not self._waiting
+                    and not self._running
+                    and not self._prefilling
+                    and not self._stop.is_set()
+                ):
                     self._cond.wait(0.5)
             if self._stop.is_set():
                 return
@@ -405,7 +426,9 @@ class Scheduler:
                 else:
                     keep.append(j)
             t2 = time.perf_counter()
-            longest_left = max([rows[j][0].remaining for j in keep] + [s.remaining for s, _ in self._running], default=0)
+            longest_left = max(
+                [rows[j][0].remaining for j in keep] + [s.remaining for s, _ in self._running], default=0
+            )
             self._cache.insert(job, keep, longest_left)
             self._running.extend(rows[j] for j in keep)
             self._prefill, self._prefilling = None, []

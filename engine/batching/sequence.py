@@ -152,7 +152,14 @@ class Request:
             use_cache=True,
             max_new_tokens=self.cfg.max_new_tokens,
         )
-        return Completion(self.prompt, self.text, self.rendered + self.text, tuple(self.generated), self.stop_reason or "length", m)
+        return Completion(
+            self.prompt,
+            self.text,
+            self.rendered + self.text,
+            tuple(self.generated),
+            self.stop_reason or "length",
+            m,
+        )
 
 
 def _penalize(scores: torch.Tensor, seen: list[int], penalty: float) -> torch.Tensor:

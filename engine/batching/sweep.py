@@ -70,7 +70,9 @@ def run_sweep(lm: LoadedModel, sizes: Sequence[int] = DEFAULT_SIZES, *, max_new_
     fits = max_batch(spec, dtype=lm.dtype, seq_len=seq_len, gpu_memory_bytes=memory)
     weights = lm.weights_bytes
     flops = measure_matmul_flops(lm.device, lm.dtype, n=512, repeats=3).flops_per_s
-    generate_batch(lm, [SWEEP_PROMPT], GenerationConfig(max_new_tokens=4), record=False)  # warm-up, not counted
+    generate_batch(
+        lm, [SWEEP_PROMPT], GenerationConfig(max_new_tokens=4), record=False
+    )  # warm-up, not counted
     measured: list[tuple[int, object]] = []
     stopped = False
     for b in sizes:
@@ -100,6 +102,15 @@ def run_sweep(lm: LoadedModel, sizes: Sequence[int] = DEFAULT_SIZES, *, max_new_
         else:
             pred_latency = pred_tps = math.nan
         points.append(
-            SweepPoint(b, m.tokens_per_s, m.latency_s, m.tpot_s, m.ttft_s, pred_tps, pred_latency, m.peak_memory_bytes)
+            SweepPoint(
+                b,
+                m.tokens_per_s,
+                m.latency_s,
+                m.tpot_s,
+                m.ttft_s,
+                pred_tps,
+                pred_latency,
+                m.peak_memory_bytes,
+            )
         )
     return Sweep(lm.name, prompt_tokens, max_new_tokens, tuple(points), fits, memory, stopped, bw, flops)

@@ -28,7 +28,60 @@ from engine.stats import percentile
 
 POLICIES = ("static", "inflight")
 OUTPUT_DISTRIBUTIONS = ("uniform", "log-uniform")
-_WORDS = ["the", "model", "reads", "every", "weight", "once", "per", "step", "so", "a", "batch", "shares", "that", "cost", "between", "many", "requests", "while", "memory", "holds", "the", "cache", "of", "keys", "and", "values", "for", "each", "token", "of", "each", "sequence", "in", "flight", "and", "the", "scheduler", "decides", "who", "runs", "next", "when", "one", "finishes", "early", "another", "joins", "at", "the", "following", "token", "boundary"]
+_WORDS = [
+    "the",
+    "model",
+    "reads",
+    "every",
+    "weight",
+    "once",
+    "per",
+    "step",
+    "so",
+    "a",
+    "batch",
+    "shares",
+    "that",
+    "cost",
+    "between",
+    "many",
+    "requests",
+    "while",
+    "memory",
+    "holds",
+    "the",
+    "cache",
+    "of",
+    "keys",
+    "and",
+    "values",
+    "for",
+    "each",
+    "token",
+    "of",
+    "each",
+    "sequence",
+    "in",
+    "flight",
+    "and",
+    "the",
+    "scheduler",
+    "decides",
+    "who",
+    "runs",
+    "next",
+    "when",
+    "one",
+    "finishes",
+    "early",
+    "another",
+    "joins",
+    "at",
+    "the",
+    "following",
+    "token",
+    "boundary",
+]
 
 
 @dataclass(frozen=True)
@@ -135,7 +188,9 @@ class PolicyResult:
     queue_s_p50: float
     slot_utilization: float  # useful row-steps / row-steps computed (static wastes the idle slots)
     requests: tuple[RequestResult, ...]
-    breakdown: tuple[tuple[str, float], ...] = ()  # (part, seconds) of the model thread's time; see scheduler.BREAKDOWN
+    breakdown: tuple[
+        tuple[str, float], ...
+    ] = ()  # (part, seconds) of the model thread's time; see scheduler.BREAKDOWN
 
     def timeline(self) -> list[TimelineRow]:
         rows: list[TimelineRow] = []
@@ -175,7 +230,11 @@ def _result(seq: Request, index: int, t0: float) -> RequestResult:
 
 
 def _summarize(
-    policy: str, lm: LoadedModel, max_batch: int, results: list[RequestResult], breakdown: dict[str, float] | None = None
+    policy: str,
+    lm: LoadedModel,
+    max_batch: int,
+    results: list[RequestResult],
+    breakdown: dict[str, float] | None = None,
 ) -> PolicyResult:
     results.sort(key=lambda r: r.index)
     wall = max(r.finished_s for r in results)
@@ -240,7 +299,16 @@ def _replay_static(lm: LoadedModel, workload: Sequence[WorkloadRequest], max_bat
         take = [r for r in pending if r.arrival_s <= now][:max_batch]
         pending = pending[len(take) :]
         seqs = [
-            Request(r.index, lm, r.prompt, r.prompt, r.prompt_ids, _cfg(r.max_new_tokens), ignore_eos=True, arrival=t0 + r.arrival_s)
+            Request(
+                r.index,
+                lm,
+                r.prompt,
+                r.prompt,
+                r.prompt_ids,
+                _cfg(r.max_new_tokens),
+                ignore_eos=True,
+                arrival=t0 + r.arrival_s,
+            )
             for r in take
         ]
         run_static_batch(lm, seqs, spent)
@@ -250,7 +318,11 @@ def _replay_static(lm: LoadedModel, workload: Sequence[WorkloadRequest], max_bat
 
 
 def replay_inflight(
-    lm: LoadedModel, workload: Sequence[WorkloadRequest], max_batch: int, *, kv_budget_bytes: int | None = None
+    lm: LoadedModel,
+    workload: Sequence[WorkloadRequest],
+    max_batch: int,
+    *,
+    kv_budget_bytes: int | None = None,
 ) -> PolicyResult:
     _check(workload, max_batch)
     sched = Scheduler(lm, max_batch=max_batch, kv_budget_bytes=kv_budget_bytes, record=False)
@@ -260,7 +332,11 @@ def replay_inflight(
         for r in sorted(workload, key=lambda r: r.arrival_s):
             _wait_until(t0 + r.arrival_s)
             h = sched.submit(
-                r.prompt, _cfg(r.max_new_tokens), ignore_eos=True, prompt_ids=r.prompt_ids, arrival=t0 + r.arrival_s
+                r.prompt,
+                _cfg(r.max_new_tokens),
+                ignore_eos=True,
+                prompt_ids=r.prompt_ids,
+                arrival=t0 + r.arrival_s,
             )
             handles.append((r.index, h))
         for _, h in handles:

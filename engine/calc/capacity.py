@@ -24,21 +24,36 @@ class CapacityPrediction:
     max_users: int  # 0 when even one user misses the objective
     tpot_s_by_users: tuple[tuple[int, float], ...]  # (users, predicted TPOT) for 1..slots
     bandwidth_bytes_per_s: float
-    limited_by: str  # "TPOT objective" | "batch slots" | "KV budget" | "one user already misses the objective"
+    limited_by: (
+        str  # "TPOT objective" | "batch slots" | "KV budget" | "one user already misses the objective"
+    )
 
 
-def calibrated_bandwidth(weights_bytes: float, kv_bytes_per_token: float, context_tokens: int, tpot_one_user_s: float) -> float:
+def calibrated_bandwidth(
+    weights_bytes: float, kv_bytes_per_token: float, context_tokens: int, tpot_one_user_s: float
+) -> float:
     """bandwidth = (weights + context x KV per token) / measured TPOT at one user."""
-    return (weights_bytes + context_tokens * kv_bytes_per_token) / positive_float("TPOT at one user", tpot_one_user_s)
+    return (weights_bytes + context_tokens * kv_bytes_per_token) / positive_float(
+        "TPOT at one user", tpot_one_user_s
+    )
 
 
-def max_users(weights_bytes: float, kv_bytes_per_token: float, context_tokens: int, bandwidth_bytes_per_s: float,
-              tpot_slo_s: float, slots: int, kv_budget_bytes: float | None = None) -> CapacityPrediction:
+def max_users(
+    weights_bytes: float,
+    kv_bytes_per_token: float,
+    context_tokens: int,
+    bandwidth_bytes_per_s: float,
+    tpot_slo_s: float,
+    slots: int,
+    kv_budget_bytes: float | None = None,
+) -> CapacityPrediction:
     positive_float("TPOT objective", tpot_slo_s)
     slots = positive_int("batch slots", slots)
     context_tokens = positive_int("context tokens", context_tokens)
-    curve = tuple((b, simple_decode_s(weights_bytes, b * context_tokens * kv_bytes_per_token, bandwidth_bytes_per_s))
-                  for b in range(1, slots + 1))
+    curve = tuple(
+        (b, simple_decode_s(weights_bytes, b * context_tokens * kv_bytes_per_token, bandwidth_bytes_per_s))
+        for b in range(1, slots + 1)
+    )
     users, limit = 0, "batch slots"
     for b, tpot in curve:
         if tpot > tpot_slo_s:

@@ -25,7 +25,18 @@ NOT_A_CONFIG = (
     "folder on the hub (it has model_type, hidden_size or n_embd, the layer and head counts, vocab_size)."
 )
 MAX_CONFIG_BYTES = 5 * 2**20  # a config.json is a few KB; anything this large is not one
-ENCODERS = ("bert", "roberta", "t5", "bart", "distilbert", "electra", "deberta", "deberta-v2", "mt5", "whisper")
+ENCODERS = (
+    "bert",
+    "roberta",
+    "t5",
+    "bart",
+    "distilbert",
+    "electra",
+    "deberta",
+    "deberta-v2",
+    "mt5",
+    "whisper",
+)
 
 # model_type -> layout key of ARCH_TRAITS. Mistral, Mixtral and Gemma build Llama's layer.
 MODEL_TYPE_TO_ARCH = {
@@ -107,7 +118,9 @@ def spec_from_hf_config(cfg: Any, name: str | None = None) -> ModelSpec:
     vocab = positive_int("vocab_size", vocab)
     traits = ARCH_TRAITS[arch]
     n_kv = _kv_heads(cfg, model_type, n_head)
-    head_dim = positive_int("head_dim", _get(cfg, "head_dim", default=None) or _default_head_dim(model_type, hidden, n_head))
+    head_dim = positive_int(
+        "head_dim", _get(cfg, "head_dim", default=None) or _default_head_dim(model_type, hidden, n_head)
+    )
     inter = positive_int("intermediate_size", _intermediate(cfg, model_type, hidden))
     ctx_raw = _get(cfg, "max_position_embeddings", "n_positions", "n_ctx", "seq_length", "max_seq_len")
     if ctx_raw is None:
@@ -179,14 +192,18 @@ def _layout(cfg: Mapping[str, Any], model_type: str, traits, hidden: int, assump
         traits = replace(traits, qkv_bias=bias, out_bias=bias, mlp_bias=bool(cfg.get("mlp_bias", False)))
     elif model_type == "gpt_neox":
         bias = bool(cfg.get("attention_bias", True))
-        traits = replace(traits, qkv_bias=bias, out_bias=bias, parallel_attn=bool(cfg.get("use_parallel_residual", True)))
+        traits = replace(
+            traits, qkv_bias=bias, out_bias=bias, parallel_attn=bool(cfg.get("use_parallel_residual", True))
+        )
     elif model_type == "falcon":
         bias = bool(cfg.get("bias", False))
         parallel = bool(cfg.get("parallel_attn", True))
         new_arch = bool(cfg.get("new_decoder_architecture", False))
         n_ln = cfg.get("num_ln_in_parallel_attn") or (2 if new_arch else None)
         norms = 2 if (not parallel or n_ln == 2) else 1
-        traits = replace(traits, qkv_bias=bias, out_bias=bias, mlp_bias=bias, parallel_attn=parallel, norms_per_layer=norms)
+        traits = replace(
+            traits, qkv_bias=bias, out_bias=bias, mlp_bias=bias, parallel_attn=parallel, norms_per_layer=norms
+        )
     elif model_type == "opt":
         bias = bool(cfg.get("enable_bias", True))
         affine = bool(cfg.get("layer_norm_elementwise_affine", True))
@@ -196,7 +213,8 @@ def _layout(cfg: Mapping[str, Any], model_type: str, traits, hidden: int, assump
             out_bias=bias,
             mlp_bias=bias,
             norm_params_per_hidden=2 if affine else 0,
-            final_norm=bool(cfg.get("do_layer_norm_before", True)) and not cfg.get("_remove_final_layer_norm", False),
+            final_norm=bool(cfg.get("do_layer_norm_before", True))
+            and not cfg.get("_remove_final_layer_norm", False),
         )
         e = cfg.get("word_embed_proj_dim")
         if e is not None and positive_int("word_embed_proj_dim", e) != hidden:
@@ -256,15 +274,21 @@ def _windows(
             )
         window = positive_int("sliding_window", window_raw) if windowed and window_raw else None
         if windowed and window is None:
-            assumptions.append("layer_types has sliding layers but no sliding_window: counted as full attention")
+            assumptions.append(
+                "layer_types has sliding layers but no sliding_window: counted as full attention"
+            )
         return window, windowed if window else 0, bool(window), attn if attn < n_layer else None
     if window_raw and cfg.get("use_sliding_window", True):
         window = positive_int("sliding_window", window_raw)
         window_layers = n_layer
         if model_type == "qwen2":
             max_window = cfg.get("max_window_layers", n_layer)
-            window_layers = max(0, n_layer - (0 if max_window == 0 else positive_int("max_window_layers", max_window)))
-        notes.append(f"sliding window {window}: a rolling cache keeps at most {window} tokens per windowed layer")
+            window_layers = max(
+                0, n_layer - (0 if max_window == 0 else positive_int("max_window_layers", max_window))
+            )
+        notes.append(
+            f"sliding window {window}: a rolling cache keeps at most {window} tokens per windowed layer"
+        )
         return window, window_layers, True, None
     return None, 0, False, None
 
@@ -275,7 +299,7 @@ def _gpt_neo_layers(cfg: Mapping[str, Any], n_layer: int) -> list[str]:
     if kinds:
         if not isinstance(kinds, list) or not all(k in ("global", "local") for k in kinds):
             raise InvalidParameterError(
-                "attention_layers must be a list of \"global\"/\"local\", one per layer; fix the config"
+                'attention_layers must be a list of "global"/"local", one per layer; fix the config'
             )
         return list(kinds)
     out: list[str] = []
@@ -324,10 +348,14 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         p = p / "config.json"
     try:
         if p.stat().st_size > MAX_CONFIG_BYTES:
-            raise InvalidParameterError(f"{p.name} is larger than 5 MB; pass the model's config.json, not its weights")
+            raise InvalidParameterError(
+                f"{p.name} is larger than 5 MB; pass the model's config.json, not its weights"
+            )
         data = p.read_bytes()
     except OSError as exc:
-        raise InvalidParameterError(f"cannot read {p.name}: {exc.strerror}. Pass the path of a config.json") from None
+        raise InvalidParameterError(
+            f"cannot read {p.name}: {exc.strerror}. Pass the path of a config.json"
+        ) from None
     return parse_config_json(data)
 
 

@@ -109,7 +109,20 @@ def weight_matrices(spec: ModelSpec) -> list[tuple[str, int, int, int]]:
 
 # Weight-only formats the calculator offers: int8 per output channel and int4 in groups (torchao), and
 # ggml's GGUF block formats. Each name is a key of engine.calc.quant.FORMATS or one of these two.
-WEIGHT_FORMATS: tuple[str, ...] = ("int8", "int4", "Q8_0", "Q6_K", "Q5_K", "Q5_1", "Q5_0", "Q4_K", "Q4_1", "Q4_0", "Q3_K", "Q2_K")
+WEIGHT_FORMATS: tuple[str, ...] = (
+    "int8",
+    "int4",
+    "Q8_0",
+    "Q6_K",
+    "Q5_K",
+    "Q5_1",
+    "Q5_0",
+    "Q4_K",
+    "Q4_1",
+    "Q4_0",
+    "Q3_K",
+    "Q2_K",
+)
 GGUF_NORM_BYTES = 4  # GGUF keeps norms and biases in F32 (llama.cpp's convert script)
 
 
@@ -154,7 +167,9 @@ def weights_bytes(
     if not weight_format:
         return params_of(spec) * BYTES_PER_ELEMENT[check_precision("weight precision", dtype)]
     if weight_format not in WEIGHT_FORMATS:
-        raise InvalidParameterError(f"unknown weight format {weight_format!r}; choose one of {', '.join(WEIGHT_FORMATS)}")
+        raise InvalidParameterError(
+            f"unknown weight format {weight_format!r}; choose one of {', '.join(WEIGHT_FORMATS)}"
+        )
     fmt, g = quant_format_name(weight_format, group_size)
     if g is not None:
         positive_int("group size", g)
@@ -352,7 +367,9 @@ class GpuPlan:
     that divides the attention heads, at most the head count), replicas for the rest of the batch."""
 
     memory_gpus: int  # ceil(total / memory per GPU): memory alone, ignoring how the model splits
-    tensor_parallel: int  # GPUs per replica (divides the heads); 0 when not even one sequence fits on n_heads GPUs
+    tensor_parallel: (
+        int  # GPUs per replica (divides the heads); 0 when not even one sequence fits on n_heads GPUs
+    )
     replicas: int  # copies of the model, each serving batch_per_replica sequences
     batch_per_replica: int
     gpus: int  # tensor_parallel x replicas (or memory_gpus when only pipeline stages can help)
@@ -371,7 +388,11 @@ class GpuPlan:
         capped = self.memory_gpus > n_heads
         each = "one GPU" if self.tensor_parallel == 1 else f"{self.tensor_parallel} GPUs in tensor parallel"
         return (
-            (f"Tensor parallel cannot split {n_heads} heads over more than {n_heads} GPUs. " if capped else "")
+            (
+                f"Tensor parallel cannot split {n_heads} heads over more than {n_heads} GPUs. "
+                if capped
+                else ""
+            )
             + f"{self.replicas} replicas of {each}, each serving up to {self.batch_per_replica} sequences: "
             f"{self.gpus} GPUs."
         )

@@ -40,7 +40,9 @@ class QuantFormat:
         """bytes = ceil(n / g) x (g x bits / 8 + scale + zero), g = group size (or the row length)."""
         g = group_size or self.group_size or row
         if g is None:
-            raise InvalidParameterError(f"{self.name} scales per row: give the row length (the layer's input size)")
+            raise InvalidParameterError(
+                f"{self.name} scales per row: give the row length (the layer's input size)"
+            )
         if g <= 0 or n < 0:
             raise InvalidParameterError(f"group size must be positive and n >= 0, got g={g}, n={n}")
         groups = math.ceil(n / g)
@@ -73,13 +75,29 @@ FORMATS: dict[str, QuantFormat] = {
         QuantFormat("Q5_K", 5, 256, 176 - 160, 0, _GGML),
         QuantFormat("Q6_K", 6, 256, 210 - 192, 0, _GGML),
         QuantFormat(
-            "int8-per-channel", 8, None, 4, 1, "torchao Int8WeightOnlyConfig: fp32 scale + int8 zero point per row"
+            "int8-per-channel",
+            8,
+            None,
+            4,
+            1,
+            "torchao Int8WeightOnlyConfig: fp32 scale + int8 zero point per row",
         ),
-        QuantFormat("int4-g128", 4, 128, 2, 2, "torchao int4 weight-only, bf16 model: bf16 scale + zero per group"),
-        QuantFormat("bnb-int8", 8, None, 4, 0, "bitsandbytes LLM.int8 (Int8Params): int8 + one fp32 SCB per row"),
-        QuantFormat("bnb-nf4", 4, 64, 4, 0, "bitsandbytes nf4, blocksize 64, no double quant: fp32 absmax per block"),
         QuantFormat(
-            "int4-g128-fp32", 4, 128, 4, 4, "torchao int4 weight-only on an fp32 model (CPU): fp32 scale + zero"
+            "int4-g128", 4, 128, 2, 2, "torchao int4 weight-only, bf16 model: bf16 scale + zero per group"
+        ),
+        QuantFormat(
+            "bnb-int8", 8, None, 4, 0, "bitsandbytes LLM.int8 (Int8Params): int8 + one fp32 SCB per row"
+        ),
+        QuantFormat(
+            "bnb-nf4", 4, 64, 4, 0, "bitsandbytes nf4, blocksize 64, no double quant: fp32 absmax per block"
+        ),
+        QuantFormat(
+            "int4-g128-fp32",
+            4,
+            128,
+            4,
+            4,
+            "torchao int4 weight-only on an fp32 model (CPU): fp32 scale + zero",
         ),
     )
 }
@@ -89,7 +107,9 @@ def get(name: str) -> QuantFormat:
     try:
         return FORMATS[name]
     except KeyError:
-        raise InvalidParameterError(f"unknown quantized format {name!r}; choose one of {', '.join(FORMATS)}") from None
+        raise InvalidParameterError(
+            f"unknown quantized format {name!r}; choose one of {', '.join(FORMATS)}"
+        ) from None
 
 
 def tensor_bytes(shape: tuple[int, ...], fmt: str, group_size: int | None = None) -> int:
@@ -108,12 +128,16 @@ def tensor_bytes(shape: tuple[int, ...], fmt: str, group_size: int | None = None
     return f.bytes_for(n, g, row)
 
 
-def model_bytes(tensors: list[tuple[tuple[int, ...], bool, float]], fmt: str, group_size: int | None = None) -> int:
+def model_bytes(
+    tensors: list[tuple[tuple[int, ...], bool, float]], fmt: str, group_size: int | None = None
+) -> int:
     """Bytes of a whole model: each (shape, quantized, bytes per element if not) tensor either in `fmt`
     (groups along the last dimension) or at its own precision. Tied tensors must be listed once."""
     total = 0
     for shape, quantized, elem_bytes in tensors:
-        total += tensor_bytes(shape, fmt, group_size) if quantized else math.ceil(math.prod(shape) * elem_bytes)
+        total += (
+            tensor_bytes(shape, fmt, group_size) if quantized else math.ceil(math.prod(shape) * elem_bytes)
+        )
     return total
 
 

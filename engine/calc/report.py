@@ -46,14 +46,18 @@ class Inputs:
     overhead: float = DEFAULT_OVERHEAD
     n_gpus: int = 1
     usd_per_gpu_hour: float | None = None  # None: no cost figures (prices are the user's)
-    weight_format: str | None = None  # int8 / int4 (torchao layouts) or a GGUF block format; None: plain dtype
+    weight_format: str | None = (
+        None  # int8 / int4 (torchao layouts) or a GGUF block format; None: plain dtype
+    )
     group_size: int | None = None  # weights per scale for int8/int4; None: per channel (int8), 128 (int4)
 
     def resolved(self) -> Inputs:
         """Validate and fill seq_len; prompt + output must fit in seq_len."""
         dtype = check_precision("weight precision", self.dtype)
         # int8/int4 are weight-only: the cache stays 16-bit unless a KV precision is asked for
-        kv = check_precision("KV precision", self.kv_dtype or ("fp16" if dtype in ("int8", "int4") else dtype))
+        kv = check_precision(
+            "KV precision", self.kv_dtype or ("fp16" if dtype in ("int8", "int4") else dtype)
+        )
         p = positive_int("prompt tokens", self.prompt_tokens)
         o = positive_int("output tokens", self.output_tokens)
         s = positive_int("sequence length", self.seq_len) if self.seq_len is not None else p + o
@@ -67,13 +71,26 @@ class Inputs:
         fmt = self.weight_format or None
         if fmt is not None:
             if fmt not in WEIGHT_FORMATS:
-                raise InvalidParameterError(f"unknown weight format {fmt!r}; choose one of {', '.join(WEIGHT_FORMATS)}")
+                raise InvalidParameterError(
+                    f"unknown weight format {fmt!r}; choose one of {', '.join(WEIGHT_FORMATS)}"
+                )
             if self.group_size is not None:
                 positive_int("group size", self.group_size)
             dtype = "int8" if quant.get(quant_format_name(fmt, self.group_size)[0]).bits > 4 else "int4"
-            kv = check_precision("KV precision", self.kv_dtype or "fp16")  # weight-only: the cache stays 16-bit
+            kv = check_precision(
+                "KV precision", self.kv_dtype or "fp16"
+            )  # weight-only: the cache stays 16-bit
         return Inputs(
-            dtype, kv, self.batch, s, p, o, self.overhead, self.n_gpus, self.usd_per_gpu_hour, fmt,
+            dtype,
+            kv,
+            self.batch,
+            s,
+            p,
+            o,
+            self.overhead,
+            self.n_gpus,
+            self.usd_per_gpu_hour,
+            fmt,
             self.group_size if fmt in ("int8", "int4") else None,
         )
 
@@ -211,7 +228,9 @@ def estimate(spec: ModelSpec, gpu: GPUSpec, inputs: Inputs, eff: Efficiency = DA
     )
 
 
-def _timing(spec: ModelSpec, gpu: GPUSpec, i: Inputs, eff: Efficiency, n_gpus: int, batch: int, wpp) -> TimingEstimate:
+def _timing(
+    spec: ModelSpec, gpu: GPUSpec, i: Inputs, eff: Efficiency, n_gpus: int, batch: int, wpp
+) -> TimingEstimate:
     assert i.kv_dtype is not None
     return estimate_timing(
         spec,
@@ -276,7 +295,9 @@ class BatchPoint:
     usd_per_million_tokens: float  # at the GPUs asked for
 
 
-def batch_sweep(spec: ModelSpec, gpu: GPUSpec, inputs: Inputs, eff: Efficiency = DATASHEET, max_batch_: int = 4096) -> list[BatchPoint]:
+def batch_sweep(
+    spec: ModelSpec, gpu: GPUSpec, inputs: Inputs, eff: Efficiency = DATASHEET, max_batch_: int = 4096
+) -> list[BatchPoint]:
     """Latency and $/M tokens at batch 1, 2, 4, ... up to `max_batch_` and a little past the fit limit, with
     every other input as given: the curve behind "batching lowers the cost until memory runs out"."""
     from dataclasses import replace
@@ -307,8 +328,12 @@ def reasoning(est: Estimate, spec: ModelSpec, gpu: GPUSpec, eff: Efficiency = DA
     from engine.calc import format as fmt
 
     m, t, i = est.memory, est.timing, est.inputs
-    kv_elem = m.kv_bytes_per_token / (2 * spec.kv_layers * spec.n_kv_head * spec.head_dim) if spec.kv_layers else 0
-    layers = f"{spec.kv_layers} attention layers" if spec.kv_layers != spec.n_layer else f"{spec.n_layer} layers"
+    kv_elem = (
+        m.kv_bytes_per_token / (2 * spec.kv_layers * spec.n_kv_head * spec.head_dim) if spec.kv_layers else 0
+    )
+    layers = (
+        f"{spec.kv_layers} attention layers" if spec.kv_layers != spec.n_layer else f"{spec.n_layer} layers"
+    )
     n = i.n_gpus
     lines = [
         f"**Weights** = {m.params:,} parameters ({est.params.source}) × {m.weights_bytes / m.params:.4g} B "
@@ -316,7 +341,11 @@ def reasoning(est: Estimate, spec: ModelSpec, gpu: GPUSpec, eff: Efficiency = DA
         f"**KV cache** = 2 × {layers} × {spec.n_kv_head} KV heads × {spec.head_dim} head dim × {kv_elem:g} B = "
         f"{m.kv_bytes_per_token:,.0f} B per token ({i.kv_dtype}); × {i.batch} users × {i.seq_len:,} tokens = "
         f"**{fmt.gb(m.kv_cache_bytes)}**"
-        + (f" (capped at the {spec.sliding_window}-token window the model evicts beyond)" if spec.window_evicts else "")
+        + (
+            f" (capped at the {spec.sliding_window}-token window the model evicts beyond)"
+            if spec.window_evicts
+            else ""
+        )
         + ".",
         f"**Overhead** {i.overhead:.0%} of both = {fmt.gb(m.overhead_bytes)}; total {fmt.gb(m.total_bytes)} / {n} GPU(s)"
         f" = {fmt.gb(m.per_gpu_bytes)} against {fmt.gb(m.gpu_memory_bytes)}.",

@@ -148,7 +148,9 @@ def operators(
     )
     t = spec.traits
     LA = spec.kv_layers  # layers with attention
-    kv_one = kv_bytes_per_token(spec, kv_dtype) / (2 * LA) if LA else 0.0  # K (or V) bytes per token per layer
+    kv_one = (
+        kv_bytes_per_token(spec, kv_dtype) / (2 * LA) if LA else 0.0
+    )  # K (or V) bytes per token per layer
     E, k = spec.n_experts, spec.experts_per_token
     visited = E * (1 - (1 - k / E) ** T) if spec.is_moe else 1.0  # distinct experts the T tokens visit
 
@@ -168,14 +170,23 @@ def operators(
         wb = (d_in * d_out + (d_out if bias else 0)) * w * copies
         ob = T * per_token * d_out * a if out_bytes is None else out_bytes
         return Operator(
-            name, group, 2.0 * T * per_token * d_in * d_out, wb + T * per_token * d_in * a + ob, count, weight_bytes=wb
+            name,
+            group,
+            2.0 * T * per_token * d_in * d_out,
+            wb + T * per_token * d_in * a + ob,
+            count,
+            weight_bytes=wb,
         )
 
     scores = b * H * n * c_kv
     ops = [
         linear("Q projection", "projection", h, q, t.qkv_bias, count=LA),
-        replace(linear("K projection", "projection", h, kv, t.qkv_bias, T * kv_one, count=LA), kv_bytes=T * kv_one),
-        replace(linear("V projection", "projection", h, kv, t.qkv_bias, T * kv_one, count=LA), kv_bytes=T * kv_one),
+        replace(
+            linear("K projection", "projection", h, kv, t.qkv_bias, T * kv_one, count=LA), kv_bytes=T * kv_one
+        ),
+        replace(
+            linear("V projection", "projection", h, kv, t.qkv_bias, T * kv_one, count=LA), kv_bytes=T * kv_one
+        ),
         Operator(
             "QK^T",
             "attention",
@@ -196,17 +207,17 @@ def operators(
         linear("output projection", "projection", q, h, t.out_bias, count=LA),
     ]
     ops = [op for op in ops if op.count]
-    moe = {"per_token": float(k), "copies": visited}
+    per_token, copies = float(k), float(visited)
     if spec.is_moe:
         ops.append(linear("router", "mlp", h, E, False))
     if t.gated_mlp:
         ops += [
-            linear("MLP gate", "mlp", h, inter, t.mlp_bias, **moe),
-            linear("MLP up", "mlp", h, inter, t.mlp_bias, **moe),
+            linear("MLP gate", "mlp", h, inter, t.mlp_bias, per_token=per_token, copies=copies),
+            linear("MLP up", "mlp", h, inter, t.mlp_bias, per_token=per_token, copies=copies),
         ]
     else:
-        ops.append(linear("MLP up", "mlp", h, inter, t.mlp_bias, **moe))
-    ops.append(linear("MLP down", "mlp", inter, h, t.mlp_bias, **moe))
+        ops.append(linear("MLP up", "mlp", h, inter, t.mlp_bias, per_token=per_token, copies=copies))
+    ops.append(linear("MLP down", "mlp", inter, h, t.mlp_bias, per_token=per_token, copies=copies))
     rows = T if logits_all_positions else b
     head_w = (spec.embed_dim or h) * V * w
     ops.append(

@@ -223,8 +223,19 @@ def check_precision(name: str, dtype: str) -> str:
         ) from None
 
 
-SIZE_FIELDS = ("n_layer", "hidden", "n_head", "n_kv_head", "head_dim", "intermediate", "vocab", "context_length")
-MAX_WIDTH = 10**7  # no real layer is 10 million wide; a hidden size of 10^9 is a typo, and its count overflows sense
+SIZE_FIELDS = (
+    "n_layer",
+    "hidden",
+    "n_head",
+    "n_kv_head",
+    "head_dim",
+    "intermediate",
+    "vocab",
+    "context_length",
+)
+MAX_WIDTH = (
+    10**7
+)  # no real layer is 10 million wide; a hidden size of 10^9 is a typo, and its count overflows sense
 
 
 def validate_spec(spec: ModelSpec, *, sizes: bool = True) -> ModelSpec:
@@ -324,9 +335,13 @@ def spec_from_numbers(
     or not). A given `params` overrides the count derived from the shape."""
     hidden = positive_int("hidden", hidden)
     n_head = positive_int("heads", n_head)
-    assumed = () if params else (
-        f"raw numbers: parameters from the formula with the {arch} layer layout; a real model may differ in "
-        "biases, norms or extra tensors",
+    assumed = (
+        ()
+        if params
+        else (
+            f"raw numbers: parameters from the formula with the {arch} layer layout; a real model may differ in "
+            "biases, norms or extra tensors",
+        )
     )
     return validate_spec(  # each size was checked as it was read above
         ModelSpec(
@@ -434,4 +449,3 @@ from engine.calc.hf_config import (  # noqa: E402, F401
     parse_config_text,
     spec_from_hf_config,
 )
-

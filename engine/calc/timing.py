@@ -62,7 +62,9 @@ def allreduce_s(message_bytes: float, n_gpus: int, link_bytes_per_s: float) -> f
     2 (n - 1) / n of the message per GPU (Patarasuk and Yuan 2009; NCCL's "bus bandwidth"). 0 on one GPU."""
     if n_gpus <= 1:
         return 0.0
-    return 2 * (n_gpus - 1) / n_gpus * message_bytes / positive_float("interconnect bandwidth", link_bytes_per_s)
+    return (
+        2 * (n_gpus - 1) / n_gpus * message_bytes / positive_float("interconnect bandwidth", link_bytes_per_s)
+    )
 
 
 def tp_comm_s(
@@ -153,7 +155,14 @@ def estimate_timing(
     wpp = weight_bytes_per_param
 
     def comm(tokens: int) -> float:
-        return tp_comm_s(spec, batch=b, tokens=tokens, act_bytes=act, n_gpus=n, link_bytes_per_s=gpu.interconnect_bytes_per_s)
+        return tp_comm_s(
+            spec,
+            batch=b,
+            tokens=tokens,
+            act_bytes=act,
+            n_gpus=n,
+            link_bytes_per_s=gpu.interconnect_bytes_per_s,
+        )
 
     pre_ops = operators(
         spec, phase="prefill", seq_len=p, batch=b, dtype=dtype, kv_dtype=kv_dtype, weight_bytes_per_param=wpp
@@ -162,7 +171,13 @@ def estimate_timing(
     # decode(s) models one new token against s cached + 1: s = P + O/2 - 1 gives the mean context P + O/2
     mean_ctx = max(1, round(p + o / 2 - 1))
     dec_ops = operators(
-        spec, phase="decode", seq_len=mean_ctx, batch=b, dtype=dtype, kv_dtype=kv_dtype, weight_bytes_per_param=wpp
+        spec,
+        phase="decode",
+        seq_len=mean_ctx,
+        batch=b,
+        dtype=dtype,
+        kv_dtype=kv_dtype,
+        weight_bytes_per_param=wpp,
     )
     decode = phase_time(dec_ops, roof, spec.n_layer, eff, comm(1))
     generation = prefill.seconds + (o - 1) * decode.seconds

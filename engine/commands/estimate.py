@@ -22,14 +22,18 @@ def add_arguments(parser) -> None:
     src.add_argument("--config", help="path of a Hugging Face config.json (or its folder)")
     parser.add_argument("--dtype", required=True, choices=PRECISIONS, help="weight precision")
     parser.add_argument(
-        "--kv-dtype", choices=PRECISIONS, help="KV cache precision (default: --dtype; fp16 for int8/int4 weights)"
+        "--kv-dtype",
+        choices=PRECISIONS,
+        help="KV cache precision (default: --dtype; fp16 for int8/int4 weights)",
     )
     parser.add_argument(
         "--weight-format",
         choices=WEIGHT_FORMATS,
         help="quantized weights with their scales: int8 (per channel), int4 (groups), or a GGUF block format",
     )
-    parser.add_argument("--group-size", type=int, help="weights per scale for int8/int4 (default: per channel / 128)")
+    parser.add_argument(
+        "--group-size", type=int, help="weights per scale for int8/int4 (default: per channel / 128)"
+    )
     parser.add_argument(
         "--gpu", required=True, help=f"a catalog key (python -m engine gpus) or {THIS_MACHINE}"
     )
@@ -118,7 +122,9 @@ def flatten(est: Estimate) -> dict:
         "params_source": est.params.source,
         "params_breakdown": {name: n for name, n in est.params.rows() if n},
         "gpu_plan": est.plan,
-        "usd_per_million_tokens_at_plan": est.cost_at_plan.usd_per_million_tokens if est.cost_at_plan else None,
+        "usd_per_million_tokens_at_plan": est.cost_at_plan.usd_per_million_tokens
+        if est.cost_at_plan
+        else None,
         "tp_comm_share_prefill": t.prefill.comm_share,
         "tp_comm_share_decode": t.decode_step.comm_share,
         "warnings": list(est.warnings),

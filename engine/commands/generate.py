@@ -12,7 +12,11 @@ _D = GenerationConfig()  # the one source of defaults, shared with the playgroun
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--model", default=models.DEFAULT_MODEL, help=f"preset, hub id or local folder (default {models.DEFAULT_MODEL})")
+    parser.add_argument(
+        "--model",
+        default=models.DEFAULT_MODEL,
+        help=f"preset, hub id or local folder (default {models.DEFAULT_MODEL})",
+    )
     parser.add_argument("--dtype", default="auto", help="auto, fp32, bf16 or fp16 (fp16 on CUDA only)")
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     parser.add_argument("--prompt", action="append", required=True, help="the prompt; repeat for a batch")

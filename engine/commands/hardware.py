@@ -8,7 +8,9 @@ HELP = "show GPUs (NVML, torch.cuda), CPU and RAM; with --measure, measured band
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--measure", action="store_true", help="also measure memory bandwidth and matmul FLOP/s")
+    parser.add_argument(
+        "--measure", action="store_true", help="also measure memory bandwidth and matmul FLOP/s"
+    )
 
 
 def run(args) -> dict:
@@ -37,5 +39,7 @@ def format_text(result: dict) -> str:
         lines.append(f"No GPU: {info.gpu_reason}")
     if "bandwidth" in result:
         lines.append(f"Measured read bandwidth: {result['bandwidth'].read_bytes_per_s / 1e9:.1f} GB/s")
-        lines.append(f"Measured matmul: {result['matmul'].flops_per_s / 1e9:.1f} GFLOP/s ({result['matmul'].dtype})")
+        lines.append(
+            f"Measured matmul: {result['matmul'].flops_per_s / 1e9:.1f} GFLOP/s ({result['matmul'].dtype})"
+        )
     return "\n".join(lines)

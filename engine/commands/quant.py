@@ -13,12 +13,21 @@ HELP = "quantize a model's weights (fp32, bf16, torchao int8/int4, bitsandbytes,
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--model", default=models.DEFAULT_MODEL, help=f"preset, hub id or folder (default {models.DEFAULT_MODEL})")
+    parser.add_argument(
+        "--model",
+        default=models.DEFAULT_MODEL,
+        help=f"preset, hub id or folder (default {models.DEFAULT_MODEL})",
+    )
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    parser.add_argument("--schemes", default=",".join(Q.DEFAULT_SCHEMES),
-                        help=f"comma-separated, from: {', '.join(Q.SCHEMES)} (fp32 is always measured: the baseline)")
+    parser.add_argument(
+        "--schemes",
+        default=",".join(Q.DEFAULT_SCHEMES),
+        help=f"comma-separated, from: {', '.join(Q.SCHEMES)} (fp32 is always measured: the baseline)",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--runs", type=int, default=3, help="timed runs per scheme (3+ gives a 95%% interval)")
+    parser.add_argument(
+        "--runs", type=int, default=3, help="timed runs per scheme (3+ gives a 95%% interval)"
+    )
     parser.add_argument("--eval-docs", type=int, default=4, help="pydoc_topics documents for bits per byte")
 
 
@@ -26,8 +35,13 @@ def rows(report: Q.QuantReport) -> list[dict]:
     """The JSON entries: one per scheme, with the model, the device and the verdict beside the numbers."""
     base = report.rows[0] if report.rows and report.rows[0].scheme == "fp32" else None
     return [
-        {"model": report.model, "device": report.device, **dataclasses.asdict(r), "verdict": Q.verdict(r, base),
-         "quality_method": report.quality_method}
+        {
+            "model": report.model,
+            "device": report.device,
+            **dataclasses.asdict(r),
+            "verdict": Q.verdict(r, base),
+            "quality_method": report.quality_method,
+        }
         for r in report.rows
     ]
 
@@ -35,8 +49,9 @@ def rows(report: Q.QuantReport) -> list[dict]:
 def run(args) -> list[dict]:
     schemes = Q.check_schemes(args.schemes.split(","))  # fail before loading anything
     lm = models.load_model(args.model, dtype="fp32", device=args.device)
-    report = Q.run_quant(lm, schemes, max_new_tokens=args.max_new_tokens, runs=args.runs,
-                         eval_documents=args.eval_docs)
+    report = Q.run_quant(
+        lm, schemes, max_new_tokens=args.max_new_tokens, runs=args.runs, eval_documents=args.eval_docs
+    )
     return rows(report)
 
 
@@ -45,8 +60,10 @@ def _f(x, spec: str) -> str:
 
 
 def format_text(entries: list[dict]) -> str:
-    lines = [f"{'scheme':<12}{'status':<8}{'weights':>10}{'predicted':>11}{'ratio':>7}{'tok/s':>8}{'speedup':>9}"
-             f"{'95% CI':>14}{'bpb':>8}{'Δbpb':>9}{'match':>7}{'div':>5}"]
+    lines = [
+        f"{'scheme':<12}{'status':<8}{'weights':>10}{'predicted':>11}{'ratio':>7}{'tok/s':>8}{'speedup':>9}"
+        f"{'95% CI':>14}{'bpb':>8}{'Δbpb':>9}{'match':>7}{'div':>5}"
+    ]
     for e in entries:
         ci = e["speedup_ci"]
         lines.append(

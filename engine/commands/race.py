@@ -9,34 +9,69 @@ from engine import models
 from engine.errors import InvalidParameterError
 from engine.race import contenders, runner
 
-HELP = ("race vanilla generation against peer engines (OpenVINO GenAI, ONNX Runtime GenAI, CTranslate2), DeepSpeed, "
-        "KV cache off, precisions, SDPA and static cache + compile")
+HELP = (
+    "race vanilla generation against peer engines (OpenVINO GenAI, ONNX Runtime GenAI, CTranslate2), DeepSpeed, "
+    "KV cache off, precisions, SDPA and static cache + compile"
+)
 _D = runner.RaceSpec(model=models.DEFAULT_MODEL, contenders=())  # one source of defaults
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--model", default=models.DEFAULT_MODEL, help=f"preset, hub id or local folder (default {models.DEFAULT_MODEL})")
     parser.add_argument(
-        "--contenders", default=",".join(contenders.DEFAULT_CONTENDERS),
+        "--model",
+        default=models.DEFAULT_MODEL,
+        help=f"preset, hub id or local folder (default {models.DEFAULT_MODEL})",
+    )
+    parser.add_argument(
+        "--contenders",
+        default=",".join(contenders.DEFAULT_CONTENDERS),
         help=f"comma-separated, from: {', '.join(contenders.CONTENDERS)} (vanilla, the baseline, is always run)",
     )
-    parser.add_argument("--runs", type=int, default=_D.runs, help="timed runs per contender (after the warm-up)")
-    parser.add_argument("--warmup", type=int, default=_D.warmup, help="warm-up runs per contender, not counted")
-    parser.add_argument("--max-new-tokens", type=int, default=_D.max_new_tokens)
-    parser.add_argument("--dtype", default=_D.dtype, help="the race's precision: auto (fp16 on a GPU, fp32 on the CPU), fp32, bf16, fp16")
-    parser.add_argument("--device", default=_D.device, help="auto, cpu or cuda")
-    parser.add_argument("--timeout", type=float, default=_D.timeout_s,
-                        help="seconds per contender, load and a peer's first conversion included")
-    parser.add_argument("--no-baseline-recheck", action="store_true",
-                        help="do not re-run vanilla at the end (the re-run flags a machine whose speed drifted)")
-    parser.add_argument("--chat", choices=("auto", "on", "off"), default="auto",
-                        help="wrap the prompts in the model's chat template (auto: when the model has one)")
     parser.add_argument(
-        "--python", action="append", default=[], metavar="NAME=PATH",
+        "--runs", type=int, default=_D.runs, help="timed runs per contender (after the warm-up)"
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=_D.warmup, help="warm-up runs per contender, not counted"
+    )
+    parser.add_argument("--max-new-tokens", type=int, default=_D.max_new_tokens)
+    parser.add_argument(
+        "--dtype",
+        default=_D.dtype,
+        help="the race's precision: auto (fp16 on a GPU, fp32 on the CPU), fp32, bf16, fp16",
+    )
+    parser.add_argument("--device", default=_D.device, help="auto, cpu or cuda")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=_D.timeout_s,
+        help="seconds per contender, load and a peer's first conversion included",
+    )
+    parser.add_argument(
+        "--no-baseline-recheck",
+        action="store_true",
+        help="do not re-run vanilla at the end (the re-run flags a machine whose speed drifted)",
+    )
+    parser.add_argument(
+        "--chat",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="wrap the prompts in the model's chat template (auto: when the model has one)",
+    )
+    parser.add_argument(
+        "--python",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
         help="run contender NAME's worker with interpreter PATH (repeatable), e.g. deepspeed=.venv-ds/bin/python",
     )
-    parser.add_argument("--save", nargs="?", const=str(runner.RESULTS_DIR), default=None, metavar="DIR",
-                        help=f"also write the result JSON under DIR (default {runner.RESULTS_DIR})")
+    parser.add_argument(
+        "--save",
+        nargs="?",
+        const=str(runner.RESULTS_DIR),
+        default=None,
+        metavar="DIR",
+        help=f"also write the result JSON under DIR (default {runner.RESULTS_DIR})",
+    )
     parser.add_argument("--csv", metavar="FILE", help="also write the per-contender summary as CSV")
 
 
@@ -53,11 +88,18 @@ def _pythons(items: list[str]) -> dict[str, str]:
 def run(args) -> dict:
     chosen = contenders.resolve(args.contenders.split(","), _pythons(args.python))
     spec = runner.RaceSpec(
-        model=args.model, contenders=tuple(chosen), runs=args.runs, warmup=args.warmup,
-        max_new_tokens=args.max_new_tokens, dtype=args.dtype, device=args.device, timeout_s=args.timeout,
+        model=args.model,
+        contenders=tuple(chosen),
+        runs=args.runs,
+        warmup=args.warmup,
+        max_new_tokens=args.max_new_tokens,
+        dtype=args.dtype,
+        device=args.device,
+        timeout_s=args.timeout,
         chat_template={"auto": None, "on": True, "off": False}[args.chat],
         recheck_baseline=not args.no_baseline_recheck,
     ).validate()
+
     def checkpoint(partial: runner.RaceResult) -> None:
         runner.save(partial, Path(args.save))  # the same file each time (named by the fixed start time)
 
@@ -82,15 +124,29 @@ def format_text(out: dict) -> str:
     load = out.get("load_avg_start")
     lines = [
         f"Race: {out['model']} on {hw.get('gpu') or hw.get('cpu')}, {out['runs']} timed runs (+{out['warmup']} warm-up), "
-        f"{out['max_new_tokens']} new tokens, greedy" + (f"; load average at start {load[0]:.2f}" if load else ""),
+        f"{out['max_new_tokens']} new tokens, greedy"
+        + (f"; load average at start {load[0]:.2f}" if load else ""),
         f"{'contender':<24}{'status':<9}{'engine':<28}{'latency ms':>11}{'TTFT ms':>9}{'TPOT ms':>9}{'tok/s':>9}"
         f"{'speedup [95% CI]':>22}{'match':>7}{'div@':>6}{'bpb':>7}{'RSS MB':>8}",
     ]
     for r in out["contenders"]:
-        sp = "n/a" if r["speedup_vs_vanilla"] is None else (
-            f"{r['speedup_vs_vanilla']:.2f}x" + (f" [{_f(r['speedup_low'], '.2f')}-{_f(r['speedup_high'], '.2f')}]"
-                                                if r.get("interval_shown") else " (no CI)"))
-        div = "none" if r["status"] == "ran" and r["first_divergence_token"] is None else _f(r["first_divergence_token"], "d")
+        sp = (
+            "n/a"
+            if r["speedup_vs_vanilla"] is None
+            else (
+                f"{r['speedup_vs_vanilla']:.2f}x"
+                + (
+                    f" [{_f(r['speedup_low'], '.2f')}-{_f(r['speedup_high'], '.2f')}]"
+                    if r.get("interval_shown")
+                    else " (no CI)"
+                )
+            )
+        )
+        div = (
+            "none"
+            if r["status"] == "ran" and r["first_divergence_token"] is None
+            else _f(r["first_divergence_token"], "d")
+        )
         engine = f"{r.get('engine') or '?'} {r.get('engine_version') or ''}".strip()
         lines.append(
             f"{r['name']:<24}{r['status']:<9}{engine[:27]:<28}{_f(r['latency_s_median'], '.1f', 1e3):>11}"

@@ -12,23 +12,38 @@ HELP = "speculative decoding (prompt lookup, draft model) measured against plain
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--model", default=models.DEFAULT_MODEL, help=f"target model (default {models.DEFAULT_MODEL})")
+    parser.add_argument(
+        "--model", default=models.DEFAULT_MODEL, help=f"target model (default {models.DEFAULT_MODEL})"
+    )
     parser.add_argument("--dtype", default="fp32", help="fp32, bf16 or fp16 (fp16 on CUDA only)")
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    parser.add_argument("--methods", default=",".join(S.METHODS), help=f"comma-separated: {', '.join(S.METHODS)}")
-    parser.add_argument("--workloads", default=",".join(S.WORKLOADS), help=f"comma-separated: {', '.join(S.WORKLOADS)}")
-    parser.add_argument("--draft", default=S.DEFAULT_DRAFT,
-                        help="draft model: layers:N (the target's first N layers), bf16 (a bf16 copy) or a model "
-                             "name with the same tokenizer (e.g. gpt-neo-125m for gpt-neo-1.3b, hub)")
-    parser.add_argument("--draft-length", type=int, default=S.DEFAULT_DRAFT_LENGTH,
-                        help=f"tokens drafted per target forward, gamma (1..{S.MAX_DRAFT})")
+    parser.add_argument(
+        "--methods", default=",".join(S.METHODS), help=f"comma-separated: {', '.join(S.METHODS)}"
+    )
+    parser.add_argument(
+        "--workloads", default=",".join(S.WORKLOADS), help=f"comma-separated: {', '.join(S.WORKLOADS)}"
+    )
+    parser.add_argument(
+        "--draft",
+        default=S.DEFAULT_DRAFT,
+        help="draft model: layers:N (the target's first N layers), bf16 (a bf16 copy) or a model "
+        "name with the same tokenizer (e.g. gpt-neo-125m for gpt-neo-1.3b, hub)",
+    )
+    parser.add_argument(
+        "--draft-length",
+        type=int,
+        default=S.DEFAULT_DRAFT_LENGTH,
+        help=f"tokens drafted per target forward, gamma (1..{S.MAX_DRAFT})",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--runs", type=int, default=3, help="timed runs (3+ gives a 95%% interval)")
 
 
 def rows(report: S.SpecReport) -> list[dict]:
-    return [{"model": report.model, "device": report.device, **dataclasses.asdict(r), "verdict": S.verdict(r)}
-            for r in report.rows]
+    return [
+        {"model": report.model, "device": report.device, **dataclasses.asdict(r), "verdict": S.verdict(r)}
+        for r in report.rows
+    ]
 
 
 def run(args) -> list[dict]:
@@ -41,8 +56,15 @@ def run(args) -> list[dict]:
 
             raise InvalidParameterError(f"unknown method {m!r}; choose from {', '.join(S.METHODS)}")
     lm = models.load_model(args.model, dtype=args.dtype, device=args.device)
-    report = S.run_speculate(lm, methods, workloads, draft=args.draft, draft_length=args.draft_length,
-                             max_new_tokens=args.max_new_tokens, runs=args.runs)
+    report = S.run_speculate(
+        lm,
+        methods,
+        workloads,
+        draft=args.draft,
+        draft_length=args.draft_length,
+        max_new_tokens=args.max_new_tokens,
+        runs=args.runs,
+    )
     return rows(report)
 
 
@@ -51,8 +73,10 @@ def _f(x, spec: str) -> str:
 
 
 def format_text(entries: list[dict]) -> str:
-    lines = [f"{'method':<15}{'workload':<16}{'alpha':>7}{'tok/fwd':>9}{'speedup':>9}{'95% CI':>13}{'expected':>10}"
-             f"{'c':>6}{'same':>6}"]
+    lines = [
+        f"{'method':<15}{'workload':<16}{'alpha':>7}{'tok/fwd':>9}{'speedup':>9}{'95% CI':>13}{'expected':>10}"
+        f"{'c':>6}{'same':>6}"
+    ]
     for e in entries:
         ci = e["speedup_ci"]
         lines.append(

@@ -102,8 +102,9 @@ def _cache(lm: LoadedModel, backend: str, nbits: int):
         return DynamicCache(config=lm.model.config)
     if backend == "fp8":
         return QuantizedCache(backend="fp8", config=lm.model.config)
-    return QuantizedCache(backend=backend, config=lm.model.config, nbits=nbits, q_group_size=GROUP,
-                          residual_length=RESIDUAL)
+    return QuantizedCache(
+        backend=backend, config=lm.model.config, nbits=nbits, q_group_size=GROUP, residual_length=RESIDUAL
+    )
 
 
 def run_kv(
@@ -146,14 +147,25 @@ def run_kv(
             cache = _cache(lm, backend, nbits)
             with lm.lock, torch.inference_mode():
                 t0 = time.perf_counter()
-                out = R.quiet(lm.model.generate, **enc, max_new_tokens=max_new_tokens, do_sample=False,
-                              min_new_tokens=max_new_tokens, past_key_values=cache, temperature=None, top_p=None,
-                              top_k=None, pad_token_id=lm.tokenizer.pad_token_id)
+                out = R.quiet(
+                    lm.model.generate,
+                    **enc,
+                    max_new_tokens=max_new_tokens,
+                    do_sample=False,
+                    min_new_tokens=max_new_tokens,
+                    past_key_values=cache,
+                    temperature=None,
+                    top_p=None,
+                    top_k=None,
+                    pad_token_id=lm.tokenizer.pad_token_id,
+                )
                 took = time.perf_counter() - t0
             ids = tuple(out[0, prompt_len:].tolist())
             measured = cache_bytes(cache)
             decoded = len(ids) - 1  # the last token is returned, never fed back
-            if backend == "fp8":  # per-tensor fp32 scales for K and V of each layer, appended without a residual
+            if (
+                backend == "fp8"
+            ):  # per-tensor fp32 scales for K and V of each layer, appended without a residual
                 predicted = (prompt_len + decoded) * values * 1 + 2 * spec["n_layer"] * 4
             else:
                 q = None
@@ -164,14 +176,23 @@ def run_kv(
             if reference is None:
                 reference = ids
             div = quality.first_divergence(reference, ids)
-            rows.append(KVResult(
-                backend, "ok", nbits=None if backend == "none" else (8 if backend == "fp8" else nbits),
-                tokens=prompt_len + decoded, kv_bytes=measured, kv_bytes_per_token=measured / (prompt_len + decoded),
-                predicted_bytes=predicted, predicted_ratio=measured / predicted if predicted else None,
-                max_sequences=int(budget_bytes // measured) if measured else None,
-                predicted_max_sequences=int(budget_bytes // predicted) if predicted else None,
-                exact_match=div is None, first_divergence_token=div, tokens_per_s=len(ids) / took,
-            ))
+            rows.append(
+                KVResult(
+                    backend,
+                    "ok",
+                    nbits=None if backend == "none" else (8 if backend == "fp8" else nbits),
+                    tokens=prompt_len + decoded,
+                    kv_bytes=measured,
+                    kv_bytes_per_token=measured / (prompt_len + decoded),
+                    predicted_bytes=predicted,
+                    predicted_ratio=measured / predicted if predicted else None,
+                    max_sequences=int(budget_bytes // measured) if measured else None,
+                    predicted_max_sequences=int(budget_bytes // predicted) if predicted else None,
+                    exact_match=div is None,
+                    first_divergence_token=div,
+                    tokens_per_s=len(ids) / took,
+                )
+            )
         except (RuntimeError, ValueError, ImportError, TypeError, AttributeError, NotImplementedError) as exc:
             if backend == "none":
                 raise
@@ -187,8 +208,13 @@ def verdict(row: KVResult, base: KVResult | None) -> str:
     if row.backend == "none" or base is None or not base.kv_bytes or not row.kv_bytes:
         return f"the plain cache holds {row.kv_bytes_per_token:,.0f} bytes per token: the reference."
     ratio = base.kv_bytes / row.kv_bytes
-    match = ("keeps the same greedy tokens as the plain cache" if row.exact_match
-             else f"its greedy output departs from the plain cache's at token {row.first_divergence_token}")
-    return (f"{row.backend} {row.nbits}-bit holds {ratio:.1f}x "
-            f"{'fewer' if ratio >= 1 else 'more'} bytes than the plain cache "
-            f"({row.max_sequences} vs {base.max_sequences} sequences in the budget) and {match}.")
+    match = (
+        "keeps the same greedy tokens as the plain cache"
+        if row.exact_match
+        else f"its greedy output departs from the plain cache's at token {row.first_divergence_token}"
+    )
+    return (
+        f"{row.backend} {row.nbits}-bit holds {ratio:.1f}x "
+        f"{'fewer' if ratio >= 1 else 'more'} bytes than the plain cache "
+        f"({row.max_sequences} vs {base.max_sequences} sequences in the budget) and {match}."
+    )

@@ -52,13 +52,28 @@ SCHEMES: dict[str, Scheme] = {
     for s in (
         Scheme("fp32", "fp32, the reference every other scheme is compared with", "torch", ""),
         Scheme("bf16", "bfloat16 weights and activations", "torch", ""),
-        Scheme("fp16", "float16 weights and activations (CUDA only: CPU fp16 uses slow reference kernels)", "torch",
-               "", cuda_only=True),
-        Scheme("int8", "torchao Int8WeightOnlyConfig: int8 weights, one scale per output channel", "torchao",
-               "int8-per-channel"),
-        Scheme("int4", "torchao int4 weight-only, groups of 128 (64/32 when the layer widths need it)", "torchao",
-               "int4-g128"),
-        Scheme("bnb-int8", "bitsandbytes LLM.int8 (8-bit weights, outliers in fp16)", "bitsandbytes", "bnb-int8"),
+        Scheme(
+            "fp16",
+            "float16 weights and activations (CUDA only: CPU fp16 uses slow reference kernels)",
+            "torch",
+            "",
+            cuda_only=True,
+        ),
+        Scheme(
+            "int8",
+            "torchao Int8WeightOnlyConfig: int8 weights, one scale per output channel",
+            "torchao",
+            "int8-per-channel",
+        ),
+        Scheme(
+            "int4",
+            "torchao int4 weight-only, groups of 128 (64/32 when the layer widths need it)",
+            "torchao",
+            "int4-g128",
+        ),
+        Scheme(
+            "bnb-int8", "bitsandbytes LLM.int8 (8-bit weights, outliers in fp16)", "bitsandbytes", "bnb-int8"
+        ),
         Scheme("bnb-nf4", "bitsandbytes 4-bit NormalFloat, blocks of 64", "bitsandbytes", "bnb-nf4"),
         Scheme("quanto-int4", "optimum-quanto qint4 weights", "optimum-quanto", "int4-g128"),
     )
@@ -118,7 +133,11 @@ def model_storage_bytes(model) -> int:
 def _quantized_linears(model) -> dict[str, object]:
     import torch
 
-    return {n: m for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and n.split(".")[-1] != "lm_head"}
+    return {
+        n: m
+        for n, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear) and n.split(".")[-1] != "lm_head"
+    }
 
 
 def int4_group(model) -> int:
@@ -127,7 +146,9 @@ def int4_group(model) -> int:
     for g in INT4_GROUPS:
         if all(w % g == 0 for w in widths):
             return g
-    raise InvalidParameterError(f"no int4 group size in {INT4_GROUPS} divides the layer widths {sorted(widths)}")
+    raise InvalidParameterError(
+        f"no int4 group size in {INT4_GROUPS} divides the layer widths {sorted(widths)}"
+    )
 
 
 def predicted_bytes(reference, fmt: str, elem_bytes: float, group: int | None) -> int:
@@ -195,7 +216,9 @@ def _bitsandbytes(lm: LoadedModel, scheme: str) -> Applied:
     if scheme == "bnb-int8":
         cfg = BitsAndBytesConfig(load_in_8bit=True)
     else:
-        cfg = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32)
+        cfg = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32
+        )
     device_map = "cuda" if lm.device.startswith("cuda") else "cpu"
     with tempfile.TemporaryDirectory(prefix="inference-lab-bnb-") as tmp:
         lm.model.save_pretrained(tmp, safe_serialization=True)
@@ -233,14 +256,20 @@ def apply_scheme(lm: LoadedModel, scheme: str) -> Applied:
     if s.cuda_only and not lm.device.startswith("cuda"):
         raise InvalidParameterError(f"{scheme} is offered on CUDA GPUs only: {s.description}")
     if lm.dtype != "fp32":
-        raise InvalidParameterError(f"load the reference in fp32 (got {lm.dtype}): every scheme is compared with it")
+        raise InvalidParameterError(
+            f"load the reference in fp32 (got {lm.dtype}): every scheme is compared with it"
+        )
     if s.library == "torch":
         t0 = time.perf_counter()
-        model = lm.model if scheme == "fp32" else copy.deepcopy(lm.model).to({"bf16": torch.bfloat16,
-                                                                                  "fp16": torch.float16}[scheme])
+        model = (
+            lm.model
+            if scheme == "fp32"
+            else copy.deepcopy(lm.model).to({"bf16": torch.bfloat16, "fp16": torch.float16}[scheme])
+        )
         elem = next(model.parameters()).element_size()
-        return Applied(R.derived(lm, model, scheme) if scheme != "fp32" else lm, time.perf_counter() - t0, "", None,
-                       elem)
+        return Applied(
+            R.derived(lm, model, scheme) if scheme != "fp32" else lm, time.perf_counter() - t0, "", None, elem
+        )
     if s.library == "torchao":
         return _torchao(lm, scheme)
     if s.library == "bitsandbytes":
@@ -262,7 +291,9 @@ class SchemeResult:
     predicted_ratio: float | None = None  # measured / predicted
     calc_format: str = ""
     group_size: int | None = None
-    rss_bytes: int | None = None  # peak process RSS while this scheme ran (the fp32 reference is resident too)
+    rss_bytes: int | None = (
+        None  # peak process RSS while this scheme ran (the fp32 reference is resident too)
+    )
     quantize_s: float | None = None
     ttft_s: float | None = None
     tpot_s: float | None = None
@@ -363,7 +394,9 @@ def run_quant(
     if not 1 <= runs <= 50:
         raise InvalidParameterError(f"runs must be between 1 and 50, got {runs}")
     if not 1 <= eval_documents <= len(evaluation.local_documents()):
-        raise InvalidParameterError(f"eval documents must be between 1 and {len(evaluation.local_documents())}")
+        raise InvalidParameterError(
+            f"eval documents must be between 1 and {len(evaluation.local_documents())}"
+        )
     cfg = R.config(lm, max_new_tokens)
     docs = evaluation.local_documents(eval_documents)
     base: dict = {}
@@ -373,14 +406,25 @@ def run_quant(
             progress(i / len(names), f"{name}: quantizing and measuring ({i + 1}/{len(names)})")
         scheme = SCHEMES[name]
         if scheme.cuda_only and not lm.device.startswith("cuda"):
-            rows.append(SchemeResult(name, "skipped", f"needs a CUDA GPU: {scheme.description}", scheme.description))
+            rows.append(
+                SchemeResult(name, "skipped", f"needs a CUDA GPU: {scheme.description}", scheme.description)
+            )
             continue
         applied = None
         try:
             applied = apply_scheme(lm, name)
             rows.append(_measure_one(applied, lm.model, base, prompts, cfg, runs, docs))
-        except (EngineError, ImportError, RuntimeError, ValueError, TypeError, AssertionError, NotImplementedError,
-                AttributeError, OSError) as exc:
+        except (
+            EngineError,
+            ImportError,
+            RuntimeError,
+            ValueError,
+            TypeError,
+            AssertionError,
+            NotImplementedError,
+            AttributeError,
+            OSError,
+        ) as exc:
             if name == "fp32":
                 raise  # without the baseline no ratio means anything
             rows.append(SchemeResult(name, "failed", _failure(exc), scheme.description))
@@ -390,8 +434,15 @@ def run_quant(
             gc.collect()
     if progress is not None:
         progress(1.0, "done")
-    return QuantReport(lm.name, lm.device, max_new_tokens, runs, eval_documents,
-                       QUALITY_METHOD.format(n=eval_documents), tuple(rows))
+    return QuantReport(
+        lm.name,
+        lm.device,
+        max_new_tokens,
+        runs,
+        eval_documents,
+        QUALITY_METHOD.format(n=eval_documents),
+        tuple(rows),
+    )
 
 
 # --- words from numbers -------------------------------------------------------------------------------------------

@@ -22,7 +22,12 @@ Progress = Callable[[float, str], None]
 def derived(lm: LoadedModel, model, label: str, notes: tuple[str, ...] = ()) -> LoadedModel:
     """The same tokenizer and facts around another model object, with its own lock."""
     return dataclasses.replace(
-        lm, model=model, dtype=label, lock=threading.Lock(), notes=lm.notes + notes, name=f"{lm.name} [{label}]"
+        lm,
+        model=model,
+        dtype=label,
+        lock=threading.Lock(),
+        notes=lm.notes + notes,
+        name=f"{lm.name} [{label}]",
     )
 
 
@@ -57,7 +62,13 @@ class Timed:
 def timed_runs(lm: LoadedModel, prompt: str, cfg: GenerationConfig, runs: int, warmup: int = 1) -> Timed:
     """`warmup` untimed runs (first-call allocations, lazy kernels), then `runs` measured ones."""
     for _ in range(warmup):
-        quiet(generate, lm, prompt, dataclasses.replace(cfg, max_new_tokens=min(4, cfg.max_new_tokens)), record=False)
+        quiet(
+            generate,
+            lm,
+            prompt,
+            dataclasses.replace(cfg, max_new_tokens=min(4, cfg.max_new_tokens)),
+            record=False,
+        )
     done = [quiet(generate, lm, prompt, cfg, record=False) for _ in range(runs)]
     return Timed(tuple(c.measurement for c in done), done[0].token_ids)
 

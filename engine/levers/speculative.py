@@ -73,7 +73,9 @@ def _layer_stack(model) -> tuple[str, str]:
         inner = getattr(model, base, None)
         if inner is not None and hasattr(inner, layers):
             return base, layers
-    raise InvalidParameterError(f"cannot find the decoder layers of {type(model).__name__}; use the bf16 draft")
+    raise InvalidParameterError(
+        f"cannot find the decoder layers of {type(model).__name__}; use the bf16 draft"
+    )
 
 
 def truncated(lm: LoadedModel, n_layers: int):
@@ -84,7 +86,9 @@ def truncated(lm: LoadedModel, n_layers: int):
     base, attr = _layer_stack(model)
     layers = getattr(getattr(model, base), attr)
     if not 1 <= n_layers < len(layers):
-        raise InvalidParameterError(f"layers:N needs 1 <= N < {len(layers)} (the target has {len(layers)} layers)")
+        raise InvalidParameterError(
+            f"layers:N needs 1 <= N < {len(layers)} (the target has {len(layers)} layers)"
+        )
     cfg = copy.deepcopy(model.config)
     cfg.num_hidden_layers = n_layers
     for name in ("layer_types", "attention_layers"):  # per-layer lists (Llama-family, GPT-Neo)
@@ -94,7 +98,9 @@ def truncated(lm: LoadedModel, n_layers: int):
     draft._modules = dict(model._modules)  # a new registry: the target's own stays untouched
     for name, value in list(vars(model).items()):
         if name.startswith(("_forward", "_backward")) and isinstance(value, dict):
-            setattr(draft, name, type(value)())  # hooks on the target (the forward counter) must not fire here
+            setattr(
+                draft, name, type(value)()
+            )  # hooks on the target (the forward counter) must not fire here
     inner = copy.copy(getattr(model, base))
     inner._modules = dict(inner._modules)
     setattr(inner, attr, torch.nn.ModuleList(list(layers)[:n_layers]))
@@ -159,8 +165,9 @@ class Counted:
 def _encode(lm: LoadedModel, prompt: str):
     prompt = clean_prompt(prompt)
     if lm.has_chat_template:
-        text = lm.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                                tokenize=False)
+        text = lm.tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+        )
         return lm.tokenizer(text, return_tensors="pt", add_special_tokens=False)
     return lm.tokenizer(prompt, return_tensors="pt")
 
@@ -260,7 +267,9 @@ def _plain(lm, prompts, max_new_tokens, runs) -> tuple[list[float], list[tuple[i
     return totals, tokens, per_token
 
 
-def _cost_ratio(lm: LoadedModel, draft_model, prompt: str, max_new_tokens: int, target_per_token: list[float]) -> float:
+def _cost_ratio(
+    lm: LoadedModel, draft_model, prompt: str, max_new_tokens: int, target_per_token: list[float]
+) -> float:
     """c = a draft's time per token / the target's, both plain greedy on the same prompt."""
     as_lm = R.derived(lm, draft_model, "draft")
     counted_generate(as_lm, prompt, 4)  # warm-up
@@ -289,10 +298,12 @@ def run_speculate(
             raise InvalidParameterError(f"unknown workload {w!r}; choose from {', '.join(WORKLOADS)}")
     if not 1 <= runs <= 50:
         raise InvalidParameterError(f"runs must be between 1 and 50, got {runs}")
-    draft_model, draft_what = (build_draft(lm, draft) if "draft" in methods else (None, ""))
+    draft_model, draft_what = build_draft(lm, draft) if "draft" in methods else (None, "")
     if draft_model is not None:
         draft_model.generation_config.num_assistant_tokens = gamma
-        draft_model.generation_config.num_assistant_tokens_schedule = "constant"  # a fixed gamma, as in the paper
+        draft_model.generation_config.num_assistant_tokens_schedule = (
+            "constant"  # a fixed gamma, as in the paper
+        )
         draft_model.generation_config.assistant_confidence_threshold = 0.0  # never stop a draft early
     rows: list[SpecResult] = []
     steps = len(names) * (1 + len(methods))
@@ -331,16 +342,29 @@ def run_speculate(
                         generated = sum(len(d.token_ids) for d in done)
                 alpha = accepted / drafted if drafted else 0.0
                 sp = stats.speedup(plain_totals, totals)
-                rows.append(SpecResult(
-                    method=method, workload=w, status="ok", draft=what, draft_length=gamma,
-                    acceptance_rate=alpha, tokens_per_target_forward=generated / forwards if forwards else None,
-                    speedup_vs_plain=sp.median, speedup_ci=(sp.low, sp.high) if runs >= 3 else None,
-                    identical_to_greedy=same, expected_speedup=scalc.expected_speedup(min(alpha, 1.0), gamma, c),
-                    cost_ratio=c, plain_latency_s=stats.median(plain_totals), method_latency_s=stats.median(totals),
-                    runs=runs,
-                ))
+                rows.append(
+                    SpecResult(
+                        method=method,
+                        workload=w,
+                        status="ok",
+                        draft=what,
+                        draft_length=gamma,
+                        acceptance_rate=alpha,
+                        tokens_per_target_forward=generated / forwards if forwards else None,
+                        speedup_vs_plain=sp.median,
+                        speedup_ci=(sp.low, sp.high) if runs >= 3 else None,
+                        identical_to_greedy=same,
+                        expected_speedup=scalc.expected_speedup(min(alpha, 1.0), gamma, c),
+                        cost_ratio=c,
+                        plain_latency_s=stats.median(plain_totals),
+                        method_latency_s=stats.median(totals),
+                        runs=runs,
+                    )
+                )
             except (EngineError, RuntimeError, ValueError, TypeError, AttributeError) as exc:
-                rows.append(SpecResult(method, w, "failed", f"{type(exc).__name__}: {exc}"[:300], draft_length=gamma))
+                rows.append(
+                    SpecResult(method, w, "failed", f"{type(exc).__name__}: {exc}"[:300], draft_length=gamma)
+                )
     if progress is not None:
         progress(1.0, "done")
     return SpecReport(lm.name, lm.device, max_new_tokens, runs, draft, tuple(rows))
@@ -352,8 +376,10 @@ def verdict(row: SpecResult) -> str:
         return f"{row.method} on {row.workload} did not run: {row.reason}"
     sp, exp = row.speedup_vs_plain, row.expected_speedup
     same = "identical to plain greedy" if row.identical_to_greedy else "NOT identical to plain greedy"
-    why = (f"{row.acceptance_rate:.0%} of drafted tokens accepted, {row.tokens_per_target_forward:.2f} tokens per "
-           f"target forward, draft cost c = {row.cost_ratio:.2f}")
+    why = (
+        f"{row.acceptance_rate:.0%} of drafted tokens accepted, {row.tokens_per_target_forward:.2f} tokens per "
+        f"target forward, draft cost c = {row.cost_ratio:.2f}"
+    )
     if sp is None or not math.isfinite(sp):
         return f"{row.method} on {row.workload}: no speed figure ({why})."
     word = "faster" if sp >= 1 else "slower"

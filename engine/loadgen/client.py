@@ -50,8 +50,12 @@ def headers(api_key: str | None) -> dict[str, str]:
 
 
 def body(spec: LoadSpec, req: PlannedRequest) -> dict:
-    out: dict = {"model": spec.model, "max_tokens": req.max_tokens, "stream": True,
-                 "stream_options": {"include_usage": True}}
+    out: dict = {
+        "model": spec.model,
+        "max_tokens": req.max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     if spec.temperature is not None:
         out["temperature"] = spec.temperature
     if spec.ignore_eos:
@@ -78,8 +82,13 @@ async def send(client: httpx.AsyncClient, spec: LoadSpec, req: PlannedRequest) -
     rec = RequestRecord(req.index, time.perf_counter(), req.max_tokens)
     chunks = 0
     try:
-        async with client.stream("POST", spec.base_url.rstrip("/") + path, json=body(spec, req),
-                                 headers=headers(spec.api_key), timeout=spec.timeout_s) as resp:
+        async with client.stream(
+            "POST",
+            spec.base_url.rstrip("/") + path,
+            json=body(spec, req),
+            headers=headers(spec.api_key),
+            timeout=spec.timeout_s,
+        ) as resp:
             if resp.status_code != 200:
                 text = (await resp.aread()).decode("utf-8", "replace")[:300]
                 rec.error = "http_429" if resp.status_code == 429 else f"http_{resp.status_code // 100}xx"

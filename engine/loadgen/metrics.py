@@ -82,7 +82,11 @@ def summarize(records: Sequence[RequestRecord], *, level: float, mode: str, slo:
     per_user = [1 / r.tpot_s for r in done if math.isfinite(r.tpot_s) and r.tpot_s > 0]
     errors = Counter(r.error for r in records if not r.ok)
     return RunMetrics(
-        level=level, mode=mode, requests=len(records), completed=len(done), errors=dict(errors),
+        level=level,
+        mode=mode,
+        requests=len(records),
+        completed=len(done),
+        errors=dict(errors),
         wall_s=wall,
         request_throughput=len(done) / wall if wall and wall > 0 else math.nan,
         output_tokens_per_s=out_tokens / wall if wall and wall > 0 else math.nan,

@@ -57,11 +57,15 @@ def check_server(base_url: str, api_key: str | None = None, timeout: float = 10.
     try:
         r = httpx.get(base_url.rstrip("/") + "/models", headers=headers(api_key), timeout=timeout)
     except httpx.HTTPError as exc:
-        raise LoadSpecError(f"cannot reach {base_url} ({type(exc).__name__}: {exc}); is the server running?") from None
+        raise LoadSpecError(
+            f"cannot reach {base_url} ({type(exc).__name__}: {exc}); is the server running?"
+        ) from None
     if r.status_code == 401:
         raise LoadSpecError(f"{base_url} refused the key (401): give the server's API key")
     if r.status_code != 200:
-        raise LoadSpecError(f"{base_url}/models answered {r.status_code}: is this an OpenAI-compatible base URL (…/v1)?")
+        raise LoadSpecError(
+            f"{base_url}/models answered {r.status_code}: is this an OpenAI-compatible base URL (…/v1)?"
+        )
     try:
         return [m["id"] for m in r.json().get("data", [])]
     except (ValueError, KeyError, TypeError, AttributeError):
@@ -83,8 +87,14 @@ class SweepResult:
         return next((p for p in self.points if p.level == self.knee), None)
 
 
-def run_sweep(spec: LoadSpec, slo: SLO, levels: Sequence[float], *, keep_going: bool = False,
-              progress: Progress | None = None) -> SweepResult:
+def run_sweep(
+    spec: LoadSpec,
+    slo: SLO,
+    levels: Sequence[float],
+    *,
+    keep_going: bool = False,
+    progress: Progress | None = None,
+) -> SweepResult:
     if not levels or any(v <= 0 for v in levels):
         raise LoadSpecError("give at least one positive load level (rates per second, or numbers of users)")
     levels = tuple(sorted(set(levels)))

@@ -33,7 +33,9 @@ class SLO:
         for name in ("ttft_s", "tpot_s", "e2e_s"):
             v = getattr(self, name)
             if v is not None and (not math.isfinite(v) or v <= 0):
-                raise LoadSpecError(f"the {name[:-2].upper()} SLO must be a positive number of seconds, got {v}")
+                raise LoadSpecError(
+                    f"the {name[:-2].upper()} SLO must be a positive number of seconds, got {v}"
+                )
         if not 0 < self.min_attainment <= 1:
             raise LoadSpecError(f"the SLO attainment target must be in (0, 1], got {self.min_attainment}")
         return self
@@ -50,9 +52,13 @@ class LoadSpec:
     concurrency: int = 1  # users (concurrency)
     n_requests: int = 32
     output_tokens: int = 64
-    output_tokens_max: int | None = None  # set: lengths drawn uniformly from [output_tokens, output_tokens_max]
+    output_tokens_max: int | None = (
+        None  # set: lengths drawn uniformly from [output_tokens, output_tokens_max]
+    )
     prompts_file: str | None = None
-    ignore_eos: bool = True  # vLLM's extension: every request makes exactly its output length (comparable runs)
+    ignore_eos: bool = (
+        True  # vLLM's extension: every request makes exactly its output length (comparable runs)
+    )
     temperature: float | None = 0.0  # None: leave it to the server's default (as GuideLLM does)
     seed: int = 0
     timeout_s: float = 600.0  # per request: a failure guard, not a measurement
@@ -70,13 +76,19 @@ class LoadSpec:
             raise LoadSpecError(f"concurrency must be a whole number >= 1, got {self.concurrency}")
         if not 1 <= self.n_requests <= 100_000:
             raise LoadSpecError(f"requests per run must be 1..100000, got {self.n_requests}")
-        if self.output_tokens < 1 or (self.output_tokens_max is not None and self.output_tokens_max < self.output_tokens):
+        if self.output_tokens < 1 or (
+            self.output_tokens_max is not None and self.output_tokens_max < self.output_tokens
+        ):
             raise LoadSpecError("output tokens must be >= 1, and the maximum (if given) >= the minimum")
         return self
 
     def at(self, value: float) -> LoadSpec:
         """The same spec at another load level (a rate, or a number of users)."""
-        return replace(self, rate=float(value)) if self.mode == "poisson" else replace(self, concurrency=int(value))
+        return (
+            replace(self, rate=float(value))
+            if self.mode == "poisson"
+            else replace(self, concurrency=int(value))
+        )
 
     @property
     def level(self) -> float:
@@ -95,7 +107,7 @@ def load_prompts(path: str | None) -> list[str]:
     """One JSON object per line with a "prompt" (or "text") string; blank lines skipped."""
     p = Path(path) if path else SHIPPED_PROMPTS
     if not p.is_file():
-        raise LoadSpecError(f"no prompt file at {p}: give a JSONL file with one {{\"prompt\": ...}} per line")
+        raise LoadSpecError(f'no prompt file at {p}: give a JSONL file with one {{"prompt": ...}} per line')
     prompts: list[str] = []
     for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
@@ -106,7 +118,7 @@ def load_prompts(path: str | None) -> list[str]:
             raise LoadSpecError(f"{p.name} line {n} is not JSON ({exc})") from None
         text = obj.get("prompt", obj.get("text")) if isinstance(obj, dict) else None
         if not isinstance(text, str) or not text.strip():
-            raise LoadSpecError(f"{p.name} line {n} has no non-empty \"prompt\" string")
+            raise LoadSpecError(f'{p.name} line {n} has no non-empty "prompt" string')
         prompts.append(text)
     if not prompts:
         raise LoadSpecError(f"{p.name} holds no prompts")
@@ -124,7 +136,11 @@ def plan(spec: LoadSpec) -> list[PlannedRequest]:
     t = 0.0
     out: list[PlannedRequest] = []
     for i in range(spec.n_requests):
-        n = spec.output_tokens if spec.output_tokens_max is None else rng.randint(spec.output_tokens, spec.output_tokens_max)
+        n = (
+            spec.output_tokens
+            if spec.output_tokens_max is None
+            else rng.randint(spec.output_tokens, spec.output_tokens_max)
+        )
         if spec.mode == "poisson" and i > 0:
             t += rng.expovariate(spec.rate)
         out.append(PlannedRequest(i, prompts[order[i % len(order)]], n, t if spec.mode == "poisson" else 0.0))

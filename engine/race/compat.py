@@ -47,7 +47,9 @@ def legacy_tokenizer(folder: str | Path):
     tmp.replace(target / "tokenizer.json")  # atomic: concurrent workers never read half a file
     cfg_file = folder / "tokenizer_config.json"
     cfg = json.loads(cfg_file.read_text(encoding="utf-8")) if cfg_file.is_file() else {}
-    special = {k: cfg[k] for k in ("bos_token", "eos_token", "pad_token", "unk_token") if isinstance(cfg.get(k), str)}
+    special = {
+        k: cfg[k] for k in ("bos_token", "eos_token", "pad_token", "unk_token") if isinstance(cfg.get(k), str)
+    }
     tok = PreTrainedTokenizerFast(tokenizer_file=str(target / "tokenizer.json"), **special)
     tok.model_input_names = ["input_ids", "attention_mask"]  # no token_type_ids: causal LMs reject them
     template = folder / "chat_template.jinja"
@@ -94,7 +96,9 @@ def install(notes: list[str]) -> None:
     folder = os.environ.get(TOKENIZER_DIR_ENV)
     if folder:
         models.bundled_tokenizer = lambda progress=None: _load_tokenizer(folder)
-        notes.append(f"tokenizer read from {TOKENIZER_DIR_ENV}={folder} (the bundled model is not installed here)")
+        notes.append(
+            f"tokenizer read from {TOKENIZER_DIR_ENV}={folder} (the bundled model is not installed here)"
+        )
     if transformers_major() >= 5:
         return
     import transformers
@@ -114,7 +118,9 @@ def install(notes: list[str]) -> None:
         _legacy_model_loader(transformers.AutoModelForCausalLM.from_pretrained)
     )
     if not folder:
-        models.bundled_tokenizer = lambda progress=None: legacy_tokenizer(models.ensure_bundled_copy(progress=progress))
+        models.bundled_tokenizer = lambda progress=None: legacy_tokenizer(
+            models.ensure_bundled_copy(progress=progress)
+        )
     notes.append(
         f"transformers {transformers.__version__}: files saved by transformers 5 are read through shims "
         "(tokenizer.json converted to the 4.x format, same token ids; rope_theta taken from rope_parameters)"

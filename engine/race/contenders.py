@@ -46,7 +46,9 @@ class Contender:
     compile: bool = False  # torch.compile of the forward (transformers auto-compiles a static cache on CUDA)
     python: str | None = None  # interpreter for the worker process; None = the one running the race
     group: str = "levers"  # "engines": a whole inference engine; "levers": one change to vanilla transformers
-    peer: str | None = None  # a peer engine (engine/race/peers): "openvino", "onnxruntime-genai", "ctranslate2"
+    peer: str | None = (
+        None  # a peer engine (engine/race/peers): "openvino", "onnxruntime-genai", "ctranslate2"
+    )
     precision: str | None = None  # the peer's weight format after conversion: fp32, int8, int4
 
     def engine_name(self) -> str:
@@ -68,8 +70,12 @@ class Contender:
 CONTENDERS: dict[str, Contender] = {
     c.name: c
     for c in (
-        Contender("vanilla", "Vanilla", "transformers `generate`, KV cache on, the race's precision: the baseline",
-                  group="engines"),
+        Contender(
+            "vanilla",
+            "Vanilla",
+            "transformers `generate`, KV cache on, the race's precision: the baseline",
+            group="engines",
+        ),
         Contender(
             "deepspeed",
             "DeepSpeed",
@@ -124,16 +130,43 @@ CONTENDERS: dict[str, Contender] = {
         *(
             Contender(name, label, desc, group="engines", peer=peer, precision=precision)
             for name, label, desc, peer, precision in (
-                ("openvino", "OpenVINO fp32", "OpenVINO GenAI's LLMPipeline on the CPU, model exported by "
-                 "optimum-intel with fp32 weights", "openvino", "fp32"),
-                ("openvino-int8", "OpenVINO int8", "OpenVINO GenAI, int8 weights (NNCF weight compression, "
-                 "per-channel asymmetric)", "openvino", "int8"),
-                ("onnxruntime-genai", "ONNX Runtime GenAI fp32", "ONNX Runtime GenAI on the CPU, model built by "
-                 "its model builder with fp32 weights", "onnxruntime-genai", "fp32"),
-                ("onnxruntime-genai-int4", "ONNX Runtime GenAI int4", "ONNX Runtime GenAI, int4 weights "
-                 "(MatMulNBits, block 32)", "onnxruntime-genai", "int4"),
-                ("ctranslate2", "CTranslate2 float32", "CTranslate2's Generator, model converted by "
-                 "ct2-transformers-converter with float32 weights", "ctranslate2", "fp32"),
+                (
+                    "openvino",
+                    "OpenVINO fp32",
+                    "OpenVINO GenAI's LLMPipeline on the CPU, model exported by "
+                    "optimum-intel with fp32 weights",
+                    "openvino",
+                    "fp32",
+                ),
+                (
+                    "openvino-int8",
+                    "OpenVINO int8",
+                    "OpenVINO GenAI, int8 weights (NNCF weight compression, per-channel asymmetric)",
+                    "openvino",
+                    "int8",
+                ),
+                (
+                    "onnxruntime-genai",
+                    "ONNX Runtime GenAI fp32",
+                    "ONNX Runtime GenAI on the CPU, model built by its model builder with fp32 weights",
+                    "onnxruntime-genai",
+                    "fp32",
+                ),
+                (
+                    "onnxruntime-genai-int4",
+                    "ONNX Runtime GenAI int4",
+                    "ONNX Runtime GenAI, int4 weights (MatMulNBits, block 32)",
+                    "onnxruntime-genai",
+                    "int4",
+                ),
+                (
+                    "ctranslate2",
+                    "CTranslate2 float32",
+                    "CTranslate2's Generator, model converted by "
+                    "ct2-transformers-converter with float32 weights",
+                    "ctranslate2",
+                    "fp32",
+                ),
                 ("ctranslate2-int8", "CTranslate2 int8", "CTranslate2, int8 weights", "ctranslate2", "int8"),
             )
         ),
@@ -141,7 +174,14 @@ CONTENDERS: dict[str, Contender] = {
 }
 PEERS: tuple[str, ...] = ("openvino", "onnxruntime-genai", "ctranslate2")
 DEFAULT_CONTENDERS: tuple[str, ...] = (
-    "vanilla", "openvino", "onnxruntime-genai", "ctranslate2", "deepspeed", "no-kv-cache", "half", "sdpa",
+    "vanilla",
+    "openvino",
+    "onnxruntime-genai",
+    "ctranslate2",
+    "deepspeed",
+    "no-kv-cache",
+    "half",
+    "sdpa",
 )
 BASELINE = "vanilla"
 
@@ -170,12 +210,16 @@ def resolve(names: list[str] | tuple[str, ...], pythons: dict[str, str] | None =
         )
     unknown = [n for n in names if n not in CONTENDERS]
     if unknown:
-        raise InvalidParameterError(f"unknown contender(s) {', '.join(unknown)}; choose from {', '.join(CONTENDERS)}")
+        raise InvalidParameterError(
+            f"unknown contender(s) {', '.join(unknown)}; choose from {', '.join(CONTENDERS)}"
+        )
     pythons = dict(pythons or {})
     bad = [n for n in pythons if n not in CONTENDERS]
     if bad:
         raise InvalidParameterError(f"--python names unknown contender(s) {', '.join(bad)}")
-    ordered = [BASELINE] + [n for n in dict.fromkeys(names) if n != BASELINE]  # the baseline is always measured
+    ordered = [BASELINE] + [
+        n for n in dict.fromkeys(names) if n != BASELINE
+    ]  # the baseline is always measured
     out = []
     for n in ordered:
         c = CONTENDERS[n]

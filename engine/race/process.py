@@ -40,9 +40,19 @@ def base_result(c: Contender, status: str, reason: str = "", python: str = "") -
         from engine.race.peers import base
 
         version = base.version(base.backend(c.peer).dist)
-    return ContenderResult(c.name, c.label, c.description, status, reason, group=c.group,
-                           engine=c.engine_name(), engine_version=version, precision=c.precision,
-                           use_cache=c.use_cache, python=python or c.interpreter())
+    return ContenderResult(
+        c.name,
+        c.label,
+        c.description,
+        status,
+        reason,
+        group=c.group,
+        engine=c.engine_name(),
+        engine_version=version,
+        precision=c.precision,
+        use_cache=c.use_cache,
+        python=python or c.interpreter(),
+    )
 
 
 def run_worker(c: Contender, job: dict[str, Any], timeout_s: float) -> ContenderResult:
@@ -53,8 +63,14 @@ def run_worker(c: Contender, job: dict[str, Any], timeout_s: float) -> Contender
     load_before = os.getloadavg()[0]
     try:
         proc = subprocess.Popen(
-            [python, "-m", "engine.race.worker"], cwd=ROOT, env=worker_env(), stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+            [python, "-m", "engine.race.worker"],
+            cwd=ROOT,
+            env=worker_env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
         )
     except OSError as exc:  # a missing or non-executable interpreter
         return base_result(c, "failed", f"could not start the worker with interpreter {python!r}: {exc}")
@@ -62,7 +78,9 @@ def run_worker(c: Contender, job: dict[str, Any], timeout_s: float) -> Contender
         out, err = proc.communicate(json.dumps(job), timeout=timeout_s)
     except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # the worker's whole group: DeepSpeed may have spawned helpers
+            os.killpg(
+                proc.pid, signal.SIGKILL
+            )  # the worker's whole group: DeepSpeed may have spawned helpers
         out, err = proc.communicate()
         r = base_result(c, "timeout", f"the worker ran past the {timeout_s:.0f} s timeout and was killed")
         r.exit_code, r.stderr_tail = proc.returncode, err[-3000:]
@@ -70,8 +88,11 @@ def run_worker(c: Contender, job: dict[str, Any], timeout_s: float) -> Contender
     load = (load_before, os.getloadavg()[0])
     data = last_json(out)
     if proc.returncode != 0 or data is None:
-        how = (f"killed by signal {-proc.returncode} ({signal_name(-proc.returncode)})" if proc.returncode < 0
-               else f"exited with code {proc.returncode}")
+        how = (
+            f"killed by signal {-proc.returncode} ({signal_name(-proc.returncode)})"
+            if proc.returncode < 0
+            else f"exited with code {proc.returncode}"
+        )
         last = next((ln for ln in reversed(err.strip().splitlines()) if ln.strip()), "")
         r = base_result(c, "crashed", f"the worker {how} without a result" + (f": {last}" if last else ""))
         r.exit_code, r.stderr_tail, r.load_avg = proc.returncode, err[-3000:], load
@@ -99,7 +120,9 @@ def last_json(text: str) -> dict | None:
 def from_worker(c: Contender, d: dict, rc: int, err: str, load) -> ContenderResult:
     """The worker's reply as a record, with the medians of its timed runs (engine.stats)."""
     runs = d.get("runs") or []
-    r = base_result(c, d.get("status", "failed"), d.get("reason", ""), python=d.get("python") or c.interpreter())
+    r = base_result(
+        c, d.get("status", "failed"), d.get("reason", ""), python=d.get("python") or c.interpreter()
+    )
     r.kernel_inject = bool(d.get("kernel_inject"))
     r.deepspeed_mode = d.get("deepspeed_mode")
     r.dtype, r.device = d.get("dtype"), d.get("device")
@@ -130,7 +153,9 @@ def from_worker(c: Contender, d: dict, rc: int, err: str, load) -> ContenderResu
     r.bits_per_byte = d.get("bits_per_byte")
     r.bits_per_byte_note = d.get("bits_per_byte_note", "")
     if d.get("deterministic") is False:
-        r.notes.append("greedy tokens differed between this contender's own timed runs (non-deterministic kernels)")
+        r.notes.append(
+            "greedy tokens differed between this contender's own timed runs (non-deterministic kernels)"
+        )
     r.conversion_s, r.converted_now = d.get("conversion_s"), d.get("converted_now")
     r.conversion_dir = d.get("conversion_dir", "")
     r.token_ids = d.get("token_ids") or []

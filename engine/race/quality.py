@@ -85,8 +85,9 @@ def bpb_documents() -> list[str]:
     return local_documents(BPB_DOCUMENTS)
 
 
-def bits_per_byte(logprobs: Callable[[list[int]], list[float] | None], tokenizer,
-                  documents: Sequence[str] | None = None) -> float | None:
+def bits_per_byte(
+    logprobs: Callable[[list[int]], list[float] | None], tokenizer, documents: Sequence[str] | None = None
+) -> float | None:
     """lm-eval's bits per byte from `logprobs(seq)` = ln p(seq[i] | seq[:i]) for i >= 1; None when the
     engine gives none. Disjoint windows of BPB_WINDOW scored tokens, each starting from the token before."""
     documents = list(documents if documents is not None else bpb_documents())

@@ -14,18 +14,62 @@ SCHEMA = 2  # 2: peer engines (engine, engine_version, precision, conversion), b
 
 # The CLI's --json promises at least these per contender (issues 6 and 14); CSV columns follow this order.
 SUMMARY_FIELDS = (
-    "name", "label", "group", "status", "reason", "engine", "engine_version", "precision", "kernel_inject",
-    "deepspeed_mode", "dtype", "device", "use_cache", "attn_implementation", "latency_s_median", "latency_s_q1",
-    "latency_s_q3", "ttft_s_median", "tpot_s_median", "tokens_per_s_median", "output_tokens_median",
-    "peak_memory_bytes", "peak_rss_bytes", "speedup_vs_vanilla", "speedup_low", "speedup_high",
-    "interval_shown", "first_divergence_token", "exact_match_rate", "perplexity", "bits_per_byte",
-    "conversion_s", "converted_now", "baseline_drift", "verdict", "runs", "python", "transformers", "deepspeed",
+    "name",
+    "label",
+    "group",
+    "status",
+    "reason",
+    "engine",
+    "engine_version",
+    "precision",
+    "kernel_inject",
+    "deepspeed_mode",
+    "dtype",
+    "device",
+    "use_cache",
+    "attn_implementation",
+    "latency_s_median",
+    "latency_s_q1",
+    "latency_s_q3",
+    "ttft_s_median",
+    "tpot_s_median",
+    "tokens_per_s_median",
+    "output_tokens_median",
+    "peak_memory_bytes",
+    "peak_rss_bytes",
+    "speedup_vs_vanilla",
+    "speedup_low",
+    "speedup_high",
+    "interval_shown",
+    "first_divergence_token",
+    "exact_match_rate",
+    "perplexity",
+    "bits_per_byte",
+    "conversion_s",
+    "converted_now",
+    "baseline_drift",
+    "verdict",
+    "runs",
+    "python",
+    "transformers",
+    "deepspeed",
     "exit_code",
 )
-FLOAT_FIELDS = frozenset({
-    "latency_s_median", "latency_s_q1", "latency_s_q3", "ttft_s_median", "tpot_s_median", "tokens_per_s_median",
-    "output_tokens_median", "speedup_vs_vanilla", "speedup_low", "speedup_high", "exact_match_rate",
-})
+FLOAT_FIELDS = frozenset(
+    {
+        "latency_s_median",
+        "latency_s_q1",
+        "latency_s_q3",
+        "ttft_s_median",
+        "tpot_s_median",
+        "tokens_per_s_median",
+        "output_tokens_median",
+        "speedup_vs_vanilla",
+        "speedup_low",
+        "speedup_high",
+        "exact_match_rate",
+    }
+)
 
 
 @dataclass
@@ -67,7 +111,9 @@ class ContenderResult:
     output_tokens_median: float = math.nan
     peak_memory_bytes: int | None = None
     peak_memory_kind: str = ""
-    peak_rss_bytes: int | None = None  # the worker process's peak resident set (getrusage ru_maxrss), every lane
+    peak_rss_bytes: int | None = (
+        None  # the worker process's peak resident set (getrusage ru_maxrss), every lane
+    )
     # against vanilla (engine.race.runner.compare)
     speedup_vs_vanilla: float = math.nan
     speedup_low: float = math.nan
@@ -75,7 +121,9 @@ class ContenderResult:
     interval_shown: bool = False  # False: too few runs or no warm-up for an interval (engine.race.verdict)
     interval_note: str = ""
     baseline_drift: float | None = None  # vanilla's median latency at the end / at the start of the race
-    first_divergence_token: int | None = None  # None: identical to vanilla, or not comparable (see quality_note)
+    first_divergence_token: int | None = (
+        None  # None: identical to vanilla, or not comparable (see quality_note)
+    )
     exact_match_rate: float = math.nan
     quality_note: str = ""
     perplexity: float | None = None

@@ -31,8 +31,19 @@ from engine.race.process import run_worker
 from engine.race.record import SUMMARY_FIELDS, ContenderResult, RaceResult
 from engine.race.serialise import RESULTS_DIR, load_recorded, save
 
-__all__ = ["MAX_RUNS", "RESULTS_DIR", "SUMMARY_FIELDS", "ContenderResult", "RaceResult", "RaceSpec", "compare",
-           "load_recorded", "run_race", "run_worker", "save"]
+__all__ = [
+    "MAX_RUNS",
+    "RESULTS_DIR",
+    "SUMMARY_FIELDS",
+    "ContenderResult",
+    "RaceResult",
+    "RaceSpec",
+    "compare",
+    "load_recorded",
+    "run_race",
+    "run_worker",
+    "save",
+]
 
 MAX_RUNS = 50
 Progress = Callable[[int, int, str], None]
@@ -57,7 +68,9 @@ class RaceSpec:
         if not self.contenders:
             raise InvalidParameterError("no contenders chosen: pick at least one (vanilla is the baseline)")
         if not isinstance(self.runs, int) or not 1 <= self.runs <= MAX_RUNS:
-            raise InvalidParameterError(f"runs must be a whole number from 1 to {MAX_RUNS}, got {self.runs!r}")
+            raise InvalidParameterError(
+                f"runs must be a whole number from 1 to {MAX_RUNS}, got {self.runs!r}"
+            )
         if not isinstance(self.warmup, int) or not 0 <= self.warmup <= 10:
             raise InvalidParameterError(f"warm-up runs must be from 0 to 10, got {self.warmup!r}")
         if not isinstance(self.max_new_tokens, int) or not 2 <= self.max_new_tokens <= 2048:
@@ -86,7 +99,9 @@ def compare(results: list[ContenderResult], recheck: ContenderResult | None = No
             r.verdict = verdict.lane_verdict(r) if not r.ran else "not compared: vanilla did not run"
         return ["vanilla did not run, so there is no baseline: speedups and divergence are not available"]
     notes = []
-    ratio = verdict.drift(base.latencies_s, recheck.latencies_s) if recheck is not None and recheck.ran else None
+    ratio = (
+        verdict.drift(base.latencies_s, recheck.latencies_s) if recheck is not None and recheck.ran else None
+    )
     if ratio is not None:
         notes.append(verdict.drift_note(ratio))
     for r in results:
@@ -96,22 +111,30 @@ def compare(results: list[ContenderResult], recheck: ContenderResult | None = No
             continue
         s = stats.speedup(base.latencies_s, r.latencies_s)
         r.speedup_vs_vanilla, r.speedup_low, r.speedup_high = s.median, s.low, s.high
-        why = verdict.interval_reason(min(len(r.latencies_s), len(base.latencies_s)),
-                                      min(len(r.warmup_s), len(base.warmup_s)))
+        why = verdict.interval_reason(
+            min(len(r.latencies_s), len(base.latencies_s)), min(len(r.warmup_s), len(base.warmup_s))
+        )
         r.interval_shown, r.interval_note = not why, why
         if r is not base:
             r.baseline_drift = ratio
         if base.token_ids and r.token_ids:
             r.first_divergence_token = quality.first_divergence(base.token_ids[0], r.token_ids[0])
             r.exact_match_rate = quality.exact_match_rate(base.token_ids, r.token_ids)
-            r.quality_note = ("identical greedy tokens" if r.first_divergence_token is None
-                              else f"first differs at generated token {r.first_divergence_token}")
+            r.quality_note = (
+                "identical greedy tokens"
+                if r.first_divergence_token is None
+                else f"first differs at generated token {r.first_divergence_token}"
+            )
         length_note = (
             f"generated {r.output_tokens_median:g} tokens vs vanilla's {base.output_tokens_median:g} (EOS came "
             "at a different step): compare tokens/s and TPOT, not end-to-end latency"
         )
-        if (_ok(r.output_tokens_median) and _ok(base.output_tokens_median)
-                and r.output_tokens_median != base.output_tokens_median and length_note not in r.notes):
+        if (
+            _ok(r.output_tokens_median)
+            and _ok(base.output_tokens_median)
+            and r.output_tokens_median != base.output_tokens_median
+            and length_note not in r.notes
+        ):
             r.notes.append(length_note)
         r.verdict = verdict.lane_verdict(r)
     return notes
@@ -122,9 +145,14 @@ def _hardware_summary() -> dict[str, Any]:
 
     info = hardware.detect()
     out: dict[str, Any] = {
-        "cpu": info.cpu_name, "cpu_cores_logical": info.cpu_cores_logical, "torch_threads": info.torch_threads,
-        "ram_total_bytes": info.ram_total_bytes, "accelerator": info.accelerator, "torch": info.torch_version,
-        "cuda_build": info.cuda_build, "gpu_reason": info.gpu_reason,
+        "cpu": info.cpu_name,
+        "cpu_cores_logical": info.cpu_cores_logical,
+        "torch_threads": info.torch_threads,
+        "ram_total_bytes": info.ram_total_bytes,
+        "accelerator": info.accelerator,
+        "torch": info.torch_version,
+        "cuda_build": info.cuda_build,
+        "gpu_reason": info.gpu_reason,
     }
     if info.gpus:
         g = info.gpus[0]
@@ -138,15 +166,31 @@ def _starting(c: Contender, spec: RaceSpec) -> str:
     return f"{c.label}: starting a worker ({c.interpreter() if c.python != '' else 'no interpreter'})"
 
 
-def _run_one(spec: RaceSpec, c: Contender, i: int, total: int, tmp: Path, device: str,
-             progress: Progress | None, timing_only: bool = False) -> ContenderResult:
+def _run_one(
+    spec: RaceSpec,
+    c: Contender,
+    i: int,
+    total: int,
+    tmp: Path,
+    device: str,
+    progress: Progress | None,
+    timing_only: bool = False,
+) -> ContenderResult:
     if progress:
         progress(i, total, _starting(c, spec))
     job = {
-        "model": spec.model, "dtype": spec.dtype, "device": spec.device, "race_device": device,
-        "contender": c.to_dict(), "prompts": list(spec.prompts), "max_new_tokens": spec.max_new_tokens,
-        "runs": spec.runs, "warmup": spec.warmup, "chat_template": spec.chat_template,
-        "reference_text": quality.REFERENCE_TEXT, "timing_only": timing_only,
+        "model": spec.model,
+        "dtype": spec.dtype,
+        "device": spec.device,
+        "race_device": device,
+        "contender": c.to_dict(),
+        "prompts": list(spec.prompts),
+        "max_new_tokens": spec.max_new_tokens,
+        "runs": spec.runs,
+        "warmup": spec.warmup,
+        "chat_template": spec.chat_template,
+        "reference_text": quality.REFERENCE_TEXT,
+        "timing_only": timing_only,
     }
     preset = PRESETS.get(spec.model)
     if preset is not None and preset.kind == "random":
@@ -174,9 +218,16 @@ def run_race(
 
         resolve_dtype(spec.dtype, resolve_device(spec.device))
     result = RaceResult(
-        model=spec.model, dtype=spec.dtype, device=hw["accelerator"] if spec.device == "auto" else spec.device,
-        runs=spec.runs, warmup=spec.warmup, max_new_tokens=spec.max_new_tokens, prompts=list(spec.prompts),
-        started_at=datetime.now(UTC).isoformat(timespec="seconds"), hardware=hw, chat_template=spec.chat_template,
+        model=spec.model,
+        dtype=spec.dtype,
+        device=hw["accelerator"] if spec.device == "auto" else spec.device,
+        runs=spec.runs,
+        warmup=spec.warmup,
+        max_new_tokens=spec.max_new_tokens,
+        prompts=list(spec.prompts),
+        started_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        hardware=hw,
+        chat_template=spec.chat_template,
         load_avg_start=os.getloadavg(),
     )
     recheck = spec.recheck_baseline and any(c.name != BASELINE for c in spec.contenders)
@@ -191,8 +242,9 @@ def run_race(
         base = next((c for c in spec.contenders if c.name == BASELINE), None)
         if recheck and base is not None and any(r.name == BASELINE and r.ran for r in result.contenders):
             again = replace(base, label=f"{base.label} (re-run at the end)")
-            result.baseline_recheck = _run_one(spec, again, total - 1, total, Path(tmp), result.device, progress,
-                                               timing_only=True)
+            result.baseline_recheck = _run_one(
+                spec, again, total - 1, total, Path(tmp), result.device, progress, timing_only=True
+            )
     result.notes.extend(compare(result.contenders, result.baseline_recheck))
     result.winner = verdict.winner_line(result.contenders)
     cores = hw.get("cpu_cores_logical") or 1

@@ -38,8 +38,9 @@ def to_json(result: RaceResult) -> str:
 
 def _contender(data: dict[str, Any]) -> ContenderResult:
     names = {f.name for f in dataclasses.fields(ContenderResult)}
-    return ContenderResult(**{k: (math.nan if v is None and k in FLOAT_FIELDS else v)
-                              for k, v in data.items() if k in names})
+    return ContenderResult(
+        **{k: (math.nan if v is None and k in FLOAT_FIELDS else v) for k, v in data.items() if k in names}
+    )
 
 
 def from_dict(data: dict[str, Any]) -> RaceResult:
@@ -47,8 +48,11 @@ def from_dict(data: dict[str, Any]) -> RaceResult:
     rows = [_contender(c) for c in data["contenders"]]
     recheck = data.get("baseline_recheck")
     top = {f.name for f in dataclasses.fields(RaceResult)} - {"contenders", "baseline_recheck"}
-    return RaceResult(**{k: v for k, v in data.items() if k in top}, contenders=rows,
-                      baseline_recheck=_contender(recheck) if recheck else None)
+    return RaceResult(
+        **{k: v for k, v in data.items() if k in top},
+        contenders=rows,
+        baseline_recheck=_contender(recheck) if recheck else None,
+    )
 
 
 def _csv_value(v):
@@ -69,6 +73,7 @@ def to_csv(result: RaceResult) -> str:
 
 def runs_csv(result: RaceResult) -> str:
     """One row per timed run: the raw numbers behind the medians."""
+
     def at(values: list, i: int):
         return _csv_value(values[i]) if i < len(values) else ""
 
@@ -77,8 +82,17 @@ def runs_csv(result: RaceResult) -> str:
     w.writerow(["contender", "run", "latency_s", "ttft_s", "tpot_s", "tokens_per_s", "output_tokens"])
     for c in result.contenders:
         for i, lat in enumerate(c.latencies_s):
-            w.writerow([c.name, i + 1, lat, at(c.ttfts_s, i), at(c.tpots_s, i), at(c.tokens_per_s, i),
-                        at(c.output_tokens, i)])
+            w.writerow(
+                [
+                    c.name,
+                    i + 1,
+                    lat,
+                    at(c.ttfts_s, i),
+                    at(c.tpots_s, i),
+                    at(c.tokens_per_s, i),
+                    at(c.output_tokens, i),
+                ]
+            )
     return buf.getvalue()
 
 

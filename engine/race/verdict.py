@@ -30,11 +30,13 @@ def _ok(v) -> bool:
 
 
 def interval_reason(timed_runs: int, warmup_runs: int) -> str:
-    """"" when an interval may be shown; else why not."""
+    """ "" when an interval may be shown; else why not."""
     if timed_runs >= MIN_TIMED_RUNS and warmup_runs >= MIN_WARMUP:
         return ""
-    return (f"no interval: {timed_runs} timed run{'s' if timed_runs != 1 else ''} after {warmup_runs} warm-up; "
-            f"a 95% interval needs at least {MIN_TIMED_RUNS} timed runs after at least {MIN_WARMUP} warm-up")
+    return (
+        f"no interval: {timed_runs} timed run{'s' if timed_runs != 1 else ''} after {warmup_runs} warm-up; "
+        f"a 95% interval needs at least {MIN_TIMED_RUNS} timed runs after at least {MIN_WARMUP} warm-up"
+    )
 
 
 def is_pass_through(c: ContenderResult) -> bool:
@@ -76,8 +78,11 @@ def quality_phrase(c: ContenderResult) -> str:
     same = round(c.exact_match_rate * n) if n else 0
     if c.first_divergence_token is None and c.exact_match_rate == 1.0:
         return f"same output as vanilla on all {n} prompts" if n else "same output as vanilla"
-    head = ("output diverges at token " + str(c.first_divergence_token) if c.first_divergence_token is not None
-            else "same output on the timed prompt")
+    head = (
+        "output diverges at token " + str(c.first_divergence_token)
+        if c.first_divergence_token is not None
+        else "same output on the timed prompt"
+    )
     return f"{head} ({same}/{n} prompts identical)" if n else head
 
 
@@ -88,8 +93,10 @@ def lane_verdict(c: ContenderResult) -> str:
         return "the baseline"
     parts = [speed_phrase(c), quality_phrase(c)]
     if is_pass_through(c):
-        parts.append("pass-through: it runs vanilla's own modules, so it cannot be faster than vanilla; "
-                     "the measured difference is noise")
+        parts.append(
+            "pass-through: it runs vanilla's own modules, so it cannot be faster than vanilla; "
+            "the measured difference is noise"
+        )
     if c.baseline_drift is not None and abs(c.baseline_drift - 1) > DRIFT_TOLERANCE:
         parts.append(f"baseline drifted {c.baseline_drift - 1:+.1%} during the race")
     return ", ".join(parts)
@@ -106,10 +113,14 @@ def drift_note(ratio: float | None) -> str:
         return ""
     change = f"{ratio - 1:+.1%}"
     if abs(ratio - 1) > DRIFT_TOLERANCE:
-        return (f"baseline drift: vanilla re-run at the end took {change} median latency vs the start (more than "
-                f"{DRIFT_TOLERANCE:.0%}): the machine's speed changed during the race, so every lane raced in "
-                "between is flagged; rerun on a quieter machine")
-    return f"baseline steady: vanilla re-run at the end was within {DRIFT_TOLERANCE:.0%} of the start ({change})"
+        return (
+            f"baseline drift: vanilla re-run at the end took {change} median latency vs the start (more than "
+            f"{DRIFT_TOLERANCE:.0%}): the machine's speed changed during the race, so every lane raced in "
+            "between is flagged; rerun on a quieter machine"
+        )
+    return (
+        f"baseline steady: vanilla re-run at the end was within {DRIFT_TOLERANCE:.0%} of the start ({change})"
+    )
 
 
 def winner_line(contenders: list[ContenderResult]) -> str:
@@ -121,8 +132,10 @@ def winner_line(contenders: list[ContenderResult]) -> str:
     if not others:
         return "No winner: no other lane ran to completion."
     if not lanes:
-        return ("No winner: besides vanilla only pass-through lanes ran, and a pass-through engine cannot be "
-                "faster than what it wraps.")
+        return (
+            "No winner: besides vanilla only pass-through lanes ran, and a pass-through engine cannot be "
+            "faster than what it wraps."
+        )
 
     def clearly_faster(c: ContenderResult) -> bool:
         return c.speedup_vs_vanilla > 1 and (not c.interval_shown or c.speedup_low > 1)
@@ -130,7 +143,7 @@ def winner_line(contenders: list[ContenderResult]) -> str:
     faster = [c for c in lanes if clearly_faster(c)]
     if not faster:
         best = max(lanes, key=lambda c: c.speedup_vs_vanilla)
-        return (f"No lane beat vanilla beyond noise; the closest was {best.label} ({speed_phrase(best)}).")
+        return f"No lane beat vanilla beyond noise; the closest was {best.label} ({speed_phrase(best)})."
     exact = [c for c in faster if c.exact_match_rate == 1.0]
     best = max(faster, key=lambda c: c.speedup_vs_vanilla)
     line = f"Fastest: {best.label}, {speed_phrase(best)}, {quality_phrase(best)}."
@@ -141,8 +154,12 @@ def winner_line(contenders: list[ContenderResult]) -> str:
         line += " No faster lane kept vanilla's exact output."
     if any(not c.interval_shown for c in faster):
         line += " (Some speedups are single points without an interval: too few runs.)"
-    drifted = [c for c in faster if c.baseline_drift is not None and abs(c.baseline_drift - 1) > DRIFT_TOLERANCE]
+    drifted = [
+        c for c in faster if c.baseline_drift is not None and abs(c.baseline_drift - 1) > DRIFT_TOLERANCE
+    ]
     if drifted:
-        line += (f" Caution: vanilla's own speed moved {drifted[0].baseline_drift - 1:+.1%} during the race, "
-                 "so these ratios are unreliable.")
+        line += (
+            f" Caution: vanilla's own speed moved {drifted[0].baseline_drift - 1:+.1%} during the race, "
+            "so these ratios are unreliable."
+        )
     return line

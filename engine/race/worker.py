@@ -103,8 +103,13 @@ def _distributed_env() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": str(port)}.items():
+    for key, value in {
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }.items():
         os.environ.setdefault(key, value)
 
 
@@ -115,7 +120,9 @@ def _deepspeed(lm, contender: dict, result: dict, notes: list[str]):
     try:
         import deepspeed
     except Exception as exc:  # deepspeed fails to import in many ways (missing ops, CUDA mismatch)
-        raise RuntimeError(f"deepspeed is not importable in {sys.executable}: {type(exc).__name__}: {exc}") from exc
+        raise RuntimeError(
+            f"deepspeed is not importable in {sys.executable}: {type(exc).__name__}: {exc}"
+        ) from exc
     _distributed_env()
     on_cuda = lm.device.startswith("cuda")
     inject = bool(contender.get("kernel_inject")) and on_cuda
@@ -172,13 +179,19 @@ def _apply_features(lm, contender: dict, notes: list[str]) -> None:
     if attn:
         supported = attn == "eager" or bool(getattr(model, f"_supports_{attn}", False))
         if not supported:
-            raise Skip(f"{lm.architecture} does not support {attn} attention in this transformers "
-                       f"(its class sets _supports_{attn} = False)")
+            raise Skip(
+                f"{lm.architecture} does not support {attn} attention in this transformers "
+                f"(its class sets _supports_{attn} = False)"
+            )
         if not hasattr(model, "set_attn_implementation"):
-            raise Skip("choosing the attention implementation after loading needs transformers 5 in this worker")
+            raise Skip(
+                "choosing the attention implementation after loading needs transformers 5 in this worker"
+            )
         if getattr(model.config, "_attn_implementation", None) == attn:
-            notes.append(f"the model already loads with {attn} attention (transformers' default where supported), "
-                         "so this contender runs vanilla's path; compare with `eager` to see what it buys")
+            notes.append(
+                f"the model already loads with {attn} attention (transformers' default where supported), "
+                "so this contender runs vanilla's path; compare with `eager` to see what it buys"
+            )
         model.set_attn_implementation(attn)
     if contender.get("static_cache"):
         if not getattr(model, "_can_compile_fullgraph", False):
@@ -208,9 +221,18 @@ def run_job(job: dict) -> dict:
     notes: list[str] = []
     contender = job["contender"]
     result: dict[str, Any] = {
-        "name": contender["name"], "status": "failed", "reason": "", "notes": notes, "kernel_inject": False,
-        "deepspeed_mode": None, "versions": versions(), "runs": [], "warmup_s": [], "token_ids": [],
-        "perplexity": None, "python": sys.executable,
+        "name": contender["name"],
+        "status": "failed",
+        "reason": "",
+        "notes": notes,
+        "kernel_inject": False,
+        "deepspeed_mode": None,
+        "versions": versions(),
+        "runs": [],
+        "warmup_s": [],
+        "token_ids": [],
+        "perplexity": None,
+        "python": sys.executable,
     }
     if contender.get("peer"):
         return _peer_job(job, contender, result, notes)
@@ -228,8 +250,14 @@ def run_job(job: dict) -> dict:
             notes.append(f"cast to {dtype} after loading (this transformers ignored the dtype keyword)")
         if job.get("weights_file"):
             _share_weights(lm, job["weights_file"], notes)
-        result.update(device=lm.device, dtype=lm.dtype, architecture=lm.architecture, load_s=lm.load_s,
-                      params=lm.params, attn_implementation=getattr(lm.model.config, "_attn_implementation", None))
+        result.update(
+            device=lm.device,
+            dtype=lm.dtype,
+            architecture=lm.architecture,
+            load_s=lm.load_s,
+            params=lm.params,
+            attn_implementation=getattr(lm.model.config, "_attn_implementation", None),
+        )
         notes.extend(lm.notes)
         if device.startswith("cuda"):
             result["weights_memory_bytes"] = int(torch.cuda.memory_allocated())
@@ -240,8 +268,11 @@ def run_job(job: dict) -> dict:
             lm.model = _deepspeed(lm, contender, result, notes)
         result["attn_implementation"] = getattr(lm.model.config, "_attn_implementation", None)
         cfg = generation.GenerationConfig(
-            max_new_tokens=int(job["max_new_tokens"]), use_cache=bool(contender.get("use_cache", True)),
-            chat_template=lm.has_chat_template if job.get("chat_template") is None else bool(job["chat_template"]),
+            max_new_tokens=int(job["max_new_tokens"]),
+            use_cache=bool(contender.get("use_cache", True)),
+            chat_template=lm.has_chat_template
+            if job.get("chat_template") is None
+            else bool(job["chat_template"]),
         )
         prompts = list(job["prompts"])
         phase = "warm-up"
@@ -264,12 +295,15 @@ def run_job(job: dict) -> dict:
         result["texts"] = [lm.tokenizer.decode(ids, skip_special_tokens=True) for ids in result["token_ids"]]
         if not job.get("timing_only"):  # the baseline re-check needs only timings
             try:
-                result["perplexity"] = quality.perplexity(lm.model, lm.tokenizer, job.get("reference_text")
-                                                          or quality.REFERENCE_TEXT)
+                result["perplexity"] = quality.perplexity(
+                    lm.model, lm.tokenizer, job.get("reference_text") or quality.REFERENCE_TEXT
+                )
             except Exception as exc:  # an injected model may not support a plain forward; speed still counts
                 result["perplexity_error"] = f"{type(exc).__name__}: {exc}"
             try:
-                result["bits_per_byte"] = quality.bits_per_byte(quality.torch_logprobs(lm.model), lm.tokenizer)
+                result["bits_per_byte"] = quality.bits_per_byte(
+                    quality.torch_logprobs(lm.model), lm.tokenizer
+                )
             except Exception as exc:  # as above
                 result["bits_per_byte_note"] = f"not measured: {type(exc).__name__}: {exc}"
         result["status"] = "ran"
@@ -296,8 +330,11 @@ def _peer_job(job: dict, contender: dict, result: dict, notes: list[str]) -> dic
     try:
         lane.run(job, contender, result, notes)
     except Exception as exc:  # conversion or engine failure: the lane says why, the race goes on
-        result.update(status="failed", reason=f"{contender['peer']}: {type(exc).__name__}: {exc}",
-                      traceback=traceback.format_exc(limit=12)[-4000:])
+        result.update(
+            status="failed",
+            reason=f"{contender['peer']}: {type(exc).__name__}: {exc}",
+            traceback=traceback.format_exc(limit=12)[-4000:],
+        )
     result["peak_rss_bytes"] = quality.peak_rss_bytes()
     return result
 

@@ -52,7 +52,9 @@ class _State:
     api_key: str | None
     metrics: ServerMetrics
     in_system: int = 0  # requests admitted and not yet finished (only touched on the event loop)
-    tokenizer_lock: threading.Lock = field(default_factory=threading.Lock)  # fast tokenizers: one caller at a time
+    tokenizer_lock: threading.Lock = field(
+        default_factory=threading.Lock
+    )  # fast tokenizers: one caller at a time
 
     @property
     def capacity(self) -> int:
@@ -70,12 +72,16 @@ def _sse(obj: dict | str) -> str:
 async def _read_json(request: Request, limit: int) -> object:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise RequestError(413, f"the request body is {int(declared):,} bytes; this server accepts at most {limit:,}")
+        raise RequestError(
+            413, f"the request body is {int(declared):,} bytes; this server accepts at most {limit:,}"
+        )
     body = bytearray()
     async for part in request.stream():
         body += part
         if len(body) > limit:
-            raise RequestError(413, f"the request body is over {limit:,} bytes, this server's limit; shorten the prompt")
+            raise RequestError(
+                413, f"the request body is over {limit:,} bytes, this server's limit; shorten the prompt"
+            )
     try:
         return json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -122,11 +128,23 @@ class _Pump:
                 return
 
 
-def create_app(lm: LoadedModel, scheduler: Scheduler, *, served_name: str | None = None,
-               limits: Limits | None = None, api_key: str | None = None) -> FastAPI:
+def create_app(
+    lm: LoadedModel,
+    scheduler: Scheduler,
+    *,
+    served_name: str | None = None,
+    limits: Limits | None = None,
+    api_key: str | None = None,
+) -> FastAPI:
     """The app over an already loaded model and its scheduler (the caller owns both and closes the scheduler)."""
-    st = _State(lm, scheduler, served_name or lm.name, limits or Limits(), api_key or None,
-                ServerMetrics(served_name or lm.name, scheduler.snapshot))
+    st = _State(
+        lm,
+        scheduler,
+        served_name or lm.name,
+        limits or Limits(),
+        api_key or None,
+        ServerMetrics(served_name or lm.name, scheduler.snapshot),
+    )
     app = FastAPI(title="Inference Lab OpenAI-compatible server", version="1", docs_url=None, redoc_url=None)
     app.state.serving = st
 
@@ -139,15 +157,26 @@ def create_app(lm: LoadedModel, scheduler: Scheduler, *, served_name: str | None
             return
         got = request.headers.get("authorization", "")
         if not hmac.compare_digest(got.encode(), f"Bearer {st.api_key}".encode()):
-            raise RequestError(401, "missing or wrong API key: send 'Authorization: Bearer <key>' (the server's "
-                               "INFERENCE_LAB_API_KEY)", kind="authentication_error", code="invalid_api_key",
-                               headers={"WWW-Authenticate": "Bearer"})
+            raise RequestError(
+                401,
+                "missing or wrong API key: send 'Authorization: Bearer <key>' (the server's "
+                "INFERENCE_LAB_API_KEY)",
+                kind="authentication_error",
+                code="invalid_api_key",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
 
     @app.get("/health")
     async def health() -> dict:
         snap = st.scheduler.snapshot()
-        return {"status": "ok", "model": st.served_name, "running": len(snap.running), "waiting": len(snap.waiting),
-                "admitted": st.in_system, "capacity": st.capacity}
+        return {
+            "status": "ok",
+            "model": st.served_name,
+            "running": len(snap.running),
+            "waiting": len(snap.waiting),
+            "admitted": st.in_system,
+            "capacity": st.capacity,
+        }
 
     @app.get("/metrics")
     async def metrics() -> Response:
@@ -157,8 +186,18 @@ def create_app(lm: LoadedModel, scheduler: Scheduler, *, served_name: str | None
     @app.get("/v1/models")
     async def list_models(request: Request) -> dict:
         check_key(request)
-        return {"object": "list", "data": [{"id": st.served_name, "object": "model", "created": 0,
-                                            "owned_by": "inference-lab", "max_model_len": st.lm.context_length}]}
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": st.served_name,
+                    "object": "model",
+                    "created": 0,
+                    "owned_by": "inference-lab",
+                    "max_model_len": st.lm.context_length,
+                }
+            ],
+        }
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
@@ -173,16 +212,21 @@ def create_app(lm: LoadedModel, scheduler: Scheduler, *, served_name: str | None
         with st.tokenizer_lock:
             if req.kind == "chat":
                 if not st.lm.has_chat_template:
-                    raise RequestError(400, f"{st.lm.name} has no chat template: use /v1/completions with a raw prompt")
-                rendered = st.lm.tokenizer.apply_chat_template(list(req.messages), add_generation_prompt=True,
-                                                               tokenize=False)
+                    raise RequestError(
+                        400, f"{st.lm.name} has no chat template: use /v1/completions with a raw prompt"
+                    )
+                rendered = st.lm.tokenizer.apply_chat_template(
+                    list(req.messages), add_generation_prompt=True, tokenize=False
+                )
                 ids = list(st.lm.tokenizer(rendered, add_special_tokens=False)["input_ids"])
                 check_context(st.lm, len(ids), req.cfg.max_new_tokens)
             else:
                 rendered, ids = encode_prompt(st.lm, req.prompt or "", req.cfg)
         cap = st.limits.max_prompt_tokens
         if cap is not None and len(ids) > cap:
-            raise RequestError(400, f"the prompt is {len(ids)} tokens; this server accepts at most {cap}", param="prompt")
+            raise RequestError(
+                400, f"the prompt is {len(ids)} tokens; this server accepts at most {cap}", param="prompt"
+            )
         return st.scheduler.submit(rendered, req.cfg, ignore_eos=req.ignore_eos, prompt_ids=ids), len(ids)
 
     async def _generate(request: Request, endpoint: str) -> Response:
@@ -192,12 +236,20 @@ def create_app(lm: LoadedModel, scheduler: Scheduler, *, served_name: str | None
             body = await _read_json(request, st.limits.max_body_bytes)
             req = parse_chat(body, st.limits) if endpoint == "chat" else parse_completion(body, st.limits)
             if req.model != st.served_name:
-                raise RequestError(404, f"model {req.model!r} is not served here; GET /v1/models lists "
-                                   f"{st.served_name!r}", param="model", code="model_not_found")
+                raise RequestError(
+                    404,
+                    f"model {req.model!r} is not served here; GET /v1/models lists {st.served_name!r}",
+                    param="model",
+                    code="model_not_found",
+                )
             if st.in_system >= st.capacity:
-                raise RequestError(429, f"the server is full ({st.scheduler.max_batch} running, {st.limits.max_queue} "
-                                   "queued): retry after the Retry-After seconds", kind="rate_limit_exceeded",
-                                   headers={"Retry-After": "1"})
+                raise RequestError(
+                    429,
+                    f"the server is full ({st.scheduler.max_batch} running, {st.limits.max_queue} "
+                    "queued): retry after the Retry-After seconds",
+                    kind="rate_limit_exceeded",
+                    headers={"Retry-After": "1"},
+                )
             st.in_system += 1
             try:
                 handle, prompt_tokens = await anyio.to_thread.run_sync(submit, req)
@@ -213,30 +265,42 @@ def create_app(lm: LoadedModel, scheduler: Scheduler, *, served_name: str | None
         st.metrics.observe_request(endpoint, 200)
         pump = _Pump(handle, asyncio.get_running_loop())
         if req.stream:
-            return StreamingResponse(_stream(request, req, pump, prompt_tokens, t0), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            return StreamingResponse(
+                _stream(request, req, pump, prompt_tokens, t0),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
         try:
             return await _whole(request, req, pump, prompt_tokens, t0)
         finally:
             handle.cancel()  # no-op when finished; frees the slot when the client left
             st.in_system -= 1
 
-    async def _whole(request: Request, req: ParsedRequest, pump: _Pump, prompt_tokens: int, t0: float) -> Response:
+    async def _whole(
+        request: Request, req: ParsedRequest, pump: _Pump, prompt_tokens: int, t0: float
+    ) -> Response:
         first = True
         async for kind, value in pump.events(request):
             if kind == "chunk" and first:
                 st.metrics.ttft.labels(st.served_name).observe(time.perf_counter() - t0)
                 first = False
             elif kind == "error":
-                return _error(RequestError(500 if not isinstance(value, EngineError) else 400, str(value),
-                                           kind="server_error"))
+                return _error(
+                    RequestError(
+                        500 if not isinstance(value, EngineError) else 400, str(value), kind="server_error"
+                    )
+                )
             elif kind == "end":
                 n = len(value.token_ids)
                 st.metrics.observe_done(prompt_tokens, n, time.perf_counter() - t0)
-                return JSONResponse(full_response(req, value.text, finish_reason(value.stop_reason), prompt_tokens, n))
+                return JSONResponse(
+                    full_response(req, value.text, finish_reason(value.stop_reason), prompt_tokens, n)
+                )
         return Response(status_code=499)  # the client went away; nobody reads this
 
-    async def _stream(request: Request, req: ParsedRequest, pump: _Pump, prompt_tokens: int, t0: float) -> AsyncIterator[str]:
+    async def _stream(
+        request: Request, req: ParsedRequest, pump: _Pump, prompt_tokens: int, t0: float
+    ) -> AsyncIterator[str]:
         last: float | None = None
         try:
             async for kind, value in pump.events(request):

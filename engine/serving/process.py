@@ -27,18 +27,42 @@ class ServerProcess:
     """`python -m engine serve` as a child process (the page and bench/serving.py), with a readiness wait on
     /health and a clear stop. Its output goes to `log_path`."""
 
-    def __init__(self, model: str, *, port: int | None = None, max_batch: int = 8,
-                 extra: tuple[str, ...] = (), log_path: str | None = None, python: str | None = None) -> None:
+    def __init__(
+        self,
+        model: str,
+        *,
+        port: int | None = None,
+        max_batch: int = 8,
+        extra: tuple[str, ...] = (),
+        log_path: str | None = None,
+        python: str | None = None,
+    ) -> None:
         self.model, self.port = model, port or free_port()
         if log_path is None:
             fd, log_path = tempfile.mkstemp(prefix="engine-serve-", suffix=".log")
             os.close(fd)
         self.log_path = log_path
-        cmd = [python or sys.executable, "-m", "engine", "serve", "--model", model, "--port", str(self.port),
-               "--max-batch", str(max_batch), *extra]
+        cmd = [
+            python or sys.executable,
+            "-m",
+            "engine",
+            "serve",
+            "--model",
+            model,
+            "--port",
+            str(self.port),
+            "--max-batch",
+            str(max_batch),
+            *extra,
+        ]
         self._log = open(self.log_path, "w")  # noqa: SIM115 - kept open for the child's lifetime
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     cwd=str(Path(__file__).resolve().parents[2]))
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=str(Path(__file__).resolve().parents[2]),
+        )
         # the parent's normal exit stops the child too (not PR_SET_PDEATHSIG: it fires when the *thread* that
         # started the child ends, and Streamlit starts it from a script-run thread that ends after each rerun)
         atexit.register(self.stop)

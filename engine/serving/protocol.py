@@ -22,18 +22,57 @@ from engine.generation import GenerationConfig
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's documented default for /v1/completions
 
-_COMMON = {"model", "max_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "seed", "stop", "stream",
-           "stream_options", "n", "user", "ignore_eos", "frequency_penalty", "presence_penalty", "logit_bias",
-           "logprobs", "metadata", "min_tokens"}
+_COMMON = {
+    "model",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "repetition_penalty",
+    "seed",
+    "stop",
+    "stream",
+    "stream_options",
+    "n",
+    "user",
+    "ignore_eos",
+    "frequency_penalty",
+    "presence_penalty",
+    "logit_bias",
+    "logprobs",
+    "metadata",
+    "min_tokens",
+}
 COMPLETION_FIELDS = _COMMON | {"prompt", "echo", "best_of", "suffix"}
-CHAT_FIELDS = _COMMON | {"messages", "max_completion_tokens", "top_logprobs", "response_format", "tools",
-                         "tool_choice", "parallel_tool_calls", "store", "reasoning_effort", "modalities"}
+CHAT_FIELDS = _COMMON | {
+    "messages",
+    "max_completion_tokens",
+    "top_logprobs",
+    "response_format",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "store",
+    "reasoning_effort",
+    "modalities",
+}
 # Accepted only at the value that means "off" (what the engine does anyway); anything else is a 400.
 _NEUTRAL: dict[str, tuple[Any, ...]] = {
-    "n": (1, None), "best_of": (1, None), "echo": (False, None), "suffix": (None, ""),
-    "frequency_penalty": (0, 0.0, None), "presence_penalty": (0, 0.0, None), "logit_bias": (None,),
-    "logprobs": (None, False), "top_logprobs": (None, 0), "tools": (None,), "tool_choice": (None, "none"),
-    "parallel_tool_calls": (None,), "store": (None, False), "reasoning_effort": (None,), "modalities": (None,),
+    "n": (1, None),
+    "best_of": (1, None),
+    "echo": (False, None),
+    "suffix": (None, ""),
+    "frequency_penalty": (0, 0.0, None),
+    "presence_penalty": (0, 0.0, None),
+    "logit_bias": (None,),
+    "logprobs": (None, False),
+    "top_logprobs": (None, 0),
+    "tools": (None,),
+    "tool_choice": (None, "none"),
+    "parallel_tool_calls": (None,),
+    "store": (None, False),
+    "reasoning_effort": (None,),
+    "modalities": (None,),
     "min_tokens": (None, 0),
 }
 _UNSUPPORTED_WHY = {
@@ -59,8 +98,16 @@ _UNSUPPORTED_WHY = {
 class RequestError(Exception):
     """A request the server refuses: HTTP status, OpenAI error type, the offending parameter, a message."""
 
-    def __init__(self, status: int, message: str, *, param: str | None = None, kind: str = "invalid_request_error",
-                 code: str | None = None, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        kind: str = "invalid_request_error",
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.param, self.kind, self.code = status, message, param, kind, code
         self.headers = headers or {}
@@ -118,8 +165,11 @@ def _int(body: dict, name: str, default: int | None, lo: int, hi: int) -> int | 
 def _check_fields(body: dict, allowed: set[str]) -> None:
     unknown = sorted(set(body) - allowed)
     if unknown:
-        raise _bad(f"unsupported field(s) {', '.join(unknown)}: this server does not implement them "
-                   "(remove them from the request)", unknown[0])
+        raise _bad(
+            f"unsupported field(s) {', '.join(unknown)}: this server does not implement them "
+            "(remove them from the request)",
+            unknown[0],
+        )
     for name, neutral in _NEUTRAL.items():
         if name in body and body[name] not in neutral and not (name == "tools" and body[name] == []):
             raise _bad(f"{name}={body[name]!r} is not supported: {_UNSUPPORTED_WHY[name]}", name)
@@ -136,7 +186,9 @@ def _stop(body: dict) -> tuple[str, ...]:
     return tuple(stop)
 
 
-def _config(body: dict, limits: Limits, default_max_tokens: int, max_tokens_field: str = "max_tokens") -> GenerationConfig:
+def _config(
+    body: dict, limits: Limits, default_max_tokens: int, max_tokens_field: str = "max_tokens"
+) -> GenerationConfig:
     max_tokens = _int(body, max_tokens_field, None, 1, limits.max_tokens)
     if max_tokens is None and max_tokens_field != "max_tokens":
         max_tokens = _int(body, "max_tokens", None, 1, limits.max_tokens)
@@ -190,7 +242,9 @@ def parse_completion(body: Any, limits: Limits) -> ParsedRequest:
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
     if not isinstance(prompt, str) or not prompt.strip():
-        raise _bad("prompt must be one non-empty string (a list of prompts or token ids is not supported)", "prompt")
+        raise _bad(
+            "prompt must be one non-empty string (a list of prompts or token ids is not supported)", "prompt"
+        )
     cfg = _config(body, limits, min(COMPLETION_DEFAULT_MAX_TOKENS, limits.max_tokens))
     stream, usage, ignore_eos = _stream_flags(body)
     return ParsedRequest("completion", model, prompt, (), cfg, stream, usage, ignore_eos)
@@ -212,7 +266,10 @@ def parse_chat(body: Any, limits: Limits) -> ParsedRequest:
             raise _bad(f"messages[{i}] needs a role of system, user or assistant", "messages")
         content = m.get("content")
         if isinstance(content, list):  # [{"type": "text", "text": ...}] parts
-            if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
+            if not all(
+                isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+                for p in content
+            ):
                 raise _bad(f"messages[{i}].content: only text parts are supported", "messages")
             content = "".join(p["text"] for p in content)
         if not isinstance(content, str):
@@ -230,20 +287,35 @@ def finish_reason(stop_reason: str) -> str:
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
 
 
-def full_response(req: ParsedRequest, text: str, reason: str, prompt_tokens: int, completion_tokens: int) -> dict:
+def full_response(
+    req: ParsedRequest, text: str, reason: str, prompt_tokens: int, completion_tokens: int
+) -> dict:
     if req.kind == "chat":
-        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                  "finish_reason": reason}
+        choice = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "logprobs": None,
+            "finish_reason": reason,
+        }
         obj, pid = "chat.completion", f"chatcmpl-{req.id}"
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
         obj, pid = "text_completion", f"cmpl-{req.id}"
-    return {"id": pid, "object": obj, "created": req.created, "model": req.model, "choices": [choice],
-            "usage": usage(prompt_tokens, completion_tokens)}
+    return {
+        "id": pid,
+        "object": obj,
+        "created": req.created,
+        "model": req.model,
+        "choices": [choice],
+        "usage": usage(prompt_tokens, completion_tokens),
+    }
 
 
 def chunk(req: ParsedRequest, text: str | None, reason: str | None, *, first: bool = False) -> dict:
@@ -263,5 +335,11 @@ def chunk(req: ParsedRequest, text: str | None, reason: str | None, *, first: bo
 def usage_chunk(req: ParsedRequest, prompt_tokens: int, completion_tokens: int) -> dict:
     obj = "chat.completion.chunk" if req.kind == "chat" else "text_completion"
     pid = f"chatcmpl-{req.id}" if req.kind == "chat" else f"cmpl-{req.id}"
-    return {"id": pid, "object": obj, "created": req.created, "model": req.model, "choices": [],
-            "usage": usage(prompt_tokens, completion_tokens)}
+    return {
+        "id": pid,
+        "object": obj,
+        "created": req.created,
+        "model": req.model,
+        "choices": [],
+        "usage": usage(prompt_tokens, completion_tokens),
+    }

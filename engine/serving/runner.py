@@ -39,7 +39,9 @@ class ServeSpec:
         if not 0 <= self.port <= 65535:
             raise InvalidParameterError(f"--port must be 0..65535, got {self.port}")
         if self.limits.max_queue < 0 or self.limits.max_tokens < 1 or self.limits.max_body_bytes < 1024:
-            raise InvalidParameterError("--max-queue must be >= 0, --max-tokens >= 1 and --max-body-bytes >= 1024")
+            raise InvalidParameterError(
+                "--max-queue must be >= 0, --max-tokens >= 1 and --max-body-bytes >= 1024"
+            )
         return self
 
 
@@ -48,18 +50,26 @@ def build(spec: ServeSpec, lm: LoadedModel | None = None):
     spec.validate()
     lm = lm or load_model(spec.model, dtype=spec.dtype, device=spec.device)
     scheduler = Scheduler(lm, max_batch=spec.max_batch, kv_budget_bytes=spec.kv_budget_bytes, record=False)
-    app = create_app(lm, scheduler, served_name=spec.served_name, limits=spec.limits,
-                     api_key=os.environ.get(API_KEY_ENV) or None)
+    app = create_app(
+        lm,
+        scheduler,
+        served_name=spec.served_name,
+        limits=spec.limits,
+        api_key=os.environ.get(API_KEY_ENV) or None,
+    )
     return app, scheduler
 
 
 class ServerThread:
     """uvicorn in a daemon thread; `port=0` takes a free port from the OS. Use as a context manager."""
 
-    def __init__(self, app, host: str = DEFAULT_HOST, port: int = 0, scheduler: Scheduler | None = None) -> None:
+    def __init__(
+        self, app, host: str = DEFAULT_HOST, port: int = 0, scheduler: Scheduler | None = None
+    ) -> None:
         self.scheduler = scheduler
-        config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off",
-                                timeout_graceful_shutdown=2)
+        config = uvicorn.Config(
+            app, host=host, port=port, log_level="warning", lifespan="off", timeout_graceful_shutdown=2
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="uvicorn", daemon=True)
         self.host = host
@@ -100,4 +110,3 @@ def serve_forever(spec: ServeSpec) -> None:
         uvicorn.run(app, host=spec.host, port=spec.port, log_level="info", timeout_graceful_shutdown=5)
     finally:
         scheduler.close()
-

@@ -43,8 +43,9 @@ class Backend(Protocol):
         """Convert the HF folder `source` into `target`; return the command that ran (for the record)."""
         ...
 
-    def open(self, folder: Path, precision: str, threads: int, device: str, eos_ids: set[int],
-             tokenizer) -> Session: ...
+    def open(
+        self, folder: Path, precision: str, threads: int, device: str, eos_ids: set[int], tokenizer
+    ) -> Session: ...
 
     def cuda_note(self) -> str:
         """Why this engine runs on the CPU here even when a CUDA GPU exists ("" when it can use it)."""
@@ -75,7 +76,11 @@ def availability(name: str) -> tuple[bool, str | None, str]:
     try:
         importlib.import_module(b.module)
     except Exception as exc:  # a broken wheel raises anything from ImportError to OSError
-        return False, v, f"{b.label} {v} is installed but failed to import ({type(exc).__name__}: {exc}); {INSTALL_HINT}"
+        return (
+            False,
+            v,
+            f"{b.label} {v} is installed but failed to import ({type(exc).__name__}: {exc}); {INSTALL_HINT}",
+        )
     return True, v, ""
 
 

@@ -75,8 +75,10 @@ def source_for(model: str) -> Source:
 
             folder = Path(snapshot_download(repo, local_files_only=True))
         except Exception as exc:  # LocalEntryNotFoundError and friends
-            raise Unsupported(f"{repo} is not in the local Hugging Face cache, and conversion never downloads "
-                              f"({type(exc).__name__}); load it once on the playground with the hub reachable") from exc
+            raise Unsupported(
+                f"{repo} is not in the local Hugging Face cache, and conversion never downloads "
+                f"({type(exc).__name__}); load it once on the playground with the hub reachable"
+            ) from exc
         key = _slug(repo.replace("/", "--")) + "-" + folder.name[:10]
     arch, model_type = _read_config(folder)
     return Source(folder, key, arch, model_type)
@@ -162,8 +164,11 @@ def ensure_converted(target: Path, convert: Callable[[Path], list[str]]) -> tupl
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        record = {"seconds": time.perf_counter() - t0, "command": command,
-                  "converted_at": datetime.now(UTC).isoformat(timespec="seconds")}
+        record = {
+            "seconds": time.perf_counter() - t0,
+            "command": command,
+            "converted_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
         (tmp / MARKER).write_text(json.dumps(record, indent=1), encoding="utf-8")
         shutil.rmtree(target, ignore_errors=True)
         tmp.rename(target)  # atomic: a half-written conversion is never seen as complete

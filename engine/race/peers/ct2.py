@@ -23,8 +23,9 @@ class CT2Session:
     def __init__(self, folder: Path, precision: str, threads: int, device: str, eos_ids: set[int], tokenizer):
         import ctranslate2
 
-        self.generator = ctranslate2.Generator(str(folder), device=device, intra_threads=threads,
-                                               compute_type=QUANTIZATION[precision])
+        self.generator = ctranslate2.Generator(
+            str(folder), device=device, intra_threads=threads, compute_type=QUANTIZATION[precision]
+        )
         self.tokenizer = tokenizer
         self.end_tokens = tokenizer.convert_ids_to_tokens(sorted(eos_ids)) if eos_ids else None
         self.eos_ids = eos_ids
@@ -32,8 +33,9 @@ class CT2Session:
     def generate(self, prompt_ids: list[int], max_new_tokens: int) -> Generated:
         tokens = self.tokenizer.convert_ids_to_tokens(prompt_ids)
         ids, times = [], []
-        for step in self.generator.generate_tokens(tokens, max_length=max_new_tokens, sampling_topk=1,
-                                                   end_token=self.end_tokens):
+        for step in self.generator.generate_tokens(
+            tokens, max_length=max_new_tokens, sampling_topk=1, end_token=self.end_tokens
+        ):
             ids.append(int(step.token_id))
             times.append(time.perf_counter())
         done = time.perf_counter()
@@ -63,14 +65,25 @@ class CT2Backend:
         config_class = CONFIG_MAPPING_NAMES.get(model_type, "")
         if config_class in converter._MODEL_LOADERS:
             return ""
-        return (f"its Transformers converter has no loader for {config_class or model_type} "
-                f"({architecture}); it converts e.g. GPT-2, GPT-J, GPT-NeoX, Llama, Mistral, Qwen, Phi, but not "
-                "GPT-Neo")
+        return (
+            f"its Transformers converter has no loader for {config_class or model_type} "
+            f"({architecture}); it converts e.g. GPT-2, GPT-J, GPT-NeoX, Llama, Mistral, Qwen, Phi, but not "
+            "GPT-Neo"
+        )
 
     def convert(self, source: Path, target: Path, precision: str) -> list[str]:
         return convert_util.run(
-            [sys.executable, "-m", "ctranslate2.converters.transformers", "--model", str(source),
-             "--output_dir", str(target), "--quantization", QUANTIZATION[precision]],
+            [
+                sys.executable,
+                "-m",
+                "ctranslate2.converters.transformers",
+                "--model",
+                str(source),
+                "--output_dir",
+                str(target),
+                "--quantization",
+                QUANTIZATION[precision],
+            ],
             "ct2-transformers-converter",
         )
 

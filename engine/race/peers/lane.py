@@ -32,8 +32,9 @@ def prompt_ids(tokenizer, prompt: str, chat: bool) -> list[int]:
     """As engine.generation renders and encodes one prompt (chat template without special tokens added
     twice; a raw prompt with the tokenizer's own special tokens)."""
     if chat:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                             tokenize=False)
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+        )
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])
     return list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
 
@@ -43,9 +44,15 @@ def _measure(request_t: float, out: base.Generated) -> dict[str, Any]:
 
     n = len(out.ids)
     ttft, tpot, latency = summarize_steps(request_t, out.step_times, [n])
-    return {"latency_s": latency, "ttft_s": ttft, "tpot_s": tpot, "output_tokens": n,
-            "tokens_per_s": n / latency if latency > 0 else float("nan"),
-            "peak_memory_bytes": quality.peak_rss_bytes(), "peak_memory_kind": "process RSS peak (CPU)"}
+    return {
+        "latency_s": latency,
+        "ttft_s": ttft,
+        "tpot_s": tpot,
+        "output_tokens": n,
+        "tokens_per_s": n / latency if latency > 0 else float("nan"),
+        "peak_memory_bytes": quality.peak_rss_bytes(),
+        "peak_memory_kind": "process RSS peak (CPU)",
+    }
 
 
 def run(job: dict, contender: dict, result: dict[str, Any], notes: list[str]) -> None:
@@ -60,8 +67,10 @@ def run(job: dict, contender: dict, result: dict[str, Any], notes: list[str]) ->
         result.update(status="skipped" if version is None else "failed", reason=why)
         return
     if precision not in b.precisions:
-        result.update(status="skipped", reason=f"{b.label} {version} has no {precision} lane here "
-                                               f"(offered: {', '.join(b.precisions)})")
+        result.update(
+            status="skipped",
+            reason=f"{b.label} {version} has no {precision} lane here (offered: {', '.join(b.precisions)})",
+        )
         return
     known = cache.family(job["model"])
     why = b.unsupported(*known) if known else ""
@@ -92,10 +101,16 @@ def run(job: dict, contender: dict, result: dict[str, Any], notes: list[str]) ->
             raise
         result.update(status="skipped", reason=f"not supported by {b.label} {version}: {exc}")
         return
-    result.update(conversion_s=record.get("seconds"), converted_now=now, conversion_dir=str(target),
-                  conversion_command=" ".join(record.get("command", [])))
-    notes.append(f"converted {'now' if now else 'earlier (cached)'} in {record.get('seconds', 0):.1f} s "
-                 f"from {source.folder.name}: {' '.join(record.get('command', [])[:3])}")
+    result.update(
+        conversion_s=record.get("seconds"),
+        converted_now=now,
+        conversion_dir=str(target),
+        conversion_command=" ".join(record.get("command", [])),
+    )
+    notes.append(
+        f"converted {'now' if now else 'earlier (cached)'} in {record.get('seconds', 0):.1f} s "
+        f"from {source.folder.name}: {' '.join(record.get('command', [])[:3])}"
+    )
     tokenizer = AutoTokenizer.from_pretrained(source.folder)
     eos = _eos_ids(source.folder)
     chat = bool(tokenizer.chat_template) if job.get("chat_template") is None else bool(job["chat_template"])
@@ -128,4 +143,3 @@ def run(job: dict, contender: dict, result: dict[str, Any], notes: list[str]) ->
         except Exception as exc:  # speed still counts when scoring fails
             result["bits_per_byte_note"] = f"not measured: {type(exc).__name__}: {exc}"
     result["status"] = "ran"
-

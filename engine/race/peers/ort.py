@@ -59,7 +59,9 @@ class ORTSession:
 
         gen = self._generator(len(ids) + 1)
         gen.append_tokens(np.asarray([ids[:-1]], dtype=np.int32))
-        logits = np.asarray(gen.get_output("logits"))  # [1, n, vocab]: every appended position (get_logits: last only)
+        logits = np.asarray(
+            gen.get_output("logits")
+        )  # [1, n, vocab]: every appended position (get_logits: last only)
         logits = logits.reshape(-1, logits.shape[-1])
         if logits.shape[0] != len(ids) - 1:
             return None
@@ -83,14 +85,31 @@ class ORTBackend:
     def unsupported(self, architecture: str, model_type: str) -> str:
         if architecture in self.supported_architectures():
             return ""
-        return (f"its model builder has no recipe for {architecture or model_type} (it builds e.g. Llama, "
-                "Mistral, Phi, Qwen, Gemma; not GPT-Neo)")
+        return (
+            f"its model builder has no recipe for {architecture or model_type} (it builds e.g. Llama, "
+            "Mistral, Phi, Qwen, Gemma; not GPT-Neo)"
+        )
 
     def convert(self, source: Path, target: Path, precision: str) -> list[str]:
         with tempfile.TemporaryDirectory(prefix="ort-builder-cache-") as scratch:
             return convert_util.run(
-                [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(source), "-m", str(source),
-                 "-o", str(target), "-p", precision, "-e", "cpu", "-c", scratch],
+                [
+                    sys.executable,
+                    "-m",
+                    "onnxruntime_genai.models.builder",
+                    "-i",
+                    str(source),
+                    "-m",
+                    str(source),
+                    "-o",
+                    str(target),
+                    "-p",
+                    precision,
+                    "-e",
+                    "cpu",
+                    "-c",
+                    scratch,
+                ],
                 "onnxruntime_genai.models.builder",
             )
 
@@ -98,8 +117,10 @@ class ORTBackend:
         return ORTSession(folder, precision, threads, device, eos_ids, tokenizer)
 
     def cuda_note(self) -> str:
-        return ("CPU only here: the onnxruntime-genai wheel is the CPU build; its CUDA build is the separate "
-                "onnxruntime-genai-cuda package, not installed")
+        return (
+            "CPU only here: the onnxruntime-genai wheel is the CPU build; its CUDA build is the separate "
+            "onnxruntime-genai-cuda package, not installed"
+        )
 
 
 BACKEND = ORTBackend()

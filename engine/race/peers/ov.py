@@ -31,9 +31,11 @@ def export_cli() -> tuple[Path | None, str]:
     cli = python.parent / "optimum-cli"
     if cli.is_file():
         return cli, ""
-    return None, ("OpenVINO's exporter (optimum-intel) is not installed: it needs its own environment because it "
-                  "pins transformers<5.6; run `bash scripts/install_peers.sh` (makes .venv-peers) or point "
-                  f"{EXPORT_PYTHON_ENV} at a python that has optimum-intel[openvino]")
+    return None, (
+        "OpenVINO's exporter (optimum-intel) is not installed: it needs its own environment because it "
+        "pins transformers<5.6; run `bash scripts/install_peers.sh` (makes .venv-peers) or point "
+        f"{EXPORT_PYTHON_ENV} at a python that has optimum-intel[openvino]"
+    )
 
 
 class OVSession:
@@ -41,8 +43,9 @@ class OVSession:
         import openvino_genai as og
 
         self.og = og
-        self.pipe = og.LLMPipeline(str(folder), "CPU", INFERENCE_PRECISION_HINT="f32",
-                                   INFERENCE_NUM_THREADS=threads)
+        self.pipe = og.LLMPipeline(
+            str(folder), "CPU", INFERENCE_PRECISION_HINT="f32", INFERENCE_NUM_THREADS=threads
+        )
         self.eos_ids = eos_ids
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int) -> Generated:
@@ -86,8 +89,10 @@ class OVBackend:
     label = "OpenVINO GenAI"
     dist = "openvino-genai"
     module = "openvino_genai"
-    logprobs_note = ("not exposed: OpenVINO GenAI's LLMPipeline returns generated tokens and a sequence score, "
-                     "not the log-probability of a given text")
+    logprobs_note = (
+        "not exposed: OpenVINO GenAI's LLMPipeline returns generated tokens and a sequence score, "
+        "not the log-probability of a given text"
+    )
     precisions = ("fp32", "int8")
 
     def unsupported(self, architecture: str, model_type: str) -> str:
@@ -98,8 +103,18 @@ class OVBackend:
         if cli is None:
             raise RuntimeError(why)
         return convert_util.run(
-            [str(cli), "export", "openvino", "--model", str(source), "--task", "text-generation-with-past",
-             "--weight-format", precision, str(target)],
+            [
+                str(cli),
+                "export",
+                "openvino",
+                "--model",
+                str(source),
+                "--task",
+                "text-generation-with-past",
+                "--weight-format",
+                precision,
+                str(target),
+            ],
             "optimum-cli export openvino",
         )
 
