@@ -65,4 +65,4 @@ def test_no_emoji_icons():
 def test_negative_durations_keep_their_unit():
     from ui.common import fmt_seconds
 
-    assert fmt_seconds(-0.892219) == "−892.2 ms" and fmt_seconds(-2.5) == "−2.50 s"
+    assert fmt_seconds(-0.892219) == "−892 ms" and fmt_seconds(-2.5) == "−2.5 s"

@@ -135,27 +135,7 @@ def show_error(exc: EngineError | ValueError) -> None:
     st.error(str(exc), icon=":material/error:")
 
 
-def fmt_bytes(n: float | None) -> str:
-    """Bytes for people, by the project's one unit policy (engine.calc.format: decimal, 1 GB = 1e9 bytes)."""
-    return fmt.gb(n)
-
-
-def fmt_seconds(s: float | None) -> str:
-    if s is None or s != s:  # None or NaN
-        return "n/a"
-    if s < 0:  # a difference (a metric's delta): the sign, then the size in the unit that suits it
-        return "−" + fmt_seconds(-s)
-    if s < 1e-3:
-        return f"{s * 1e6:.0f} µs"
-    if s < 1:
-        return f"{s * 1e3:.1f} ms"
-    return f"{s:.2f} s"
-
-
-def fmt_count(n: float | None) -> str:
-    if n is None:
-        return "n/a"
-    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(n) >= size:
-            return f"{n / size:.2f}{unit}"
-    return f"{n:.0f}"
+# The pages' short names for the one formatting module (engine.calc.format: decimal units, 1 GB = 1e9 bytes).
+fmt_bytes = fmt.gb
+fmt_seconds = fmt.seconds
+fmt_count = fmt.compact

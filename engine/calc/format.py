@@ -24,8 +24,11 @@ def gb(n: float | None, digits: int = 2) -> str:
 
 
 def seconds(s: float | None) -> str:
+    """Seconds in the unit that suits them (µs, ms, s, min); a negative difference keeps its sign."""
     if s is None or not math.isfinite(s):
         return "n/a"
+    if s < 0:
+        return "−" + seconds(-s)
     if s < 1e-3:
         return f"{s * 1e6:.3g} µs"
     if s < 1:
@@ -42,6 +45,16 @@ def flops(n: float | None, unit: str = "FLOP") -> str:
         if abs(n) >= size:
             return f"{n / size:.2f} {prefix}{unit}"
     return f"{n:.0f} {unit}"
+
+
+def compact(n: float | None) -> str:
+    """A count in a few characters: 1.23K, 4.56M, 7.89B (parameters, tokens)."""
+    if n is None or not math.isfinite(n):
+        return "n/a"
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.2f}{unit}"
+    return f"{n:.0f}"
 
 
 def usd(x: float | None) -> str:

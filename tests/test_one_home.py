@@ -1,0 +1,45 @@
+"""One definition per concept (issue 12): each is imported from its one home, and no other module of the
+engine, the UI, the pages or the benchmarks defines its own copy."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+HOMES = {
+    # concept name -> the one module allowed to define it
+    "median": "engine/stats.py",
+    "quantile": "engine/stats.py",
+    "percentile": "engine/stats.py",
+    "speedup": "engine/stats.py",
+    "run_metrics": "engine/metrics.py",
+    "summarize_steps": "engine/metrics.py",
+    "gb": "engine/calc/format.py",
+    "seconds": "engine/calc/format.py",
+}
+
+
+def _defs(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+
+
+def test_each_concept_is_defined_once():
+    files = [p for d in ("engine", "ui", "pages", "bench") for p in (ROOT / d).rglob("*.py")]
+    files.append(ROOT / "app.py")
+    for name, home in HOMES.items():
+        where = sorted(str(p.relative_to(ROOT)) for p in files if name in _defs(p))
+        assert where == [home], f"{name} is defined in {where}; its one home is {home}"
+
+
+def test_each_concept_imports_from_its_home():
+    from engine import machine, metrics, stats
+    from engine.calc import format as fmt
+    from ui import common
+
+    assert stats.percentile([1, 2, 3, 4], 50) == 2.5  # linear interpolation between closest ranks
+    assert callable(metrics.run_metrics) and callable(metrics.summarize_steps)
+    assert callable(machine.measure)  # the one measurement of this machine
+    assert common.fmt_bytes is fmt.gb and common.fmt_seconds is fmt.seconds  # one formatting family
+    assert fmt.gb(25.28e9) == "25.28 GB"  # one unit policy: 1 GB = 1e9 bytes
