@@ -51,11 +51,13 @@ def to_jsonable(value: Any) -> Any:
     return value
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Any]]:
+def build_parser(only: str | None = None) -> tuple[argparse.ArgumentParser, dict[str, Any]]:
+    """The parser with every command, or with `only` that one: a command imports what it needs (torch,
+    transformers, a peer engine, a web server) at import time, so loading all fourteen to run one costs seconds."""
     parser = argparse.ArgumentParser(prog="python -m engine", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     modules: dict[str, Any] = {}
-    for name in COMMANDS:
+    for name in COMMANDS if only is None else (only,):
         try:
             module = importlib.import_module(f"engine.commands.{name}")
         except ModuleNotFoundError as exc:
@@ -70,7 +72,11 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser, modules = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    chosen = (
+        argv[0] if argv and argv[0] in COMMANDS else None
+    )  # anything else: the full parser (help, errors)
+    parser, modules = build_parser(chosen)
     args = parser.parse_args(argv)
     module = modules[args.command]
     try:
