@@ -63,6 +63,7 @@ def test_playground_stop_keeps_partial_text_marked_cancelled(dashboard, browser)
     """Issue 13 defect 4 in a real browser: a long run shows tokens / max and elapsed, Stop ends it, and the text
     made so far stays on the page marked cancelled."""
     page = browser.new_page(viewport={"width": 1400, "height": 1400})
+    page.set_default_timeout(300_000)  # guards against a hang on a busy machine, not speed claims
     page.goto(dashboard + "/Playground?model=smollm2-135m-instruct")
     page.get_by_text("Loaded: ").first.wait_for(timeout=240_000)
     box = page.get_by_label("Max new tokens")
@@ -74,8 +75,10 @@ def test_playground_stop_keeps_partial_text_marked_cancelled(dashboard, browser)
         "() => /[1-9][0-9]* \\/ 4096 tokens/.test(document.body.innerText)", timeout=300_000
     )
     page.get_by_role("button", name="Stop").click()
-    page.get_by_text("Cancelled").first.wait_for(timeout=120_000)
+    # Wait for the cancelled run's own notice (a bare "cancelled" also matches the Stop button's help text).
+    notice = page.locator('[data-testid="stAlert"]').filter(has_text="kept out of the run log").first
+    notice.wait_for(timeout=120_000)
+    assert "of 4096 tokens" in notice.inner_text()
     body = page.inner_text("body")
-    assert "of 4096 tokens" in body and "kept out of the run log" in body
     assert "Paris" in body  # the partial text survived the rerun
     page.close()
