@@ -31,9 +31,3 @@ def torch_dtype(name: str):
     if key not in table:
         raise ValueError(f"{name} is a storage format for the calculators, not a dtype the engine loads")
     return table[key]
-
-
-def name_of(dtype) -> str:
-    return {"torch.float32": "fp32", "torch.float16": "fp16", "torch.bfloat16": "bf16"}.get(
-        str(dtype), str(dtype)
-    )

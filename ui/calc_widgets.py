@@ -24,7 +24,6 @@ from engine.calc.specs import (
     custom_gpu,
     load_gpu_catalog,
     load_model_presets,
-    published_params,
     spec_from_numbers,
 )
 from engine.errors import EngineError
@@ -278,11 +277,6 @@ def gpu_figures(key: str, base: GPUSpec, *, dtype: str) -> GPUSpec:
     )
 
 
-def gpu_input(key: str, *, default: str = "t4", dtype: str = "fp16") -> GPUSpec:
-    """Catalog GPU or this machine, with every figure editable and its source beside it."""
-    return gpu_figures(key, gpu_choice(key, default=default), dtype=dtype)
-
-
 def formula_expander(title: str, *fns: object, extra: str = "") -> None:
     with st.expander(title):
         for fn in fns:
@@ -332,16 +326,6 @@ def measured_roofline_points(runs: list) -> list[dict]:
                 }
             )
     return points
-
-
-def params_check_caption(spec: ModelSpec, key: str | None) -> None:
-    """Say whether the preset's count matches the count its source publishes."""
-    if key and (pub := published_params(key)):
-        ok = param_count(spec).total == pub
-        st.caption(
-            f"{'✓' if ok else '✗'} {param_count(spec).total:,} parameters vs {pub:,} published "
-            "(and the real transformers model on the meta device, in the tests)"
-        )
 
 
 def breakdown_frame(est):

@@ -284,7 +284,3 @@ def show_result(result: RaceResult, *, key: str) -> None:
     for c in failed:
         with st.expander(f"{c.label}: error details"):
             st.code(c.traceback or c.stderr_tail, language="text")
-
-
-def contender_caption(c: ContenderResult) -> str:
-    return f"{c.label}: {c.status}" + (f" ({c.reason})" if c.reason else "")

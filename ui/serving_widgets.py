@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 
 import plotly.graph_objects as go
 import streamlit as st
@@ -211,7 +210,3 @@ def knee_sentence(
     else:
         verdict = f"The calculator predicts **{p} users** (limited by {predicted.limited_by}), the same as measured."
     return f"{measured} {verdict}"
-
-
-def fmt_level(x: float) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:g}"

@@ -6,13 +6,6 @@ from __future__ import annotations
 import math
 
 
-def _scaled(value: float, units: tuple[tuple[str, float], ...], fmt: str) -> str:
-    for unit, size in units:
-        if abs(value) >= size:
-            return f"{value / size:{fmt}} {unit}"
-    return f"{value:{fmt}} {units[-1][0][:0]}".strip()
-
-
 def gb(n: float | None, digits: int = 2) -> str:
     """Bytes as decimal GB/MB/KB (1 GB = 1e9 bytes)."""
     if n is None or not math.isfinite(n):

@@ -82,11 +82,6 @@ def params_of(spec: ModelSpec) -> int:
     return param_count(spec).total
 
 
-def active_params_of(spec: ModelSpec) -> int:
-    """P_active = parameters one token uses (a mixture of experts visits k of E experts); decode time uses it."""
-    return param_count(spec).active
-
-
 def weight_matrices(spec: ModelSpec) -> list[tuple[str, int, int, int]]:
     """The matmul weights as (name, rows = out features, row length = in features, how many): what a
     weight-only format quantizes. Tied embeddings appear once, as the embedding."""

@@ -48,13 +48,6 @@ class QuantFormat:
         groups = math.ceil(n / g)
         return math.ceil(groups * (g * self.bits / 8 + self.scale_bytes + self.zero_bytes))
 
-    def bits_per_weight(self, group_size: int | None = None, row: int | None = None) -> float:
-        """Effective bits per weight = bits + 8 x (scale + zero) / g."""
-        g = group_size or self.group_size or row
-        if not g:
-            return self.bits
-        return self.bits + 8 * (self.scale_bytes + self.zero_bytes) / g
-
 
 _GGML = "ggml gguf-py GGML_QUANT_SIZES / ggml-common.h"
 FORMATS: dict[str, QuantFormat] = {

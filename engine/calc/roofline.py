@@ -243,13 +243,6 @@ def forward_bytes(ops: list[Operator]) -> float:
     return sum(op.total_bytes for op in ops)
 
 
-def attention_score_flops(spec: ModelSpec, *, phase: str, seq_len: int, batch: int = 1) -> float:
-    """Attention's score terms = L x (2 + 2) x b x H x n x c x d (QK^T and attn x V) + L x 5 x b x H x n x c
-    (softmax): the part of a forward pass that 2 x params x tokens does not count."""
-    ops = operators(spec, phase=phase, seq_len=seq_len, batch=batch)
-    return sum(op.total_flops for op in ops if op.group == "attention")
-
-
 @dataclass(frozen=True)
 class OperatorPoint:
     name: str
