@@ -180,3 +180,18 @@ def test_loadgen_knows_nothing_of_the_engine():
                 ), path
                 if node.module == "engine":
                     assert [a.name for a in node.names] == ["stats"], path
+
+
+def test_a_run_works_where_an_event_loop_already_runs():
+    """Sync playwright (the browser tests, in the same pytest process) leaves an event loop running in the main
+    thread; asyncio.run refuses to start there, so a run must bring its own thread and loop."""
+    import asyncio
+
+    dead = LoadSpec(
+        base_url="http://127.0.0.1:9/v1", model="m", mode="concurrency", n_requests=1, timeout_s=5
+    )
+
+    async def inside_a_loop():
+        return run_once(dead, SLO()).errors
+
+    assert asyncio.run(inside_a_loop()) == {"connect": 1}

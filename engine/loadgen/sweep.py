@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -44,11 +45,22 @@ async def _run_async(spec: LoadSpec) -> list[RequestRecord]:
         return sorted(records, key=lambda r: r.index)
 
 
+def _run_blocking(spec: LoadSpec) -> list[RequestRecord]:
+    """asyncio.run refuses to start where this thread already runs an event loop (a notebook, or sync playwright
+    in the same process): then the run gets a thread, and an event loop, of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_run_async(spec))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, _run_async(spec)).result()
+
+
 def run_once(spec: LoadSpec, slo: SLO) -> RunMetrics:
     """One run at the spec's level; blocking (an event loop of its own, so it works from any thread)."""
     spec.validate()
     slo.validate()
-    records = asyncio.run(_run_async(spec))
+    records = _run_blocking(spec)
     return summarize(records, level=spec.level, mode=spec.mode, slo=slo)
 
 
