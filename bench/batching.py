@@ -24,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import write_result  # noqa: E402
 from engine import models, paths  # noqa: E402
 from engine.batching.scheduler import Scheduler  # noqa: E402
 from engine.batching.workload import WorkloadSpec, generate_workload, replay  # noqa: E402
@@ -130,10 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             "transformers continuous batching:",
             json.dumps(to_jsonable(result["transformers_continuous_batching"])),
         )
-    out = ROOT / "bench" / "results" / f"batching-{paths.machine_id()}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(to_jsonable(result), indent=2, allow_nan=False))
-    print(f"wrote {out.relative_to(ROOT)}")
+    write_result("batching", result)
     return 0
 
 

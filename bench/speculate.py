@@ -11,17 +11,15 @@ bench/results/speculate-<machine>.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine import models, paths  # noqa: E402
-from engine.cli import to_jsonable  # noqa: E402
+from bench.common import lever_result, write_result  # noqa: E402
+from engine import models  # noqa: E402
 from engine.commands import speculate as cmd  # noqa: E402
 from engine.levers import speculative as S  # noqa: E402
 
@@ -46,22 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         progress=lambda f, m: print(f"[{f:4.0%}] {m}", flush=True),
     )
     entries = cmd.rows(report)
-    load_after = os.getloadavg()
     print(cmd.format_text(entries))
-    print(f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f} (2 cores)")
-    result = {
-        "benchmark": "speculate",
-        "machine": paths.machine_id(),
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "load_average_before": load_before,
-        "load_average_after": load_after,
-        "args": vars(args),
-        "entries": entries,
-    }
-    out = ROOT / "bench" / "results" / f"speculate-{paths.machine_id()}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(to_jsonable(result), indent=2, allow_nan=False))
-    print(f"wrote {out.relative_to(ROOT)}")
+    write_result("speculate", lever_result("speculate", args, entries, load_before))
     return 0
 
 

@@ -1,0 +1,39 @@
+"""What every benchmark does the same way: write its result as JSON under bench/results/, named by kind and
+machine, with the load average it ran under beside the figures."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from engine import paths
+from engine.cli import to_jsonable
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def lever_result(kind: str, args: Any, entries: list, load_before: tuple[float, ...]) -> dict:
+    """The result of a lever benchmark (quant, speculate): its rows with the run's date, machine and load."""
+    load_after = os.getloadavg()
+    print(f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f} ({os.cpu_count()} cores)")
+    return {
+        "benchmark": kind,
+        "machine": paths.machine_id(),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "load_average_before": load_before,
+        "load_average_after": load_after,
+        "args": vars(args),
+        "entries": entries,
+    }
+
+
+def write_result(kind: str, result: dict) -> Path:
+    """bench/results/<kind>-<machine>.json (NaN written as null); prints where it went."""
+    out = ROOT / "bench" / "results" / f"{kind}-{paths.machine_id()}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(to_jsonable(result), indent=2, allow_nan=False))
+    print(f"wrote {out.relative_to(ROOT)}")
+    return out
