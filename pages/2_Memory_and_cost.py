@@ -48,10 +48,10 @@ with left:
     weights = precision_inputs(NS, base_gpu)
     gpu = gpu_figures(NS, base_gpu, dtype=weights.dtype)
     c1, c2 = st.columns(2)
-    batch = c1.number_input("Batch (concurrent users)", 1, 4096, 8, key=f"{NS}.batch")
+    batch = c1.number_input("Batch (concurrent users)", 1, 4096, DEFAULTS.batch, key=f"{NS}.batch")
     n_gpus = c2.number_input("GPUs (tensor parallel)", 1, 64, DEFAULTS.n_gpus, key=f"{NS}.gpus")
-    prompt = c1.number_input("Prompt tokens", 1, 1_000_000, 512, key=f"{NS}.prompt")
-    output = c2.number_input("Output tokens", 1, 1_000_000, 512, key=f"{NS}.output")
+    prompt = c1.number_input("Prompt tokens", 1, 1_000_000, DEFAULTS.prompt_tokens, key=f"{NS}.prompt")
+    output = c2.number_input("Output tokens", 1, 1_000_000, DEFAULTS.output_tokens, key=f"{NS}.output")
     overhead_pct = c1.slider(
         "Overhead (%)",
         0,

@@ -39,7 +39,7 @@ class Inputs:
 
     dtype: str = "fp16"
     kv_dtype: str | None = None  # None: same as dtype, but fp16 for weight-only int8/int4
-    batch: int = 1
+    batch: int = 8  # the chapter's T4 question: 8 users at 512 + 512 tokens
     seq_len: int | None = None  # tokens the cache is sized for; None: prompt + output
     prompt_tokens: int = 512
     output_tokens: int = 512

@@ -37,7 +37,9 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--gpu", required=True, help=f"a catalog key (python -m engine gpus) or {THIS_MACHINE}"
     )
-    parser.add_argument("--batch", type=int, required=True, help="concurrent sequences")
+    parser.add_argument(
+        "--batch", type=int, default=_DEFAULTS.batch, help=f"concurrent sequences (default {_DEFAULTS.batch})"
+    )
     parser.add_argument("--seq-len", type=int, required=True, help="tokens per sequence the KV cache holds")
     parser.add_argument("--prompt-tokens", type=int, help="default: half of --seq-len")
     parser.add_argument("--output-tokens", type=int, help="default: --seq-len minus the prompt")
