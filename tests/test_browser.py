@@ -29,7 +29,7 @@ def test_deep_link_offline_navigation_and_bundled_icons(dashboard, browser):
     assert "\napp\n" not in f"\n{nav}\n"  # Streamlit's pages-folder menu names the home page 'app'
     page.get_by_text("Loaded: ").first.wait_for(timeout=120_000)
     assert "Loaded: tiny-gpt-neo" in page.inner_text("body")
-    page.get_by_role("link", name="Roofline").click()
+    page.get_by_test_id("stSidebarNav").get_by_role("link", name="Roofline").click()
     page.get_by_role("heading", name="Roofline").first.wait_for(timeout=120_000)
     assert not outside, outside
     page.close()
@@ -41,7 +41,8 @@ def test_dashboard_loads_and_generates(dashboard, browser):
     page.goto(dashboard)
     page.get_by_text("Inference Lab", exact=True).first.wait_for(timeout=60_000)
     page.get_by_role("heading", name="This machine").wait_for(timeout=60_000)
-    page.get_by_role("link", name="Playground").click()
+    # the sidebar's link: the home page's tour links to the Playground too
+    page.get_by_test_id("stSidebarNav").get_by_role("link", name="Playground").click()
     page.get_by_role("button", name="Generate").wait_for(
         timeout=120_000
     )  # first load may dequantize the GGUF
