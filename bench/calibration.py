@@ -43,7 +43,7 @@ from engine.calibration import (  # noqa: E402
     save_calibration,
     spec_for_run_model,
 )
-from engine.calibration_runs import Shape, TimedRun, timed_run  # noqa: E402
+from engine.calibration_runs import Shape, TimedRun, gemm_curve, gemv_curve, timed_run  # noqa: E402
 from engine.stats import median  # noqa: E402
 
 DTYPES = ("fp32", "bf16")
@@ -59,6 +59,7 @@ def run(repeats: int, neo13: bool, neo13_bf16: bool, raw_out: Path | None = None
 
     t0 = time.perf_counter()
     roofs = machine.measure(DTYPES, store=False)
+    curve = {"gemv": gemv_curve(DTYPES), "gemm": gemm_curve(DTYPES)}
     calib_lms = load_models(DEFAULT_MODEL, DTYPES, short_depth=SHORT_DEPTH)
     targets = [(load_model(NEO125, dtype=dt, device="cpu"), NEO125_SHAPES, repeats) for dt in DTYPES]
     if neo13:
@@ -81,16 +82,14 @@ def run(repeats: int, neo13: bool, neo13_bf16: bool, raw_out: Path | None = None
             file=sys.stderr,
             flush=True,
         )
-        _save_raw(raw_out, calib_runs, target_runs, roofs)  # a run cut short still leaves its data
+        _save_raw(raw_out, calib_runs, target_runs, roofs, curve)  # a run cut short still leaves its data
     roofs = machine.best_of(roofs, machine.measure(DTYPES, store=False))
     machine.save(roofs)
-    _save_raw(
-        raw_out, calib_runs, target_runs, roofs
-    )  # the analysis below can be redone from it (--from-runs)
-    return analyse(calib_runs, target_runs, roofs, t0)
+    _save_raw(raw_out, calib_runs, target_runs, roofs, curve)  # the analysis can be redone (--from-runs)
+    return analyse(calib_runs, target_runs, roofs, t0, curve)
 
 
-def _save_raw(raw_out: Path | None, calib_runs, target_runs, roofs) -> None:
+def _save_raw(raw_out: Path | None, calib_runs, target_runs, roofs, curve) -> None:
     if raw_out is not None:
         raw_out.parent.mkdir(parents=True, exist_ok=True)
         raw_out.write_text(
@@ -100,6 +99,7 @@ def _save_raw(raw_out: Path | None, calib_runs, target_runs, roofs) -> None:
                         "calibration_runs": [asdict(r) for r in calib_runs],
                         "target_runs": [asdict(r) for r in target_runs],
                         "roofs": asdict(roofs),
+                        "curves": curve,
                     }
                 ),
                 indent=1,
@@ -107,10 +107,17 @@ def _save_raw(raw_out: Path | None, calib_runs, target_runs, roofs) -> None:
         )
 
 
-def analyse(calib_runs, target_runs, roofs, t0: float) -> dict:
+def analyse(calib_runs, target_runs, roofs, t0: float, curve: dict | None) -> dict:
+    """`curve`: {"gemv": ..., "gemm": ...} (engine.calibration_runs), either may be missing."""
     smol = spec_for_run_model(DEFAULT_MODEL)
+    curve = curve or {}
     cal = build_calibration(
-        smol, run_samples(calib_runs, smol.n_layer), roofs.gpu_spec(), model=DEFAULT_MODEL
+        smol,
+        run_samples(calib_runs, smol.n_layer),
+        roofs.gpu_spec(),
+        model=DEFAULT_MODEL,
+        gemv=curve.get("gemv"),
+        gemm=curve.get("gemm"),
     )
     save_calibration(cal)  # as `python -m engine calibrate` would
     rows = []
@@ -153,6 +160,7 @@ def analyse(calib_runs, target_runs, roofs, t0: float) -> dict:
         "target_runs_cpu_share_median": median([r.cpu_share for r in target_runs]),
         "target_runs_loadavg_median": median([r.loadavg_1m for r in target_runs]),
         "roofs": asdict(roofs),
+        "curves": curve,
         "seconds": time.perf_counter() - t0,
     }
 
@@ -174,6 +182,13 @@ def main() -> int:
     ap.add_argument("--neo13-bf16", action="store_true", help="also GPT-Neo 1.3B in bf16")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--from-runs", type=Path, default=None, help="redo the analysis from a saved .runs.json")
+    ap.add_argument(
+        "--without",
+        nargs="*",
+        default=[],
+        choices=["gemv", "gemm"],
+        help="with --from-runs: fit without a curve",
+    )
     args = ap.parse_args()
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out = args.out or ROOT / "bench" / "results" / f"calibration-{paths.machine_id()}-{stamp}.json"
@@ -185,6 +200,7 @@ def main() -> int:
             [TimedRun(**r) for r in raw["target_runs"]],
             machine.MachineMeasurement(**raw["roofs"]),
             time.perf_counter(),
+            {k: v for k, v in raw.get("curves", {"gemv": raw.get("gemv")}).items() if k not in args.without},
         )
     else:
         with ThreadPoolExecutor(

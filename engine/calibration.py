@@ -100,8 +100,9 @@ def this_machine_gpu(*, measure_if_missing: bool = True) -> GPUSpec:
     return measure_machine()
 
 
-def efficiency_for(dtype: str, calibrated: bool) -> Efficiency:
-    """Efficiency to apply: the stored calibration's in calibrated mode, the datasheet's otherwise."""
+def efficiency_for(dtype: str, calibrated: bool, spec: ModelSpec | None = None) -> Efficiency:
+    """Efficiency to apply: the stored calibration's in calibrated mode (at `spec`'s matmul shapes when
+    given), the datasheet's otherwise."""
     if not calibrated:
         return DATASHEET
     cal = load_calibration()
@@ -110,7 +111,7 @@ def efficiency_for(dtype: str, calibrated: bool) -> Efficiency:
             "no calibration for this machine yet: run `python -m engine calibrate` (a few minutes), "
             "or use datasheet mode"
         )
-    return cal.efficiency(dtype)
+    return cal.efficiency(dtype, spec)
 
 
 def load_summary(samples: Sequence[RunSample]) -> LoadSummary:
@@ -138,9 +139,13 @@ def build_calibration(
     *,
     model: str,
     created_at: str | None = None,
+    gemv: dict[str, list[list[float]]] | None = None,
+    gemm: dict[str, list[list[float]]] | None = None,
 ) -> Calibration:
-    """Fit `samples` of `spec` (engine.calibration_fit) against `machine`'s roofs; notes say what was assumed."""
-    fits, notes = fit_precisions(spec, samples)
+    """Fit `samples` of `spec` (engine.calibration_fit) against `machine`'s roofs; notes say what was assumed.
+    `gemv`, `gemm`: the machine's matrix-vector and matrix-matrix curves per precision
+    (engine.calibration_runs.gemv_curve, gemm_curve)."""
+    fits, notes = fit_precisions(spec, samples, gemv=gemv, gemm=gemm)
     load = load_summary(samples)
     if load.busy_runs:
         notes.append(
@@ -373,12 +378,17 @@ def calibrate(
         raise InvalidParameterError(
             f"the calculator has no shape for {model!r}; calibrate with {DEFAULT_MODEL} or a GPT-Neo preset"
         )
+    from engine.calibration_runs import gemm_curve, gemv_curve
+
     before = machine.measure(dtypes, store=False)
+    curve, rows_curve = gemv_curve(dtypes), gemm_curve(dtypes)
     lms = load_models(model, dtypes, short_depth=short_depth)
     runs = measure(lms, shapes, repeats=repeats)
     roofs = machine.best_of(before, machine.measure(dtypes, store=False))
     machine.save(roofs)
-    cal = build_calibration(spec, run_samples(runs, spec.n_layer), roofs.gpu_spec(), model=model)
+    cal = build_calibration(
+        spec, run_samples(runs, spec.n_layer), roofs.gpu_spec(), model=model, gemv=curve, gemm=rows_curve
+    )
     save_calibration(cal)
     return cal
 

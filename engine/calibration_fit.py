@@ -31,6 +31,7 @@ fixed cost is folded into the bandwidth (the notes say so).
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections.abc import Sequence
@@ -89,6 +90,13 @@ class PrecisionFit:
     shapes: int = 0  # distinct shapes fitted
     dropped: int = 0  # shapes dropped as outliers
     pooled: bool = False  # bandwidth and per-layer cost shared with the other precisions
+    # measured matrix-vector rate by inner dimension, [[K, bytes/s], ...] (engine.calibration_runs.gemv_curve);
+    # s_per_byte is then per byte at the fastest K, and a matmul of inner dimension K reads its weights
+    # rate(fastest) / rate(K) times slower. Empty: every weight byte costs the same.
+    gemv: list[list[float]] = field(default_factory=list)
+    # measured matrix-matrix rate by rows (tokens in one forward), [[M, FLOP/s], ...] (gemm_curve): a prefill of
+    # M tokens runs its matmuls rate(fastest) / rate(M) times slower per FLOP than the fastest M measured
+    gemm: list[list[float]] = field(default_factory=list)
 
     @property
     def achieved_bandwidth(self) -> float:
@@ -119,10 +127,47 @@ class Features:
     prefill_bytes: float
 
 
+def gemv_factor(curve: Sequence[Sequence[float]], k: int) -> float:
+    """How many times longer a matrix-vector product of inner dimension `k` takes per weight byte than the
+    curve's fastest one: rate(fastest) / rate(k), the rate interpolated linearly in log2(k) between measured
+    points and held flat beyond them. 1.0 without a curve or for an operator without weights (k = 0).
+    The same for a matrix-matrix curve by rows (gemm)."""
+    pts = sorted((float(a), float(b)) for a, b in curve if a > 0 and b > 0)
+    if not pts or k <= 0:
+        return 1.0
+    best = max(b for _, b in pts)
+    x = math.log2(k)
+    if x <= math.log2(pts[0][0]):
+        return best / pts[0][1]
+    if x >= math.log2(pts[-1][0]):
+        return best / pts[-1][1]
+    for (k0, r0), (k1, r1) in itertools.pairwise(pts):
+        x0, x1 = math.log2(k0), math.log2(k1)
+        if x0 <= x <= x1:
+            return best / (r0 + (r1 - r0) * (x - x0) / (x1 - x0))
+    return 1.0
+
+
+def decode_weighted_bytes(ops, curve: Sequence[Sequence[float]]) -> float:
+    """A decode step's bytes with each matmul's weights weighted by gemv_factor of its inner dimension."""
+    return sum(
+        op.count * (op.weight_bytes * gemv_factor(curve, op.d_in) + (op.bytes - op.weight_bytes))
+        for op in ops
+    )
+
+
 def features(
-    spec: ModelSpec, dtype: str, prompt: int, output: int, batch: int, n_layer: int | None = None
+    spec: ModelSpec,
+    dtype: str,
+    prompt: int,
+    output: int,
+    batch: int,
+    n_layer: int | None = None,
+    gemv: Sequence[Sequence[float]] = (),
+    gemm: Sequence[Sequence[float]] = (),
 ) -> Features:
-    """The calculator's bytes and FLOPs for one shape (decode at the mean context P + O/2, as its estimate)."""
+    """The calculator's bytes and FLOPs for one shape (decode at the mean context P + O/2, as its estimate);
+    decode bytes weighted by the measured matrix-vector curve `gemv` when given (see PrecisionFit.gemv)."""
     if n_layer is not None and n_layer != spec.n_layer:
         spec = replace(spec, n_layer=n_layer)
     ctx = max(1, round(prompt + output / 2 - 1))
@@ -132,9 +177,11 @@ def features(
     return Features(
         layers=spec.n_layer,
         batch=batch,
-        decode_bytes=sum(op.total_bytes for op in dec),
+        decode_bytes=decode_weighted_bytes(dec, gemv),
         decode_extra_flops=dec_flops * (batch - 1) / batch,
-        prefill_flops=sum(op.total_flops for op in pre),
+        prefill_flops=sum(
+            op.total_flops * (gemv_factor(gemm, prompt * batch) if op.weight_bytes else 1.0) for op in pre
+        ),
         prefill_bytes=sum(op.total_bytes for op in pre),
     )
 
@@ -150,12 +197,13 @@ def predict_point(coef: Sequence[float], f: Features) -> tuple[float, float]:
 # ---------------------------------------------------------------- least squares (stdlib)
 
 
-def _solve(rows: list[list[float]], y: list[float]) -> list[float] | None:
-    """argmin sum ((row . c - y) / y)^2 by the normal equations on scaled columns; None when singular."""
+def _solve(rows: list[list[float]], y: list[float], w: list[float] | None = None) -> list[float] | None:
+    """argmin sum w (row . c - y)^2, w = 1 / y^2 unless given (relative error), by the normal equations on
+    scaled columns; None when singular."""
     k = len(rows[0])
     scale = [max(abs(r[j]) for r in rows) or 1.0 for j in range(k)]
     X = [[r[j] / scale[j] for j in range(k)] for r in rows]
-    w = [1 / (v * v) for v in y]
+    w = w or [1 / (v * v) for v in y]
     A = [[sum(wi * x[i] * x[j] for wi, x in zip(w, X, strict=True)) for j in range(k)] for i in range(k)]
     b = [sum(wi * x[i] * yi for wi, x, yi in zip(w, X, y, strict=True)) for i in range(k)]
     n = k
@@ -176,20 +224,27 @@ def _solve(rows: list[list[float]], y: list[float]) -> list[float] | None:
     return [v / s for v, s in zip(out, scale, strict=True)]
 
 
-def nonneg_fit(rows: list[list[float]], y: list[float], active: list[bool]) -> list[float] | None:
-    """Least squares over the active columns with every coefficient >= 0: drop the most negative, refit."""
-    active = list(active)
+def nonneg_fit(
+    rows: list[list[float]], y: list[float], active: list[bool], fixed: dict[int, float] | None = None
+) -> list[float] | None:
+    """Least squares (relative error) over the active columns with every coefficient >= 0: drop the most
+    negative, refit. `fixed`: columns whose coefficient is known (measured, not fitted)."""
+    fixed = fixed or {}
+    active = [a and j not in fixed for j, a in enumerate(active)]
+    known = [sum(c * r[j] for j, c in fixed.items()) for r in rows]
+    rest = [yi - k for yi, k in zip(y, known, strict=True)]
+    weights = [1 / (v * v) for v in y]
     while any(active):
         idx = [j for j, a in enumerate(active) if a]
         if len(rows) < len(idx):
             active[idx[-1]] = False
             continue
-        sol = _solve([[r[j] for j in idx] for r in rows], y)
+        sol = _solve([[r[j] for j in idx] for r in rows], rest, weights)
         if sol is None:
             active[idx[-1]] = False  # columns are listed most-essential first
             continue
         if min(sol) >= 0:
-            full = [0.0] * len(active)
+            full = [fixed.get(j, 0.0) for j in range(len(active))]
             for j, v in zip(idx, sol, strict=True):
                 full[j] = v
             return full
@@ -203,9 +258,9 @@ def rel_residuals(rows: list[list[float]], y: list[float], coef: Sequence[float]
     ]
 
 
-def _without_outliers(rows, y, active) -> tuple[list[float] | None, list[int]]:
+def _without_outliers(rows, y, active, fixed=None) -> tuple[list[float] | None, list[int]]:
     """Fit, drop points whose |relative residual| > max(3 x median |residual|, 10%), refit once."""
-    coef = nonneg_fit(rows, y, active)
+    coef = nonneg_fit(rows, y, active, fixed)
     if coef is None or len(rows) <= sum(active) + 1:
         return coef, []
     res = [abs(r) for r in rel_residuals(rows, y, coef)]
@@ -214,7 +269,7 @@ def _without_outliers(rows, y, active) -> tuple[list[float] | None, list[int]]:
     keep = [i for i in range(len(rows)) if i not in bad]
     if not bad or len(keep) < sum(active) + 1:
         return coef, []
-    again = nonneg_fit([rows[i] for i in keep], [y[i] for i in keep], active)
+    again = nonneg_fit([rows[i] for i in keep], [y[i] for i in keep], active, fixed)
     return (again, bad) if again is not None else (coef, [])
 
 
@@ -241,6 +296,12 @@ class _Design:
     feats: list[Features]
     ttft: list[float]
     tpot: list[float]
+    gemv_best: float = 0.0  # the measured matrix-vector curve's fastest rate (bytes/s); 0 without a curve
+
+    @property
+    def fixed(self) -> dict[int, float] | None:
+        """With a measured curve the seconds per byte are measured (1 / its fastest rate), not fitted."""
+        return {0: 1 / self.gemv_best} if self.gemv_best > 0 else None
 
 
 def _decode_rows(d: _Design) -> list[list[float]]:
@@ -249,7 +310,7 @@ def _decode_rows(d: _Design) -> list[list[float]]:
 
 def _decode_active(d: _Design, pooled: bool) -> list[bool]:
     depths = {f.layers for f in d.feats}
-    return [True, len(depths) > 1 or pooled, any(f.batch > 1 for f in d.feats)]
+    return [True, len(depths) > 1 or pooled or d.fixed is not None, any(f.batch > 1 for f in d.feats)]
 
 
 def _fit_decode(designs: list[_Design], pooled: bool) -> tuple[dict[str, list[float]], dict[str, list[int]]]:
@@ -267,7 +328,7 @@ def _fit_decode(designs: list[_Design], pooled: bool) -> tuple[dict[str, list[fl
             out[d.dtype], dropped[d.dtype] = coef, []
         return out, dropped
     for d in designs:
-        coef, bad = _without_outliers(_decode_rows(d), d.tpot, _decode_active(d, False))
+        coef, bad = _without_outliers(_decode_rows(d), d.tpot, _decode_active(d, False), d.fixed)
         if coef is not None:
             out[d.dtype], dropped[d.dtype] = coef, bad
     return out, dropped
@@ -284,11 +345,28 @@ def _fit_prefill(d: _Design, dec: Sequence[float]) -> tuple[list[float] | None, 
     return _without_outliers(rows, y, [True, varied])
 
 
-def _designs(spec: ModelSpec, samples: Sequence[RunSample]) -> list[_Design]:
+def _designs(
+    spec: ModelSpec,
+    samples: Sequence[RunSample],
+    gemv: dict[str, list[list[float]]],
+    gemm: dict[str, list[list[float]]],
+) -> list[_Design]:
     by: dict[str, _Design] = {}
     for s in fastest_per_shape(samples):
-        d = by.setdefault(s.dtype, _Design(s.dtype, [], [], []))
-        d.feats.append(features(spec, s.dtype, s.prompt_tokens, s.output_tokens, s.batch_size, s.n_layer))
+        curve = gemv.get(s.dtype, [])
+        d = by.setdefault(s.dtype, _Design(s.dtype, [], [], [], max((r for _, r in curve), default=0.0)))
+        d.feats.append(
+            features(
+                spec,
+                s.dtype,
+                s.prompt_tokens,
+                s.output_tokens,
+                s.batch_size,
+                s.n_layer,
+                gemv.get(s.dtype, []),
+                gemm.get(s.dtype, []),
+            )
+        )
         d.ttft.append(s.ttft_s)
         d.tpot.append(s.tpot_s)
     return list(by.values())
@@ -308,10 +386,18 @@ def _fit_once(designs: list[_Design], pooled: bool) -> dict[str, list[float]] | 
 
 
 def fit_precisions(
-    spec: ModelSpec, samples: Sequence[RunSample], *, bootstrap: int = BOOTSTRAP, seed: int = 0
+    spec: ModelSpec,
+    samples: Sequence[RunSample],
+    *,
+    bootstrap: int = BOOTSTRAP,
+    seed: int = 0,
+    gemv: dict[str, list[list[float]]] | None = None,
+    gemm: dict[str, list[list[float]]] | None = None,
 ) -> tuple[dict[str, PrecisionFit], list[str]]:
-    """Fit every precision in `samples` (see the module docstring); returns the fits and notes."""
-    designs = _designs(spec, samples)
+    """Fit every precision in `samples` (see the module docstring); returns the fits and notes. `gemv`:
+    the measured matrix-vector curve per precision (engine.calibration_runs.gemv_curve), if any."""
+    gemv, gemm = gemv or {}, gemm or {}
+    designs = _designs(spec, samples, gemv, gemm)
     if not designs:
         raise InvalidParameterError("no usable run (each needs TTFT and a TPOT, so at least 2 output tokens)")
     notes: list[str] = []
@@ -351,6 +437,8 @@ def fit_precisions(
             shapes=len(d.feats),
             dropped=len(bad),
             pooled=pooled,
+            gemv=[list(p) for p in gemv.get(d.dtype, [])],
+            gemm=[list(p) for p in gemm.get(d.dtype, [])],
         )
         if bad:
             notes.append(f"{d.dtype}: {len(bad)} of {len(d.feats)} shapes left out of the fit as outliers")
@@ -376,6 +464,7 @@ def fit_precisions(
                     d.feats,
                     [t / _scale(rng.choice(pres)) for t, _ in fitted[d.dtype]],
                     [t / _scale(rng.choice(dres)) for _, t in fitted[d.dtype]],
+                    d.gemv_best,
                 )
             )
         one = _fit_once(drawn, pooled)
@@ -405,7 +494,7 @@ def predict(
 ) -> tuple[Interval, Interval]:
     """(TTFT, TPOT) intervals at COVERAGE: the point from the fit, the bounds from the bootstrap replicates,
     each scaled by one of the fit's own relative residuals (a deterministic draw)."""
-    f = features(spec, fit.dtype, prompt, output, batch, n_layer)
+    f = features(spec, fit.dtype, prompt, output, batch, n_layer, fit.gemv, fit.gemm)
     ttft, tpot = predict_point(fit.coefficients, f)
     if not fit.replicates:
         return Interval(ttft, ttft, ttft), Interval(tpot, tpot, tpot)
@@ -425,9 +514,18 @@ def predict(
     return interval(ttft, t_ttft), interval(tpot, t_tpot)
 
 
-def efficiency_of(fit: PrecisionFit, bandwidth: float, flops: float) -> Efficiency:
+def efficiency_of(
+    fit: PrecisionFit, bandwidth: float, flops: float, spec: ModelSpec | None = None
+) -> Efficiency:
     """The fit as the calculator's Efficiency (fractions of the measured roofs, per-layer cost); the batch
-    and prefill fixed terms have no place there, so the calculator's batch-1 decode matches this fit's."""
+    and prefill fixed terms have no place there. With `spec`, the bandwidth is the one `spec`'s own matmuls
+    reach on the fit's matrix-vector curve (their weight-byte-weighted gemv_factor), so the calculator's
+    batch-1 decode for that model matches this fit's."""
     e_bw = fit.achieved_bandwidth / bandwidth if bandwidth > 0 else 1.0
+    if spec is not None and fit.gemv:
+        ops = operators(spec, phase="decode", seq_len=1, batch=1, dtype=fit.dtype)
+        weights = sum(op.count * op.weight_bytes for op in ops)
+        if weights > 0:
+            e_bw /= sum(op.count * op.weight_bytes * gemv_factor(fit.gemv, op.d_in) for op in ops) / weights
     e_f = fit.achieved_flops / flops if flops > 0 and math.isfinite(fit.achieved_flops) else 1.0
     return Efficiency(e_bw, e_f, fit.overhead_s_per_layer, label="calibrated")

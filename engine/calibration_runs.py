@@ -19,6 +19,7 @@ would otherwise stop at an early EOS).
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import time
 from collections.abc import Iterable, Sequence
@@ -238,3 +239,76 @@ def load_cut(name: str, dtype: str, n_layer: int):
         if isinstance(getattr(cfg, attr, None), list):
             setattr(cfg, attr, getattr(cfg, attr)[:n_layer])
     return dc_replace(lm, name=f"{name}[:{n_layer}]")
+
+
+GEMV_INNER_DIMS = (256, 512, 1024, 2048, 4096, 8192)
+GEMV_MATRIX_BYTES = 64e6  # well beyond a CPU's last-level cache, as a model's weights are
+
+
+def gemv_curve(
+    dtypes: Sequence[str], inner_dims: Sequence[int] = GEMV_INNER_DIMS, *, repeats: int = 7
+) -> dict[str, list[list[float]]]:
+    """This machine's matrix-vector rate by inner dimension: {dtype: [[K, bytes/s], ...]}, each the fastest of
+    `repeats` `torch.nn.functional.linear` calls of one token through a [N, K] weight of GEMV_MATRIX_BYTES,
+    the layout of nn.Linear. A decode step is such products; on a CPU their rate depends on K (a 576-wide
+    model's matmuls stream slower than a 2048-wide one's), and a fit on one model shape cannot see that."""
+    import torch
+    import torch.nn.functional as F
+
+    from engine.dtypes import BYTES_PER_ELEMENT
+
+    out: dict[str, list[list[float]]] = {}
+    for dt in dtypes:
+        tdt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}.get(dt)
+        if tdt is None:
+            continue
+        width = BYTES_PER_ELEMENT[dt]
+        points = []
+        for k in inner_dims:
+            n = max(1, int(GEMV_MATRIX_BYTES / (k * width)))
+            w = torch.randn(n, k).to(tdt)
+            x = torch.randn(1, k).to(tdt)
+            best = math.inf
+            with torch.inference_mode():
+                F.linear(x, w)
+                for _ in range(repeats):
+                    t = time.perf_counter()
+                    F.linear(x, w)
+                    best = min(best, time.perf_counter() - t)
+            points.append([float(k), n * k * width / best])
+            del w
+        out[dt] = points
+    return out
+
+
+GEMM_ROWS = (1, 8, 32, 128, 512)
+
+
+def gemm_curve(
+    dtypes: Sequence[str], rows: Sequence[int] = GEMM_ROWS, *, width: int = 2048, repeats: int = 3
+) -> dict[str, list[list[float]]]:
+    """This machine's matrix-matrix rate by rows: {dtype: [[M, FLOP/s], ...]}, each the fastest of `repeats`
+    `linear` calls of M tokens through a [width, width] weight. A prefill of M tokens runs at the M-row rate:
+    on a CPU 32 rows reach about half the FLOP/s of 512, so a fit on one prompt length cannot carry over."""
+    import torch
+    import torch.nn.functional as F
+
+    out: dict[str, list[list[float]]] = {}
+    for dt in dtypes:
+        tdt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}.get(dt)
+        if tdt is None:
+            continue
+        w = torch.randn(width, width).to(tdt)
+        points = []
+        for m in rows:
+            x = torch.randn(m, width).to(tdt)
+            best = math.inf
+            with torch.inference_mode():
+                F.linear(x, w)
+                for _ in range(repeats):
+                    t = time.perf_counter()
+                    F.linear(x, w)
+                    best = min(best, time.perf_counter() - t)
+            points.append([float(m), 2.0 * m * width * width / best])
+        out[dt] = points
+    return out

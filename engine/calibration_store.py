@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import paths
-from engine.calc.specs import GPUSpec
+from engine.calc.specs import GPUSpec, ModelSpec
 from engine.calc.timing import Efficiency
 from engine.calibration_fit import PrecisionFit, RunSample, efficiency_of
 from engine.machine import machine_spec
@@ -59,11 +59,12 @@ class Calibration:
         key = "bf16" if dtype in ("fp16", "int8", "int4") else dtype
         return self.fits.get(key) or self.fits.get("bf16") or next(iter(self.fits.values()))
 
-    def efficiency(self, dtype: str) -> Efficiency:
-        """The calibrated Efficiency for the calculator (engine.calc.timing) in `dtype`."""
+    def efficiency(self, dtype: str, spec: ModelSpec | None = None) -> Efficiency:
+        """The calibrated Efficiency for the calculator (engine.calc.timing) in `dtype`; with `spec`, at the
+        matrix-vector rate that model's matmul shapes reach (engine.calibration_fit.efficiency_of)."""
         key = "bf16" if dtype in ("fp16", "int8", "int4") else dtype
         flops = self.peak_flops.get(key) or self.peak_flops.get("fp32") or 0.0
-        return efficiency_of(self.fit_for(dtype), self.peak_bandwidth_bytes_per_s, flops)
+        return efficiency_of(self.fit_for(dtype), self.peak_bandwidth_bytes_per_s, flops, spec)
 
     # summaries kept for the CLI and older readers
     @property

@@ -130,12 +130,12 @@ def summarize(
         c_ttft = c_tpot = None
         c_tpot_iv = c_ttft_iv = None
         if cal is not None:
-            c_ttft, c_tpot = predict(spec, sample, machine, cal.efficiency(dtype))
-            try:
-                pi = predict_interval(cal, spec, dtype=dtype, prompt_tokens=p, output_tokens=o, batch=b)
+            pi = _calibrated(cal, spec, dtype, p, o, b)
+            if pi is not None:  # the point and its interval from the same fit
+                c_ttft, c_tpot = pi.ttft.point, pi.tpot.point
                 c_tpot_iv, c_ttft_iv = (pi.tpot.low, pi.tpot.high), (pi.ttft.low, pi.ttft.high)
-            except (ValueError, KeyError, StopIteration):
-                pass  # a calibration without a fit for this precision: the point estimate stands alone
+            else:  # a calibration without a fit for this precision: its efficiency, no interval
+                c_ttft, c_tpot = predict(spec, sample, machine, cal.efficiency(dtype, spec))
         out.append(
             ShapeComparison(
                 model,
@@ -159,6 +159,16 @@ def summarize(
     return sorted(out, key=lambda c: c.newest)
 
 
+def _calibrated(cal: Any, spec: Any, dtype: str, prompt: int, output: int, batch: int) -> Any:
+    """engine.calibration.predict_interval, or None where the calibration has no fit for `dtype`."""
+    try:
+        return predict_interval(
+            cal, spec, dtype=dtype, prompt_tokens=prompt, output_tokens=output, batch=batch
+        )
+    except (ValueError, KeyError, StopIteration):
+        return None
+
+
 @dataclass(frozen=True)
 class RunForecast:
     """How long one generation should take on this machine, before it starts."""
@@ -180,17 +190,25 @@ def forecast_run(
     cal: Any = None,
 ) -> RunForecast:
     """Predicted wall time of a run of `max_new_tokens` after a `prompt_tokens` prompt (batch 1), from the
-    calculator's per-operator timing on `machine`'s roofs, with the calibrated efficiency when `cal` is given.
+    calculator's per-operator timing on `machine`'s roofs, with the calibrated fit (engine.calibration.predict_interval) when `cal` is given.
 
     With the KV cache: TTFT + (n - 1) × TPOT at the middle of the output. Without it, every step is a prefill
     over the whole sequence so far, so the total is the sum of prefills at lengths p+1 ... p+n (trapezoid over
     33 points; error well under the model's own)."""
-    eff = cal.efficiency(dtype) if cal is not None else None
     n, p = max(1, max_new_tokens), max(1, prompt_tokens)
 
     def at(prompt: int, out: int) -> tuple[float, float]:
-        sample = RunSample(dtype, 1, prompt, out, math.nan, math.nan)
-        return predict(spec, sample, machine, eff) if eff is not None else predict(spec, sample, machine)
+        if cal is not None:
+            pi = _calibrated(cal, spec, dtype, prompt, max(2, out), 1)
+            if pi is not None:  # the same fit (and point) as the estimate check and the calculator's interval
+                return pi.ttft.point, pi.tpot.point
+            return predict(
+                spec,
+                RunSample(dtype, 1, prompt, out, math.nan, math.nan),
+                machine,
+                cal.efficiency(dtype, spec),
+            )
+        return predict(spec, RunSample(dtype, 1, prompt, out, math.nan, math.nan), machine)
 
     ttft, tpot = at(p, n)
     if use_cache:
@@ -206,9 +224,7 @@ def forecast_run(
             + (ys[0] if n > 1 else 0)
         )
         step = (total - ttft) / max(1, n - 1)
-    mode = (
-        "calibrated efficiency" if cal is not None else "measured roofs, no calibration (an optimistic bound)"
-    )
+    mode = "calibrated fit" if cal is not None else "measured roofs, no calibration (an optimistic bound)"
     return RunForecast(
         total,
         ttft,

@@ -6,7 +6,7 @@ pages never show two different "this machine" figures. Each measurement is store
 under paths.home()/machine/<machine>.json (`latest()` reads it back).
 
 Methods (engine.hardware): bandwidth = best of 5 over a 256 MiB buffer (a sum reads every byte once; a copy
-moves read + write bytes); matmul = best of 5 n x n x n products, 2 n^3 FLOPs each (n = 1024 on a CPU,
+moves read + write bytes); matmul = best of 5 n x n x n products in nn.Linear's layout, 2 n^3 FLOPs each (n = 1024 on a CPU,
 4096 on a GPU). Best-of, because a roof is what the machine can do, not what it did while busy.
 """
 

@@ -14,6 +14,7 @@ from engine.calc import memory, paged, timing
 from engine.calc.cost import estimate_cost
 from engine.calc.report import batch_sweep, estimate, reasoning
 from engine.calc.specs import THIS_MACHINE
+from engine.calibration import predict_interval
 from engine.errors import EngineError
 from ui import export
 from ui.calc_widgets import (
@@ -100,7 +101,7 @@ inputs = replace(
     usd_per_gpu_hour=price,
 )
 dtype = weights.dtype
-eff = cal.efficiency(dtype) if (mode == "calibrated" and cal is not None) else timing.DATASHEET
+eff = cal.efficiency(dtype, spec) if (mode == "calibrated" and cal is not None) else timing.DATASHEET
 try:
     est = estimate(spec, gpu, inputs, eff)
 except EngineError as exc:
@@ -178,6 +179,21 @@ with right:
         delta_arrow="off",
         help="batch x output tokens / generation time",
     )
+    if mode == "calibrated" and cal is not None:
+        try:
+            pi = predict_interval(
+                cal, spec, dtype=dtype, prompt_tokens=prompt, output_tokens=output, batch=batch
+            )
+            st.caption(
+                f"Calibrated fit on this machine ({pi.calibrated_on}), 95% interval: TTFT "
+                f"{fmt.seconds(pi.ttft.point)} ({fmt.seconds(pi.ttft.low)}–{fmt.seconds(pi.ttft.high)}), TPOT "
+                f"{fmt.seconds(pi.tpot.point)} ({fmt.seconds(pi.tpot.low)}–{fmt.seconds(pi.tpot.high)}). "
+                "The figures above apply the fit's bandwidth, FLOP/s and per-layer cost to the calculator; the "
+                "fit also has a per-extra-sequence and a fixed prefill term, so at batch > 1 the two can differ."
+                + "".join(f" {n}." for n in pi.notes)
+            )
+        except EngineError as exc:
+            st.caption(f"No calibrated interval for this shape: {exc}")
     k = st.columns(3)
     if m.fits:
         k[0].metric(

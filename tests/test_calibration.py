@@ -25,8 +25,8 @@ from engine.calibration import (
     predict_interval,
     save_calibration,
 )
-from engine.calibration_fit import features, fit_precisions, predict_point
-from engine.calibration_runs import LoadMeter, load_reading, tpot_from_steps
+from engine.calibration_fit import efficiency_of, features, fit_precisions, gemv_factor, predict_point
+from engine.calibration_runs import LoadMeter, gemm_curve, gemv_curve, load_reading, tpot_from_steps
 from tests.factories import synthetic_run
 
 MACHINE = machine_spec(55e9, {"fp32": 200e9, "bf16": 400e9}, memory_bytes=24e9)
@@ -243,6 +243,8 @@ def test_calibrate_command_wiring(tmp_path, monkeypatch, capsys):
         24e9,
     )
     monkeypatch.setattr(calibration_runs, "measure", fake_measure)
+    monkeypatch.setattr(calibration_runs, "gemv_curve", lambda dtypes: {})  # synthetic runs: no curve
+    monkeypatch.setattr(calibration_runs, "gemm_curve", lambda dtypes: {})
     monkeypatch.setattr(cal_mod, "load_models", lambda *a, **k: [])
     monkeypatch.setattr(machine, "measure", lambda dtypes=(), store=True: roofs)
     assert main(["calibrate"]) == 0
@@ -294,3 +296,74 @@ def test_a_wild_residual_cannot_make_an_interval_negative():
     )
     ttft, tpot = fit_predict(fit, NEO, prompt=64, output=16)
     assert ttft.low > 0 and tpot.low > 0 and tpot.high <= tpot.point * 10 + 1e-12
+
+
+# a CPU whose matrix-vector products stream faster the wider their inner dimension (as measured here: 576-wide
+# matmuls about 15 GB/s, 2048-wide 23, 8192-wide 28), and whose matrix products speed up with rows
+GEMV = {"fp32": [[256, 11e9], [512, 15e9], [1024, 22e9], [2048, 23.5e9], [4096, 27.5e9], [8192, 28.5e9]]}
+GEMM = {"fp32": [[1, 21e9], [8, 35e9], [32, 86e9], [128, 145e9], [512, 162e9]]}
+
+
+def test_gemv_factor_interpolates_in_log_k_and_holds_flat_beyond():
+    curve = [[512, 10e9], [2048, 20e9]]
+    assert gemv_factor(curve, 2048) == 1.0 and gemv_factor(curve, 512) == pytest.approx(2.0)
+    assert gemv_factor(curve, 1024) == pytest.approx(20 / 15)  # halfway in log2
+    assert gemv_factor(curve, 128) == pytest.approx(2.0) and gemv_factor(curve, 1 << 14) == 1.0
+    assert gemv_factor([], 576) == 1.0 and gemv_factor(curve, 0) == 1.0
+
+
+def test_measured_curves_carry_a_fit_on_a_narrow_model_to_a_wide_one():
+    """Truth: every weight byte at the curve's rate for its K, a prefill at the curve's rate for its rows. A fit
+    on SmolLM2 (576 wide, prompts 32 and 128) with the curves predicts GPT-Neo 1.3B (2048 wide) within 3%;
+    without them it takes SmolLM2's slow narrow matmuls for the machine and misses by more than 15%."""
+    best = max(r for _, r in GEMV["fp32"])
+    truth = {"fp32": [1 / best, 3e-4, 1 / 30e9, 1 / 150e9, 5e-3]}
+    rng = random.Random(0)
+    runs = []
+    for _ in range(3):
+        for sh in CALIBRATION_SHAPES:
+            for depth in (None, SHORT_DEPTH):
+                f = features(
+                    SMOL,
+                    "fp32",
+                    sh.prompt_tokens,
+                    sh.output_tokens,
+                    sh.batch_size,
+                    depth,
+                    GEMV["fp32"],
+                    GEMM["fp32"],
+                )
+                ttft, tpot = predict_point(truth["fp32"], f)
+                noise = 1 + rng.uniform(0, 0.02)
+                runs.append(
+                    RunSample(
+                        "fp32",
+                        sh.batch_size,
+                        sh.prompt_tokens,
+                        sh.output_tokens,
+                        ttft * noise,
+                        tpot * noise,
+                        n_layer=depth,
+                    )
+                )
+    big = model_preset("gpt-neo-1.3b")
+    true_ttft, true_tpot = predict_point(
+        truth["fp32"], features(big, "fp32", 32, 5, 1, None, GEMV["fp32"], GEMM["fp32"])
+    )
+    with_curves = build_calibration(SMOL, runs, MACHINE, model="smollm2-135m-instruct", gemv=GEMV, gemm=GEMM)
+    p = predict_interval(with_curves, big, dtype="fp32", prompt_tokens=32, output_tokens=5)
+    assert p.tpot.point / true_tpot == pytest.approx(1, abs=0.03)
+    assert p.ttft.point / true_ttft == pytest.approx(1, abs=0.03)
+    without = build_calibration(SMOL, runs, MACHINE, model="smollm2-135m-instruct")
+    q = predict_interval(without, big, dtype="fp32", prompt_tokens=32, output_tokens=5)
+    assert abs(q.tpot.point / true_tpot - 1) > 0.15
+    # the calculator's calibrated efficiency for a model follows that model's matmul widths
+    fit = with_curves.fits["fp32"]
+    assert efficiency_of(fit, 30e9, 200e9, big).bandwidth > efficiency_of(fit, 30e9, 200e9, SMOL).bandwidth
+
+
+def test_curves_are_measured_on_this_machine():
+    v = gemv_curve(["fp32"], (256, 1024), repeats=1)
+    m = gemm_curve(["fp32", "int4"], (1, 8), width=256, repeats=1)
+    assert [k for k, _ in v["fp32"]] == [256, 1024] and all(r > 0 for _, r in v["fp32"])
+    assert [k for k, _ in m["fp32"]] == [1, 8] and all(r > 0 for _, r in m["fp32"]) and "int4" not in m

@@ -37,6 +37,7 @@ class Operator:
     count: int  # instances per forward pass (n_layer, or 1 for the head)
     weight_bytes: float = 0.0
     kv_bytes: float = 0.0  # KV cache bytes read (attention) or written (K/V projections), one instance
+    d_in: int = 0  # a matmul's inner (reduction) dimension; 0 for operators without weights
 
     @property
     def intensity(self) -> float:
@@ -176,6 +177,7 @@ def operators(
             wb + T * per_token * d_in * a + ob,
             count,
             weight_bytes=wb,
+            d_in=d_in,
         )
 
     scores = b * H * n * c_kv
@@ -228,6 +230,7 @@ def operators(
             head_w + rows * h * a + rows * V * a,
             1,
             weight_bytes=head_w,
+            d_in=spec.embed_dim or h,
         )
     )
     return ops

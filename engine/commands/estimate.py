@@ -70,7 +70,9 @@ def run(args) -> dict:
             f"a calibration describes this machine; use --gpu {THIS_MACHINE} with --calibrated, "
             "or drop --calibrated for the datasheet estimate of another GPU"
         )
-    eff = efficiency_for(args.dtype, args.calibrated)  # before measuring: a missing calibration fails fast
+    eff = efficiency_for(
+        args.dtype, args.calibrated, spec
+    )  # before measuring: a missing calibration fails fast
     gpu = resolve_gpu(args.gpu)
     p, o = split_prompt_output(args.seq_len, args.prompt_tokens, args.output_tokens)
     inputs = Inputs(

@@ -455,22 +455,37 @@ def verdict(row: SchemeResult, base: SchemeResult | None = None) -> str:
     if row.scheme == "fp32":
         return "fp32 is the reference: every ratio and delta is measured against it in the same run."
     sp, bpb, ci = row.speedup_vs_fp32, row.bits_per_byte_delta, row.speedup_ci
-    cost = f"{bpb:+.3f} bits/byte" if bpb is not None else "an unmeasured quality cost"
-    size = ""
+    cost = quality_cost(bpb)
+    size, bound = "", None
     if base is not None and base.weights_bytes and row.weights_bytes:
-        size = f", stores its weights in {row.weights_bytes / base.weights_bytes:.0%} of fp32's bytes"
+        share = row.weights_bytes / base.weights_bytes
+        size = f", stores its weights in {share:.0%} of fp32's bytes"
+        bound = 1 / share
     match = f"; greedy output equals fp32's on {row.exact_match_rate:.0%} of the prompts"
     if sp is None or sp != sp:
         return f"{row.scheme}: no speed figure{size}."
     unsure = ci is not None and ci[0] <= 1 <= ci[1]
     if sp >= 1:
         tail = " (the 95% interval includes 1x: not clearly faster)" if unsure else ""
-        return f"{row.scheme} is {sp:.2f}x faster per token here{tail}, costs {cost}{size}{match}."
-    library = SCHEMES[row.scheme].library
-    why = (
-        "its weight-only kernel dequantizes on every matmul, which costs more on this CPU than the bytes it saves"
-        if library != "torch"
-        else "this CPU's matmul kernels for that precision are slower than its fp32 ones"
-    )
+        return f"{row.scheme} is {sp:.2f}x faster per token here{tail}, {cost}{size}{match}."
     tail = " (the 95% interval includes 1x)" if unsure else ""
-    return f"{row.scheme} is slower here ({sp:.2f}x fp32's speed{tail}), because {why}; it costs {cost}{size}{match}."
+    if bound is not None and bound > 1:
+        why = (
+            f"were decode set by the bytes it reads, {1 / bound:.0%} of the bytes would allow up to "
+            f"{bound:.2f}x; measured {sp:.2f}x, so the kernels that run this format, not the bytes, set its "
+            "speed on this machine"
+        )
+    else:
+        why = "it reads no fewer bytes than fp32 and its kernels are slower here"
+    return f"{row.scheme} is slower here ({sp:.2f}x fp32's speed{tail}): {why}; it {cost}{size}{match}."
+
+
+def quality_cost(delta: float | None) -> str:
+    """A bits-per-byte delta in words: a change under 0.0005 bits/byte is below what the evaluation resolves."""
+    if delta is None or delta != delta:
+        return "costs an unmeasured amount of quality"
+    if abs(delta) < 5e-4:
+        return f"costs no measurable quality ({delta:+.4f} bits/byte)"
+    if delta < 0:
+        return f"scores {-delta:.3f} bits/byte better than fp32"
+    return f"costs {delta:+.3f} bits/byte"
