@@ -5,7 +5,9 @@ and interleaved (A B C D A B C D ...) so machine noise hits all alike. Also: ach
 (weights bytes x decode steps/s, from each variant's own TPOT) against this machine's measured read
 bandwidth, and a check that the scheduler's greedy tokens equal plain `generate`'s.
 
-    .venv/bin/python bench/decode.py [--models smollm2-135m-instruct gpt-neo-125m-random] [--repeats 5]
+    .venv/bin/python bench/decode.py [--models smollm2-135m-instruct gpt-neo-125m-random] [--repeats 5] [--compile]
+
+--compile adds an experiment outside the engine's path: `generate` with a static KV cache and torch.compile.
 
 Prints a table and writes bench/results/decode-<machine>.json. Target: the engine costs at most 5%.
 """
@@ -31,8 +33,9 @@ from engine.generation import GenerationConfig  # noqa: E402
 PROMPT = "The history of the printing press begins"
 
 
-def plain_generate(lm, cfg: GenerationConfig) -> tuple[int, float]:
-    """The baseline: what a notebook does (tokenize, generate, count), timed end to end."""
+def plain_generate(lm, cfg: GenerationConfig, **extra) -> tuple[int, float, list[int]]:
+    """The baseline: what a notebook does (tokenize, generate, count), timed end to end; `extra` goes to
+    `generate` (the compile experiment's static cache)."""
     import torch
 
     enc = lm.tokenizer(PROMPT, return_tensors="pt").to(lm.model.device)
@@ -47,10 +50,23 @@ def plain_generate(lm, cfg: GenerationConfig) -> tuple[int, float]:
             temperature=None,
             top_p=None,
             top_k=None,
+            **extra,
         )
     if lm.device.startswith("cuda"):
         torch.cuda.synchronize()
-    return int(out.shape[1] - enc["input_ids"].shape[1]), time.perf_counter() - t0
+    prompt_len = enc["input_ids"].shape[1]
+    return int(out.shape[1] - prompt_len), time.perf_counter() - t0, out[0, prompt_len:].tolist()
+
+
+def compiled_generate(lm, cfg: GenerationConfig) -> tuple[int, float, list[int]]:
+    """The experiment: `generate` with a static KV cache and its forward compiled by torch.compile (inductor,
+    default mode; transformers compiles on a CPU only when asked to with CompileConfig's all-devices flag).
+    The first call compiles (about a minute here); one compile per cache length."""
+    from transformers import CompileConfig
+
+    cc = CompileConfig(fullgraph=False, dynamic=False, mode="default")
+    cc._compile_all_devices = True  # transformers' own switch for compiling off CUDA
+    return plain_generate(lm, cfg, cache_implementation="static", compile_config=cc)
 
 
 def engine_generate(lm, cfg):
@@ -72,7 +88,7 @@ def engine_scheduler(sched, cfg):
     return m.output_tokens, m.latency_s, m.tpot_s, c.token_ids
 
 
-def bench_model(name: str, repeats: int, max_new_tokens: int, dtype: str) -> dict:
+def bench_model(name: str, repeats: int, max_new_tokens: int, dtype: str, compiled: bool = False) -> dict:
     lm = models.load_model(name, dtype=dtype)
     cfg = GenerationConfig(max_new_tokens=max_new_tokens)
     sched = Scheduler(lm, max_batch=1, record=False)
@@ -86,6 +102,15 @@ def bench_model(name: str, repeats: int, max_new_tokens: int, dtype: str) -> dic
         "engine stream": [],
         "engine scheduler": [],
     }
+    compiled_extra: dict = {}
+    if compiled:
+        t0 = time.perf_counter()
+        _n, _t, ids = compiled_generate(lm, cfg)  # compiles
+        compiled_extra = {
+            "compile_s": time.perf_counter() - t0,
+            "compiled_greedy_tokens_equal_plain": ids == plain_generate(lm, cfg)[2],
+        }
+        rates["compiled generate"] = []
     tpots: list[float] = []
     sched_tpots: list[float] = []
     same_tokens = (
@@ -95,7 +120,7 @@ def bench_model(name: str, repeats: int, max_new_tokens: int, dtype: str) -> dic
         n, t, tpot, _ids = engine_scheduler(sched, cfg)
         rates["engine scheduler"].append(n / t)
         sched_tpots.append(tpot)
-        n, t = plain_generate(lm, cfg)
+        n, t, _ids = plain_generate(lm, cfg)
         rates["plain generate"].append(n / t)
         n, t, tpot = engine_generate(lm, cfg)
         rates["engine generate"].append(n / t)
@@ -103,6 +128,9 @@ def bench_model(name: str, repeats: int, max_new_tokens: int, dtype: str) -> dic
         n, t, tpot = engine_stream(lm, cfg)
         rates["engine stream"].append(n / t)
         tpots.append(tpot)
+        if compiled:
+            n, t, _ids = compiled_generate(lm, cfg)
+            rates["compiled generate"].append(n / t)
     sched.close()
     med = {k: stats.median(v) for k, v in rates.items()}
     tpot = stats.median(tpots)
@@ -124,6 +152,17 @@ def bench_model(name: str, repeats: int, max_new_tokens: int, dtype: str) -> dic
         "scheduler_tpot_s_median": sched_tpot,
         "scheduler_achieved_weight_bytes_per_s": lm.weights_bytes / sched_tpot,
         "scheduler_greedy_tokens_equal_generate": same_tokens,
+        **(
+            {
+                "ratio_compiled_vs_plain": med["compiled generate"] / med["plain generate"],
+                # whole-run tok/s (prefill included) x weight bytes: a lower bound on the decode bandwidth
+                "compiled_achieved_weight_bytes_per_s_lower_bound": lm.weights_bytes
+                * med["compiled generate"],
+                **compiled_extra,
+            }
+            if compiled
+            else {}
+        ),
     }
 
 
@@ -133,6 +172,11 @@ def main() -> int:
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument(
+        "--compile",
+        action="store_true",
+        help="add the experiment: static KV cache + torch.compile of the forward (compiles for about a minute)",
+    )
     ap.add_argument(
         "--out", type=Path, default=ROOT / "bench" / "results" / f"decode-{paths.machine_id()}.json"
     )
@@ -144,7 +188,10 @@ def main() -> int:
     # spin-waiting), which would make the baseline look slow for a reason that has nothing to do with it.
     with ThreadPoolExecutor(max_workers=1) as pool:
         rows = pool.submit(
-            lambda: [bench_model(m, args.repeats, args.max_new_tokens, args.dtype) for m in args.models]
+            lambda: [
+                bench_model(m, args.repeats, args.max_new_tokens, args.dtype, args.compile)
+                for m in args.models
+            ]
         ).result()
     print(
         f"measured read bandwidth: {bw.read_bytes_per_s / 1e9:.1f} GB/s ({info.accelerator}, {info.cpu_name}); "
@@ -169,6 +216,14 @@ def main() -> int:
             f"{100 * sa / bw.read_bytes_per_s:.0f}% of read bandwidth; greedy tokens equal generate's: "
             f"{r['scheduler_greedy_tokens_equal_generate']}"
         )
+        if "ratio_compiled_vs_plain" in r:
+            cb = r["compiled_achieved_weight_bytes_per_s_lower_bound"]
+            print(
+                f"{'':<30}static cache + torch.compile {m['compiled generate']:.1f} tok/s = "
+                f"{r['ratio_compiled_vs_plain']:.3f}x plain; >= {cb / 1e9:.1f} GB/s = "
+                f"{100 * cb / bw.read_bytes_per_s:.0f}% of read bandwidth (whole run); compiled in "
+                f"{r['compile_s']:.0f} s; greedy tokens equal plain's: {r['compiled_greedy_tokens_equal_plain']}"
+            )
     result = {
         "benchmark": "decode",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),

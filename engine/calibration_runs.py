@@ -243,6 +243,23 @@ def load_cut(name: str, dtype: str, n_layer: int):
 
 GEMV_INNER_DIMS = (256, 512, 1024, 2048, 4096, 8192)
 GEMV_MATRIX_BYTES = 64e6  # well beyond a CPU's last-level cache, as a model's weights are
+GEMM_ROWS = (1, 8, 32, 128, 512)
+CURVE_DTYPES = ("fp32", "bf16", "fp16")
+
+
+def _fastest_linear_s(x, w, repeats: int) -> float:
+    """Seconds of the fastest of `repeats` `linear(x, w)` calls after one untimed call (nn.Linear's layout)."""
+    import torch
+    import torch.nn.functional as F
+
+    best = math.inf
+    with torch.inference_mode():
+        F.linear(x, w)
+        for _ in range(repeats):
+            t = time.perf_counter()
+            F.linear(x, w)
+            best = min(best, time.perf_counter() - t)
+    return best
 
 
 def gemv_curve(
@@ -253,35 +270,20 @@ def gemv_curve(
     the layout of nn.Linear. A decode step is such products; on a CPU their rate depends on K (a 576-wide
     model's matmuls stream slower than a 2048-wide one's), and a fit on one model shape cannot see that."""
     import torch
-    import torch.nn.functional as F
 
-    from engine.dtypes import BYTES_PER_ELEMENT
+    from engine.dtypes import BYTES_PER_ELEMENT, torch_dtype
 
     out: dict[str, list[list[float]]] = {}
-    for dt in dtypes:
-        tdt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}.get(dt)
-        if tdt is None:
-            continue
+    for dt in (d for d in dtypes if d in CURVE_DTYPES):
         width = BYTES_PER_ELEMENT[dt]
         points = []
         for k in inner_dims:
             n = max(1, int(GEMV_MATRIX_BYTES / (k * width)))
-            w = torch.randn(n, k).to(tdt)
-            x = torch.randn(1, k).to(tdt)
-            best = math.inf
-            with torch.inference_mode():
-                F.linear(x, w)
-                for _ in range(repeats):
-                    t = time.perf_counter()
-                    F.linear(x, w)
-                    best = min(best, time.perf_counter() - t)
-            points.append([float(k), n * k * width / best])
-            del w
+            w = torch.randn(n, k).to(torch_dtype(dt))
+            seconds = _fastest_linear_s(torch.randn(1, k).to(torch_dtype(dt)), w, repeats)
+            points.append([float(k), n * k * width / seconds])
         out[dt] = points
     return out
-
-
-GEMM_ROWS = (1, 8, 32, 128, 512)
 
 
 def gemm_curve(
@@ -291,24 +293,17 @@ def gemm_curve(
     `linear` calls of M tokens through a [width, width] weight. A prefill of M tokens runs at the M-row rate:
     on a CPU 32 rows reach about half the FLOP/s of 512, so a fit on one prompt length cannot carry over."""
     import torch
-    import torch.nn.functional as F
+
+    from engine.dtypes import torch_dtype
 
     out: dict[str, list[list[float]]] = {}
-    for dt in dtypes:
-        tdt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}.get(dt)
-        if tdt is None:
-            continue
-        w = torch.randn(width, width).to(tdt)
-        points = []
-        for m in rows:
-            x = torch.randn(m, width).to(tdt)
-            best = math.inf
-            with torch.inference_mode():
-                F.linear(x, w)
-                for _ in range(repeats):
-                    t = time.perf_counter()
-                    F.linear(x, w)
-                    best = min(best, time.perf_counter() - t)
-            points.append([float(m), 2.0 * m * width * width / best])
-        out[dt] = points
+    for dt in (d for d in dtypes if d in CURVE_DTYPES):
+        w = torch.randn(width, width).to(torch_dtype(dt))
+        out[dt] = [
+            [
+                float(m),
+                2.0 * m * width * width / _fastest_linear_s(torch.randn(m, width).to(w.dtype), w, repeats),
+            ]
+            for m in rows
+        ]
     return out

@@ -13,6 +13,7 @@ from engine.batching.scheduler import Scheduler, SchedulerSnapshot
 from engine.batching.sweep import Sweep
 from engine.batching.workload import PolicyResult
 from engine.models import LoadedModel
+from ui.charts import Series, two_panels
 from ui.common import fmt_bytes
 
 PHASE_COLOURS = {"queued": "#c9c9c9", "prefill": "#f2a541", "decode": "#3a7ca5", "idle slot": "#e4572e"}
@@ -42,53 +43,36 @@ def cached_scheduler(lm: LoadedModel) -> Scheduler:
 
 
 def sweep_figure(sweep: Sweep) -> go.Figure:
-    from plotly.subplots import make_subplots
-
     b = [p.batch for p in sweep.points]
-    fig = make_subplots(
-        rows=1, cols=2, subplot_titles=("Throughput (all rows, tokens/s)", "Per-request latency (s)")
-    )
-    fig.add_scatter(
-        x=b,
-        y=[p.tokens_per_s for p in sweep.points],
-        name="measured",
-        mode="lines+markers",
-        line={"color": "#3a7ca5"},
-        row=1,
-        col=1,
-    )
-    fig.add_scatter(
-        x=b,
-        y=[p.predicted_tokens_per_s for p in sweep.points],
-        name="calculator (calibrated at batch 1)",
-        mode="lines",
-        line={"dash": "dash", "color": "#888"},
-        row=1,
-        col=1,
-    )
-    fig.add_scatter(
-        x=b,
-        y=[p.latency_s for p in sweep.points],
-        name="measured latency",
-        mode="lines+markers",
-        line={"color": "#e4572e"},
-        row=1,
-        col=2,
-    )
-    fig.add_scatter(
-        x=b,
-        y=[p.predicted_latency_s for p in sweep.points],
-        name="calculator latency",
-        mode="lines",
-        line={"dash": "dash", "color": "#bbb"},
-        row=1,
-        col=2,
+    pts = sweep.points
+    fig = two_panels(
+        b,
+        ("Throughput (all rows, tokens/s)", "Per-request latency (s)"),
+        [
+            Series([p.tokens_per_s for p in pts], "measured", "#3a7ca5"),
+            Series(
+                [p.predicted_tokens_per_s for p in pts],
+                "calculator (calibrated at batch 1)",
+                "#888",
+                dash="dash",
+                markers=False,
+            ),
+            Series([p.latency_s for p in pts], "measured latency", "#e4572e", col=2),
+            Series(
+                [p.predicted_latency_s for p in pts],
+                "calculator latency",
+                "#bbb",
+                col=2,
+                dash="dash",
+                markers=False,
+            ),
+        ],
+        height=380,
     )
     fig.update_xaxes(type="log", title="batch size", tickvals=b)
     if sweep.max_batch_fits <= 4 * max(b):
         for col in (1, 2):
             fig.add_vline(x=max(1, sweep.max_batch_fits), line_dash="dot", line_color="red", row=1, col=col)
-    fig.update_layout(height=380, margin={"t": 40, "b": 10}, legend={"orientation": "h", "y": -0.25})
     return fig
 
 

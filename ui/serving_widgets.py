@@ -9,11 +9,11 @@ import io
 
 import plotly.graph_objects as go
 import streamlit as st
-from plotly.subplots import make_subplots
 
 from engine.calc.capacity import CapacityPrediction
 from engine.loadgen.sweep import SweepResult
 from engine.serving.process import ServerProcess
+from ui.charts import Series, two_panels
 
 
 class ServerSlot:
@@ -85,27 +85,14 @@ def to_csv(rows: list[dict]) -> str:
 
 
 def latency_figure(sweep: SweepResult) -> go.Figure:
-    x = [p.level for p in sweep.points]
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("TTFT (s)", "TPOT (ms)"))
+    pts = sweep.points
+    series = []
     for q, dash in ((50, "solid"), (90, "dash"), (99, "dot")):
-        fig.add_scatter(
-            x=x,
-            y=[getattr(p.ttft_s, f"p{q}") for p in sweep.points],
-            name=f"TTFT p{q}",
-            mode="lines+markers",
-            line={"dash": dash, "color": "#3a7ca5"},
-            row=1,
-            col=1,
+        series.append(Series([getattr(p.ttft_s, f"p{q}") for p in pts], f"TTFT p{q}", "#3a7ca5", dash=dash))
+        series.append(
+            Series([getattr(p.tpot_s, f"p{q}") * 1e3 for p in pts], f"TPOT p{q}", "#e4572e", col=2, dash=dash)
         )
-        fig.add_scatter(
-            x=x,
-            y=[getattr(p.tpot_s, f"p{q}") * 1e3 for p in sweep.points],
-            name=f"TPOT p{q}",
-            mode="lines+markers",
-            line={"dash": dash, "color": "#e4572e"},
-            row=1,
-            col=2,
-        )
+    fig = two_panels([p.level for p in pts], ("TTFT (s)", "TPOT (ms)"), series, height=360)
     if sweep.slo.ttft_s:
         fig.add_hline(
             y=sweep.slo.ttft_s, line_color="grey", line_dash="dot", annotation_text="SLO", row=1, col=1
@@ -115,44 +102,21 @@ def latency_figure(sweep: SweepResult) -> go.Figure:
             y=sweep.slo.tpot_s * 1e3, line_color="grey", line_dash="dot", annotation_text="SLO", row=1, col=2
         )
     fig.update_xaxes(title=level_unit(sweep.spec.mode))
-    fig.update_layout(height=360, margin={"t": 40, "b": 10}, legend={"orientation": "h", "y": -0.3})
     return fig
 
 
 def throughput_figure(sweep: SweepResult) -> go.Figure:
-    x = [p.level for p in sweep.points]
-    fig = make_subplots(
-        rows=1, cols=2, subplot_titles=("Output tokens/s (all users)", "Requests/s: completed and good")
-    )
-    fig.add_scatter(
-        x=x,
-        y=[p.output_tokens_per_s for p in sweep.points],
-        name="output tok/s",
-        mode="lines+markers",
-        line={"color": "#3a7ca5"},
-        row=1,
-        col=1,
-    )
-    fig.add_scatter(
-        x=x,
-        y=[p.request_throughput for p in sweep.points],
-        name="completed req/s",
-        mode="lines+markers",
-        line={"color": "#888"},
-        row=1,
-        col=2,
-    )
-    fig.add_scatter(
-        x=x,
-        y=[p.goodput_rps for p in sweep.points],
-        name="goodput (within SLOs)",
-        mode="lines+markers",
-        line={"color": "#2a9d8f"},
-        row=1,
-        col=2,
+    pts = sweep.points
+    fig = two_panels(
+        [p.level for p in pts],
+        ("Output tokens/s (all users)", "Requests/s: completed and good"),
+        [
+            Series([p.output_tokens_per_s for p in pts], "output tok/s", "#3a7ca5"),
+            Series([p.request_throughput for p in pts], "completed req/s", "#888", col=2),
+            Series([p.goodput_rps for p in pts], "goodput (within SLOs)", "#2a9d8f", col=2),
+        ],
     )
     fig.update_xaxes(title=level_unit(sweep.spec.mode))
-    fig.update_layout(height=340, margin={"t": 40, "b": 10}, legend={"orientation": "h", "y": -0.3})
     return fig
 
 

@@ -16,6 +16,13 @@ def gb(n: float | None, digits: int = 2) -> str:
     return f"{n:.0f} B"
 
 
+def number(x: float | None, spec: str, scale: float | None = None, missing: str = "n/a") -> str:
+    """`x` (times `scale`) in a format spec for a table cell; `missing` for None or NaN."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return missing
+    return format(x * scale if scale else x, spec)
+
+
 def seconds(s: float | None) -> str:
     """Seconds in the unit that suits them (µs, ms, s, min); a negative difference keeps its sign."""
     if s is None or not math.isfinite(s):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from engine import models
-from engine.calc.format import gb
+from engine.calc.format import gb, number
 from engine.levers import quant as Q
 
 HELP = "quantize a model's weights (fp32, bf16, torchao int8/int4, bitsandbytes, ...) and measure each scheme"
@@ -56,7 +56,7 @@ def run(args) -> list[dict]:
 
 
 def _f(x, spec: str) -> str:
-    return "-" if x is None else format(x, spec)
+    return number(x, spec, missing="-")
 
 
 def format_text(entries: list[dict]) -> str:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from engine import models
+from engine.calc.format import number
 from engine.errors import InvalidParameterError
 from engine.race import contenders, runner
 
@@ -113,12 +113,6 @@ def run(args) -> dict:
     return out
 
 
-def _f(v, fmt: str, scale: float | None = None) -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "n/a"
-    return format(v * scale if scale else v, fmt)
-
-
 def format_text(out: dict) -> str:
     hw = out["hardware"]
     load = out.get("load_avg_start")
@@ -136,7 +130,7 @@ def format_text(out: dict) -> str:
             else (
                 f"{r['speedup_vs_vanilla']:.2f}x"
                 + (
-                    f" [{_f(r['speedup_low'], '.2f')}-{_f(r['speedup_high'], '.2f')}]"
+                    f" [{number(r['speedup_low'], '.2f')}-{number(r['speedup_high'], '.2f')}]"
                     if r.get("interval_shown")
                     else " (no CI)"
                 )
@@ -145,15 +139,15 @@ def format_text(out: dict) -> str:
         div = (
             "none"
             if r["status"] == "ran" and r["first_divergence_token"] is None
-            else _f(r["first_divergence_token"], "d")
+            else number(r["first_divergence_token"], "d")
         )
         engine = f"{r.get('engine') or '?'} {r.get('engine_version') or ''}".strip()
         lines.append(
-            f"{r['name']:<24}{r['status']:<9}{engine[:27]:<28}{_f(r['latency_s_median'], '.1f', 1e3):>11}"
-            f"{_f(r['ttft_s_median'], '.1f', 1e3):>9}{_f(r['tpot_s_median'], '.2f', 1e3):>9}"
-            f"{_f(r['tokens_per_s_median'], '.1f'):>9} {sp:>21}{_f(r['exact_match_rate'], '.0%'):>7}{div:>6}"
-            f"{_f(r.get('bits_per_byte'), '.3f'):>7}"
-            f"{_f(r.get('peak_rss_bytes') if r['status'] == 'ran' else None, '.0f', 1e-6):>8}"
+            f"{r['name']:<24}{r['status']:<9}{engine[:27]:<28}{number(r['latency_s_median'], '.1f', 1e3):>11}"
+            f"{number(r['ttft_s_median'], '.1f', 1e3):>9}{number(r['tpot_s_median'], '.2f', 1e3):>9}"
+            f"{number(r['tokens_per_s_median'], '.1f'):>9} {sp:>21}{number(r['exact_match_rate'], '.0%'):>7}{div:>6}"
+            f"{number(r.get('bits_per_byte'), '.3f'):>7}"
+            f"{number(r.get('peak_rss_bytes') if r['status'] == 'ran' else None, '.0f', 1e-6):>8}"
         )
     for r in out["contenders"]:
         if r.get("verdict"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from engine import models
+from engine.calc.format import number
 from engine.levers import speculative as S
 
 HELP = "speculative decoding (prompt lookup, draft model) measured against plain greedy on two workloads"
@@ -69,7 +70,7 @@ def run(args) -> list[dict]:
 
 
 def _f(x, spec: str) -> str:
-    return "-" if x is None else format(x, spec)
+    return number(x, spec, missing="-")
 
 
 def format_text(entries: list[dict]) -> str:
