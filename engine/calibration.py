@@ -215,6 +215,57 @@ def predict_interval(
     )
 
 
+def efficiency_at(
+    cal: Calibration,
+    spec: ModelSpec,
+    gpu: GPUSpec,
+    *,
+    dtype: str,
+    prompt_tokens: int,
+    output_tokens: int,
+    batch: int = 1,
+) -> tuple[Efficiency, CalibratedPrediction]:
+    """The calculator's Efficiency whose TTFT and TPOT at this shape equal the calibrated fit's points
+    (`predict_interval`), and that prediction. The fit has terms the calculator's Efficiency has no place
+    for (each extra sequence's cost, the matmul rate at this many rows, a fixed prefill cost); scaling the
+    bandwidth and FLOP/s fractions until the two agree keeps one answer on the page: the headline figures,
+    cost and the interval beside them come from the same fit. Other shapes (a batch sweep) reuse the scales,
+    an approximation the page labels."""
+    from engine.calc.timing import estimate_timing
+
+    pi = predict_interval(
+        cal, spec, dtype=dtype, prompt_tokens=prompt_tokens, output_tokens=output_tokens, batch=batch
+    )
+    eff = cal.efficiency(dtype, spec)
+
+    def timing(e: Efficiency):
+        return estimate_timing(
+            spec,
+            gpu,
+            dtype=dtype,
+            batch=batch,
+            prompt_tokens=prompt_tokens,
+            output_tokens=output_tokens,
+            eff=e,
+        )
+
+    def solve(field: str, target: float, measure) -> Efficiency:
+        lo, hi = 1e-4, 1e4  # scale on the fraction; time falls as the scale grows
+        base = getattr(eff, field)
+        for _ in range(60):
+            mid = math.sqrt(lo * hi)
+            if measure(timing(replace(eff, **{field: base * mid}))) > target:
+                lo = mid
+            else:
+                hi = mid
+        return replace(eff, **{field: base * math.sqrt(lo * hi)})
+
+    for _ in range(3):  # prefill is mostly FLOPs and decode mostly bytes; a few alternations settle both
+        eff = solve("flops", pi.ttft.point, lambda t: t.ttft_s)
+        eff = solve("bandwidth", pi.tpot.point, lambda t: t.decode_s_per_token)
+    return replace(eff, label="calibrated"), pi
+
+
 def _decode_ops(spec: ModelSpec, s: RunSample):
     # TPOT averages steps 2..O, which see P+1 .. P+O-1 tokens: the mean context is P + O/2
     ctx = max(1, round(s.prompt_tokens + s.output_tokens / 2 - 1))

@@ -14,7 +14,7 @@ from engine.calc import memory, paged, timing
 from engine.calc.cost import estimate_cost
 from engine.calc.report import batch_sweep, estimate, reasoning
 from engine.calc.specs import THIS_MACHINE
-from engine.calibration import predict_interval
+from engine.calibration import efficiency_at
 from engine.errors import EngineError
 from ui import export
 from ui.calc_widgets import (
@@ -101,8 +101,14 @@ inputs = replace(
     usd_per_gpu_hour=price,
 )
 dtype = weights.dtype
-eff = cal.efficiency(dtype, spec) if (mode == "calibrated" and cal is not None) else timing.DATASHEET
+eff, calibrated = timing.DATASHEET, None
 try:
+    if mode == "calibrated" and cal is not None and n_gpus == 1:
+        eff, calibrated = efficiency_at(
+            cal, spec, gpu, dtype=dtype, prompt_tokens=prompt, output_tokens=output, batch=batch
+        )
+    elif mode == "calibrated" and cal is not None:
+        eff = cal.efficiency(dtype, spec)
     est = estimate(spec, gpu, inputs, eff)
 except EngineError as exc:
     with right:
@@ -179,21 +185,15 @@ with right:
         delta_arrow="off",
         help="batch x output tokens / generation time",
     )
-    if mode == "calibrated" and cal is not None:
-        try:
-            pi = predict_interval(
-                cal, spec, dtype=dtype, prompt_tokens=prompt, output_tokens=output, batch=batch
-            )
-            st.caption(
-                f"Calibrated fit on this machine ({pi.calibrated_on}), 95% interval: TTFT "
-                f"{fmt.seconds(pi.ttft.point)} ({fmt.seconds(pi.ttft.low)}–{fmt.seconds(pi.ttft.high)}), TPOT "
-                f"{fmt.seconds(pi.tpot.point)} ({fmt.seconds(pi.tpot.low)}–{fmt.seconds(pi.tpot.high)}). "
-                "The figures above apply the fit's bandwidth, FLOP/s and per-layer cost to the calculator; the "
-                "fit also has a per-extra-sequence and a fixed prefill term, so at batch > 1 the two can differ."
-                + "".join(f" {n}." for n in pi.notes)
-            )
-        except EngineError as exc:
-            st.caption(f"No calibrated interval for this shape: {exc}")
+    if calibrated is not None:
+        pi = calibrated
+        st.caption(
+            f"Calibrated on this machine ({pi.calibrated_on}): TTFT and TPOT above are the fit's predictions for "
+            f"this shape, 95% interval TTFT {fmt.seconds(pi.ttft.low)}–{fmt.seconds(pi.ttft.high)}, TPOT "
+            f"{fmt.seconds(pi.tpot.low)}–{fmt.seconds(pi.tpot.high)}; throughput and cost follow from them. "
+            "The batch sweep below reuses this shape's efficiency at other batches (an approximation)."
+            + "".join(f" {n}." for n in pi.notes)
+        )
     k = st.columns(3)
     if m.fits:
         k[0].metric(

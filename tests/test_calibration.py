@@ -367,3 +367,21 @@ def test_curves_are_measured_on_this_machine():
     m = gemm_curve(["fp32", "int4"], (1, 8), width=256, repeats=1)
     assert [k for k, _ in v["fp32"]] == [256, 1024] and all(r > 0 for _, r in v["fp32"])
     assert [k for k, _ in m["fp32"]] == [1, 8] and all(r > 0 for _, r in m["fp32"]) and "int4" not in m
+
+
+def test_efficiency_at_makes_the_calculator_agree_with_the_fit():
+    """The page's calibrated headline (calculator with efficiency_at) equals the fit's own prediction."""
+    from engine.calc.timing import estimate_timing
+    from engine.calibration import efficiency_at
+
+    cal = build_calibration(SMOL, _runs(noise=0.02, seed=5), MACHINE, model="smollm2-135m-instruct")
+    for batch in (1, 8):
+        eff, pi = efficiency_at(
+            cal, NEO, MACHINE, dtype="fp32", prompt_tokens=256, output_tokens=64, batch=batch
+        )
+        t = estimate_timing(
+            NEO, MACHINE, dtype="fp32", batch=batch, prompt_tokens=256, output_tokens=64, eff=eff
+        )
+        assert t.ttft_s == pytest.approx(pi.ttft.point, rel=1e-3)
+        assert t.decode_s_per_token == pytest.approx(pi.tpot.point, rel=1e-3)
+        assert eff.label == "calibrated"

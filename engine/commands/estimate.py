@@ -88,8 +88,22 @@ def run(args) -> dict:
         weight_format=args.weight_format,
         group_size=args.group_size,
     )
-    est = estimate(spec, gpu, inputs, eff)
-    return flatten(est)
+    interval = None
+    if args.calibrated and args.gpus == 1:  # the fit's own TTFT and TPOT at this shape, and their interval
+        from engine.calibration import efficiency_at, load_calibration
+
+        cal = load_calibration()
+        if cal is not None:
+            eff, interval = efficiency_at(
+                cal, spec, gpu, dtype=args.dtype, prompt_tokens=p, output_tokens=o, batch=args.batch
+            )
+    out = flatten(estimate(spec, gpu, inputs, eff))
+    if interval is not None:
+        out["calibrated_interval_95"] = {
+            "ttft_s": [interval.ttft.low, interval.ttft.high],
+            "tpot_s": [interval.tpot.low, interval.tpot.high],
+        }
+    return out
 
 
 def flatten(est: Estimate) -> dict:
