@@ -81,8 +81,11 @@ def test_closing_a_tab_cancels_its_generation(tmp_path, browser):  # the shared 
         box = long_page.get_by_label("Max new tokens")
         box.fill(str(LONG_TOKENS))
         box.press("Enter")
-        long_page.wait_for_timeout(500)
+        # the page has taken the new budget when its forecast is for it (not a fixed sleep: a busy machine reruns late)
+        long_page.get_by_text(f"+ {LONG_TOKENS} new tokens").first.wait_for()
         long_page.get_by_role("button", name="Generate").click()
+        # the run is streaming with that budget: its own progress line reads "n / 2000 tokens"
+        long_page.get_by_text(re.compile(rf"\d+ / {LONG_TOKENS} tokens")).first.wait_for()
         watcher_ctx = browser.new_context()
         watcher_ctx.set_default_timeout(300_000)
         watcher = watcher_ctx.new_page()
