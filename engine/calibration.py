@@ -100,18 +100,15 @@ def this_machine_gpu(*, measure_if_missing: bool = True) -> GPUSpec:
     return measure_machine()
 
 
-def efficiency_for(dtype: str, calibrated: bool, spec: ModelSpec | None = None) -> Efficiency:
-    """Efficiency to apply: the stored calibration's in calibrated mode (at `spec`'s matmul shapes when
-    given), the datasheet's otherwise."""
-    if not calibrated:
-        return DATASHEET
+def require_calibration() -> Calibration:
+    """This machine's stored calibration, or a clear error saying how to make one."""
     cal = load_calibration()
     if cal is None:
         raise InvalidParameterError(
             "no calibration for this machine yet: run `python -m engine calibrate` (a few minutes), "
             "or use datasheet mode"
         )
-    return cal.efficiency(dtype, spec)
+    return cal
 
 
 def load_summary(samples: Sequence[RunSample]) -> LoadSummary:
@@ -224,15 +221,19 @@ def efficiency_at(
     prompt_tokens: int,
     output_tokens: int,
     batch: int = 1,
-) -> tuple[Efficiency, CalibratedPrediction]:
+    n_gpus: int = 1,
+) -> tuple[Efficiency, CalibratedPrediction | None]:
     """The calculator's Efficiency whose TTFT and TPOT at this shape equal the calibrated fit's points
     (`predict_interval`), and that prediction. The fit has terms the calculator's Efficiency has no place
     for (each extra sequence's cost, the matmul rate at this many rows, a fixed prefill cost); scaling the
     bandwidth and FLOP/s fractions until the two agree keeps one answer on the page: the headline figures,
     cost and the interval beside them come from the same fit. Other shapes (a batch sweep) reuse the scales,
-    an approximation the page labels."""
+    an approximation the page labels. The fit describes one device: with `n_gpus` > 1 it is applied as
+    fractions of the roofs (`cal.efficiency`) and there is no prediction."""
     from engine.calc.timing import estimate_timing
 
+    if n_gpus != 1:
+        return cal.efficiency(dtype, spec), None
     pi = predict_interval(
         cal, spec, dtype=dtype, prompt_tokens=prompt_tokens, output_tokens=output_tokens, batch=batch
     )

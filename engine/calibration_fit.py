@@ -148,12 +148,14 @@ def gemv_factor(curve: Sequence[Sequence[float]], k: int) -> float:
     return 1.0
 
 
+def weighted_weight_bytes(ops, curve: Sequence[Sequence[float]]) -> float:
+    """The operators' weight bytes, each matmul's weighted by gemv_factor of its inner dimension."""
+    return sum(op.count * op.weight_bytes * gemv_factor(curve, op.d_in) for op in ops)
+
+
 def decode_weighted_bytes(ops, curve: Sequence[Sequence[float]]) -> float:
     """A decode step's bytes with each matmul's weights weighted by gemv_factor of its inner dimension."""
-    return sum(
-        op.count * (op.weight_bytes * gemv_factor(curve, op.d_in) + (op.bytes - op.weight_bytes))
-        for op in ops
-    )
+    return weighted_weight_bytes(ops, curve) + sum(op.count * (op.bytes - op.weight_bytes) for op in ops)
 
 
 def features(
@@ -363,7 +365,7 @@ def _designs(
                 s.output_tokens,
                 s.batch_size,
                 s.n_layer,
-                gemv.get(s.dtype, []),
+                curve,
                 gemm.get(s.dtype, []),
             )
         )
@@ -526,6 +528,6 @@ def efficiency_of(
         ops = operators(spec, phase="decode", seq_len=1, batch=1, dtype=fit.dtype)
         weights = sum(op.count * op.weight_bytes for op in ops)
         if weights > 0:
-            e_bw /= sum(op.count * op.weight_bytes * gemv_factor(fit.gemv, op.d_in) for op in ops) / weights
+            e_bw /= weighted_weight_bytes(ops, fit.gemv) / weights
     e_f = fit.achieved_flops / flops if flops > 0 and math.isfinite(fit.achieved_flops) else 1.0
     return Efficiency(e_bw, e_f, fit.overhead_s_per_layer, label="calibrated")

@@ -129,13 +129,10 @@ def summarize(
         d_ttft, d_tpot = predict(spec, sample, machine)
         c_ttft = c_tpot = None
         c_tpot_iv = c_ttft_iv = None
-        if cal is not None:
-            pi = _calibrated(cal, spec, dtype, p, o, b)
-            if pi is not None:  # the point and its interval from the same fit
-                c_ttft, c_tpot = pi.ttft.point, pi.tpot.point
-                c_tpot_iv, c_ttft_iv = (pi.tpot.low, pi.tpot.high), (pi.ttft.low, pi.ttft.high)
-            else:  # a calibration without a fit for this precision: its efficiency, no interval
-                c_ttft, c_tpot = predict(spec, sample, machine, cal.efficiency(dtype, spec))
+        if cal is not None:  # the point and its interval from the same fit (a missing precision borrows one)
+            pi = predict_interval(cal, spec, dtype=dtype, prompt_tokens=p, output_tokens=o, batch=b)
+            c_ttft, c_tpot = pi.ttft.point, pi.tpot.point
+            c_tpot_iv, c_ttft_iv = (pi.tpot.low, pi.tpot.high), (pi.ttft.low, pi.ttft.high)
         out.append(
             ShapeComparison(
                 model,
@@ -157,16 +154,6 @@ def summarize(
             )
         )
     return sorted(out, key=lambda c: c.newest)
-
-
-def _calibrated(cal: Any, spec: Any, dtype: str, prompt: int, output: int, batch: int) -> Any:
-    """engine.calibration.predict_interval, or None where the calibration has no fit for `dtype`."""
-    try:
-        return predict_interval(
-            cal, spec, dtype=dtype, prompt_tokens=prompt, output_tokens=output, batch=batch
-        )
-    except (ValueError, KeyError, StopIteration):
-        return None
 
 
 @dataclass(frozen=True)
@@ -198,16 +185,9 @@ def forecast_run(
     n, p = max(1, max_new_tokens), max(1, prompt_tokens)
 
     def at(prompt: int, out: int) -> tuple[float, float]:
-        if cal is not None:
-            pi = _calibrated(cal, spec, dtype, prompt, max(2, out), 1)
-            if pi is not None:  # the same fit (and point) as the estimate check and the calculator's interval
-                return pi.ttft.point, pi.tpot.point
-            return predict(
-                spec,
-                RunSample(dtype, 1, prompt, out, math.nan, math.nan),
-                machine,
-                cal.efficiency(dtype, spec),
-            )
+        if cal is not None:  # the same fit (and point) as the estimate check and the calculator's interval
+            pi = predict_interval(cal, spec, dtype=dtype, prompt_tokens=prompt, output_tokens=max(2, out))
+            return pi.ttft.point, pi.tpot.point
         return predict(spec, RunSample(dtype, 1, prompt, out, math.nan, math.nan), machine)
 
     ttft, tpot = at(p, n)

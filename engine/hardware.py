@@ -237,16 +237,15 @@ def measure_matmul_flops(
 
     a = torch.randn(n, n, device=device).to(torch_dtype(dtype))
     b = torch.randn(n, n, device=device).to(torch_dtype(dtype))
+    best = float("inf")
     with torch.inference_mode():
         F.linear(a, b)
-    _sync(device)
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        with torch.inference_mode():
-            F.linear(a, b)
         _sync(device)
-        best = min(best, time.perf_counter() - t0)
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            F.linear(a, b)
+            _sync(device)
+            best = min(best, time.perf_counter() - t0)
     return MatmulMeasurement(2 * n**3 / best, n, dtype, device, repeats)
 
 

@@ -103,12 +103,17 @@ inputs = replace(
 dtype = weights.dtype
 eff, calibrated = timing.DATASHEET, None
 try:
-    if mode == "calibrated" and cal is not None and n_gpus == 1:
+    if mode == "calibrated" and cal is not None:
         eff, calibrated = efficiency_at(
-            cal, spec, gpu, dtype=dtype, prompt_tokens=prompt, output_tokens=output, batch=batch
+            cal,
+            spec,
+            gpu,
+            dtype=dtype,
+            prompt_tokens=prompt,
+            output_tokens=output,
+            batch=batch,
+            n_gpus=n_gpus,
         )
-    elif mode == "calibrated" and cal is not None:
-        eff = cal.efficiency(dtype, spec)
     est = estimate(spec, gpu, inputs, eff)
 except EngineError as exc:
     with right:

@@ -7,7 +7,8 @@ from engine.calc.hf_config import read_config_file
 from engine.calc.memory import DEFAULT_OVERHEAD, WEIGHT_FORMATS
 from engine.calc.report import Estimate, Inputs, estimate, split_prompt_output
 from engine.calc.specs import PRECISIONS, THIS_MACHINE
-from engine.calibration import efficiency_for, resolve_gpu, resolve_model_spec
+from engine.calc.timing import DATASHEET
+from engine.calibration import efficiency_at, require_calibration, resolve_gpu, resolve_model_spec
 from engine.errors import InvalidParameterError
 
 HELP = "estimate memory, fit, decode/prefill time and cost for a model on a GPU"
@@ -70,9 +71,7 @@ def run(args) -> dict:
             f"a calibration describes this machine; use --gpu {THIS_MACHINE} with --calibrated, "
             "or drop --calibrated for the datasheet estimate of another GPU"
         )
-    eff = efficiency_for(
-        args.dtype, args.calibrated, spec
-    )  # before measuring: a missing calibration fails fast
+    cal = require_calibration() if args.calibrated else None  # before measuring: a missing one fails fast
     gpu = resolve_gpu(args.gpu)
     p, o = split_prompt_output(args.seq_len, args.prompt_tokens, args.output_tokens)
     inputs = Inputs(
@@ -88,15 +87,18 @@ def run(args) -> dict:
         weight_format=args.weight_format,
         group_size=args.group_size,
     )
-    interval = None
-    if args.calibrated and args.gpus == 1:  # the fit's own TTFT and TPOT at this shape, and their interval
-        from engine.calibration import efficiency_at, load_calibration
-
-        cal = load_calibration()
-        if cal is not None:
-            eff, interval = efficiency_at(
-                cal, spec, gpu, dtype=args.dtype, prompt_tokens=p, output_tokens=o, batch=args.batch
-            )
+    eff, interval = DATASHEET, None
+    if cal is not None:  # the fit's own TTFT and TPOT at this shape, and their interval
+        eff, interval = efficiency_at(
+            cal,
+            spec,
+            gpu,
+            dtype=args.dtype,
+            prompt_tokens=p,
+            output_tokens=o,
+            batch=args.batch,
+            n_gpus=args.gpus,
+        )
     out = flatten(estimate(spec, gpu, inputs, eff))
     if interval is not None:
         out["calibrated_interval_95"] = {
