@@ -4,6 +4,7 @@
 # (make them here first with `bash scripts/gpu_prepare.sh`, then carry ".gpu" with the device call).
 #
 #   bash scripts/gpu_check.sh                 # writes bench/results/*.json (and copies them to $OUT if set)
+#   ONLY=install,race-125m bash scripts/gpu_check.sh   # rerun some steps only (names as the log prints them)
 #
 # Steps, each time-boxed with `timeout`; a failing step is recorded and the script goes on:
 #   nvidia-smi; install carried wheels; `python -m engine hardware --json --measure` (the NVML panel);
@@ -21,6 +22,7 @@ STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 RESULTS=${RESULTS:-bench/results}
 LOG=$(mktemp -d)/steps
 mkdir -p "$RESULTS" "$LOG"
+touch "$LOG.start"  # files newer than this are this run's
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
 export INFERENCE_LAB_HOME=${INFERENCE_LAB_HOME:-/tmp/inference-lab-home}
@@ -28,6 +30,10 @@ export INFERENCE_LAB_RUNS_DIR=$INFERENCE_LAB_HOME/runs
 export INFERENCE_LAB_MODEL_ROOTS=$PWD/.gpu/models
 [ -d .gpu/tokenizer ] && export INFERENCE_LAB_TOKENIZER_DIR=$PWD/.gpu/tokenizer
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+# DeepSpeed compiles its inference kernels just in time: for this GPU only, on every core. Set, not defaulted:
+# DeepSpeed 0.19.8 reads each entry as integers major.minor, and an image's own "9.0a" (Hopper's arch-specific
+# target) fails there with "invalid literal for int() with base 10: '0a'" (seen on the lent H200, 2026-11-30).
+export TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=${MAX_JOBS:-16}
 
 n=0
 step() {  # step NAME MAX_SECONDS CMD...: run CMD under timeout, record rc/duration/output tail
@@ -35,6 +41,10 @@ step() {  # step NAME MAX_SECONDS CMD...: run CMD under timeout, record rc/durat
     local left=$(( BUDGET_S - ($(date +%s) - START) ))
     n=$((n + 1))
     local f="$LOG/$(printf %02d $n)-$name"
+    if [ -n "${ONLY:-}" ] && [[ ",$ONLY," != *",$name,"* ]]; then
+        echo "skipped: not in ONLY=$ONLY" > "$f.out"; echo "skipped 0" > "$f.rc"
+        echo "== $name: skipped (ONLY)"; return
+    fi
     if (( left < 15 )); then
         echo "skipped: out of time budget" > "$f.out"; echo "skipped 0" > "$f.rc"
         echo "== $name: skipped (budget)"; return
@@ -97,21 +107,27 @@ sched = Scheduler(lm, max_batch=8, record=False)
 cfg = GenerationConfig(max_new_tokens=128)
 prompts = [f"Request {i}: the scheduler batches" for i in range(8)]
 [h.result(120) for h in [sched.submit(p, GenerationConfig(max_new_tokens=8), ignore_eos=True) for p in prompts]]
-before = sched.snapshot()
-t0 = time.perf_counter()
-done = [h.result(300) for h in [sched.submit(p, cfg, ignore_eos=True) for p in prompts]]
-wall = time.perf_counter() - t0
-after = sched.snapshot()
-parts = sched.breakdown()
+
+def timed(batch):  # `batch` requests submitted together: tokens, wall, decode steps, time per part (deltas)
+    before, parts0 = sched.snapshot(), sched.breakdown()
+    t0 = time.perf_counter()
+    done = [h.result(300) for h in [sched.submit(p, cfg, ignore_eos=True) for p in prompts[:batch]]]
+    wall = time.perf_counter() - t0
+    parts = {k: v - parts0.get(k, 0.0) for k, v in sched.breakdown().items()}
+    steps = sched.snapshot().steps - before.steps
+    tokens = sum(c.measurement.output_tokens for c in done)
+    achieved = lm.weights_bytes * steps / wall  # weights read once per decode step: a lower bound on traffic
+    return {"requests": batch, "tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall,
+            "decode_steps": steps, "achieved_weight_bytes_per_s": achieved, "bandwidth_utilisation": achieved / bw,
+            "breakdown_s": parts}
+
+runs = [timed(1), timed(8)]
 sched.close()
-tokens = sum(c.measurement.output_tokens for c in done)
-steps = after.steps - before.steps
-achieved = lm.weights_bytes * steps / wall  # weights read once per decode step: a lower bound on traffic
-out = {"model": lm.name, "dtype": lm.dtype, "max_batch": 8, "requests": 8, "max_new_tokens": 128,
-       "tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall, "decode_steps": steps,
-       "weights_bytes": lm.weights_bytes, "measured_read_bytes_per_s": bw,
-       "achieved_weight_bytes_per_s": achieved, "bandwidth_utilisation": achieved / bw,
-       "breakdown_s": parts, "load_average": os.getloadavg()}
+out = {"kind": "scheduler-gpu", "model": lm.name, "dtype": lm.dtype, "device": str(lm.model.device),
+       "max_batch": 8, "max_new_tokens": cfg.max_new_tokens, "weights_bytes": lm.weights_bytes,
+       "measured_read_bytes_per_s": bw, "runs": runs,
+       "batch8_over_batch1_throughput": runs[1]["tokens_per_s"] / runs[0]["tokens_per_s"],
+       "load_average": os.getloadavg()}
 open(sys.argv[1], "w").write(json.dumps(out, indent=2))
 print(json.dumps(out, indent=2))
 PY
@@ -191,8 +207,8 @@ for s in steps:
     print(f"{s['step']:<28}{s['status']:<9}{s['seconds']:>5} s")
 PY
 if [ -n "${OUT:-}" ]; then  # the lent machine's way back: at most 8 files
-    ls -t "$RESULTS"/race-*.json 2>/dev/null | head -n 5 | xargs -r cp -t "$OUT"
-    ls -t "$RESULTS"/scheduler-gpu-*.json 2>/dev/null | head -n 1 | xargs -r cp -t "$OUT"
+    find "$RESULTS" -maxdepth 1 -newer "$LOG.start" \( -name 'race-*.json' -o -name 'scheduler-gpu-*.json' \) \
+        | head -n 6 | xargs -r cp -t "$OUT"  # this run's files only
     cp "$RESULTS/gpu_check-$STAMP.json" "$OUT"/
 fi
 echo "total $(( $(date +%s) - START )) s"

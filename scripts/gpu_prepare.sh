@@ -23,7 +23,8 @@ PLAT=(--only-binary=:all: --python-version "$GPU_PY" --implementation cp --platf
       --platform manylinux1_x86_64)
 $PY -m pip wheel -q --no-deps -w .gpu/wheels "deepspeed==0.19.8"
 $PY -m pip download -q --no-deps -d .gpu/wheels "${PLAT[@]}" \
-    "hjson==3.1.0" "pydantic==2.14.4" "pydantic-core==2.50.5" "annotated-types==0.7.0" "typing-inspection==0.4.2"
+    "hjson==3.1.0" "pydantic==2.14.4" "pydantic-core==2.50.5" "annotated-types==0.8.0" "typing-inspection==0.4.5" \
+    "typing-extensions==4.16.0"  # the versions this .venv runs DeepSpeed with (0.4.2 lacks what pydantic 2.14 needs)
 $PY -m pip download -q --no-deps -d .gpu/wheels-pinned "${PLAT[@]}" \
     "transformers==4.42.4" "tokenizers==0.19.1" "huggingface-hub==0.36.2" "numpy==1.26.4"
 HF_HUB_OFFLINE=1 $PY - <<'PY'

@@ -33,8 +33,13 @@ from dataclasses import dataclass
 
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
+from transformers.modeling_outputs import CausalLMOutputWithPast
 
 _ALIGN = 64  # columns are allocated in multiples of this
+
+# transformers 5.2x renamed the model's `past_key_values` (argument and output field) to `cache`, the old name
+# deprecated until 5.40. Both are spoken, so the engine also runs under an older transformers (a GPU image's).
+_CACHE = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
 
 
 def left_pad(ids: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -81,11 +86,11 @@ class Prefill:
             input_ids=self.input_ids[:, lo:hi],  # [B, hi - lo]
             attention_mask=self.mask[:, :hi],  # [B, hi]: past chunks + this one
             position_ids=self.positions[:, lo:hi],
-            cache=self.cache,
             use_cache=True,
             logits_to_keep=1,  # as `generate` does: the lm_head only for the last position
+            **{_CACHE: self.cache},
         )
-        self.cache, self.done_cols = out.cache, hi
+        self.cache, self.done_cols = getattr(out, _CACHE), hi
         return out.logits[:, -1, :].float() if self.finished else None
 
     def run(self) -> torch.Tensor:
@@ -265,9 +270,9 @@ class SlotCache(Cache):
             input_ids=tokens.view(-1, 1).to(device),  # [n, 1]
             attention_mask=mask,
             position_ids=positions.view(-1, 1).to(device),  # [n, 1]
-            cache=self,
             use_cache=True,
             logits_to_keep=1,
+            **{_CACHE: self},
         )
         w.end += 1
         return out.logits[:, -1, :].float()
