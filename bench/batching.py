@@ -27,7 +27,13 @@ sys.path.insert(0, str(ROOT))
 from bench.common import write_result  # noqa: E402
 from engine import models, paths  # noqa: E402
 from engine.batching.scheduler import Scheduler  # noqa: E402
-from engine.batching.workload import WorkloadSpec, generate_workload, replay  # noqa: E402
+from engine.batching.workload import (  # noqa: E402
+    WorkloadSpec,
+    generate_workload,
+    policy_bound,
+    replay,
+    warm_up,
+)
 from engine.cli import to_jsonable  # noqa: E402
 from engine.generation import GenerationConfig  # noqa: E402
 
@@ -76,13 +82,14 @@ def main(argv: list[str] | None = None) -> int:
     lm = models.load_model(args.model)
     spec = WorkloadSpec(n_requests=args.requests, output_tokens_min=8, output_tokens_max=256, seed=args.seed)
     workload = generate_workload(spec, lm.tokenizer)
-    replay(lm, workload[:2], "static", 2)  # warm-up, not counted
+    warm_up(lm, workload, args.max_batch)  # not counted
     runs: dict[str, list] = {"static": [], "inflight": []}
     for _ in range(args.repeats):
         for policy in runs:
             runs[policy].append(replay(lm, workload, policy, args.max_batch))
     med = {p: sorted(rs, key=lambda r: r.throughput_tokens_per_s)[len(rs) // 2] for p, rs in runs.items()}
     s, i = med["static"], med["inflight"]
+    bound = policy_bound(workload, args.max_batch)
     result = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": paths.machine_id(),
@@ -98,6 +105,15 @@ def main(argv: list[str] | None = None) -> int:
         "all_throughputs": {p: [r.throughput_tokens_per_s for r in rs] for p, rs in runs.items()},
         "throughput_ratio": i.throughput_tokens_per_s / s.throughput_tokens_per_s,
         "latency_p95_ratio": i.latency_s_p95 / s.latency_s_p95,
+        "policy_bound": {
+            "static_steps": bound.static_steps,
+            "inflight_steps": bound.inflight_steps,
+            "full_slots_steps": bound.full_slots_steps,
+            "throughput_ratio": bound.throughput_ratio,
+            "full_slots_ratio": bound.full_slots_ratio,
+            "measured_fraction_of_bound": (i.throughput_tokens_per_s / s.throughput_tokens_per_s)
+            / bound.throughput_ratio,
+        },
         "target_met": i.throughput_tokens_per_s >= 1.5 * s.throughput_tokens_per_s
         and i.latency_s_p95 <= 0.8 * s.latency_s_p95,
         "load_average_after": os.getloadavg(),
@@ -120,11 +136,23 @@ def main(argv: list[str] | None = None) -> int:
         f"in-flight / static: throughput {result['throughput_ratio']:.2f}x, p95 latency "
         f"{result['latency_p95_ratio']:.2f}x; target (>= 1.5x, p95 <= 0.8x) met: {result['target_met']}"
     )
+    print(
+        f"the workload's bound (equal step costs, first come first served): static needs {bound.static_steps} steps, "
+        f"in-flight {bound.inflight_steps}, so at most {bound.throughput_ratio:.2f}x; measured "
+        f"{result['policy_bound']['measured_fraction_of_bound']:.0%} of it. Every slot busy every step would take "
+        f"{bound.full_slots_steps} steps ({bound.full_slots_ratio:.2f}x): the long requests admitted last decode "
+        f"alone at the end"
+    )
     print("step-time breakdown (seconds of the model thread; share of its busy time):")
     for r in (s, i):
         parts = dict(r.breakdown)
         busy = sum(parts.values()) or 1.0
         print(f"  {r.policy:<9} " + "  ".join(f"{k} {v:.1f}s ({v / busy:.0%})" for k, v in parts.items()))
+        if r.decode_steps:
+            print(
+                f"  {'':<9} {r.decode_steps} decode steps, {1e3 * parts.get('decode_forward', 0.0) / r.decode_steps:.1f} "
+                f"ms of forward each, {r.output_tokens / r.decode_steps:.2f} useful tokens per step"
+            )
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     if args.hf_check:
         print(

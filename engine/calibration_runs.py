@@ -267,10 +267,12 @@ def gemv_curve(
 ) -> dict[str, list[list[float]]]:
     """This machine's matrix-vector rate by inner dimension: {dtype: [[K, bytes/s], ...]}, each the fastest of
     `repeats` `torch.nn.functional.linear` calls of one token through a [N, K] weight of GEMV_MATRIX_BYTES,
-    the layout of nn.Linear. A decode step is such products; on a CPU their rate depends on K (a 576-wide
+    in the layout the engine keeps for it (nn.Linear's, or [K, N] where engine.cpu_layout would measure that
+    faster and choose it). A decode step is such products; on a CPU their rate depends on K (a 576-wide
     model's matmuls stream slower than a 2048-wide one's), and a fit on one model shape cannot see that."""
     import torch
 
+    from engine import cpu_layout
     from engine.dtypes import BYTES_PER_ELEMENT, torch_dtype
 
     out: dict[str, list[list[float]]] = {}
@@ -280,7 +282,15 @@ def gemv_curve(
         for k in inner_dims:
             n = max(1, int(GEMV_MATRIX_BYTES / (k * width)))
             w = torch.randn(n, k).to(torch_dtype(dt))
-            seconds = _fastest_linear_s(torch.randn(1, k).to(torch_dtype(dt)), w, repeats)
+            x = torch.randn(1, k).to(torch_dtype(dt))
+            seconds = _fastest_linear_s(x, w, repeats)
+            if cpu_layout.enabled():  # the layout the engine would keep for this shape (engine.cpu_layout)
+                wt = cpu_layout.transposed(w)
+                xb = torch.randn(cpu_layout.BATCH_ROWS, k).to(x.dtype)
+                transposed_s = _fastest_linear_s(x, wt, repeats)
+                batch = (_fastest_linear_s(xb, w, repeats), _fastest_linear_s(xb, wt, repeats))
+                if cpu_layout.keeps_transposed(seconds, transposed_s, *batch):
+                    seconds = transposed_s
             points.append([float(k), n * k * width / seconds])
         out[dt] = points
     return out

@@ -37,6 +37,8 @@ def test_compare_policies_on_a_small_workload():
     assert list(table["policy"]) == ["static", "inflight"]
     assert any("In-flight / static throughput" in m.label for m in at.metric)
     assert any("The trade-off" in s.value for s in at.subheader)
+    # every request waits at the start (rate 0): the page states the workload's step-count bound
+    assert any("this workload allows in-flight batching at most" in c.value for c in at.caption)
 
 
 @pytest.mark.slow

@@ -298,3 +298,14 @@ def test_request_peak_memory_is_the_largest_value_seen(tiny_lm):
 def test_bad_max_batch_is_rejected(tiny_lm):
     with pytest.raises(InvalidParameterError, match="max batch"):
         Scheduler(tiny_lm, max_batch=0)
+
+
+def test_policy_bound_counts_steps_by_hand():
+    """[10, 1, 1, 1] in batches of 2: static runs 10 + 1 steps; in-flight refills the short row's slot twice
+    while the long one runs, 10 steps; every slot busy would be ceil(13 / 2) = 7."""
+    from engine.batching.workload import WorkloadRequest, policy_bound
+
+    work = [WorkloadRequest(i, 0.0, "x", (1,), n) for i, n in enumerate([10, 1, 1, 1])]
+    bound = policy_bound(work, 2)
+    assert (bound.static_steps, bound.inflight_steps, bound.full_slots_steps) == (11, 10, 7)
+    assert bound.throughput_ratio == pytest.approx(1.1)

@@ -257,8 +257,9 @@ class SlotCache(Cache):
             w.start += int(real[0])
 
     # ---------------------------------------------------------------- the step
-    def decode(self, lm, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """One step for every active row: tokens [n] at positions [n]; logits [n, V] fp32."""
+    def decode(self, lm, tokens: torch.Tensor, positions: torch.Tensor, forward=None) -> torch.Tensor:
+        """One step for every active row: tokens [n] at positions [n]; logits [n, V] fp32. `forward` replaces
+        the model's call (a compiled forward: see `compiled_forward`)."""
         assert self.mask is not None and self.n > 0
         self._reserve(self.n, 0, 1, self)
         w, device = self.window, lm.model.device
@@ -266,7 +267,7 @@ class SlotCache(Cache):
         # One row has no padding in its (trimmed) window: no mask, as `generate` drops an all-ones mask, so the
         # attention takes its unmasked (flash) kernel.
         mask = None if self.n == 1 else self.mask[: self.n, w.start : w.end + 1]  # [n, S + 1]
-        out = lm.model(
+        out = (forward or lm.model)(
             input_ids=tokens.view(-1, 1).to(device),  # [n, 1]
             attention_mask=mask,
             position_ids=positions.view(-1, 1).to(device),  # [n, 1]
@@ -276,3 +277,13 @@ class SlotCache(Cache):
         )
         w.end += 1
         return out.logits[:, -1, :].float()
+
+
+def compiled_forward(lm):
+    """The model's forward compiled by torch.compile (inductor) for decode steps through a SlotCache, with
+    dynamic shapes: the rows (1..max_batch) and the window's width change every step, and one graph serves
+    them all. The first call compiles: about 2 to 3 minutes for SmolLM2 on 2 CPU cores; later calls reuse it.
+    On this CPU it fuses the ~40 small ops per layer (norms, rotary, activation, residuals) that eager mode
+    dispatches one by one (bench/decode.py measures the gain). Greedy tokens are unchanged in the tests.
+    Nothing about `lm` changes: other callers keep the eager model."""
+    return torch.compile(lm.model.forward, dynamic=True)

@@ -182,6 +182,7 @@ class Scheduler:
         kv_budget_bytes: int | None = None,
         record: bool = True,
         prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
+        compile_decode: bool = False,
     ) -> None:
         if not isinstance(max_batch, int) or not 1 <= max_batch <= MAX_BATCH_LIMIT:
             raise InvalidParameterError(
@@ -203,6 +204,9 @@ class Scheduler:
                 f"prefill chunk must be a whole number of tokens >= 1, got {prefill_chunk_tokens!r}"
             )
         self.prefill_chunk_tokens = prefill_chunk_tokens
+        # opt-in: decode steps through torch.compile (kv.compiled_forward); the first step compiles for minutes
+        self.compile_decode = bool(compile_decode)
+        self._forward = None
         self._pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
         self._ids = itertools.count(1)
         self._cond = threading.Condition()
@@ -440,7 +444,9 @@ class Scheduler:
         positions = torch.tensor([s.position for s in seqs], dtype=torch.long)  # [B]
         t0 = time.perf_counter()
         with self.lm.lock:
-            logits = self._cache.decode(self.lm, tokens, positions)  # [B, V]
+            if self.compile_decode and self._forward is None:
+                self._forward = kv.compiled_forward(self.lm)
+            logits = self._cache.decode(self.lm, tokens, positions, self._forward)  # [B, V]
             t1 = self._timed("decode_forward", t0)
             chosen = choose_tokens(logits, seqs)
             self._timed("sampling", t1)

@@ -29,6 +29,9 @@ def worker_env() -> dict[str, str]:
     env.setdefault("TRANSFORMERS_VERBOSITY", "error")
     env["PYTHONUNBUFFERED"] = "1"
     env["INFERENCE_LAB_RACE_PARENT"] = str(os.getpid())  # see worker._die_with_parent
+    # The race measures Hugging Face as it ships: nn.Linear's weight layout in every lane, not the engine's
+    # measured CPU layout (engine.cpu_layout), so "vanilla" means vanilla and peers are raced against it.
+    env["INFERENCE_LAB_CPU_LAYOUT"] = "0"
     return env
 
 
