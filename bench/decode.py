@@ -1,12 +1,13 @@
 """Decode throughput: the engine (generate and stream, with its timing and measuring, and the in-flight
 scheduler with one request - the playground's and the server's path: slot KV cache, sampling on the last
-logits only, on CPU the measured weight layout of engine.cpu_layout) against plain `model.generate` on the same
-model in nn.Linear's layout (as Hugging Face ships it), same prompt and settings, measured in the same run and
+logits only; with --layout, engine.cpu_layout's measured weight layout) against plain `model.generate` on the
+same model in nn.Linear's layout (as Hugging Face ships it), same prompt and settings, measured in the same run and
 interleaved (A B C D A B C D ...) so machine noise hits all alike. Also: achieved weight bandwidth (weights
 bytes x decode steps/s, from each variant's own TPOT) against this machine's measured read bandwidth, measured
 in the same run, and whether each variant's greedy tokens equal plain `generate`'s in the original layout.
 
     .venv/bin/python bench/decode.py [--models smollm2-135m-instruct gpt-neo-125m-random] [--repeats 5] [--compile]
+                                     [--layout]
 
 --compile adds the scheduler with its decode step compiled (Scheduler(compile_decode=True), torch.compile
 with dynamic shapes); it compiles for 2 to 3 minutes first.
@@ -78,10 +79,10 @@ def engine_scheduler(sched, cfg):
     return m.output_tokens, m.latency_s, m.tpot_s, c.token_ids
 
 
-def load_plain(name: str, dtype: str):
-    """The model as Hugging Face ships it: nn.Linear's weight layout (engine.cpu_layout off for this load)."""
+def load(name: str, dtype: str, layout: bool):
+    """The model in nn.Linear's layout (as Hugging Face ships it), or with engine.cpu_layout's measured one."""
     saved = os.environ.get("INFERENCE_LAB_CPU_LAYOUT")
-    os.environ["INFERENCE_LAB_CPU_LAYOUT"] = "0"
+    os.environ["INFERENCE_LAB_CPU_LAYOUT"] = "1" if layout else "0"
     try:
         return models.load_model(name, dtype=dtype)
     finally:
@@ -91,10 +92,12 @@ def load_plain(name: str, dtype: str):
             os.environ["INFERENCE_LAB_CPU_LAYOUT"] = saved
 
 
-def bench_model(name: str, repeats: int, max_new_tokens: int, dtype: str, compiled: bool = False) -> dict:
-    base = load_plain(name, dtype)
-    lm = models.load_model(name, dtype=dtype)
-    layout = next((n for n in lm.notes if n.startswith("weight layout")), "weight layout: not chosen (GPU)")
+def bench_model(
+    name: str, repeats: int, max_new_tokens: int, dtype: str, compiled: bool = False, layout: bool = False
+) -> dict:
+    base = load(name, dtype, layout=False)
+    lm = load(name, dtype, layout=layout) if layout else base
+    layout_note = next((n for n in lm.notes if n.startswith("weight layout")), "weight layout: nn.Linear's")
     cfg = GenerationConfig(max_new_tokens=max_new_tokens)
     sched = Scheduler(lm, max_batch=1, record=False)
     lanes: dict[str, Scheduler] = {"engine scheduler": sched}
@@ -152,7 +155,7 @@ def bench_model(name: str, repeats: int, max_new_tokens: int, dtype: str, compil
         "dtype": lm.dtype,
         "params": lm.params,
         "weights_bytes": lm.weights_bytes,
-        "layout": layout,
+        "layout": layout_note,
         "max_new_tokens": max_new_tokens,
         "repeats": repeats,
         "tokens_per_s_median": med,
@@ -181,6 +184,11 @@ def main() -> int:
         help="add the scheduler with its decode step compiled (compiles for 2 to 3 minutes first)",
     )
     ap.add_argument(
+        "--layout",
+        action="store_true",
+        help="the engine's lanes on engine.cpu_layout's measured weight layout (INFERENCE_LAB_CPU_LAYOUT=1)",
+    )
+    ap.add_argument(
         "--out", type=Path, default=ROOT / "bench" / "results" / f"decode-{paths.machine_id()}.json"
     )
     args = ap.parse_args()
@@ -192,7 +200,7 @@ def main() -> int:
     with ThreadPoolExecutor(max_workers=1) as pool:
         rows = pool.submit(
             lambda: [
-                bench_model(m, args.repeats, args.max_new_tokens, args.dtype, args.compile)
+                bench_model(m, args.repeats, args.max_new_tokens, args.dtype, args.compile, args.layout)
                 for m in args.models
             ]
         ).result()

@@ -383,9 +383,9 @@ def load_model(
             raise
         raise ModelLoadError(f"could not load {name}: {exc}. {_offline_options()}") from exc
     model.eval()
-    if device == "cpu":  # matrix-vector products stream faster in some shapes' transposed layout: measured
-        from engine import cpu_layout
+    from engine import cpu_layout
 
+    if device == "cpu" and cpu_layout.enabled():  # opt-in: the layout measured faster per weight shape
         _report(progress, 0.95, "choosing the weight layout")
         notes.append(cpu_layout.optimize(model).note())
     if tokenizer.pad_token is None:

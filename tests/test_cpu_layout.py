@@ -11,9 +11,10 @@ from engine import cpu_layout, models
 
 
 def _plain(name: str, monkeypatch):
+    """A model in nn.Linear's layout; the layout switched on for what the test does next."""
     monkeypatch.setenv("INFERENCE_LAB_CPU_LAYOUT", "0")
     lm = models.load_model(name, dtype="fp32", device="cpu")
-    monkeypatch.delenv("INFERENCE_LAB_CPU_LAYOUT")
+    monkeypatch.setenv("INFERENCE_LAB_CPU_LAYOUT", "1")
     return lm
 
 
@@ -74,11 +75,17 @@ def test_switched_off_by_the_environment(monkeypatch):
     monkeypatch.setenv("INFERENCE_LAB_CPU_LAYOUT", "0")
     report = cpu_layout.optimize(lm.model)
     assert report.skipped and not report.choices
-    assert "INFERENCE_LAB_CPU_LAYOUT=0" in report.note()
+    assert "INFERENCE_LAB_CPU_LAYOUT is not 1" in report.note()
 
 
-def test_loading_on_cpu_records_the_choice(tiny_lm):
-    assert any(n.startswith("weight layout:") for n in tiny_lm.notes)
+def test_off_by_default_and_recorded_when_on(monkeypatch, tiny_lm):
+    monkeypatch.delenv("INFERENCE_LAB_CPU_LAYOUT", raising=False)
+    assert not cpu_layout.enabled()
+    assert not any(n.startswith("weight layout:") for n in tiny_lm.notes)
+    assert all(p.is_contiguous() for p in tiny_lm.model.parameters())
+    monkeypatch.setenv("INFERENCE_LAB_CPU_LAYOUT", "1")
+    lm = models.load_model("tiny-gpt-neo", dtype="fp32", device="cpu")
+    assert any(n.startswith("weight layout:") for n in lm.notes)
 
 
 @pytest.mark.slow
