@@ -282,7 +282,8 @@ class SlotCache(Cache):
 def compiled_forward(lm):
     """The model's forward compiled by torch.compile (inductor) for decode steps through a SlotCache, with
     dynamic shapes: the rows (1..max_batch) and the window's width change every step, and one graph serves
-    them all. The first call compiles: about 2 to 3 minutes for SmolLM2 on 2 CPU cores; later calls reuse it.
+    them all. The first call compiles: 40 to 65 s for GPT-Neo 125M and SmolLM2 on 2 CPU cores (bench/decode.py --compile);
+    later calls reuse it.
     On this CPU it fuses the ~40 small ops per layer (norms, rotary, activation, residuals) that eager mode
     dispatches one by one (bench/decode.py measures the gain). Greedy tokens are unchanged in the tests.
     Nothing about `lm` changes: other callers keep the eager model."""

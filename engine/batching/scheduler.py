@@ -204,7 +204,7 @@ class Scheduler:
                 f"prefill chunk must be a whole number of tokens >= 1, got {prefill_chunk_tokens!r}"
             )
         self.prefill_chunk_tokens = prefill_chunk_tokens
-        # opt-in: decode steps through torch.compile (kv.compiled_forward); the first step compiles for minutes
+        # opt-in: decode steps through torch.compile (kv.compiled_forward); the first step compiles for about a minute
         self.compile_decode = bool(compile_decode)
         self._forward = None
         self._pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0

@@ -268,8 +268,9 @@ def _summarize(
 class PolicyBound:
     """What each policy must spend in steps on a workload whose requests all wait at the start, counting one
     step per token of the batch (the first token's prefill included) and each step the same cost. The ratio
-    is then the most in-flight batching can gain on static batching; a cost per step that grows with the
-    rows (a CPU's) moves it a little either way."""
+    is then the most in-flight batching can gain on static batching when steps cost the same; on a CPU a step
+    of one row costs far less than a step of several, and static batching keeps computing finished rows, so
+    a measured ratio can pass it."""
 
     static_steps: int  # batches of max_batch in arrival order, each until its longest row is done
     inflight_steps: int  # first come, first served, a freed slot refilled at once
@@ -399,8 +400,7 @@ def replay(lm: LoadedModel, workload: Sequence[WorkloadRequest], policy: str, ma
 def warm_up(lm: LoadedModel, workload: Sequence[WorkloadRequest], max_batch: int) -> None:
     """Run each policy once, untimed, on the first two requests cut to 4 new tokens: a model's first forward
     passes pay for allocator growth and kernel setup, which would otherwise land on whichever policy runs
-    first (seen on the batching page: a cold static run looked 2.9x slower than in-flight, where the step
-    count allows 1.23x)."""
+    first."""
     _check(workload, max_batch)
     warm = [replace(r, max_new_tokens=min(4, r.max_new_tokens)) for r in workload[:2]]
     for policy in POLICIES:
