@@ -36,6 +36,7 @@ from engine.batching.workload import (  # noqa: E402
 )
 from engine.cli import to_jsonable  # noqa: E402
 from engine.generation import GenerationConfig  # noqa: E402
+from engine.threads import run_in_thread  # noqa: E402
 
 
 def hf_continuous_batching(lm, n: int = 4, tokens: int = 32) -> dict:
@@ -79,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--hf-check", action="store_true")
     args = ap.parse_args(argv)
-    lm = models.load_model(args.model)
+    # no torch work on the main thread: an OpenMP team left there would slow both policies (engine.threads)
+    lm = run_in_thread(lambda: models.load_model(args.model))
     spec = WorkloadSpec(n_requests=args.requests, output_tokens_min=8, output_tokens_max=256, seed=args.seed)
     workload = generate_workload(spec, lm.tokenizer)
     warm_up(lm, workload, args.max_batch)  # not counted

@@ -23,7 +23,6 @@ import json
 import os
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -33,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 from engine import generation, hardware, models, paths, stats  # noqa: E402
 from engine.batching.scheduler import Scheduler  # noqa: E402
 from engine.generation import GenerationConfig  # noqa: E402
+from engine.threads import run_in_thread  # noqa: E402
 
 PROMPT = "The history of the printing press begins"
 
@@ -75,8 +75,17 @@ def engine_stream(lm, cfg):
 
 def engine_scheduler(sched, cfg):
     c = sched.submit(PROMPT, cfg).result()
+    while sched.snapshot().alive:  # idle_exit_s=0: its thread, and OpenMP team, end before the next lane
+        time.sleep(0.001)
     m = c.measurement
     return m.output_tokens, m.latency_s, m.tpot_s, c.token_ids
+
+
+def alone(fn, *args):
+    """fn(*args) on a thread of its own that ends with it (engine.threads): each lane runs with the only
+    OpenMP team in the process, as the dashboard's do. A team left on the main thread or a shared worker
+    made every other lane ~10% slower at batch 1 (bench/threads.py)."""
+    return run_in_thread(lambda: fn(*args))
 
 
 def load(name: str, dtype: str, layout: bool):
@@ -95,51 +104,53 @@ def load(name: str, dtype: str, layout: bool):
 def bench_model(
     name: str, repeats: int, max_new_tokens: int, dtype: str, compiled: bool = False, layout: bool = False
 ) -> dict:
-    base = load(name, dtype, layout=False)
-    lm = load(name, dtype, layout=layout) if layout else base
+    base = alone(load, name, dtype, False)
+    lm = alone(load, name, dtype, True) if layout else base
     layout_note = next((n for n in lm.notes if n.startswith("weight layout")), "weight layout: nn.Linear's")
     cfg = GenerationConfig(max_new_tokens=max_new_tokens)
-    sched = Scheduler(lm, max_batch=1, record=False)
+    sched = Scheduler(lm, max_batch=1, record=False, idle_exit_s=0.0)
     lanes: dict[str, Scheduler] = {"engine scheduler": sched}
     extra: dict = {}
     if compiled:
         lanes["engine scheduler, compiled decode"] = csched = Scheduler(
-            lm, max_batch=1, record=False, compile_decode=True
+            lm, max_batch=1, record=False, compile_decode=True, idle_exit_s=0.0
         )
         t0 = time.perf_counter()
-        engine_scheduler(csched, cfg)  # compiles
+        alone(engine_scheduler, csched, cfg)  # compiles
         extra["compile_s"] = time.perf_counter() - t0
     for _ in range(2):  # warm-up: allocator, kernels, caches
-        plain_generate(base, cfg)
-        plain_generate(lm, cfg)
-        engine_generate(lm, cfg)
+        alone(plain_generate, base, cfg)
+        alone(plain_generate, lm, cfg)
+        alone(engine_generate, lm, cfg)
         for sc in lanes.values():
-            engine_scheduler(sc, cfg)
-    reference = plain_generate(base, cfg)[2]  # greedy tokens in the original layout
+            alone(engine_scheduler, sc, cfg)
+    reference = alone(plain_generate, base, cfg)[2]  # greedy tokens in the original layout
     # plain generate on the engine's copy: a lane of its own only when that copy has another layout
     same_layout = "plain generate, engine layout" if layout else "plain generate"
-    same = {"plain generate, engine layout": plain_generate(lm, cfg)[2] == reference} if layout else {}
-    same["engine generate"] = list(generation.generate(lm, PROMPT, cfg, record=False).token_ids) == reference
+    same = {"plain generate, engine layout": alone(plain_generate, lm, cfg)[2] == reference} if layout else {}
+    same["engine generate"] = (
+        list(alone(lambda: generation.generate(lm, PROMPT, cfg, record=False).token_ids)) == reference
+    )
     for lane, sc in lanes.items():
-        same[lane] = list(engine_scheduler(sc, cfg)[3]) == reference
+        same[lane] = list(alone(engine_scheduler, sc, cfg)[3]) == reference
     rates: dict[str, list[float]] = {
         k: [] for k in ("plain generate", same_layout, "engine generate", "engine stream", *lanes)
     }
     tpots: dict[str, list[float]] = {k: [] for k in ("engine", *lanes)}
     for _ in range(repeats):
         for lane, sc in lanes.items():
-            n, t, tpot, _ids = engine_scheduler(sc, cfg)
+            n, t, tpot, _ids = alone(engine_scheduler, sc, cfg)
             rates[lane].append(n / t)
             tpots[lane].append(tpot)
-        n, t, _ids = plain_generate(base, cfg)
+        n, t, _ids = alone(plain_generate, base, cfg)
         rates["plain generate"].append(n / t)
         if layout:
-            n, t, _ids = plain_generate(lm, cfg)
+            n, t, _ids = alone(plain_generate, lm, cfg)
             rates["plain generate, engine layout"].append(n / t)
-        n, t, tpot = engine_generate(lm, cfg)
+        n, t, tpot = alone(engine_generate, lm, cfg)
         rates["engine generate"].append(n / t)
         tpots["engine"].append(tpot)
-        n, t, tpot = engine_stream(lm, cfg)
+        n, t, tpot = alone(engine_stream, lm, cfg)
         rates["engine stream"].append(n / t)
         tpots["engine"].append(tpot)
     for sc in lanes.values():
@@ -186,18 +197,12 @@ def main() -> int:
         "--out", type=Path, default=ROOT / "bench" / "results" / f"decode-{paths.machine_id()}.json"
     )
     args = ap.parse_args()
-    info = hardware.detect()
-    bw = hardware.measure_memory_bandwidth(info.accelerator)
-    # Everything runs on one worker thread, as the dashboard's script threads do. On an oversubscribed CPU,
-    # torch ops issued from the main thread were measured ~10x slower than from a worker thread (OpenMP
-    # spin-waiting), which would make the baseline look slow for a reason that has nothing to do with it.
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        rows = pool.submit(
-            lambda: [
-                bench_model(m, args.repeats, args.max_new_tokens, args.dtype, args.compile, args.layout)
-                for m in args.models
-            ]
-        ).result()
+    info = run_in_thread(hardware.detect)
+    bw = run_in_thread(lambda: hardware.measure_memory_bandwidth(info.accelerator))
+    rows = [
+        bench_model(m, args.repeats, args.max_new_tokens, args.dtype, args.compile, args.layout)
+        for m in args.models
+    ]
     print(
         f"measured read bandwidth: {bw.read_bytes_per_s / 1e9:.1f} GB/s ({info.accelerator}, {info.cpu_name}); "
         f"load average {os.getloadavg()[0]:.1f}"

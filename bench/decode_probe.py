@@ -1,4 +1,4 @@
-"""Where batch-1 decode time goes on this CPU (issue 17's diagnosis), in three probes on the bundled model:
+"""Where batch-1 decode time goes on this CPU (issue 17's diagnosis), in four probes on the bundled model:
 
 1. profile: torch.profiler over 10 decode steps of SmolLM2 (fp32, KV cache): the share of `aten::mm`;
 2. layouts: one token through each of the model's weight shapes, in nn.Linear's layout (x @ W^T, W stored
@@ -7,11 +7,16 @@
 3. compile: a hand-written greedy decode loop with a static KV cache, eager against torch.compile of the step
    (inductor, default mode), tokens per second of the decode steps only, and whether greedy tokens agree;
    after the layouts probe, the layers whose pre-transposed layout was over 10% faster are switched to it
-   first (eager measured again), so the compiled figure is of both changes together.
+   first (eager measured again), so the compiled figure is of both changes together;
+4. floor: the model's own 211 weight products for one token, in order, and nothing else (no norms, attention,
+   sampling or Python between them), through nn.Linear (x @ W^T: MKL's matrix-vector product, which ran on one
+   core here), the pre-transposed layout, and oneDNN with the weight pre-packed
+   (torch.ops.mkldnn._reorder_linear_weight / _linear_pointwise, as inductor's freezing does), against this
+   machine's read bandwidth measured in the same run: the fastest a decode step can be with each kernel.
 
-    .venv/bin/python bench/decode_probe.py [--probes profile layouts compile] [--tokens 64]
+    .venv/bin/python bench/decode_probe.py [--probes profile layouts compile floor] [--tokens 64] [--out F]
 
-Prints what it measured and the load average; writes bench/results/decode-probe-<machine>.json. A benchmark,
+Prints what it measured and the load average; writes bench/results/decode-probe-<machine>.json (or --out). A benchmark,
 not a test: run it on a quiet machine. The compile probe compiles for about a minute.
 """
 
@@ -107,6 +112,50 @@ def layouts(lm) -> list[dict]:
     return rows
 
 
+def floor(lm, passes: int = 12) -> dict:
+    """Median seconds for one token through every nn.Linear weight of the model, per kernel; and the read
+    bandwidth measured now (engine.hardware), so the fractions come from one run."""
+    import statistics
+
+    import torch
+    import torch.nn.functional as F
+
+    from engine import hardware
+
+    weights = [m.weight.detach() for m in lm.model.modules() if isinstance(m, torch.nn.Linear)]
+    nbytes = sum(w.numel() * w.element_size() for w in weights)
+    xs = {k: torch.randn(1, k) for k in {w.shape[1] for w in weights}}
+
+    def packed(x, p):
+        return torch.ops.mkldnn._linear_pointwise(x, p, None, "none", [], "")
+
+    # (kernel, the weight as that kernel wants it, in-features) per product
+    kernels = {
+        "nn.Linear (x @ W^T)": [(F.linear, w, w.shape[1]) for w in weights],
+        "pre-transposed (x @ W_t)": [(torch.matmul, w.t().contiguous(), w.shape[1]) for w in weights],
+    }
+    if torch.backends.mkldnn.is_available():
+        kernels["oneDNN, pre-packed"] = [
+            (packed, torch.ops.mkldnn._reorder_linear_weight(w, 1), w.shape[1]) for w in weights
+        ]
+    out: dict = {"weights": len(weights), "bytes": nbytes, "kernels": {}}
+    with torch.inference_mode():
+        for name, calls in kernels.items():
+            times = []
+            for _ in range(passes + 1):
+                t0 = time.perf_counter()
+                for fn, w, k in calls:
+                    fn(xs[k], w)
+                times.append(time.perf_counter() - t0)
+            s = statistics.median(times[1:])
+            out["kernels"][name] = {"seconds": s, "bytes_per_s": nbytes / s}
+    bw = hardware.measure_memory_bandwidth("cpu").read_bytes_per_s
+    out["read_bandwidth_bytes_per_s"] = bw
+    for v in out["kernels"].values():
+        v["fraction_of_read_bandwidth"] = v["bytes_per_s"] / bw
+    return out
+
+
 def pretranspose(model, shapes: set[tuple[int, int]]) -> int:
     """Make every nn.Linear whose [out, in] weight is in `shapes` multiply by a contiguous copy of its
     transpose (x @ W_t) instead of nn.Linear's x @ W^T; returns how many layers changed. A probe only: the copy
@@ -178,8 +227,11 @@ def compile_loop(lm, tokens: int, pretransposed: set[tuple[int, int]] | None = N
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--probes", nargs="+", default=["profile", "layouts", "compile"])
+    ap.add_argument("--probes", nargs="+", default=["profile", "layouts", "compile", "floor"])
     ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument(
+        "--out", type=Path, default=ROOT / "bench" / "results" / f"decode-probe-{paths.machine_id()}.json"
+    )
     args = ap.parse_args()
     load_before = os.getloadavg()[0]
     lm = models.load_model(MODEL, dtype="fp32", device="cpu")
@@ -214,12 +266,23 @@ def main() -> int:
             f"weights read at {c['weights_bytes'] * c['compiled_decode_tokens_per_s'] / 1e9:.1f} GB/s compiled; "
             f"greedy tokens equal: {c['greedy_tokens_equal']}"
         )
+    if "floor" in args.probes:
+        result["floor"] = f = floor(lm)
+        print(
+            f"the {f['weights']} weight products alone ({f['bytes'] / 1e6:.0f} MB), one token; read bandwidth "
+            f"{f['read_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s measured in this run:"
+        )
+        for name, k in f["kernels"].items():
+            print(
+                f"  {name:<28}{1e3 * k['seconds']:>7.1f} ms {k['bytes_per_s'] / 1e9:>6.1f} GB/s "
+                f"{k['fraction_of_read_bandwidth']:>5.0%} of read bandwidth"
+            )
     result["load_average_after"] = os.getloadavg()[0]
     result["date"] = datetime.now(UTC).isoformat(timespec="seconds")
     print(f"load average before {load_before:.2f}, after {result['load_average_after']:.2f}")
-    out = ROOT / "bench" / "results" / f"decode-probe-{paths.machine_id()}.json"
-    out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {out.relative_to(ROOT)}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    print(f"wrote {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}")
     return 0
 
 

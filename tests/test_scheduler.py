@@ -309,3 +309,49 @@ def test_policy_bound_counts_steps_by_hand():
     bound = policy_bound(work, 2)
     assert (bound.static_steps, bound.inflight_steps, bound.full_slots_steps) == (11, 10, 7)
     assert bound.throughput_ratio == pytest.approx(1.1)
+
+
+def test_idle_thread_ends_and_the_next_submit_starts_one(tiny_lm):
+    """An idle scheduler gives back its thread (and the OpenMP team torch made for it: engine.threads); a
+    request submitted afterwards gets a new thread and the same tokens. Waits for the thread to end, however
+    long that takes on a busy machine; asserts nothing about speed."""
+    import time
+
+    cfg = GenerationConfig(max_new_tokens=6)
+    sched = Scheduler(tiny_lm, max_batch=2, record=False, idle_exit_s=0.0)
+    try:
+        first = sched.submit(PROMPTS[0], cfg).result(120).token_ids
+        deadline = time.monotonic() + 120
+        while sched.snapshot().alive:
+            assert time.monotonic() < deadline, "the idle scheduler thread did not end"
+            time.sleep(0.01)
+        assert sched.submit(PROMPTS[0], cfg).result(120).token_ids == first
+    finally:
+        sched.close()
+
+
+def test_many_requests_across_idle_exits_all_finish(tiny_lm):
+    """Submits racing the thread's decision to end: each must still be served (the loop clears its thread under
+    the same lock submit starts one with)."""
+    cfg = GenerationConfig(max_new_tokens=2)
+    sched = Scheduler(tiny_lm, max_batch=2, record=False, idle_exit_s=0.0)
+    try:
+        for i in range(20):
+            assert (
+                len(sched.submit(PROMPTS[i % len(PROMPTS)], cfg, ignore_eos=True).result(120).token_ids) == 2
+            )
+    finally:
+        sched.close()
+
+
+def test_bad_idle_exit_is_rejected(tiny_lm):
+    with pytest.raises(InvalidParameterError, match="idle_exit_s"):
+        Scheduler(tiny_lm, idle_exit_s=float("nan"))
+
+
+def test_run_in_thread_returns_and_raises():
+    from engine.threads import run_in_thread
+
+    assert run_in_thread(lambda: threading.current_thread().name, name="x-work") == "x-work"
+    with pytest.raises(ZeroDivisionError):
+        run_in_thread(lambda: 1 / 0)

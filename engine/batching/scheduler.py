@@ -51,6 +51,11 @@ DEFAULT_MAX_BATCH = 8
 MAX_BATCH_LIMIT = 256
 DEFAULT_PREFILL_CHUNK_TOKENS = 256  # tokens per prefill chunk (all admitted rows together)
 DEFAULT_KV_FRACTION = 0.25  # of the memory free when the scheduler starts (RAM on a CPU, VRAM on a GPU)
+# An idle model thread ends after this long and `submit` starts a new one. On a CPU torch's OpenMP keeps a team
+# of worker threads per thread that has run an op, for that thread's life; while two teams exist on a machine
+# with as many cores as one team has threads, libgomp stops spinning between parallel regions and sleeps instead,
+# and every other thread's model work ran about a third slower (bench/threads.py measures it).
+DEFAULT_IDLE_EXIT_S = 1.0
 _END = object()
 BREAKDOWN = ("prefill", "decode_forward", "sampling", "cache_surgery")
 
@@ -155,7 +160,7 @@ class RowView:
 @dataclass(frozen=True)
 class SchedulerSnapshot:
     model: str
-    alive: bool
+    alive: bool  # the model thread is running (it ends after idle_exit_s without work; submit restarts it)
     max_batch: int
     kv_budget_bytes: int
     kv_bytes_per_token: int
@@ -183,6 +188,7 @@ class Scheduler:
         record: bool = True,
         prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
         compile_decode: bool = False,
+        idle_exit_s: float = DEFAULT_IDLE_EXIT_S,
     ) -> None:
         if not isinstance(max_batch, int) or not 1 <= max_batch <= MAX_BATCH_LIMIT:
             raise InvalidParameterError(
@@ -204,6 +210,11 @@ class Scheduler:
                 f"prefill chunk must be a whole number of tokens >= 1, got {prefill_chunk_tokens!r}"
             )
         self.prefill_chunk_tokens = prefill_chunk_tokens
+        if not math.isfinite(idle_exit_s) or idle_exit_s < 0:
+            raise InvalidParameterError(
+                f"idle_exit_s must be a finite number of seconds >= 0, got {idle_exit_s!r}"
+            )
+        self.idle_exit_s = float(idle_exit_s)
         # opt-in: decode steps through torch.compile (kv.compiled_forward); the first step compiles for about a minute
         self.compile_decode = bool(compile_decode)
         self._forward = None
@@ -314,6 +325,8 @@ class Scheduler:
 
     # ------------------------------------------------------------------ the thread
     def _ensure_thread(self) -> None:
+        """Called with self._cond held. The loop clears self._thread under the same lock when it decides to end,
+        so a request queued here is never left without a thread."""
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._loop, name=f"inflight-{self.lm.name}", daemon=True)
             self._thread.start()
@@ -335,13 +348,19 @@ class Scheduler:
     def _loop(self) -> None:
         while not self._stop.is_set():
             with self._cond:
+                idle_since = time.monotonic()
                 while (
                     not self._waiting
                     and not self._running
                     and not self._prefilling
                     and not self._stop.is_set()
                 ):
-                    self._cond.wait(0.5)
+                    left = self.idle_exit_s - (time.monotonic() - idle_since)
+                    if left <= 0:  # end the thread, and its OpenMP team with it (see DEFAULT_IDLE_EXIT_S)
+                        if self._thread is threading.current_thread():
+                            self._thread = None
+                        return
+                    self._cond.wait(min(0.5, left))
             if self._stop.is_set():
                 return
             t0 = time.perf_counter()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import random
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -25,6 +24,7 @@ from engine.errors import InvalidParameterError
 from engine.generation import GenerationConfig
 from engine.models import LoadedModel
 from engine.stats import percentile
+from engine.threads import run_in_thread
 
 POLICIES = ("static", "inflight")
 OUTPUT_DISTRIBUTIONS = ("uniform", "log-uniform")
@@ -305,24 +305,10 @@ def _wait_until(t: float) -> None:
 
 
 def replay_static(lm: LoadedModel, workload: Sequence[WorkloadRequest], max_batch: int) -> PolicyResult:
-    """Runs the model on a worker thread, as the in-flight scheduler does: on this CPU, torch's OpenMP ops
-    issued from the main thread of a busy machine ran up to 10x slower than the same ops from a worker
-    thread, which would make the comparison measure threads instead of policies."""
+    """Runs the model on a thread of its own that ends with the replay (engine.threads.run_in_thread), as the
+    in-flight scheduler's does, so that neither policy runs beside an OpenMP team the other left behind."""
     _check(workload, max_batch)
-    box: list = []
-
-    def work() -> None:
-        try:
-            box.append(_replay_static(lm, workload, max_batch))
-        except BaseException as exc:
-            box.append(exc)
-
-    t = threading.Thread(target=work, name="static-batching", daemon=True)
-    t.start()
-    t.join()
-    if isinstance(box[0], BaseException):
-        raise box[0]
-    return box[0]
+    return run_in_thread(lambda: _replay_static(lm, workload, max_batch), name="static-batching")
 
 
 def _replay_static(lm: LoadedModel, workload: Sequence[WorkloadRequest], max_batch: int) -> PolicyResult:
