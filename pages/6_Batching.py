@@ -4,6 +4,8 @@ and the live queue of the scheduler every session shares."""
 
 from __future__ import annotations
 
+import os
+
 import streamlit as st
 
 from engine.batching.sweep import DEFAULT_SIZES, run_sweep
@@ -31,7 +33,7 @@ from ui.widgets import load_with_progress, model_picker
 
 NS = "batching"
 page_setup("Batching", ":material/stacks:")
-init_state(NS, sweep=None, compare=None, bound=None, users=None)
+init_state(NS, sweep=None, compare=None, bound=None, users=None, load=None)
 report: list = []
 _W = WorkloadSpec()
 
@@ -137,8 +139,10 @@ if go:
             seed=int(seed),
         )
         workload = generate_workload(spec, lm.tokenizer)
+        load_start = os.getloadavg()[0]
         with st.spinner("Replaying the workload under static, then in-flight batching…"):
             results = compare(lm, workload, int(max_batch))
+        st.session_state[f"{NS}.load"] = (load_start, os.getloadavg()[0], os.cpu_count() or 1)
         st.session_state[f"{NS}.compare"] = results
         # the step-count bound holds when every request waits at the start (arrival rate 0)
         st.session_state[f"{NS}.bound"] = (
@@ -167,12 +171,14 @@ if compare is not None and compare["static"].model == lm.name:
         width="stretch",
     )
     ratio = i.throughput_tokens_per_s / s.throughput_tokens_per_s
+    dp95 = i.latency_s_p95 - s.latency_s_p95
     c = st.columns(3)
     c[0].metric("In-flight / static throughput", f"{ratio:.2f}×")
     c[1].metric(
         "p95 latency, in-flight",
         fmt_seconds(i.latency_s_p95),
-        delta=fmt_seconds(i.latency_s_p95 - s.latency_s_p95),
+        # an ASCII sign: Streamlit reads the arrow's direction from a leading "-" (not fmt_seconds' "−")
+        delta=("-" if dp95 < 0 else "+") + fmt_seconds(abs(dp95)),
         delta_color="inverse",
     )
     c[2].metric(
@@ -180,6 +186,20 @@ if compare is not None and compare["static"].model == lm.name:
         f"{1 - s.slot_utilization:.0%}",
         help="row-steps computed for rows already finished",
     )
+    load = st.session_state[f"{NS}.load"]
+    if load is not None:
+        start, end, cores = load
+        busy = start > 0.5 * cores
+        st.caption(
+            f"One replay per policy, static first, each timed once. Load average {start:.2f} at the start and "
+            f"{end:.2f} at the end, on {cores} cores (the replays' own threads count in the second)."
+            + (
+                " **Other work was running when this started**: the two policies may have met different "
+                "competition for the cores, so run again on a quieter machine before trusting the ratio."
+                if busy
+                else " Run it again to see how much the ratio moves between runs."
+            )
+        )
     bound = st.session_state[f"{NS}.bound"]
     if bound is not None:
         st.caption(

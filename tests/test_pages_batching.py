@@ -39,6 +39,13 @@ def test_compare_policies_on_a_small_workload():
     assert any("The trade-off" in s.value for s in at.subheader)
     # every request waits at the start (rate 0): the page states the workload's step-count bound
     assert any("this workload allows in-flight batching at most" in c.value for c in at.caption)
+    # the p95 metric's arrow follows the sign of the difference (Streamlit reads a leading ASCII "-")
+    s, i = at.session_state["batching.compare"]["static"], at.session_state["batching.compare"]["inflight"]
+    p95 = next(m for m in at.metric if "p95 latency" in m.label)
+    assert p95.delta.startswith("-" if i.latency_s_p95 < s.latency_s_p95 else "+")
+    # how busy the machine was, beside a measurement taken once per policy
+    load = at.session_state["batching.load"]
+    assert any(f"Load average {load[0]:.2f} at the start" in c.value for c in at.caption)
 
 
 @pytest.mark.slow
