@@ -4,7 +4,8 @@ logits only; with --layout, engine.cpu_layout's measured weight layout) against 
 same model in nn.Linear's layout (as Hugging Face ships it), same prompt and settings, measured in the same run and
 interleaved (A B C D A B C D ...) so machine noise hits all alike. Also: achieved weight bandwidth (weights
 bytes x decode steps/s, from each variant's own TPOT) against this machine's measured read bandwidth, measured
-in the same run, and whether each variant's greedy tokens equal plain `generate`'s in the original layout.
+in the same run, and whether each variant's greedy tokens equal plain `generate`'s in the original layout. For
+an fp32 model on the CPU, also the floor: the model's weight products alone, per kernel (bench/decode_probe.py).
 
     .venv/bin/python bench/decode.py [--models smollm2-135m-instruct gpt-neo-125m-random] [--repeats 5] [--compile]
                                      [--layout]
@@ -155,6 +156,11 @@ def bench_model(
         tpots["engine"].append(tpot)
     for sc in lanes.values():
         sc.close()
+    if lm.device == "cpu" and lm.dtype == "fp32":
+        # the same weights' products alone, per kernel: the fastest a step could be (bench/decode_probe.py)
+        from bench.decode_probe import floor
+
+        extra["floor"] = alone(floor, lm)
     med = {k: stats.median(v) for k, v in rates.items()}
     tpot = {k: stats.median(v) for k, v in tpots.items()}
     return {
@@ -231,6 +237,24 @@ def main() -> int:
             f"{r['ratio_engine_generate_vs_plain_same_layout']:.3f}x, stream {r['ratio_engine_stream_vs_plain_same_layout']:.3f}x"
             + (f"; compiled in {r['compile_s']:.0f} s" if "compile_s" in r else "")
         )
+        if "floor" in r:
+            f = r["floor"]
+            print(
+                f"the {f['weights']} weight products alone, nothing else (bench/decode_probe.py floor; read bandwidth "
+                f"{f['read_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s when they ran):"
+            )
+            for kernel, k in f["kernels"].items():
+                print(
+                    f"  {kernel:<28}{k['bytes_per_s'] / 1e9:>6.1f} GB/s "
+                    f"{k['fraction_of_read_bandwidth']:>5.0%} of that read bandwidth"
+                )
+            linear = f["kernels"]["nn.Linear (x @ W^T)"]["bytes_per_s"]
+            print(
+                "  each lane against the nn.Linear kernel's floor: "
+                + ", ".join(
+                    f"{lane} {v / linear:.0%}" for lane, v in r["achieved_weight_bytes_per_s"].items()
+                )
+            )
     result = {
         "benchmark": "decode",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
