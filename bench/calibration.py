@@ -21,7 +21,6 @@ import math
 import os
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,6 +44,7 @@ from engine.calibration import (  # noqa: E402
 )
 from engine.calibration_runs import Shape, TimedRun, gemm_curve, gemv_curve, timed_run  # noqa: E402
 from engine.stats import median  # noqa: E402
+from engine.threads import run_in_thread  # noqa: E402
 
 DTYPES = ("fp32", "bf16")
 NEO125 = "gpt-neo-125m-random"
@@ -203,12 +203,10 @@ def main() -> int:
             {k: v for k, v in raw.get("curves", {"gemv": raw.get("gemv")}).items() if k not in args.without},
         )
     else:
-        with ThreadPoolExecutor(
-            max_workers=1
-        ) as pool:  # a worker thread, like the dashboard (see bench/decode.py)
-            result = pool.submit(
-                run, args.repeats, not args.no_neo13, args.neo13_bf16, out.with_suffix(".runs.json")
-            ).result()
+        # model work on a thread that ends with it, as the dashboard's (engine.threads)
+        result = run_in_thread(
+            lambda: run(args.repeats, not args.no_neo13, args.neo13_bf16, out.with_suffix(".runs.json"))
+        )
     print(
         f"load average {load_before:.2f} at start, {os.getloadavg()[0]:.2f} at end, {os.cpu_count()} cores; "
         f"{result['seconds']:.0f} s"

@@ -116,12 +116,10 @@ def floor(lm, passes: int = 12) -> dict:
     """Median seconds for one token through every nn.Linear weight of the model, per kernel; and the read
     bandwidth measured now (engine.hardware), so the fractions come from one run. A floor only for a model
     larger than the CPU's caches (the 538 MB bundled model): a tiny one is read from cache, past 100%."""
-    import statistics
-
     import torch
     import torch.nn.functional as F
 
-    from engine import hardware
+    from engine import hardware, stats
 
     weights = [m.weight.detach() for m in lm.model.modules() if isinstance(m, torch.nn.Linear)]
     nbytes = sum(w.numel() * w.element_size() for w in weights)
@@ -148,7 +146,7 @@ def floor(lm, passes: int = 12) -> dict:
                 for fn, w, k in calls:
                     fn(xs[k], w)
                 times.append(time.perf_counter() - t0)
-            s = statistics.median(times[1:])
+            s = stats.median(times[1:])
             out["kernels"][name] = {"seconds": s, "bytes_per_s": nbytes / s}
     bw = hardware.measure_memory_bandwidth("cpu").read_bytes_per_s
     out["read_bandwidth_bytes_per_s"] = bw
