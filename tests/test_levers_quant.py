@@ -84,6 +84,36 @@ def test_bitsandbytes_bytes_match_the_calculator(tiny_lm, scheme):
     )
 
 
+@pytest.mark.slow
+def test_bitsandbytes_nf4_with_bf16_absmax_matches_the_calculator(tiny_lm):
+    """The AVX-512 BF16 case set on any CPU: each module is repacked as bitsandbytes' Linear4bit.forward does on
+    such a CPU (functional._convert_weight_packed_for_cpu: a layout change and a bf16 absmax, plain torch
+    ops), and the calculator follows what the library did."""
+    from bitsandbytes.functional import _convert_weight_packed_for_cpu
+    from bitsandbytes.nn import Linear4bit
+
+    applied = Q.apply_scheme(tiny_lm, "bnb-nf4")
+    model = applied.lm.model
+    fp32_absmax = Q.model_storage_bytes(model)
+    for m in model.modules():
+        if isinstance(m, Linear4bit):
+            m.support_avx512bf16_for_cpu = True  # what has_avx512bf16() returns on such a CPU
+    assert Q.bnb_nf4_format(model) == "bnb-nf4-bf16-absmax"  # decided before the first forward
+    blocks = 0
+    for m in model.modules():
+        if isinstance(m, Linear4bit) and not getattr(m.weight.quant_state, "packing_format_for_cpu", False):
+            blocks += m.weight.quant_state.absmax.numel()
+            m.weight.data, m.weight.quant_state = _convert_weight_packed_for_cpu(
+                m.weight.data, m.weight.quant_state
+            )
+    measured = Q.model_storage_bytes(model)
+    if "bf16" not in applied.calc_format:  # this CPU stored fp32 absmax: the repack saved 2 bytes a block
+        assert fp32_absmax - measured == 2 * blocks
+    assert Q.bnb_nf4_format(model) == "bnb-nf4-bf16-absmax"  # read back from the repacked quant_state
+    assert measured == Q.predicted_bytes(tiny_lm.model, "bnb-nf4-bf16-absmax", applied.elem_bytes, None)
+    assert qcalc.tensor_bytes((256, 64), "bnb-nf4-bf16-absmax") == 256 * 64 // 2 + 256 * 2
+
+
 def _row(**kw):
     base = dict(
         scheme="int8",

@@ -10,6 +10,10 @@ so the effective bits per weight are bits + 8 * (scale_bytes + zero_bytes) / g. 
   ggml-common.h: Q8_0 = fp16 scale + 32 int8 (34 B per 32); Q4_0 = fp16 scale + 32 x 4 bit (18 B per 32);
   Q4_1 = fp16 scale + fp16 min + 32 x 4 bit (20 B per 32); Q5_0 22 B, Q5_1 24 B per 32; the k-quants Q2_K 84,
   Q3_K 110, Q4_K 144, Q5_K 176, Q6_K 210 B per 256.
+- bitsandbytes 0.50 nf4 (blocks of 64, no double quantization): fp32 absmax per block, except on a CPU with
+  AVX-512 BF16, where the first forward repacks each weight for the fused CPU kernel and converts its absmax to
+  bf16 (`bnb-nf4-bf16-absmax`). Which one a model uses is read from the library on the machine at hand
+  (engine.levers.quant.bnb_nf4_format), never assumed.
 - torchao 0.18 weight-only, checked against the real quantized tensors (tests/test_levers_quant.py):
   `Int8WeightOnlyConfig` (Int8Tensor) keeps per output channel an fp32 `scale` and an int8 `zero_point`
   (5 B per row, whatever the model's dtype); int4 with groups of g keeps a scale and a zero point per group in
@@ -83,6 +87,15 @@ FORMATS: dict[str, QuantFormat] = {
         ),
         QuantFormat(
             "bnb-nf4", 4, 64, 4, 0, "bitsandbytes nf4, blocksize 64, no double quant: fp32 absmax per block"
+        ),
+        QuantFormat(
+            "bnb-nf4-bf16-absmax",
+            4,
+            64,
+            2,
+            0,
+            "bitsandbytes 0.50 nf4 on a CPU with AVX-512 BF16: Linear4bit.forward repacks the weight for its "
+            "fused kernel and stores the absmax per block in bf16 (functional._convert_weight_packed_for_cpu)",
         ),
         QuantFormat(
             "int4-g128-fp32",

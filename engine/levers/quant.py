@@ -233,8 +233,31 @@ def _bitsandbytes(lm: LoadedModel, scheme: str) -> Applied:
         took = time.perf_counter() - t0
     model.eval()
     notes = ["quantized while loading from a saved copy (the time includes reading it)"]
+    fmt = SCHEMES[scheme].calc_format
+    if scheme == "bnb-nf4":
+        fmt = bnb_nf4_format(model)
+        if fmt != "bnb-nf4":
+            notes.append("this CPU has AVX-512 BF16: bitsandbytes keeps each block's absmax in bf16")
     elem = next(lm.model.parameters()).element_size()
-    return Applied(R.derived(lm, model, scheme), took, SCHEMES[scheme].calc_format, None, elem, notes)
+    return Applied(R.derived(lm, model, scheme), took, fmt, None, elem, notes)
+
+
+def bnb_nf4_format(model) -> str:
+    """The calculator's format for a bitsandbytes nf4 model, as the library stores it on this machine.
+
+    bitsandbytes 0.50's Linear4bit decides per module (`support_avx512bf16_for_cpu`, read from the CPU at
+    construction): on a CPU with AVX-512 BF16 its first forward repacks the weight for the fused CPU kernel and
+    keeps the absmax in bf16 (2 bytes per block of 64 instead of 4). A module already repacked says so in its
+    quant_state. CUDA weights are never repacked."""
+    for m in model.modules():
+        state = getattr(getattr(m, "weight", None), "quant_state", None)
+        if state is None:
+            continue
+        if getattr(state, "packing_format_for_cpu", False):
+            return "bnb-nf4-bf16-absmax"
+        if m.weight.device.type == "cpu" and getattr(m, "support_avx512bf16_for_cpu", False):
+            return "bnb-nf4-bf16-absmax"
+    return "bnb-nf4"
 
 
 def _quanto(lm: LoadedModel, scheme: str) -> Applied:
