@@ -25,7 +25,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import write_result  # noqa: E402
-from engine import models, paths  # noqa: E402
 from engine.batching.scheduler import Scheduler  # noqa: E402
 from engine.batching.workload import (  # noqa: E402
     WorkloadSpec,
@@ -35,8 +34,10 @@ from engine.batching.workload import (  # noqa: E402
     warm_up,
 )
 from engine.cli import to_jsonable  # noqa: E402
-from engine.generation import GenerationConfig  # noqa: E402
-from engine.threads import run_in_thread  # noqa: E402
+from engine.core import paths  # noqa: E402
+from engine.core.threads import run_in_thread  # noqa: E402
+from engine.runtime import models  # noqa: E402
+from engine.runtime.generation import GenerationConfig  # noqa: E402
 
 
 def hf_continuous_batching(lm, n: int = 4, tokens: int = 32) -> dict:
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--hf-check", action="store_true")
     args = ap.parse_args(argv)
-    # no torch work on the main thread: an OpenMP team left there would slow both policies (engine.threads)
+    # no torch work on the main thread: an OpenMP team left there would slow both policies (engine.core.threads)
     lm = run_in_thread(lambda: models.load_model(args.model))
     spec = WorkloadSpec(n_requests=args.requests, output_tokens_min=8, output_tokens_max=256, seed=args.seed)
     workload = generate_workload(spec, lm.tokenizer)

@@ -8,7 +8,7 @@ weights) in fp32 (bf16 with --neo13-bf16). Datasheet mode (this machine's measur
 Robust to a busy machine by construction, and the load is reported: calibration runs and target runs take
 turns in one loop (a load that comes and goes touches both alike), each shape is repeated and its fastest
 repeat kept (TTFT and TPOT separately; TPOT of a run is its median step interval), and every run records the
-load average and this process's CPU share (engine.calibration_runs). Target (issue 11): calibrated /
+load average and this process's CPU share (engine.calibration.runs). Target (issue 11): calibrated /
 measured within 0.8..1.2 for TPOT and TTFT of every target. This is a benchmark, not a test. Prints a table,
 writes bench/results/calibration-<machine>-<UTC time>.json and stores the calibration for this machine.
 """
@@ -28,7 +28,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine import machine, paths  # noqa: E402
 from engine.calibration import (  # noqa: E402
     CALIBRATION_SHAPES,
     DEFAULT_MODEL,
@@ -36,15 +35,17 @@ from engine.calibration import (  # noqa: E402
     RunSample,
     build_calibration,
     load_models,
+    machine,
     predict,
     predict_interval,
     run_samples,
     save_calibration,
     spec_for_run_model,
 )
-from engine.calibration_runs import Shape, TimedRun, gemm_curve, gemv_curve, timed_run  # noqa: E402
-from engine.stats import median  # noqa: E402
-from engine.threads import run_in_thread  # noqa: E402
+from engine.calibration.runs import Shape, TimedRun, gemm_curve, gemv_curve, timed_run  # noqa: E402
+from engine.core import paths  # noqa: E402
+from engine.core.stats import median  # noqa: E402
+from engine.core.threads import run_in_thread  # noqa: E402
 
 DTYPES = ("fp32", "bf16")
 NEO125 = "gpt-neo-125m-random"
@@ -55,7 +56,7 @@ NEO13_REPEATS = 2  # 5 GB of fp32 weights per step: few tokens, few repeats
 
 
 def run(repeats: int, neo13: bool, neo13_bf16: bool, raw_out: Path | None = None) -> dict:
-    from engine.models import load_model
+    from engine.runtime.models import load_model
 
     t0 = time.perf_counter()
     roofs = machine.measure(DTYPES, store=False)
@@ -108,7 +109,7 @@ def _save_raw(raw_out: Path | None, calib_runs, target_runs, roofs, curve) -> No
 
 
 def analyse(calib_runs, target_runs, roofs, t0: float, curve: dict | None) -> dict:
-    """`curve`: {"gemv": ..., "gemm": ...} (engine.calibration_runs), either may be missing."""
+    """`curve`: {"gemv": ..., "gemm": ...} (engine.calibration.runs), either may be missing."""
     smol = spec_for_run_model(DEFAULT_MODEL)
     curve = curve or {}
     cal = build_calibration(
@@ -203,7 +204,7 @@ def main() -> int:
             {k: v for k, v in raw.get("curves", {"gemv": raw.get("gemv")}).items() if k not in args.without},
         )
     else:
-        # model work on a thread that ends with it, as the dashboard's (engine.threads)
+        # model work on a thread that ends with it, as the dashboard's (engine.core.threads)
         result = run_in_thread(
             lambda: run(args.repeats, not args.no_neo13, args.neo13_bf16, out.with_suffix(".runs.json"))
         )

@@ -1,6 +1,6 @@
 """Decode throughput: the engine (generate and stream, with its timing and measuring, and the in-flight
 scheduler with one request - the playground's and the server's path: slot KV cache, sampling on the last
-logits only; with --layout, engine.cpu_layout's measured weight layout) against plain `model.generate` on the
+logits only; with --layout, engine.runtime.cpu_layout's measured weight layout) against plain `model.generate` on the
 same model in nn.Linear's layout (as Hugging Face ships it), same prompt and settings, measured in the same run and
 interleaved (A B C D A B C D ...) so machine noise hits all alike. Also: achieved weight bandwidth (weights
 bytes x decode steps/s, from each variant's own TPOT) against this machine's measured read bandwidth, measured
@@ -30,10 +30,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine import generation, hardware, models, paths, stats  # noqa: E402
 from engine.batching.scheduler import Scheduler  # noqa: E402
-from engine.generation import GenerationConfig  # noqa: E402
-from engine.threads import run_in_thread  # noqa: E402
+from engine.core import paths, stats  # noqa: E402
+from engine.core.threads import run_in_thread  # noqa: E402
+from engine.runtime import generation, hardware, models  # noqa: E402
+from engine.runtime.generation import GenerationConfig  # noqa: E402
 
 PROMPT = "The history of the printing press begins"
 
@@ -83,14 +84,14 @@ def engine_scheduler(sched, cfg):
 
 
 def alone(fn, *args):
-    """fn(*args) on a thread of its own that ends with it (engine.threads): each lane runs with the only
+    """fn(*args) on a thread of its own that ends with it (engine.core.threads): each lane runs with the only
     OpenMP team in the process, as the dashboard's do. A team left on the main thread or a shared worker
     made every other lane ~10% slower at batch 1 (bench/threads.py)."""
     return run_in_thread(lambda: fn(*args))
 
 
 def load(name: str, dtype: str, layout: bool):
-    """The model in nn.Linear's layout (as Hugging Face ships it), or with engine.cpu_layout's measured one."""
+    """The model in nn.Linear's layout (as Hugging Face ships it), or with engine.runtime.cpu_layout's measured one."""
     saved = os.environ.get("INFERENCE_LAB_CPU_LAYOUT")
     os.environ["INFERENCE_LAB_CPU_LAYOUT"] = "1" if layout else "0"
     try:
@@ -197,7 +198,7 @@ def main() -> int:
     ap.add_argument(
         "--layout",
         action="store_true",
-        help="the engine's lanes on engine.cpu_layout's measured weight layout (INFERENCE_LAB_CPU_LAYOUT=1)",
+        help="the engine's lanes on engine.runtime.cpu_layout's measured weight layout (INFERENCE_LAB_CPU_LAYOUT=1)",
     )
     ap.add_argument(
         "--out", type=Path, default=ROOT / "bench" / "results" / f"decode-{paths.machine_id()}.json"

@@ -33,7 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine import models, paths  # noqa: E402
+from engine.core import paths  # noqa: E402
+from engine.runtime import models  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
 PROMPT = "The history of the printing press begins"
@@ -114,12 +115,13 @@ def layouts(lm) -> list[dict]:
 
 def floor(lm, passes: int = 12) -> dict:
     """Median seconds for one token through every nn.Linear weight of the model, per kernel; and the read
-    bandwidth measured now (engine.hardware), so the fractions come from one run. A floor only for a model
+    bandwidth measured now (engine.runtime.hardware), so the fractions come from one run. A floor only for a model
     larger than the CPU's caches (the 538 MB bundled model): a tiny one is read from cache, past 100%."""
     import torch
     import torch.nn.functional as F
 
-    from engine import hardware, stats
+    from engine.core import stats
+    from engine.runtime import hardware
 
     weights = [m.weight.detach() for m in lm.model.modules() if isinstance(m, torch.nn.Linear)]
     nbytes = sum(w.numel() * w.element_size() for w in weights)

@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine import stats  # noqa: E402
+from engine.core import stats  # noqa: E402
 
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -358,7 +358,7 @@ def run_load(
 def expected_outputs(model: str, prompts: list[str], max_new_tokens: int) -> dict[str, str]:
     """Each prompt's greedy completion when run alone: what every session must get back."""
     sys.path.insert(0, str(ROOT))
-    from engine import generation, models
+    from engine.runtime import generation, models
 
     lm = models.load_model(model)
     cfg = generation.GenerationConfig(max_new_tokens=max_new_tokens)
@@ -367,7 +367,7 @@ def expected_outputs(model: str, prompts: list[str], max_new_tokens: int) -> dic
 
 def main() -> int:
     sys.path.insert(0, str(ROOT))
-    from engine import paths
+    from engine.core import paths
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sessions", type=int, default=8)

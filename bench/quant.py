@@ -18,29 +18,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import lever_result, write_result  # noqa: E402
-from engine import models  # noqa: E402
 from engine.commands import quant as cmd  # noqa: E402
 from engine.levers import quant as Q  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default=models.DEFAULT_MODEL)
-    p.add_argument("--schemes", default=",".join(Q.DEFAULT_SCHEMES))
-    p.add_argument("--max-new-tokens", type=int, default=32)
-    p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--eval-docs", type=int, default=4)
+    Q.QuantSpec.add_arguments(p)
     args = p.parse_args(argv)
+    spec = Q.QuantSpec.from_args(args)
     load_before = os.getloadavg()
-    lm = models.load_model(args.model, dtype="fp32")
-    report = Q.run_quant(
-        lm,
-        args.schemes.split(","),
-        max_new_tokens=args.max_new_tokens,
-        runs=args.runs,
-        eval_documents=args.eval_docs,
-        progress=lambda f, m: print(f"[{f:4.0%}] {m}", flush=True),
-    )
+    report = Q.run_quant(spec.load(), spec, progress=lambda f, m: print(f"[{f:4.0%}] {m}", flush=True))
     entries = cmd.rows(report)
     print(cmd.format_text(entries))
     write_result("quant", lever_result("quant", args, entries, load_before))

@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     wall = time.perf_counter() - t0
     path = serialise.save(result, Path(args.out), tag="peers")
-    out = result.to_dict()
+    out = serialise.to_dict(result)
     out["saved_to"] = str(path)
     print(format_text(out))
     print(

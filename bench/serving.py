@@ -29,10 +29,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine import paths, stats  # noqa: E402
 from engine.calc import capacity  # noqa: E402
 from engine.calc.memory import kv_bytes_per_token, weights_bytes  # noqa: E402
 from engine.calc.specs import model_preset  # noqa: E402
+from engine.core import paths, stats  # noqa: E402
 from engine.loadgen.sweep import run_once, run_sweep, to_json  # noqa: E402
 from engine.loadgen.workload import SLO, LoadSpec, load_prompts  # noqa: E402
 from engine.serving.process import ServerProcess  # noqa: E402

@@ -19,30 +19,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import lever_result, write_result  # noqa: E402
-from engine import models  # noqa: E402
 from engine.commands import speculate as cmd  # noqa: E402
 from engine.levers import speculative as S  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default=models.DEFAULT_MODEL)
-    p.add_argument("--dtype", default="fp32")
-    p.add_argument("--draft", default=S.DEFAULT_DRAFT)
-    p.add_argument("--draft-length", type=int, default=S.DEFAULT_DRAFT_LENGTH)
-    p.add_argument("--max-new-tokens", type=int, default=48)
-    p.add_argument("--runs", type=int, default=3)
+    S.SpeculateSpec.add_arguments(p)
     args = p.parse_args(argv)
+    spec = S.SpeculateSpec.from_args(args)
     load_before = os.getloadavg()
-    lm = models.load_model(args.model, dtype=args.dtype)
-    report = S.run_speculate(
-        lm,
-        draft=args.draft,
-        draft_length=args.draft_length,
-        max_new_tokens=args.max_new_tokens,
-        runs=args.runs,
-        progress=lambda f, m: print(f"[{f:4.0%}] {m}", flush=True),
-    )
+    report = S.run_speculate(spec.load(), spec, progress=lambda f, m: print(f"[{f:4.0%}] {m}", flush=True))
     entries = cmd.rows(report)
     print(cmd.format_text(entries))
     write_result("speculate", lever_result("speculate", args, entries, load_before))

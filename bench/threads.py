@@ -1,4 +1,4 @@
-"""What an idle OpenMP team costs other threads' model work on this CPU (engine.threads explains why).
+"""What an idle OpenMP team costs other threads' model work on this CPU (engine.core.threads explains why).
 
 The same greedy `generate` (batch 1 and a padded batch of 4, forced lengths) runs on a fresh thread, alone and
 beside another thread that has run one parallel op and then waits, idle, keeping its OpenMP team; interleaved
@@ -24,8 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import write_result  # noqa: E402
-from engine import models, stats  # noqa: E402
-from engine.threads import run_in_thread  # noqa: E402
+from engine.core import stats  # noqa: E402
+from engine.core.threads import run_in_thread  # noqa: E402
+from engine.runtime import models  # noqa: E402
 
 PROMPTS = [
     "The history of the printing press begins",

@@ -18,7 +18,7 @@ import math
 import sys
 from typing import Any
 
-from engine.errors import EngineError
+from engine.core.errors import EngineError
 
 # Order is the order of `--help`. A command module that fails to import is reported, not fatal.
 COMMANDS = (

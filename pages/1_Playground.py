@@ -10,9 +10,9 @@ import time
 import pandas as pd
 import streamlit as st
 
-from engine import generation, runlog
-from engine.errors import CancelledError, EngineError
-from engine.generation import GenerationConfig
+from engine.core.errors import CancelledError, EngineError
+from engine.runtime import generation, runlog
+from engine.runtime.generation import GenerationConfig
 from ui import export
 from ui.batching_widgets import cached_scheduler
 from ui.common import fmt_bytes, fmt_count, fmt_seconds, init_state, page_setup, show_error

@@ -8,14 +8,14 @@ from dataclasses import replace
 import pandas as pd
 import streamlit as st
 
-from engine import estimate_check
 from engine.calc import format as fmt
 from engine.calc import memory, paged, timing
 from engine.calc.cost import estimate_cost
 from engine.calc.report import batch_sweep, estimate, reasoning
 from engine.calc.specs import THIS_MACHINE
+from engine.calibration import check as estimate_check
 from engine.calibration import efficiency_at
-from engine.errors import EngineError
+from engine.core.errors import EngineError
 from ui import export
 from ui.calc_widgets import (
     DEFAULTS,

@@ -9,7 +9,7 @@ from engine.calc import format as fmt
 from engine.calc.memory import formula_of
 from engine.calc.roofline import Roof, analyse, diagnose, measured_point, operators, roof_for
 from engine.calc.specs import PRECISIONS, THIS_MACHINE, load_gpu_catalog
-from engine.errors import EngineError
+from engine.core.errors import EngineError
 from ui import export
 from ui.calc_widgets import cached_machine, load_runs, measured_roofline_points, model_input
 from ui.common import page_setup

@@ -1,6 +1,6 @@
 """Few-shot prompting, code generation and evaluation with lm-evaluation-harness (chapter 4, 4.1.2-4.1.4).
 
-Thin page: widgets and layout here; the work is in engine.fewshot, engine.codegen and engine.evaluation.
+Thin page: widgets and layout here; the work is in engine.lab.fewshot, engine.lab.codegen and engine.lab.evaluation.
 """
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from engine import codegen, evaluation, fewshot, generation, runlog
-from engine.errors import EngineError
-from engine.generation import GenerationConfig
+from engine.core.errors import EngineError
+from engine.lab import codegen, evaluation, fewshot
+from engine.runtime import generation, runlog
+from engine.runtime.generation import GenerationConfig
 from ui import export
 from ui import lab_widgets as lw
 from ui.common import fmt_seconds, init_state, page_setup, show_error

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from engine import models
-from engine.errors import EngineError
+from engine.core.errors import EngineError
 from engine.race import contenders, runner, serialise, verdict
 from engine.race.peers import base as peers
+from engine.runtime import models
 from ui.common import cached_hardware, init_state, page_setup, show_error
 from ui.race_widgets import show_result
 
@@ -107,13 +107,13 @@ if started:
 
         result = runner.run_race(spec, progress=on_progress)
         bar.progress(1.0, text="done")
-        st.session_state["race.result"] = result.to_dict()
+        st.session_state["race.result"] = serialise.to_dict(result)
     except (EngineError, ValueError) as exc:
         show_error(exc)
 
 if st.session_state["race.result"]:
     st.subheader("Live run (this machine)")
-    show_result(runner.RaceResult.from_dict(st.session_state["race.result"]), key="live")
+    show_result(serialise.from_dict(st.session_state["race.result"]), key="live")
 
 st.subheader("Recorded races")
 recorded = serialise.load_recorded()

@@ -16,7 +16,7 @@ from engine.batching.workload import (
     generate_workload,
     policy_bound,
 )
-from engine.errors import EngineError
+from engine.core.errors import EngineError
 from ui import export
 from ui.batching_widgets import (
     cached_scheduler,
@@ -245,7 +245,7 @@ with st.form(f"{NS}.try"):
     )
     send = st.form_submit_button("Send")
 if send:
-    from engine.generation import GenerationConfig
+    from engine.runtime.generation import GenerationConfig
 
     try:
         handle = sched.submit(prompt, GenerationConfig(max_new_tokens=48, chat_template=lm.has_chat_template))

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import streamlit as st
 
-from engine.errors import EngineError
+from engine.core.errors import EngineError
 from engine.levers import kvquant as K
 from engine.levers import quant as Q
 from engine.levers import speculative as S
 from ui import levers_widgets as lw
 from ui.common import init_state, page_setup, show_error
-from ui.widgets import load_with_progress, model_picker
+from ui.widgets import load_with_progress, model_picker, spec_number
 
 NS = "levers"
 page_setup("Quantization and speculative decoding", ":material/compress:")
@@ -41,25 +41,21 @@ with tab_q:
     with st.form(f"{NS}.qform"):
         c = st.columns(4)
         schemes = c[0].multiselect(
-            "Schemes", list(Q.SCHEMES), default=list(Q.DEFAULT_SCHEMES), key=f"{NS}.schemes"
+            "Schemes", list(Q.SCHEMES), default=list(Q.QuantSpec.default("schemes")), key=f"{NS}.schemes"
         )
-        q_tokens = c[1].number_input("New tokens", 4, 256, 32, key=f"{NS}.qtok")
-        q_runs = c[2].number_input("Timed runs", 1, 20, 3, key=f"{NS}.qruns")
-        q_docs = c[3].number_input("Documents for bits/byte (N)", 1, 48, 4, key=f"{NS}.qdocs")
+        q_tokens = spec_number(c[1], Q.QuantSpec, "max_new_tokens", "New tokens", f"{NS}.qtok")
+        q_runs = spec_number(c[2], Q.QuantSpec, "runs", "Timed runs", f"{NS}.qruns")
+        q_docs = spec_number(c[3], Q.QuantSpec, "eval_docs", "Documents for bits/byte (N)", f"{NS}.qdocs")
         go_q = st.form_submit_button("Quantize and measure", type="primary")
     if go_q:
         lm = load_with_progress(name, "fp32")
         if lm is not None:
             report, bar = lw.progress_bar("weight quantization")
             try:
-                st.session_state[f"{NS}.quant"] = Q.run_quant(
-                    lm,
-                    schemes,
-                    max_new_tokens=int(q_tokens),
-                    runs=int(q_runs),
-                    eval_documents=int(q_docs),
-                    progress=report,
+                spec = Q.QuantSpec(
+                    model=name, schemes=tuple(schemes), max_new_tokens=q_tokens, runs=q_runs, eval_docs=q_docs
                 )
+                st.session_state[f"{NS}.quant"] = Q.run_quant(lm, spec, progress=report)
             except EngineError as exc:
                 show_error(exc)
             finally:
@@ -143,30 +139,32 @@ with tab_s:
         workloads = c[1].multiselect(
             "Workloads", list(S.WORKLOADS), default=list(S.WORKLOADS), key=f"{NS}.wl"
         )
-        draft = c[2].text_input("Draft model", S.DEFAULT_DRAFT, key=f"{NS}.draft")
-        gamma = c[3].number_input("Draft length γ", 0, 1000, S.DEFAULT_DRAFT_LENGTH, key=f"{NS}.gamma")
-        s_tokens = c[4].number_input("New tokens", 4, 512, 48, key=f"{NS}.stok")
-        s_runs = st.number_input("Timed runs", 1, 20, 3, key=f"{NS}.sruns")
+        draft = c[2].text_input("Draft model", S.SpeculateSpec.default("draft"), key=f"{NS}.draft")
+        gamma = c[3].number_input(
+            "Draft length γ", 0, 1000, S.SpeculateSpec.default("draft_length"), key=f"{NS}.gamma"
+        )  # wider than the spec's bounds on purpose: the engine's message says what is allowed
+        s_tokens = spec_number(c[4], S.SpeculateSpec, "max_new_tokens", "New tokens", f"{NS}.stok")
+        s_runs = spec_number(st, S.SpeculateSpec, "runs", "Timed runs", f"{NS}.sruns")
         go_s = st.form_submit_button("Measure speculative decoding", type="primary")
     for w in S.WORKLOADS:
         st.caption(f"**{w}**: {S.WORKLOAD_DESCRIPTIONS[w]} ({len(S.WORKLOADS[w])} prompts)")
     if go_s:
         try:
-            S.check_draft_length(int(gamma))
-            lm = load_with_progress(name, dtype if dtype != "auto" else "fp32")
+            spec = S.SpeculateSpec(
+                model=name,
+                dtype=dtype if dtype != "auto" else "fp32",
+                methods=tuple(methods),
+                workloads=tuple(workloads),
+                draft=draft,
+                draft_length=int(gamma),
+                max_new_tokens=s_tokens,
+                runs=s_runs,
+            ).validate()
+            lm = load_with_progress(name, spec.dtype)
             if lm is not None:
                 report, bar = lw.progress_bar("speculative decoding")
                 try:
-                    st.session_state[f"{NS}.spec"] = S.run_speculate(
-                        lm,
-                        methods,
-                        workloads,
-                        draft=draft,
-                        draft_length=int(gamma),
-                        max_new_tokens=int(s_tokens),
-                        runs=int(s_runs),
-                        progress=report,
-                    )
+                    st.session_state[f"{NS}.spec"] = S.run_speculate(lm, spec, progress=report)
                 finally:
                     bar.empty()
         except EngineError as exc:

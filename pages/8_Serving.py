@@ -10,10 +10,10 @@ import streamlit as st
 from engine.calc.capacity import calibrated_bandwidth, max_users
 from engine.calc.memory import kv_bytes_per_token, weights_bytes
 from engine.calc.specs import load_model_presets
-from engine.errors import EngineError
+from engine.core.errors import EngineError
 from engine.loadgen.sweep import check_server, run_sweep, to_json
 from engine.loadgen.workload import ENDPOINTS, SLO, LoadSpec, LoadSpecError
-from engine.models import DEFAULT_MODEL, PRESETS
+from engine.runtime.models import DEFAULT_MODEL, PRESETS
 from ui.common import init_state, page_setup, show_error
 from ui.serving_widgets import (
     at_level,

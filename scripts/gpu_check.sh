@@ -99,7 +99,7 @@ from engine.race import compat
 compat.install([])  # the random presets borrow the carried tokenizer
 from engine import hardware, models
 from engine.batching.scheduler import Scheduler
-from engine.generation import GenerationConfig
+from engine.runtime.generation import GenerationConfig
 
 lm = models.load_model("gpt-neo-1.3b-random", dtype="fp16")
 bw = hardware.measure_memory_bandwidth("cuda").read_bytes_per_s

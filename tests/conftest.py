@@ -27,14 +27,14 @@ def _isolated_run_log(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_lm():
-    from engine.models import load_model
+    from engine.runtime.models import load_model
 
     return load_model("tiny-gpt-neo")
 
 
 @pytest.fixture(scope="session")
 def smol_lm():
-    from engine.models import load_model
+    from engine.runtime.models import load_model
 
     return load_model("smollm2-135m-instruct")
 

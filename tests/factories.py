@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.measurement import Measurement
+from engine.runtime.measurement import Measurement
 
 
 def synthetic_run(model: str, dtype: str, ttft_s: float, tpot_s: float, **fields) -> Measurement:

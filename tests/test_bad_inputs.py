@@ -225,7 +225,7 @@ def calculator_warns_upload(content: bytes, message: str) -> Callable[[Path], No
 
 def _exact(cfg: object) -> Callable[[], object]:
     def build() -> object:
-        from engine.arch import exact_spec
+        from engine.arch.meta import exact_spec
 
         return exact_spec(cfg)  # type: ignore[arg-type]
 
@@ -298,7 +298,7 @@ def lab_code_prompt_that_asks_to_run_code(tmp: Path) -> None:
 # --- the engine, where no widget or flag can reach the input --------------------------------------------
 def engine_rejects(fn: Callable[[], object], message: str) -> Callable[[Path], None]:
     def check(tmp: Path) -> None:
-        from engine.errors import EngineError
+        from engine.core.errors import EngineError
 
         with pytest.raises(EngineError) as info:
             fn()
@@ -315,20 +315,20 @@ def _batch_zero_requests() -> None:
 
 def _replay_empty_workload() -> None:
     from engine.batching.workload import replay
-    from engine.models import load_model
+    from engine.runtime.models import load_model
 
     replay(load_model(TINY), (), "inflight", 2)
 
 
 def _eval_unknown_task() -> None:
-    from engine import evaluation
-    from engine.models import load_model
+    from engine.lab import evaluation
+    from engine.runtime.models import load_model
 
     evaluation.run_eval(load_model(TINY), "no-such-task", limit=1)
 
 
 def _config(cfg: object) -> Callable[[], object]:
-    from engine.calc.specs import parse_config_text
+    from engine.calc.hf_config import parse_config_text
 
     return lambda: parse_config_text(json.dumps(cfg), name="bad")
 

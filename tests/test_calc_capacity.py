@@ -7,7 +7,7 @@ import pytest
 from engine.calc.capacity import calibrated_bandwidth, max_users
 from engine.calc.memory import kv_bytes_per_token, weights_bytes
 from engine.calc.specs import model_preset
-from engine.errors import InvalidParameterError
+from engine.core.errors import InvalidParameterError
 
 
 def test_calibration_reproduces_the_measured_tpot_and_the_slo_decides():

@@ -16,7 +16,7 @@ from engine.calc.memory import count_params, kv_bytes_per_token
 from engine.calc.specs import ARCH_TRAITS
 
 pytest.importorskip("transformers")
-from engine.arch import exact_spec, meta_count
+from engine.arch.meta import exact_spec, meta_count
 
 SMALL = {"vocab_size": 100, "max_position_embeddings": 64}
 FAMILIES = {

@@ -7,6 +7,7 @@ import math
 import pytest
 
 from engine.calc import Inputs, estimate, gpu_spec, model_preset
+from engine.calc.hf_config import parse_config_text, spec_from_hf_config
 from engine.calc.memory import (
     estimate_memory,
     gpus_needed,
@@ -16,8 +17,8 @@ from engine.calc.memory import (
     weights_bytes,
 )
 from engine.calc.paged import compare_paged
-from engine.calc.specs import parse_config_text, spec_from_hf_config, spec_from_numbers
-from engine.errors import InvalidParameterError, UnknownModelError
+from engine.calc.specs import spec_from_numbers
+from engine.core.errors import InvalidParameterError, UnknownModelError
 
 
 def test_t4_gpt_neo_2_7b_fp16_8_users_1024_tokens():

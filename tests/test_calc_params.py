@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from engine.arch import check_params, meta_count
-from engine.arch import config_of_spec as hf_config_of
+from engine.arch.meta import check_params, meta_count
+from engine.arch.meta import config_of_spec as hf_config_of
 from engine.calc import load_model_presets
-from engine.calc.specs import parse_config_text, spec_from_hf_config
+from engine.calc.hf_config import parse_config_text, spec_from_hf_config
 
 pytest.importorskip("transformers")
 
@@ -122,7 +122,7 @@ def test_hub_id_reads_config_json_only(tmp_path, monkeypatch):
 
 def test_hub_id_offline_says_what_to_do(monkeypatch):
     from engine.calibration import resolve_model_spec
-    from engine.errors import HubUnreachableError
+    from engine.core.errors import HubUnreachableError
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(HubUnreachableError, match=r"Upload the config\.json"):

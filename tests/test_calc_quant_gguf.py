@@ -14,7 +14,7 @@ gguf = pytest.importorskip("gguf")
 
 @pytest.fixture(scope="module")
 def tensors():
-    from engine.models import bundled_gguf_path
+    from engine.runtime.models import bundled_gguf_path
 
     try:
         path = bundled_gguf_path()

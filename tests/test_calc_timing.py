@@ -7,7 +7,7 @@ import pytest
 from engine.calc import gpu_spec, model_preset
 from engine.calc.cost import estimate_cost
 from engine.calc.timing import Efficiency, estimate_timing
-from engine.errors import InvalidParameterError
+from engine.core.errors import InvalidParameterError
 
 
 def test_efficiency_slows_decode_in_proportion():

@@ -25,8 +25,8 @@ from engine.calibration import (
     predict_interval,
     save_calibration,
 )
-from engine.calibration_fit import efficiency_of, features, fit_precisions, gemv_factor, predict_point
-from engine.calibration_runs import LoadMeter, gemm_curve, gemv_curve, load_reading, tpot_from_steps
+from engine.calibration.fit import efficiency_of, features, fit_precisions, gemv_factor, predict_point
+from engine.calibration.runs import LoadMeter, gemm_curve, gemv_curve, load_reading, tpot_from_steps
 from tests.factories import synthetic_run
 
 MACHINE = machine_spec(55e9, {"fp32": 200e9, "bf16": 400e9}, memory_bytes=24e9)
@@ -207,8 +207,9 @@ def test_spec_for_engine_presets():
 
 def test_calibrate_command_wiring(tmp_path, monkeypatch, capsys):
     """`python -m engine calibrate` end to end with the runs and the machine replaced by synthetic ones."""
-    from engine import calibration_runs, machine
-    from engine.calibration_runs import TimedRun
+    from engine.calibration import machine
+    from engine.calibration import runs as calibration_runs
+    from engine.calibration.runs import TimedRun
     from engine.cli import main
 
     monkeypatch.setenv("INFERENCE_LAB_HOME", str(tmp_path))
@@ -257,7 +258,7 @@ def test_calibrate_command_wiring(tmp_path, monkeypatch, capsys):
 
 
 def test_one_machine_measurement_stored_with_its_date(tmp_path, monkeypatch):
-    from engine import machine
+    from engine.calibration import machine
 
     monkeypatch.setenv("INFERENCE_LAB_HOME", str(tmp_path))
     assert machine.latest() is None
@@ -284,8 +285,8 @@ def test_one_machine_measurement_stored_with_its_date(tmp_path, monkeypatch):
 
 
 def test_a_wild_residual_cannot_make_an_interval_negative():
-    from engine.calibration_fit import PrecisionFit
-    from engine.calibration_fit import predict as fit_predict
+    from engine.calibration.fit import PrecisionFit
+    from engine.calibration.fit import predict as fit_predict
 
     fit = PrecisionFit(
         "fp32",

@@ -1,11 +1,11 @@
-"""engine.codegen: syntax check, real ruff lint, code extraction, stop reasons; generated code never runs."""
+"""engine.lab.codegen: syntax check, real ruff lint, code extraction, stop reasons; generated code never runs."""
 
 from __future__ import annotations
 
 import pytest
 
-from engine import codegen
-from engine.errors import InvalidParameterError
+from engine.core.errors import InvalidParameterError
+from engine.lab import codegen
 
 
 def test_check_syntax_accepts_and_rejects_with_position():
@@ -95,7 +95,7 @@ def test_generate_code_complete_mode_on_tiny_model(tiny_lm):
 
 
 def test_generate_code_passes_stop_sequences_and_keeps_the_prompt(tiny_lm, monkeypatch):
-    from engine import generation
+    from engine.runtime import generation
 
     real = generation.generate
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import paths
-from engine.errors import PathNotAllowedError
+from engine.core import paths
+from engine.core.errors import PathNotAllowedError
 
 ROOT = Path(__file__).resolve().parents[1]
 # Being reworked in parallel for issue 13 by other hands; drop from this set once they follow the unit policy.

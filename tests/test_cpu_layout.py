@@ -1,4 +1,4 @@
-"""engine.cpu_layout: the measured weight layout changes strides only - values, ties, bytes and greedy tokens
+"""engine.runtime.cpu_layout: the measured weight layout changes strides only - values, ties, bytes and greedy tokens
 stay - and it is chosen by measurement, recorded, and can be switched off. Speed is benchmarked in
 bench/decode.py, not here: these tests force the choice (keeps_transposed) so they do not depend on timing."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine import cpu_layout, models
+from engine.runtime import cpu_layout, models
 
 
 def _plain(name: str, monkeypatch):
@@ -93,7 +93,7 @@ def test_compiled_decode_matches_eager_token_for_token(tiny_lm):
     """Scheduler(compile_decode=True): rows joining and leaving a compiled decode step (dynamic rows and
     window) give the same greedy tokens as the eager scheduler."""
     from engine.batching.scheduler import Scheduler
-    from engine.generation import GenerationConfig
+    from engine.runtime.generation import GenerationConfig
 
     prompts = ["def add(a, b):", "The GPU is", "Once upon a time, in a small village by the sea,"]
     lengths = [12, 5, 9]

@@ -4,9 +4,10 @@ their sources, and an efficiency above 1 explained; and the pre-run forecast beh
 
 from __future__ import annotations
 
-from engine import estimate_check, runlog
 from engine.calc.specs import model_preset
+from engine.calibration import check as estimate_check
 from engine.calibration import machine_spec
+from engine.runtime import runlog
 from tests.factories import synthetic_run
 
 MACHINE = machine_spec(20e9, {"fp32": 200e9}, memory_bytes=64e9)

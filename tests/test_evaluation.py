@@ -1,4 +1,4 @@
-"""engine.evaluation: lm-eval on the loaded model, the shipped offline task, and the engine's own
+"""engine.lab.evaluation: lm-eval on the loaded model, the shipped offline task, and the engine's own
 log-likelihood agreeing with the harness's bits per byte within 1%."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import evaluation
-from engine.errors import HubUnreachableError, InvalidParameterError
+from engine.core.errors import HubUnreachableError, InvalidParameterError
+from engine.lab import evaluation
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine import generation, models, runlog
-from engine.errors import OutOfMemoryError
-from engine.generation import GenerationConfig
+from engine.core.errors import OutOfMemoryError
+from engine.runtime import generation, models, runlog
+from engine.runtime.generation import GenerationConfig
 
 
 @pytest.mark.parametrize(
@@ -65,8 +65,8 @@ def test_lm_eval_missing_is_reported_not_raised(tiny_lm, monkeypatch, how):
     import importlib.metadata
     import sys
 
-    from engine import evaluation
-    from engine.errors import DependencyMissingError
+    from engine.core.errors import DependencyMissingError
+    from engine.lab import evaluation
 
     if how == "not installed":
         real_version = importlib.metadata.version

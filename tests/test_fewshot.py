@@ -1,4 +1,4 @@
-"""engine.fewshot: CSV parsing, prompt building, label log-likelihood scoring and accuracy by k."""
+"""engine.lab.fewshot: CSV parsing, prompt building, label log-likelihood scoring and accuracy by k."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from engine import fewshot
-from engine.errors import InvalidParameterError
-from engine.fewshot import Example, PromptTemplate
+from engine.core.errors import InvalidParameterError
+from engine.lab import fewshot
+from engine.lab.fewshot import Example, PromptTemplate
 
 
 def _manual_logprob(lm, prompt: str, continuation: str) -> float:

@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from engine import generation, runlog
-from engine.errors import InvalidParameterError, PromptTooLongError
-from engine.generation import GenerationConfig
+from engine.core.errors import InvalidParameterError, PromptTooLongError
+from engine.runtime import generation, runlog
+from engine.runtime.generation import GenerationConfig
 
 GREEDY = GenerationConfig(max_new_tokens=12)
 
@@ -173,10 +173,10 @@ def test_chat_template(smol_lm):
 
 
 def test_run_metrics_have_one_home():
-    """Every run metric comes from engine.metrics: generation and the batching rows use the same function."""
+    """Every run metric comes from engine.runtime.metrics: generation and the batching rows use the same function."""
     import engine.batching.sequence as sequence
-    import engine.measurement as measurement
-    from engine import metrics
+    import engine.runtime.measurement as measurement
+    from engine.runtime import metrics
 
     assert generation.run_metrics is metrics.run_metrics and sequence.run_metrics is metrics.run_metrics
     assert not hasattr(measurement, "summarize_steps")
@@ -187,7 +187,7 @@ def test_run_metrics_have_one_home():
 
 
 def test_peak_memory_is_a_peak_not_the_current_value():
-    from engine import metrics
+    from engine.runtime import metrics
 
     peak = metrics.PeakMemory("cpu")
     start = peak.bytes

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine import hardware
+from engine.runtime import hardware
 
 
 def test_detect_never_crashes_and_explains():

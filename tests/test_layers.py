@@ -38,3 +38,55 @@ def test_calculators_are_pure():
     calc = ROOT / "engine" / "calc"
     offenders = {p.name: imported_modules(p) - allowed for p in calc.rglob("*.py")}
     assert not {k: v for k, v in offenders.items() if v}
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """module -> the engine/ui modules it imports (at module level or inside a function alike)."""
+    mods = {}
+    for p in [*(ROOT / "engine").rglob("*.py"), *(ROOT / "ui").rglob("*.py")]:
+        name = ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        mods[name] = p
+    graph: dict[str, set[str]] = {}
+    for name, p in mods.items():
+        deps = set()
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for a in node.names:
+                    full = f"{node.module}.{a.name}"
+                    deps.add(full if full in mods else node.module)
+            elif isinstance(node, ast.Import):
+                deps.update(a.name for a in node.names)
+        graph[name] = {d for d in deps if d in mods and d != name}
+    return graph
+
+
+def test_no_import_cycles():
+    """Strongly connected groups of more than one module (Tarjan): a split that left two modules importing each
+    other, even lazily, is one concept in two files."""
+    graph, index, low, stack, on, cycles = _import_graph(), {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    assert not cycles

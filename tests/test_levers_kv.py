@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engine.calc import quant as qcalc
-from engine.errors import InvalidParameterError
+from engine.core.errors import InvalidParameterError
 from engine.levers import kvquant as K
 
 

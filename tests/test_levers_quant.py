@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engine.calc import quant as qcalc
-from engine.errors import InvalidParameterError
+from engine.core.errors import InvalidParameterError
 from engine.levers import quant as Q
 
 
@@ -50,9 +50,14 @@ def test_cli_unknown_scheme_exits_with_the_reason(capsys):
 
 @pytest.mark.slow
 def test_run_quant_on_tiny_model(tiny_lm):
-    report = Q.run_quant(
-        tiny_lm, ["fp32", "fp16", "int8", "quanto-int4"], max_new_tokens=4, runs=1, eval_documents=1
+    spec = Q.QuantSpec(
+        model=tiny_lm.name,
+        schemes=("fp32", "fp16", "int8", "quanto-int4"),
+        max_new_tokens=4,
+        runs=1,
+        eval_docs=1,
     )
+    report = Q.run_quant(tiny_lm, spec)
     rows = {r.scheme: r for r in report.rows}
     assert rows["fp32"].status == "ok" and rows["fp32"].exact_match_rate == 1.0
     assert rows["fp32"].bits_per_byte_delta == 0.0

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from engine.calc import speculative as scalc
-from engine.errors import InvalidParameterError
+from engine.core.errors import InvalidParameterError
 from engine.levers import speculative as S
 
 
@@ -26,7 +26,7 @@ def test_leviathan_formula():
 @pytest.mark.parametrize("gamma", [0, 1000, -1, True])
 def test_bad_draft_length(gamma):
     with pytest.raises(InvalidParameterError, match="draft length"):
-        S.check_draft_length(gamma)
+        S.SpeculateSpec(draft_length=gamma).validate()
 
 
 def test_cli_bad_draft_length(capsys):
@@ -73,7 +73,8 @@ def test_speculative_output_is_identical_to_greedy(tiny_lm, draft):
 
 @pytest.mark.slow
 def test_run_speculate_rows(tiny_lm):
-    report = S.run_speculate(tiny_lm, draft="layers:2", draft_length=3, max_new_tokens=8, runs=1)
+    spec = S.SpeculateSpec(model=tiny_lm.name, draft="layers:2", draft_length=3, max_new_tokens=8, runs=1)
+    report = S.run_speculate(tiny_lm, spec)
     assert {(r.method, r.workload) for r in report.rows} == {(m, w) for m in S.METHODS for w in S.WORKLOADS}
     for r in report.rows:
         assert r.status == "ok" and r.identical_to_greedy is True

@@ -19,7 +19,7 @@ LONG_MODEL, LONG_TOKENS = "gpt-neo-125m-random", 2000
     CHROMIUM is None, reason="Debian chromium is not installed (scripts/install.sh installs it as root)"
 )
 def test_eight_sessions_share_one_model(tmp_path):
-    from engine.models import load_model
+    from engine.runtime.models import load_model
 
     model_bytes = load_model(MODEL).footprint_bytes
     with serve(tmp_path / "server.log") as (url, proc):

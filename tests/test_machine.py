@@ -6,7 +6,7 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from engine import machine
+from engine.calibration import machine
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = machine.MachineMeasurement(

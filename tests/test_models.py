@@ -2,14 +2,15 @@ from __future__ import annotations
 
 import pytest
 
-from engine import models, paths
-from engine.errors import (
+from engine.core import paths
+from engine.core.errors import (
     HubUnreachableError,
     InvalidParameterError,
     ModelLoadError,
     PathNotAllowedError,
     UnknownModelError,
 )
+from engine.runtime import models
 
 
 def test_presets_cover_the_issue():

@@ -78,7 +78,7 @@ def test_home_explains_missing_gpu():
 def test_playground_keeps_a_stopped_run_marked_cancelled():
     """Issue 13 defect 4: Stop (or any widget change) reruns the page mid-stream; the partial text survives,
     marked cancelled, and never reaches the run log."""
-    from engine import runlog
+    from engine.runtime import runlog
 
     at = playground()
     before = len(runlog.load("tiny-gpt-neo"))
@@ -105,7 +105,7 @@ def test_playground_keeps_a_stopped_run_marked_cancelled():
 
 
 def test_playground_warns_before_a_run_of_minutes(monkeypatch):
-    from engine import estimate_check
+    from engine.calibration import check as estimate_check
 
     fake = estimate_check.RunForecast(600.0, 1.0, 0.15, False, "a test forecast")
     monkeypatch.setattr(estimate_check, "forecast_run", lambda *a, **k: fake)
@@ -128,7 +128,7 @@ def test_playground_stop_button_progress_and_latency_chart():
     fig = json.loads(at.get("plotly_chart")[0].proto.spec)
     assert sorted(t["name"].split(" (")[0] for t in fig["data"]) == ["KV cache off", "KV cache on"]
     assert any("cache off was" in c.value for c in at.caption)
-    from engine import runlog
+    from engine.runtime import runlog
 
     assert {m.source for m in runlog.load("tiny-gpt-neo")[-2:]} == {"playground"}
 

@@ -98,7 +98,7 @@ def test_int4_weights_keep_a_16_bit_kv_cache():
 
 def test_this_machine_defaults_to_a_precision_a_cpu_runs(monkeypatch):
     """Issue 13, defect 6: "this machine" defaulted to fp16, 13.7 minutes of prefill on a CPU."""
-    from engine import machine
+    from engine.calibration import machine
     from ui.common import cached_machine_measurement
 
     cpu = machine.MachineMeasurement(
@@ -185,10 +185,10 @@ def test_raw_numbers_with_bad_heads_say_what_to_do():
 
 
 def test_estimate_vs_measurement_shows_measured_runs(tmp_path):
-    from engine import runlog
     from engine.calc import model_preset
     from engine.calc.timing import Efficiency
     from engine.calibration import RunSample, build_calibration, machine_spec, predict, save_calibration
+    from engine.runtime import runlog
 
     machine = machine_spec(50e9, {"fp32": 200e9, "bf16": 300e9}, memory_bytes=24e9)
     smol = model_preset("smollm2-135m")

@@ -122,7 +122,7 @@ def test_an_empty_contender_list_shows_a_clear_error():
 
 def _recorded_race(fast_latency: float, diverge_at: int | None):
     """A finished race as the page keeps it: vanilla and one peer lane, 3 runs after 1 warm-up."""
-    from engine.race import runner, verdict
+    from engine.race import runner, serialise, verdict
 
     ids = [1, 2, 3, 4] if diverge_at is None else [1, 2, 3, 4][:diverge_at] + [9] * (4 - diverge_at)
 
@@ -174,7 +174,7 @@ def _recorded_race(fast_latency: float, diverge_at: int | None):
     )
     runner.compare(rec.contenders)
     rec.winner = verdict.winner_line(rec.contenders)
-    return rec.to_dict()
+    return serialise.to_dict(rec)
 
 
 def _verdicts(at: AppTest) -> dict[str, str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 from streamlit.testing.v1 import AppTest
 
-from engine import runlog
+from engine.runtime import runlog
 from tests.factories import synthetic_run
 from ui.roofline_view import separate_labels
 

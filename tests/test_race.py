@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import stats
-from engine.errors import InvalidParameterError
+from engine.core import stats
+from engine.core.errors import InvalidParameterError
 from engine.race import contenders, quality, runner, serialise, verdict
 from engine.race.contenders import CONTENDERS, Contender
 from engine.race.record import ContenderResult
@@ -167,11 +167,11 @@ def test_bogus_interpreter_and_killed_worker_are_reported_and_the_race_goes_on(r
 @pytest.mark.slow
 def test_exports_round_trip(race, tmp_path):
     _, result = race
-    data = json.loads(result.to_json())
+    data = json.loads(serialise.to_json(result))
     assert data["kind"] == "race" and len(data["contenders"]) == 8
-    rows = result.to_csv().strip().splitlines()
+    rows = serialise.to_csv(result).strip().splitlines()
     assert rows[0].startswith("name,label,group,status") and len(rows) == 9
-    assert len(result.runs_csv().strip().splitlines()) == 1 + sum(
+    assert len(serialise.runs_csv(result).strip().splitlines()) == 1 + sum(
         len(c.latencies_s) for c in result.contenders
     )
     path = runner.save(result, tmp_path)
@@ -179,7 +179,7 @@ def test_exports_round_trip(race, tmp_path):
     (tmp_path / "broken.json").write_text("{")
     loaded = runner.load_recorded(tmp_path)
     assert [p for p, _ in loaded] == [path]
-    assert loaded[0][1].summary_rows() == runner.RaceResult.from_dict(data).summary_rows()
+    assert loaded[0][1].summary_rows() == serialise.from_dict(data).summary_rows()
     assert loaded[0][1].baseline_recheck.name == "vanilla"
 
 

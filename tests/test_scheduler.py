@@ -12,8 +12,8 @@ from engine.batching.scheduler import Scheduler, kv_bytes_per_token
 from engine.batching.sequence import Request
 from engine.batching.static import run_static_batch
 from engine.batching.workload import WorkloadSpec, generate_workload, replay, replay_inflight
-from engine.errors import CancelledError, InvalidParameterError, OutOfMemoryError
-from engine.generation import GenerationConfig, generate
+from engine.core.errors import CancelledError, InvalidParameterError, OutOfMemoryError
+from engine.runtime.generation import GenerationConfig, generate
 
 PROMPTS = [
     "The capital of France is",
@@ -312,7 +312,7 @@ def test_policy_bound_counts_steps_by_hand():
 
 
 def test_idle_thread_ends_and_the_next_submit_starts_one(tiny_lm):
-    """An idle scheduler gives back its thread (and the OpenMP team torch made for it: engine.threads); a
+    """An idle scheduler gives back its thread (and the OpenMP team torch made for it: engine.core.threads); a
     request submitted afterwards gets a new thread and the same tokens. Waits for the thread to end, however
     long that takes on a busy machine; asserts nothing about speed."""
     import time
@@ -350,7 +350,7 @@ def test_bad_idle_exit_is_rejected(tiny_lm):
 
 
 def test_run_in_thread_returns_and_raises():
-    from engine.threads import run_in_thread
+    from engine.core.threads import run_in_thread
 
     assert run_in_thread(lambda: threading.current_thread().name, name="x-work") == "x-work"
     with pytest.raises(ZeroDivisionError):

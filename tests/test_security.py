@@ -19,10 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from engine import codegen, generation, models, paths
-from engine.calc.specs import MAX_CONFIG_BYTES, parse_config_text
-from engine.errors import InvalidParameterError, ModelLoadError, PathNotAllowedError, UnknownModelError
-from engine.generation import GenerationConfig
+from engine.calc.hf_config import MAX_CONFIG_BYTES, parse_config_text
+from engine.core import paths
+from engine.core.errors import InvalidParameterError, ModelLoadError, PathNotAllowedError, UnknownModelError
+from engine.lab import codegen
+from engine.runtime import generation, models
+from engine.runtime.generation import GenerationConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "hf_secretTOKENdoNotLeak1234567890"
@@ -145,7 +147,7 @@ def test_config_upload_is_size_checked_and_parsed_as_json_only():
 
 def test_uploaded_config_never_runs_remote_code():
     """The meta-device count drops auto_map, so a config cannot point transformers at its own code."""
-    from engine.arch import exact_spec
+    from engine.arch.meta import exact_spec
 
     spec = exact_spec(
         {
@@ -169,11 +171,11 @@ DANGEROUS = re.compile(
     r"pickle\.loads?\(|torch\.load\(|(?<![\w.])exec\(|(?<![\w.])eval\(|marshal\.loads?\(|yaml\.load\(|"
     r"dill\.loads?\(|joblib\.load\(|shelve\.open\(|__import__\(|os\.system\("
 )
-# The one dynamic import: engine/evaluation.py reads the shipped task's corpus.py from engine/data, a file of
+# The one dynamic import: engine/lab/evaluation.py reads the shipped task's corpus.py from engine/data, a file of
 # this repository, never a user's.
 ALLOWED = {
     (
-        "engine/evaluation.py",
+        "engine/lab/evaluation.py",
         'spec = importlib.util.spec_from_file_location("_lab_pydoc_corpus", TASK_DIR / "corpus.py")',
     )
 }
@@ -336,7 +338,7 @@ def test_hf_token_never_reaches_cli_output_or_saved_files(args, tmp_path):
 
 @pytest.mark.slow
 def test_hf_token_never_reaches_the_evaluation_download(tiny_lm, monkeypatch):
-    from engine import evaluation
+    from engine.lab import evaluation
     from ui.lab_widgets import runs_json
 
     monkeypatch.setenv("HF_TOKEN", TOKEN)

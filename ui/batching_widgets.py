@@ -12,7 +12,7 @@ import streamlit as st
 from engine.batching.scheduler import Scheduler, SchedulerSnapshot
 from engine.batching.sweep import Sweep
 from engine.batching.workload import PolicyResult
-from engine.models import LoadedModel
+from engine.runtime.models import LoadedModel
 from ui.charts import Series, two_panels
 from ui.common import fmt_bytes
 
@@ -31,7 +31,7 @@ def _scheduler(name: str, dtype: str, lm_id: int, _lm: LoadedModel) -> Scheduler
 
 def record_completion(completion, source: str) -> None:
     """Log a finished request to the machine's run log with where it came from and how it ended."""
-    from engine import runlog
+    from engine.runtime import runlog
 
     if completion is not None:
         runlog.record(completion.measurement, source=source, stop_reason=completion.stop_reason)
@@ -165,7 +165,7 @@ def simulate_users(
     A rerun or a closed tab stops the script mid-loop: the finally cancels what is still running."""
     import time
 
-    from engine.generation import GenerationConfig
+    from engine.runtime.generation import GenerationConfig
 
     cfg = GenerationConfig(max_new_tokens=max_new_tokens, chat_template=lm.has_chat_template)
     handles, errors = [], {}

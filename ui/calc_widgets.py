@@ -26,7 +26,7 @@ from engine.calc.specs import (
     load_model_presets,
     spec_from_numbers,
 )
-from engine.errors import EngineError
+from engine.core.errors import EngineError
 
 DEFAULTS = Inputs()
 
@@ -46,7 +46,7 @@ def cached_machine() -> GPUSpec:
 
 @st.cache_data(show_spinner="Fetching config.json…", max_entries=32)
 def cached_hub_spec(repo_id: str) -> ModelSpec:
-    from engine.hub_config import spec_from_hub
+    from engine.arch.hub import spec_from_hub
 
     return spec_from_hub(repo_id)
 
@@ -55,8 +55,8 @@ def cached_hub_spec(repo_id: str) -> ModelSpec:
     show_spinner="Building the model class on the meta device to count its parameters…", max_entries=32
 )
 def cached_config_spec(content: bytes) -> ModelSpec:
-    """An uploaded config.json's spec, counted with the real class on the meta device (engine.arch)."""
-    from engine.arch import exact_spec
+    """An uploaded config.json's spec, counted with the real class on the meta device (engine.arch.meta)."""
+    from engine.arch.meta import exact_spec
     from engine.calc.hf_config import parse_config_json
 
     return exact_spec(parse_config_json(content))
@@ -81,9 +81,9 @@ def cached_calibration() -> calibration.Calibration | None:
 
 
 def load_runs() -> list:
-    """The engine's measured runs on this machine (engine.runlog); empty when there are none."""
+    """The engine's measured runs on this machine (engine.runtime.runlog); empty when there are none."""
     try:
-        from engine import runlog
+        from engine.runtime import runlog
     except ImportError:
         return []
     return runlog.load()

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import streamlit as st
 
-from engine import hardware, machine, models
 from engine.calc import format as fmt
-from engine.errors import EngineError
+from engine.calibration import machine
+from engine.core.errors import EngineError
+from engine.runtime import hardware, models
 
 APP_TITLE = "Inference Lab"
 
@@ -120,7 +121,7 @@ def loaded_models() -> list[models.LoadedModel]:
 @st.cache_resource(show_spinner="Measuring this machine's memory bandwidth and matmul FLOP/s…")
 def cached_machine_measurement() -> machine.MachineMeasurement:
     """The one measurement of this machine (read and copy bandwidth, matmul FLOP/s per precision), taken once
-    per server process by engine.machine.measure and stored with its date; home, calculator and roofline
+    per server process by engine.calibration.machine.measure and stored with its date; home, calculator and roofline
     all read this one."""
     return machine.measure()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
-from engine import models
+from engine.runtime import models
 from ui.common import (
     PAGES,
     ROOT,

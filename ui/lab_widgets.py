@@ -10,7 +10,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from engine.fewshot import KAccuracy, LabelScores
+from engine.lab.fewshot import KAccuracy, LabelScores
 
 
 def label_probability_figure(scores: LabelScores) -> go.Figure:

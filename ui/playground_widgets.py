@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from engine.calc import format as fmt
-from engine.errors import EngineError
+from engine.core.errors import EngineError
 
 # A run predicted to take longer than this gets a warning before it starts.
 LONG_RUN_S = 60.0
@@ -63,7 +63,8 @@ def latency_figure(runs: dict[str, list[float]]) -> go.Figure:
 def forecast(lm, prompt: str, max_new: int, use_cache: bool):
     """The calculator's forecast for this run on this machine, or None when the model has no calculator shape
     or this machine has not been measured. Uses the stored calibration when there is one."""
-    from engine import calibration, estimate_check
+    from engine import calibration
+    from engine.calibration import check as estimate_check
 
     if use_cache and max_new < FORECAST_FROM_TOKENS:
         return None

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from engine.calc import format as fmt
-from engine.race import verdict
+from engine.race import serialise, verdict
 from engine.race.record import ContenderResult, RaceResult
 
 GROUPS = ("engines", "levers")
@@ -261,21 +261,21 @@ def show_result(result: RaceResult, *, key: str) -> None:
     cols = st.columns(3)
     cols[0].download_button(
         "Download JSON",
-        result.to_json(),
+        serialise.to_json(result),
         file_name=f"race-{result.model}.json",
         mime="application/json",
         key=f"{key}.json",
     )
     cols[1].download_button(
         "Download CSV (summary)",
-        result.to_csv(),
+        serialise.to_csv(result),
         file_name=f"race-{result.model}.csv",
         mime="text/csv",
         key=f"{key}.csv",
     )
     cols[2].download_button(
         "Download CSV (every run)",
-        result.runs_csv(),
+        serialise.runs_csv(result),
         file_name=f"race-{result.model}-runs.csv",
         mime="text/csv",
         key=f"{key}.runs",

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from engine import dtypes, models
-from engine.errors import EngineError
+from engine.core import dtypes
+from engine.core.errors import EngineError
+from engine.runtime import models
 from ui.common import cached_hardware, cached_model, show_error
 
 CUSTOM = "other (hub id or local folder)…"
@@ -66,3 +67,15 @@ def load_with_progress(name: str, dtype: str) -> models.LoadedModel | None:
     except EngineError as exc:
         show_error(exc)
         return None
+
+
+def spec_number(container, spec, name: str, label: str, key: str, **kwargs):
+    """A number input whose default and bounds come from an experiment's spec (engine.core.spec), so a page
+    never restates them; whole numbers stay ints."""
+    lo, hi = spec.bounds(name)
+    default = spec.default(name)
+    if isinstance(default, int):
+        lo, hi = (None if lo is None else int(lo)), (None if hi is None else int(hi))
+    return container.number_input(
+        label, min_value=lo, max_value=hi, value=default, key=key, help=spec.help(name), **kwargs
+    )

@@ -34,18 +34,18 @@ from dataclasses import dataclass
 
 import torch
 
-from engine import runlog
 from engine.batching import kv
 from engine.batching.sequence import Request, RequestTimes, choose_tokens
-from engine.errors import (
+from engine.core.errors import (
     CancelledError,
     EngineError,
     InvalidParameterError,
     OutOfMemoryError,
 )
-from engine.generation import Completion, GenerationConfig, _render, check_context, clean_prompt
-from engine.metrics import memory_now
-from engine.models import LoadedModel
+from engine.runtime import runlog
+from engine.runtime.generation import Completion, GenerationConfig, _render, check_context, clean_prompt
+from engine.runtime.metrics import memory_now
+from engine.runtime.models import LoadedModel
 
 DEFAULT_MAX_BATCH = 8
 MAX_BATCH_LIMIT = 256
@@ -63,8 +63,8 @@ BREAKDOWN = ("prefill", "decode_forward", "sampling", "cache_surgery")
 def kv_bytes_per_token(lm: LoadedModel) -> int:
     """2 (K, V) x layers x kv_heads x head_dim x bytes per element, from the calculator (engine.calc.memory)
     with the model's own config."""
+    from engine.calc.hf_config import spec_from_hf_config
     from engine.calc.memory import kv_bytes_per_token as calc_kv
-    from engine.calc.specs import spec_from_hf_config
 
     spec = spec_from_hf_config(lm.model.config.to_dict(), name=lm.name)
     return int(calc_kv(spec, lm.dtype))
@@ -80,7 +80,7 @@ def free_memory_bytes(device: str) -> int:
 
 
 def encode_prompt(lm: LoadedModel, prompt: str, cfg: GenerationConfig) -> tuple[str, list[int]]:
-    """(rendered prompt, token ids) exactly as engine.generation tokenizes a single prompt."""
+    """(rendered prompt, token ids) exactly as engine.runtime.generation tokenizes a single prompt."""
     rendered = _render(lm, prompt, cfg)
     ids = lm.tokenizer(rendered, add_special_tokens=not cfg.chat_template)["input_ids"]
     check_context(lm, len(ids), cfg.max_new_tokens)

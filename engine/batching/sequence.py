@@ -19,8 +19,8 @@ from datetime import UTC, datetime
 
 import torch
 
-from engine.generation import Completion, GenerationConfig
-from engine.metrics import PeakMemory, run_metrics
+from engine.runtime.generation import Completion, GenerationConfig
+from engine.runtime.metrics import PeakMemory, run_metrics
 
 
 @dataclass

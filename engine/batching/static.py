@@ -1,6 +1,6 @@
 """Static batching (the chapter's section 4.2.3): a batch of prompts padded together runs until its longest
 sequence finishes; rows that finished early keep their slot (and keep being computed) until then, and the
-next batch waits. This is what `generate` does with a padded batch (engine.generation.generate_batch); it is
+next batch waits. This is what `generate` does with a padded batch (engine.runtime.generation.generate_batch); it is
 written here with the same prefill, KV slot cache and decode step as the in-flight scheduler so that the
 comparison measures the policy, not two different code paths, and so that each row's own last token can be
 timestamped.
@@ -16,8 +16,8 @@ import torch
 from engine.batching import kv
 from engine.batching.scheduler import BREAKDOWN
 from engine.batching.sequence import Request, choose_tokens
-from engine.metrics import memory_now
-from engine.models import LoadedModel
+from engine.runtime.metrics import memory_now
+from engine.runtime.models import LoadedModel
 
 
 def run_static_batch(lm: LoadedModel, seqs: Sequence[Request], spent: dict[str, float] | None = None) -> None:

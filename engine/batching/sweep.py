@@ -1,6 +1,6 @@
 """Static batching measured for growing batch sizes, beside the calculator's prediction and its memory limit.
 
-Measured: `engine.generation.generate_batch` (a padded batch through `generate`) of b copies of one prompt.
+Measured: `engine.runtime.generation.generate_batch` (a padded batch through `generate`) of b copies of one prompt.
 Predicted (engine.calc): a decode step streams the weights plus the batch's KV cache, t = (W + b x KV) / BW
 (calc.timing.simple_decode_s), but cannot beat the compute roof t = 2 x P x b / FLOP/s
 (calc.timing.simple_prefill_s with b tokens); BW and FLOP/s are calibrated from the batch-1 run and
@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine.batching.scheduler import free_memory_bytes
-from engine.errors import InvalidParameterError, OutOfMemoryError
-from engine.generation import GenerationConfig, generate_batch
-from engine.models import LoadedModel
+from engine.core.errors import InvalidParameterError, OutOfMemoryError
+from engine.runtime.generation import GenerationConfig, generate_batch
+from engine.runtime.models import LoadedModel
 
 DEFAULT_SIZES = (1, 2, 4, 8, 16, 32)
 SWEEP_PROMPT = "Batching shares each read of the weights between many sequences, so"
@@ -49,7 +49,7 @@ class Sweep:
 
 
 def _spec(lm: LoadedModel):
-    from engine.calc.specs import spec_from_hf_config
+    from engine.calc.hf_config import spec_from_hf_config
 
     return spec_from_hf_config(lm.model.config.to_dict(), name=lm.name)
 
@@ -57,7 +57,7 @@ def _spec(lm: LoadedModel):
 def run_sweep(lm: LoadedModel, sizes: Sequence[int] = DEFAULT_SIZES, *, max_new_tokens: int = 32) -> Sweep:
     from engine.calc.memory import kv_cache_bytes, max_batch
     from engine.calc.timing import simple_decode_s, simple_prefill_s
-    from engine.hardware import measure_matmul_flops
+    from engine.runtime.hardware import measure_matmul_flops
 
     sizes = sorted({int(b) for b in sizes})
     if not sizes or sizes[0] < 1:

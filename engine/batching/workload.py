@@ -20,11 +20,11 @@ from dataclasses import dataclass, replace
 from engine.batching.scheduler import Scheduler
 from engine.batching.sequence import Request
 from engine.batching.static import run_static_batch
-from engine.errors import InvalidParameterError
-from engine.generation import GenerationConfig
-from engine.models import LoadedModel
-from engine.stats import percentile
-from engine.threads import run_in_thread
+from engine.core.errors import InvalidParameterError
+from engine.core.stats import percentile
+from engine.core.threads import run_in_thread
+from engine.runtime.generation import GenerationConfig
+from engine.runtime.models import LoadedModel
 
 POLICIES = ("static", "inflight")
 OUTPUT_DISTRIBUTIONS = ("uniform", "log-uniform")
@@ -305,7 +305,7 @@ def _wait_until(t: float) -> None:
 
 
 def replay_static(lm: LoadedModel, workload: Sequence[WorkloadRequest], max_batch: int) -> PolicyResult:
-    """Runs the model on a thread of its own that ends with the replay (engine.threads.run_in_thread), as the
+    """Runs the model on a thread of its own that ends with the replay (engine.core.threads.run_in_thread), as the
     in-flight scheduler's does, so that neither policy runs beside an OpenMP team the other left behind."""
     _check(workload, max_batch)
     return run_in_thread(lambda: _replay_static(lm, workload, max_batch), name="static-batching")

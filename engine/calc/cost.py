@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.calc.specs import positive_float, positive_int
-from engine.errors import InvalidParameterError
+from engine.core.errors import InvalidParameterError
 
 # The dearest GPU-hour on any cloud list is tens of dollars; a million is a typo (cents, or a yearly price).
 MAX_USD_PER_GPU_HOUR = 1e6

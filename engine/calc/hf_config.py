@@ -6,7 +6,7 @@ which projections carry biases, LayerNorm or RMSNorm, a gated MLP or not, a para
 learned positions, a tied head, experts. A default a config omits is transformers' own default for that
 family (its configuration_*.py). Anything the reader had to assume goes into `ModelSpec.assumptions`, which
 the page and the CLI show as warnings. The exact count comes from the real class on the meta device
-(engine.arch); this reader is the formula behind it and its fallback. Standard library only.
+(engine.arch.meta); this reader is the formula behind it and its fallback. Standard library only.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.calc.specs import ARCH_TRAITS, ModelSpec, positive_int, validate_spec
-from engine.errors import InvalidParameterError
+from engine.core.errors import InvalidParameterError
 
 NOT_A_CONFIG = (
     "this does not look like a Hugging Face config.json: {why}. Upload the config.json from the model's "

@@ -14,8 +14,8 @@ import math
 from dataclasses import dataclass
 
 from engine.calc.specs import ModelSpec, ParamCount, check_precision, positive_float, positive_int
-from engine.dtypes import BYTES_PER_ELEMENT
-from engine.errors import InvalidParameterError
+from engine.core.dtypes import BYTES_PER_ELEMENT
+from engine.core.errors import InvalidParameterError
 
 DEFAULT_OVERHEAD = 0.20  # the chapter's x1.2; accelerate: "add up to 20%"
 
@@ -71,7 +71,7 @@ def count_params(spec: ModelSpec) -> ParamCount:
 
 
 def param_count(spec: ModelSpec) -> ParamCount:
-    """The real class's count on the meta device when engine.arch built it (`spec.exact`), else the formula."""
+    """The real class's count on the meta device when engine.arch.meta built it (`spec.exact`), else the formula."""
     if spec.exact is not None and spec.params_override is None:
         return spec.exact
     return count_params(spec)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from engine.calc.memory import cached_tokens, kv_bytes_per_token
 from engine.calc.specs import ModelSpec, positive_float, positive_int
-from engine.errors import InvalidParameterError
+from engine.core.errors import InvalidParameterError
 
 DEFAULT_BLOCK_TOKENS = 16  # vLLM's default block size
 

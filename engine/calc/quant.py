@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from engine.errors import InvalidParameterError
+from engine.core.errors import InvalidParameterError
 
 
 @dataclass(frozen=True)

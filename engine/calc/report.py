@@ -30,7 +30,7 @@ from engine.calc.memory import (
 from engine.calc.paged import PagedComparison, compare_paged
 from engine.calc.specs import GPUSpec, ModelSpec, ParamCount, check_precision, positive_int
 from engine.calc.timing import DATASHEET, Efficiency, TimingEstimate, estimate_timing
-from engine.errors import InvalidParameterError
+from engine.core.errors import InvalidParameterError
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ from dataclasses import dataclass, replace
 from engine.calc.format import ridge as fmt_ridge
 from engine.calc.memory import cached_tokens, kv_bytes_per_token
 from engine.calc.specs import GPUSpec, ModelSpec, check_precision, positive_int
-from engine.dtypes import BYTES_PER_ELEMENT
-from engine.errors import InvalidParameterError
+from engine.core.dtypes import BYTES_PER_ELEMENT
+from engine.core.errors import InvalidParameterError
 
 SOFTMAX_FLOPS_PER_ELEMENT = 5  # max, subtract, exp, sum, divide
 PHASES = ("prefill", "decode")

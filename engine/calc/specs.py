@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from engine.dtypes import BYTES_PER_ELEMENT
-from engine.errors import InvalidParameterError, UnknownModelError
+from engine.core.dtypes import BYTES_PER_ELEMENT
+from engine.core.errors import InvalidParameterError, UnknownModelError
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 PRECISIONS: tuple[str, ...] = tuple(BYTES_PER_ELEMENT)
@@ -111,7 +111,7 @@ class ModelSpec:
     attn_layers: int | None = None  # layers with attention (and a KV cache); None = all
     layout: ArchTraits | None = None  # this config's flags, when they differ from the family's defaults
     assumptions: tuple[str, ...] = ()  # what the figures rest on that the config does not say
-    exact: ParamCount | None = None  # the count of the real class on the meta device (engine.arch)
+    exact: ParamCount | None = None  # the count of the real class on the meta device (engine.arch.meta)
 
     @property
     def traits(self) -> ArchTraits:
@@ -213,7 +213,7 @@ def positive_float(name: str, value: Any, *, allow_zero: bool = False, hint: str
 
 
 def check_precision(name: str, dtype: str) -> str:
-    from engine.dtypes import normalize
+    from engine.core.dtypes import normalize
 
     try:
         return normalize(dtype)
@@ -439,13 +439,3 @@ def custom_gpu(
             peaks[dtype] = positive_float(f"{dtype} peak FLOP/s", value)
             sources[f"{dtype}_tflops"] = "edited by the user"
     return replace(base, peak_flops=peaks, sources=sources, **changes)
-
-
-# The config.json reader lives in engine/calc/hf_config.py; these names stay importable from here.
-from engine.calc.hf_config import (  # noqa: E402, F401
-    MAX_CONFIG_BYTES,
-    NOT_A_CONFIG,
-    load_config_file,
-    parse_config_text,
-    spec_from_hf_config,
-)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from engine.errors import InvalidParameterError
+from engine.core.errors import InvalidParameterError
 
 
 def _check(alpha: float, gamma: int) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from engine.calc.roofline import Operator, Roof, activation_bytes, operators, roof_for
 from engine.calc.specs import GPUSpec, ModelSpec, positive_float, positive_int
-from engine.errors import InvalidParameterError
+from engine.core.errors import InvalidParameterError
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from engine import models
 from engine.batching.workload import OUTPUT_DISTRIBUTIONS, WorkloadSpec, generate_workload, replay, warm_up
-from engine.errors import InvalidParameterError
-from engine.threads import run_in_thread
+from engine.core.errors import InvalidParameterError
+from engine.core.threads import run_in_thread
+from engine.runtime import models
 
 HELP = "replay a generated workload under static and/or in-flight batching: throughput, TTFT, latency p50/p95"
 _W = WorkloadSpec()  # one source of defaults, shared with the Batching page and bench/batching.py
@@ -65,7 +65,7 @@ def run(args) -> dict:
     spec = workload_spec(args)  # reject bad values before spending seconds on loading
     if args.max_batch < 1:
         raise InvalidParameterError(f"--max-batch must be >= 1, got {args.max_batch}")
-    # no model work on the main thread: an OpenMP team left there slows both policies (engine.threads)
+    # no model work on the main thread: an OpenMP team left there slows both policies (engine.core.threads)
     lm = run_in_thread(lambda: models.load_model(args.model, dtype=args.dtype, device=args.device))
     workload = generate_workload(spec, lm.tokenizer)
     policies = ("static", "inflight") if args.policy == "both" else (args.policy,)

@@ -9,7 +9,7 @@ from engine.calc.report import Estimate, Inputs, estimate, split_prompt_output
 from engine.calc.specs import PRECISIONS, THIS_MACHINE
 from engine.calc.timing import DATASHEET
 from engine.calibration import efficiency_at, require_calibration, resolve_gpu, resolve_model_spec
-from engine.errors import InvalidParameterError
+from engine.core.errors import InvalidParameterError
 
 HELP = "estimate memory, fit, decode/prefill time and cost for a model on a GPU"
 _DEFAULTS = Inputs()
@@ -61,7 +61,9 @@ def add_arguments(parser) -> None:
 
 def run(args) -> dict:
     if args.config:
-        from engine.arch import exact_spec  # the real class on the meta device; the formula where it cannot
+        from engine.arch.meta import (
+            exact_spec,  # the real class on the meta device; the formula where it cannot
+        )
 
         spec = exact_spec(read_config_file(args.config))
     else:

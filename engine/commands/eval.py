@@ -3,7 +3,8 @@ own log-likelihood as a cross-check of the harness's bits per byte."""
 
 from __future__ import annotations
 
-from engine import evaluation, models
+from engine.lab import evaluation
+from engine.runtime import models
 
 HELP = "evaluate a model with lm-evaluation-harness (word/byte perplexity, bits per byte) and cross-check it"
 
@@ -32,7 +33,7 @@ def run(args) -> dict:
     evaluation._validate_limit(args.limit)  # fail before spending seconds on loading
     ok, reason = evaluation.task_status(args.task)
     if not ok:
-        from engine.errors import HubUnreachableError
+        from engine.core.errors import HubUnreachableError
 
         raise HubUnreachableError(reason)
     lm = models.load_model(args.model, dtype=args.dtype, device=args.device)

@@ -3,8 +3,9 @@ log-likelihood (the harness way). Also runnable as `python -m engine.commands.fe
 
 from __future__ import annotations
 
-from engine import fewshot, models
-from engine.errors import InvalidParameterError
+from engine.core.errors import InvalidParameterError
+from engine.lab import fewshot
+from engine.runtime import models
 
 HELP = "few-shot classification accuracy vs k on the shipped (or a CSV) labelled set, with confusion matrices"
 
@@ -87,7 +88,7 @@ if __name__ == "__main__":
     import sys
 
     from engine.cli import to_jsonable
-    from engine.errors import EngineError
+    from engine.core.errors import EngineError
 
     parser = argparse.ArgumentParser(prog="python -m engine.commands.fewshot", description=HELP)
     parser.add_argument("--json", action="store_true", help="print the result as JSON")

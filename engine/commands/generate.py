@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from engine import generation, models
-from engine.generation import GenerationConfig
+from engine.runtime import generation, models
+from engine.runtime.generation import GenerationConfig
 
 HELP = "load a model and generate for one prompt (or several with repeated --prompt), with measurements"
 _D = GenerationConfig()  # the one source of defaults, shared with the playground's widgets

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine import hardware
+from engine.runtime import hardware
 
 HELP = "show GPUs (NVML, torch.cuda), CPU and RAM; with --measure, measured bandwidth and matmul FLOP/s"
 

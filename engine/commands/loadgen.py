@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from engine.errors import InvalidParameterError
+from engine.core.errors import InvalidParameterError
 from engine.loadgen.sweep import check_server, run_sweep, to_json
 from engine.loadgen.workload import ENDPOINTS, MODES, SLO, LoadSpec, LoadSpecError
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from engine import models
 from engine.calc.format import gb, number
 from engine.levers import quant as Q
 
@@ -13,22 +12,7 @@ HELP = "quantize a model's weights (fp32, bf16, torchao int8/int4, bitsandbytes,
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument(
-        "--model",
-        default=models.DEFAULT_MODEL,
-        help=f"preset, hub id or folder (default {models.DEFAULT_MODEL})",
-    )
-    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    parser.add_argument(
-        "--schemes",
-        default=",".join(Q.DEFAULT_SCHEMES),
-        help=f"comma-separated, from: {', '.join(Q.SCHEMES)} (fp32 is always measured: the baseline)",
-    )
-    parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument(
-        "--runs", type=int, default=3, help="timed runs per scheme (3+ gives a 95%% interval)"
-    )
-    parser.add_argument("--eval-docs", type=int, default=4, help="pydoc_topics documents for bits per byte")
+    Q.QuantSpec.add_arguments(parser)
 
 
 def rows(report: Q.QuantReport) -> list[dict]:
@@ -47,12 +31,8 @@ def rows(report: Q.QuantReport) -> list[dict]:
 
 
 def run(args) -> list[dict]:
-    schemes = Q.check_schemes(args.schemes.split(","))  # fail before loading anything
-    lm = models.load_model(args.model, dtype="fp32", device=args.device)
-    report = Q.run_quant(
-        lm, schemes, max_new_tokens=args.max_new_tokens, runs=args.runs, eval_documents=args.eval_docs
-    )
-    return rows(report)
+    spec = Q.QuantSpec.from_args(args)  # fail before loading anything
+    return rows(Q.run_quant(spec.load(), spec))
 
 
 def _f(x, spec: str) -> str:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine import models
 from engine.calc.format import number
-from engine.errors import InvalidParameterError
-from engine.race import contenders, runner
+from engine.core.errors import InvalidParameterError
+from engine.race import contenders, runner, serialise
+from engine.runtime import models
 
 HELP = (
     "race vanilla generation against peer engines (OpenVINO GenAI, ONNX Runtime GenAI, CTranslate2), DeepSpeed, "
@@ -104,11 +104,11 @@ def run(args) -> dict:
         runner.save(partial, Path(args.save))  # the same file each time (named by the fixed start time)
 
     result = runner.run_race(spec, checkpoint=checkpoint if args.save else None)
-    out = result.to_dict()
+    out = serialise.to_dict(result)
     if args.save:
         out["saved_to"] = str(runner.save(result, Path(args.save)))
     if args.csv:
-        Path(args.csv).write_text(result.to_csv(), encoding="utf-8")
+        Path(args.csv).write_text(serialise.to_csv(result), encoding="utf-8")
     out["summary"] = result.summary_rows()
     return out
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from engine.calc import format as fmt
+from engine.calc.hf_config import load_config_file
 from engine.calc.roofline import PHASES, RooflineResult, analyse, diagnose, roof_for
-from engine.calc.specs import PRECISIONS, THIS_MACHINE, load_config_file
+from engine.calc.specs import PRECISIONS, THIS_MACHINE
 from engine.calibration import resolve_gpu, resolve_model_spec
 
 HELP = "roofline of a model's operators (prefill or decode) on a GPU, with a diagnosis"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine import models
+from engine.runtime import models
 from engine.serving.protocol import Limits
 from engine.serving.runner import API_KEY_ENV, ServeSpec, serve_forever
 

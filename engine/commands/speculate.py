@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from engine import models
 from engine.calc.format import number
 from engine.levers import speculative as S
 
@@ -13,31 +12,7 @@ HELP = "speculative decoding (prompt lookup, draft model) measured against plain
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument(
-        "--model", default=models.DEFAULT_MODEL, help=f"target model (default {models.DEFAULT_MODEL})"
-    )
-    parser.add_argument("--dtype", default="fp32", help="fp32, bf16 or fp16 (fp16 on CUDA only)")
-    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    parser.add_argument(
-        "--methods", default=",".join(S.METHODS), help=f"comma-separated: {', '.join(S.METHODS)}"
-    )
-    parser.add_argument(
-        "--workloads", default=",".join(S.WORKLOADS), help=f"comma-separated: {', '.join(S.WORKLOADS)}"
-    )
-    parser.add_argument(
-        "--draft",
-        default=S.DEFAULT_DRAFT,
-        help="draft model: layers:N (the target's first N layers), bf16 (a bf16 copy) or a model "
-        "name with the same tokenizer (e.g. gpt-neo-125m for gpt-neo-1.3b, hub)",
-    )
-    parser.add_argument(
-        "--draft-length",
-        type=int,
-        default=S.DEFAULT_DRAFT_LENGTH,
-        help=f"tokens drafted per target forward, gamma (1..{S.MAX_DRAFT})",
-    )
-    parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--runs", type=int, default=3, help="timed runs (3+ gives a 95%% interval)")
+    S.SpeculateSpec.add_arguments(parser)
 
 
 def rows(report: S.SpecReport) -> list[dict]:
@@ -48,25 +23,8 @@ def rows(report: S.SpecReport) -> list[dict]:
 
 
 def run(args) -> list[dict]:
-    S.check_draft_length(args.draft_length)  # fail before loading anything
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
-    for m in methods:
-        if m not in S.METHODS:
-            from engine.errors import InvalidParameterError
-
-            raise InvalidParameterError(f"unknown method {m!r}; choose from {', '.join(S.METHODS)}")
-    lm = models.load_model(args.model, dtype=args.dtype, device=args.device)
-    report = S.run_speculate(
-        lm,
-        methods,
-        workloads,
-        draft=args.draft,
-        draft_length=args.draft_length,
-        max_new_tokens=args.max_new_tokens,
-        runs=args.runs,
-    )
-    return rows(report)
+    spec = S.SpeculateSpec.from_args(args)  # fail before loading anything
+    return rows(S.run_speculate(spec.load(), spec))
 
 
 def _f(x, spec: str) -> str:

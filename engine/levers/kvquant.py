@@ -22,12 +22,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine.calc import quant as qcalc
-from engine.errors import InvalidParameterError
-from engine.generation import check_context
+from engine.core.errors import InvalidParameterError
 from engine.levers import runs as R
 from engine.levers.speculative import _encode
-from engine.models import LoadedModel
 from engine.race import quality
+from engine.runtime.generation import check_context
+from engine.runtime.models import LoadedModel
 
 BACKENDS: dict[str, str] = {"quanto": "optimum.quanto", "hqq": "hqq", "fp8": ""}
 DEFAULT_NBITS = 4

@@ -10,9 +10,9 @@ and still loses. So every scheme is measured, not assumed:
   each tied tensor counted once; beside it the calculator's bytes (engine.calc.quant) from the same shapes.
 - speed: TTFT, TPOT, tok/s over `runs` greedy runs of the race's first prompt; speedup = median fp32 TPOT /
   median scheme TPOT (per-token time, so an earlier EOS does not count as speed) with a bootstrap 95% interval
-  (engine.stats).
+  (engine.core.stats).
 - quality: bits per byte on the shipped `pydoc_topics` documents with the engine's own rolling log-likelihood
-  (engine.evaluation.engine_perplexity, the harness's cross-check: same metric, without lm-eval's overhead),
+  (engine.lab.evaluation.engine_perplexity, the harness's cross-check: same metric, without lm-eval's overhead),
   and greedy exact match / first divergent token against fp32 over the race's prompts.
 
 Which layers: every nn.Linear except the output layer (lm_head), which stays in the model's precision and
@@ -27,15 +27,17 @@ import gc
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from engine import evaluation, stats
 from engine.calc import quant as qcalc
-from engine.errors import EngineError, InvalidParameterError
-from engine.hardware import current_rss_bytes
+from engine.core import stats
+from engine.core.errors import EngineError, InvalidParameterError
+from engine.core.spec import option
+from engine.lab import evaluation
 from engine.levers import runs as R
-from engine.models import LoadedModel
 from engine.race import quality
+from engine.runtime.hardware import current_rss_bytes
+from engine.runtime.models import LoadedModel, ModelArgs
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,33 @@ SCHEMES: dict[str, Scheme] = {
 }
 DEFAULT_SCHEMES: tuple[str, ...] = ("fp32", "bf16", "int8", "int4", "bnb-int8", "bnb-nf4")
 INT4_GROUPS = (128, 64, 32)  # what the int4 kernels accept, largest first
+
+
+@dataclass(frozen=True)
+class QuantSpec(ModelArgs):
+    """Weight quantization measured against fp32: which schemes, and how long to measure each. The CLI
+    (`python -m engine quant`), bench/quant.py and the page read their defaults and bounds here."""
+
+    dtype: str = option("fp32", "the reference precision every scheme is compared with", cli=False)
+    schemes: tuple[str, ...] = option(
+        DEFAULT_SCHEMES,
+        "schemes (fp32 is always measured: the baseline)",
+        choices=lambda: tuple(SCHEMES),
+        label="scheme",
+    )
+    max_new_tokens: int = option(32, "new tokens per timed run", lo=4, hi=512, label="new tokens")
+    runs: int = option(3, "timed runs per scheme (3+ gives a 95% interval)", lo=1, hi=50)
+    eval_docs: int = option(
+        4, "pydoc_topics documents for bits per byte", lo=1, hi=48, label="documents for bits per byte"
+    )
+
+    def validate(self) -> QuantSpec:
+        if self.dtype != "fp32":
+            raise InvalidParameterError(
+                f"the reference is fp32: every scheme is compared with it, got {self.dtype}"
+            )
+        super().validate()
+        return replace(self, schemes=tuple(check_schemes(self.schemes)))
 
 
 def check_schemes(names: Sequence[str]) -> list[str]:
@@ -344,7 +373,7 @@ class QuantReport:
 
 QUALITY_METHOD = (
     "bits per byte: the engine's own rolling log-likelihood over the first {n} pydoc_topics documents "
-    "(engine.evaluation.engine_perplexity, which the lm-eval run cross-checks within 1%); exact match and "
+    "(engine.lab.evaluation.engine_perplexity, which the lm-eval run cross-checks within 1%); exact match and "
     "first divergence: greedy continuations of the race's prompts against fp32's"
 )
 
@@ -404,21 +433,17 @@ def _measure_one(
 
 def run_quant(
     lm: LoadedModel,
-    schemes: Sequence[str] = DEFAULT_SCHEMES,
+    spec: QuantSpec,
     *,
-    max_new_tokens: int = 32,
-    runs: int = 3,
-    eval_documents: int = 4,
     prompts: Sequence[str] = quality.PROMPTS,
     progress: R.Progress | None = None,
 ) -> QuantReport:
     """Apply and measure each scheme against the fp32 model `lm`, one after another in this process."""
-    names = check_schemes(schemes)
-    if not 1 <= runs <= 50:
-        raise InvalidParameterError(f"runs must be between 1 and 50, got {runs}")
-    if not 1 <= eval_documents <= len(evaluation.local_documents()):
+    spec = spec.validate()
+    names, runs, max_new_tokens, eval_documents = spec.schemes, spec.runs, spec.max_new_tokens, spec.eval_docs
+    if eval_documents > len(evaluation.local_documents()):
         raise InvalidParameterError(
-            f"eval documents must be between 1 and {len(evaluation.local_documents())}"
+            f"documents for bits per byte must be at most {len(evaluation.local_documents())}"
         )
     cfg = R.config(lm, max_new_tokens)
     docs = evaluation.local_documents(eval_documents)

@@ -11,10 +11,10 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from engine.generation import GenerationConfig, generate
-from engine.measurement import Measurement
-from engine.models import LoadedModel
 from engine.race import quality
+from engine.runtime.generation import GenerationConfig, generate
+from engine.runtime.measurement import Measurement
+from engine.runtime.models import LoadedModel
 
 Progress = Callable[[float, str], None]
 

@@ -9,7 +9,7 @@ on how many drafts are accepted and on what a draft costs, so each (method, work
   tokens / target forward passes, both counted with a forward pre-hook on the target model: each call's new
   positions are the drafts it verifies plus the one token it was going to compute anyway;
 - speedup_vs_plain = median plain latency / median method latency (the workload's prompts summed per run)
-  with a bootstrap 95% interval (engine.stats);
+  with a bootstrap 95% interval (engine.core.stats);
 - expected_speedup from alpha, gamma and the cost ratio c (engine.calc.speculative, Leviathan et al.).
 
 Draft models that exist offline for the bundled SmolLM2 (no hub): `layers:N`, the target's own first N layers
@@ -24,16 +24,16 @@ import copy
 import math
 import time
 import tomllib
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine import stats
 from engine.calc import speculative as scalc
-from engine.errors import EngineError, InvalidParameterError
-from engine.generation import check_context, clean_prompt
+from engine.core import stats
+from engine.core.errors import EngineError, InvalidParameterError
+from engine.core.spec import option
 from engine.levers import runs as R
-from engine.models import LoadedModel, load_model
+from engine.runtime.generation import check_context, clean_prompt
+from engine.runtime.models import LoadedModel, ModelArgs, load_model
 
 WORKLOADS_FILE = Path(__file__).resolve().parents[1] / "data" / "speculative_workloads.toml"
 METHODS = ("prompt_lookup", "draft")
@@ -56,12 +56,38 @@ WORKLOAD_DESCRIPTIONS: dict[str, str] = {
 }
 
 
-def check_draft_length(gamma) -> int:
-    if isinstance(gamma, bool) or not isinstance(gamma, int) or not 1 <= gamma <= MAX_DRAFT:
-        raise InvalidParameterError(
-            f"draft length must be a whole number from 1 to {MAX_DRAFT} tokens per target forward, got {gamma!r}"
-        )
-    return gamma
+@dataclass(frozen=True)
+class SpeculateSpec(ModelArgs):
+    """Speculative decoding against plain greedy: methods, workloads, the draft and how long to measure. The
+    CLI (`python -m engine speculate`), bench/speculate.py and the page read their defaults and bounds here."""
+
+    dtype: str = option(
+        "fp32", "the target's precision (fp16 on CUDA only)", choices=("fp32", "bf16", "fp16")
+    )
+    methods: tuple[str, ...] = option(METHODS, "methods", choices=METHODS, label="method")
+    workloads: tuple[str, ...] = option(
+        tuple(WORKLOADS), "workloads", choices=lambda: tuple(WORKLOADS), label="workload"
+    )
+    draft: str = option(
+        DEFAULT_DRAFT,
+        "draft model: layers:N (the target's first N layers), bf16 (a bf16 copy) or a model name with the "
+        "same tokenizer (e.g. gpt-neo-125m for gpt-neo-1.3b, hub)",
+    )
+    draft_length: int = option(
+        DEFAULT_DRAFT_LENGTH,
+        "tokens drafted per target forward, gamma",
+        lo=1,
+        hi=MAX_DRAFT,
+        label="draft length",
+    )
+    max_new_tokens: int = option(48, "new tokens per prompt", lo=4, hi=512, label="new tokens")
+    runs: int = option(3, "timed runs (3+ gives a 95% interval)", lo=1, hi=50)
+
+    def validate(self) -> SpeculateSpec:
+        super().validate()
+        if not self.methods or not self.workloads:
+            raise InvalidParameterError("choose at least one method and one workload")
+        return self
 
 
 # --- draft models --------------------------------------------------------------------------------------------------
@@ -277,27 +303,10 @@ def _cost_ratio(
     return (c.latency_s / max(1, len(c.token_ids))) / stats.median(target_per_token)
 
 
-def run_speculate(
-    lm: LoadedModel,
-    methods: Sequence[str] = METHODS,
-    workloads: Sequence[str] | None = None,
-    *,
-    draft: str = DEFAULT_DRAFT,
-    draft_length: int = DEFAULT_DRAFT_LENGTH,
-    max_new_tokens: int = 48,
-    runs: int = 3,
-    progress: R.Progress | None = None,
-) -> SpecReport:
-    gamma = check_draft_length(draft_length)
-    for m in methods:
-        if m not in METHODS:
-            raise InvalidParameterError(f"unknown method {m!r}; choose from {', '.join(METHODS)}")
-    names = list(workloads or WORKLOADS)
-    for w in names:
-        if w not in WORKLOADS:
-            raise InvalidParameterError(f"unknown workload {w!r}; choose from {', '.join(WORKLOADS)}")
-    if not 1 <= runs <= 50:
-        raise InvalidParameterError(f"runs must be between 1 and 50, got {runs}")
+def run_speculate(lm: LoadedModel, spec: SpeculateSpec, progress: R.Progress | None = None) -> SpecReport:
+    spec = spec.validate()
+    methods, names, draft = spec.methods, list(spec.workloads), spec.draft
+    gamma, max_new_tokens, runs = spec.draft_length, spec.max_new_tokens, spec.runs
     draft_model, draft_what = build_draft(lm, draft) if "draft" in methods else (None, "")
     if draft_model is not None:
         draft_model.generation_config.num_assistant_tokens = gamma

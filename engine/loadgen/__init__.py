@@ -1,7 +1,7 @@
 """A load generator for any OpenAI-compatible endpoint (the engine's own server, vLLM, TGI, SGLang, a cloud API).
 
 It knows nothing of the engine: it speaks HTTP to a base URL with an optional key, and takes its statistics from
-engine.stats (the project's one percentile definition). Modules: workload (prompts, output lengths, arrivals;
+engine.core.stats (the project's one percentile definition). Modules: workload (prompts, output lengths, arrivals;
 seeded), client (one streamed request, timed on the client), metrics (one function derives every figure of a run,
 as vLLM's benchmark_serving `calculate_metrics` does), sweep (rates or concurrencies, and the knee under SLOs).
 

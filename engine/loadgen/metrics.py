@@ -2,7 +2,7 @@
 
 Throughput: completed requests / wall time and output tokens / wall time, wall time = first send -> last byte.
 Per request: TTFT, TPOT (first token excluded), E2E; ITL pooled over every gap between content chunks.
-Percentiles p50/p90/p99 by engine.stats (linear interpolation between closest ranks). Goodput (vLLM): requests
+Percentiles p50/p90/p99 by engine.core.stats (linear interpolation between closest ranks). Goodput (vLLM): requests
 meeting every SLO per second; SLO attainment: good requests / all requests (failed requests are not good).
 """
 
@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine import stats
+from engine.core import stats
 from engine.loadgen.client import RequestRecord
 from engine.loadgen.workload import SLO
 

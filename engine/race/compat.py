@@ -6,10 +6,10 @@ The worker needs only load + generate + timing. Two things break there, both in 
    merges stored as pairs), which transformers 4.42.4 with tokenizers 0.19 cannot read. We rewrite
    the merges as "a b" strings (the older tokenizer.json format) into a side folder and build a
    PreTrainedTokenizerFast from it: the token ids are identical (checked by tests/test_race.py).
-2. The random-weight presets borrow the bundled model's tokenizer (engine.models.bundled_tokenizer),
+2. The random-weight presets borrow the bundled model's tokenizer (engine.runtime.models.bundled_tokenizer),
    which needs the bundled package. INFERENCE_LAB_TOKENIZER_DIR names a folder holding just the
    tokenizer files instead (scripts/gpu_check.sh carries one).
-Both are applied by patching engine.models.bundled_tokenizer / AutoTokenizer.from_pretrained in the
+Both are applied by patching engine.runtime.models.bundled_tokenizer / AutoTokenizer.from_pretrained in the
 worker process only; nothing else in the engine changes.
 """
 
@@ -19,7 +19,7 @@ import json
 import os
 from pathlib import Path
 
-from engine import paths
+from engine.core import paths
 
 TOKENIZER_DIR_ENV = "INFERENCE_LAB_TOKENIZER_DIR"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
@@ -91,7 +91,7 @@ def _legacy_model_loader(original):
 
 def install(notes: list[str]) -> None:
     """Apply the shims this interpreter needs; append a note for each one applied."""
-    from engine import models
+    from engine.runtime import models
 
     folder = os.environ.get(TOKENIZER_DIR_ENV)
     if folder:

@@ -17,7 +17,7 @@ import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from engine.errors import InvalidParameterError
+from engine.core.errors import InvalidParameterError
 
 ROOT = Path(__file__).resolve().parents[2]
 # The pinned side environment made by scripts/make_ds_env.sh (transformers 4.42.4 + deepspeed 0.19.8).

@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from engine import stats
+from engine.core import stats
 from engine.race.contenders import Contender, ds_python
 from engine.race.record import ContenderResult
 
@@ -30,7 +30,7 @@ def worker_env() -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     env["INFERENCE_LAB_RACE_PARENT"] = str(os.getpid())  # see worker._die_with_parent
     # The race measures Hugging Face as it ships: nn.Linear's weight layout in every lane, not the engine's
-    # measured CPU layout (engine.cpu_layout), so "vanilla" means vanilla and peers are raced against it.
+    # measured CPU layout (engine.runtime.cpu_layout), so "vanilla" means vanilla and peers are raced against it.
     env["INFERENCE_LAB_CPU_LAYOUT"] = "0"
     return env
 
@@ -121,7 +121,7 @@ def last_json(text: str) -> dict | None:
 
 
 def from_worker(c: Contender, d: dict, rc: int, err: str, load) -> ContenderResult:
-    """The worker's reply as a record, with the medians of its timed runs (engine.stats)."""
+    """The worker's reply as a record, with the medians of its timed runs (engine.core.stats)."""
     runs = d.get("runs") or []
     r = base_result(
         c, d.get("status", "failed"), d.get("reason", ""), python=d.get("python") or c.interpreter()

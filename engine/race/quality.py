@@ -9,7 +9,7 @@ produce the same tokens. Two measures of "the same":
 And two that do not depend on decoding: the perplexity of a fixed reference text (teacher-forced,
 exp of the mean next-token cross-entropy; with random-weight presets it is near the vocabulary size and
 only its equality across contenders means anything), and bits per byte on the first BPB_DOCUMENTS
-documents of the shipped pydoc_topics text, lm-eval's definition (engine/evaluation.py):
+documents of the shipped pydoc_topics text, lm-eval's definition (engine/lab/evaluation.py):
 bits_per_byte = (-sum of ln p over every token / UTF-8 bytes) / ln 2, each document scored after a prefix
 token (BOS, else EOS) in disjoint windows. It needs the log-probability of given tokens, which not every
 engine exposes; tokenizer-independent, so lanes compare on it even where their tokens differ.
@@ -80,7 +80,7 @@ def peak_rss_bytes() -> int:
 
 
 def bpb_documents() -> list[str]:
-    from engine.evaluation import local_documents
+    from engine.lab.evaluation import local_documents
 
     return local_documents(BPB_DOCUMENTS)
 

@@ -101,7 +101,7 @@ class ContenderResult:
     tokens_per_s: list[float] = field(default_factory=list)
     output_tokens: list[int] = field(default_factory=list)
     warmup_s: list[float] = field(default_factory=list)
-    # summaries of the runs (engine.stats)
+    # summaries of the runs (engine.core.stats)
     latency_s_median: float = math.nan
     latency_s_q1: float = math.nan
     latency_s_q3: float = math.nan
@@ -181,30 +181,3 @@ class RaceResult:
 
     def summary_rows(self) -> list[dict[str, Any]]:
         return [c.summary() for c in self.contenders]
-
-    # Serialisation lives in engine.race.serialise; these keep the record convenient to use.
-    def to_dict(self) -> dict[str, Any]:
-        from engine.race import serialise
-
-        return serialise.to_dict(self)
-
-    def to_json(self) -> str:
-        from engine.race import serialise
-
-        return serialise.to_json(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RaceResult:
-        from engine.race import serialise
-
-        return serialise.from_dict(data)
-
-    def to_csv(self) -> str:
-        from engine.race import serialise
-
-        return serialise.to_csv(self)
-
-    def runs_csv(self) -> str:
-        from engine.race import serialise
-
-        return serialise.runs_csv(self)

@@ -4,7 +4,7 @@ Chapter 4.3.4 compares vanilla and DeepSpeed-optimised GPT-Neo by latency and th
 output is still as good. Here every contender gets the same prompts, the same warm-up (dropped) and N
 timed greedy runs in a fresh process (engine.race.process: clean memory, its own interpreter, a timeout,
 a crash reported with its exit code), and the race goes on. Then: speedup vs vanilla as a ratio of
-medians with a bootstrap 95% interval (engine.stats), quality beside speed (engine.race.quality), vanilla
+medians with a bootstrap 95% interval (engine.core.stats), quality beside speed (engine.race.quality), vanilla
 re-run at the end to catch a machine that changed speed, and a verdict per lane (engine.race.verdict).
 
 The record is engine.race.record; JSON/CSV and recorded files are engine.race.serialise.
@@ -22,14 +22,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from engine import stats
-from engine.errors import InvalidParameterError
-from engine.models import PRESETS
+from engine.core import stats
+from engine.core.errors import InvalidParameterError
 from engine.race import quality, verdict
 from engine.race.contenders import BASELINE, Contender
 from engine.race.process import run_worker
 from engine.race.record import SUMMARY_FIELDS, ContenderResult, RaceResult
 from engine.race.serialise import RESULTS_DIR, load_recorded, save
+from engine.runtime.models import PRESETS
 
 __all__ = [
     "MAX_RUNS",
@@ -141,7 +141,7 @@ def compare(results: list[ContenderResult], recheck: ContenderResult | None = No
 
 
 def _hardware_summary() -> dict[str, Any]:
-    from engine import hardware
+    from engine.runtime import hardware
 
     info = hardware.detect()
     out: dict[str, Any] = {
@@ -214,7 +214,7 @@ def run_race(
     spec = spec.validate()
     hw = _hardware_summary()
     if spec.dtype != "auto":  # fail before starting workers (fp16 on a CPU, a typo) rather than in each one
-        from engine.models import resolve_device, resolve_dtype
+        from engine.runtime.models import resolve_device, resolve_dtype
 
         resolve_dtype(spec.dtype, resolve_device(spec.device))
     result = RaceResult(

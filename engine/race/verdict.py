@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from engine import stats
+from engine.core import stats
 from engine.race.record import ContenderResult
 
 MIN_TIMED_RUNS = 3

@@ -215,8 +215,8 @@ def _apply_features(lm, contender: dict, notes: list[str]) -> None:
 def run_job(job: dict) -> dict:
     import torch
 
-    from engine import generation, models
     from engine.race import compat, quality
+    from engine.runtime import generation, models
 
     notes: list[str] = []
     contender = job["contender"]

@@ -24,9 +24,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from engine.batching.scheduler import RequestHandle, Scheduler, encode_prompt
-from engine.errors import CancelledError, EngineError
-from engine.generation import check_context
-from engine.models import LoadedModel
+from engine.core.errors import CancelledError, EngineError
+from engine.runtime.generation import check_context
+from engine.runtime.models import LoadedModel
 from engine.serving.metrics import ServerMetrics
 from engine.serving.protocol import (
     Limits,

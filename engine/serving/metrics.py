@@ -23,7 +23,7 @@ from prometheus_client import (
 disable_created_metrics()  # the `_created` timestamp series double the output and no dashboard reads them
 
 PREFIX = "inference_lab"
-# Buckets: vLLM's TTFT and ITL buckets (vllm/engine/metrics.py), wide enough for a 2-core CPU.
+# Buckets: vLLM's TTFT and ITL buckets (vllm/engine/runtime/metrics.py), wide enough for a 2-core CPU.
 TTFT_BUCKETS = (
     0.001,
     0.005,

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 import uvicorn
 
 from engine.batching.scheduler import DEFAULT_MAX_BATCH, Scheduler
-from engine.errors import InvalidParameterError
-from engine.models import LoadedModel, load_model
+from engine.core.errors import InvalidParameterError
+from engine.core.threads import run_in_thread
+from engine.runtime.models import LoadedModel, load_model
 from engine.serving.app import create_app
 from engine.serving.protocol import Limits
-from engine.threads import run_in_thread
 
 API_KEY_ENV = "INFERENCE_LAB_API_KEY"
 DEFAULT_HOST = "127.0.0.1"
@@ -49,7 +49,7 @@ class ServeSpec:
 def build(spec: ServeSpec, lm: LoadedModel | None = None):
     """(app, scheduler) for a spec; loads the model unless one is given."""
     spec.validate()
-    # loaded on a thread that ends, so no OpenMP team stays behind to slow the scheduler's (engine.threads)
+    # loaded on a thread that ends, so no OpenMP team stays behind to slow the scheduler's (engine.core.threads)
     lm = lm or run_in_thread(lambda: load_model(spec.model, dtype=spec.dtype, device=spec.device))
     scheduler = Scheduler(lm, max_batch=spec.max_batch, kv_budget_bytes=spec.kv_budget_bytes, record=False)
     app = create_app(

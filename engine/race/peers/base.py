@@ -89,11 +89,28 @@ def threads() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 
 
+ROOT = Path(__file__).resolve().parents[3]  # the repository
+EXPORT_PYTHON_ENV = "INFERENCE_LAB_PEERS_EXPORT_PYTHON"
+DEFAULT_EXPORT_VENV = ROOT / ".venv-peers"
+
+
+def export_cli() -> tuple[Path | None, str]:
+    """optimum-cli of the side environment, or None and how to make it."""
+    configured = os.environ.get(EXPORT_PYTHON_ENV)
+    python = Path(configured) if configured else DEFAULT_EXPORT_VENV / "bin" / "python"
+    cli = python.parent / "optimum-cli"
+    if cli.is_file():
+        return cli, ""
+    return None, (
+        "OpenVINO's exporter (optimum-intel) is not installed: it needs its own environment because it "
+        "pins transformers<5.6; run `bash scripts/install_peers.sh` (makes .venv-peers) or point "
+        f"{EXPORT_PYTHON_ENV} at a python that has optimum-intel[openvino]"
+    )
+
+
 def installed() -> list[dict]:
     """What the page shows before a race: each peer's installed version (metadata only, nothing imported)
     or how to install it, and whether OpenVINO's exporter environment exists."""
-    from engine.race.peers.ov import export_cli
-
     rows = []
     for name in BACKENDS:
         b = backend(name)

@@ -1,7 +1,7 @@
 """Offline conversion into the model cache, once per (engine version, model, precision).
 
 Source: the engine's own cached safetensors copy (the bundled SmolLM2 is dequantized once by
-engine.models.ensure_bundled_copy), a local HF folder, a hub model already in the local HF cache, or a
+engine.runtime.models.ensure_bundled_copy), a local HF folder, a hub model already in the local HF cache, or a
 random-weight preset saved once with its seeded weights. Target:
 `<INFERENCE_LAB_HOME>/models/peers/<engine>-<version>/<model key>-<precision>/`, written to a temporary
 folder and renamed when complete, with `conversion.json` beside it (seconds, command, date). A file lock
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from engine import paths
+from engine.core import paths
 
 MARKER = "conversion.json"
 
@@ -51,7 +51,7 @@ def _read_config(folder: Path) -> tuple[str, str]:
 
 def source_for(model: str) -> Source:
     """The HF folder to convert `model` from. Raises Unsupported when there is none offline."""
-    from engine import models
+    from engine.runtime import models
 
     kind, preset, where = models._resolve(model)
     if kind == "gguf":
@@ -87,7 +87,7 @@ def source_for(model: str) -> Source:
 def family(model: str) -> tuple[str, str] | None:
     """(architecture, model_type) of a random-weight preset without building it (None for other models),
     so an engine that cannot convert the family says so before gigabytes of random weights are saved."""
-    from engine import models
+    from engine.runtime import models
 
     preset = models.PRESETS.get(model)
     if preset is None or preset.kind != "random":
@@ -102,7 +102,7 @@ def _materialise_random(name: str) -> tuple[Path, str]:
     """Random-weight presets: save the seeded model once (the same weights vanilla gets in this transformers)."""
     import transformers
 
-    from engine import models
+    from engine.runtime import models
 
     key = f"{name}-tf{transformers.__version__}"
     folder = paths.models_dir() / "peers-src" / key

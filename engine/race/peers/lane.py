@@ -2,7 +2,7 @@
 
 Same work: the race's prompts rendered and tokenized by the model's own HF tokenizer exactly as vanilla's
 generate() does (chat template when the race uses it), greedy decoding, the race's max new tokens, the same
-warm-up and timed runs on the first prompt, the same EOS ids, TTFT/TPOT from engine.measurement's
+warm-up and timed runs on the first prompt, the same EOS ids, TTFT/TPOT from engine.runtime.measurement's
 summarize_steps, tokens counted as ids of that tokenizer, and bits per byte on the same documents.
 """
 
@@ -29,7 +29,7 @@ def _eos_ids(folder: Path) -> set[int]:
 
 
 def prompt_ids(tokenizer, prompt: str, chat: bool) -> list[int]:
-    """As engine.generation renders and encodes one prompt (chat template without special tokens added
+    """As engine.runtime.generation renders and encodes one prompt (chat template without special tokens added
     twice; a raw prompt with the tokenizer's own special tokens)."""
     if chat:
         text = tokenizer.apply_chat_template(
@@ -40,7 +40,7 @@ def prompt_ids(tokenizer, prompt: str, chat: bool) -> list[int]:
 
 
 def _measure(request_t: float, out: base.Generated) -> dict[str, Any]:
-    from engine.metrics import summarize_steps
+    from engine.runtime.metrics import summarize_steps
 
     n = len(out.ids)
     ttft, tpot, latency = summarize_steps(request_t, out.step_times, [n])

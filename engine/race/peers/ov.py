@@ -12,30 +12,11 @@ generated tokens and a sequence score, not the log-probability of a given text).
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 from engine.race.peers import convert_util
-from engine.race.peers.base import Generated
-
-ROOT = Path(__file__).resolve().parents[3]
-EXPORT_PYTHON_ENV = "INFERENCE_LAB_PEERS_EXPORT_PYTHON"
-DEFAULT_EXPORT_VENV = ROOT / ".venv-peers"
-
-
-def export_cli() -> tuple[Path | None, str]:
-    """optimum-cli of the side environment, or None and how to make it."""
-    configured = os.environ.get(EXPORT_PYTHON_ENV)
-    python = Path(configured) if configured else DEFAULT_EXPORT_VENV / "bin" / "python"
-    cli = python.parent / "optimum-cli"
-    if cli.is_file():
-        return cli, ""
-    return None, (
-        "OpenVINO's exporter (optimum-intel) is not installed: it needs its own environment because it "
-        "pins transformers<5.6; run `bash scripts/install_peers.sh` (makes .venv-peers) or point "
-        f"{EXPORT_PYTHON_ENV} at a python that has optimum-intel[openvino]"
-    )
+from engine.race.peers.base import Generated, export_cli
 
 
 class OVSession:

@@ -18,7 +18,7 @@ from typing import Any
 from engine.calc.hf_config import model_name, spec_from_hf_config
 from engine.calc.memory import count_params
 from engine.calc.specs import ModelSpec, ParamCount
-from engine.errors import DependencyMissingError, EngineError, InvalidParameterError
+from engine.core.errors import DependencyMissingError, EngineError, InvalidParameterError
 
 ATTENTION_PARTS = ("attn", "attention", "self_attn", "self_attention")
 ROUTER_PARTS = ("gate", "router")  # a MoE block's router; Llama's gate_proj is an MLP weight

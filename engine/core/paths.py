@@ -14,7 +14,7 @@ import platform
 import re
 from pathlib import Path
 
-from engine.errors import PathNotAllowedError
+from engine.core.errors import PathNotAllowedError
 
 
 def home() -> Path:

@@ -40,8 +40,8 @@ from dataclasses import dataclass, field, replace
 from engine.calc.roofline import operators
 from engine.calc.specs import ModelSpec
 from engine.calc.timing import Efficiency
-from engine.errors import InvalidParameterError
-from engine.stats import median, quantile
+from engine.core.errors import InvalidParameterError
+from engine.core.stats import median, quantile
 
 BOOTSTRAP = 200
 COVERAGE = 0.95
@@ -90,7 +90,7 @@ class PrecisionFit:
     shapes: int = 0  # distinct shapes fitted
     dropped: int = 0  # shapes dropped as outliers
     pooled: bool = False  # bandwidth and per-layer cost shared with the other precisions
-    # measured matrix-vector rate by inner dimension, [[K, bytes/s], ...] (engine.calibration_runs.gemv_curve);
+    # measured matrix-vector rate by inner dimension, [[K, bytes/s], ...] (engine.calibration.runs.gemv_curve);
     # s_per_byte is then per byte at the fastest K, and a matmul of inner dimension K reads its weights
     # rate(fastest) / rate(K) times slower. Empty: every weight byte costs the same.
     gemv: list[list[float]] = field(default_factory=list)
@@ -397,7 +397,7 @@ def fit_precisions(
     gemm: dict[str, list[list[float]]] | None = None,
 ) -> tuple[dict[str, PrecisionFit], list[str]]:
     """Fit every precision in `samples` (see the module docstring); returns the fits and notes. `gemv`:
-    the measured matrix-vector curve per precision (engine.calibration_runs.gemv_curve), if any."""
+    the measured matrix-vector curve per precision (engine.calibration.runs.gemv_curve), if any."""
     gemv, gemm = gemv or {}, gemm or {}
     designs = _designs(spec, samples, gemv, gemm)
     if not designs:

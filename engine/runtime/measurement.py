@@ -1,6 +1,6 @@
 """One run's measurement, in base units. Shared by generation, the scheduler, the race, bench/ and pages.
 
-Definitions (vLLM, benchmarks/benchmark_serving.py; the pages say the same; computed only by engine.metrics):
+Definitions (vLLM, benchmarks/benchmark_serving.py; the pages say the same; computed only by engine.runtime.metrics):
 - TTFT: from the request entering the engine to the first generated token being available.
 - TPOT: (latency - TTFT) / (output_tokens - 1), vLLM's definition: it excludes the first token, so it is
   the steady decode rate. Undefined (NaN) for a single-token output.

@@ -8,8 +8,8 @@ import json
 import threading
 from pathlib import Path
 
-from engine import paths
-from engine.measurement import Measurement
+from engine.core import paths
+from engine.runtime.measurement import Measurement
 
 _lock = threading.Lock()
 MAX_LINES_READ = 5000  # newest runs win; the log is for comparison, not an archive

@@ -1,6 +1,6 @@
 """The one place every run metric is computed: TTFT, TPOT, latency, tokens/s, decode tokens/s and peak memory.
 
-Used by engine.generation (a padded `generate` batch and each of its rows) and by the batching engine
+Used by engine.runtime.generation (a padded `generate` batch and each of its rows) and by the batching engine
 (engine.batching.sequence: each request of the static runner and of the in-flight scheduler), in the spirit of
 vLLM's single `calculate_metrics` (benchmarks/benchmark_serving.py). Definitions (vLLM's; the pages say the same):
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from engine.measurement import Measurement
+from engine.runtime.measurement import Measurement
 
 CUDA_KIND = "cuda max_memory_allocated"
 CPU_KIND = "process RSS (CPU)"
@@ -32,7 +32,7 @@ def memory_now(device: str) -> int:
         import torch
 
         return int(torch.cuda.max_memory_allocated())
-    from engine.hardware import current_rss_bytes
+    from engine.runtime.hardware import current_rss_bytes
 
     return current_rss_bytes()
 

@@ -27,12 +27,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.errors import InvalidParameterError, PromptTooLongError
-from engine.models import LoadedModel
+from engine.core.errors import InvalidParameterError, PromptTooLongError
+from engine.runtime.models import LoadedModel
 
 Progress = Callable[[float, str], None]
 
-DATA_DIR = Path(__file__).parent / "data" / "fewshot"
+DATA_DIR = Path(__file__).parents[1] / "data" / "fewshot"
 DEFAULT_SET = "sentiment"
 DEFAULT_KS: tuple[int, ...] = (0, 1, 2, 4, 8)
 MAX_CSV_BYTES = 1_000_000  # the page's upload limit, enforced here too

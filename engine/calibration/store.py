@@ -12,18 +12,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine import paths
 from engine.calc.specs import GPUSpec, ModelSpec
 from engine.calc.timing import Efficiency
-from engine.calibration_fit import PrecisionFit, RunSample, efficiency_of
-from engine.machine import machine_spec
+from engine.calibration.fit import PrecisionFit, RunSample, efficiency_of
+from engine.calibration.machine import machine_spec
+from engine.core import paths
 
 SCHEMA = 2
 
 
 @dataclass(frozen=True)
 class LoadSummary:
-    """The machine's load over the calibration's runs (engine.calibration_runs)."""
+    """The machine's load over the calibration's runs (engine.calibration.runs)."""
 
     runs: int
     loadavg_1m_median: float
@@ -61,7 +61,7 @@ class Calibration:
 
     def efficiency(self, dtype: str, spec: ModelSpec | None = None) -> Efficiency:
         """The calibrated Efficiency for the calculator (engine.calc.timing) in `dtype`; with `spec`, at the
-        matrix-vector rate that model's matmul shapes reach (engine.calibration_fit.efficiency_of)."""
+        matrix-vector rate that model's matmul shapes reach (engine.calibration.fit.efficiency_of)."""
         key = "bf16" if dtype in ("fp16", "int8", "int4") else dtype
         flops = self.peak_flops.get(key) or self.peak_flops.get("fp32") or 0.0
         return efficiency_of(self.fit_for(dtype), self.peak_bandwidth_bytes_per_s, flops, spec)

@@ -17,17 +17,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from engine import runlog
-from engine.errors import (
+from engine.core.errors import (
     CancelledError,
     EngineError,
     InvalidParameterError,
     OutOfMemoryError,
     PromptTooLongError,
 )
-from engine.measurement import Measurement
-from engine.metrics import PeakMemory, run_metrics
-from engine.models import LoadedModel
+from engine.runtime import runlog
+from engine.runtime.measurement import Measurement
+from engine.runtime.metrics import PeakMemory, run_metrics
+from engine.runtime.models import LoadedModel
 
 MAX_NEW_TOKENS_LIMIT = 4096
 MAX_PROMPT_CHARS = 200_000  # far beyond any context window; guards the tokenizer against pathological input

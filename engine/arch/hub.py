@@ -6,14 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 from engine.calc.specs import ModelSpec
-from engine.errors import DependencyMissingError, InvalidParameterError
+from engine.core.errors import DependencyMissingError, InvalidParameterError
 
 
 def config_from_hub(repo_id: str) -> dict[str, Any]:
     """config.json of a hub model (only that file; from the local HF cache when offline)."""
     import json
 
-    from engine.errors import HubUnreachableError
+    from engine.core.errors import HubUnreachableError
 
     if repo_id.count("/") != 1 or any(c.isspace() for c in repo_id):
         raise InvalidParameterError(
@@ -34,7 +34,7 @@ def config_from_hub(repo_id: str) -> dict[str, Any]:
         try:
             path = hf_hub_download(repo_id, "config.json", local_files_only=True)
         except LocalEntryNotFoundError:
-            from engine.models import hub_reachable
+            from engine.runtime.models import hub_reachable
 
             if not hub_reachable():  # a 2 s check instead of huggingface_hub's ~25 s of retries
                 raise
@@ -61,6 +61,6 @@ def config_from_hub(repo_id: str) -> dict[str, Any]:
 
 def spec_from_hub(repo_id: str) -> ModelSpec:
     """The spec of a hub model from its config.json, counted with its real class on the meta device."""
-    from engine.arch import exact_spec
+    from engine.arch.meta import exact_spec
 
     return exact_spec(config_from_hub(repo_id), name=repo_id)

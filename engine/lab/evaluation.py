@@ -31,12 +31,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from engine.errors import DependencyMissingError, HubUnreachableError, InvalidParameterError
-from engine.models import LoadedModel, hub_reachable
+from engine.core.errors import DependencyMissingError, HubUnreachableError, InvalidParameterError
+from engine.runtime.models import LoadedModel, hub_reachable
 
 Progress = Callable[[float, str], None]
 
-TASK_DIR = Path(__file__).parent / "data" / "lmeval_tasks"
+TASK_DIR = Path(__file__).parents[1] / "data" / "lmeval_tasks"
 LOCAL_TASK = "pydoc_topics"
 WIKITEXT = "wikitext"
 WIKITEXT_DATASET = "EleutherAI/wikitext_document_level"

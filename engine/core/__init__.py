@@ -1,0 +1,1 @@
+"""Foundations every layer uses: typed errors, dtypes, paths, statistics, threads."""

@@ -1,0 +1,189 @@
+"""An experiment is a spec: one frozen dataclass declares each option once (type, default, bounds, help), as
+vLLM's `EngineArgs` does, and the command line, the benchmarks and the pages all read it.
+
+    @dataclass(frozen=True)
+    class QuantSpec(ModelArgs, Spec):
+        runs: int = option(3, "timed runs per scheme (3+ gives a 95% interval)", lo=1, hi=20)
+
+    QuantSpec.add_arguments(parser)           # --model, --dtype, --device, --runs (defaults from the fields)
+    spec = QuantSpec.from_args(args)          # typed, validated: InvalidParameterError names the flag
+    QuantSpec.default("runs"), QuantSpec.bounds("runs")   # what a page's widget starts at and allows
+
+A field's type comes from its default (bool -> a switch, tuple -> a comma-separated list) or from `kind=` when
+the default is None. Standard library only: the pure calculators use it too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import MISSING, field
+from typing import Any, Self
+
+from engine.core.errors import InvalidParameterError
+
+
+def option(
+    default: Any,
+    help: str,
+    *,
+    lo: float | None = None,
+    hi: float | None = None,
+    choices: Sequence[Any] | Callable[[], Sequence[Any]] | None = None,
+    kind: type | None = None,
+    label: str | None = None,
+    flag: str | None = None,
+    cli: bool = True,
+) -> Any:
+    """A spec field: its default, a one-line help, and what a valid value is (bounds, choices). `label` is the
+    words an error uses ("max new tokens"); `flag` overrides the command-line name; `cli=False` keeps it off
+    the command line (set by code, e.g. a page's progress callback)."""
+    meta = {
+        "help": help,
+        "lo": lo,
+        "hi": hi,
+        "choices": choices,
+        "kind": kind,
+        "label": label,
+        "flag": flag,
+        "cli": cli,
+    }
+    if isinstance(default, list | dict | set):
+        raise TypeError("spec defaults must be immutable: use a tuple")
+    return field(default=default, metadata=meta)
+
+
+def _kind(f: dataclasses.Field) -> type:
+    if f.metadata.get("kind") is not None:
+        return f.metadata["kind"]
+    if f.default is None or f.default is MISSING:
+        raise TypeError(f"spec field {f.name} needs kind= (its default does not say its type)")
+    return type(f.default)
+
+
+def _choices(f: dataclasses.Field) -> tuple[Any, ...] | None:
+    c = f.metadata.get("choices")
+    if c is None:
+        return None
+    return tuple(c() if callable(c) else c)
+
+
+class Spec:
+    """Mix into a frozen dataclass whose fields are made with `option`."""
+
+    @classmethod
+    def _options(cls) -> list[dataclasses.Field]:
+        return [f for f in dataclasses.fields(cls) if "help" in f.metadata]  # type: ignore[arg-type]
+
+    @classmethod
+    def _field(cls, name: str) -> dataclasses.Field:
+        for f in cls._options():
+            if f.name == name:
+                return f
+        raise KeyError(f"{cls.__name__} has no option {name!r}")
+
+    @classmethod
+    def default(cls, name: str) -> Any:
+        return cls._field(name).default
+
+    @classmethod
+    def bounds(cls, name: str) -> tuple[Any, Any]:
+        f = cls._field(name)
+        return f.metadata["lo"], f.metadata["hi"]
+
+    @classmethod
+    def choices(cls, name: str) -> tuple[Any, ...] | None:
+        return _choices(cls._field(name))
+
+    @classmethod
+    def help(cls, name: str) -> str:
+        return cls._field(name).metadata["help"]
+
+    @classmethod
+    def flag(cls, name: str) -> str:
+        f = cls._field(name)
+        return f.metadata["flag"] or "--" + name.replace("_", "-")
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser, *, skip: Sequence[str] = ()) -> None:
+        """One flag per option, its default and help from the field."""
+        for f in cls._options():
+            if not f.metadata["cli"] or f.name in skip:
+                continue
+            kind, flag, dest = _kind(f), cls.flag(f.name), f.name
+            help_text = f.metadata["help"].replace("%", "%%")
+            if kind is bool:
+                parser.add_argument(
+                    flag,
+                    dest=dest,
+                    action=argparse.BooleanOptionalAction,
+                    default=f.default,
+                    help=f"{help_text} (default: {'on' if f.default else 'off'})",
+                )
+                continue
+            shown = ",".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default
+            lo, hi = f.metadata["lo"], f.metadata["hi"]
+            if lo is not None or hi is not None:
+                shown = f"{shown}; {'…' if lo is None else lo} to {'…' if hi is None else hi}"
+            choices = _choices(f)
+            if kind is tuple:
+                listed = f"; from: {', '.join(map(str, choices))}" if choices else ""
+                parser.add_argument(
+                    flag,
+                    dest=dest,
+                    default=f.default,
+                    type=_comma_list,
+                    help=f"{help_text}, comma-separated (default: {shown}{listed})",
+                )
+                continue
+            parser.add_argument(
+                flag,
+                dest=dest,
+                default=f.default,
+                type=kind,
+                help=f"{help_text} (default: {shown})",
+                **({"choices": choices} if choices and kind is str else {}),
+            )
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, **overrides: Any) -> Self:
+        """The spec from parsed flags (fields without a flag keep their defaults), validated."""
+        given = {f.name: getattr(args, f.name) for f in cls._options() if hasattr(args, f.name)}
+        return cls(**{**given, **overrides}).validate()  # type: ignore[call-arg]
+
+    def validate(self) -> Self:
+        """Every option against its kind, bounds and choices; subclasses add cross-field rules and call this."""
+        for f in self._options():
+            value = getattr(self, f.name)
+            label = f.metadata["label"] or f.name.replace("_", " ")
+            if value is None and f.default is None:
+                continue
+            kind = _kind(f)
+            if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+                raise InvalidParameterError(f"{label} must be a whole number, got {value!r}")
+            if kind is float and (
+                isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
+            ):
+                raise InvalidParameterError(f"{label} must be a finite number, got {value!r}")
+            lo, hi = f.metadata["lo"], f.metadata["hi"]
+            if kind in (int, float) and ((lo is not None and value < lo) or (hi is not None and value > hi)):
+                span = (
+                    f"from {lo} to {hi}"
+                    if lo is not None and hi is not None
+                    else (f"at least {lo}" if lo is not None else f"at most {hi}")
+                )
+                raise InvalidParameterError(f"{label} must be {span}, got {value!r}")
+            choices = _choices(f)
+            if choices:
+                bad = [v for v in (value if isinstance(value, tuple) else (value,)) if v not in choices]
+                if bad:
+                    raise InvalidParameterError(
+                        f"unknown {label} {bad[0]!r}; choose from {', '.join(map(str, choices))}"
+                    )
+        return self
+
+
+def _comma_list(text: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in text.split(",") if p.strip())

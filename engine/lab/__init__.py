@@ -1,0 +1,1 @@
+"""The few-shot, code-generation and evaluation lab (lm-evaluation-harness)."""

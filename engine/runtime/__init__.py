@@ -1,0 +1,1 @@
+"""The torch side: load a model, generate, measure a run, log it; hardware facts."""
