@@ -36,6 +36,7 @@ COMMANDS = (
     "loadgen",
     "quant",
     "speculate",
+    "trackrecord",
 )
 
 
