@@ -50,7 +50,9 @@ def test_estimate_json_answers_the_t4_question(capsys):
         ],
     )
     assert r.keys() >= ESTIMATE_KEYS
-    assert r["params"] == 2_651_307_520 and r["fits"] is True and r["max_batch"] == 24  # 15,360 MiB, the driver's T4
+    assert (
+        r["params"] == 2_651_307_520 and r["fits"] is True and r["max_batch"] == 24
+    )  # 15,360 MiB, the driver's T4
     assert r["kv_cache_bytes"] == 8 * 1024 * 327_680
     assert r["inputs"]["prompt_tokens"] == 512 and r["inputs"]["output_tokens"] == 512
     assert r["usd_per_million_tokens"] > 0

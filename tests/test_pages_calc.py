@@ -310,7 +310,9 @@ def test_a_serving_engine_sizes_the_cache_as_it_allocates_and_gives_the_launch_c
     at.selectbox(key="calc.engine").set_value("vllm").run()
     assert not at.exception
     verdict = at.success[0].value
-    assert "as vllm allocates memory" in verdict and "tokens**" in verdict and "Maximum concurrency" in verdict
+    assert (
+        "as vllm allocates memory" in verdict and "tokens**" in verdict and "Maximum concurrency" in verdict
+    )
     codes = [c.value for c in at.code]
     assert any(c.startswith("vllm serve EleutherAI/gpt-neo-2.7B") for c in codes)
     assert any("sglang.launch_server" in c for c in codes)
