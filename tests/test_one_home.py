@@ -17,6 +17,8 @@ HOMES = {
     "summarize_steps": "engine/runtime/metrics.py",
     "gb": "engine/calc/format.py",
     "seconds": "engine/calc/format.py",
+    "to_jsonable": "engine/core/jsonsafe.py",
+    "spec_for_run_model": "engine/calibration/__init__.py",
 }
 
 
