@@ -8,7 +8,7 @@ weights) in fp32 (bf16 with --neo13-bf16). Datasheet mode (this machine's measur
 Robust to a busy machine by construction, and the load is reported: calibration runs and target runs take
 turns in one loop (a load that comes and goes touches both alike), each shape is repeated and its fastest
 repeat kept (TTFT and TPOT separately; TPOT of a run is its median step interval), and every run records the
-load average and this process's CPU share (engine.calibration.runs). Target (issue 11): calibrated /
+load average and this process's CPU share (engine.calibration.runs). Target: calibrated /
 measured within 0.8..1.2 for TPOT and TTFT of every target. This is a benchmark, not a test. Prints a table,
 writes bench/results/calibration-<machine>-<UTC time>.json and stores the calibration for this machine.
 """

@@ -14,7 +14,7 @@ an fp32 model on the CPU, also the floor: the model's weight products alone, per
 with dynamic shapes); it compiles for about a minute first.
 
 Prints a table and writes bench/results/decode-<machine>.json. Targets: the engine costs at most 5% against
-plain generate in the same layout; issue 17: batch-1 decode at 50% of the measured read bandwidth.
+plain generate in the same layout; the target: batch-1 decode at 50% of the measured read bandwidth.
 """
 
 from __future__ import annotations

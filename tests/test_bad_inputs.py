@@ -1,4 +1,4 @@
-"""Issue 8's catalogue of bad inputs: one table, one parametrized test.
+"""Catalogue of bad inputs: one table, one parametrized test.
 
 Every case feeds one bad input to a page (AppTest, widgets driven by key) or to the CLI (a real
 subprocess) and checks three things: a clear message (st.error, or stderr with exit code 2), no

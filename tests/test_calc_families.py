@@ -307,7 +307,7 @@ def test_calculator_uses_the_meta_device_count(family):
 
 @pytest.mark.parametrize("family", ["gpt_neox", "gptj", "opt", "bloom", "falcon-7b-style", "phi", "gpt2"])
 def test_a_llama_layout_would_be_wrong_for_the_other_families(family):
-    """What issue 11 found: a gated Llama MLP applied to these families over-counts them."""
+    """A gated Llama MLP applied to these families over-counts them."""
     spec = spec_from_hf_config(FAMILIES[family])
     wrong = replace(spec, layout=ARCH_TRAITS["llama"])
     assert count_params(wrong).total != meta_count(FAMILIES[family]).params

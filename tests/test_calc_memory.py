@@ -145,7 +145,7 @@ def test_unknown_names_and_bad_configs():
 
 
 def test_gpu_plan_never_proposes_a_count_that_does_not_divide_the_heads():
-    """Issue 13, defect 1: at batch 4096 the page proposed 104 GPUs "that divide the 20 heads"."""
+    """At batch 4096 the page proposed 104 GPUs "that divide the 20 heads"."""
     from engine.calc.memory import plan_gpus
 
     spec = model_preset("gpt-neo-2.7b")
@@ -163,7 +163,7 @@ def test_gpu_plan_never_proposes_a_count_that_does_not_divide_the_heads():
 
 
 def test_weight_only_int8_int4_keep_a_16_bit_kv_cache_by_default():
-    """Issue 13, defect 6: "KV cache: same" shrank the cache with int8/int4 weights, though they are weight-only."""
+    """The "KV cache: same" choice shrank the cache with int8/int4 weights, though they are weight-only."""
     spec, t4 = model_preset("gpt-neo-125m"), gpu_spec("t4")
     for dtype in ("int8", "int4"):
         i = Inputs(dtype=dtype, batch=4, prompt_tokens=100, output_tokens=100)
@@ -175,7 +175,7 @@ def test_weight_only_int8_int4_keep_a_16_bit_kv_cache_by_default():
 
 
 def test_a_cpu_defaults_to_a_precision_it_runs():
-    """Issue 13, defect 6: "this machine" defaulted to fp16, which a CPU runs through reference kernels."""
+    """The "this machine" GPU defaulted to fp16, which a CPU runs through reference kernels."""
     from engine.calc.report import default_precision
     from engine.calc.specs import GPUSpec
 

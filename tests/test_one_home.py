@@ -1,4 +1,4 @@
-"""One definition per concept (issue 12): each is imported from its one home, and no other module of the
+"""One definition per concept: each is imported from its one home, and no other module of the
 engine, the UI, the pages or the benchmarks defines its own copy."""
 
 from __future__ import annotations

@@ -98,7 +98,7 @@ def test_precision_changes_weights():
 
 
 def test_int4_weights_keep_a_16_bit_kv_cache():
-    """Issue 13, defect 6: int8/int4 are weight-only; the KV cache stays 16-bit unless asked."""
+    """int8 and int4 are weight-only; the KV cache stays 16-bit unless asked."""
     at = _run(CALC)
     assert _metric(at, "KV cache") == "2.68 GB"
     for weights in ("int8", "int4", "Q4_0"):
@@ -108,7 +108,7 @@ def test_int4_weights_keep_a_16_bit_kv_cache():
 
 
 def test_this_machine_defaults_to_a_precision_a_cpu_runs(monkeypatch):
-    """Issue 13, defect 6: "this machine" defaulted to fp16, 13.7 minutes of prefill on a CPU."""
+    """The "this machine" GPU defaulted to fp16, 13.7 minutes of prefill on a CPU."""
     from engine.calibration import machine
     from ui.common import cached_machine_measurement
 
@@ -133,7 +133,7 @@ def test_this_machine_defaults_to_a_precision_a_cpu_runs(monkeypatch):
 
 
 def test_cost_is_priced_at_the_gpus_needed_when_it_does_not_fit():
-    """Issue 13, defect 1: at batch 64 on one T4 the cost cards priced one GPU for a load that needs more."""
+    """At batch 64 on one T4 the cost cards priced one GPU for a load that needs more."""
     at = _run(CALC)
     at.number_input(key="calc.batch").set_value(64).run()
     assert "Does not fit" in at.error[0].value
@@ -146,7 +146,7 @@ def test_cost_is_priced_at_the_gpus_needed_when_it_does_not_fit():
 
 
 def test_past_the_head_count_says_tensor_parallel_stops():
-    """Issue 13, defect 1: at batch 4096 the page proposed 104 GPUs as "a count that divides the 20 heads"."""
+    """At batch 4096 the page proposed 104 GPUs as "a count that divides the 20 heads"."""
     at = _run(CALC)
     at.number_input(key="calc.batch").set_value(4096).run()
     verdict = at.error[0].value
@@ -321,7 +321,7 @@ def test_a_serving_engine_sizes_the_cache_as_it_allocates_and_gives_the_launch_c
 
 
 def test_the_price_follows_the_selected_gpu_with_its_source():
-    """The T4's price stayed when an A100 was picked (issue 26, item 7): each GPU starts from its own."""
+    """The T4's price stayed when an A100 was picked: each GPU starts from its own."""
     from engine.calc.prices import price_for
 
     at = _run(CALC)
