@@ -574,7 +574,20 @@ CASES = [
     Case(
         "cli-generate-unknown-dtype",
         cli_rejects(
-            "generate", "--model", TINY, "--prompt", "hi", "--dtype", "fp8", message="unknown precision"
+            "generate", "--model", TINY, "--prompt", "hi", "--dtype", "fp6", message="unknown precision"
+        ),
+    ),
+    Case(
+        "cli-generate-calculator-only-dtype",
+        cli_rejects(
+            "generate",
+            "--model",
+            TINY,
+            "--prompt",
+            "hi",
+            "--dtype",
+            "fp8",
+            message="load the model in one of",
         ),
     ),
     Case(
@@ -805,7 +818,7 @@ CASES = [
     ),
     Case(
         "cli-batch-zero-max-batch",
-        cli_rejects("batch", "--model", TINY, "--requests", "2", "--max-batch", "0", message="--max-batch"),
+        cli_rejects("batch", "--model", TINY, "--requests", "2", "--max-batch", "0", message="max batch must be a positive whole number"),
     ),
     Case(
         "cli-batch-nan-rate", cli_rejects("batch", "--model", TINY, "--rate", "nan", message="arrival rate")

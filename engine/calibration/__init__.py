@@ -41,6 +41,7 @@ from engine.calibration.store import (
 )
 from engine.core import paths
 from engine.core.errors import InvalidParameterError, UnknownModelError
+from engine.core.spec import Spec, option
 from engine.core.stats import median
 
 __all__ = [
@@ -65,6 +66,19 @@ __all__ = [
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 DEFAULT_DTYPES = ("fp32", "bf16")
+
+
+@dataclass(frozen=True)
+class CalibrateSpec(Spec):
+    """`python -m engine calibrate` and bench/calibration.py: which model and precisions to run, how often."""
+
+    model: str = option(DEFAULT_MODEL, "an engine preset to run")
+    dtypes: tuple[str, ...] = option(
+        DEFAULT_DTYPES, "precisions to run", choices=("fp32", "bf16", "fp16"), label="precision"
+    )
+    repeats: int = option(3, "repeats of each shape after one warm-up (the fastest is kept)", lo=1, hi=20)
+
+
 # The calibration's shapes: prompt lengths 32 and 128, outputs 8 and 6, batch 1 and 4, at the full depth and
 # cut to SHORT_DEPTH layers (two depths separate bytes from per-layer cost; see engine.calibration.fit).
 CALIBRATION_SHAPES = (Shape(32, 8, 1), Shape(128, 6, 1), Shape(32, 6, 4))
