@@ -818,7 +818,16 @@ CASES = [
     ),
     Case(
         "cli-batch-zero-max-batch",
-        cli_rejects("batch", "--model", TINY, "--requests", "2", "--max-batch", "0", message="max batch must be a positive whole number"),
+        cli_rejects(
+            "batch",
+            "--model",
+            TINY,
+            "--requests",
+            "2",
+            "--max-batch",
+            "0",
+            message="max batch must be a positive whole number",
+        ),
     ),
     Case(
         "cli-batch-nan-rate", cli_rejects("batch", "--model", TINY, "--rate", "nan", message="arrival rate")
