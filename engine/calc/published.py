@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
@@ -83,6 +83,7 @@ class PublishedRow:
     max_model_len: int | None = None
     block_size: int | None = None
     max_num_seqs: int | None = None
+    log_text: str = ""  # every quote of the startup log this row comes from (its other rows' too)
 
     @property
     def source_key(self) -> str:
@@ -189,14 +190,34 @@ def _row(kind: str, r: dict[str, Any]) -> PublishedRow:
     )
 
 
+# Fields one startup log states once: its other rows (same id but the last part) share them.
+SHARED_LOG_FIELDS = (
+    "max_model_len",
+    "engine_version",
+    "gpu_memory_utilization",
+    "block_size",
+    "max_num_seqs",
+)
+
+
 @cache
 def rows() -> tuple[PublishedRow, ...]:
-    """Every published row, memory first, in file order."""
-    return tuple(
-        _row(kind, r)
-        for kind, name in (("memory", "memory.toml"), ("speed", "speed.toml"))
-        for r in _load(name)["row"]
-    )
+    """Every published row, memory first, in file order; a startup log's rows share what the log states once."""
+    memory, speed = _load("memory.toml")["row"], _load("speed.toml")["row"]
+    shared: dict[str, dict[str, Any]] = {}
+    texts: dict[str, str] = {}
+    for r in memory:
+        log = r["id"].rsplit("-", 1)[0]
+        texts[log] = texts.get(log, "") + "\n" + r["quote"]
+        for k in SHARED_LOG_FIELDS:
+            if r.get(k) not in (None, "unknown"):
+                shared.setdefault(log, {}).setdefault(k, r[k])
+    out = []
+    for r in memory:
+        log = r["id"].rsplit("-", 1)[0]
+        own = {k: v for k, v in r.items() if v not in (None, "unknown")}
+        out.append(replace(_row("memory", {**shared.get(log, {}), **own}), log_text=texts[log]))
+    return tuple(out) + tuple(_row("speed", r) for r in speed)
 
 
 @cache

@@ -139,7 +139,7 @@ def vllm_era(row: published.PublishedRow) -> str:
             and int("".join(c for c in parts[1] if c.isdigit()) or 0) < 8
             else "v1"
         )
-    q = row.quote
+    q = row.log_text or row.quote
     if "GPU blocks" in q or "CUDA blocks" in q or "worker.py" in q or "Loading model weights took" in q:
         return "v0"
     return "v1"
