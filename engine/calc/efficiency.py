@@ -29,7 +29,7 @@ from functools import cache
 from engine.calc import published, quant
 from engine.calc.hf_config import spec_from_hf_config
 from engine.calc.memory import bytes_per_weight
-from engine.calc.specs import GPUSpec, ModelSpec, gpu_spec
+from engine.calc.specs import GPUSpec, ModelSpec, gpu_spec, model_preset
 from engine.calc.timing import Efficiency, TimingEstimate, TimingInputs, timing_from, timing_inputs
 from engine.core.errors import EngineError, InvalidParameterError
 
@@ -52,7 +52,7 @@ ENGINES: dict[str, str] = {
 HELD_BACK_SHARE = 0.3  # rows the fit never sees; the track record reports its targets on them
 INTERVAL = (0.05, 0.95)  # leave-one-source-out quantiles of published / predicted
 DEFAULT_DECODE_TOKENS = 200  # gpt-fast's generate.py default when a source gives no output length
-MIN_ROWS = 3  # fewer rows than this: a class borrows the pooled parameter
+MIN_ROWS = 2  # fewer rows than this: a class borrows the pooled parameter (two fix bandwidth and step cost)
 
 
 def held_back(row_id: str) -> bool:
@@ -79,14 +79,19 @@ class Setup:
 
 def setup_of(row: published.PublishedRow) -> Setup | str:
     """The calculator's inputs for a published row, or why it cannot be predicted."""
-    if row.config_model is None:
+    preset = published.aliases().get("calculator_presets", {}).get(row.model)
+    if row.config_model is None and preset is None:
         return f"no config.json found for {row.model}"
     if row.gpu_key is None:
         return f"{row.gpu} is not in the GPU catalogue"
     if row.engine_class is None:
         return f"no efficiency class for the engine {row.engine}"
     try:
-        spec = spec_from_hf_config(published.configs()[row.config_model], name=row.model)
+        spec = (
+            replace(model_preset(preset), name=row.model)
+            if row.config_model is None
+            else spec_from_hf_config(published.configs()[row.config_model], name=row.model)
+        )
     except EngineError as exc:
         return f"its config cannot be read: {exc}"
     kv = row.dtype if row.kv_dtype in ("auto", "unknown", "f16", "bf16", "fp16") else row.kv_dtype

@@ -203,7 +203,7 @@ SHARED_LOG_FIELDS = (
 @cache
 def rows() -> tuple[PublishedRow, ...]:
     """Every published row, memory first, in file order; a startup log's rows share what the log states once."""
-    memory, speed = _load("memory.toml")["row"], _load("speed.toml")["row"]
+    memory, speed = _load("memory.toml")["row"], _load("speed.toml")["row"] + _load("lab.toml")["row"]
     shared: dict[str, dict[str, Any]] = {}
     texts: dict[str, str] = {}
     for r in memory:
