@@ -139,6 +139,8 @@ def _speed_rows() -> list[TrackRow]:
 
 def _to_value(row: published.PublishedRow, obs: E.Observation) -> Callable[[float], float]:
     """A predicted time in the row's own unit."""
+    if row.metric in ("tpot_s", "ttft_s"):
+        return lambda t: t
     if obs.kind == "decode":
         return lambda t: 1.0 / t
     if obs.kind == "prefill":

@@ -283,12 +283,17 @@ def observation(row: published.PublishedRow) -> Observation | str:
     if isinstance(s, str):
         return s
     m, v = row.metric, row.value
-    if m == "decode_tokens_per_s" and row.batch <= 1 and row.batch_kind == "batch":
+    one = row.batch <= 1 and row.batch_kind == "batch"
+    as_time = {
+        "decode_tokens_per_s": ("decode", 1.0 / v),
+        "tpot_s": ("decode", v),
+        "ttft_ms": ("prefill", v / 1e3),
+    }
+    as_time["ttft_s"] = ("prefill", v)
+    if one and m in as_time:
         s = replace(s, batch=1)
-        return Observation(row, s, "decode", 1.0 / v, inputs_of(s))
-    if m == "ttft_ms" and row.batch <= 1 and row.batch_kind == "batch":
-        s = replace(s, batch=1)
-        return Observation(row, s, "prefill", v / 1e3, inputs_of(s))
+        kind, seconds = as_time[m]
+        return Observation(row, s, kind, seconds, inputs_of(s))
     if (
         m in ("output_tokens_per_s", "output_tokens_per_s_per_gpu")
         and row.batch_kind == "batch"
