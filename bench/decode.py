@@ -291,6 +291,12 @@ def print_model(r: dict) -> None:
     print(
         f"{'lane':<40}{'tok/s':>9}{'x plain':>9}{'x eager':>9}{'step GB/s':>11}{'% of BW':>9}  greedy = plain's"
     )
+    status = r.get("compile_status") or {}
+    if status.get("cudagraph_skips"):
+        print(
+            f"CUDA graphs skipped for {status['cudagraph_skips']} compiled graph(s): the compiled lanes ran without "
+            "them (inductor's log above says why)"
+        )
     for row in r["lanes"]:
         achieved, frac = row["achieved_weight_bytes_per_s"], row["fraction_of_read_bandwidth"]
         print(

@@ -19,7 +19,9 @@ cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 GPU_PY=${GPU_PY:-3.12}   # the GPU image's python3 (KINDS.md: Python 3.12.3)
 mkdir -p .gpu/wheels .gpu/wheels-pinned .gpu/tokenizer .gpu/models
-grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
+EXCLUDE=$(git rev-parse --git-path info/exclude)  # a worktree's .git is a file: ask git where its exclude is
+mkdir -p "$(dirname "$EXCLUDE")"
+grep -qx '/.gpu/' "$EXCLUDE" 2>/dev/null || echo '/.gpu/' >> "$EXCLUDE"
 PLAT=(--only-binary=:all: --python-version "$GPU_PY" --implementation cp --platform manylinux_2_28_x86_64
       --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_5_x86_64
       --platform manylinux1_x86_64)

@@ -426,6 +426,7 @@ class CompileStatus:
     compiling_since: float | None = None  # perf_counter when the compile under way began
     compiling_shape: str = ""
     reason: str = ""  # why it failed (then every step runs the same step eagerly)
+    cudagraph_skips: int = 0  # graphs inductor compiled but did not capture as CUDA graphs (its log says why)
 
     def to_dict(self) -> dict:
         return {
@@ -437,6 +438,7 @@ class CompileStatus:
             else time.perf_counter() - self.compiling_since,
             "compiling_shape": self.compiling_shape,
             "reason": self.reason,
+            "cudagraph_skips": self.cudagraph_skips,
         }
 
 
@@ -472,9 +474,9 @@ class CompiledDecode:
 
     def _compiled(self):
         if self._fn is None:
-            torch._dynamo.config.recompile_limit = max(
-                torch._dynamo.config.recompile_limit, DYNAMO_RECOMPILE_LIMIT
-            )
+            config = torch._dynamo.config  # `cache_size_limit` before torch 2.6 named it
+            name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+            setattr(config, name, max(getattr(config, name), DYNAMO_RECOMPILE_LIMIT))
             self._fn = _compile(self._eager, self.status.mode)
         return self._fn
 
@@ -483,6 +485,7 @@ class CompiledDecode:
             return self._eager(cache, input_ids, position_ids, mask)
         shape = shape_class(input_ids.shape[0], cache.capacity[0], cache.window.right)
         first = shape not in self.status.compile_s
+        skips = _cudagraph_skips()
         t0 = time.perf_counter()
         if first:
             with self._lock:
@@ -504,6 +507,7 @@ class CompiledDecode:
         if first:
             with self._lock:
                 self.status.compile_s[shape] = time.perf_counter() - t0
+                self.status.cudagraph_skips += _cudagraph_skips() - skips
                 self.status.state, self.status.compiling_since, self.status.compiling_shape = (
                     "ready",
                     None,
@@ -566,6 +570,12 @@ def _compile(fn, mode: str):
     """torch.compile of the step: dynamic shapes; fullgraph, so anything that would split the step fails here
     with a reason instead of running as pieces."""
     return torch.compile(fn, dynamic=True, fullgraph=True, mode=mode)
+
+
+def _cudagraph_skips() -> int:
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"]["cudagraph_skips"])
 
 
 def _compile_failure(exc: BaseException) -> str:
