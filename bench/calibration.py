@@ -8,7 +8,7 @@ weights) in fp32 (bf16 with --neo13-bf16). Datasheet mode (this machine's measur
 Robust to a busy machine by construction, and the load is reported: calibration runs and target runs take
 turns in one loop (a load that comes and goes touches both alike), each shape is repeated and its fastest
 repeat kept (TTFT and TPOT separately; TPOT of a run is its median step interval), and every run records the
-load average and this process's CPU share (engine.calibration.runs). Target (issue 11): calibrated /
+load average and this process's CPU share (engine.calibration.runs). Target: calibrated /
 measured within 0.8..1.2 for TPOT and TTFT of every target. This is a benchmark, not a test. Prints a table,
 writes bench/results/calibration-<machine>-<UTC time>.json and stores the calibration for this machine.
 """
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -44,6 +43,7 @@ from engine.calibration import (  # noqa: E402
 )
 from engine.calibration.runs import Shape, TimedRun, gemm_curve, gemv_curve, timed_run  # noqa: E402
 from engine.core import paths  # noqa: E402
+from engine.core.jsonsafe import to_jsonable  # noqa: E402
 from engine.core.stats import median  # noqa: E402
 from engine.core.threads import run_in_thread  # noqa: E402
 
@@ -95,7 +95,7 @@ def _save_raw(raw_out: Path | None, calib_runs, target_runs, roofs, curve) -> No
         raw_out.parent.mkdir(parents=True, exist_ok=True)
         raw_out.write_text(
             json.dumps(
-                _clean(
+                to_jsonable(
                     {
                         "calibration_runs": [asdict(r) for r in calib_runs],
                         "target_runs": [asdict(r) for r in target_runs],
@@ -164,16 +164,6 @@ def analyse(calib_runs, target_runs, roofs, t0: float, curve: dict | None) -> di
         "curves": curve,
         "seconds": time.perf_counter() - t0,
     }
-
-
-def _clean(x):
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_clean(v) for v in x]
-    return x
 
 
 def main() -> int:
@@ -249,7 +239,7 @@ def main() -> int:
         **result,
     }
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(_clean(payload), indent=2, default=str))
+    out.write_text(json.dumps(to_jsonable(payload), indent=2, default=str))
     print(f"wrote {out}")
     return 0
 

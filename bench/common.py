@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from engine.cli import to_jsonable
 from engine.core import paths
+from engine.core.jsonsafe import to_jsonable
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -17,7 +17,7 @@ model on the CPU, also the floor: the model's weight products alone, per kernel 
 The first compiled run per model and shape compiles (25-65 s per graph on a 2-core CPU; batch 1 and batch > 1 are
 separate graphs); that time is reported as compile_s and kept out of the timed runs. Prints a table and writes
 bench/results/decode-<machine>.json (--out). Targets: the engine costs at most 5% against plain generate; compiled
-decode at least 1.15x eager on this CPU (issue 24); on an H200, GPT-Neo 1.3B fp16 at batch 1 at 50% of the read
+decode at least 1.15x eager on this CPU; on an H200, GPT-Neo 1.3B fp16 at batch 1 at 50% of the read
 bandwidth and batch 8 at 5x batch 1's throughput.
 """
 

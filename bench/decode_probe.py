@@ -1,4 +1,4 @@
-"""Where batch-1 decode time goes on this CPU (issue 17's diagnosis), in four probes on the bundled model:
+"""Where batch-1 decode time goes on this CPU, in four probes on the bundled model:
 
 1. profile: torch.profiler over 10 decode steps of SmolLM2 (fp32, KV cache): the share of `aten::mm`;
 2. layouts: one token through each of the model's weight shapes, in nn.Linear's layout (x @ W^T, W stored

@@ -11,14 +11,13 @@ Commands translate argparse values into typed engine calls; no engine function t
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib
 import json
-import math
 import sys
 from typing import Any
 
 from engine.core.errors import EngineError
+from engine.core.jsonsafe import to_jsonable
 
 # Order is the order of `--help`. A command module that fails to import is reported, not fatal.
 COMMANDS = (
@@ -36,19 +35,8 @@ COMMANDS = (
     "loadgen",
     "quant",
     "speculate",
+    "trackrecord",
 )
-
-
-def to_jsonable(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, dict):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [to_jsonable(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None  # JSON has no NaN/inf; null says "not defined" (e.g. TPOT of a 1-token run)
-    return value
 
 
 def build_parser(only: str | None = None) -> tuple[argparse.ArgumentParser, dict[str, Any]]:

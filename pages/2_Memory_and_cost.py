@@ -22,15 +22,18 @@ from ui.calc_widgets import (
     breakdown_frame,
     cached_calibration,
     cached_machine,
+    engine_inputs,
     formula_expander,
     gpu_choice,
     gpu_figures,
     load_runs,
     model_input,
     precision_inputs,
+    price_input,
 )
 from ui.common import page_setup
-from ui.plots_calc import batch_curve, comparison_chart, memory_bar, paged_chart
+from ui.plots_calc import batch_curve, comparison_chart, memory_bar, paged_chart, serving_bar
+from ui.trackrecord_view import launch_commands, speed_caption, track_record_section
 
 page_setup("Memory and cost", ":material/calculate:")
 NS = "calc"
@@ -48,28 +51,26 @@ with left:
     base_gpu = gpu_choice(NS)
     weights = precision_inputs(NS, base_gpu)
     gpu = gpu_figures(NS, base_gpu, dtype=weights.dtype)
+    serving_inputs = engine_inputs(NS, gpu)
     c1, c2 = st.columns(2)
     batch = c1.number_input("Batch (concurrent users)", 1, 4096, DEFAULTS.batch, key=f"{NS}.batch")
     n_gpus = c2.number_input("GPUs (tensor parallel)", 1, 64, DEFAULTS.n_gpus, key=f"{NS}.gpus")
     prompt = c1.number_input("Prompt tokens", 1, 1_000_000, DEFAULTS.prompt_tokens, key=f"{NS}.prompt")
     output = c2.number_input("Output tokens", 1, 1_000_000, DEFAULTS.output_tokens, key=f"{NS}.output")
-    overhead_pct = c1.slider(
-        "Overhead (%)",
-        0,
-        100,
-        round(DEFAULTS.overhead * 100),
-        key=f"{NS}.overhead",
-        help="Activations, allocator fragmentation, CUDA context: the chapter's x1.2.",
+    serving_mode = serving_inputs.get("engine") in ("vllm", "sglang")
+    overhead_pct = (
+        round(DEFAULTS.overhead * 100)
+        if serving_mode  # the server's own allocation replaces the chapter's x1.2 (shown under the verdict)
+        else c1.slider(
+            "Overhead (%)",
+            0,
+            100,
+            round(DEFAULTS.overhead * 100),
+            key=f"{NS}.overhead",
+            help="Activations, allocator fragmentation, CUDA context: the chapter's x1.2.",
+        )
     )
-    price = c2.number_input(
-        "$ per GPU-hour",
-        0.0,
-        1000.0,
-        0.35,
-        step=0.05,
-        key=f"{NS}.price",
-        help="Your price. 0.35 is a typical on-demand T4 list price; edit it.",
-    )
+    price = price_input(c2, NS, gpu)
     mode = "datasheet"
     cal = cached_calibration()
     if gpu.key == THIS_MACHINE:
@@ -99,6 +100,7 @@ inputs = replace(
     overhead=overhead_pct / 100,
     n_gpus=n_gpus,
     usd_per_gpu_hour=price,
+    **serving_inputs,
 )
 dtype = weights.dtype
 eff, calibrated = timing.DATASHEET, None
@@ -130,7 +132,23 @@ with right:
         st.warning(warning, icon=":material/warning:")
     verdict, table = st.columns([1, 1])
     with verdict:
-        if m.fits:
+        if est.serving is not None:
+            sm = est.serving
+            (st.success if est.fits else st.error)(
+                f"**{'Fits' if est.fits else 'Does not fit'}** as {est.inputs.engine} allocates memory: of "
+                f"{fmt.gb(sm.total_bytes)} per GPU it keeps {sm.utilization:.0%} ({fmt.gb(sm.budget_bytes)}); weights "
+                f"{fmt.gb(sm.weights_bytes)}, profile-run activations {fmt.gb(sm.activation_bytes)}, runtime "
+                f"{fmt.gb(sm.non_torch_bytes)}; the KV cache gets **{fmt.gb(max(sm.kv_bytes, 0))}** = "
+                f"**{sm.kv_cache_tokens:,} tokens**. Maximum concurrency for {sm.max_model_len:,} tokens per request: "
+                f"**{sm.max_concurrency:.2f}x**."
+                + (
+                    f" Below 1x: {est.inputs.engine} will ask for a --max-model-len of at most {sm.kv_cache_tokens:,}."
+                    if est.fits and sm.max_concurrency < 1
+                    else ""
+                )
+            )
+            st.plotly_chart(serving_bar(sm), width="stretch", key=f"{NS}.servbar")
+        elif m.fits:
             st.success(
                 f"**Fits**: {fmt.gb(m.per_gpu_bytes)} of {fmt.gb(m.gpu_memory_bytes)} per GPU "
                 f"({fmt.gb(m.headroom_bytes)} free). Up to **{est.max_batch}** users at {prompt + output:,} tokens."
@@ -140,7 +158,8 @@ with right:
                 f"**Does not fit**: needs {fmt.gb(m.per_gpu_bytes)} per GPU, has {fmt.gb(m.gpu_memory_bytes)}. "
                 f"GPUs needed: **{plan.gpus}**. {plan.sentence(spec.n_head)}"
             )
-        st.plotly_chart(memory_bar(m), width="stretch", key=f"{NS}.membar")
+        if est.serving is None:
+            st.plotly_chart(memory_bar(m), width="stretch", key=f"{NS}.membar")
     with table:
         st.dataframe(breakdown_frame(est), hide_index=True, width="stretch")
         st.caption(
@@ -158,38 +177,58 @@ with right:
         delta_arrow="off",
         help=memory.formula_of(memory.kv_cache_bytes),
     )
-    k[2].metric(
-        "Total with overhead",
-        fmt.gb(m.total_bytes),
-        f"{fmt.gb(m.overhead_bytes)} overhead",
-        delta_color="off",
-        delta_arrow="off",
-        help=memory.formula_of(memory.estimate_memory),
-    )
+    if est.serving is not None:
+        k[2].metric(
+            f"KV cache {est.inputs.engine} allocates",
+            f"{est.serving.kv_cache_tokens:,} tokens",
+            f"{est.serving.max_concurrency:.2f}x for {est.serving.max_model_len:,} tokens",
+            delta_color="off",
+            delta_arrow="off",
+            help="(total x utilisation - weights - profile-run activations - runtime) / KV bytes per token per GPU",
+        )
+    else:
+        k[2].metric(
+            "Total with overhead",
+            fmt.gb(m.total_bytes),
+            f"{fmt.gb(m.overhead_bytes)} overhead",
+            delta_color="off",
+            delta_arrow="off",
+            help=memory.formula_of(memory.estimate_memory),
+        )
     k = st.columns(3)
+    sp = est.speed
     k[0].metric(
-        "Decode per token (TPOT)",
+        "TPOT" + (f", {est.inputs.engine} estimate" if sp else ", bound"),
         fmt.seconds(t.decode_s_per_token),
-        f"{t.decode_step.bound}-bound",
+        f"{fmt.seconds(sp.tpot_s.low)}–{fmt.seconds(sp.tpot_s.high)}; physics ≥ {fmt.seconds(sp.tpot_s.bound)}"
+        if sp
+        else f"{t.decode_step.bound}-bound",
         delta_color="off",
         delta_arrow="off",
         help=memory.formula_of(timing.estimate_timing),
     )
     k[1].metric(
-        "Prefill = TTFT",
+        "TTFT" + (f", {est.inputs.engine} estimate" if sp else ", bound"),
         fmt.seconds(t.ttft_s),
-        f"{t.prefill.bound}-bound",
+        f"{fmt.seconds(sp.ttft_s.low)}–{fmt.seconds(sp.ttft_s.high)}; physics ≥ {fmt.seconds(sp.ttft_s.bound)}"
+        if sp
+        else f"{t.prefill.bound}-bound",
         delta_color="off",
         delta_arrow="off",
     )
     k[2].metric(
-        "Throughput",
+        "Throughput" + (f", {est.inputs.engine} estimate" if sp else ", bound"),
         f"{t.tokens_per_s:,.0f} tok/s",
-        f"{t.tokens_per_s / batch:,.1f} per user",
+        f"{sp.output_tokens_per_s.low:,.0f}–{sp.output_tokens_per_s.high:,.0f}; physics ≤ "
+        f"{sp.output_tokens_per_s.bound:,.0f}"
+        if sp
+        else f"{t.tokens_per_s / batch:,.1f} per user",
         delta_color="off",
         delta_arrow="off",
         help="batch x output tokens / generation time",
     )
+    if est.speed is not None:
+        st.markdown(speed_caption(est))
     if calibrated is not None:
         pi = calibrated
         st.caption(
@@ -204,6 +243,9 @@ with right:
         k[0].metric(
             "$ per million output tokens",
             fmt.usd(est.cost.usd_per_million_tokens),
+            f"{fmt.usd(est.cost_interval[0])}–{fmt.usd(est.cost_interval[1])}" if est.cost_interval else None,
+            delta_color="off",
+            delta_arrow="off",
             help=memory.formula_of(estimate_cost),
         )
         k[1].metric("$ per hour", fmt.usd(est.cost.usd_per_hour))
@@ -266,6 +308,8 @@ with right:
             delta_arrow="off",
         )
 
+    if est.launch is not None:
+        launch_commands(est)
     with st.expander("Why: the reasoning with these numbers", expanded=True):
         st.markdown("\n".join(f"- {line}" for line in reasoning(est, spec, gpu, eff)))
         for note in spec.notes:
@@ -448,6 +492,10 @@ with c_right:
     st.caption(plan.sentence(spec.n_head) + " " + memory.formula_of(memory.plan_gpus))
     if not math.isfinite(est.cost.usd_per_million_tokens):
         st.caption("Enter a price per GPU-hour for the cost figures.")
+
+# ---------------------------------------------------------------- track record
+st.divider()
+track_record_section(NS)
 
 # ---------------------------------------------------------------- share
 st.divider()

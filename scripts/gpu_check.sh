@@ -13,7 +13,7 @@
 #   nvidia-smi; install (carried wheels: DeepSpeed, the pinned transformers 4.42.4 side environment);
 #   versions (torch, CUDA, triton, transformers as imported);
 #   decode-1.3b: bench/decode.py on gpt-neo-1.3b-random fp16, batch 1 and 8, eager and compiled (generate and the
-#     in-flight scheduler), tokens/s and the share of the read bandwidth measured in the same run (issue 24's
+#     in-flight scheduler), tokens/s and the share of the read bandwidth measured in the same run (the
 #     targets: compiled batch 1 at 50% of it, batch 8 at 5x batch 1);
 #   ds-build: DeepSpeed's inference kernels compiled just in time for this GPU (TORCH_CUDA_ARCH_LIST=9.0), once,
 #     into TORCH_EXTENSIONS_DIR, which both DeepSpeed lanes then load;
@@ -141,7 +141,7 @@ print("nvcc", shutil.which("nvcc"), "CUDA_HOME", os.environ.get("CUDA_HOME"))
 print("c++", shutil.which("c++") or shutil.which("g++"))
 print("TORCH_CUDA_ARCH_LIST", os.environ.get("TORCH_CUDA_ARCH_LIST"))'
 
-# -- compiled decode against eager (issue 24): tokens/s and bandwidth share, batch 1 and 8 -------------------
+# -- compiled decode against eager: tokens/s and bandwidth share, batch 1 and 8 ------------------------------
 decode() {  # decode NAME MAX_SECONDS MODEL: bench/decode.py, eager and compiled lanes, batch 1 and 8
     # recompiles and CUDA-graph skips are logged with their reasons (the step's output keeps them)
     step "$1" "$2" env TORCH_LOGS=recompiles,graph_breaks,cudagraphs \

@@ -1,4 +1,4 @@
-"""Issue 8's catalogue of bad inputs: one table, one parametrized test.
+"""Catalogue of bad inputs: one table, one parametrized test.
 
 Every case feeds one bad input to a page (AppTest, widgets driven by key) or to the CLI (a real
 subprocess) and checks three things: a clear message (st.error, or stderr with exit code 2), no
@@ -581,8 +581,21 @@ CASES = [
             "--prompt",
             "hi",
             "--dtype",
+            "fp6",
+            message="invalid choice: 'fp6'",
+        ),
+    ),
+    Case(
+        "cli-generate-calculator-only-dtype",
+        cli_rejects(
+            "generate",
+            "--model",
+            TINY,
+            "--prompt",
+            "hi",
+            "--dtype",
             "fp8",
-            message="invalid choice: 'fp8'",
+            message="invalid choice: 'fp8' (choose from auto, fp32, fp16, bf16)",
         ),
     ),
     Case(
@@ -813,7 +826,16 @@ CASES = [
     ),
     Case(
         "cli-batch-zero-max-batch",
-        cli_rejects("batch", "--model", TINY, "--requests", "2", "--max-batch", "0", message="--max-batch"),
+        cli_rejects(
+            "batch",
+            "--model",
+            TINY,
+            "--requests",
+            "2",
+            "--max-batch",
+            "0",
+            message="max batch must be a positive whole number",
+        ),
     ),
     Case(
         "cli-batch-nan-rate", cli_rejects("batch", "--model", TINY, "--rate", "nan", message="arrival rate")

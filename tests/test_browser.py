@@ -8,7 +8,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
 def test_deep_link_offline_navigation_and_bundled_icons(dashboard, browser):
-    """Issue 12/13: the first visit of a fresh server is a deep link; it gets app.py's st.navigation (titles and
+    """The first visit of a fresh server is a deep link; it gets app.py's st.navigation (titles and
     Material icons, not file names), the model from the URL, and nothing is fetched from outside the server
     (the favicon and the icon font are bundled)."""
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -61,7 +61,7 @@ def test_dashboard_loads_and_generates(dashboard, browser):
 
 
 def test_playground_stop_keeps_partial_text_marked_cancelled(dashboard, browser):
-    """Issue 13 defect 4 in a real browser: a long run shows tokens / max and elapsed, Stop ends it, and the text
+    """A long run shows tokens / max and elapsed, Stop ends it, and the text
     made so far stays on the page marked cancelled."""
     page = browser.new_page(viewport={"width": 1400, "height": 1400})
     page.set_default_timeout(300_000)  # guards against a hang on a busy machine, not speed claims

@@ -155,6 +155,134 @@ FAMILIES = {
         "intermediate_size": 160,
         **SMALL,
     },
+    # Mixture-of-experts families beyond Mixtral, latent attention, q/k norms, four norms, sinks, multimodal
+    "qwen3": {
+        "model_type": "qwen3",
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "intermediate_size": 128,
+        **SMALL,
+    },
+    "qwen2_moe": {  # a shared expert with its gate; experts every second layer
+        "model_type": "qwen2_moe",
+        "hidden_size": 64,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 128,
+        "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 96,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "decoder_sparse_step": 2,
+        **SMALL,
+    },
+    "qwen3_moe": {  # a dense first layer (mlp_only_layers)
+        "model_type": "qwen3_moe",
+        "hidden_size": 64,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "intermediate_size": 128,
+        "moe_intermediate_size": 32,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "mlp_only_layers": [0],
+        **SMALL,
+    },
+    "deepseek_v2": {  # latent attention without a q latent, two shared experts, one dense layer
+        "model_type": "deepseek_v2",
+        "hidden_size": 64,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "intermediate_size": 128,
+        "moe_intermediate_size": 32,
+        "n_routed_experts": 8,
+        "n_shared_experts": 2,
+        "num_experts_per_tok": 2,
+        "first_k_dense_replace": 1,
+        "kv_lora_rank": 16,
+        "q_lora_rank": None,  # as DeepSeek-V2-Lite's config.json (the class's default is 1536)
+        "qk_nope_head_dim": 16,
+        "qk_rope_head_dim": 8,
+        "v_head_dim": 16,
+        "topk_method": "greedy",
+        **SMALL,
+    },
+    "deepseek_v3": {  # a q latent too
+        "model_type": "deepseek_v3",
+        "hidden_size": 64,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "intermediate_size": 128,
+        "moe_intermediate_size": 32,
+        "n_routed_experts": 8,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 2,
+        "first_k_dense_replace": 1,
+        "kv_lora_rank": 16,
+        "q_lora_rank": 24,
+        "qk_nope_head_dim": 16,
+        "qk_rope_head_dim": 8,
+        "v_head_dim": 16,
+        "n_group": 2,
+        "topk_group": 1,
+        **SMALL,
+    },
+    "gpt_oss": {  # biased experts and router, attention sinks, alternating sliding window
+        "model_type": "gpt_oss",
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "intermediate_size": 32,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "sliding_window": 16,
+        "layer_types": ["sliding_attention", "full_attention"],
+        **SMALL,
+    },
+    "gemma2": {  # four norms per layer, tied head by default
+        "model_type": "gemma2",
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "intermediate_size": 128,
+        **SMALL,
+    },
+    "phi3": {
+        "model_type": "phi3",
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 128,
+        "pad_token_id": 0,
+        "bos_token_id": 0,
+        "eos_token_id": 0,
+        **SMALL,
+    },
+}
+MULTIMODAL = {  # a LLaVA config: its language model sits in text_config
+    "model_type": "llava",
+    "text_config": {
+        "model_type": "llama",
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "intermediate_size": 128,
+        **SMALL,
+    },
+    "vision_config": {"model_type": "clip_vision_model"},
 }
 COMPONENTS = ("embedding", "attention", "mlp", "router", "norms", "head", "total", "active")
 
@@ -179,7 +307,7 @@ def test_calculator_uses_the_meta_device_count(family):
 
 @pytest.mark.parametrize("family", ["gpt_neox", "gptj", "opt", "bloom", "falcon-7b-style", "phi", "gpt2"])
 def test_a_llama_layout_would_be_wrong_for_the_other_families(family):
-    """What issue 11 found: a gated Llama MLP applied to these families over-counts them."""
+    """A gated Llama MLP applied to these families over-counts them."""
     spec = spec_from_hf_config(FAMILIES[family])
     wrong = replace(spec, layout=ARCH_TRAITS["llama"])
     assert count_params(wrong).total != meta_count(FAMILIES[family]).params
@@ -250,3 +378,40 @@ def test_moe_memory_uses_total_and_decode_reads_active_plus_router():
     active_matmul = 12_879_925_248 - 32000 * 4096 - (2 * 32 + 1) * 4096
     assert step.weights_bytes == pytest.approx(2 * active_matmul, rel=1e-12)
     assert spec.exact.router == 32 * 4096 * 8
+
+
+def test_a_multimodal_config_is_read_through_its_text_config():
+    spec = exact_spec(MULTIMODAL)
+    text = exact_spec(MULTIMODAL["text_config"])
+    assert spec.exact is not None and spec.exact.total == text.exact.total
+    assert spec.n_layer == 2 and spec.hidden == 64
+    assert any("text_config" in a and "vision" in a for a in spec.assumptions)
+
+
+def test_latent_attention_caches_one_latent_per_token_per_layer():
+    """DeepSeek-V2's cache (as vLLM stores it): kv_lora_rank + qk_rope_head_dim values per token per layer."""
+    spec = spec_from_hf_config(FAMILIES["deepseek_v2"])
+    assert spec.is_mla and spec.head_dim == 24 and spec.v_head_dim == 16
+    assert kv_bytes_per_token(spec, "bf16") == 3 * (16 + 8) * 2
+    assert any("latent" in n for n in spec.notes)
+
+
+@pytest.mark.parametrize("family", ["qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss"])
+def test_moe_experts_are_quantized_and_routing_applied(family):
+    """Every expert is a quantized matrix (not left 16-bit), and a decode step at batch 1 reads k experts."""
+    from engine.calc.memory import weights_bytes
+    from engine.calc.roofline import operators
+
+    spec = exact_spec(FAMILIES[family])
+    bf16 = weights_bytes(spec, "bf16")
+    int8 = weights_bytes(spec, "bf16", "int8")
+    experts = spec.expert_layers * spec.n_experts * count_params(replace(spec, n_experts=1)).mlp
+    assert spec.expert_layers and int8 < bf16 - 0.3 * experts  # the experts' bytes roughly halved
+    ops = operators(spec, phase="decode", seq_len=8, batch=1, dtype="bf16")
+    expert_ops = [o for o in ops if o.name.startswith("expert ")]
+    assert expert_ops and all(o.count == spec.expert_layers for o in expert_ops)
+    one = next(o for o in expert_ops if o.name.endswith("down"))
+    assert one.weight_bytes == pytest.approx(
+        spec.experts_per_token * spec.intermediate * 64 * 2
+        + (spec.experts_per_token * 64 * 2 if spec.traits.mlp_bias else 0)
+    )

@@ -125,7 +125,7 @@ def test_bundled_model_writes_parseable_code_when_asked(smol_lm):
 
 
 def test_repeated_lint_findings_collapse_into_one_row():
-    """Issue 13 defect 8: a model that repeats a line gets one row per finding with its lines, not ten rows."""
+    """A model that repeats a line gets one row per finding with its lines, not ten rows."""
     code = "import os\n" + "print(undefined_name)\n" * 3
     report = codegen.lint(code)
     rows = codegen.collapse_findings(report.findings)

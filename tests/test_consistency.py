@@ -1,4 +1,4 @@
-"""Issue 13 defect 8: one name per page, one byte unit, no server paths in messages, bundled icons."""
+"""One name per page, one byte unit, no server paths in messages, bundled icons."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from engine.core import paths
 from engine.core.errors import PathNotAllowedError
 
 ROOT = Path(__file__).resolve().parents[1]
-# Being reworked in parallel for issue 13 by other hands; drop from this set once they follow the unit policy.
+# Being reworked in parallel by other hands; drop from this set once they follow the unit policy.
 OWNED_ELSEWHERE = {"race_widgets.py"}
 
 

@@ -1,4 +1,4 @@
-"""Issue 13 defect 5: estimate against measurement over the median and spread of recent comparable runs, with
+"""Estimate against measurement over the median and spread of recent comparable runs, with
 their sources, and an efficiency above 1 explained; and the pre-run forecast behind the playground's warning
 (defect 4)."""
 

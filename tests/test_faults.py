@@ -59,7 +59,7 @@ def test_unwritable_model_cache_loads_from_the_gguf(monkeypatch, tmp_path):
     )
 
 
-# --- optional dependencies missing (issue 8): the availability check gives a reason, nothing crashes -------
+# --- optional dependencies missing: the availability check gives a reason, nothing crashes -------
 @pytest.mark.parametrize("how", ["not installed", "broken"])
 def test_lm_eval_missing_is_reported_not_raised(tiny_lm, monkeypatch, how):
     import importlib.metadata

@@ -1,5 +1,5 @@
 """Team-demo load: 8 browser sessions generate on one server while others move the calculator and run an
-evaluation (issue 8). The figures are reported by `bench/load.py`; here they are asserted."""
+evaluation. The figures are reported by `bench/load.py`; here they are asserted."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Words follow numbers (issue 13, defect 3 and the playground's KV-cache line): every interpreting sentence is
+"""Words follow numbers: every interpreting sentence is
 built from the figures beside it, so flipping the figures flips the sentence."""
 
 from __future__ import annotations

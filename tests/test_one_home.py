@@ -1,4 +1,4 @@
-"""One definition per concept (issue 12): each is imported from its one home, and no other module of the
+"""One definition per concept: each is imported from its one home, and no other module of the
 engine, the UI, the pages or the benchmarks defines its own copy."""
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ HOMES = {
     "summarize_steps": "engine/runtime/metrics.py",
     "gb": "engine/calc/format.py",
     "seconds": "engine/calc/format.py",
+    "to_jsonable": "engine/core/jsonsafe.py",
+    "spec_for_run_model": "engine/calibration/__init__.py",
     "sync": "engine/runtime/hardware.py",
     "greedy_kwargs": "engine/runtime/generation.py",
     "next_tokens": "engine/runtime/generation.py",

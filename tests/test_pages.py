@@ -76,7 +76,7 @@ def test_home_explains_missing_gpu():
 
 
 def test_playground_keeps_a_stopped_run_marked_cancelled():
-    """Issue 13 defect 4: Stop (or any widget change) reruns the page mid-stream; the partial text survives,
+    """Stop (or any widget change) reruns the page mid-stream; the partial text survives,
     marked cancelled, and never reaches the run log."""
     from engine.runtime import runlog
 

@@ -78,7 +78,7 @@ def _inject_compare(at: AppTest, inflight_throughput: float, inflight_p95: float
 
 
 def test_tradeoff_text_follows_the_measurement():
-    """Issue 13 defect 3: a measured ratio of 0.91 with a worse p95 must not argue that in-flight wins."""
+    """A measured ratio of 0.91 with a worse p95 must not argue that in-flight wins."""
     at = _page()
     lost = " ".join(m.value for m in _inject_compare(at, 91.0, 2.6).markdown)
     assert "Static batching won on throughput" in lost and "In-flight batching won" not in lost

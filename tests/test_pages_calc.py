@@ -40,15 +40,26 @@ def test_page_runs(path):
     _run(path)
 
 
+def _bound(at):
+    """The book's arithmetic: no engine (every roof reached) and the chapter's $0.35 per T4-hour."""
+    at.selectbox(key="calc.engine").set_value("").run()
+    at.number_input(key="calc.price.t4").set_value(0.35).run()
+    return at
+
+
 def test_default_answers_t4_gpt_neo_2_7b_8_users_1024_tokens():
     at = _run(CALC)
-    assert "Fits" in at.success[0].value and "**23** users" in at.success[0].value
+    assert "TPOT, hf estimate" in [m.label for m in at.metric]  # an estimate by default
+    assert any("AWS" in c.value for c in at.caption)  # the T4's published price, with its provider
+    at = _bound(at)
+    # 24, not the 23 of 16e9 decimal bytes: the driver reports 15,360 MiB for a T4
+    assert "Fits" in at.success[0].value and "**24** users" in at.success[0].value
     assert _metric(at, "Weights") == "5.30 GB"
     assert _metric(at, "KV cache") == "2.68 GB"
     assert _metric(at, "Total with overhead") == "9.58 GB"
-    assert _metric(at, "Decode per token (TPOT)") == "24.6 ms"
+    assert _metric(at, "TPOT, bound") == "24.6 ms"
     assert _metric(at, "$ per million output tokens") == "$0.31"
-    assert _metric(at, "Max batch at 1,024 tokens") == "23"
+    assert _metric(at, "Max batch at 1,024 tokens") == "24"
     reasoning = (
         at.markdown[0].value
         if "Weights" in at.markdown[0].value
@@ -87,7 +98,7 @@ def test_precision_changes_weights():
 
 
 def test_int4_weights_keep_a_16_bit_kv_cache():
-    """Issue 13, defect 6: int8/int4 are weight-only; the KV cache stays 16-bit unless asked."""
+    """int8 and int4 are weight-only; the KV cache stays 16-bit unless asked."""
     at = _run(CALC)
     assert _metric(at, "KV cache") == "2.68 GB"
     for weights in ("int8", "int4", "Q4_0"):
@@ -97,7 +108,7 @@ def test_int4_weights_keep_a_16_bit_kv_cache():
 
 
 def test_this_machine_defaults_to_a_precision_a_cpu_runs(monkeypatch):
-    """Issue 13, defect 6: "this machine" defaulted to fp16, 13.7 minutes of prefill on a CPU."""
+    """The "this machine" GPU defaulted to fp16, 13.7 minutes of prefill on a CPU."""
     from engine.calibration import machine
     from ui.common import cached_machine_measurement
 
@@ -122,7 +133,7 @@ def test_this_machine_defaults_to_a_precision_a_cpu_runs(monkeypatch):
 
 
 def test_cost_is_priced_at_the_gpus_needed_when_it_does_not_fit():
-    """Issue 13, defect 1: at batch 64 on one T4 the cost cards priced one GPU for a load that needs more."""
+    """At batch 64 on one T4 the cost cards priced one GPU for a load that needs more."""
     at = _run(CALC)
     at.number_input(key="calc.batch").set_value(64).run()
     assert "Does not fit" in at.error[0].value
@@ -135,7 +146,7 @@ def test_cost_is_priced_at_the_gpus_needed_when_it_does_not_fit():
 
 
 def test_past_the_head_count_says_tensor_parallel_stops():
-    """Issue 13, defect 1: at batch 4096 the page proposed 104 GPUs as "a count that divides the 20 heads"."""
+    """At batch 4096 the page proposed 104 GPUs as "a count that divides the 20 heads"."""
     at = _run(CALC)
     at.number_input(key="calc.batch").set_value(4096).run()
     verdict = at.error[0].value
@@ -146,13 +157,13 @@ def test_past_the_head_count_says_tensor_parallel_stops():
 
 
 def test_breakdown_table_and_batch_curve_are_shown():
-    at = _run(CALC)
+    at = _bound(_run(CALC))
     frame = at.dataframe[0].value
     assert list(frame["component"])[:3] == ["embedding", "attention", "MLP"]
     assert frame["parameters"].iloc[-1] == "2,651,307,520"
     assert any("fit limit" in str(c.proto.spec) for c in at.get("plotly_chart"))
     curve = next(m.value for m in at.markdown if "time per output token goes from" in m.value)
-    assert "Past batch 23" in curve
+    assert "Past batch 24" in curve
 
 
 def test_uploaded_moe_config_counts_total_and_active_on_the_meta_device():
@@ -285,9 +296,48 @@ def test_raw_numbers_take_a_layer_layout_and_say_the_count_is_a_formula():
 
 
 def test_tensor_parallel_share_is_shown_with_its_interconnect():
-    at = _run(CALC)
+    at = _bound(_run(CALC))
     assert "Tensor-parallel share of prefill" not in [m.label for m in at.metric]
     at.number_input(key="calc.gpus").set_value(4).run()
     assert _metric(at, "Tensor-parallel share of prefill") == "57%"  # GPT-Neo 2.7B, 4 T4s over PCIe Gen3
     assert _metric(at, "Interconnect") == "PCIe Gen3 x16"
     assert any("communication dominates" in w.value for w in at.warning)
+
+
+def test_a_serving_engine_sizes_the_cache_as_it_allocates_and_gives_the_launch_command():
+    at = _run(CALC)
+    at.selectbox(key="calc.gpu").set_value("a100-80gb").run()
+    at.selectbox(key="calc.engine").set_value("vllm").run()
+    assert not at.exception
+    verdict = at.success[0].value
+    assert (
+        "as vllm allocates memory" in verdict and "tokens**" in verdict and "Maximum concurrency" in verdict
+    )
+    codes = [c.value for c in at.code]
+    assert any(c.startswith("vllm serve EleutherAI/gpt-neo-2.7B") for c in codes)
+    assert any("sglang.launch_server" in c for c in codes)
+    tpot = next(m for m in at.metric if m.label.startswith("TPOT, vllm estimate"))
+    assert "physics" in tpot.delta  # the interval and the bound beside the central estimate
+
+
+def test_the_price_follows_the_selected_gpu_with_its_source():
+    """The T4's price stayed when an A100 was picked: each GPU starts from its own."""
+    from engine.calc.prices import price_for
+
+    at = _run(CALC)
+    assert at.number_input(key="calc.price.t4").value == price_for("t4").usd_per_gpu_hour
+    at.selectbox(key="calc.gpu").set_value("a100-80gb").run()
+    assert at.number_input(key="calc.price.a100-80gb").value == price_for("a100-80gb").usd_per_gpu_hour
+    assert price_for("a100-80gb").usd_per_gpu_hour != price_for("t4").usd_per_gpu_hour
+
+
+@pytest.mark.slow
+def test_track_record_section_shows_targets_on_held_back_rows():
+    at = _run(CALC)
+    at.toggle(key="calc.tr").set_value(True).run(timeout=300)
+    assert not at.exception
+    summary = at.dataframe[-3].value
+    assert "batch-1 decode tokens/s" in list(summary["what"])
+    assert set(summary["met"]) <= {"yes", "no", "no rows"}
+    rows = at.dataframe[-1].value
+    assert len(rows) >= 60 and {"published", "predicted", "source", "quote"} <= set(rows.columns)

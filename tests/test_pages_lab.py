@@ -111,7 +111,7 @@ def test_evaluation_run_reports_metrics_crosscheck_and_comparison():
 
 
 def test_code_generation_streams(monkeypatch):
-    """Issue 13 defect 8: the code appears as it is written (engine.runtime.generation.stream), then is reviewed."""
+    """The code appears as it is written (engine.runtime.generation.stream), then is reviewed."""
     from engine.runtime import generation
 
     calls = []

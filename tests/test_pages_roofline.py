@@ -1,4 +1,4 @@
-"""Issue 13 defect 7 on the Roofline page: the ridge note per precision, the context cap said, measured prefill
+"""On the Roofline page: the ridge note per precision, the context cap said, measured prefill
 and decode drawn apart, and the two phases' operator labels kept apart."""
 
 from __future__ import annotations

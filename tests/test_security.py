@@ -1,4 +1,4 @@
-"""Issue 8's security checks: remote code, model folders, uploads, generated code, server config, secrets.
+"""Security checks: remote code, model folders, uploads, generated code, server config, secrets.
 
 Some are grep-style (the property is "no line does X"), the rest drive the real code path with a hostile
 input and check that nothing happened: no marker file, no unpickled checkpoint, no token in any output.

@@ -7,17 +7,18 @@ engine's own data (engine/data/*.toml, engine.calc.report.Inputs), so the CLI an
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import streamlit as st
 
 from engine import calibration
 from engine.calc import format as fmt
+from engine.calc import quant
 from engine.calc.memory import WEIGHT_FORMATS, formula_of, param_count
 from engine.calc.report import Inputs, default_precision
 from engine.calc.roofline import measured_point
 from engine.calc.specs import (
     ARCH_TRAITS,
-    PRECISIONS,
     THIS_MACHINE,
     GPUSpec,
     ModelSpec,
@@ -184,14 +185,15 @@ def model_input(key: str, *, default: str = "gpt-neo-2.7b") -> ModelSpec | None:
 
 
 KV_AUTO = "auto"
-GGUF_FORMATS = tuple(f for f in WEIGHT_FORMATS if f not in ("int8", "int4"))
+PLAIN = ("fp32", "fp16", "bf16")
 
 
 def precision_inputs(key: str, gpu: GPUSpec) -> Inputs:
-    """Weights (a precision, int8/int4 weight-only with a group size, or a GGUF block format) and the KV
-    cache's precision. The default follows the device (fp32 on a CPU); KV "auto" is the weights' precision,
-    16-bit for quantized weights (they are weight-only)."""
-    choices = [*PRECISIONS, *GGUF_FORMATS]
+    """Weights (a precision, or a quantized format with its scales: torchao int8/int4 with a group size, fp8,
+    AWQ/GPTQ, NVFP4/MXFP4, bitsandbytes, GGUF blocks), which modules the format covers, and the KV cache's
+    precision. The default follows the device (fp32 on a CPU); KV "auto" is the weights' precision, 16-bit for
+    quantized weights."""
+    choices = [*PLAIN, *WEIGHT_FORMATS]
     default = default_precision(gpu)
     device = "gpu" if default == "fp16" else "cpu"
     c1, c2 = st.columns(2)
@@ -200,17 +202,28 @@ def precision_inputs(key: str, gpu: GPUSpec) -> Inputs:
         choices,
         index=choices.index(default),
         key=f"{key}.dtype.{device}",  # a new default when the device kind changes
-        help="int8/int4: weight-only (torchao layouts, scales counted); Q*_*: GGUF blocks. Math runs in fp16.",
+        format_func=lambda w: w if w in PLAIN else f"{w}: {quant.weight_format(w).description}",
+        help="A precision, or a quantized format with its scales counted (the format's own layout).",
     )
     kv = c2.selectbox(
         "KV cache",
-        [KV_AUTO, *PRECISIONS],
+        [KV_AUTO, "fp16", "bf16", "fp8", "int8", "fp32"],
         key=f"{key}.kv_dtype",
-        help="auto: the weights' precision, 16-bit when the weights are quantized (weight-only).",
+        help="auto: the weights' precision, 16-bit when the weights are quantized. fp8: --kv-cache-dtype fp8.",
     )
-    fmt = group = None
-    if weights in ("int8", "int4"):
+    fmt = group = scope = None
+    if weights in WEIGHT_FORMATS:
         fmt = weights
+        default_scope = quant.weight_format(fmt).scope
+        scope = c2.selectbox(
+            "Quantized modules",
+            list(quant.SCOPES),
+            index=list(quant.SCOPES).index(default_scope),
+            key=f"{key}.scope.{fmt}",
+            help="linear: every decoder linear (head and embeddings 16-bit); mlp: FFN only; experts: MoE experts "
+            "only; all: everything (GGUF).",
+        )
+    if weights in ("int8", "int4"):
         group = (
             c1.number_input(
                 "Group size (weights per scale; 0 = per output channel)"
@@ -223,10 +236,10 @@ def precision_inputs(key: str, gpu: GPUSpec) -> Inputs:
             )
             or None
         )
-    elif weights in GGUF_FORMATS:
-        fmt = weights
-    dtype = weights if weights in PRECISIONS else "int4"
-    return Inputs(dtype=dtype, kv_dtype=None if kv == KV_AUTO else kv, weight_format=fmt, group_size=group)
+    dtype = weights if weights in PLAIN else "fp16"
+    return Inputs(
+        dtype=dtype, kv_dtype=None if kv == KV_AUTO else kv, weight_format=fmt, group_size=group, scope=scope
+    )
 
 
 def gpu_choice(key: str, *, default: str = "t4") -> GPUSpec:
@@ -246,10 +259,14 @@ def gpu_choice(key: str, *, default: str = "t4") -> GPUSpec:
 def gpu_figures(key: str, base: GPUSpec, *, dtype: str) -> GPUSpec:
     """Every figure of `base` editable, its source beside it."""
     math_dtype = "fp16" if dtype in ("int8", "int4") else dtype
-    with st.expander(f"{base.name}: figures and sources (editable)"):
+    with st.expander(f"{base.name}: figures and sources (editable: any GPU from its datasheet)"):
         c1, c2, c3 = st.columns(3)
         mem = c1.number_input(
-            "memory (GB)", 0.1, 10_000.0, base.memory_bytes / 1e9, key=f"{key}.{base.key}.mem"
+            "memory (GiB, as nvidia-smi reports it)",
+            0.1,
+            10_000.0,
+            base.memory_bytes / 2**30,
+            key=f"{key}.{base.key}.mem",
         )
         bw = c2.number_input(
             "bandwidth (GB/s)", 0.1, 100_000.0, base.bandwidth_bytes_per_s / 1e9, key=f"{key}.{base.key}.bw"
@@ -265,6 +282,14 @@ def gpu_figures(key: str, base: GPUSpec, *, dtype: str) -> GPUSpec:
         st.caption(f"memory: {base.sources.get('memory', '')}")
         st.caption(f"bandwidth: {base.sources.get('bandwidth', '')}")
         st.caption(f"{math_dtype}: {base.flops_source(math_dtype)}")
+        link = c1.number_input(
+            "GPU-to-GPU link (GB/s, both ways)",
+            0.0,
+            100_000.0,
+            base.interconnect_bytes_per_s * 2 / 1e9,
+            key=f"{key}.{base.key}.link",
+            help="NVLink 4: 900; PCIe Gen4 x16: 64; Gen5: 128. Tensor parallel needs it.",
+        )
         if base.interconnect:
             st.caption(
                 f"interconnect: {base.interconnect}, {fmt.gb(base.interconnect_bytes_per_s)}/s each way "
@@ -272,9 +297,94 @@ def gpu_figures(key: str, base: GPUSpec, *, dtype: str) -> GPUSpec:
             )
         if base.notes:
             st.caption(base.notes)
-    return custom_gpu(
-        base, memory_bytes=mem * 1e9, bandwidth_bytes_per_s=bw * 1e9, flops={math_dtype: tf * 1e12}
+    edited = custom_gpu(
+        base, memory_bytes=mem * 2**30, bandwidth_bytes_per_s=bw * 1e9, flops={math_dtype: tf * 1e12}
     )
+    if link * 1e9 / 2 != base.interconnect_bytes_per_s:
+        edited = replace(
+            edited,
+            interconnect=base.interconnect or "edited",
+            interconnect_bytes_per_s=link * 1e9 / 2,
+            sources={**edited.sources, "interconnect": "edited by the user"},
+        )
+    return edited
+
+
+ENGINE_LABELS = {
+    "": "none: the physical bound (every roof reached)",
+    "hf": "Hugging Face transformers (eager)",
+    "hf-compiled": "transformers compiled / gpt-fast (CUDA graphs)",
+    "vllm": "vLLM",
+    "sglang": "SGLang",
+    "tensorrt-llm": "TensorRT-LLM",
+    "llama.cpp": "llama.cpp",
+}
+
+
+def engine_inputs(key: str, gpu: GPUSpec) -> dict:
+    """The engine that will serve it (GPUs only: the efficiencies were fitted on GPU runs) and, for vLLM/SGLang,
+    the server's memory knobs. Returns Inputs fields."""
+    if gpu.key == THIS_MACHINE:
+        return {"engine": None}
+    engine = st.selectbox(
+        "Engine",
+        list(ENGINE_LABELS),
+        index=list(ENGINE_LABELS).index("hf"),  # the chapter runs GPT-Neo with transformers
+        format_func=ENGINE_LABELS.get,
+        key=f"{key}.engine",
+        help="Times become that class of engine's estimate, fitted on published measurements, with an interval; "
+        "vLLM and SGLang size the KV cache as they allocate it and give the launch command.",
+    )
+    out: dict = {"engine": engine or None}
+    if engine in ("vllm", "sglang"):
+        c1, c2 = st.columns(2)
+        util = c1.number_input(
+            "GPU memory utilization" if engine == "vllm" else "mem fraction static",
+            0.05,
+            1.0,
+            Inputs.default("gpu_memory_utilization") or (0.9 if engine == "vllm" else 0.88),
+            step=0.01,
+            key=f"{key}.util.{engine}",
+            help="vLLM's --gpu-memory-utilization (0.9) / SGLang's --mem-fraction-static (0.88 on one GPU).",
+        )
+        out["gpu_memory_utilization"] = util
+        mml = c2.number_input(
+            "max model len (0 = prompt + output)",
+            0,
+            10_000_000,
+            0,
+            key=f"{key}.mml",
+            help="The server's --max-model-len: 'Maximum concurrency' is for requests of this length.",
+        )
+        out["max_model_len"] = mml or None
+    return out
+
+
+def price_input(container, key: str, gpu: GPUSpec) -> float:
+    """The price per GPU-hour: the selected GPU's published on-demand price (with where and when), editable."""
+    from engine.calc.prices import price_for
+
+    listed = price_for(gpu.key)
+    value = container.number_input(
+        "$ per GPU-hour",
+        0.0,
+        1000.0,
+        listed.usd_per_gpu_hour if listed else 1.0,
+        step=0.05,
+        key=f"{key}.price.{gpu.key}",  # a new GPU starts from its own price
+        help=(
+            listed.label
+            if listed
+            else "No published price for this GPU in engine/data/prices.toml: enter yours."
+        ),
+    )
+    if listed is None:
+        container.caption("no published price for this GPU: yours")
+    elif value == listed.usd_per_gpu_hour:
+        container.caption(f"{listed.provider}, {listed.date}")
+    else:
+        container.caption("your price")
+    return value
 
 
 def formula_expander(title: str, *fns: object, extra: str = "") -> None:

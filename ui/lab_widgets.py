@@ -4,12 +4,12 @@ so tests can build them without a script run)."""
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import plotly.graph_objects as go
 
+from engine.core.jsonsafe import to_jsonable
 from engine.lab.fewshot import KAccuracy, LabelScores
 
 
@@ -125,7 +125,4 @@ def eval_comparison_figure(rows: Sequence[dict[str, Any]]) -> go.Figure:
 def runs_json(rows: Sequence[dict[str, Any]]) -> str:
     """The session's runs as JSON (infinities, e.g. a random model's word perplexity, become null)."""
 
-    def clean(v: Any) -> Any:
-        return None if isinstance(v, float) and not math.isfinite(v) else v
-
-    return json.dumps([{k: clean(v) for k, v in r.items()} for r in rows], indent=2)
+    return json.dumps(to_jsonable(list(rows)), indent=2)

@@ -20,6 +20,37 @@ ROOF_COLORS = ["#222222", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#bcbd22",
 FONT = {"size": 14}
 
 
+def serving_bar(sm) -> go.Figure:
+    """One GPU's memory as vLLM/SGLang allocates it: weights, activations, runtime, KV cache, and the headroom it
+    leaves (1 - utilisation)."""
+    parts = [
+        ("weights", sm.weights_bytes, COLORS["weights"]),
+        ("activations", sm.activation_bytes, COLORS["overhead"]),
+        ("runtime", sm.non_torch_bytes, "#9e9e9e"),
+        ("KV cache", max(sm.kv_bytes, 0.0), COLORS["kv"]),
+        ("kept free", sm.total_bytes - sm.budget_bytes, COLORS["free"]),
+    ]
+    fig = go.Figure()
+    for name, value, color in parts:
+        fig.add_bar(
+            y=["per GPU"],
+            x=[value / 1e9],
+            name=f"{name} {fmt.gb(value)}",
+            orientation="h",
+            marker_color=color,
+            hovertemplate=f"{name}: %{{x:.2f}} GB<extra></extra>",
+        )
+    fig.update_layout(
+        barmode="stack",
+        height=220,
+        margin=dict(l=10, r=10, t=10, b=10),
+        font=FONT,
+        xaxis=dict(ticksuffix=" GB", range=[0, sm.total_bytes / 1e9 * 1.02]),
+        legend=dict(orientation="h", yanchor="top", y=-0.35, x=0, traceorder="normal"),
+    )
+    return fig
+
+
 def memory_bar(m: MemoryEstimate) -> go.Figure:
     """One stacked bar per GPU: weights, KV cache, overhead, and the free memory (or the overflow)."""
     parts = [
@@ -56,11 +87,11 @@ def memory_bar(m: MemoryEstimate) -> go.Figure:
     )
     fig.update_layout(
         barmode="stack",
-        height=190,
+        height=230,
         margin=dict(l=10, r=10, t=40, b=10),
         font=FONT,
-        xaxis_title="GB (10^9 bytes)",
-        legend=dict(orientation="h", y=-0.6, traceorder="normal"),
+        xaxis=dict(ticksuffix=" GB"),  # units on the ticks: no axis title for the legend to collide with
+        legend=dict(orientation="h", yanchor="top", y=-0.35, x=0, traceorder="normal"),
         showlegend=True,
     )
     return fig

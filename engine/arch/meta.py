@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from engine.calc.hf_config import model_name, spec_from_hf_config
+from engine.calc.hf_config import model_name, spec_from_hf_config, text_config
 from engine.calc.memory import count_params
 from engine.calc.specs import ModelSpec, ParamCount
 from engine.core.errors import DependencyMissingError, EngineError, InvalidParameterError
@@ -171,6 +171,9 @@ def exact_spec(cfg: Mapping[str, Any], name: str | None = None) -> ModelSpec:
     rejects) the formula's count stands, and the spec says why among its assumptions."""
     name = name or model_name(cfg)
     spec = spec_from_hf_config(cfg, name=name)  # validates sizes before anything is built
+    if text_config(cfg) is not cfg:  # a multimodal config: count its text decoder, as the formula does
+        counted = exact_spec(text_config(cfg), name=name)
+        return replace(counted, assumptions=spec.assumptions)
     try:
         full = hf_config(cfg).to_dict()
         spec = spec_from_hf_config({**full, "model_type": cfg["model_type"]}, name=name)

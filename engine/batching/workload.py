@@ -21,10 +21,11 @@ from engine.batching.scheduler import Scheduler
 from engine.batching.sequence import Request
 from engine.batching.static import run_static_batch
 from engine.core.errors import InvalidParameterError
+from engine.core.spec import Spec, option
 from engine.core.stats import percentile
 from engine.core.threads import run_in_thread
 from engine.runtime.generation import GenerationConfig
-from engine.runtime.models import LoadedModel
+from engine.runtime.models import LoadedModel, ModelArgs
 
 POLICIES = ("static", "inflight")
 OUTPUT_DISTRIBUTIONS = ("uniform", "log-uniform")
@@ -85,15 +86,26 @@ _WORDS = [
 
 
 @dataclass(frozen=True)
-class WorkloadSpec:
-    n_requests: int = 16
-    arrival_rate_per_s: float = 0.0  # Poisson arrivals; 0 = every request arrives at t = 0 (a burst)
-    prompt_tokens_min: int = 8
-    prompt_tokens_max: int = 64
-    output_tokens_min: int = 8
-    output_tokens_max: int = 256
-    output_distribution: str = "uniform"  # or "log-uniform": many short answers, a few long ones
-    seed: int = 0
+class WorkloadSpec(Spec):
+    """A generated workload: how many requests, when they arrive, how long their prompts and answers are. The
+    Batching page, `python -m engine batch` and bench/batching.py take their defaults and bounds here."""
+
+    n_requests: int = option(
+        16, "requests in the workload", lo=1, hi=10_000, flag="--requests", label="requests"
+    )
+    arrival_rate_per_s: float = option(
+        0.0, "Poisson arrivals per second; 0 = all at once", lo=0, flag="--rate", label="arrival rate"
+    )
+    prompt_tokens_min: int = option(8, "shortest prompt", lo=1, cli=False)
+    prompt_tokens_max: int = option(64, "longest prompt", lo=1, cli=False)
+    output_tokens_min: int = option(8, "shortest answer", lo=1, cli=False)
+    output_tokens_max: int = option(256, "longest answer", lo=1, cli=False)
+    output_distribution: str = option(
+        "uniform",
+        "uniform, or log-uniform: many short answers, a few long ones",
+        choices=OUTPUT_DISTRIBUTIONS,
+    )
+    seed: int = option(0, "the workload's seed")
 
     def validate(self) -> WorkloadSpec:
         if not isinstance(self.n_requests, int) or self.n_requests < 1:
@@ -114,7 +126,18 @@ class WorkloadSpec:
             raise InvalidParameterError(
                 f"output distribution must be one of {', '.join(OUTPUT_DISTRIBUTIONS)}, got {self.output_distribution!r}"
             )
+        super().validate()
         return self
+
+
+@dataclass(frozen=True)
+class BatchSpec(ModelArgs):
+    """`python -m engine batch`: which policies to replay, with how many sequences decoded together."""
+
+    policy: str = option("both", "static, inflight or both", choices=("static", "inflight", "both"))
+    max_batch: int = option(
+        8, "most sequences decoded together (both policies)", lo=1, hi=256, label="max batch"
+    )
 
 
 @dataclass(frozen=True)

@@ -53,8 +53,29 @@ MODEL_TYPE_TO_ARCH = {
     "bloom": "bloom",
     "falcon": "falcon",
     "phi": "phi",
+    "phi3": "llama",  # fused qkv and gate_up: the same parameters as Llama's layer
+    "gemma2": "llama",
+    "gemma3_text": "qwen3",  # q/k norms
+    "qwen3": "qwen3",
+    "qwen2_moe": "qwen2",
+    "qwen3_moe": "qwen3",
+    "deepseek_v2": "llama",
+    "deepseek_v3": "llama",
+    "gpt_oss": "gpt_oss",
+    "granitemoe": "llama",
 }
-TIED_BY_DEFAULT = {"gpt_neo", "gpt2", "opt", "bloom", "falcon", "gemma"}  # each configuration_*.py's default
+# Families whose layer carries four norms (before and after attention and the MLP).
+FOUR_NORMS = ("gemma2", "gemma3_text")
+TIED_BY_DEFAULT = {
+    "gpt_neo",
+    "gpt2",
+    "opt",
+    "bloom",
+    "falcon",
+    "gemma",
+    "gemma2",
+    "gemma3_text",
+}  # each configuration_*.py's default
 # Layer kinds in a config's `layer_types` that keep a per-token KV cache; any other kind (mamba, linear
 # attention, convolution) keeps none.
 FULL_ATTENTION = ("full_attention", "attention", "global")
@@ -83,6 +104,17 @@ def spec_from_hf_config(cfg: Any, name: str | None = None) -> ModelSpec:
     """A ModelSpec from a parsed config.json. `name` overrides the config's own name (a hub id, a preset)."""
     if not isinstance(cfg, Mapping):
         raise InvalidParameterError(NOT_A_CONFIG.format(why="its top level is not a JSON object"))
+    text = text_config(cfg)
+    if text is not cfg:
+        spec = spec_from_hf_config(text, name=name or model_name(cfg))
+        return replace(
+            spec,
+            assumptions=(
+                *spec.assumptions,
+                f"a multimodal config ({cfg.get('model_type')}): the figures are its text decoder's "
+                "(text_config); the vision or audio encoder's weights and the image tokens' cache are not counted",
+            ),
+        )
     model_type = cfg.get("model_type")
     if not isinstance(model_type, str) or not model_type:
         raise InvalidParameterError(NOT_A_CONFIG.format(why="it has no model_type (no architecture)"))
@@ -129,17 +161,25 @@ def spec_from_hf_config(cfg: Any, name: str | None = None) -> ModelSpec:
     ctx = positive_int("max_position_embeddings", ctx_raw)
     tied = bool(cfg.get("tie_word_embeddings", model_type in TIED_BY_DEFAULT))
     traits, embed_dim = _layout(cfg, model_type, traits, hidden, assumptions)
-    n_experts, per_token = _experts(cfg, model_type, assumptions)
+    moe = _experts(cfg, model_type, n_layer, inter, assumptions)
+    mla = _latent_attention(cfg, model_type)
+    if mla:
+        head_dim = mla.pop("head_dim")
+        notes.append(
+            f"multi-head latent attention: the cache holds a {mla['kv_lora_rank'] + mla['qk_rope_head_dim']}-wide "
+            "latent per token per layer (as vLLM stores it; transformers' eager cache keeps full K and V)"
+        )
     window, window_layers, evicts, attn_layers = _windows(cfg, model_type, n_layer, notes, assumptions)
+    own = cfg.get("_name_or_path")
     spec = ModelSpec(
         name=name or model_name(cfg),
+        hub_id=own if isinstance(own, str) and own.count("/") == 1 and not own.startswith((".", "/")) else "",
         arch=arch,
         n_layer=n_layer,
         hidden=hidden,
         n_head=n_head,
         n_kv_head=n_kv,
         head_dim=head_dim,
-        intermediate=inter,
         vocab=vocab,
         context_length=ctx,
         tied_embeddings=tied,
@@ -148,14 +188,23 @@ def spec_from_hf_config(cfg: Any, name: str | None = None) -> ModelSpec:
         window_evicts=evicts,
         source="config.json",
         notes=tuple(notes),
-        n_experts=n_experts,
-        experts_per_token=per_token,
         embed_dim=embed_dim,
         attn_layers=attn_layers,
         layout=None if traits == ARCH_TRAITS[arch] else traits,
         assumptions=tuple(assumptions),
+        **{"intermediate": inter, **moe},
+        **mla,
     )
     return validate_spec(spec, sizes=False)
+
+
+def text_config(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A multimodal config's language model (`text_config`, or LLaVA-style `text_config` without sizes at the
+    top); the config itself otherwise."""
+    text = cfg.get("text_config")
+    if isinstance(text, Mapping) and text.get("model_type") and cfg.get("hidden_size") is None:
+        return text
+    return cfg
 
 
 def _kv_heads(cfg: Mapping[str, Any], model_type: str, n_head: int) -> int:
@@ -187,7 +236,22 @@ def _intermediate(cfg: Mapping[str, Any], model_type: str, hidden: int) -> Any:
 def _layout(cfg: Mapping[str, Any], model_type: str, traits, hidden: int, assumptions: list[str]):
     """The family's flags adjusted by the config's own switches (biases, norms, OPT's projection)."""
     embed_dim = None
-    if model_type in ("llama", "mistral", "mixtral", "gemma"):
+    if model_type in FOUR_NORMS:
+        traits = replace(traits, norms_per_layer=4)
+    if model_type in (
+        "llama",
+        "mistral",
+        "mixtral",
+        "gemma",
+        "gemma2",
+        "gemma3_text",
+        "qwen3",
+        "qwen3_moe",
+        "deepseek_v2",
+        "deepseek_v3",
+        "phi3",
+        "granitemoe",
+    ):
         bias = bool(cfg.get("attention_bias", False))
         traits = replace(traits, qkv_bias=bias, out_bias=bias, mlp_bias=bool(cfg.get("mlp_bias", False)))
     elif model_type == "gpt_neox":
@@ -226,20 +290,80 @@ def _layout(cfg: Mapping[str, Any], model_type: str, traits, hidden: int, assump
     return traits, embed_dim
 
 
-def _experts(cfg: Mapping[str, Any], model_type: str, assumptions: list[str]) -> tuple[int, int]:
-    """Mixtral: num_local_experts (default 8), num_experts_per_tok (default 2). Another family's expert
-    fields are not read, and the figures say so."""
-    if model_type == "mixtral":
-        n = positive_int("num_local_experts", _get(cfg, "num_local_experts", default=8))
-        k = positive_int("num_experts_per_tok", _get(cfg, "num_experts_per_tok", default=2))
-        return n, k
-    moe_keys = [k for k in cfg if "expert" in k.lower() and cfg.get(k) not in (None, 0, 1, False)]
-    if moe_keys:
+def _experts(
+    cfg: Mapping[str, Any], model_type: str, n_layer: int, inter: int, assumptions: list[str]
+) -> dict[str, Any]:
+    """The mixture-of-experts fields, as each family's modelling code builds its layers:
+    Mixtral / gpt-oss: every layer num_local_experts experts of intermediate_size;
+    Qwen2-MoE / Qwen3-MoE: num_experts of moe_intermediate_size on the layers (l + 1) % decoder_sparse_step == 0
+    not in mlp_only_layers, dense intermediate_size elsewhere; Qwen2-MoE adds a shared expert
+    (shared_expert_intermediate_size) gated by a Linear(h, 1);
+    DeepSeek-V2/V3: n_routed_experts of moe_intermediate_size after the first first_k_dense_replace dense layers,
+    plus n_shared_experts always-on experts of the same width. Any other config naming experts is read the
+    generic way (num_experts / num_local_experts / n_routed_experts, moe_intermediate_size) and says so."""
+    n_keys = ("num_local_experts", "num_experts", "n_routed_experts")
+    n_raw = _get(cfg, *n_keys)
+    if model_type == "mixtral" and n_raw is None:
+        n_raw = 8
+    if n_raw in (None, 0, 1):
+        moe_keys = [k for k in cfg if "expert" in k.lower() and cfg.get(k) not in (None, 0, 1, False, [])]
+        if moe_keys:
+            assumptions.append(
+                f"the config has mixture-of-experts fields ({', '.join(sorted(moe_keys)[:3])}) but no expert "
+                "count: one dense MLP per layer is counted"
+            )
+        return {}
+    n = positive_int("experts", n_raw)
+    k = positive_int(
+        "num_experts_per_tok",
+        _get(cfg, "num_experts_per_tok", "experts_per_token", default=2 if model_type == "mixtral" else 1),
+    )
+    out: dict[str, Any] = {"n_experts": n, "experts_per_token": k}
+    moe_inter = cfg.get("moe_intermediate_size")
+    if model_type in ("qwen2_moe", "qwen3_moe"):
+        step = positive_int("decoder_sparse_step", cfg.get("decoder_sparse_step") or 1)
+        only = set(cfg.get("mlp_only_layers") or [])
+        moe_layers = sum(1 for layer in range(n_layer) if layer not in only and (layer + 1) % step == 0)
+        out |= {"intermediate": positive_int("moe_intermediate_size", moe_inter or inter)}
+        if moe_layers != n_layer:
+            out |= {"moe_layers": moe_layers, "dense_intermediate": inter}
+        shared = cfg.get("shared_expert_intermediate_size") if model_type == "qwen2_moe" else None
+        if shared:
+            out |= {"shared_intermediate": positive_int("shared_expert_intermediate_size", shared)}
+            out |= {"shared_expert_gate": True}
+    elif model_type in ("deepseek_v2", "deepseek_v3"):
+        first_dense = int(cfg.get("first_k_dense_replace") or 0)
+        freq = positive_int("moe_layer_freq", cfg.get("moe_layer_freq") or 1)
+        moe_layers = sum(1 for layer in range(first_dense, n_layer) if layer % freq == 0)
+        width = positive_int("moe_intermediate_size", moe_inter or inter)
+        out |= {"intermediate": width, "moe_layers": moe_layers, "dense_intermediate": inter}
+        shared = int(cfg.get("n_shared_experts") or 0)
+        if shared:
+            out |= {"shared_intermediate": shared * width}
+    elif model_type not in ("mixtral", "gpt_oss"):
+        if moe_inter:
+            out |= {"intermediate": positive_int("moe_intermediate_size", moe_inter)}
         assumptions.append(
-            f"the config has mixture-of-experts fields ({', '.join(sorted(moe_keys)[:3])}) that the formula "
-            "does not read: it counts one dense MLP per layer"
+            f"experts of {model_type} read the generic way ({n} experts, {k} per token, every layer): shared "
+            "experts or dense layers, if the family has them, are not modelled"
         )
-    return 1, 1
+    return out
+
+
+def _latent_attention(cfg: Mapping[str, Any], model_type: str) -> dict[str, Any]:
+    """DeepSeek-V2/V3's multi-head latent attention: q/k heads of qk_nope_head_dim + qk_rope_head_dim, values of
+    v_head_dim, a kv_lora_rank latent (and a q_lora_rank one when set)."""
+    if model_type not in ("deepseek_v2", "deepseek_v3") or not cfg.get("kv_lora_rank"):
+        return {}
+    nope = positive_int("qk_nope_head_dim", cfg.get("qk_nope_head_dim"))
+    rope = positive_int("qk_rope_head_dim", cfg.get("qk_rope_head_dim"))
+    return {
+        "head_dim": nope + rope,
+        "kv_lora_rank": positive_int("kv_lora_rank", cfg["kv_lora_rank"]),
+        "q_lora_rank": int(cfg.get("q_lora_rank") or 0),
+        "qk_rope_head_dim": rope,
+        "v_head_dim": positive_int("v_head_dim", cfg.get("v_head_dim") or nope),
+    }
 
 
 def _windows(

@@ -13,6 +13,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from engine.calc import quant
+from engine.calc.quant import SCOPES, WEIGHT_FORMATS_TABLE
+from engine.calc.quant import weight_format as quant_weight_format
 from engine.calc.specs import ModelSpec, ParamCount, check_precision, positive_float, positive_int
 from engine.core.dtypes import BYTES_PER_ELEMENT
 from engine.core.errors import InvalidParameterError
@@ -26,41 +29,87 @@ def formula_of(fn: object) -> str:
     return " ".join(doc.split("\n\n")[0].split())
 
 
+def attention_weights(spec: ModelSpec) -> list[tuple[str, int, int]]:
+    """One layer's attention matrices as (name, out features, in features): Q, K, V, O; with latent attention
+    (DeepSeek-V2/V3) q_a/q_b (or q), kv_a (latent + rope key), kv_b (latent -> keys and values), o."""
+    h, H, d = spec.hidden, spec.n_head, spec.head_dim
+    if not spec.is_mla:
+        return [("Q", spec.q_dim, h), ("K", spec.kv_dim, h), ("V", spec.kv_dim, h), ("O", h, spec.q_dim)]
+    nope, v = d - spec.qk_rope_head_dim, spec.v_head_dim
+    q = (
+        [("Q a", spec.q_lora_rank, h), ("Q b", H * d, spec.q_lora_rank)]
+        if spec.q_lora_rank
+        else [("Q", H * d, h)]
+    )
+    return [
+        *q,
+        ("KV a", spec.kv_lora_rank + spec.qk_rope_head_dim, h),
+        ("KV b", H * (nope + v), spec.kv_lora_rank),
+        ("O", h, H * v),
+    ]
+
+
+def _mlp_one(spec: ModelSpec, inter: int) -> tuple[int, int]:
+    """(weights, weights + biases) of one MLP (or one expert) of width `inter`."""
+    t, h = spec.traits, spec.hidden
+    w = (3 if t.gated_mlp else 2) * h * inter
+    return w, w + ((2 * inter if t.gated_mlp else inter) + h if t.mlp_bias else 0)
+
+
 def count_params(spec: ModelSpec) -> ParamCount:
-    """P = embedding + L x (attn + E x mlp + router + norms) + final norm + head, per component:
+    """P = embedding + attention + MLP (+ experts) + router + norms + head, per component:
     embedding = V*e [+ (ctx + offset)*h learned positions] [+ 2*e*h OPT's project_in/out when e != h];
-    attn = h*(H*d) + 2*h*(KV*d) + (H*d)*h [+ q/k/v biases H*d + 2*KV*d] [+ output bias h];
-    mlp = 2*h*I (plain) or 3*h*I (gated) [+ biases I + h, or 2I + h gated], times E experts; router = h*E;
-    norms = (norms per layer x L + final + embedding norm) x h x (2 LayerNorm, 1 RMSNorm);
-    head = V*e [+ V bias], 0 when tied. Active = total - L x (E - k) x mlp (k experts per token).
+    attn = h*(H*d) + 2*h*(KV*d) + (H*d)*h [+ q/k/v biases H*d + 2*KV*d] [+ output bias h] [+ sinks H] (latent attention: its q_a/q_b, kv_a, kv_b and o matrices);
+    mlp = 2*h*I (plain) or 3*h*I (gated) [+ biases I + h, or 2I + h gated]; an MoE layer has E experts of I
+    [+ shared experts of I_s and Qwen2-MoE's gate h], a dense layer of an MoE model one MLP of I_dense;
+    router = h*E [+ E bias] per MoE layer; norms = (norms per layer x L + final + embedding norm) x h x (2
+    LayerNorm, 1 RMSNorm) [+ q/k norms 2*d, or latent attention's kv_a and q_a norms, per attention layer]; head = V*e [+ V bias], 0 when tied. Active = total - L_moe x (E - k) x expert.
 
     The formula of the layouts in engine/calc/hf_config.py; the page and the CLI use the count of the real
     class on the meta device when it could be built (`spec.exact`), and this where it could not."""
     t = spec.traits
-    h, q, kv, inter, L, V = spec.hidden, spec.q_dim, spec.kv_dim, spec.intermediate, spec.n_layer, spec.vocab
+    h, inter, L, V = spec.hidden, spec.intermediate, spec.n_layer, spec.vocab
+    q, kv = spec.q_dim, spec.kv_dim
     e = spec.embed_dim or h
-    attn_w = h * q + 2 * h * kv + q * h
-    attn = attn_w + (q + 2 * kv if t.qkv_bias else 0) + (h if t.out_bias else 0)
-    mlp_w = (3 if t.gated_mlp else 2) * h * inter
-    mlp_one = mlp_w + (((2 * inter) if t.gated_mlp else inter) + h if t.mlp_bias else 0)
-    router = h * spec.n_experts if spec.is_moe else 0
+    attn_w = sum(o * i for _, o, i in attention_weights(spec))
+    biases = 0 if spec.is_mla else (q + 2 * kv if t.qkv_bias else 0) + (h if t.out_bias else 0)
+    attn = attn_w + biases
+    attn += spec.n_head if t.attn_sinks else 0
+    mlp_w, mlp_one = _mlp_one(spec, inter)
+    Lm = spec.expert_layers
+    E = spec.n_experts if spec.is_moe else 1
+    router_one = (h * E + (E if t.router_bias else 0)) if spec.is_moe else 0
+    shared_w, shared_one = _mlp_one(spec, spec.shared_intermediate) if spec.shared_intermediate else (0, 0)
+    shared_one += h if spec.shared_expert_gate else 0
+    dense_w, dense_one = _mlp_one(spec, spec.dense_intermediate or inter)
+    if spec.is_moe:
+        mlp = Lm * (E * mlp_one + shared_one) + (L - Lm) * dense_one
+    else:
+        mlp, Lm = L * mlp_one, 0
+    LA = spec.kv_layers
     embedding = V * e
     if t.learned_positions:
         embedding += (spec.context_length + t.position_offset) * h
     if e != h:
         embedding += 2 * e * h  # project_in (e -> h) and project_out (h -> e), no bias
     norms = t.norm_params_per_hidden * h * (t.norms_per_layer * L + int(t.final_norm) + int(t.embed_norm))
+    norms += 2 * spec.head_dim * LA if t.qk_norm else 0
+    norms += (spec.kv_lora_rank + spec.q_lora_rank) * LA  # latent attention's kv_a (and q_a) norms
     head = 0 if spec.tied_embeddings else V * e + (V if t.lm_head_bias else 0)
-    total = embedding + L * (attn + spec.n_experts * mlp_one + router) + norms + head
-    active = total - L * (spec.n_experts - spec.experts_per_token) * mlp_one
-    matmul = L * (attn_w + spec.experts_per_token * mlp_w + router) + V * e
+    total = embedding + LA * attn + mlp + Lm * router_one + norms + head
+    active = total - Lm * (E - spec.experts_per_token) * mlp_one
+    matmul = LA * attn_w + V * e
+    if spec.is_moe:
+        matmul += Lm * (spec.experts_per_token * mlp_w + h * E + shared_w) + (L - Lm) * dense_w
+    else:
+        matmul += L * mlp_w
     if spec.params_override is not None:
         total = active = spec.params_override
     return ParamCount(
         embedding=embedding,
-        attention=L * attn,
-        mlp=L * spec.n_experts * mlp_one,
-        router=L * router,
+        attention=LA * attn,
+        mlp=mlp,
+        router=Lm * router_one,
         norms=norms,
         head=head,
         total=total,
@@ -82,83 +131,116 @@ def params_of(spec: ModelSpec) -> int:
     return param_count(spec).total
 
 
-def weight_matrices(spec: ModelSpec) -> list[tuple[str, int, int, int]]:
-    """The matmul weights as (name, rows = out features, row length = in features, how many): what a
-    weight-only format quantizes. Tied embeddings appear once, as the embedding."""
-    h, q, kv, inter, L = spec.hidden, spec.q_dim, spec.kv_dim, spec.intermediate, spec.n_layer
+def weight_matrices(spec: ModelSpec) -> list[tuple[str, int, int, int, str]]:
+    """The matmul weights as (name, rows = out features, row length = in features, how many, module): what a
+    weight format quantizes, `module` one of attention, mlp, expert, router, embedding, head. Tied embeddings
+    appear once, as the embedding."""
+    h, inter, L = spec.hidden, spec.intermediate, spec.n_layer
     e = spec.embed_dim or h
-    E = spec.n_experts
-    mats = [("Q", q, h, L), ("K", kv, h, L), ("V", kv, h, L), ("O", h, q, L)]
-    if spec.traits.gated_mlp:
-        mats += [("MLP gate", inter, h, L * E), ("MLP up", inter, h, L * E)]
-    else:
-        mats.append(("MLP up", inter, h, L * E))
-    mats.append(("MLP down", h, inter, L * E))
+    LA = spec.kv_layers
+    mats = [(name, o, i, LA, "attention") for name, o, i in attention_weights(spec)]
+
+    def mlp(prefix: str, width: int, count: int, module: str) -> list[tuple[str, int, int, int, str]]:
+        parts = [(f"{prefix}gate", width, h), (f"{prefix}up", width, h)] if spec.traits.gated_mlp else []
+        parts = parts or [(f"{prefix}up", width, h)]
+        return (
+            [(n, o, i, count, module) for n, o, i in (*parts, (f"{prefix}down", h, width))] if count else []
+        )
+
     if spec.is_moe:
-        mats.append(("router", E, h, L))
-    mats.append(("embedding", spec.vocab, e, 1))
+        Lm = spec.expert_layers
+        mats += mlp("expert ", inter, Lm * spec.n_experts, "expert")
+        mats.append(("router", spec.n_experts, h, Lm, "router"))
+        if spec.shared_intermediate:
+            mats += mlp("shared expert ", spec.shared_intermediate, Lm, "mlp")
+        mats += mlp("MLP ", spec.dense_intermediate or inter, L - Lm, "mlp")
+    else:
+        mats += mlp("MLP ", inter, L, "mlp")
+    mats.append(("embedding", spec.vocab, e, 1, "embedding"))
     if not spec.tied_embeddings:
-        mats.append(("head", spec.vocab, e, 1))
+        mats.append(("head", spec.vocab, e, 1, "head"))
     return mats
 
 
-# Weight-only formats the calculator offers: int8 per output channel and int4 in groups (torchao), and
-# ggml's GGUF block formats. Each name is a key of engine.calc.quant.FORMATS or one of these two.
-WEIGHT_FORMATS: tuple[str, ...] = (
-    "int8",
-    "int4",
-    "Q8_0",
-    "Q6_K",
-    "Q5_K",
-    "Q5_1",
-    "Q5_0",
-    "Q4_K",
-    "Q4_1",
-    "Q4_0",
-    "Q3_K",
-    "Q2_K",
-)
+# Weight formats the calculator offers (engine.calc.quant.WEIGHT_FORMATS_TABLE: torchao int8/int4, checkpoint
+# formats vLLM loads, bitsandbytes, GGUF blocks), each with the modules it covers by default.
+WEIGHT_FORMATS: tuple[str, ...] = tuple(WEIGHT_FORMATS_TABLE)
 GGUF_NORM_BYTES = 4  # GGUF keeps norms and biases in F32 (llama.cpp's convert script)
 
 
 def quant_format_name(weight_format: str, group_size: int | None) -> tuple[str, int | None]:
-    """(engine.calc.quant format, group size) for a weight format: int8 is per output channel unless a group
-    size is given; int4 groups 128 weights unless told otherwise; GGUF blocks have their own fixed size."""
+    """(engine.calc.quant storage format, group size) for a weight format: int8 is per output channel unless a
+    group size is given; int4 groups 128 weights unless told otherwise; every other format has its own groups."""
     if weight_format == "int8":
         return "int8-per-channel", group_size or None
     if weight_format == "int4":
         return "int4-g128", group_size or 128
-    return weight_format, None
+    return quant_weight_format(weight_format).storage, None
 
 
-def weight_storage_note(weight_format: str | None, group_size: int | None = None) -> str:
+def format_scope(weight_format: str, scope: str | None) -> str:
+    """The modules a format quantizes: the one asked for, else the format's default."""
+    chosen = scope or quant_weight_format(weight_format).scope
+    if chosen not in SCOPES:
+        raise InvalidParameterError(f"unknown module scope {chosen!r}; choose one of {', '.join(SCOPES)}")
+    return chosen
+
+
+def _quantized(module: str, scope: str, tied: bool) -> bool:
+    """Whether a matrix of `module` is stored in the format under `scope` (a tied head is the embedding)."""
+    if scope == "all":
+        return True
+    if module in ("embedding", "head"):
+        return scope == "linear+head" and module == "head"
+    if module == "router":
+        return False  # routers stay 16-bit in every format that serving engines load
+    if scope == "experts":
+        return module == "expert"
+    if scope == "mlp":
+        return module in ("mlp", "expert")
+    return True  # linear, linear+head
+
+
+def weight_storage_note(
+    weight_format: str | None, group_size: int | None = None, scope: str | None = None
+) -> str:
     """What a quantized weight figure assumes (shown as a warning beside it)."""
     if not weight_format:
         return ""
+    fmt = quant_weight_format(weight_format)
+    scope = format_scope(weight_format, scope)
+    covered = {
+        "linear": "every linear layer of the decoder (routers, embeddings and the output head stay 16-bit)",
+        "linear+head": "every linear layer and the output head (embeddings and routers stay 16-bit)",
+        "mlp": "the MLPs and experts only (attention, routers, embeddings and the head stay 16-bit)",
+        "experts": "the MoE experts only (everything else stays 16-bit)",
+        "all": "every matrix, embedding and head included; norms and biases F32",
+    }[scope]
     if weight_format in ("int8", "int4"):
         g = quant_format_name(weight_format, group_size)[1]
         per = f"groups of {g}" if g else "one scale per output channel"
-        return (
-            f"{weight_format} weight-only ({per}, torchao's layout): the layers' matmul weights and the head are "
-            "quantized; embeddings, norms and biases stay 16-bit; math runs in fp16"
-        )
-    return (
-        f"{weight_format}: every matrix (embedding and head included) in {weight_format} blocks, norms and "
-        "biases F32. llama.cpp often keeps a few tensors (the output head) in a wider type, so a real file "
-        "can be a few percent larger"
+        return f"{weight_format} weight-only ({per}, torchao's layout) on {covered}; math runs in fp16"
+    extra = (
+        ". llama.cpp often keeps a few tensors (the output head) in a wider type, so a real file can be a few "
+        "percent larger"
+        if scope == "all"
+        else ""
     )
+    return f"{fmt.description} ({quant.get(fmt.storage).source}) on {covered}{extra}"
 
 
 def weights_bytes(
-    spec: ModelSpec, dtype: str, weight_format: str | None = None, group_size: int | None = None
+    spec: ModelSpec,
+    dtype: str,
+    weight_format: str | None = None,
+    group_size: int | None = None,
+    scope: str | None = None,
 ) -> float:
-    """weights = P x bytes per parameter (fp32 4, fp16/bf16 2); with a quantized format, the sum over weight
-    matrices of ceil(n / g) x (g x bits / 8 + scale + zero) (engine.calc.quant) + the rest at 16 bits
-    (F32 for GGUF).
+    """weights = P x bytes per parameter (fp32 4, fp16/bf16 2, fp8 1); with a quantized format, the sum over the
+    weight matrices it covers of ceil(n / g) x (g x bits / 8 + scale + zero) (engine.calc.quant) + every other
+    parameter at 16 bits (F32 for GGUF).
 
     Without a format, int8/int4 are bare storage sizes (1 and 0.5 B, no scales)."""
-    from engine.calc import quant
-
     if not weight_format:
         return params_of(spec) * BYTES_PER_ELEMENT[check_precision("weight precision", dtype)]
     if weight_format not in WEIGHT_FORMATS:
@@ -168,32 +250,38 @@ def weights_bytes(
     fmt, g = quant_format_name(weight_format, group_size)
     if g is not None:
         positive_int("group size", g)
-    gguf = weight_format not in ("int8", "int4")
+    chosen = format_scope(weight_format, scope)
     total = params_of(spec)
     quantized = 0
     stored = 0.0
-    for name, rows, row_len, count in weight_matrices(spec):
-        if name == "embedding" and not gguf:
-            continue  # torchao quantizes nn.Linear only
-        quantized += rows * row_len * count
-        stored += quant.tensor_bytes((rows, row_len), fmt, g) * count
-    rest = BYTES_PER_ELEMENT["fp16"] if not gguf else GGUF_NORM_BYTES
+    for _name, rows, row_len, count, module in weight_matrices(spec):
+        if count and _quantized(module, chosen, spec.tied_embeddings):
+            quantized += rows * row_len * count
+            stored += quant.tensor_bytes((rows, row_len), fmt, g) * count
+    rest = GGUF_NORM_BYTES if chosen == "all" else BYTES_PER_ELEMENT["fp16"]
     return stored + (total - quantized) * rest
 
 
 def bytes_per_weight(
-    spec: ModelSpec, dtype: str, weight_format: str | None = None, group_size: int | None = None
+    spec: ModelSpec,
+    dtype: str,
+    weight_format: str | None = None,
+    group_size: int | None = None,
+    scope: str | None = None,
 ) -> float:
     """Effective bytes per parameter = weights / P (what a decode step streams per weight)."""
-    return weights_bytes(spec, dtype, weight_format, group_size) / params_of(spec)
+    return weights_bytes(spec, dtype, weight_format, group_size, scope) / params_of(spec)
 
 
 def kv_bytes_per_token(spec: ModelSpec, kv_dtype: str) -> float:
-    """KV per token = 2 (K and V) x attention layers x kv_heads x head_dim x bytes per element.
+    """KV per token = 2 (K and V) x attention layers x kv_heads x head_dim x bytes per element (latent
+    attention: layers x (kv_lora_rank + qk_rope_head_dim) x bytes, as vLLM caches it).
 
     Grouped-query and multi-query attention store only their KV heads (kv_heads < heads); head_dim is the
     config's own when it gives one (Gemma: 256); layers without attention keep no per-token cache."""
     b = BYTES_PER_ELEMENT[check_precision("KV precision", kv_dtype)]
+    if spec.is_mla:  # one latent (kv_lora_rank + the rope key) per token per layer, K and V folded in
+        return spec.kv_layers * (spec.kv_lora_rank + spec.qk_rope_head_dim) * b
     return 2 * spec.kv_layers * spec.n_kv_head * spec.head_dim * b
 
 
@@ -248,6 +336,7 @@ def estimate_memory(
     n_gpus: int = 1,
     weight_format: str | None = None,
     group_size: int | None = None,
+    scope: str | None = None,
 ) -> MemoryEstimate:
     """total = (weights + KV) x (1 + overhead); per GPU = total / GPUs (tensor parallel splits weights and
     heads evenly); fits when per GPU <= the GPU's memory."""
@@ -256,7 +345,7 @@ def estimate_memory(
     gpu_memory_bytes = positive_float("GPU memory", gpu_memory_bytes)
     if overhead > 10:
         raise InvalidParameterError(f"overhead {overhead!r} is a fraction (0.2 = 20%), not a percentage")
-    w = weights_bytes(spec, dtype, weight_format, group_size)
+    w = weights_bytes(spec, dtype, weight_format, group_size, scope)
     kv = kv_cache_bytes(spec, kv_dtype, batch, seq_len)
     ov = overhead_bytes(w, kv, overhead)
     total = w + kv + ov
@@ -284,9 +373,12 @@ def kv_budget_bytes(
     n_gpus: int,
     weight_format: str | None = None,
     group_size: int | None = None,
+    scope: str | None = None,
 ) -> float:
     """KV budget = GPUs x memory / (1 + overhead) - weights (what is left for the cache)."""
-    return n_gpus * gpu_memory_bytes / (1 + overhead) - weights_bytes(spec, dtype, weight_format, group_size)
+    return n_gpus * gpu_memory_bytes / (1 + overhead) - weights_bytes(
+        spec, dtype, weight_format, group_size, scope
+    )
 
 
 def max_batch(
@@ -300,9 +392,12 @@ def max_batch(
     n_gpus: int = 1,
     weight_format: str | None = None,
     group_size: int | None = None,
+    scope: str | None = None,
 ) -> int:
     """max batch = floor(KV budget / (cached tokens(s) x KV per token)); 0 when the weights alone do not fit."""
-    budget = kv_budget_bytes(spec, dtype, gpu_memory_bytes, overhead, n_gpus, weight_format, group_size)
+    budget = kv_budget_bytes(
+        spec, dtype, gpu_memory_bytes, overhead, n_gpus, weight_format, group_size, scope
+    )
     per_seq = kv_cache_bytes(spec, kv_dtype or dtype, 1, seq_len)
     if budget <= 0:
         return 0
@@ -326,10 +421,13 @@ def max_seq_len(
     n_gpus: int = 1,
     weight_format: str | None = None,
     group_size: int | None = None,
+    scope: str | None = None,
 ) -> MaxSeqLen:
     """max s = largest s <= context length with batch x cached tokens(s) x KV per token <= KV budget
     (solved by bisection, since a sliding window makes the cache piecewise linear in s)."""
-    budget = kv_budget_bytes(spec, dtype, gpu_memory_bytes, overhead, n_gpus, weight_format, group_size)
+    budget = kv_budget_bytes(
+        spec, dtype, gpu_memory_bytes, overhead, n_gpus, weight_format, group_size, scope
+    )
     kv_dtype = kv_dtype or dtype
 
     def fits(s: int) -> bool:
@@ -404,12 +502,13 @@ def plan_gpus(
     overhead: float = DEFAULT_OVERHEAD,
     weight_format: str | None = None,
     group_size: int | None = None,
+    scope: str | None = None,
 ) -> GpuPlan:
     """For each t dividing the heads (tensor parallel splits heads evenly, so t <= heads): sequences per
     replica = floor((t x memory / (1 + overhead) - weights) / KV per sequence), replicas = ceil(batch /
     that), GPUs = t x replicas; the plan is the t with the fewest GPUs (the smaller t on a tie: less
     communication). With no t that holds one sequence, pipeline stages are needed."""
-    w = weights_bytes(spec, dtype, weight_format, group_size)
+    w = weights_bytes(spec, dtype, weight_format, group_size, scope)
     per_seq = kv_cache_bytes(spec, kv_dtype, 1, seq_len)
     total = (w + batch * per_seq) * (1 + overhead)
     memory_gpus = gpus_needed(total, gpu_memory_bytes)

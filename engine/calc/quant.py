@@ -39,6 +39,8 @@ class QuantFormat:
     scale_bytes: float  # bytes of scale per group
     zero_bytes: float  # bytes of zero point / minimum per group (0 for symmetric)
     source: str
+    tensor_bytes: float = 0.0  # fixed bytes per tensor (fp8's per-tensor weight and input scales)
+    input_row_bytes: float = 0.0  # bytes per input feature per tensor (GPTQ's g_idx, int32)
 
     def bytes_for(self, n: int, group_size: int | None = None, row: int | None = None) -> int:
         """bytes = ceil(n / g) x (g x bits / 8 + scale + zero), g = group size (or the row length)."""
@@ -97,6 +99,73 @@ FORMATS: dict[str, QuantFormat] = {
             "bitsandbytes 0.50 nf4 on a CPU with AVX-512 BF16: Linear4bit.forward repacks the weight for its "
             "fused kernel and stores the absmax per block in bf16 (functional._convert_weight_packed_for_cpu)",
         ),
+        # Checkpoint formats that serving engines load (vLLM's quantization methods), each checked against the
+        # layout its library writes; the head and embeddings stay 16-bit unless a scope says otherwise.
+        QuantFormat(
+            "fp8-e4m3",
+            8,
+            None,
+            0,
+            0,
+            "FP8 E4M3 weights with a per-tensor fp32 weight scale and input scale (NVIDIA ModelOpt / llm-compressor "
+            "checkpoints, vLLM's `fp8` method)",
+            tensor_bytes=8,
+        ),
+        QuantFormat(
+            "nvfp4",
+            4,
+            16,
+            1,
+            0,
+            "NVFP4: E2M1 values in blocks of 16 with an FP8 E4M3 scale each, plus fp32 global scales per tensor "
+            "(NVIDIA ModelOpt; Blackwell tensor cores)",
+            tensor_bytes=8,
+        ),
+        QuantFormat(
+            "mxfp4",
+            4,
+            32,
+            1,
+            0,
+            "MXFP4 (OCP microscaling): E2M1 values in blocks of 32 with an E8M0 scale each (gpt-oss experts)",
+        ),
+        QuantFormat(
+            "awq-int4",
+            4,
+            128,
+            2,
+            0.5,
+            "AWQ (AutoAWQ GEMM, vLLM `awq`): int4 packed in int32 `qweight`, fp16 `scales` and 4-bit `qzeros` per "
+            "group of 128",
+        ),
+        QuantFormat(
+            "gptq-int4",
+            4,
+            128,
+            2,
+            0.5,
+            "GPTQ (AutoGPTQ / GPTQModel, vLLM `gptq`): int4 `qweight`, fp16 `scales`, 4-bit `qzeros` per group of "
+            "128, and an int32 `g_idx` per input feature",
+            input_row_bytes=4,
+        ),
+        QuantFormat(
+            "gptq-int8",
+            8,
+            128,
+            2,
+            1,
+            "GPTQ 8-bit: int8 `qweight`, fp16 `scales`, 8-bit `qzeros` per group of 128, int32 `g_idx` per input",
+            input_row_bytes=4,
+        ),
+        QuantFormat(
+            "bnb-nf4-dq",
+            4,
+            64,
+            1 + 4 / 256,
+            0,
+            "bitsandbytes nf4 with double quantization (bnb_4bit_use_double_quant): the block absmax stored in "
+            "8 bits with one fp32 scale per 256 blocks",
+        ),
         QuantFormat(
             "int4-g128-fp32",
             4,
@@ -126,12 +195,66 @@ def tensor_bytes(shape: tuple[int, ...], fmt: str, group_size: int | None = None
     n = math.prod(shape)
     row = shape[-1]
     f = get(fmt)
+    fixed = math.ceil(f.tensor_bytes + f.input_row_bytes * row)
+    if f.group_size is None and f.scale_bytes == 0 and f.zero_bytes == 0:
+        return math.ceil(n * f.bits / 8) + fixed  # per-tensor scales only
     g = group_size or f.group_size or row
     if row % g and f.group_size is not None and f.group_size > 1:
         # ggml requires rows to be whole blocks; the last partial block is still stored whole.
         rows = n // row
-        return rows * f.bytes_for(row, g)
-    return f.bytes_for(n, g, row)
+        return rows * f.bytes_for(row, g) + fixed
+    return f.bytes_for(n, g, row) + fixed
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """A weight format the calculator offers: how its tensors are stored (`storage`, a key of FORMATS), which
+    modules it covers by default, and the precision its matmuls run in."""
+
+    name: str
+    storage: str
+    scope: str  # default modules (SCOPES)
+    compute: str  # "int8" | "int4" (weight-only: fp16 math) | "fp8" (fp8 tensor cores where the GPU has them)
+    vllm_quantization: str | None  # vLLM's --quantization name (None: not served by vLLM from this format)
+    description: str
+
+
+# Which modules a format quantizes. `linear`: every linear layer of the decoder (attention, MLP, experts, router
+# excluded), the embeddings and the output head kept 16-bit, as AWQ/GPTQ/FP8/bitsandbytes checkpoints do;
+# `linear+head`: and the head (torchao over every nn.Linear); `mlp`: only the MLPs / experts (FFN-only fp8);
+# `experts`: only the MoE experts (gpt-oss's MXFP4); `all`: every matrix, embeddings included (GGUF).
+SCOPES: tuple[str, ...] = ("linear", "linear+head", "mlp", "experts", "all")
+_GGUF = ("Q8_0", "Q6_K", "Q5_K", "Q5_1", "Q5_0", "Q4_K", "Q4_1", "Q4_0", "Q3_K", "Q2_K")
+WEIGHT_FORMATS_TABLE: dict[str, WeightFormat] = {
+    w.name: w
+    for w in (
+        WeightFormat("int8", "int8-per-channel", "linear+head", "int8", None, "torchao int8 weight-only"),
+        WeightFormat("int4", "int4-g128", "linear+head", "int4", None, "torchao int4 weight-only, groups"),
+        WeightFormat("fp8", "fp8-e4m3", "linear", "fp8", "fp8", "FP8 E4M3, per-tensor scales"),
+        WeightFormat("nvfp4", "nvfp4", "linear", "int4", "modelopt_fp4", "NVFP4 (Blackwell)"),
+        WeightFormat("mxfp4", "mxfp4", "experts", "int4", "mxfp4", "MXFP4 experts (gpt-oss)"),
+        WeightFormat("awq", "awq-int4", "linear", "int4", "awq", "AWQ int4, groups of 128"),
+        WeightFormat("gptq", "gptq-int4", "linear", "int4", "gptq", "GPTQ int4, groups of 128"),
+        WeightFormat("gptq-int8", "gptq-int8", "linear", "int8", "gptq", "GPTQ int8, groups of 128"),
+        WeightFormat(
+            "bnb-nf4", "bnb-nf4", "linear", "int4", "bitsandbytes", "bitsandbytes nf4, blocks of 64"
+        ),
+        WeightFormat(
+            "bnb-nf4-dq", "bnb-nf4-dq", "linear", "int4", "bitsandbytes", "bitsandbytes nf4, double quant"
+        ),
+        WeightFormat("bnb-int8", "bnb-int8", "linear", "int8", "bitsandbytes", "bitsandbytes LLM.int8"),
+        *(WeightFormat(g, g, "all", "int8" if g == "Q8_0" else "int4", "gguf", f"GGUF {g}") for g in _GGUF),
+    )
+}
+
+
+def weight_format(name: str) -> WeightFormat:
+    try:
+        return WEIGHT_FORMATS_TABLE[name]
+    except KeyError:
+        raise InvalidParameterError(
+            f"unknown weight format {name!r}; choose one of {', '.join(WEIGHT_FORMATS_TABLE)}"
+        ) from None
 
 
 def model_bytes(

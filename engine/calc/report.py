@@ -7,10 +7,12 @@ same numbers. Every field is in base units (bytes, seconds, dollars).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engine.calc import quant
 from engine.calc.cost import CostEstimate, estimate_cost
+from engine.calc.efficiency import SpeedEstimate, estimate_speed
+from engine.calc.launch import GPUS_PER_NODE, LaunchPlan, multi_node_steps, sglang_command, vllm_command
 from engine.calc.memory import (
     DEFAULT_OVERHEAD,
     WEIGHT_FORMATS,
@@ -19,6 +21,7 @@ from engine.calc.memory import (
     MemoryEstimate,
     bytes_per_weight,
     estimate_memory,
+    format_scope,
     kv_budget_bytes,
     max_batch,
     max_seq_len,
@@ -28,28 +31,90 @@ from engine.calc.memory import (
     weight_storage_note,
 )
 from engine.calc.paged import PagedComparison, compare_paged
-from engine.calc.specs import GPUSpec, ModelSpec, ParamCount, check_precision, positive_int
+from engine.calc.serving_memory import SERVING_ENGINES, ServingMemory, serving_memory, sglang_fraction
+from engine.calc.specs import (
+    PRECISIONS,
+    THIS_MACHINE,
+    GPUSpec,
+    ModelSpec,
+    ParamCount,
+    check_precision,
+    positive_int,
+)
 from engine.calc.timing import DATASHEET, Efficiency, TimingEstimate, estimate_timing
 from engine.core.errors import InvalidParameterError
+from engine.core.spec import Spec, option
+
+ENGINE_CHOICES = ("hf", "hf-compiled", "vllm", "sglang", "tensorrt-llm", "llama.cpp")
 
 
 @dataclass(frozen=True)
-class Inputs:
-    """Everything the calculator is asked; one source of defaults for the CLI and the page."""
+class Inputs(Spec):
+    """Everything the calculator is asked: the one source of defaults and bounds for `python -m engine estimate`
+    and the Memory-and-cost page (engine.core.spec)."""
 
-    dtype: str = "fp16"
-    kv_dtype: str | None = None  # None: same as dtype, but fp16 for weight-only int8/int4
-    batch: int = 8  # the chapter's T4 question: 8 users at 512 + 512 tokens
-    seq_len: int | None = None  # tokens the cache is sized for; None: prompt + output
-    prompt_tokens: int = 512
-    output_tokens: int = 512
-    overhead: float = DEFAULT_OVERHEAD
-    n_gpus: int = 1
-    usd_per_gpu_hour: float | None = None  # None: no cost figures (prices are the user's)
-    weight_format: str | None = (
-        None  # int8 / int4 (torchao layouts) or a GGUF block format; None: plain dtype
+    dtype: str = option("fp16", "weight precision", choices=PRECISIONS)
+    kv_dtype: str | None = option(
+        None,
+        "KV cache precision (default: the weights'; fp16 under a quantized format)",
+        kind=str,
+        choices=PRECISIONS,
     )
-    group_size: int | None = None  # weights per scale for int8/int4; None: per channel (int8), 128 (int4)
+    batch: int = option(8, "concurrent sequences", lo=1, hi=1_000_000)  # the chapter's T4 question: 8 users
+    seq_len: int | None = option(
+        None, "tokens per sequence the KV cache holds (default: prompt + output)", kind=int, lo=1
+    )
+    prompt_tokens: int = option(512, "prompt tokens per request", lo=1)
+    output_tokens: int = option(512, "output tokens per request", lo=1)
+    overhead: float = option(
+        DEFAULT_OVERHEAD,
+        "fraction added for activations etc. (the chapter's 20%; the hf memory mode)",
+        lo=0,
+        hi=10,
+    )
+    n_gpus: int = option(1, "GPUs in tensor parallel", lo=1, hi=1024, flag="--gpus", label="GPUs")
+    usd_per_gpu_hour: float | None = option(
+        None,
+        "price per GPU-hour in USD (default: the GPU's list price in engine/data/prices.toml)",
+        kind=float,
+        lo=0,
+        flag="--usd-per-hour",
+        label="price per GPU-hour",
+    )
+    weight_format: str | None = option(
+        None,
+        "quantized weights with their scales (int8, int4, fp8, awq, gptq, bnb-nf4, GGUF ...)",
+        kind=str,
+        choices=WEIGHT_FORMATS,
+    )
+    group_size: int | None = option(
+        None, "weights per scale for int8/int4 (default: per channel / 128)", kind=int, lo=1
+    )
+    scope: str | None = option(
+        None,
+        "modules the format covers (default: the format's own)",
+        kind=str,
+        choices=quant.SCOPES,
+        label="module scope",
+    )
+    engine: str | None = option(
+        None,
+        "the engine that will serve it: times become estimates with an interval fitted on published runs of "
+        "that class of engine, and vllm/sglang size the KV cache as they allocate it (default: the bound)",
+        kind=str,
+        choices=ENGINE_CHOICES,
+    )
+    gpu_memory_utilization: float | None = option(
+        None,
+        "vLLM's --gpu-memory-utilization / SGLang's --mem-fraction-static (default: theirs)",
+        kind=float,
+        lo=0.01,
+        hi=1,
+    )
+    max_model_len: int | None = option(
+        None, "the server's --max-model-len (default: prompt + output)", kind=int, lo=1
+    )
+    max_num_seqs: int | None = option(None, "the server's --max-num-seqs (default: vLLM's)", kind=int, lo=1)
 
     def resolved(self) -> Inputs:
         """Validate and fill seq_len; prompt + output must fit in seq_len."""
@@ -76,22 +141,22 @@ class Inputs:
                 )
             if self.group_size is not None:
                 positive_int("group size", self.group_size)
-            dtype = "int8" if quant.get(quant_format_name(fmt, self.group_size)[0]).bits > 4 else "int4"
+            format_scope(fmt, self.scope)
+            dtype = quant.weight_format(fmt).compute
             kv = check_precision(
                 "KV precision", self.kv_dtype or "fp16"
             )  # weight-only: the cache stays 16-bit
-        return Inputs(
-            dtype,
-            kv,
-            self.batch,
-            s,
-            p,
-            o,
-            self.overhead,
-            self.n_gpus,
-            self.usd_per_gpu_hour,
-            fmt,
-            self.group_size if fmt in ("int8", "int4") else None,
+        self.validate()
+        return replace(
+            self,
+            dtype=dtype,
+            kv_dtype=kv,
+            seq_len=s,
+            prompt_tokens=p,
+            output_tokens=o,
+            weight_format=fmt,
+            group_size=self.group_size if fmt in ("int8", "int4") else None,
+            scope=format_scope(fmt, self.scope) if fmt else None,
         )
 
     @property
@@ -125,10 +190,25 @@ class Estimate:
     plan: GpuPlan  # the GPUs the load needs, and how they would be used
     cost_at_plan: CostEstimate | None  # priced at plan.gpus when the load does not fit on the GPUs asked for
     warnings: tuple[str, ...]  # every assumption a figure rests on
+    speed: SpeedEstimate | None = None  # with an engine: central, interval and bound of every rate and time
+    serving: ServingMemory | None = None  # vllm / sglang: memory as the server allocates it
+    launch: Launch | None = None  # the commands that serve this plan (serving engines)
+    cost_interval: tuple[float, float] | None = None  # $/M output tokens at the throughput interval's ends
 
     @property
     def fits(self) -> bool:
+        """Serving engines: the server starts with room for one request of its max model length; otherwise the
+        weights, the batch's KV cache and the overhead fit on the GPUs asked for."""
+        if self.serving is not None:
+            return self.serving.fits
         return self.memory.fits
+
+
+@dataclass(frozen=True)
+class Launch:
+    vllm: str
+    sglang: str
+    multi_node: tuple[str, ...]
 
 
 def split_prompt_output(
@@ -146,15 +226,47 @@ def split_prompt_output(
 
 
 def _weights(spec: ModelSpec, i: Inputs) -> dict:
-    return {"weight_format": i.weight_format, "group_size": i.group_size}
+    return {"weight_format": i.weight_format, "group_size": i.group_size, "scope": i.scope}
 
 
 def estimate(spec: ModelSpec, gpu: GPUSpec, inputs: Inputs, eff: Efficiency = DATASHEET) -> Estimate:
     """Memory (weights + KV + overhead), fit, max batch at s, max s at batch, the GPU plan, timing and cost
-    (priced at the planned GPUs when the load does not fit), and the assumptions behind them."""
+    (priced at the planned GPUs when the load does not fit), and the assumptions behind them. With an engine
+    on a GPU, every time is that engine class's fitted estimate (engine.calc.efficiency) with its interval and
+    the bound; with vllm/sglang the KV cache is sized as the server allocates it (engine.calc.serving_memory)."""
     i = inputs.resolved()
     assert i.seq_len is not None and i.kv_dtype is not None
     wf = _weights(spec, i)
+    speed = serving = launch = None
+    if i.engine is not None and gpu.key != THIS_MACHINE and eff == DATASHEET:
+        speed = estimate_speed(
+            spec,
+            gpu,
+            engine=i.engine,
+            dtype=i.dtype,
+            weight_format=i.weight_format,
+            group_size=i.group_size,
+            scope=i.scope,
+            kv_dtype=i.kv_dtype,
+            batch=i.batch,
+            prompt_tokens=i.prompt_tokens,
+            output_tokens=i.output_tokens,
+            n_gpus=i.n_gpus,
+        )
+        eff = speed.fit.efficiency(gpu)
+    if i.engine in SERVING_ENGINES:
+        serving = serving_memory(
+            spec,
+            gpu,
+            engine=i.engine,
+            dtype=i.dtype,
+            kv_dtype=i.kv_dtype,
+            tensor_parallel=i.n_gpus,
+            gpu_memory_utilization=i.gpu_memory_utilization,
+            max_model_len=i.max_model_len or i.seq_len,
+            max_num_seqs=i.max_num_seqs,
+            **wf,
+        )
     mem = estimate_memory(
         spec,
         dtype=i.dtype,
@@ -210,6 +322,33 @@ def estimate(spec: ModelSpec, gpu: GPUSpec, inputs: Inputs, eff: Efficiency = DA
     if not mem.fits and not plan.pipeline_needed and i.usd_per_gpu_hour is not None and timeable:
         t_rep = _timing(spec, gpu, i, eff, plan.tensor_parallel, plan.batch_per_replica, wpp)
         cost_at_plan = estimate_cost(t_rep.tokens_per_s * plan.replicas, i.usd_per_gpu_hour, plan.gpus)
+    cost_interval = None
+    if speed is not None and i.usd_per_gpu_hour is not None:
+        rate = speed.output_tokens_per_s
+        cost_interval = (
+            estimate_cost(rate.high, i.usd_per_gpu_hour, i.n_gpus).usd_per_million_tokens,
+            estimate_cost(rate.low, i.usd_per_gpu_hour, i.n_gpus).usd_per_million_tokens,
+        )
+    if serving is not None:  # the server's own cache decides how many sequences and how long
+        mb = min(int(serving.kv_cache_tokens // i.seq_len), serving.max_num_seqs or mb)
+        longest = min(spec.context_length, serving.kv_cache_tokens // i.batch)
+        ms = MaxSeqLen(longest, "context" if longest == spec.context_length else "memory")
+        plan_launch = LaunchPlan(
+            model=spec.hub_id or spec.name,
+            tensor_parallel=min(i.n_gpus, GPUS_PER_NODE),
+            pipeline_parallel=max(1, math.ceil(i.n_gpus / GPUS_PER_NODE)),
+            max_model_len=serving.max_model_len,
+            gpu_memory_utilization=serving.utilization,
+            max_num_seqs=max(1, min(serving.max_num_seqs or i.batch, max(i.batch, 1))),
+            dtype=inputs.dtype if inputs.dtype in ("fp16", "bf16", "fp32") else "fp16",
+            weight_format=i.weight_format,
+            kv_dtype=i.kv_dtype,
+        )
+        launch = Launch(
+            vllm_command(plan_launch),
+            sglang_command(plan_launch, sglang_fraction(gpu.memory_bytes, i.n_gpus)),
+            tuple(multi_node_steps(plan_launch)),
+        )
     return Estimate(
         model=spec.name,
         gpu=gpu.name,
@@ -224,7 +363,13 @@ def estimate(spec: ModelSpec, gpu: GPUSpec, inputs: Inputs, eff: Efficiency = DA
         params=param_count(spec),
         plan=plan,
         cost_at_plan=cost_at_plan,
-        warnings=tuple(warnings_for(spec, gpu, i, timing)),
+        warnings=tuple(warnings_for(spec, gpu, i, timing))
+        + (speed.notes if speed else ())
+        + (serving.notes if serving else ()),
+        speed=speed,
+        serving=serving,
+        launch=launch,
+        cost_interval=cost_interval,
     )
 
 
@@ -263,7 +408,7 @@ def warnings_for(spec: ModelSpec, gpu: GPUSpec, i: Inputs, timing: TimingEstimat
             f"MLP {'yes' if t.mlp_bias else 'no'}, head {'tied' if spec.tied_embeddings else 'untied'}"
         )
     if i.weight_format:
-        out.append(weight_storage_note(i.weight_format, i.group_size))
+        out.append(weight_storage_note(i.weight_format, i.group_size, i.scope))
     if spec.is_moe:
         out.append(
             f"mixture of experts: memory holds all {pc.total:,} parameters; a decode step reads the experts its "
@@ -300,8 +445,6 @@ def batch_sweep(
 ) -> list[BatchPoint]:
     """Latency and $/M tokens at batch 1, 2, 4, ... up to `max_batch_` and a little past the fit limit, with
     every other input as given: the curve behind "batching lowers the cost until memory runs out"."""
-    from dataclasses import replace
-
     i = inputs.resolved()
     points = []
     b = 1

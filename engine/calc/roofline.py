@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from engine.calc.format import ridge as fmt_ridge
-from engine.calc.memory import cached_tokens, kv_bytes_per_token
+from engine.calc.memory import attention_weights, cached_tokens, kv_bytes_per_token
 from engine.calc.specs import GPUSpec, ModelSpec, check_precision, positive_int
 from engine.core.dtypes import BYTES_PER_ELEMENT
 from engine.core.errors import InvalidParameterError
@@ -96,9 +96,10 @@ def ridge_point(peak_flops_per_s: float, bandwidth_bytes_per_s: float) -> float:
 
 
 def activation_bytes(dtype: str) -> float:
-    """Activations are in the weight precision, except for weight-only int8/int4, which compute in fp16."""
+    """Activations are in the weight precision, except for quantized weights (int8/int4 weight-only, fp8),
+    whose activations between layers stay 16-bit."""
     dtype = check_precision("precision", dtype)
-    return 2.0 if dtype in ("int8", "int4") else BYTES_PER_ELEMENT[dtype]
+    return 2.0 if dtype in ("int8", "int4", "fp8") else BYTES_PER_ELEMENT[dtype]
 
 
 def operators(
@@ -181,45 +182,85 @@ def operators(
         )
 
     scores = b * H * n * c_kv
+    # Latent attention (DeepSeek-V2/V3) attends in its absorbed form, as vLLM runs it: scores against the
+    # cached latent (kv_lora_rank + rope wide), values from the latent (kv_lora_rank wide).
+    d_qk, d_v = (spec.kv_lora_rank + spec.qk_rope_head_dim, spec.kv_lora_rank) if spec.is_mla else (d, d)
+    if spec.is_mla:
+        projections = []
+        for pname, d_out, d_in in attention_weights(spec):
+            if pname == "KV a":  # writes the latent cache
+                projections.append(
+                    replace(
+                        linear("KV a projection", "projection", d_in, d_out, False, T * 2 * kv_one, count=LA),
+                        kv_bytes=T * 2 * kv_one,
+                    )
+                )
+            else:
+                projections.append(linear(f"{pname} projection", "projection", d_in, d_out, False, count=LA))
+        q_heads = H * d_v  # the absorbed query and output width per token
+    else:
+        projections = [
+            linear("Q projection", "projection", h, q, t.qkv_bias, count=LA),
+            replace(
+                linear("K projection", "projection", h, kv, t.qkv_bias, T * kv_one, count=LA),
+                kv_bytes=T * kv_one,
+            ),
+            replace(
+                linear("V projection", "projection", h, kv, t.qkv_bias, T * kv_one, count=LA),
+                kv_bytes=T * kv_one,
+            ),
+        ]
+        q_heads = q
+    cache_read = b * c_kv * (2 * kv_one if spec.is_mla else kv_one)
     ops = [
-        linear("Q projection", "projection", h, q, t.qkv_bias, count=LA),
-        replace(
-            linear("K projection", "projection", h, kv, t.qkv_bias, T * kv_one, count=LA), kv_bytes=T * kv_one
-        ),
-        replace(
-            linear("V projection", "projection", h, kv, t.qkv_bias, T * kv_one, count=LA), kv_bytes=T * kv_one
-        ),
+        *projections,
         Operator(
             "QK^T",
             "attention",
-            2.0 * scores * d,
-            T * q * a + b * c_kv * kv_one + scores * sb,
+            2.0 * scores * d_qk,
+            T * q_heads * a + cache_read + scores * sb,
             LA,
-            kv_bytes=b * c_kv * kv_one,
+            kv_bytes=cache_read,
         ),
         Operator("softmax", "attention", SOFTMAX_FLOPS_PER_ELEMENT * scores, scores * (sb + a), LA),
         Operator(
             "attn x V",
             "attention",
-            2.0 * scores * d,
-            scores * a + b * c_kv * kv_one + T * q * a,
+            2.0 * scores * d_v,
+            scores * a + (0.0 if spec.is_mla else cache_read) + T * q_heads * a,
             LA,
-            kv_bytes=b * c_kv * kv_one,
+            kv_bytes=0.0 if spec.is_mla else cache_read,
         ),
-        linear("output projection", "projection", q, h, t.out_bias, count=LA),
     ]
+    if not spec.is_mla:
+        ops.append(linear("output projection", "projection", q, h, t.out_bias, count=LA))
     ops = [op for op in ops if op.count]
-    per_token, copies = float(k), float(visited)
-    if spec.is_moe:
-        ops.append(linear("router", "mlp", h, E, False))
-    if t.gated_mlp:
-        ops += [
-            linear("MLP gate", "mlp", h, inter, t.mlp_bias, per_token=per_token, copies=copies),
-            linear("MLP up", "mlp", h, inter, t.mlp_bias, per_token=per_token, copies=copies),
+
+    def mlp(
+        prefix: str, width: int, count: int, per_token: float = 1.0, copies: float = 1.0
+    ) -> list[Operator]:
+        if not count:
+            return []
+        ups = [f"{prefix}gate", f"{prefix}up"] if t.gated_mlp else [f"{prefix}up"]
+        return [
+            *(
+                linear(name, "mlp", h, width, t.mlp_bias, count=count, per_token=per_token, copies=copies)
+                for name in ups
+            ),
+            linear(
+                f"{prefix}down", "mlp", width, h, t.mlp_bias, count=count, per_token=per_token, copies=copies
+            ),
         ]
+
+    if spec.is_moe:
+        Lm = spec.expert_layers
+        ops.append(linear("router", "mlp", h, E, t.router_bias, count=Lm))
+        ops += mlp("expert ", inter, Lm, float(k), float(visited))
+        if spec.shared_intermediate:
+            ops += mlp("shared expert ", spec.shared_intermediate, Lm)
+        ops += mlp("MLP ", spec.dense_intermediate or inter, L - Lm)
     else:
-        ops.append(linear("MLP up", "mlp", h, inter, t.mlp_bias, per_token=per_token, copies=copies))
-    ops.append(linear("MLP down", "mlp", inter, h, t.mlp_bias, per_token=per_token, copies=copies))
+        ops += mlp("MLP ", inter, L)
     rows = T if logits_all_positions else b
     head_w = (spec.embed_dim or h) * V * w
     ops.append(

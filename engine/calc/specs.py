@@ -41,6 +41,9 @@ class ArchTraits:
     position_offset: int = 0  # OPT's learned positions table has 2 extra rows
     embed_norm: bool = False  # BLOOM's word_embeddings_layernorm
     final_norm: bool = True
+    qk_norm: bool = False  # Qwen3/OLMo-2 normalise each head's q and k (RMSNorm of head_dim, twice per layer)
+    attn_sinks: bool = False  # gpt-oss: one learned sink logit per head per layer
+    router_bias: bool = False  # gpt-oss's router Linear has a bias
 
 
 _LN_BIASED = ArchTraits(True, True, True, 2, False, False, False)
@@ -55,6 +58,10 @@ ARCH_TRAITS: dict[str, ArchTraits] = {
     "bloom": replace(_LN_BIASED, embed_norm=True),
     "falcon": ArchTraits(False, False, False, 2, False, False, False, 1, True),
     "phi": replace(_LN_BIASED, norms_per_layer=1, parallel_attn=True, lm_head_bias=True),
+    "qwen3": ArchTraits(False, False, False, 1, True, False, False, qk_norm=True),
+    "gpt_oss": ArchTraits(
+        True, True, True, 1, True, False, False, attn_sinks=True, router_bias=True
+    ),  # biases on q/k/v/o and on every expert; the MLP's bias flag is the experts'
 }
 
 
@@ -112,6 +119,18 @@ class ModelSpec:
     layout: ArchTraits | None = None  # this config's flags, when they differ from the family's defaults
     assumptions: tuple[str, ...] = ()  # what the figures rest on that the config does not say
     exact: ParamCount | None = None  # the count of the real class on the meta device (engine.arch.meta)
+    # Mixture-of-experts layouts beyond Mixtral's (every layer E experts of `intermediate`):
+    moe_layers: int | None = None  # layers whose MLP is experts; None = all (when n_experts > 1)
+    dense_intermediate: int | None = None  # the MLP width of the other layers (DeepSeek's first_k_dense)
+    shared_intermediate: int = 0  # always-on shared expert(s), summed width (Qwen2-MoE, DeepSeek)
+    shared_expert_gate: bool = False  # Qwen2-MoE gates its shared expert with a Linear(h, 1)
+    # Multi-head latent attention (DeepSeek-V2/V3): the cache holds one latent of kv_lora_rank + qk_rope_head_dim
+    # per token per layer; head_dim is the q/k head width (nope + rope), v_head_dim the value head's.
+    kv_lora_rank: int = 0  # 0: ordinary attention
+    q_lora_rank: int = 0  # 0: a plain q_proj
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    hub_id: str = ""  # the Hugging Face repository (what `vllm serve` loads), when known
 
     @property
     def traits(self) -> ArchTraits:
@@ -132,6 +151,17 @@ class ModelSpec:
     @property
     def is_moe(self) -> bool:
         return self.n_experts > 1
+
+    @property
+    def expert_layers(self) -> int:
+        """Layers whose MLP is a set of experts (all of them for Mixtral, L - first_k_dense for DeepSeek)."""
+        if not self.is_moe:
+            return 0
+        return self.n_layer if self.moe_layers is None else self.moe_layers
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
 
     @property
     def attention_kind(self) -> str:
@@ -162,8 +192,14 @@ class GPUSpec:
 
     def flops_for(self, dtype: str) -> float:
         """Peak FLOP/s for math in `dtype`. Weight-only int8/int4 formats dequantize to fp16 before the
-        matmul, so they use the fp16 peak; a precision without native support falls back to fp32."""
-        key = "fp16" if dtype in ("int8", "int4") else dtype
+        matmul, so they use the fp16 peak; fp8 runs on fp8 tensor cores where the GPU has them (Ada, Hopper,
+        Blackwell, MI300X) and dequantizes to fp16 elsewhere; a precision without native support falls back
+        to fp32."""
+        key = (
+            "fp16"
+            if dtype in ("int8", "int4") or (dtype == "fp8" and "fp8" not in self.peak_flops)
+            else dtype
+        )
         if key in self.peak_flops:
             return self.peak_flops[key]
         if "fp32" in self.peak_flops:
@@ -171,7 +207,11 @@ class GPUSpec:
         return max(self.peak_flops.values())
 
     def flops_source(self, dtype: str) -> str:
-        key = "fp16" if dtype in ("int8", "int4") else dtype
+        key = (
+            "fp16"
+            if dtype in ("int8", "int4") or (dtype == "fp8" and "fp8" not in self.peak_flops)
+            else dtype
+        )
         if key in self.peak_flops:
             return self.sources.get(f"{key}_tflops", self.sources.get("compute", ""))
         return f"{self.name} has no native {key} peak listed; the fp32 peak is used"
@@ -270,6 +310,10 @@ def validate_spec(spec: ModelSpec, *, sizes: bool = True) -> ModelSpec:
         raise InvalidParameterError(f"window_layers must be between 0 and n_layer ({spec.n_layer})")
     if spec.attn_layers is not None and not 0 <= spec.attn_layers <= spec.n_layer:
         raise InvalidParameterError(f"attention layers must be between 0 and n_layer ({spec.n_layer})")
+    if spec.moe_layers is not None and not 0 <= spec.moe_layers <= spec.n_layer:
+        raise InvalidParameterError(f"MoE layers must be between 0 and n_layer ({spec.n_layer})")
+    if spec.is_mla and not 0 < spec.qk_rope_head_dim < spec.head_dim:
+        raise InvalidParameterError("latent attention needs 0 < qk_rope_head_dim < the q/k head dim")
     if spec.params_override is not None:
         positive_int("params", spec.params_override, hint=hint)
     return spec
@@ -381,16 +425,26 @@ def _gpu_from_row(key: str, row: Mapping[str, Any]) -> GPUSpec:
         "bandwidth": row.get("bandwidth_source", row["source"]),
         "interconnect": row.get("interconnect_source", ""),
     }
-    for dtype in ("fp32", "fp16", "bf16", "int8"):
+    for dtype in ("fp32", "fp16", "bf16", "fp8", "int8"):
         unit = "tops" if dtype == "int8" else "tflops"
         value = row.get(f"{dtype}_{unit}")
         if value is not None:
             peaks[dtype] = float(value) * 1e12
             sources[f"{dtype}_tflops"] = row.get(f"{dtype}_source", row["source"])
+    memory = float(row["memory_gb"]) * 1e9
+    if row.get(
+        "memory_mib_driver"
+    ):  # what the driver reports (and vLLM budgets from), not the datasheet's GB
+        memory = float(row["memory_mib_driver"]) * 2**20
+        sources["memory"] = (
+            f"{row['memory_mib_driver']} MiB as the driver reports it: {row.get('memory_mib_driver_source', '')}"
+        )
+    else:
+        sources["memory"] += f" ({row['memory_gb']} GB as the datasheet prints it: no driver figure found)"
     return GPUSpec(
         key=key,
         name=row["name"],
-        memory_bytes=float(row["memory_gb"]) * 1e9,
+        memory_bytes=memory,
         bandwidth_bytes_per_s=float(row["bandwidth_gb_s"]) * 1e9,
         peak_flops=peaks,
         sources=sources,
@@ -439,3 +493,53 @@ def custom_gpu(
             peaks[dtype] = positive_float(f"{dtype} peak FLOP/s", value)
             sources[f"{dtype}_tflops"] = "edited by the user"
     return replace(base, peak_flops=peaks, sources=sources, **changes)
+
+
+INTERCONNECTS = {  # kind -> (name, GB/s both ways) when a custom GPU gives no figure
+    "nvlink": ("NVLink", 900.0),  # NVLink 4 (H100 SXM datasheet: 900 GB/s)
+    "pcie": ("PCIe Gen4 x16", 64.0),  # PCIe Gen4 x16: 64 GB/s both ways
+    "none": ("none", 0.0),
+}
+
+
+def custom_gpu_from_figures(
+    *,
+    memory_gib: float,
+    bandwidth_gb_s: float,
+    tflops: float,
+    interconnect: str = "pcie",
+    name: str = "custom GPU",
+) -> GPUSpec:
+    """A GPU outside the catalogue from its figures: memory in GiB (as nvidia-smi reports it), bandwidth in GB/s,
+    dense fp16/bf16 TFLOPS, and the link between GPUs as `nvlink`, `pcie` or `none`, optionally `kind:GB/s`."""
+    memory = positive_float("GPU memory (GiB)", memory_gib, hint="Give the memory one GPU has, e.g. 80.")
+    bandwidth = positive_float(
+        "GPU memory bandwidth (GB/s)", bandwidth_gb_s, hint="e.g. 3350 for an H100 SXM."
+    )
+    peak = positive_float("GPU TFLOPS", tflops, hint="the dense fp16/bf16 figure, e.g. 989 for an H100 SXM.")
+    kind, _, figure = interconnect.strip().lower().partition(":")
+    if kind not in INTERCONNECTS:
+        raise InvalidParameterError(
+            f"unknown interconnect {interconnect!r}: give nvlink, pcie or none, optionally with GB/s (nvlink:900)"
+        )
+    link_name, link = INTERCONNECTS[kind]
+    if figure:
+        link = positive_float("interconnect bandwidth (GB/s)", figure)
+    src = "given by the user"
+    return GPUSpec(
+        key="custom",
+        name=name,
+        memory_bytes=memory * 2**30,
+        bandwidth_bytes_per_s=bandwidth * 1e9,
+        peak_flops={"fp16": peak * 1e12, "bf16": peak * 1e12, "fp32": peak * 1e12 / 8},
+        sources={
+            "memory": src,
+            "bandwidth": src,
+            "fp16_tflops": src,
+            "bf16_tflops": src,
+            "interconnect": src,
+            "fp32_tflops": "assumed: an eighth of the fp16 tensor peak",
+        },
+        interconnect=link_name,
+        interconnect_bytes_per_s=link * 1e9 / 2,
+    )

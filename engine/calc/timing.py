@@ -14,7 +14,7 @@ Metric definitions are vLLM's: TTFT = request to first token; TPOT excludes the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engine.calc.roofline import Operator, Roof, activation_bytes, operators, roof_for
 from engine.calc.specs import GPUSpec, ModelSpec, positive_float, positive_int
@@ -29,6 +29,8 @@ class Efficiency:
     flops: float = 1.0  # achieved FLOP/s / peak FLOP/s
     step_overhead_s_per_layer: float = 0.0  # fixed seconds per layer per forward step
     label: str = "datasheet"
+    allreduce_latency_s: float = 0.0  # fixed cost of one tensor-parallel all-reduce (launch, synchronisation)
+    decode_flops: float | None = None  # a decode step's compute-bound matmuls (large batches); None: `flops`
 
 
 DATASHEET = Efficiency()
@@ -57,25 +59,33 @@ class PhaseTime:
         return "memory" if self.memory_s >= self.compute_s else "compute"
 
 
-def allreduce_s(message_bytes: float, n_gpus: int, link_bytes_per_s: float) -> float:
-    """t = 2 (n - 1) / n x message / link bandwidth (one direction): a ring all-reduce sends and receives
-    2 (n - 1) / n of the message per GPU (Patarasuk and Yuan 2009; NCCL's "bus bandwidth"). 0 on one GPU."""
+def allreduce_s(message_bytes: float, n_gpus: int, link_bytes_per_s: float, latency_s: float = 0.0) -> float:
+    """t = latency + 2 (n - 1) / n x message / link bandwidth (one direction): a ring all-reduce sends and
+    receives 2 (n - 1) / n of the message per GPU (Patarasuk and Yuan 2009; NCCL's "bus bandwidth"), after a
+    fixed cost per call (nccl-tests' time at its smallest messages). 0 on one GPU."""
     if n_gpus <= 1:
         return 0.0
-    return (
+    return latency_s + (
         2 * (n_gpus - 1) / n_gpus * message_bytes / positive_float("interconnect bandwidth", link_bytes_per_s)
     )
 
 
 def tp_comm_s(
-    spec: ModelSpec, *, batch: int, tokens: int, act_bytes: float, n_gpus: int, link_bytes_per_s: float
+    spec: ModelSpec,
+    *,
+    batch: int,
+    tokens: int,
+    act_bytes: float,
+    n_gpus: int,
+    link_bytes_per_s: float,
+    latency_s: float = 0.0,
 ) -> float:
     """Tensor-parallel communication of one forward = 2 all-reduces per layer (after attention's output
-    projection and after the MLP, Megatron-LM) x L x allreduce_s(b x tokens x h x bytes)."""
+    projection and after the MLP, Megatron-LM) x L x allreduce_s(b x tokens x h x bytes, latency)."""
     if n_gpus <= 1:
         return 0.0
     message = batch * tokens * spec.hidden * act_bytes
-    return 2 * spec.n_layer * allreduce_s(message, n_gpus, link_bytes_per_s)
+    return 2 * spec.n_layer * allreduce_s(message, n_gpus, link_bytes_per_s, latency_s)
 
 
 def phase_time(
@@ -118,7 +128,23 @@ class TimingEstimate:
     mode: str
 
 
-def estimate_timing(
+@dataclass(frozen=True)
+class TimingInputs:
+    """The shape of one timing question, before any efficiency: the operators of a prefill and of a mean decode
+    step, the GPUs' combined roof, and the all-reduces of each phase (their byte time and how many)."""
+
+    prefill_ops: tuple[Operator, ...]
+    decode_ops: tuple[Operator, ...]
+    roof: Roof
+    n_layer: int
+    batch: int
+    output_tokens: int
+    prefill_comm_s: float  # all-reduce bytes / link bandwidth, latency excluded
+    decode_comm_s: float
+    allreduces: int  # per forward (2 x layers with tensor parallel, else 0)
+
+
+def timing_inputs(
     spec: ModelSpec,
     gpu: GPUSpec,
     *,
@@ -128,14 +154,9 @@ def estimate_timing(
     prompt_tokens: int,
     output_tokens: int,
     n_gpus: int = 1,
-    eff: Efficiency = DATASHEET,
     weight_bytes_per_param: float | None = None,
-) -> TimingEstimate:
-    """TTFT = prefill(P); TPOT = decode step at the mean context P + O/2 (steps 2..O see P+1..P+O-1 tokens);
-    generation = TTFT + (O - 1) x TPOT; throughput = b x O / generation.
-
-    With N GPUs in tensor parallel, each holds 1/N of the weights and heads: bandwidth and FLOP/s add up, and
-    every layer pays two all-reduces of the activations over the GPU interconnect (`tp_comm_s`)."""
+) -> TimingInputs:
+    """Validate a timing question and build its operators (engine.calc.roofline) once."""
     b = positive_int("batch", batch)
     p = positive_int("prompt tokens", prompt_tokens)
     o = positive_int("output tokens", output_tokens)
@@ -167,7 +188,6 @@ def estimate_timing(
     pre_ops = operators(
         spec, phase="prefill", seq_len=p, batch=b, dtype=dtype, kv_dtype=kv_dtype, weight_bytes_per_param=wpp
     )
-    prefill = phase_time(pre_ops, roof, spec.n_layer, eff, comm(p))
     # decode(s) models one new token against s cached + 1: s = P + O/2 - 1 gives the mean context P + O/2
     mean_ctx = max(1, round(p + o / 2 - 1))
     dec_ops = operators(
@@ -179,8 +199,28 @@ def estimate_timing(
         kv_dtype=kv_dtype,
         weight_bytes_per_param=wpp,
     )
-    decode = phase_time(dec_ops, roof, spec.n_layer, eff, comm(1))
-    generation = prefill.seconds + (o - 1) * decode.seconds
+    return TimingInputs(
+        tuple(pre_ops),
+        tuple(dec_ops),
+        roof,
+        spec.n_layer,
+        b,
+        o,
+        comm(p),
+        comm(1),
+        2 * spec.n_layer if n > 1 else 0,
+    )
+
+
+def timing_from(inputs: TimingInputs, eff: Efficiency = DATASHEET) -> TimingEstimate:
+    """TTFT = prefill(P); TPOT = decode step at the mean context; generation = TTFT + (O - 1) x TPOT;
+    throughput = b x O / generation. All-reduces add their latency (eff) to their byte time."""
+    i = inputs
+    latency = i.allreduces * eff.allreduce_latency_s
+    prefill = phase_time(list(i.prefill_ops), i.roof, i.n_layer, eff, i.prefill_comm_s + latency)
+    dec_eff = eff if eff.decode_flops is None else replace(eff, flops=eff.decode_flops)
+    decode = phase_time(list(i.decode_ops), i.roof, i.n_layer, dec_eff, i.decode_comm_s + latency)
+    generation = prefill.seconds + (i.output_tokens - 1) * decode.seconds
     return TimingEstimate(
         prefill=prefill,
         decode_step=decode,
@@ -188,9 +228,43 @@ def estimate_timing(
         ttft_s=prefill.seconds,
         decode_s_per_token=decode.seconds,
         generation_s=generation,
-        tokens_per_s=b * o / generation,
-        decode_tokens_per_s=b / decode.seconds,
+        tokens_per_s=i.batch * i.output_tokens / generation,
+        decode_tokens_per_s=i.batch / decode.seconds,
         mode=eff.label,
+    )
+
+
+def estimate_timing(
+    spec: ModelSpec,
+    gpu: GPUSpec,
+    *,
+    dtype: str,
+    kv_dtype: str | None = None,
+    batch: int,
+    prompt_tokens: int,
+    output_tokens: int,
+    n_gpus: int = 1,
+    eff: Efficiency = DATASHEET,
+    weight_bytes_per_param: float | None = None,
+) -> TimingEstimate:
+    """TTFT = prefill(P); TPOT = decode step at the mean context P + O/2 (steps 2..O see P+1..P+O-1 tokens);
+    generation = TTFT + (O - 1) x TPOT; throughput = b x O / generation.
+
+    With N GPUs in tensor parallel, each holds 1/N of the weights and heads: bandwidth and FLOP/s add up, and
+    every layer pays two all-reduces of the activations over the GPU interconnect (`tp_comm_s`)."""
+    return timing_from(
+        timing_inputs(
+            spec,
+            gpu,
+            dtype=dtype,
+            kv_dtype=kv_dtype,
+            batch=batch,
+            prompt_tokens=prompt_tokens,
+            output_tokens=output_tokens,
+            n_gpus=n_gpus,
+            weight_bytes_per_param=weight_bytes_per_param,
+        ),
+        eff,
     )
 
 

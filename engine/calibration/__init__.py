@@ -41,6 +41,7 @@ from engine.calibration.store import (
 )
 from engine.core import paths
 from engine.core.errors import InvalidParameterError, UnknownModelError
+from engine.core.spec import Spec, option
 from engine.core.stats import median
 
 __all__ = [
@@ -65,17 +66,23 @@ __all__ = [
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 DEFAULT_DTYPES = ("fp32", "bf16")
+
+
+@dataclass(frozen=True)
+class CalibrateSpec(Spec):
+    """`python -m engine calibrate` and bench/calibration.py: which model and precisions to run, how often."""
+
+    model: str = option(DEFAULT_MODEL, "an engine preset to run")
+    dtypes: tuple[str, ...] = option(
+        DEFAULT_DTYPES, "precisions to run", choices=("fp32", "bf16", "fp16"), label="precision"
+    )
+    repeats: int = option(3, "repeats of each shape after one warm-up (the fastest is kept)", lo=1, hi=20)
+
+
 # The calibration's shapes: prompt lengths 32 and 128, outputs 8 and 6, batch 1 and 4, at the full depth and
 # cut to SHORT_DEPTH layers (two depths separate bytes from per-layer cost; see engine.calibration.fit).
 CALIBRATION_SHAPES = (Shape(32, 8, 1), Shape(128, 6, 1), Shape(32, 6, 4))
 SHORT_DEPTH = 8
-# Names the engine's runs carry -> the calculator's preset of the same shape.
-RUN_MODEL_TO_PRESET = {
-    "smollm2-135m-instruct": "smollm2-135m",
-    "gpt-neo-125m": "gpt-neo-125m",
-    "gpt-neo-1.3b": "gpt-neo-1.3b",
-    "gpt-neo-2.7b": "gpt-neo-2.7b",
-}
 
 
 def measure_machine(dtypes: Sequence[str] = DEFAULT_DTYPES) -> GPUSpec:
@@ -447,9 +454,8 @@ def calibrate(
 
 
 def spec_for_run_model(name: str) -> ModelSpec | None:
-    """The calculator's ModelSpec for a model the engine ran (a preset name or a random-weights preset)."""
-    if name in RUN_MODEL_TO_PRESET:
-        return model_preset(RUN_MODEL_TO_PRESET[name])
+    """The calculator's ModelSpec for a model the engine ran: its preset's `calculator` shape (the one table,
+    engine/data/presets.toml), else one built from a random preset's config, else the hub repo's name."""
     try:
         from engine.runtime.models import PRESETS
     except ImportError:
@@ -457,6 +463,8 @@ def spec_for_run_model(name: str) -> ModelSpec | None:
     preset = PRESETS.get(name)
     if preset is None:
         return None
+    if preset.calculator:
+        return model_preset(preset.calculator)
     if preset.config:
         model_type = {
             "GPTNeoForCausalLM": "gpt_neo",

@@ -17,6 +17,7 @@ from engine.calc.timing import Efficiency
 from engine.calibration.fit import PrecisionFit, RunSample, efficiency_of
 from engine.calibration.machine import machine_spec
 from engine.core import paths
+from engine.core.jsonsafe import to_jsonable
 
 SCHEMA = 2
 
@@ -90,17 +91,6 @@ def calibration_path(machine_id: str | None = None) -> Path:
     return paths.home() / "calibration" / f"{machine_id or paths.machine_id()}.json"
 
 
-def _clean(x: Any) -> Any:
-    """JSON has no NaN: store it as null."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_clean(v) for v in x]
-    return x
-
-
 def _nan(d: dict, *keys: str) -> dict:
     return {**d, **{k: math.nan for k in keys if d.get(k) is None and k in d}}
 
@@ -109,7 +99,7 @@ def save_calibration(cal: Calibration) -> Path:
     path = calibration_path(cal.machine_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(_clean(asdict(cal)), indent=2), encoding="utf-8")
+    tmp.write_text(json.dumps(to_jsonable(asdict(cal)), indent=2), encoding="utf-8")
     tmp.replace(path)
     return path
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.calibration import DEFAULT_DTYPES, DEFAULT_MODEL, Calibration, calibrate, calibration_path
+from engine.calibration import CalibrateSpec, Calibration, calibrate, calibration_path
 
 HELP = (
     "fit this machine's achieved bandwidth, per-layer cost and FLOP/s per precision on real runs (several "
@@ -11,19 +11,12 @@ HELP = (
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--model", default=DEFAULT_MODEL, help="an engine preset to run")
-    parser.add_argument(
-        "--dtypes", default=",".join(DEFAULT_DTYPES), help="comma-separated precisions to run"
-    )
-    parser.add_argument(
-        "--repeats", type=int, default=3, help="repeats of each shape after one warm-up (the fastest is kept)"
-    )
+    CalibrateSpec.add_arguments(parser)
 
 
 def run(args) -> dict:
-    cal = calibrate(
-        args.model, tuple(d.strip() for d in args.dtypes.split(",") if d.strip()), repeats=args.repeats
-    )
+    spec = CalibrateSpec.from_args(args)
+    cal = calibrate(spec.model, spec.dtypes, repeats=spec.repeats)
     return {"calibration": cal, "path": str(calibration_path(cal.machine_id))}
 
 

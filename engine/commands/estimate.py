@@ -1,18 +1,23 @@
-"""`python -m engine estimate`: will it fit, how fast, how much (the Memory & cost page's numbers)."""
+"""`python -m engine estimate`: will it fit, how fast, how much (the Memory & cost page's numbers).
+
+With `--engine`, every GPU time and rate is that class of engine's estimate fitted on published measurements,
+with its interval and the physical bound ({"low", "central", "high", "bound"}); with `--engine vllm|sglang` the
+KV cache is sized as the server allocates it and the launch command comes with it."""
 
 from __future__ import annotations
 
 from engine.calc import format as fmt
+from engine.calc.efficiency import Interval
 from engine.calc.hf_config import read_config_file
-from engine.calc.memory import DEFAULT_OVERHEAD, WEIGHT_FORMATS
+from engine.calc.prices import price_for
 from engine.calc.report import Estimate, Inputs, estimate, split_prompt_output
-from engine.calc.specs import PRECISIONS, THIS_MACHINE
+from engine.calc.specs import THIS_MACHINE, custom_gpu_from_figures
 from engine.calc.timing import DATASHEET
 from engine.calibration import efficiency_at, require_calibration, resolve_gpu, resolve_model_spec
 from engine.core.errors import InvalidParameterError
 
 HELP = "estimate memory, fit, decode/prefill time and cost for a model on a GPU"
-_DEFAULTS = Inputs()
+CUSTOM = "custom"
 
 
 def add_arguments(parser) -> None:
@@ -21,41 +26,50 @@ def add_arguments(parser) -> None:
         "--model", help="a calculator preset (see `python -m engine gpus --models`) or an engine preset"
     )
     src.add_argument("--config", help="path of a Hugging Face config.json (or its folder)")
-    parser.add_argument("--dtype", required=True, choices=PRECISIONS, help="weight precision")
     parser.add_argument(
-        "--kv-dtype",
-        choices=PRECISIONS,
-        help="KV cache precision (default: --dtype; fp16 for int8/int4 weights)",
+        "--gpu",
+        required=True,
+        help=f"a catalog key (python -m engine gpus), {THIS_MACHINE}, or {CUSTOM} with the --gpu-* figures",
     )
-    parser.add_argument(
-        "--weight-format",
-        choices=WEIGHT_FORMATS,
-        help="quantized weights with their scales: int8 (per channel), int4 (groups), or a GGUF block format",
+    Inputs.add_arguments(parser)
+    # with --seq-len alone, prompt and output split it (split_prompt_output); without it, the spec's defaults
+    parser.set_defaults(prompt_tokens=None, output_tokens=None)
+    custom = parser.add_argument_group(f"--gpu {CUSTOM}: a GPU outside the catalogue")
+    custom.add_argument(
+        "--gpu-memory-gib", type=float, help="memory per GPU in GiB, as nvidia-smi reports it"
     )
-    parser.add_argument(
-        "--group-size", type=int, help="weights per scale for int8/int4 (default: per channel / 128)"
+    custom.add_argument("--gpu-bandwidth-gbs", type=float, help="memory bandwidth in GB/s (datasheet)")
+    custom.add_argument(
+        "--gpu-tflops", type=float, help="dense fp16/bf16 tensor TFLOPS (datasheet, not sparse)"
     )
-    parser.add_argument(
-        "--gpu", required=True, help=f"a catalog key (python -m engine gpus) or {THIS_MACHINE}"
+    custom.add_argument(
+        "--interconnect",
+        help="GPU-to-GPU link: nvlink or pcie, optionally with its GB/s both ways (nvlink:900, pcie:64)",
     )
-    parser.add_argument(
-        "--batch", type=int, default=_DEFAULTS.batch, help=f"concurrent sequences (default {_DEFAULTS.batch})"
-    )
-    parser.add_argument("--seq-len", type=int, required=True, help="tokens per sequence the KV cache holds")
-    parser.add_argument("--prompt-tokens", type=int, help="default: half of --seq-len")
-    parser.add_argument("--output-tokens", type=int, help="default: --seq-len minus the prompt")
-    parser.add_argument(
-        "--overhead", type=float, default=DEFAULT_OVERHEAD, help="fraction added for activations etc."
-    )
-    parser.add_argument(
-        "--usd-per-hour",
-        type=float,
-        default=_DEFAULTS.usd_per_gpu_hour,
-        help="price per GPU-hour in USD (omit: no cost figures)",
-    )
-    parser.add_argument("--gpus", type=int, default=_DEFAULTS.n_gpus, help="GPUs in tensor parallel")
     parser.add_argument(
         "--calibrated", action="store_true", help=f"apply this machine's calibration ({THIS_MACHINE} only)"
+    )
+
+
+def gpu_from_args(args):
+    if args.gpu != CUSTOM:
+        if any(
+            getattr(args, k, None) is not None for k in ("gpu_memory_gib", "gpu_bandwidth_gbs", "gpu_tflops")
+        ):
+            raise InvalidParameterError(
+                f"--gpu-memory-gib / --gpu-bandwidth-gbs / --gpu-tflops go with --gpu {CUSTOM}"
+            )
+        return resolve_gpu(args.gpu)
+    missing = [f for f in ("gpu_memory_gib", "gpu_bandwidth_gbs", "gpu_tflops") if getattr(args, f) is None]
+    if missing:
+        raise InvalidParameterError(
+            f"--gpu {CUSTOM} needs {', '.join('--' + m.replace('_', '-') for m in missing)}"
+        )
+    return custom_gpu_from_figures(
+        memory_gib=args.gpu_memory_gib,
+        bandwidth_gb_s=args.gpu_bandwidth_gbs,
+        tflops=args.gpu_tflops,
+        interconnect=args.interconnect or "pcie",
     )
 
 
@@ -74,21 +88,21 @@ def run(args) -> dict:
             "or drop --calibrated for the datasheet estimate of another GPU"
         )
     cal = require_calibration() if args.calibrated else None  # before measuring: a missing one fails fast
-    gpu = resolve_gpu(args.gpu)
-    p, o = split_prompt_output(args.seq_len, args.prompt_tokens, args.output_tokens)
-    inputs = Inputs(
-        dtype=args.dtype,
-        kv_dtype=args.kv_dtype,
-        batch=args.batch,
-        seq_len=args.seq_len,
-        prompt_tokens=p,
-        output_tokens=o,
-        overhead=args.overhead,
-        n_gpus=args.gpus,
-        usd_per_gpu_hour=args.usd_per_hour,
-        weight_format=args.weight_format,
-        group_size=args.group_size,
-    )
+    gpu = gpu_from_args(args)
+    if args.seq_len is not None:
+        seq = args.seq_len
+        p, o = split_prompt_output(seq, args.prompt_tokens, args.output_tokens)
+    else:
+        p = args.prompt_tokens or Inputs.default("prompt_tokens")
+        o = args.output_tokens or Inputs.default("output_tokens")
+        seq = p + o
+    price = args.usd_per_gpu_hour
+    price_note = None
+    if price is None:
+        listed = price_for(gpu.key)
+        if listed is not None:
+            price, price_note = listed.usd_per_gpu_hour, listed.label
+    inputs = Inputs.from_args(args, seq_len=seq, prompt_tokens=p, output_tokens=o, usd_per_gpu_hour=price)
     eff, interval = DATASHEET, None
     if cal is not None:  # the fit's own TTFT and TPOT at this shape, and their interval
         eff, interval = efficiency_at(
@@ -99,9 +113,11 @@ def run(args) -> dict:
             prompt_tokens=p,
             output_tokens=o,
             batch=args.batch,
-            n_gpus=args.gpus,
+            n_gpus=args.n_gpus,
         )
     out = flatten(estimate(spec, gpu, inputs, eff))
+    if price_note:
+        out["price_source"] = price_note
     if interval is not None:
         out["calibrated_interval_95"] = {
             "ttft_s": [interval.ttft.low, interval.ttft.high],
@@ -110,22 +126,29 @@ def run(args) -> dict:
     return out
 
 
+def _interval(i: Interval) -> dict:
+    return {"low": i.low, "central": i.central, "high": i.high, "bound": i.bound}
+
+
 def flatten(est: Estimate) -> dict:
     """The issue's keys at the top level, the full breakdown beside them."""
     m, t = est.memory, est.timing
-    return {
+    n = est.inputs.n_gpus
+    out = {
         "model": est.model,
         "gpu": est.gpu,
         "mode": t.mode,
+        "engine": est.inputs.engine,
         "params": m.params,
         "weights_bytes": m.weights_bytes,
+        "weights_bytes_per_gpu": (est.serving.weights_bytes if est.serving else m.weights_bytes / n),
         "kv_bytes_per_token": m.kv_bytes_per_token,
         "kv_cache_bytes": m.kv_cache_bytes,
         "overhead_bytes": m.overhead_bytes,
         "total_bytes": m.total_bytes,
         "per_gpu_bytes": m.per_gpu_bytes,
         "gpu_memory_bytes": m.gpu_memory_bytes,
-        "fits": m.fits,
+        "fits": est.fits,
         "max_batch": est.max_batch,
         "max_seq_len": est.max_seq_len.tokens,
         "max_seq_len_limited_by": est.max_seq_len.limited_by,
@@ -152,29 +175,96 @@ def flatten(est: Estimate) -> dict:
         "warnings": list(est.warnings),
         "inputs": est.inputs,
     }
+    if est.speed is not None:
+        s = est.speed
+        out |= {
+            "decode_tokens_per_s": _interval(s.decode_tokens_per_s),
+            "ttft_s": _interval(s.ttft_s),
+            "output_tokens_per_s": _interval(s.output_tokens_per_s),
+            "efficiency": {
+                "engine_class": s.engine_class,
+                "decode_bandwidth_utilisation": s.fit.bandwidth,
+                "prefill_compute_utilisation": s.fit.flops,
+                "overhead_s_per_layer": s.fit.overhead_s_per_layer,
+                "decode_rows": s.fit.decode_rows,
+                "prefill_rows": s.fit.prefill_rows,
+                "interval": "5th-95th percentile of published / predicted, leave one source out",
+            },
+        }
+        if est.cost_interval is not None:
+            out["usd_per_million_tokens_interval"] = list(est.cost_interval)
+    if est.serving is not None:
+        sm = est.serving
+        out |= {
+            "kv_cache_tokens": sm.kv_cache_tokens,
+            "max_concurrency": sm.max_concurrency,
+            "serving_memory": sm,
+        }
+    if est.launch is not None:
+        out["launch_command"] = est.launch.vllm if est.inputs.engine == "vllm" else est.launch.sglang
+        out["launch"] = est.launch
+    return out
+
+
+def _rate(r: dict | float, unit: str) -> str:
+    if isinstance(r, dict):
+        return f"{r['central']:,.1f} {unit} (interval {r['low']:,.1f}-{r['high']:,.1f}; at most {r['bound']:,.1f}: physics)"
+    return f"{r:,.1f} {unit}"
 
 
 def format_text(r: dict) -> str:
     i: Inputs = r["inputs"]
     verdict = "FITS" if r["fits"] else "DOES NOT FIT"
-    return "\n".join(
-        [
-            f"{r['model']} in {i.weights_label} (KV {i.kv_dtype}) on {r.get('n_gpus', i.n_gpus)} x {r['gpu']}, "
-            f"batch {i.batch}, {i.seq_len} tokens ({i.prompt_tokens} prompt + {i.output_tokens} output) [{r['mode']}]",
-            f"  parameters        {r['params']:,}",
-            f"  weights           {fmt.gb(r['weights_bytes'])}",
-            f"  KV cache          {fmt.gb(r['kv_cache_bytes'])} ({r['kv_bytes_per_token']:,.0f} B/token)",
+    lines = [
+        f"{r['model']} in {i.weights_label} (KV {i.kv_dtype}) on {i.n_gpus} x {r['gpu']}, "
+        f"batch {i.batch}, {i.seq_len} tokens ({i.prompt_tokens} prompt + {i.output_tokens} output) [{r['mode']}]",
+        f"  parameters        {r['params']:,}",
+        f"  weights           {fmt.gb(r['weights_bytes'])} ({fmt.gb(r['weights_bytes_per_gpu'])} per GPU)",
+        f"  KV cache          {fmt.gb(r['kv_cache_bytes'])} ({r['kv_bytes_per_token']:,.0f} B/token)",
+    ]
+    if "kv_cache_tokens" in r:
+        sm = r["serving_memory"]
+        lines.append(
+            f"  {i.engine} allocates {fmt.gb(sm.kv_bytes)} per GPU for the cache: {r['kv_cache_tokens']:,} tokens; "
+            f"maximum concurrency for {sm.max_model_len:,} tokens per request: {r['max_concurrency']:.2f}x: {verdict}"
+        )
+    else:
+        lines += [
             f"  overhead          {fmt.gb(r['overhead_bytes'])} ({i.overhead:.0%})",
             f"  total             {fmt.gb(r['total_bytes'])} -> {fmt.gb(r['per_gpu_bytes'])} per GPU of "
             f"{fmt.gb(r['gpu_memory_bytes'])}: {verdict}",
-            f"  max batch at {i.seq_len} tokens: {r['max_batch']}; max tokens at batch {i.batch}: {r['max_seq_len']} "
-            f"({r['max_seq_len_limited_by']}); GPUs needed: {r['gpus_needed']}",
+        ]
+    lines.append(
+        f"  max batch at {i.seq_len} tokens: {r['max_batch']}; max tokens at batch {i.batch}: {r['max_seq_len']} "
+        f"({r['max_seq_len_limited_by']}); GPUs needed: {r['gpus_needed']}"
+    )
+    if isinstance(r["ttft_s"], dict):
+        t = r["ttft_s"]
+        lines += [
+            f"  first token       {fmt.seconds(t['central'])} (interval {fmt.seconds(t['low'])}-{fmt.seconds(t['high'])}; "
+            f"at least {fmt.seconds(t['bound'])}: physics)",
+            f"  decode            {_rate(r['decode_tokens_per_s'], 'tok/s per sequence')}",
+            f"  throughput        {_rate(r['output_tokens_per_s'], 'output tok/s')}",
+        ]
+    else:
+        lines += [
             f"  prefill (TTFT)    {fmt.seconds(r['prefill_s'])} ({r['prefill_bound']}-bound)",
             f"  decode            {fmt.seconds(r['decode_s_per_token'])}/token ({r['decode_bound']}-bound)",
             f"  generation        {fmt.seconds(r['generation_s'])}; throughput {r['tokens_per_s']:,.1f} tokens/s",
-            f"  cost              {fmt.usd(r['usd_per_hour'])}/hour, {fmt.usd(r['usd_per_million_tokens'])} per million output tokens"
-            if r["usd_per_hour"] == r["usd_per_hour"]
-            else "  cost              pass --usd-per-hour for dollars per hour and per million tokens",
-            *(f"  WARNING           {w}" for w in r["warnings"]),
         ]
+    lines.append(
+        f"  cost              {fmt.usd(r['usd_per_hour'])}/hour, {fmt.usd(r['usd_per_million_tokens'])} per million output tokens"
+        + (
+            f" (interval {fmt.usd(r['usd_per_million_tokens_interval'][0])}-{fmt.usd(r['usd_per_million_tokens_interval'][1])})"
+            if r.get("usd_per_million_tokens_interval")
+            else ""
+        )
+        + (f" [{r['price_source']}]" if r.get("price_source") else "")
+        if r["usd_per_hour"] == r["usd_per_hour"]
+        else "  cost              pass --usd-per-hour for dollars per hour and per million tokens"
     )
+    if r.get("launch_command"):
+        lines.append(f"  launch            {r['launch_command']}")
+        lines += [f"                    {step}" for step in r["launch"].multi_node]
+    lines += [f"  WARNING           {w}" for w in r["warnings"]]
+    return "\n".join(lines)

@@ -87,8 +87,8 @@ if __name__ == "__main__":
     import json
     import sys
 
-    from engine.cli import to_jsonable
     from engine.core.errors import EngineError
+    from engine.core.jsonsafe import to_jsonable
 
     parser = argparse.ArgumentParser(prog="python -m engine.commands.fewshot", description=HELP)
     parser.add_argument("--json", action="store_true", help="print the result as JSON")

@@ -143,8 +143,9 @@ class Spec:
                 dest=dest,
                 default=f.default,
                 type=kind,
+                metavar=flag.lstrip("-").upper().replace("-", "_"),
                 help=f"{help_text} (default: {shown})",
-                **({"choices": choices} if choices and kind is str else {}),
+                choices=choices if choices and kind is str else None,
             )
 
     @classmethod
@@ -169,11 +170,12 @@ class Spec:
                 raise InvalidParameterError(f"{label} must be a finite number, got {value!r}")
             lo, hi = f.metadata["lo"], f.metadata["hi"]
             if kind in (int, float) and ((lo is not None and value < lo) or (hi is not None and value > hi)):
-                span = (
-                    f"from {lo} to {hi}"
-                    if lo is not None and hi is not None
-                    else (f"at least {lo}" if lo is not None else f"at most {hi}")
-                )
+                if kind is int and lo == 1:
+                    span = "a positive whole number" + (f" up to {hi:,}" if hi is not None else "")
+                elif lo is not None and hi is not None:
+                    span = f"from {lo} to {hi}"
+                else:
+                    span = f"at least {lo}" if lo is not None else f"at most {hi}"
                 raise InvalidParameterError(f"{label} must be {span}, got {value!r}")
             choices = _choices(f)
             if choices:

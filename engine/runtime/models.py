@@ -49,6 +49,7 @@ class Preset:
     architecture: str = ""
     config: dict[str, Any] = field(default_factory=dict)
     default: bool = False
+    calculator: str = ""  # the calculator's preset of the same shape (engine/data/architectures.toml)
 
 
 def _load_presets() -> dict[str, Preset]:

@@ -1,0 +1,97 @@
+"""From a plan that fits to the command that serves it: `vllm serve` and SGLang's `launch_server`, with the flags
+the plan decided (parallel sizes, context, memory fraction, batch, dtype, quantization, KV-cache dtype), and for a
+plan past one node the steps vLLM documents for a Ray cluster.
+
+Flag names: vllm/engine/arg_utils.py (`--tensor-parallel-size`, `--pipeline-parallel-size`, `--max-model-len`,
+`--gpu-memory-utilization`, `--max-num-seqs`, `--dtype`, `--quantization`, `--kv-cache-dtype`) and
+sglang/srt/server_args.py (`--tp-size`, `--pp-size`, `--context-length`, `--mem-fraction-static`,
+`--max-running-requests`, `--dtype`, `--quantization`, `--kv-cache-dtype`). Multi-node: vLLM's "Distributed
+inference and serving" page: tensor parallel = GPUs per node, pipeline parallel = nodes, a Ray cluster started with
+examples/online_serving/run_cluster.sh on every node, then one `vllm serve` on the head node.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from engine.calc.quant import weight_format as weight_format_info
+
+GPUS_PER_NODE = 8  # an HGX/DGX node; the steps say so when a plan needs more
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    model: str
+    tensor_parallel: int
+    pipeline_parallel: int
+    max_model_len: int
+    gpu_memory_utilization: float
+    max_num_seqs: int
+    dtype: str  # fp16 | bf16 | fp32 (the activations' precision)
+    weight_format: str | None
+    kv_dtype: str | None  # None or the weights' precision: "auto"
+
+
+_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
+
+
+def _kv(plan: LaunchPlan) -> str | None:
+    return "fp8" if plan.kv_dtype == "fp8" else None
+
+
+def vllm_command(plan: LaunchPlan) -> str:
+    """One `vllm serve` command line (tensor x pipeline GPUs; pipeline stages are nodes past one node)."""
+    args = ["vllm", "serve", plan.model]
+    if plan.tensor_parallel > 1:
+        args += ["--tensor-parallel-size", str(plan.tensor_parallel)]
+    if plan.pipeline_parallel > 1:
+        args += ["--pipeline-parallel-size", str(plan.pipeline_parallel)]
+    args += ["--max-model-len", str(plan.max_model_len)]
+    args += ["--gpu-memory-utilization", f"{plan.gpu_memory_utilization:g}"]
+    args += ["--max-num-seqs", str(plan.max_num_seqs)]
+    args += ["--dtype", _DTYPES.get(plan.dtype, "auto")]
+    q = weight_format_info(plan.weight_format).vllm_quantization if plan.weight_format else None
+    if q and q != "gguf":
+        args += ["--quantization", q]
+    if _kv(plan):
+        args += ["--kv-cache-dtype", "fp8"]
+    return shlex.join(args)
+
+
+def sglang_command(plan: LaunchPlan, mem_fraction: float) -> str:
+    args = ["python", "-m", "sglang.launch_server", "--model-path", plan.model]
+    if plan.tensor_parallel > 1:
+        args += ["--tp-size", str(plan.tensor_parallel)]
+    if plan.pipeline_parallel > 1:
+        args += ["--pp-size", str(plan.pipeline_parallel)]
+    args += ["--context-length", str(plan.max_model_len)]
+    args += ["--mem-fraction-static", f"{mem_fraction:g}"]
+    args += ["--max-running-requests", str(plan.max_num_seqs)]
+    args += ["--dtype", _DTYPES.get(plan.dtype, "auto")]
+    q = weight_format_info(plan.weight_format).vllm_quantization if plan.weight_format else None
+    if q and q != "gguf":
+        args += ["--quantization", q]
+    if _kv(plan):
+        args += ["--kv-cache-dtype", "fp8_e4m3"]
+    return shlex.join(args)
+
+
+def multi_node_steps(plan: LaunchPlan) -> list[str]:
+    """vLLM's documented steps for a plan past one node: tensor parallel within a node, pipeline across nodes."""
+    gpus = plan.tensor_parallel * plan.pipeline_parallel
+    if gpus <= GPUS_PER_NODE:
+        return []
+    return [
+        f"The plan needs {gpus} GPUs: more than one node of {GPUS_PER_NODE}. vLLM's guide: tensor parallel = GPUs per "
+        "node, pipeline parallel = nodes.",
+        "On the head node: bash run_cluster.sh vllm/vllm-openai <HEAD_NODE_IP> --head /path/to/huggingface/home "
+        "-e VLLM_HOST_IP=<HEAD_NODE_IP>  (examples/online_serving/run_cluster.sh in vLLM's repository)",
+        "On every other node: bash run_cluster.sh vllm/vllm-openai <HEAD_NODE_IP> --worker /path/to/huggingface/home "
+        "-e VLLM_HOST_IP=<WORKER_NODE_IP>",
+        "Check with `ray status` that Ray sees every node and GPU; keep the shells open (closing one ends the cluster).",
+        f"Then on the head node, once: {vllm_command(plan)}",
+        "With InfiniBand add --privileged -e NCCL_IB_HCA=mlx5 to run_cluster.sh; NCCL_DEBUG=TRACE should show "
+        "'[send] via NET/IB/GDRDMA', not NET/Socket.",
+    ]

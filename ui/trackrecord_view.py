@@ -1,0 +1,136 @@
+"""The Memory-and-cost page's GPU-estimate parts: what an engine estimate rests on, the launch command, and the
+calculator's track record against published measurements (engine.trackrecord)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from engine import trackrecord as T
+from engine.calc import format as fmt
+from engine.calc.efficiency import ENGINE_CLASSES
+
+
+def speed_caption(est) -> str:
+    """One paragraph under the time metrics: which class, what it reaches, how the interval was made."""
+    s = est.speed
+    f = s.fit
+    borrowed = (
+        f" ({', '.join(f.borrowed)} taken from the fit over every engine: too few rows of its own)"
+        if f.borrowed
+        else ""
+    )
+    fixed = (
+        f" plus {f.overhead_s_per_layer * 1e6:.0f} µs per layer per step"
+        if f.overhead_s_per_layer >= 1e-6
+        else ""
+    )
+    return (
+        f"**Estimates, not bounds.** {ENGINE_CLASSES[f.engine_class]} reach {f.bandwidth:.0%} of the memory bandwidth "
+        f"in decode{fixed}, {f.flops:.0%} of the peak FLOP/s in prefill and {f.decode_flops:.0%} in a batched "
+        f"decode step's matmuls, fitted on {f.decode_rows} published decode and {f.prefill_rows} first-token and "
+        f"throughput measurements{borrowed}. The interval spans the 5th–95th percentile of published / predicted when each "
+        f"source is predicted by a fit that never saw it; 'physics' is the bound with every roof reached. "
+        f"How well this held on published runs: the track record below."
+    )
+
+
+def launch_commands(est) -> None:
+    with st.expander("Launch it: the command for this plan", expanded=True):
+        st.caption("vLLM")
+        st.code(est.launch.vllm, language="bash")
+        st.caption("SGLang")
+        st.code(est.launch.sglang, language="bash")
+        for step in est.launch.multi_node:
+            st.markdown(f"- {step}")
+        st.caption(
+            "Then load-test the endpoint from the Serving page (*Any OpenAI-compatible URL*) and compare its "
+            "measured throughput and latency with the estimates above."
+        )
+
+
+@st.cache_data(show_spinner="Putting every published measurement beside its prediction…", max_entries=1)
+def _cached_record() -> dict:
+    tr = T.track_record(include_machine=False)
+    return {
+        "held_back": [s.__dict__ for s in tr.held_back],
+        "all": [s.__dict__ for s in tr.all_rows],
+        "rows": [
+            {
+                "group": r.group or "shown only",
+                "metric": r.metric,
+                "model": r.model,
+                "GPU": r.gpu,
+                "engine": r.engine,
+                "setup": r.setup,
+                "published": r.published,
+                "unit": r.unit,
+                "predicted": r.predicted,
+                "interval": f"{r.low:.4g}–{r.high:.4g}" if r.low is not None else "",
+                "error": r.error,
+                "held back": r.held_back,
+                "why not scored": r.why,
+                "note": r.note,
+                "source": r.source if r.source.startswith("http") else "https://" + r.source.split("@")[0],
+                "quote": r.quote,
+            }
+            for r in tr.rows
+        ],
+        "not_fitting": list(tr.not_fitting),
+    }
+
+
+def _summary_frame(summaries: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {
+                "what": s["description"],
+                "rows": s["rows"],
+                "median |error|": fmt.number(s["median_abs_error"] * 100, ".1f", missing="–") + " %",
+                "worst |error|": fmt.number(s["worst_abs_error"] * 100, ".1f", missing="–") + " %",
+                "inside the interval": "–" if s["coverage"] is None else f"{s['coverage']:.0%}",
+                "target": s["target"],
+                "met": {True: "yes", False: "no", None: "no rows"}[s["met"]],
+            }
+            for s in summaries
+        ]
+    )
+
+
+def track_record_section(key: str) -> None:
+    st.header("Track record: the calculator against published measurements")
+    st.caption(
+        "Every published GPU measurement in engine/data/published (vLLM/SGLang startup logs, gpt-fast, TensorRT-LLM, "
+        "llama.cpp, MLC, vLLM, SGLang, TGI, DeepSpeed), each with its source and the quoted text, beside the "
+        "calculator's prediction for the same setup. About 30% of the rows were held back before any fit (chosen by "
+        "a hash of their id): the targets are judged on those. Rerun it: `python -m engine trackrecord`."
+    )
+    if not st.toggle("Show the track record (about 15 s the first time on this server)", key=f"{key}.tr"):
+        return
+    rec = _cached_record()
+    st.subheader("On the held-back rows")
+    st.dataframe(_summary_frame(rec["held_back"]), hide_index=True, width="stretch")
+    st.caption("On every row (the fits were made on about 70% of them)")
+    st.dataframe(_summary_frame(rec["all"]), hide_index=True, width="stretch")
+    st.markdown(
+        "Setups a source ran that the calculator says do not fit: "
+        + (", ".join(rec["not_fitting"]) if rec["not_fitting"] else "**none**.")
+    )
+    frame = pd.DataFrame(rec["rows"])
+    groups = ["every row", *sorted(frame["group"].unique())]
+    chosen = st.selectbox("Rows", groups, key=f"{key}.trgroup")
+    shown = frame if chosen == "every row" else frame[frame["group"] == chosen]
+    st.dataframe(
+        shown,
+        hide_index=True,
+        width="stretch",
+        column_config={
+            "source": st.column_config.LinkColumn("source"),
+            "error": st.column_config.NumberColumn("error (predicted / published - 1)", format="percent"),
+            "published": st.column_config.NumberColumn(format="%.4g"),
+            "predicted": st.column_config.NumberColumn(format="%.4g"),
+        },
+    )
+    st.download_button(
+        "Download the track record (CSV)", shown.to_csv(index=False), "track-record.csv", key=f"{key}.trcsv"
+    )
