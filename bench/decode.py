@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from engine.batching.scheduler import Scheduler  # noqa: E402
 from engine.core import paths, stats  # noqa: E402
+from engine.core.jsonsafe import to_jsonable  # noqa: E402
 from engine.core.threads import run_in_thread  # noqa: E402
 from engine.race import compat  # noqa: E402
 from engine.runtime import generation, hardware, models  # noqa: E402
@@ -420,7 +421,7 @@ def main() -> int:
     tag = "" if device == "cpu" else f"-{device.split(':')[0]}"
     out = args.out or ROOT / "bench" / "results" / f"decode{tag}-{paths.machine_id()}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2, default=str))
+    out.write_text(json.dumps(to_jsonable(result), indent=2, allow_nan=False))  # NaN as null
     print(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
     return 0
 
