@@ -134,8 +134,9 @@ def show_decode_path(c) -> None:
         st.warning(c.decode_note, icon=":material/build:")
     elif c.decode == "compiled" and c.compile_s:
         st.info(
-            f"This run compiled the decode step: **{fmt.seconds(c.compile_s)}** of its latency (and of its first "
-            "TPOT). Later compiled runs of this model on this server reuse it.",
+            f"This run compiled the decode step: **{fmt.seconds(c.compile_s)}** of its latency, spent in its first "
+            "decode step (so its TPOT, an average over the steps, includes it). Later compiled runs of this model "
+            "on this server reuse it.",
             icon=":material/build:",
         )
 
