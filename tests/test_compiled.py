@@ -301,3 +301,26 @@ def test_slot_cache_reuses_its_buffers_when_empty(tiny_lm):
                 first = cache.layers[0].keys.data_ptr()
     assert cache.layers[0].keys.data_ptr() == first
     assert cache.capacity == (1, 64)  # what the request needs, rounded up to 64 columns: no slack
+
+
+@pytest.mark.slow
+def test_race_lane_compiles_outside_the_timed_runs_and_matches_vanilla():
+    """The race's `compiled` lane: its own worker process compiles during the warm-up (reported as init_s and a
+    note), then its timed runs decode compiled with vanilla's greedy tokens (the race's quality columns)."""
+    from engine.race import runner
+    from engine.race.contenders import CONTENDERS
+
+    spec = runner.RaceSpec(
+        model="tiny-gpt-neo",
+        contenders=(CONTENDERS["vanilla"], CONTENDERS["compiled"]),
+        runs=2,
+        warmup=1,
+        max_new_tokens=8,
+        timeout_s=600,
+        recheck_baseline=False,
+    )
+    by_name = {c.name: c for c in runner.run_race(spec).contenders}
+    lane = by_name["compiled"]
+    assert lane.status == "ran", lane.reason + lane.traceback
+    assert len(lane.latencies_s) == 2 and lane.exact_match_rate == 1.0 and lane.first_divergence_token is None
+    assert any("compiled decode" in n for n in lane.notes)
