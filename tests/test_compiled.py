@@ -324,3 +324,26 @@ def test_race_lane_compiles_outside_the_timed_runs_and_matches_vanilla():
     assert lane.status == "ran", lane.reason + lane.traceback
     assert len(lane.latencies_s) == 2 and lane.exact_match_rate == 1.0 and lane.first_divergence_token is None
     assert any("compiled decode" in n for n in lane.notes)
+
+
+@pytest.mark.slow
+def test_the_scheduler_does_not_recompile_as_rows_and_widths_change(tiny_lm):
+    """Once each shape class is compiled, rows joining and leaving and the window growing reuse the graphs:
+    dynamo compiles no new graph (a recompile per step would be a compile per token)."""
+    from torch._dynamo.utils import counters
+
+    def run(lengths: list[int]) -> None:
+        sched = Scheduler(tiny_lm, max_batch=3, record=False)
+        try:
+            handles = [
+                sched.submit(p, GenerationConfig(max_new_tokens=n, compile=True), ignore_eos=True)
+                for p, n in zip(PROMPTS, lengths, strict=True)
+            ]
+            [h.result(900) for h in handles]
+        finally:
+            sched.close()
+
+    run([6, 3, 9])  # compiles what this scheduler's shapes need
+    graphs = counters["stats"]["unique_graphs"]
+    run([20, 7, 33])  # other lengths, other widths, rows leaving at other steps
+    assert counters["stats"]["unique_graphs"] == graphs
