@@ -88,14 +88,9 @@ step() {  # step NAME MAX_SECONDS CMD...: run CMD under timeout, record rc/durat
     tail -n 30 "$f.out"
     echo "== $name: rc=$rc ($(( $(date +%s) - t0 )) s)"
 }
-engine() {  # engine ARGS...: `python -m engine ARGS` with the random presets' carried tokenizer (engine.race.compat)
-    $PY -c '
-import sys
-from engine.race import compat
-compat.install([])
-from engine.cli import main
-sys.exit(main(sys.argv[1:]))' "$@"
-}
+# `python -m engine ARGS` with the random presets' carried tokenizer (engine.race.compat); a command, so `timeout`
+# can run it
+ENGINE=("$PY" scripts/engine_with_shims.py)
 
 # -- the machine ------------------------------------------------------------------------------------
 if [ "${DRY_RUN:-0}" = 1 ]; then
@@ -177,7 +172,7 @@ step ds-build 170 bash -c "$(declare -f ds_build); ds_build"
 # -- the race (chapter 4.3.4): kernel injection and compiled decode against vanilla fp16 ---------------------
 race() {  # race NAME MAX_SECONDS MODEL CONTENDERS RUNS TOKENS [FLAGS...]
     local name=$1 secs=$2 model=$3 who=$4 runs=$5 tokens=$6; shift 6
-    step "$name" "$secs" engine race --model "$model" --contenders "$who" --runs "$runs" \
+    step "$name" "$secs" "${ENGINE[@]}" race --model "$model" --contenders "$who" --runs "$runs" \
         --max-new-tokens "$tokens" --device "$DEVICE" --dtype "$DTYPE" --timeout 150 --save "$RESULTS" "$@"
 }
 if [ "${DRY_RUN:-0}" = 1 ]; then
@@ -189,17 +184,17 @@ race race-125m 170 "$SMALL" "$DS_LANES" "$RUNS" "$TOKENS"
 decode decode-125m 150 "$SMALL"
 
 # -- earlier checks, run only when named in ONLY ------------------------------------------------------
-step hardware 60 engine hardware --json --measure
-step generate-125m-fp16 60 engine generate --model gpt-neo-125m-random --device "$DEVICE" --dtype "$DTYPE" \
+step hardware 60 "${ENGINE[@]}" hardware --json --measure
+step generate-125m-fp16 60 "${ENGINE[@]}" generate --model gpt-neo-125m-random --device "$DEVICE" --dtype "$DTYPE" \
     --prompt "DeepSpeed makes" --max-new-tokens 32 --json
-step generate-device-map-fp16 60 engine generate --model "$PWD/.gpu/models/tiny-gpt-neo-local" \
+step generate-device-map-fp16 60 "${ENGINE[@]}" generate --model "$PWD/.gpu/models/tiny-gpt-neo-local" \
     --dtype "$DTYPE" --prompt "The GPU" --max-new-tokens 16 --json
-step race-smollm2 90 engine race --model smollm2-135m-instruct \
+step race-smollm2 90 "${ENGINE[@]}" race --model smollm2-135m-instruct \
     --contenders vanilla,deepspeed-pinned,sdpa,static-compile,compiled,ctranslate2 --runs 5 --max-new-tokens 64 \
     --timeout 150 --save "$RESULTS"
-step quant-125m-cuda 150 engine quant --model gpt-neo-125m-random --device cuda \
+step quant-125m-cuda 150 "${ENGINE[@]}" quant --model gpt-neo-125m-random --device cuda \
     --schemes fp32,fp16,bf16,int8,int4,bnb-int8,bnb-nf4 --max-new-tokens 32 --runs 3 --eval-docs 2 --json
-step speculate-1.3b-cuda 150 engine speculate --model gpt-neo-1.3b-random --device cuda --dtype fp16 \
+step speculate-1.3b-cuda 150 "${ENGINE[@]}" speculate --model gpt-neo-1.3b-random --device cuda --dtype fp16 \
     --draft layers:4 --draft-length 4 --max-new-tokens 32 --runs 3 --json
 
 # -- one JSON summary: hardware, versions, date, every step's status ------------------------------------
