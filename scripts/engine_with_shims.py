@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.race import compat  # noqa: E402
+from engine.race import compat
 
 compat.install([])
 
