@@ -28,7 +28,7 @@ from ui.playground_widgets import (
     show_forecast,
     show_recorded_gpu_decode,
 )
-from ui.widgets import load_with_progress, model_picker
+from ui.widgets import load_with_progress, model_picker, spec_number
 
 NS = "playground"
 D = GenerationConfig()  # widget defaults come from the engine's dataclass: one source with the CLI
@@ -63,15 +63,15 @@ if lm is not None:
 
 with st.sidebar:
     st.header("Generation")
-    max_new = st.number_input(
-        "Max new tokens", 1, generation.MAX_NEW_TOKENS_LIMIT, D.max_new_tokens, key=f"{NS}.max_new"
-    )
+    max_new = spec_number(st, GenerationConfig, "max_new_tokens", "Max new tokens", key=f"{NS}.max_new")
     sample = st.toggle("Sample (off = greedy)", D.do_sample, key=f"{NS}.sample")
     temperature = st.slider(
         "Temperature", 0.05, 2.0, D.temperature, 0.05, disabled=not sample, key=f"{NS}.temp"
     )
     top_p = st.slider("Top-p", 0.05, 1.0, D.top_p, 0.05, disabled=not sample, key=f"{NS}.top_p")
-    top_k = st.number_input("Top-k (0 = off)", 0, 1000, D.top_k, disabled=not sample, key=f"{NS}.top_k")
+    top_k = spec_number(
+        st, GenerationConfig, "top_k", "Top-k (0 = off)", key=f"{NS}.top_k", disabled=not sample
+    )
     rep = st.slider("Repetition penalty", 1.0, 2.0, D.repetition_penalty, 0.05, key=f"{NS}.rep")
     seed = st.number_input("Seed", 0, 2**31 - 1, D.seed or 0, disabled=not sample, key=f"{NS}.seed")
     stops = st.text_input("Stop sequences (comma-separated; \\n for newline)", "", key=f"{NS}.stop")
