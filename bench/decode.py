@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -238,8 +239,7 @@ def bench_model(
     for lane in lanes:
         done = runs[lane.name]
         rate = stats.median([r.tokens / r.seconds for r in done])
-        tpots = [r.tpot_s for r in done if r.tpot_s]
-        tpot = stats.median(tpots) if tpots else None
+        tpot = _tpot(done)
         plain = next(n for n in runs if n.startswith("plain generate") and by_name[n].batch == lane.batch)
         plain_rate = stats.median([r.tokens / r.seconds for r in runs[plain]])
         achieved = lm.weights_bytes / tpot if tpot else None
@@ -254,6 +254,8 @@ def bench_model(
                 "tpot_s": tpot,
                 "x_plain": rate / plain_rate,
                 "x_eager": rate / stats.median([r.tokens / r.seconds for r in runs[twin]]) if twin else None,
+                # the decode steps alone (the prefill is eager in both): eager TPOT / this lane's TPOT
+                "x_eager_tpot": (_tpot(runs[twin]) or math.nan) / tpot if twin and tpot else None,
                 "achieved_weight_bytes_per_s": achieved,
                 "fraction_of_read_bandwidth": achieved / read_bandwidth
                 if achieved and read_bandwidth
@@ -287,10 +289,16 @@ def bench_model(
     }
 
 
+def _tpot(done: list[Run]) -> float | None:
+    tpots = [r.tpot_s for r in done if r.tpot_s]
+    return stats.median(tpots) if tpots else None
+
+
 def print_model(r: dict) -> None:
     print(f"\n{r['model']} {r['dtype']} on {r['device']}, {r['max_new_tokens']} new tokens; {r['layout']}")
     print(
-        f"{'lane':<40}{'tok/s':>9}{'x plain':>9}{'x eager':>9}{'step GB/s':>11}{'% of BW':>9}  greedy = plain's"
+        f"{'lane':<40}{'tok/s':>9}{'x plain':>9}{'x eager':>9}{'TPOT ms':>9}{'TPOT x eager':>14}{'step GB/s':>11}"
+        f"{'% of BW':>9}  greedy = plain's"
     )
     status = r.get("compile_status") or {}
     if status.get("cudagraph_skips"):
@@ -303,6 +311,8 @@ def print_model(r: dict) -> None:
         print(
             f"{row['lane']:<40}{row['tokens_per_s']:>9.1f}{row['x_plain']:>9.3f}"
             + (f"{row['x_eager']:>9.3f}" if row["x_eager"] else f"{'':>9}")
+            + (f"{row['tpot_s'] * 1e3:>9.1f}" if row["tpot_s"] else f"{'':>9}")
+            + (f"{row['x_eager_tpot']:>14.3f}" if row["x_eager_tpot"] else f"{'':>14}")
             + (f"{achieved / 1e9:>11.1f}" if achieved else f"{'':>11}")
             + (f"{100 * frac:>8.1f}%" if frac else f"{'':>9}")
             + f"  {row['greedy_equal_plain']}"
