@@ -48,6 +48,8 @@ class DecodeRow:
     x_eager: float | None  # a compiled lane's tokens/s over its eager twin's, measured in the same run
     greedy_equal: bool | None  # its greedy tokens equal plain generate's (None: not checked)
     compile_s: float | None  # a compiled lane's first run minus its typical run: the compile it paid once
+    # the model's compile per graph in that run ((shape class, seconds): engine.batching.kv.shape_class)
+    compile_shapes: tuple[tuple[str, float], ...] = ()
 
 
 def _rows_from_decode(path: Path, data: dict) -> list[DecodeRow]:
@@ -58,6 +60,7 @@ def _rows_from_decode(path: Path, data: dict) -> list[DecodeRow]:
     out = []
     for model in data.get("rows") or []:
         compile_s = model.get("compile_s") or {}
+        shapes = tuple(sorted(((model.get("compile_status") or {}).get("compile_s") or {}).items()))
         for lane in model.get("lanes") or []:
             name = lane["lane"]
             out.append(
@@ -77,6 +80,7 @@ def _rows_from_decode(path: Path, data: dict) -> list[DecodeRow]:
                     x_eager=lane.get("x_eager"),
                     greedy_equal=lane.get("greedy_equal_plain"),
                     compile_s=compile_s.get(name),
+                    compile_shapes=shapes,
                 )
             )
     return out
@@ -166,10 +170,20 @@ def payback_tokens(eager_tokens_per_s: float, compiled_tokens_per_s: float, comp
     return compile_s / saved if saved > 0 else math.inf
 
 
+def playground_shape() -> str:
+    """The graph a playground user's first compiled run compiles: one request in the shared scheduler, whose slot
+    table has room for more than one row."""
+    from engine.batching.kv import shape_class
+
+    return shape_class(1, 2, False)
+
+
 def compile_advice(device: str, model: str | None = None, directory: Path | None = None) -> CompileAdvice:
     """Compiled decode's default for `device` from the newest recorded bench/decode.py --compile run on that
     device kind (the same model's rows when recorded, else any model's): on when compiled is faster at batch 1 and
-    its compile is paid back within PAYBACK_TOKENS tokens."""
+    its compile is paid back within PAYBACK_TOKENS tokens. The compile counted is the one the playground's path
+    pays (`playground_shape`) where the run recorded it: a lane's own first run may have found its graph compiled
+    already by an earlier lane."""
     rows = [r for r in load_decode_rows(directory, device) if r.batch == 1]
     if model and any(r.model == model for r in rows):
         rows = [r for r in rows if r.model == model]
@@ -183,13 +197,14 @@ def compile_advice(device: str, model: str | None = None, directory: Path | None
         ]
         if pairs:
             eager, comp = max(pairs, key=lambda p: p[1].date)
-            assert comp.compile_s is not None
+            compile_s = dict(comp.compile_shapes).get(playground_shape(), comp.compile_s)
+            assert compile_s is not None
             speedup = comp.tokens_per_s / eager.tokens_per_s
-            payback = payback_tokens(eager.tokens_per_s, comp.tokens_per_s, comp.compile_s)
+            payback = payback_tokens(eager.tokens_per_s, comp.tokens_per_s, compile_s)
             return CompileAdvice(
                 on=speedup > 1 and payback <= PAYBACK_TOKENS,
                 speedup=speedup,
-                compile_s=comp.compile_s,
+                compile_s=compile_s,
                 payback_tokens=payback,
                 model=comp.model,
                 machine=comp.machine,
