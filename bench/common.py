@@ -37,3 +37,20 @@ def write_result(kind: str, result: dict) -> Path:
     out.write_text(json.dumps(to_jsonable(result), indent=2, allow_nan=False))
     print(f"wrote {out.relative_to(ROOT)}")
     return out
+
+
+def lever_bench(kind: str, doc: str, spec_cls: Any, run: Any, cmd: Any, argv: list[str] | None) -> int:
+    """A lever benchmark (quant, speculate): the experiment's own spec for flags, its run on the model it names with
+    progress printed, the CLI's table, and bench/results/<kind>-<machine>.json with the load average."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    spec_cls.add_arguments(p)
+    args = p.parse_args(argv)
+    spec = spec_cls.from_args(args)
+    load_before = os.getloadavg()
+    report = run(spec.load(), spec, progress=lambda f, m: print(f"[{f:4.0%}] {m}", flush=True))
+    entries = cmd.rows(report)
+    print(cmd.format_text(entries))
+    write_result(kind, lever_result(kind, args, entries, load_before))
+    return 0

@@ -10,30 +10,19 @@ bench/results/speculate-<machine>.json.
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import lever_result, write_result  # noqa: E402
+from bench.common import lever_bench  # noqa: E402
 from engine.commands import speculate as cmd  # noqa: E402
 from engine.levers import speculative as S  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    S.SpeculateSpec.add_arguments(p)
-    args = p.parse_args(argv)
-    spec = S.SpeculateSpec.from_args(args)
-    load_before = os.getloadavg()
-    report = S.run_speculate(spec.load(), spec, progress=lambda f, m: print(f"[{f:4.0%}] {m}", flush=True))
-    entries = cmd.rows(report)
-    print(cmd.format_text(entries))
-    write_result("speculate", lever_result("speculate", args, entries, load_before))
-    return 0
+    return lever_bench("speculate", __doc__, S.SpeculateSpec, S.run_speculate, cmd, argv)
 
 
 if __name__ == "__main__":

@@ -35,47 +35,48 @@ class LaunchPlan:
 
 
 _DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
+# engine -> (the command's start, then its flag for: tensor parallel, pipeline parallel, context length, memory
+# fraction, running requests; and its name for an fp8 KV cache)
+_ENGINES = {
+    "vllm": (
+        ("vllm", "serve"),
+        ("--tensor-parallel-size", "--pipeline-parallel-size", "--max-model-len", "--gpu-memory-utilization"),
+        "--max-num-seqs",
+        "fp8",
+    ),
+    "sglang": (
+        ("python", "-m", "sglang.launch_server", "--model-path"),
+        ("--tp-size", "--pp-size", "--context-length", "--mem-fraction-static"),
+        "--max-running-requests",
+        "fp8_e4m3",
+    ),
+}
 
 
-def _kv(plan: LaunchPlan) -> str | None:
-    return "fp8" if plan.kv_dtype == "fp8" else None
+def _command(engine: str, plan: LaunchPlan, memory_fraction: float) -> str:
+    start, (tp, pp, length, memory), seqs, fp8 = _ENGINES[engine]
+    args = [*start, plan.model]
+    if plan.tensor_parallel > 1:
+        args += [tp, str(plan.tensor_parallel)]
+    if plan.pipeline_parallel > 1:
+        args += [pp, str(plan.pipeline_parallel)]
+    args += [length, str(plan.max_model_len), memory, f"{memory_fraction:g}", seqs, str(plan.max_num_seqs)]
+    args += ["--dtype", _DTYPES.get(plan.dtype, "auto")]
+    q = weight_format_info(plan.weight_format).vllm_quantization if plan.weight_format else None
+    if q and q != "gguf":
+        args += ["--quantization", q]
+    if plan.kv_dtype == "fp8":
+        args += ["--kv-cache-dtype", fp8]
+    return shlex.join(args)
 
 
 def vllm_command(plan: LaunchPlan) -> str:
     """One `vllm serve` command line (tensor x pipeline GPUs; pipeline stages are nodes past one node)."""
-    args = ["vllm", "serve", plan.model]
-    if plan.tensor_parallel > 1:
-        args += ["--tensor-parallel-size", str(plan.tensor_parallel)]
-    if plan.pipeline_parallel > 1:
-        args += ["--pipeline-parallel-size", str(plan.pipeline_parallel)]
-    args += ["--max-model-len", str(plan.max_model_len)]
-    args += ["--gpu-memory-utilization", f"{plan.gpu_memory_utilization:g}"]
-    args += ["--max-num-seqs", str(plan.max_num_seqs)]
-    args += ["--dtype", _DTYPES.get(plan.dtype, "auto")]
-    q = weight_format_info(plan.weight_format).vllm_quantization if plan.weight_format else None
-    if q and q != "gguf":
-        args += ["--quantization", q]
-    if _kv(plan):
-        args += ["--kv-cache-dtype", "fp8"]
-    return shlex.join(args)
+    return _command("vllm", plan, plan.gpu_memory_utilization)
 
 
 def sglang_command(plan: LaunchPlan, mem_fraction: float) -> str:
-    args = ["python", "-m", "sglang.launch_server", "--model-path", plan.model]
-    if plan.tensor_parallel > 1:
-        args += ["--tp-size", str(plan.tensor_parallel)]
-    if plan.pipeline_parallel > 1:
-        args += ["--pp-size", str(plan.pipeline_parallel)]
-    args += ["--context-length", str(plan.max_model_len)]
-    args += ["--mem-fraction-static", f"{mem_fraction:g}"]
-    args += ["--max-running-requests", str(plan.max_num_seqs)]
-    args += ["--dtype", _DTYPES.get(plan.dtype, "auto")]
-    q = weight_format_info(plan.weight_format).vllm_quantization if plan.weight_format else None
-    if q and q != "gguf":
-        args += ["--quantization", q]
-    if _kv(plan):
-        args += ["--kv-cache-dtype", "fp8_e4m3"]
-    return shlex.join(args)
+    return _command("sglang", plan, mem_fraction)
 
 
 def multi_node_steps(plan: LaunchPlan) -> list[str]:

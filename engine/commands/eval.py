@@ -10,19 +10,13 @@ HELP = "evaluate a model with lm-evaluation-harness (word/byte perplexity, bits 
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument(
-        "--model",
-        default=models.DEFAULT_MODEL,
-        help=f"preset, hub id or local folder (default {models.DEFAULT_MODEL})",
-    )
+    models.ModelArgs.add_arguments(parser)
     parser.add_argument(
         "--task",
         default=evaluation.LOCAL_TASK,
         choices=list(evaluation.TASKS),
         help=f"{evaluation.LOCAL_TASK} works offline; wikitext needs the hub or a cached copy",
     )
-    parser.add_argument("--dtype", default="auto", help="auto, fp32, bf16 or fp16 (fp16 on CUDA only)")
-    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     parser.add_argument("--limit", type=int, default=None, help="only the first N documents (default: all)")
     parser.add_argument(
         "--no-crosscheck", action="store_true", help="skip the engine's own log-likelihood check"
@@ -36,7 +30,7 @@ def run(args) -> dict:
         from engine.core.errors import HubUnreachableError
 
         raise HubUnreachableError(reason)
-    lm = models.load_model(args.model, dtype=args.dtype, device=args.device)
+    lm = models.ModelArgs.from_args(args).load()
     result = evaluation.run_eval(lm, args.task, limit=args.limit, crosscheck=not args.no_crosscheck)
     row = result.summary()
     row["limit"] = result.limit

@@ -11,13 +11,7 @@ HELP = "few-shot classification accuracy vs k on the shipped (or a CSV) labelled
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument(
-        "--model",
-        default=models.DEFAULT_MODEL,
-        help=f"preset, hub id or local folder (default {models.DEFAULT_MODEL})",
-    )
-    parser.add_argument("--dtype", default="auto", help="auto, fp32, bf16 or fp16 (fp16 on CUDA only)")
-    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    models.ModelArgs.add_arguments(parser)
     parser.add_argument(
         "--csv",
         default=None,
@@ -45,7 +39,7 @@ def run(args) -> dict:
     else:
         data = fewshot.load_shipped()
     ks = tuple(args.k) if args.k else fewshot.DEFAULT_KS
-    lm = models.load_model(args.model, dtype=args.dtype, device=args.device)
+    lm = models.ModelArgs.from_args(args).load()
     results = fewshot.accuracy_by_k(lm, data, ks, seed=args.seed, max_queries=args.queries)
     return {
         "model": lm.name,

@@ -144,9 +144,9 @@ class Spec:
                 default=f.default,
                 type=kind,
                 metavar=flag.lstrip("-").upper().replace("-", "_"),
-                help=f"{help_text} (default: {shown})",
-                choices=choices if choices and kind is str else None,
-            )
+                help=f"{help_text} (default: {shown}"
+                + (f"; one of {', '.join(map(str, choices))})" if choices and kind is str else ")"),
+            )  # choices are checked by validate(), whose message says what to do
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, **overrides: Any) -> Self:

@@ -69,9 +69,12 @@ class ModelArgs(Spec):
 
     model: str = option(DEFAULT_MODEL, "preset, hub id or local folder")
     dtype: str = option(
-        "auto", "auto, fp32, bf16 or fp16 (fp16 on CUDA only)", choices=("auto", *dtypes.LOADABLE)
+        "auto",
+        "auto, fp32, bf16 or fp16 (fp16 on CUDA only)",
+        choices=("auto", *dtypes.LOADABLE),
+        label="precision",
     )
-    device: str = option("auto", "where the model runs", choices=("auto", "cpu", "cuda"))
+    device: str = option("auto", "where the model runs", choices=("auto", "cpu", "cuda"), label="device")
 
     def load(self, progress: Progress | None = None) -> LoadedModel:
         return load_model(self.model, dtype=self.dtype, device=self.device, progress=progress)
