@@ -574,7 +574,7 @@ CASES = [
     Case(
         "cli-generate-unknown-dtype",
         cli_rejects(
-            # the flag's choices come from ModelArgs, the shared model selection: argparse names them
+            # the flag comes from ModelArgs, the shared model selection, whose validate() names the choices
             "generate",
             "--model",
             TINY,
@@ -582,7 +582,7 @@ CASES = [
             "hi",
             "--dtype",
             "fp6",
-            message="invalid choice: 'fp6'",
+            message="unknown precision 'fp6'",
         ),
     ),
     Case(
@@ -595,13 +595,13 @@ CASES = [
             "hi",
             "--dtype",
             "fp8",
-            message="invalid choice: 'fp8' (choose from auto, fp32, fp16, bf16)",
+            message="unknown precision 'fp8'; choose from auto, fp32, fp16, bf16",
         ),
     ),
     Case(
         "cli-generate-unknown-device",
         cli_rejects(
-            "generate", "--model", TINY, "--prompt", "hi", "--device", "tpu", message="invalid choice: 'tpu'"
+            "generate", "--model", TINY, "--prompt", "hi", "--device", "tpu", message="unknown device 'tpu'"
         ),
     ),
     Case(
