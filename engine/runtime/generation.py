@@ -377,10 +377,10 @@ def _decode_compiled(lm: LoadedModel, enc: dict, cfg: GenerationConfig, timer: _
     pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
     input_ids, mask = enc["input_ids"], enc["attention_mask"]  # [B, L]
     rows = [ids[m.bool()].tolist() for ids, m in zip(input_ids.cpu(), mask.cpu(), strict=True)]
-    if streamer is not None:
-        streamer.put(
-            input_ids.cpu()
-        )  # as `generate` does: the prompt first (a streamer skipping it drops it)
+    if (
+        streamer is not None
+    ):  # as `generate` does: the prompt first (a streamer that skips the prompt drops it)
+        streamer.put(input_ids.cpu())
     compiled_before = dict(decoder.status.compile_s)
     job = kv.Prefill(lm, rows, pad)
     logits = job.run()  # [B, V] fp32
