@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from bench.common import write_result  # noqa: E402
 from engine.core import stats  # noqa: E402
 from engine.core.threads import run_in_thread  # noqa: E402
-from engine.runtime import models  # noqa: E402
+from engine.runtime import generation, models  # noqa: E402
 
 PROMPTS = [
     "The history of the printing press begins",
@@ -63,10 +63,9 @@ def seconds_per_token(lm, batch: int, tokens: int) -> float:
     import torch
 
     enc = lm.tokenizer(PROMPTS[:batch], return_tensors="pt", padding=True)
-    kw = dict(do_sample=False, pad_token_id=lm.tokenizer.pad_token_id, min_new_tokens=tokens)
     with torch.inference_mode():
         t0 = time.perf_counter()
-        lm.model.generate(**enc, max_new_tokens=tokens, **kw)
+        lm.model.generate(**enc, **generation.greedy_kwargs(lm, tokens, exact=True))
     return (time.perf_counter() - t0) / tokens
 
 

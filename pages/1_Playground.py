@@ -17,8 +17,18 @@ from ui import export
 from ui.batching_widgets import cached_scheduler
 from ui.common import fmt_bytes, fmt_count, fmt_seconds, init_state, page_setup, show_error
 from ui.narrative import latency_sentence
-from ui.playground_widgets import forecast, latency_figure, per_token_latency, progress_text, show_forecast
-from ui.widgets import load_with_progress, model_picker
+from ui.playground_widgets import (
+    compile_advice,
+    compile_status_text,
+    forecast,
+    latency_figure,
+    per_token_latency,
+    progress_text,
+    show_decode_path,
+    show_forecast,
+    show_recorded_gpu_decode,
+)
+from ui.widgets import load_with_progress, model_picker, spec_number
 
 NS = "playground"
 D = GenerationConfig()  # widget defaults come from the engine's dataclass: one source with the CLI
@@ -53,15 +63,15 @@ if lm is not None:
 
 with st.sidebar:
     st.header("Generation")
-    max_new = st.number_input(
-        "Max new tokens", 1, generation.MAX_NEW_TOKENS_LIMIT, D.max_new_tokens, key=f"{NS}.max_new"
-    )
+    max_new = spec_number(st, GenerationConfig, "max_new_tokens", "Max new tokens", key=f"{NS}.max_new")
     sample = st.toggle("Sample (off = greedy)", D.do_sample, key=f"{NS}.sample")
     temperature = st.slider(
         "Temperature", 0.05, 2.0, D.temperature, 0.05, disabled=not sample, key=f"{NS}.temp"
     )
     top_p = st.slider("Top-p", 0.05, 1.0, D.top_p, 0.05, disabled=not sample, key=f"{NS}.top_p")
-    top_k = st.number_input("Top-k (0 = off)", 0, 1000, D.top_k, disabled=not sample, key=f"{NS}.top_k")
+    top_k = spec_number(
+        st, GenerationConfig, "top_k", "Top-k (0 = off)", key=f"{NS}.top_k", disabled=not sample
+    )
     rep = st.slider("Repetition penalty", 1.0, 2.0, D.repetition_penalty, 0.05, key=f"{NS}.rep")
     seed = st.number_input("Seed", 0, 2**31 - 1, D.seed or 0, disabled=not sample, key=f"{NS}.seed")
     stops = st.text_input("Stop sequences (comma-separated; \\n for newline)", "", key=f"{NS}.stop")
@@ -71,6 +81,18 @@ with st.sidebar:
         key=f"{NS}.cache",
         help="Off recomputes every past token's keys and values at every step: watch TPOT grow.",
     )
+    advice, advice_text = compile_advice(lm) if lm is not None else (None, "")
+    compiled = st.toggle(
+        "Compiled decode",
+        advice.on if advice is not None else D.compile,
+        key=f"{NS}.compile.{lm.device if lm is not None else 'none'}",  # its default is per device
+        disabled=lm is None or not use_cache,
+        help="A static (preallocated) KV cache and a torch.compile'd decode step, CUDA graphs on a GPU: the same "
+        "greedy tokens, faster steps. The first run per model compiles the step; later runs reuse it. It runs on "
+        "the KV cache.",
+    )
+    if advice_text:
+        st.caption(advice_text)
     chat = st.toggle(
         "Use the chat template",
         False,
@@ -143,7 +165,7 @@ def metrics_row(m) -> None:
     c[5].metric("Peak memory", fmt_bytes(m.peak_memory_bytes), help=m.peak_memory_kind)
 
 
-def history_row(m, mode: str, stop_reason: str) -> dict:
+def history_row(m, mode: str, stop_reason: str, decode: str = "eager") -> dict:
     return {
         "time (UTC)": m.started_at,
         "model": m.model,
@@ -152,6 +174,7 @@ def history_row(m, mode: str, stop_reason: str) -> dict:
         "mode": mode,
         "batch": m.batch_size,
         "kv cache": m.use_cache,
+        "decode": decode,
         "prompt tokens": m.prompt_tokens,
         "output tokens": m.output_tokens,
         "TTFT (ms)": round(m.ttft_s * 1e3, 1),
@@ -193,6 +216,7 @@ def run_single(lm, prompt: str, cfg: GenerationConfig, include_prompt: bool) -> 
             "mode": "single",
             "batch": 1,
             "kv cache": cfg.use_cache,
+            "decode": "compiled" if cfg.compile else "eager",
         },
     }
     st.session_state[f"{NS}.running"] = cur
@@ -226,9 +250,14 @@ def run_single(lm, prompt: str, cfg: GenerationConfig, include_prompt: bool) -> 
                 kind, chunk, now = chunks.get(timeout=0.25)
             except queue.Empty:
                 cur["elapsed"] = time.perf_counter() - t0
+                compiling = compile_status_text(generation.compile_status(lm)) if cfg.compile else ""
                 status.caption(
                     progress_text(cur["tokens"], cfg.max_new_tokens, cur["elapsed"])
-                    + ("" if cur["tokens"] else " · waiting for the first token (prefill)")
+                    + (
+                        f" · {compiling}"
+                        if compiling
+                        else ("" if cur["tokens"] else " · waiting for the first token (prefill)")
+                    )
                 )
                 continue
             if kind == "end":
@@ -267,11 +296,39 @@ def run_single(lm, prompt: str, cfg: GenerationConfig, include_prompt: bool) -> 
         elapsed=c.measurement.latency_s,
         measurement=c.measurement,
         latency=per_token_latency(t0, cur["chunks"]),
+        completion=c,
     )
     st.session_state[f"{NS}.last"] = cur
     if c.stop_reason != "cancelled":
         st.session_state[f"{NS}.curve"][cfg.use_cache] = cur
-    st.session_state[f"{NS}.history"].append(history_row(c.measurement, "single", c.stop_reason))
+    st.session_state[f"{NS}.history"].append(history_row(c.measurement, "single", c.stop_reason, c.decode))
+
+
+def run_batch(lm, prompts: list[str], cfg: GenerationConfig):
+    """generate_batch on a thread of its own while this script says what it waits for (a compile, or the batch)."""
+    box: dict = {}
+
+    def work() -> None:
+        try:
+            box["result"] = generation.generate_batch(lm, prompts, cfg, record=False)
+        except BaseException as exc:  # handed to the script thread
+            box["error"] = exc
+
+    t = threading.Thread(target=work, name="playground-batch", daemon=True)
+    t0 = time.perf_counter()
+    t.start()
+    line = st.empty()
+    while t.is_alive():
+        compiling = compile_status_text(generation.compile_status(lm)) if cfg.compile else ""
+        line.caption(
+            f"Generating for {len(prompts)} prompts as one batch… {fmt_seconds(time.perf_counter() - t0)}"
+            + (f" · {compiling}" if compiling else "")
+        )
+        t.join(0.25)
+    line.empty()
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
 
 
 if go and lm is not None:
@@ -288,12 +345,13 @@ if go and lm is not None:
             use_cache=use_cache,
             chat_template=chat,
             include_prompt=include_prompt,
+            compile=compiled and use_cache,
         ).validate()
         if batch_mode:
             prompts = [p for p in prompt.splitlines() if p.strip()]
-            with st.spinner(f"Generating for {len(prompts)} prompts as one batch…"):
-                result = generation.generate_batch(lm, prompts, cfg, record=False)
+            result = run_batch(lm, prompts, cfg)
             runlog.record(result.measurement, source="playground")
+            show_decode_path(result)
             for c in result.completions:
                 st.markdown(f"**{c.prompt}**")
                 st.code(c.shown(include_prompt), language=None, wrap_lines=True)
@@ -303,7 +361,9 @@ if go and lm is not None:
                 )
             st.markdown("**The batch as a whole**")
             metrics_row(result.measurement)
-            st.session_state[f"{NS}.history"].append(history_row(result.measurement, "batch", "mixed"))
+            st.session_state[f"{NS}.history"].append(
+                history_row(result.measurement, "batch", "mixed", result.decode)
+            )
         else:
             run_single(lm, prompt, cfg, include_prompt)
     except EngineError as exc:
@@ -330,6 +390,8 @@ if last is not None and not batch_mode:
             f"Stopped by **{last['status']}**"
             + (" (max new tokens reached: the output is truncated)" if last["status"] == "length" else "")
         )
+        if last.get("completion") is not None:
+            show_decode_path(last["completion"])
         metrics_row(last["measurement"])
     curves = {}
     for cache_on, run in sorted(st.session_state[f"{NS}.curve"].items(), reverse=True):
@@ -365,6 +427,8 @@ if history:
 else:
     st.caption("No runs yet. Generate once with the KV cache on and once off to see what the cache buys.")
 
+show_recorded_gpu_decode()
+
 with st.expander("What the measurements mean"):
     st.markdown(
         "- **TTFT** (time to first token): from the request to the first generated token. It is dominated by "
@@ -376,5 +440,10 @@ with st.expander("What the measurements mean"):
         "- **Peak memory**: on a GPU, `torch.cuda.max_memory_allocated`; on the CPU, the server process's "
         "resident memory (it includes every loaded model).\n"
         "- **KV cache**: with it, each step attends over stored keys/values of past tokens; without it, each "
-        "step re-runs the whole sequence, so TPOT grows with length."
+        "step re-runs the whole sequence, so TPOT grows with length.\n"
+        "- **Compiled decode**: the KV cache preallocated (static shapes) and the decode step compiled by "
+        "`torch.compile`, which fuses the many small operations of a layer and, on a GPU, replays the whole step "
+        "as one CUDA graph instead of launching each kernel from Python. The greedy tokens are the same. The first "
+        "compiled run per model (and batch shape) compiles the step in its first decode step: its TPOT and latency "
+        "include that, its TTFT (the prefill, eager) does not."
     )

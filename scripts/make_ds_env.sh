@@ -33,10 +33,11 @@ VENV_ARGS=()
 [ "${SYSTEM_SITE:-0}" = 1 ] && VENV_ARGS+=(--system-site-packages)
 "$PYTHON" -m venv "${VENV_ARGS[@]}" "$DS_ENV"
 "$DS_ENV/bin/python" -m pip install -q --upgrade pip
+# shellcheck source=scripts/ds_pins.sh
+. scripts/ds_pins.sh
 # shellcheck disable=SC2086
-"$DS_ENV/bin/python" -m pip install -q $TORCH_SPEC \
-    "transformers==4.42.4" "tokenizers>=0.19,<0.20" "huggingface-hub<1.0" "accelerate==0.33.0" \
-    "deepspeed==0.19.8" "psutil" "nvidia-ml-py" "numpy<2.3" "safetensors"
+"$DS_ENV/bin/python" -m pip install -q $TORCH_SPEC "${DS_SIDE[@]}" "${DS_PINNED[@]}" \
+    "accelerate==0.33.0" "psutil" "nvidia-ml-py" "safetensors"
 "$DS_ENV/bin/python" - <<'PY'
 import deepspeed, torch, transformers
 print(f"ok: {__import__('sys').executable}: torch {torch.__version__}, transformers {transformers.__version__}, "

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from engine.runtime import cpu_layout, models
+from engine.runtime.generation import greedy_kwargs
 
 
 def _plain(name: str, monkeypatch):
@@ -21,9 +22,7 @@ def _plain(name: str, monkeypatch):
 def _greedy(lm, n: int = 24) -> list[int]:
     enc = lm.tokenizer("The history of the printing press begins", return_tensors="pt")
     with torch.inference_mode():
-        out = lm.model.generate(
-            **enc, max_new_tokens=n, do_sample=False, pad_token_id=lm.tokenizer.pad_token_id
-        )
+        out = lm.model.generate(**enc, **greedy_kwargs(lm, n))
     return out[0, enc["input_ids"].shape[1] :].tolist()
 
 

@@ -19,6 +19,10 @@ HOMES = {
     "seconds": "engine/calc/format.py",
     "to_jsonable": "engine/core/jsonsafe.py",
     "spec_for_run_model": "engine/calibration/__init__.py",
+    "sync": "engine/runtime/hardware.py",
+    "greedy_kwargs": "engine/runtime/generation.py",
+    "next_tokens": "engine/runtime/generation.py",
+    "penalize": "engine/runtime/generation.py",
 }
 
 
@@ -47,3 +51,17 @@ def test_each_concept_imports_from_its_home():
     assert callable(machine.measure)  # the one measurement of this machine
     assert common.fmt_bytes is fmt.gb and common.fmt_seconds is fmt.seconds  # one formatting family
     assert fmt.gb(25.28e9) == "25.28 GB"  # one unit policy: 1 GB = 1e9 bytes
+
+
+def test_device_sync_and_greedy_arguments_have_one_home():
+    """gpt-fast's device_sync: only engine.runtime.hardware.sync waits for the GPU before a clock is read; and the
+    plain greedy `generate` arguments are written once, in engine.runtime.generation.greedy_kwargs."""
+    files = [p for d in ("engine", "ui", "pages", "bench") for p in (ROOT / d).rglob("*.py")]
+    syncing = sorted(str(p.relative_to(ROOT)) for p in files if "torch.cuda.synchronize()" in p.read_text())
+    assert syncing == ["engine/runtime/hardware.py"]
+    greedy = sorted(
+        str(p.relative_to(ROOT))
+        for p in files
+        if '"top_k": None' in p.read_text() or "top_k=None" in p.read_text()
+    )
+    assert greedy == ["engine/runtime/generation.py"]

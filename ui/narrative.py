@@ -173,3 +173,72 @@ def latency_sentence(curves: dict[bool, dict], model: str) -> str:
         f"Only a KV cache {only} run so far: generate again with the cache {other} (sidebar) to overlay it and "
         "see what the cache buys."
     )
+
+
+def compile_advice_sentence(advice: Any, default_tokens: int, payback_limit: int) -> str:
+    """Why compiled decode starts on or off here, from the recorded measurement that decided it
+    (engine.runtime.recorded.compile_advice): its speedup, its compile time and the tokens it takes to pay back."""
+    if advice.speedup is None:
+        return (
+            "No compiled-decode measurement is recorded for this device yet (`bench/decode.py --compile`), so "
+            "compiled decode starts **off**. Its first run per model compiles the step (25-65 s on a 2-core CPU)."
+        )
+    where = f"{advice.model} on {advice.machine}, {advice.date[:10]}"
+    if advice.speedup <= 1:
+        return (
+            f"Compiled decode was **not faster** when measured ({advice.speedup:.2f}× eager at batch 1; {where}), "
+            "so it starts **off**."
+        )
+    runs = advice.payback_tokens / default_tokens
+    verdict = (
+        f"within a session's {payback_limit:,} tokens, so it starts **on**"
+        if advice.on
+        else f"more than a session's {payback_limit:,} tokens, so it starts **off**"
+    )
+    return (
+        f"Compiled decode measured **{advice.speedup:.2f}×** eager at batch 1 ({where}); its compile took "
+        f"{fmt.seconds(advice.compile_s)} once per model, which the faster steps pay back after about "
+        f"**{advice.payback_tokens:,.0f} tokens** ({runs:,.0f} runs of {default_tokens}): {verdict}."
+    )
+
+
+def gpu_decode_sentences(rows: Sequence[Any]) -> list[str]:
+    """One sentence per (model, batch) of a recorded decode run: each lane's share of the read bandwidth measured
+    in the same run, and compiled against eager where both were recorded."""
+    out = []
+    groups: dict[tuple[str, str, int], list[Any]] = {}
+    for r in rows:
+        groups.setdefault((r.model, r.dtype, r.batch), []).append(r)
+    for (model, dtype, batch), lanes in groups.items():
+        engine = [r for r in lanes if r.decode != "plain" and r.fraction_of_read_bandwidth is not None]
+        if not engine:
+            continue
+        eager = max((r for r in engine if r.decode == "eager"), key=lambda r: r.tokens_per_s, default=None)
+        comp = max((r for r in engine if r.decode == "compiled"), key=lambda r: r.tokens_per_s, default=None)
+        bw = (eager or comp).read_bandwidth_bytes_per_s
+        head = f"{model} {dtype}, batch {batch}: "
+        parts = []
+        if eager is not None:
+            parts.append(
+                f"eager decode reached **{eager.fraction_of_read_bandwidth:.1%}** of the "
+                f"{fmt.gb(bw) if bw else '?'}/s read bandwidth measured in the same run "
+                f"({eager.tokens_per_s:,.0f} tokens/s)"
+            )
+        if comp is not None:
+            word = (
+                ""
+                if eager is None
+                else "; compiled decode was "
+                + compare_word(
+                    comp.tokens_per_s, eager.tokens_per_s, higher="faster", lower="slower", same="no faster"
+                )
+                + f" ({comp.tokens_per_s / eager.tokens_per_s:.2f}× eager)"
+            )
+            parts.append(
+                f"compiled decode reached **{comp.fraction_of_read_bandwidth:.1%}** "
+                f"({comp.tokens_per_s:,.0f} tokens/s){word}"
+            )
+        else:
+            parts.append("compiled decode was not recorded in this run")
+        out.append(head + "; ".join(parts) + ".")
+    return out

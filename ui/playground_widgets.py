@@ -103,3 +103,81 @@ def show_forecast(fc) -> None:
         )
     else:
         st.caption(text)
+
+
+def compile_advice(lm):
+    """Compiled decode's default for this model's device, decided by the recorded measurement
+    (engine.runtime.recorded.compile_advice), and the sentence that says why."""
+    from engine.runtime import recorded
+    from engine.runtime.generation import GenerationConfig
+    from ui.narrative import compile_advice_sentence
+
+    advice = recorded.compile_advice(lm.device, lm.name)
+    return advice, compile_advice_sentence(
+        advice, GenerationConfig.default("max_new_tokens"), recorded.PAYBACK_TOKENS
+    )
+
+
+def compile_status_text(status: dict | None) -> str:
+    """The status line while the decode step compiles (the first compiled run per model and shape)."""
+    if not status or status.get("state") != "compiling" or status.get("compiling_s") is None:
+        return ""
+    return (
+        f"compiling the decode step ({status['compiling_shape']}): {fmt.seconds(status['compiling_s'])} so far; "
+        "once per model and shape on this server, 25-65 s on a 2-core CPU"
+    )
+
+
+def show_decode_path(c) -> None:
+    """Say once how the decode ran: the compile this run paid, or why it decoded eagerly."""
+    if c.decode_note:
+        st.warning(c.decode_note, icon=":material/build:")
+    elif c.decode == "compiled" and c.compile_s:
+        st.info(
+            f"This run compiled the decode step: **{fmt.seconds(c.compile_s)}** of its latency, spent in its first "
+            "decode step (so its TPOT, an average over the steps, includes it). Later compiled runs of this model "
+            "on this server reuse it.",
+            icon=":material/build:",
+        )
+
+
+def show_recorded_gpu_decode() -> None:
+    """The newest recorded GPU decode run (bench/decode.py --device cuda, or the first GPU check's scheduler file):
+    recorded evidence with its machine and date, never live."""
+    from engine.runtime import recorded
+    from ui.narrative import gpu_decode_sentences
+
+    rows = recorded.newest_run(recorded.load_decode_rows(device="cuda"))
+    if not rows:
+        return
+    first = rows[0]
+    with st.expander(
+        f"Recorded GPU decode, not live: {first.machine} · {first.date[:10]} · {first.source}", expanded=False
+    ):
+        for sentence in gpu_decode_sentences(rows):
+            st.markdown(f"- {sentence}")
+        st.dataframe(
+            [
+                {
+                    "model": r.model,
+                    "dtype": r.dtype,
+                    "batch": r.batch,
+                    "lane": r.lane,
+                    "decode": r.decode,
+                    "tokens/s": round(r.tokens_per_s, 1),
+                    "% of read bandwidth": None
+                    if r.fraction_of_read_bandwidth is None
+                    else round(100 * r.fraction_of_read_bandwidth, 1),
+                    "× eager": "n/a" if r.x_eager is None else f"{r.x_eager:.2f}",
+                    "greedy = plain": "not checked" if r.greedy_equal is None else str(r.greedy_equal),
+                }
+                for r in rows
+            ],
+            hide_index=True,
+            width="stretch",
+        )
+        st.caption(
+            "Bandwidth: weights bytes / time per decode step (each step reads every weight once; the KV cache read "
+            "on top is left out, so the share is a lower bound), over the read bandwidth the same run measured. "
+            "Recorded by `scripts/gpu_check.sh` on a lent GPU; the dashboard's own runs are on this machine."
+        )

@@ -23,6 +23,7 @@ own scheduler for every model.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import queue
@@ -38,11 +39,12 @@ from engine.batching import kv
 from engine.batching.sequence import Request, RequestTimes, choose_tokens
 from engine.core.errors import (
     CancelledError,
+    CompileUnavailableError,
     EngineError,
     InvalidParameterError,
     OutOfMemoryError,
 )
-from engine.runtime import runlog
+from engine.runtime import hardware, runlog
 from engine.runtime.generation import Completion, GenerationConfig, _render, check_context, clean_prompt
 from engine.runtime.metrics import memory_now
 from engine.runtime.models import LoadedModel
@@ -215,9 +217,13 @@ class Scheduler:
                 f"idle_exit_s must be a finite number of seconds >= 0, got {idle_exit_s!r}"
             )
         self.idle_exit_s = float(idle_exit_s)
-        # opt-in: decode steps through torch.compile (kv.compiled_forward); the first step compiles for about a minute
+        # Every decode step through the compiled step (the server's --compile-decode); otherwise a step is compiled
+        # when a request in it asked for it (GenerationConfig.compile). Same tokens either way; the first compiled
+        # step per shape class compiles (kv.CompiledDecode).
         self.compile_decode = bool(compile_decode)
-        self._forward = None
+        self._decoder: kv.CompiledDecode | None = None
+        self.compile_note = ""  # why compiled steps were asked for but decoded eagerly
+        self._compile_paid: dict[int, float] = {}  # request id -> seconds of compiling it waited through
         self._pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
         self._ids = itertools.count(1)
         self._cond = threading.Condition()
@@ -379,8 +385,7 @@ class Scheduler:
 
     def _timed(self, part: str, t0: float) -> float:
         """Add the time since t0 to `part`; return now."""
-        if self.lm.device.startswith("cuda"):
-            torch.cuda.synchronize()
+        hardware.sync(self.lm.device)
         now = time.perf_counter()
         self._spent[part] += now - t0
         return now
@@ -461,15 +466,22 @@ class Scheduler:
         seqs = [s for s, _ in self._running]
         tokens = torch.tensor([s.generated[-1] for s in seqs], dtype=torch.long)  # [B]
         positions = torch.tensor([s.position for s in seqs], dtype=torch.long)  # [B]
+        step = self._compiled_step(seqs)
+        compiled_before = dict(step.status.compile_s) if step is not None else {}
         t0 = time.perf_counter()
         with self.lm.lock:
-            if self.compile_decode and self._forward is None:
-                self._forward = kv.compiled_forward(self.lm)
-            logits = self._cache.decode(self.lm, tokens, positions, self._forward)  # [B, V]
+            logits = self._cache.decode(self.lm, tokens, positions, step)  # [B, V]
             t1 = self._timed("decode_forward", t0)
             chosen = choose_tokens(logits, seqs)
             self._timed("sampling", t1)
         now = time.perf_counter()
+        paid = (
+            0.0
+            if step is None
+            else sum(v for k, v in step.status.compile_s.items() if k not in compiled_before)
+        )
+        for seq in seqs if paid else ():  # every row of the step waited for the compile
+            self._compile_paid[seq.id] = self._compile_paid.get(seq.id, 0.0) + paid
         memory = memory_now(self.lm.device)
         gone: list[int] = []
         with self._cond:
@@ -489,13 +501,36 @@ class Scheduler:
                 self._running = [self._running[i] for i in order]
                 self._timed("cache_surgery", t2)
 
+    def _compiled_step(self, seqs: Sequence[Request]) -> kv.CompiledDecode | None:
+        """The compiled step when this decode step should run it (see compile_decode), else None."""
+        if not (self.compile_decode or any(s.cfg.compile for s in seqs)):
+            return None
+        if self._decoder is None and not self.compile_note:
+            try:
+                self._decoder = kv.compiled_decode(self.lm)
+            except CompileUnavailableError as exc:  # decode eagerly; each completion says why
+                self.compile_note = f"compiled decode unavailable: {exc}; decoded eagerly"
+        return self._decoder
+
+    def _decode_path(self, req: Request, completion: Completion) -> Completion:
+        """The completion with how its decode steps ran (compiled or eager, and why) and the compile it waited for."""
+        paid = self._compile_paid.pop(req.id, None)
+        if not (self.compile_decode or req.cfg.compile):
+            return completion
+        failed = self._decoder is not None and self._decoder.status.state == "failed"
+        note = self.compile_note or (self._decoder.status.reason if failed and self._decoder else "")
+        return dataclasses.replace(
+            completion, decode="eager" if note else "compiled", decode_note=note, compile_s=paid
+        )
+
     def _retire(self, req: Request, handle: RequestHandle) -> None:
         self._finished += 1
         handle._emit(req.take_chunk())
         if req.stop_reason == "cancelled" and not req.generated:
+            self._compile_paid.pop(req.id, None)
             handle._finish(None, CancelledError("the request was cancelled before its first token"))
             return
-        completion = req.completion()
+        completion = self._decode_path(req, req.completion())
         if self.record:
             runlog.record(completion.measurement)
         handle._finish(completion, None)
@@ -505,6 +540,8 @@ class Scheduler:
         with self._cond:
             failed = self._running + self._prefilling
             self._running, self._prefilling, self._prefill = [], [], None
+            for req, _ in failed:
+                self._compile_paid.pop(req.id, None)
             self._cache = kv.SlotCache(self.max_batch)
         for _, h in failed:
             h._finish(None, err)

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 
 import torch
 
-from engine.runtime.generation import Completion, GenerationConfig
+from engine.runtime.generation import Completion, GenerationConfig, next_tokens
 from engine.runtime.metrics import PeakMemory, run_metrics
 
 
@@ -162,40 +162,11 @@ class Request:
         )
 
 
-def _penalize(scores: torch.Tensor, seen: list[int], penalty: float) -> torch.Tensor:
-    """transformers' RepetitionPenaltyLogitsProcessor for one row: scores [V]."""
-    idx = torch.tensor(seen, dtype=torch.long, device=scores.device)
-    s = scores.gather(0, idx)
-    scores.scatter_(0, idx, torch.where(s < 0, s * penalty, s / penalty))
-    return scores
-
-
-def _sample(scores: torch.Tensor, cfg: GenerationConfig, generator: torch.Generator | None) -> int:
-    """Temperature, then top-k, then top-p (transformers' warper order), then one draw: scores [V]."""
-    scores = scores / cfg.temperature
-    if cfg.top_k and cfg.top_k < scores.shape[-1]:
-        kth = torch.topk(scores, cfg.top_k).values[-1]
-        scores = scores.masked_fill(scores < kth, -math.inf)
-    if cfg.top_p < 1.0:
-        sorted_scores, order = torch.sort(scores, descending=True)
-        cum = sorted_scores.softmax(-1).cumsum(-1)
-        drop = cum - sorted_scores.softmax(-1) > cfg.top_p  # keep the smallest set whose mass reaches top_p
-        scores = scores.scatter(0, order, sorted_scores.masked_fill(drop, -math.inf))
-    probs = scores.softmax(-1)
-    return int(torch.multinomial(probs, 1, generator=generator))
-
-
 def choose_tokens(logits: torch.Tensor, seqs: Seq[Request]) -> list[int]:
-    """The next token of every row: logits [B, V] fp32, one row per sequence."""
-    greedy = logits.argmax(dim=-1).tolist()  # [B]: one batched argmax serves every plain greedy row
-    out: list[int] = []
-    for i, s in enumerate(seqs):
-        cfg = s.cfg
-        if not cfg.do_sample and cfg.repetition_penalty == 1.0:
-            out.append(int(greedy[i]))
-            continue
-        scores = logits[i].clone()
-        if cfg.repetition_penalty != 1.0:
-            scores = _penalize(scores, s.prompt_ids + s.generated, cfg.repetition_penalty)
-        out.append(_sample(scores, cfg, s.generator) if cfg.do_sample else int(scores.argmax()))
-    return out
+    """The next token of every row: logits [B, V] fp32, one row per sequence, each with its own settings and RNG."""
+    return next_tokens(
+        logits,
+        [s.cfg for s in seqs],
+        lambda i: seqs[i].prompt_ids + seqs[i].generated,
+        [s.generator for s in seqs],
+    )

@@ -16,6 +16,7 @@ import torch
 from engine.batching import kv
 from engine.batching.scheduler import BREAKDOWN
 from engine.batching.sequence import Request, choose_tokens
+from engine.runtime import hardware
 from engine.runtime.metrics import memory_now
 from engine.runtime.models import LoadedModel
 
@@ -34,8 +35,7 @@ def run_static_batch(lm: LoadedModel, seqs: Sequence[Request], spent: dict[str, 
         s.mark_admitted()
 
     def tick(part: str, t0: float) -> float:
-        if lm.device.startswith("cuda"):
-            torch.cuda.synchronize()
+        hardware.sync(lm.device)
         now = time.perf_counter()
         spent[part] += now - t0
         return now

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 from engine.core.errors import InvalidParameterError
 from engine.core.stats import median
+from engine.runtime import hardware
+from engine.runtime.generation import greedy_kwargs
 from engine.runtime.metrics import summarize_steps
 
 PROMPT_TEXT = (
@@ -156,8 +158,7 @@ def timed_run(lm, shape: Shape) -> TimedRun:
 
     class _Timer(StoppingCriteria):
         def __call__(self, input_ids, scores, **kwargs):
-            if lm.device.startswith("cuda"):
-                torch.cuda.synchronize()
+            hardware.sync(lm.device)
             times.append(time.perf_counter())
             return torch.zeros((input_ids.shape[0],), dtype=torch.bool, device=input_ids.device)
 
@@ -165,20 +166,13 @@ def timed_run(lm, shape: Shape) -> TimedRun:
         [prompt_ids(lm.tokenizer, shape.prompt_tokens)] * shape.batch_size, device=lm.model.device
     )
     mask = torch.ones_like(ids)
-    pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else lm.tokenizer.eos_token_id
     with lm.lock, torch.inference_mode(), LoadMeter() as meter:
         request_t = time.perf_counter()
         lm.model.generate(
             input_ids=ids,
             attention_mask=mask,
-            max_new_tokens=shape.output_tokens,
-            min_new_tokens=shape.output_tokens,
-            do_sample=False,
-            temperature=None,
-            top_p=None,
-            top_k=None,
+            **greedy_kwargs(lm, shape.output_tokens, exact=True),
             use_cache=True,
-            pad_token_id=pad,
             stopping_criteria=StoppingCriteriaList([_Timer()]),
         )
     assert meter.reading is not None

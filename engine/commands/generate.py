@@ -1,68 +1,89 @@
-"""`python -m engine generate`: one measured generation, the playground from the shell."""
+"""`python -m engine generate`: one measured generation, the playground from the shell.
+
+Its flags come from the specs: the model selection from engine.runtime.models.ModelArgs, the decoding settings
+(--max-new-tokens, --sample, --compile, ...) from engine.runtime.generation.GenerationConfig, so a default lives in
+one line of the engine."""
 
 from __future__ import annotations
 
 import sys
+import threading
 
-from engine.runtime import generation, models
+from engine.runtime import generation
 from engine.runtime.generation import GenerationConfig
+from engine.runtime.models import ModelArgs
 
 HELP = "load a model and generate for one prompt (or several with repeated --prompt), with measurements"
-_D = GenerationConfig()  # the one source of defaults, shared with the playground's widgets
+COMPILE_TICK_S = 5.0  # how often a compile under way prints its elapsed time on stderr
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument(
-        "--model",
-        default=models.DEFAULT_MODEL,
-        help=f"preset, hub id or local folder (default {models.DEFAULT_MODEL})",
-    )
-    parser.add_argument("--dtype", default="auto", help="auto, fp32, bf16 or fp16 (fp16 on CUDA only)")
-    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    ModelArgs.add_arguments(parser)
+    GenerationConfig.add_arguments(parser)
     parser.add_argument("--prompt", action="append", required=True, help="the prompt; repeat for a batch")
-    parser.add_argument("--max-new-tokens", type=int, default=_D.max_new_tokens)
-    parser.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
-    parser.add_argument("--temperature", type=float, default=_D.temperature)
-    parser.add_argument("--top-p", type=float, default=_D.top_p)
-    parser.add_argument("--top-k", type=int, default=_D.top_k)
-    parser.add_argument("--repetition-penalty", type=float, default=_D.repetition_penalty)
-    parser.add_argument("--seed", type=int, default=_D.seed)
-    parser.add_argument("--stop", action="append", default=[], help="stop sequence; repeatable")
-    parser.add_argument("--no-cache", action="store_true", help="generate without the KV cache")
-    parser.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
-    parser.add_argument("--include-prompt", action="store_true", help="print the prompt with the completion")
+    parser.add_argument(
+        "--stop",
+        action="append",
+        default=[],
+        help="stop sequence; repeatable (one flag per sequence, so a sequence may hold a comma)",
+    )
     parser.add_argument("--stream", action="store_true", help="print tokens as they are made (single prompt)")
 
 
 def run(args) -> dict | list[dict]:
-    cfg = GenerationConfig(
-        max_new_tokens=args.max_new_tokens,
-        do_sample=args.sample,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        top_k=args.top_k,
-        repetition_penalty=args.repetition_penalty,
-        seed=args.seed,
-        stop=tuple(args.stop),
-        use_cache=not args.no_cache,
-        chat_template=args.chat,
-        include_prompt=args.include_prompt,
-    ).validate()  # reject bad values before spending seconds on loading
+    cfg = GenerationConfig.from_args(args, stop=tuple(args.stop))  # bad values fail before seconds of loading
     for p in args.prompt:
         generation.clean_prompt(p)
-    lm = models.load_model(args.model, dtype=args.dtype, device=args.device)
-    if len(args.prompt) == 1:
-        if args.stream and not args.json:
-            s = generation.stream(lm, args.prompt[0], cfg)
-            for chunk in s:
-                print(chunk, end="", flush=True)
-            print(file=sys.stdout)
-            completion = s.completion
-        else:
-            completion = generation.generate(lm, args.prompt[0], cfg)
-        return _row(completion, cfg)
-    batch = generation.generate_batch(lm, args.prompt, cfg)
-    return {"batch": batch.measurement, "completions": [_row(c, cfg) for c in batch.completions]}
+    lm = ModelArgs.from_args(args).load()
+    watcher = _CompileWatcher(lm) if cfg.compile else None
+    try:
+        if len(args.prompt) == 1:
+            if args.stream and not args.json:
+                s = generation.stream(lm, args.prompt[0], cfg)
+                for chunk in s:
+                    print(chunk, end="", flush=True)
+                print(file=sys.stdout)
+                completion = s.completion
+            else:
+                completion = generation.generate(lm, args.prompt[0], cfg)
+            return _row(completion, cfg)
+        batch = generation.generate_batch(lm, args.prompt, cfg)
+        return {
+            "batch": batch.measurement,
+            **_decode_fields(batch),
+            "completions": [_row(c, cfg) for c in batch.completions],
+        }
+    finally:
+        if watcher is not None:
+            watcher.stop()
+
+
+class _CompileWatcher:
+    """While the compiled step compiles (the first --compile run per model: tens of seconds on a CPU), say so on
+    stderr every few seconds, so a silent terminal is not taken for a hang."""
+
+    def __init__(self, lm) -> None:
+        self._lm, self._done = lm, threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="compile-watcher", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._done.wait(COMPILE_TICK_S):
+            status = generation.compile_status(self._lm)
+            if status and status["state"] == "compiling" and status["compiling_s"] is not None:
+                print(
+                    f"compiling the decode step ({status['compiling_shape']}): {status['compiling_s']:.0f} s so far",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(1.0)
+
+
+def _decode_fields(c) -> dict:
+    return {"decode": c.decode, "decode_note": c.decode_note, "compile_s": c.compile_s}
 
 
 def _row(c: generation.Completion, cfg: GenerationConfig) -> dict:
@@ -81,7 +102,20 @@ def _row(c: generation.Completion, cfg: GenerationConfig) -> dict:
         "model": m.model,
         "dtype": m.dtype,
         "device": m.device,
+        **_decode_fields(c),
     }
+
+
+def decode_line(r: dict) -> str:
+    """How the decode steps ran, in words: compiled (and what the compile cost this run) or eager and why."""
+    if r.get("decode") == "compiled":
+        paid = r.get("compile_s")
+        return "compiled decode" + (
+            f" (this run compiled the step: {paid:.1f} s, once per model and shape)"
+            if paid
+            else " (already compiled: no wait)"
+        )
+    return r.get("decode_note") or ""
 
 
 def format_text(result) -> str:
@@ -94,4 +128,7 @@ def format_text(result) -> str:
             f"TPOT {(r['tpot_s'] or float('nan')) * 1e3:.1f} ms, latency {r['latency_s']:.2f} s, "
             f"{r['tokens_per_s']:.1f} tok/s"
         )
+    line = decode_line(rows[0])
+    if line:
+        out.append(f"-- {line}")
     return "\n".join(out)

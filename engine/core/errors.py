@@ -42,3 +42,8 @@ class DependencyMissingError(EngineError, ImportError):
 
 class CancelledError(EngineError):
     """The caller (a closed browser session, a stop button) cancelled the request."""
+
+
+class CompileUnavailableError(EngineError):
+    """torch.compile cannot build the decode step here (an unsupported model family, no C++ compiler, a failed
+    compile); the message says why and what ran instead."""

@@ -26,7 +26,7 @@ from engine.core.errors import InvalidParameterError
 from engine.levers import runs as R
 from engine.levers.speculative import _encode
 from engine.race import quality
-from engine.runtime.generation import check_context
+from engine.runtime.generation import check_context, greedy_kwargs
 from engine.runtime.models import LoadedModel
 
 BACKENDS: dict[str, str] = {"quanto": "optimum.quanto", "hqq": "hqq", "fp8": ""}
@@ -150,14 +150,8 @@ def run_kv(
                 out = R.quiet(
                     lm.model.generate,
                     **enc,
-                    max_new_tokens=max_new_tokens,
-                    do_sample=False,
-                    min_new_tokens=max_new_tokens,
+                    **greedy_kwargs(lm, max_new_tokens, exact=True),
                     past_key_values=cache,
-                    temperature=None,
-                    top_p=None,
-                    top_k=None,
-                    pad_token_id=lm.tokenizer.pad_token_id,
                 )
                 took = time.perf_counter() - t0
             ids = tuple(out[0, prompt_len:].tolist())

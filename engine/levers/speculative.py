@@ -32,7 +32,8 @@ from engine.core import stats
 from engine.core.errors import EngineError, InvalidParameterError
 from engine.core.spec import option
 from engine.levers import runs as R
-from engine.runtime.generation import check_context, clean_prompt
+from engine.runtime import hardware
+from engine.runtime.generation import check_context, clean_prompt, greedy_kwargs
 from engine.runtime.models import LoadedModel, ModelArgs, load_model
 
 WORKLOADS_FILE = Path(__file__).resolve().parents[1] / "data" / "speculative_workloads.toml"
@@ -217,22 +218,15 @@ def counted_generate(lm: LoadedModel, prompt: str, max_new_tokens: int, extra: d
     handle = lm.model.register_forward_pre_hook(hook, with_kwargs=True)
     try:
         with lm.lock, torch.inference_mode():
-            if lm.device.startswith("cuda"):
-                torch.cuda.synchronize()
+            hardware.sync(lm.device)
             t0 = time.perf_counter()
             out = R.quiet(
                 lm.model.generate,
                 **enc,
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-                temperature=None,
-                top_p=None,
-                top_k=None,
-                pad_token_id=lm.tokenizer.pad_token_id,
+                **greedy_kwargs(lm, max_new_tokens),
                 **(extra or {}),
             )
-            if lm.device.startswith("cuda"):
-                torch.cuda.synchronize()
+            hardware.sync(lm.device)
             latency = time.perf_counter() - t0
     finally:
         handle.remove()

@@ -2,8 +2,9 @@
 
 Chapter 4.3.4 races vanilla GPT-Neo against DeepSpeed inference with kernel injection
 (`deepspeed.init_inference(model, dtype=torch.float16, replace_with_kernel_inject=True)`). The other
-contenders answer "what actually makes this faster": the KV cache (section 4.3.1), precision (4.2) and
-the fastest pure-PyTorch paths transformers offers (SDPA attention, static cache + torch.compile).
+contenders answer "what actually makes this faster": the KV cache (section 4.3.1), precision (4.2), the
+fastest pure-PyTorch paths transformers offers (SDPA attention, static cache + torch.compile) and the engine's own
+compiled decode (a static slot cache and a torch.compile'd step, CUDA graphs on a GPU: gpt-fast's recipe).
 
 A Contender is data; the worker (engine/race/worker.py) turns it into load/init/generate calls, and
 says in its result what actually ran (a contender whose feature the model or machine lacks reports
@@ -44,6 +45,7 @@ class Contender:
     attn_implementation: str | None = None  # None keeps what transformers picked when loading
     static_cache: bool = False
     compile: bool = False  # torch.compile of the forward (transformers auto-compiles a static cache on CUDA)
+    compiled_decode: bool = False  # the engine's compiled decode (GenerationConfig.compile)
     python: str | None = None  # interpreter for the worker process; None = the one running the race
     group: str = "levers"  # "engines": a whole inference engine; "levers": one change to vanilla transformers
     peer: str | None = (
@@ -127,6 +129,13 @@ CONTENDERS: dict[str, Contender] = {
             static_cache=True,
             compile=True,
         ),
+        Contender(
+            "compiled",
+            "compiled decode",
+            "the engine's compiled decode: vanilla's prefill, then a static (preallocated) KV slot cache and a "
+            "torch.compile'd decode step, replayed as CUDA graphs on a GPU; its compile is in the warm-up",
+            compiled_decode=True,
+        ),
         *(
             Contender(name, label, desc, group="engines", peer=peer, precision=precision)
             for name, label, desc, peer, precision in (
@@ -183,6 +192,8 @@ DEFAULT_CONTENDERS: tuple[str, ...] = (
     "half",
     "sdpa",
 )
+# Not in the default race: the compiled lane compiles in its own worker process first (25-65 s on a 2-core CPU
+# for the models here, more for SmolLM2), longer than the rest of a default race; choose it by name.
 BASELINE = "vanilla"
 
 

@@ -5,6 +5,12 @@ section 4.2 taken on every call: TTFT, TPOT (vLLM's definition, first token excl
 tokens/s and peak memory. Timing: a StoppingCriteria is called once per decode step, after the new
 token exists; on CUDA it synchronises before reading the clock, so the step times are real.
 Streaming uses transformers' TextIteratorStreamer with `generate` in a worker thread.
+
+`GenerationConfig(compile=True)` decodes through the compiled path instead (gpt-fast's recipe, PyTorch's
+"Accelerating generative AI" posts): the same prefill, then a static (preallocated) KV slot cache and a
+torch.compile'd decode step, CUDA graphs on a GPU (engine.batching.kv.CompiledDecode), with this module's own
+loop choosing tokens as `generate` does. Greedy tokens equal `generate`'s; where the model or machine cannot
+compile, the run decodes eagerly and its Completion says why (`decode`, `decode_note`).
 """
 
 from __future__ import annotations
@@ -12,19 +18,21 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from engine.core.errors import (
     CancelledError,
+    CompileUnavailableError,
     EngineError,
     InvalidParameterError,
     OutOfMemoryError,
     PromptTooLongError,
 )
-from engine.runtime import runlog
+from engine.core.spec import Spec, option
+from engine.runtime import hardware, runlog
 from engine.runtime.measurement import Measurement
 from engine.runtime.metrics import PeakMemory, run_metrics
 from engine.runtime.models import LoadedModel
@@ -35,20 +43,36 @@ MAX_STOP_SEQUENCES = 8
 
 
 @dataclass(frozen=True)
-class GenerationConfig:
-    """Decoding settings. Defaults are the one source for the playground's widgets and the CLI's flags."""
+class GenerationConfig(Spec):
+    """Decoding settings: the one spec of `generate`. Its fields are the playground's widgets' defaults and the CLI's
+    flags (`GenerationConfig.add_arguments`)."""
 
-    max_new_tokens: int = 64
-    do_sample: bool = False  # greedy by default: reproducible, and what the race compares
-    temperature: float = 0.7
-    top_p: float = 0.95
-    top_k: int = 50
-    repetition_penalty: float = 1.0
-    seed: int | None = 0
-    stop: tuple[str, ...] = ()
-    use_cache: bool = True
-    chat_template: bool = False
-    include_prompt: bool = False
+    max_new_tokens: int = option(
+        64, "new tokens to generate at most", lo=1, hi=MAX_NEW_TOKENS_LIMIT, label="max new tokens"
+    )
+    # greedy by default: reproducible, and what the race compares
+    do_sample: bool = option(False, "sample instead of greedy decoding", flag="--sample")
+    temperature: float = option(0.7, "sampling temperature (when sampling: above 0)", hi=10.0)
+    top_p: float = option(
+        0.95, "sampling: keep the smallest set of tokens whose probability reaches top-p", hi=1.0
+    )
+    top_k: int = option(50, "sampling: keep the k most likely tokens (0 turns it off)", lo=0, hi=1000)
+    repetition_penalty: float = option(1.0, "repetition penalty (1 = off; above 0)", hi=10.0)
+    seed: int | None = option(0, "seed of the sampling RNG", kind=int, lo=0)
+    # repeatable on the command line (--stop, engine/commands/generate.py): a stop sequence may hold a comma
+    stop: tuple[str, ...] = option((), "stop sequences", cli=False)
+    use_cache: bool = option(
+        True,
+        "keep the KV cache (off recomputes every past token's keys and values each step)",
+        flag="--cache",
+    )
+    chat_template: bool = option(False, "wrap the prompt in the model's chat template", flag="--chat")
+    include_prompt: bool = option(False, "show the prompt with the completion")
+    compile: bool = option(
+        False,
+        "compiled decode: a static KV cache and a torch.compile'd decode step (CUDA graphs on a GPU); the first "
+        "run per model compiles (25-65 s on a 2-core CPU), later runs reuse it",
+    )
 
     def validate(self) -> GenerationConfig:
         def finite(name: str, value: float) -> None:
@@ -83,6 +107,10 @@ class GenerationConfig:
             raise InvalidParameterError(f"at most {MAX_STOP_SEQUENCES} stop sequences, got {len(self.stop)}")
         if any(not s for s in self.stop):
             raise InvalidParameterError("stop sequences must not be empty strings")
+        if self.compile and not self.use_cache:
+            raise InvalidParameterError(
+                "compiled decode runs on the KV cache: turn the KV cache on, or compiled decode off"
+            )
         return self
 
 
@@ -94,6 +122,11 @@ class Completion:
     token_ids: tuple[int, ...]  # generated ids only
     stop_reason: str  # "eos" | "stop" | "length" | "cancelled"
     measurement: Measurement
+    decode: str = "eager"  # "compiled" when the decode steps ran the compiled step
+    decode_note: str = ""  # why a run asked to compile decoded eagerly; empty otherwise
+    compile_s: float | None = (
+        None  # seconds this run spent compiling the step (first use); None when it paid none
+    )
 
     def shown(self, include_prompt: bool) -> str:
         """The chapter's point: what `generate` returns includes the prompt; show it or not."""
@@ -104,6 +137,18 @@ class Completion:
 class BatchResult:
     completions: tuple[Completion, ...]
     measurement: Measurement  # the batch as a whole: tokens/s is the batch's throughput
+
+    @property
+    def decode(self) -> str:
+        return self.completions[0].decode
+
+    @property
+    def decode_note(self) -> str:
+        return self.completions[0].decode_note
+
+    @property
+    def compile_s(self) -> float | None:
+        return self.completions[0].compile_s
 
 
 def clean_prompt(prompt: Any) -> str:
@@ -138,15 +183,18 @@ class _StepTimer:
             self.device, every=8, reset_cuda=True
         )  # RSS sampled every 8th step: ~20 us each
 
-    def __call__(self, input_ids, scores, **kwargs):
-        import torch
-
-        if self.device.startswith("cuda"):
-            torch.cuda.synchronize()
+    def tick(self) -> bool:
+        """A token exists: timestamp it (after the device finished it) and say whether to stop (cancelled)."""
+        hardware.sync(self.device)
         self.times.append(time.perf_counter())
         if self.peak is not None:
             self.peak.sample()
-        stop = bool(self.cancel is not None and self.cancel.is_set())
+        return bool(self.cancel is not None and self.cancel.is_set())
+
+    def __call__(self, input_ids, scores, **kwargs):
+        import torch
+
+        stop = self.tick()
         return torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)
 
 
@@ -183,21 +231,36 @@ def check_context(lm: LoadedModel, prompt_tokens: int, max_new_tokens: int) -> N
         )
 
 
+def greedy_kwargs(lm: LoadedModel, max_new_tokens: int, *, exact: bool = False) -> dict[str, Any]:
+    """`model.generate` keyword arguments for plain greedy decoding: the model's own sampling defaults unset (so
+    greedy is greedy, without warnings), its pad token named. `exact`: exactly `max_new_tokens` tokens (EOS does
+    not end the run early), for timings that need a known step count."""
+    pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else lm.tokenizer.eos_token_id
+    kwargs: dict[str, Any] = {
+        "max_new_tokens": max_new_tokens,
+        "do_sample": False,
+        "temperature": None,
+        "top_p": None,
+        "top_k": None,
+        "pad_token_id": pad,
+    }
+    if exact:
+        kwargs["min_new_tokens"] = max_new_tokens
+    return kwargs
+
+
 def _generate_kwargs(lm: LoadedModel, cfg: GenerationConfig, timer: _StepTimer, streamer=None) -> dict:
     from transformers import StoppingCriteriaList
 
     kwargs: dict[str, Any] = {
-        "max_new_tokens": cfg.max_new_tokens,
-        "do_sample": cfg.do_sample,
+        **greedy_kwargs(lm, cfg.max_new_tokens),
         "use_cache": cfg.use_cache,
         "repetition_penalty": cfg.repetition_penalty,
         "pad_token_id": lm.tokenizer.pad_token_id,
         "stopping_criteria": StoppingCriteriaList([timer]),
     }
     if cfg.do_sample:
-        kwargs.update(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
-    else:  # unset the model's own sampling defaults so greedy is greedy without warnings
-        kwargs.update(temperature=None, top_p=None, top_k=None)
+        kwargs.update(do_sample=True, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
     if cfg.stop:
         kwargs.update(stop_strings=list(cfg.stop), tokenizer=lm.tokenizer)
     if streamer is not None:
@@ -219,8 +282,7 @@ def _split(
     """Cut one output row after EOS or a stop string; return (generated ids, text, stop reason)."""
     tok = lm.tokenizer
     generated = row[prompt_len:].tolist()
-    eos_ids = lm.model.generation_config.eos_token_id
-    eos_set = set(eos_ids if isinstance(eos_ids, list) else [eos_ids]) - {None}
+    eos_set = eos_ids(lm)
     reason = "length"
     for i, t in enumerate(generated):
         if t in eos_set:
@@ -235,6 +297,154 @@ def _split(
     if cancelled and reason == "length" and len(generated) < cfg.max_new_tokens:
         reason = "cancelled"
     return generated, text, reason
+
+
+def eos_ids(lm: LoadedModel) -> set[int]:
+    """The model's end-of-sequence token ids (its generation config may list several)."""
+    eos = lm.model.generation_config.eos_token_id
+    return set(eos if isinstance(eos, list) else [eos]) - {None}
+
+
+def penalize(scores, seen: Sequence[int], penalty: float):
+    """transformers' RepetitionPenaltyLogitsProcessor for one row, in place: scores [V]; `seen`: the row's
+    prompt and output ids."""
+    import torch
+
+    idx = torch.tensor(list(seen), dtype=torch.long, device=scores.device)
+    s = scores.gather(0, idx)
+    scores.scatter_(0, idx, torch.where(s < 0, s * penalty, s / penalty))
+    return scores
+
+
+def sample(scores, cfg: GenerationConfig, generator=None) -> int:
+    """Temperature, then top-k, then top-p (transformers' warper order), then one draw: scores [V]. `generator`
+    None draws from the process-wide RNG (what `generate` does after `torch.manual_seed(cfg.seed)`)."""
+    import torch
+
+    scores = scores / cfg.temperature
+    if cfg.top_k and cfg.top_k < scores.shape[-1]:
+        kth = torch.topk(scores, cfg.top_k).values[-1]
+        scores = scores.masked_fill(scores < kth, -math.inf)
+    if cfg.top_p < 1.0:
+        sorted_scores, order = torch.sort(scores, descending=True)
+        cum = sorted_scores.softmax(-1).cumsum(-1)
+        drop = cum - sorted_scores.softmax(-1) > cfg.top_p  # keep the smallest set whose mass reaches top_p
+        scores = scores.scatter(0, order, sorted_scores.masked_fill(drop, -math.inf))
+    probs = scores.softmax(-1)
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def next_tokens(
+    logits, cfgs: Sequence[GenerationConfig], seen: Callable[[int], Sequence[int]], generators=None
+) -> list[int]:
+    """The next token of every row, as `generate` chooses it: logits [B, V] fp32; `cfgs[i]`: row i's settings;
+    `seen(i)`: row i's prompt and output ids (asked only for a repetition penalty); `generators[i]`: row i's RNG
+    (None: the process-wide one). The scheduler's rows and a `generate` batch choose with this one function."""
+    greedy = logits.argmax(dim=-1).tolist()  # [B]: one batched argmax serves every plain greedy row
+    out: list[int] = []
+    for i, cfg in enumerate(cfgs):
+        if not cfg.do_sample and cfg.repetition_penalty == 1.0:
+            out.append(int(greedy[i]))
+            continue
+        scores = logits[i].clone()
+        if cfg.repetition_penalty != 1.0:
+            penalize(scores, seen(i), cfg.repetition_penalty)
+        gen = generators[i] if generators is not None else None
+        out.append(sample(scores, cfg, gen) if cfg.do_sample else int(scores.argmax()))
+    return out
+
+
+@dataclass(frozen=True)
+class _Decoded:
+    out: Any  # [B, prompt columns + generated] token ids, what `generate` returns (pads after a finished row)
+    decode: str = "eager"
+    note: str = ""
+    compile_s: float | None = None
+
+
+def _decode_eager(lm: LoadedModel, enc: dict, cfg: GenerationConfig, timer: _StepTimer, streamer, note: str):
+    return _Decoded(lm.model.generate(**enc, **_generate_kwargs(lm, cfg, timer, streamer)), note=note)
+
+
+def _decode_compiled(lm: LoadedModel, enc: dict, cfg: GenerationConfig, timer: _StepTimer, streamer, decoder):
+    """`generate`'s loop over the compiled step: the eager prefill (engine.batching.kv.Prefill), then one
+    compiled decode step per token through a static slot cache; tokens chosen, stopped and streamed as
+    `generate` does (finished rows are fed the pad token until every row is done)."""
+    import torch
+
+    from engine.batching import kv
+
+    pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
+    input_ids, mask = enc["input_ids"], enc["attention_mask"]  # [B, L]
+    rows = [ids[m.bool()].tolist() for ids, m in zip(input_ids.cpu(), mask.cpu(), strict=True)]
+    if (
+        streamer is not None
+    ):  # as `generate` does: the prompt first (a streamer that skips the prompt drops it)
+        streamer.put(input_ids.cpu())
+    compiled_before = dict(decoder.status.compile_s)
+    job = kv.Prefill(lm, rows, pad)
+    logits = job.run()  # [B, V] fp32
+    cache = decoder.slot_cache(len(rows), job.columns + cfg.max_new_tokens + 1)
+    cache.insert(job, list(range(len(rows))), cfg.max_new_tokens)
+    eos = eos_ids(lm)
+    generated: list[list[int]] = [[] for _ in rows]
+    done = [False] * len(rows)
+    positions = [len(r) for r in rows]  # the first generated token's position id, then one more each step
+    while True:
+        chosen = next_tokens(logits, [cfg] * len(rows), lambda i: rows[i] + generated[i])
+        for i, t in enumerate(chosen):
+            generated[i].append(pad if done[i] else t)
+            if not done[i] and (t in eos or _stopped(lm, generated[i], cfg)):
+                done[i] = True
+        cancelled = timer.tick()
+        if streamer is not None:
+            streamer.put(torch.tensor([generated[0][-1]]))
+        if cancelled or all(done) or len(generated[0]) >= cfg.max_new_tokens:
+            break
+        fed = torch.tensor([g[-1] for g in generated])  # [B]
+        logits = cache.decode(lm, fed, torch.tensor(positions), step=decoder)  # [B, V]
+        positions = [p + 1 for p in positions]
+    if streamer is not None:
+        streamer.end()
+    out = torch.cat([input_ids.cpu(), torch.tensor(generated, dtype=torch.long)], dim=1)
+    paid = sum(v for k, v in decoder.status.compile_s.items() if k not in compiled_before)
+    failed = decoder.status.state == "failed"
+    return _Decoded(
+        out,
+        decode="eager" if failed else "compiled",
+        note=decoder.status.reason if failed else "",
+        compile_s=paid or None,
+    )
+
+
+def _stopped(lm: LoadedModel, ids: list[int], cfg: GenerationConfig) -> bool:
+    if not cfg.stop:
+        return False
+    text = lm.tokenizer.decode(ids, skip_special_tokens=True)
+    return any(s in text for s in cfg.stop)
+
+
+def compiled_decoder(lm: LoadedModel):
+    """The model's compiled decode step (engine.batching.kv.compiled_decode); raises CompileUnavailableError
+    with the reason where this model or machine cannot compile it."""
+    try:
+        from engine.batching import kv
+    except (
+        ImportError
+    ) as exc:  # an older transformers (the race's pinned side environment) lacks its cache API
+        raise CompileUnavailableError(f"compiled decode needs transformers 5: {exc}") from exc
+    return kv.compiled_decode(lm)
+
+
+def compile_status(lm: LoadedModel) -> dict | None:
+    """The compiled step's status for `lm` (state, mode, compile seconds per shape, failure reason), or None
+    when nothing asked to compile it yet: what the playground shows while a first run compiles."""
+    try:
+        from engine.batching import kv
+    except ImportError:
+        return None
+    status = kv.compile_status(lm)
+    return None if status is None else status.to_dict()
 
 
 def _run(
@@ -257,6 +467,12 @@ def _run(
         raise InvalidParameterError("no prompts given: enter at least one prompt")
     enc, rendered, lengths = _encode(lm, prompts, cfg)
     enc = {k: v.to(lm.model.device) for k, v in enc.items()}
+    decoder, note = None, ""
+    if cfg.compile:
+        try:
+            decoder = compiled_decoder(lm)
+        except CompileUnavailableError as exc:  # decode eagerly, and say so in the result
+            note = f"compiled decode unavailable: {exc}; decoded eagerly"
     timer = _StepTimer(lm.device, cancel)
     with lm.lock:  # one generation at a time per model: seeds and peak-memory counters are per process
         queue_s = time.perf_counter() - request_t
@@ -266,7 +482,11 @@ def _run(
         timer.start()
         try:
             with torch.inference_mode():
-                out = lm.model.generate(**enc, **_generate_kwargs(lm, cfg, timer, streamer))
+                decoded = (
+                    _decode_compiled(lm, enc, cfg, timer, streamer, decoder)
+                    if decoder is not None
+                    else _decode_eager(lm, enc, cfg, timer, streamer, note)
+                )
         except torch.OutOfMemoryError as exc:
             torch.cuda.empty_cache()
             raise OutOfMemoryError(_oom_message(lm, len(prompts), cfg)) from exc
@@ -278,6 +498,7 @@ def _run(
             ):  # CUDA / CPU allocator
                 raise OutOfMemoryError(_oom_message(lm, len(prompts), cfg)) from exc
             raise
+    out = decoded.out
     cancelled = bool(cancel is not None and cancel.is_set())
     if cancelled and not timer.times:
         raise CancelledError("the request was cancelled before its first token")
@@ -314,7 +535,19 @@ def _run(
             batch_size=len(out_lengths),
             **common,
         )
-        completions.append(Completion(prompt, text, shown + text, tuple(ids), reason, own))
+        completions.append(
+            Completion(
+                prompt,
+                text,
+                shown + text,
+                tuple(ids),
+                reason,
+                own,
+                decode=decoded.decode,
+                decode_note=decoded.note,
+                compile_s=decoded.compile_s,
+            )
+        )
     if record:
         runlog.record(batch_m)
     return BatchResult(tuple(completions), batch_m)
