@@ -262,11 +262,13 @@ def gpu_figures(key: str, base: GPUSpec, *, dtype: str) -> GPUSpec:
     with st.expander(f"{base.name}: figures and sources (editable: any GPU from its datasheet)"):
         c1, c2, c3 = st.columns(3)
         mem = c1.number_input(
-            "memory (GiB, as nvidia-smi reports it)",
+            "memory (GB)",
             0.1,
             10_000.0,
-            base.memory_bytes / 2**30,
+            base.memory_bytes / 1e9,
             key=f"{key}.{base.key}.mem",
+            help="What the driver reports (nvidia-smi's figure x 1,048,576 bytes), in GB of 10^9 bytes: an '80 GB' "
+            "H100 reports 85.52 GB.",
         )
         bw = c2.number_input(
             "bandwidth (GB/s)", 0.1, 100_000.0, base.bandwidth_bytes_per_s / 1e9, key=f"{key}.{base.key}.bw"
@@ -298,7 +300,7 @@ def gpu_figures(key: str, base: GPUSpec, *, dtype: str) -> GPUSpec:
         if base.notes:
             st.caption(base.notes)
     edited = custom_gpu(
-        base, memory_bytes=mem * 2**30, bandwidth_bytes_per_s=bw * 1e9, flops={math_dtype: tf * 1e12}
+        base, memory_bytes=mem * 1e9, bandwidth_bytes_per_s=bw * 1e9, flops={math_dtype: tf * 1e12}
     )
     if link * 1e9 / 2 != base.interconnect_bytes_per_s:
         edited = replace(
