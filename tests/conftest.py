@@ -7,6 +7,12 @@ import os
 import shutil
 from pathlib import Path
 
+# One thread per torch op in tests: they assert behaviour, never speed, and a single-threaded op leaves no OpenMP
+# team behind to slow the next test's model work (engine.core.threads); scripts/test.sh runs two test processes
+# (pytest-xdist) to use both cores instead. Set before anything imports torch.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
 import pytest
 
 from bench.load import serve

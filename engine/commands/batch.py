@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.batching.workload import BatchSpec, WorkloadSpec, generate_workload, replay, warm_up
+from engine.batching.spec import BatchSpec, WorkloadSpec
 from engine.core.threads import run_in_thread
 
 HELP = "replay a generated workload under static and/or in-flight batching: throughput, TTFT, latency p50/p95"
@@ -33,7 +33,9 @@ def workload_spec(args) -> WorkloadSpec:
 
 
 def run(args) -> dict:
-    spec = workload_spec(args)  # reject bad values before spending seconds on loading
+    spec = workload_spec(args)  # reject bad values before spending seconds on importing torch and loading
+    from engine.batching.workload import generate_workload, replay, warm_up
+
     batch = BatchSpec.from_args(args)
     # no model work on the main thread: an OpenMP team left there slows both policies (engine.core.threads)
     lm = run_in_thread(batch.load)

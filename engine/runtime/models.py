@@ -332,10 +332,10 @@ def load_model(
     name: str = DEFAULT_MODEL, dtype: str = "auto", device: str = "auto", progress: Progress | None = None
 ) -> LoadedModel:
     """Load a preset, a local folder or a hub id; raise a typed EngineError saying what to do on failure."""
+    t0 = time.perf_counter()
+    kind, preset, source = _resolve(name)  # a bad name fails here, before seconds of importing torch
     import torch
 
-    t0 = time.perf_counter()
-    kind, preset, source = _resolve(name)
     device = resolve_device(device)
     dtype_name = resolve_dtype(dtype, device)
     torch_dtype = dtypes.torch_dtype(dtype_name)
