@@ -210,7 +210,7 @@ async def playground_session(
     try:
         await page.goto(f"{url}/Playground?model={model}", timeout=timeout_ms)
         await page.get_by_text("Loaded: ").first.wait_for(timeout=timeout_ms)
-        tokens_box = page.get_by_label("Max new tokens")
+        tokens_box = page.get_by_role("spinbutton", name="Max new tokens", exact=True)
         await tokens_box.fill(str(max_new), timeout=timeout_ms)
         await tokens_box.press("Enter", timeout=timeout_ms)
         box = page.get_by_label("Prompt", exact=True)
@@ -244,7 +244,7 @@ async def calculator_session(browser, url: str, moves: int, timeout_ms: int) -> 
     try:
         t0 = time.perf_counter()
         await page.goto(f"{url}/Memory_and_cost", timeout=timeout_ms)
-        batch = page.get_by_label("Batch (concurrent users)")
+        batch = page.get_by_role("spinbutton", name="Batch (concurrent users)", exact=True)
         await batch.wait_for(timeout=timeout_ms)
         for b in range(1, moves + 1):
             await batch.fill(str(b * 4), timeout=timeout_ms)
@@ -268,7 +268,7 @@ async def evaluation_session(browser, url: str, model: str, timeout_ms: int) -> 
         t0 = time.perf_counter()
         await page.goto(f"{url}/Few-shot_code_and_eval?model={model}", timeout=timeout_ms)
         await page.get_by_role("tab", name="Evaluation").click(timeout=timeout_ms)
-        limit = page.get_by_label("Documents (limit)")
+        limit = page.get_by_role("spinbutton", name="Documents (limit)", exact=True)
         if await limit.count():
             await limit.fill("2", timeout=timeout_ms)
             await limit.press("Enter", timeout=timeout_ms)

@@ -67,7 +67,7 @@ def test_playground_stop_keeps_partial_text_marked_cancelled(dashboard, browser)
     page.set_default_timeout(300_000)  # guards against a hang on a busy machine, not speed claims
     page.goto(dashboard + "/Playground?model=smollm2-135m-instruct")
     page.get_by_text("Loaded: ").first.wait_for(timeout=240_000)
-    box = page.get_by_label("Max new tokens")
+    box = page.get_by_role("spinbutton", name="Max new tokens", exact=True)
     box.fill("4096")
     box.press("Enter")
     page.get_by_text("Predicted for this run").first.wait_for(timeout=400_000)  # measures the machine once

@@ -78,7 +78,7 @@ def test_closing_a_tab_cancels_its_generation(tmp_path, browser):  # the shared 
         long_page = long_ctx.new_page()
         long_page.goto(f"{url}/Playground?model={LONG_MODEL}")
         long_page.get_by_text("Loaded: ").first.wait_for()
-        box = long_page.get_by_label("Max new tokens")
+        box = long_page.get_by_role("spinbutton", name="Max new tokens", exact=True)
         box.fill(str(LONG_TOKENS))
         box.press("Enter")
         # the page has taken the new budget when its forecast is for it (not a fixed sleep: a busy machine reruns late)

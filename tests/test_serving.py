@@ -313,7 +313,7 @@ def test_api_key_and_full_queue(tiny_lm, monkeypatch):
     """With INFERENCE_LAB_API_KEY set: 401 without it (openai raises AuthenticationError); with one slot and no
     queue, a second request while the first streams gets 429 with Retry-After, and the slot frees afterwards."""
     monkeypatch.setenv(API_KEY_ENV, "s3cret")
-    srv = _server(tiny_lm, max_batch=1, limits=Limits(max_queue=0))
+    srv = _server(tiny_lm, max_batch=1, max_queue=0)
     try:
         assert httpx.get(srv.base_url + "/models", timeout=10).status_code == 401
         r = httpx.post(
@@ -366,3 +366,36 @@ def test_serve_binds_loopback_by_default():
 
     parser, _ = build_parser()
     assert parser.parse_args(["serve"]).host == "127.0.0.1"
+
+
+def test_serve_flags_come_from_the_spec_and_bad_values_are_named():
+    from engine.cli import build_parser
+    from engine.core.errors import InvalidParameterError
+
+    parser, _ = build_parser()
+    args = parser.parse_args(["serve", "--compile-decode", "--max-queue", "0", "--port", "0"])
+    spec = ServeSpec.from_args(args)
+    assert spec.compile_decode and spec.limits.max_queue == 0 and spec.port == 0
+    assert not ServeSpec.from_args(parser.parse_args(["serve"])).compile_decode  # off by default
+    with pytest.raises(InvalidParameterError, match="port must be from 0 to 65535"):
+        ServeSpec.from_args(parser.parse_args(["serve", "--port", "70000"]))
+    with pytest.raises(InvalidParameterError, match="max body bytes must be at least 1024"):
+        ServeSpec.from_args(parser.parse_args(["serve", "--max-body-bytes", "10"]))
+
+
+@pytest.mark.slow
+def test_compiled_decode_server_answers_greedy_like_the_eager_one(tiny_lm, tiny_server):
+    """`serve --compile-decode`: every decode step of the server's scheduler runs the compiled step, and a greedy
+    completion is token-for-token the eager server's."""
+    srv = _server(tiny_lm, compile_decode=True)
+    try:
+        assert srv.scheduler.compile_decode
+        body = {"model": tiny_lm.name, "prompt": PROMPTS[0], "max_tokens": 12, "temperature": 0}
+        with httpx.Client(timeout=600) as client:  # the first request pays the compile
+            compiled = client.post(f"{srv.base_url}/completions", json=body).json()
+            eager = client.post(f"{tiny_server.base_url}/completions", json=body).json()
+        assert compiled["choices"][0]["text"] == eager["choices"][0]["text"]
+        status = srv.scheduler._decoder.status if srv.scheduler._decoder else None
+        assert status is not None and status.state == "ready", status
+    finally:
+        srv.stop()

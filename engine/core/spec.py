@@ -128,6 +128,13 @@ class Spec:
             if lo is not None or hi is not None:
                 shown = f"{shown}; {'…' if lo is None else lo} to {'…' if hi is None else hi}"
             choices = _choices(f)
+            metavar = flag.lstrip("-").upper().replace("-", "_")
+            if f.default is None:  # the help says what None means ("default: the context window")
+                listed = f" (one of {', '.join(map(str, choices))})" if choices and kind is str else ""
+                parser.add_argument(
+                    flag, dest=dest, default=None, type=kind, metavar=metavar, help=help_text + listed
+                )
+                continue
             if kind is tuple:
                 listed = f"; from: {', '.join(map(str, choices))}" if choices else ""
                 parser.add_argument(
@@ -143,7 +150,7 @@ class Spec:
                 dest=dest,
                 default=f.default,
                 type=kind,
-                metavar=flag.lstrip("-").upper().replace("-", "_"),
+                metavar=metavar,
                 help=f"{help_text} (default: {shown}"
                 + (f"; one of {', '.join(map(str, choices))})" if choices and kind is str else ")"),
             )  # choices are checked by validate(), whose message says what to do

@@ -6,44 +6,60 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import uvicorn
 
-from engine.batching.scheduler import DEFAULT_MAX_BATCH, Scheduler
-from engine.core.errors import InvalidParameterError
+from engine.batching.scheduler import DEFAULT_MAX_BATCH, MAX_BATCH_LIMIT, Scheduler
+from engine.core.spec import Spec, option
 from engine.core.threads import run_in_thread
-from engine.runtime.models import LoadedModel, load_model
+from engine.runtime.models import LoadedModel, ModelArgs, load_model
 from engine.serving.app import create_app
 from engine.serving.protocol import Limits
 
 API_KEY_ENV = "INFERENCE_LAB_API_KEY"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
+_LIMITS = Limits()  # the server's refusals by default
 
 
 @dataclass(frozen=True)
-class ServeSpec:
-    """What `python -m engine serve` takes; one source of the CLI's defaults."""
+class ServeSpec(ModelArgs, Spec):
+    """What `python -m engine serve` takes: each option once, with its default, bounds and help (the CLI's flags
+    are built from it). The request limits are the server's refusals (engine.serving.protocol.Limits)."""
 
-    model: str = "smollm2-135m-instruct"
-    dtype: str = "auto"
-    device: str = "auto"
-    host: str = DEFAULT_HOST
-    port: int = DEFAULT_PORT
-    served_name: str | None = None  # the id clients send as `model`; default: the engine's model name
-    max_batch: int = DEFAULT_MAX_BATCH
-    kv_budget_bytes: int | None = None
-    limits: Limits = field(default_factory=Limits)
+    served_name: str | None = option(
+        None, "the model id clients send as `model` (default: the model's name)", kind=str
+    )
+    host: str = option(
+        DEFAULT_HOST,
+        "address to bind (127.0.0.1: this machine only; 0.0.0.0 serves the network, set an API key then)",
+    )
+    port: int = option(DEFAULT_PORT, "port to listen on (0: a free one)", lo=0, hi=65535)
+    max_batch: int = option(DEFAULT_MAX_BATCH, "requests decoded together", lo=1, hi=MAX_BATCH_LIMIT)
+    kv_budget_bytes: int | None = option(
+        None, "KV cache budget in bytes (default: a quarter of free memory)", kind=int, lo=1
+    )
+    compile_decode: bool = option(
+        False,
+        "run every decode step through the compiled step (torch.compile; CUDA graphs on a GPU); where the "
+        "model or machine cannot compile, it decodes eagerly and says why",
+    )
+    max_tokens: int = option(_LIMITS.max_tokens, "largest max_tokens a request may ask for", lo=1)
+    max_prompt_tokens: int | None = option(
+        None, "longest prompt in tokens (default: the context window)", kind=int, lo=1
+    )
+    max_body_bytes: int = option(_LIMITS.max_body_bytes, "largest request body in bytes", lo=1024)
+    max_queue: int = option(_LIMITS.max_queue, "requests waiting beyond the batch; more get 429", lo=0)
 
-    def validate(self) -> ServeSpec:
-        if not 0 <= self.port <= 65535:
-            raise InvalidParameterError(f"--port must be 0..65535, got {self.port}")
-        if self.limits.max_queue < 0 or self.limits.max_tokens < 1 or self.limits.max_body_bytes < 1024:
-            raise InvalidParameterError(
-                "--max-queue must be >= 0, --max-tokens >= 1 and --max-body-bytes >= 1024"
-            )
-        return self
+    @property
+    def limits(self) -> Limits:
+        return Limits(
+            max_tokens=self.max_tokens,
+            max_prompt_tokens=self.max_prompt_tokens,
+            max_body_bytes=self.max_body_bytes,
+            max_queue=self.max_queue,
+        )
 
 
 def build(spec: ServeSpec, lm: LoadedModel | None = None):
@@ -51,7 +67,13 @@ def build(spec: ServeSpec, lm: LoadedModel | None = None):
     spec.validate()
     # loaded on a thread that ends, so no OpenMP team stays behind to slow the scheduler's (engine.core.threads)
     lm = lm or run_in_thread(lambda: load_model(spec.model, dtype=spec.dtype, device=spec.device))
-    scheduler = Scheduler(lm, max_batch=spec.max_batch, kv_budget_bytes=spec.kv_budget_bytes, record=False)
+    scheduler = Scheduler(
+        lm,
+        max_batch=spec.max_batch,
+        kv_budget_bytes=spec.kv_budget_bytes,
+        record=False,
+        compile_decode=spec.compile_decode,
+    )
     app = create_app(
         lm,
         scheduler,
