@@ -30,15 +30,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from engine.calc import capacity  # noqa: E402
-from engine.calc.memory import kv_bytes_per_token, weights_bytes  # noqa: E402
 from engine.calc.specs import model_preset  # noqa: E402
 from engine.core import paths, stats  # noqa: E402
 from engine.loadgen.sweep import run_once, run_sweep, to_json  # noqa: E402
 from engine.loadgen.workload import SLO, LoadSpec, load_prompts  # noqa: E402
+from engine.runtime.models import PRESETS  # noqa: E402
 from engine.serving.process import ServerProcess  # noqa: E402
 
 GUIDELLM = ROOT / ".venv-guidellm" / "bin" / "guidellm"
-CALC_SPEC = {"smollm2-135m-instruct": "smollm2-135m", "gpt-neo-125m-random": "gpt-neo-125m"}
 
 
 def loadavg() -> str:
@@ -48,24 +47,28 @@ def loadavg() -> str:
 
 def prediction(model: str, dtype: str, sweep, slo: SLO, slots: int) -> dict | None:
     """The calculator's max users within the TPOT objective, bandwidth calibrated at the lowest level."""
-    key = CALC_SPEC.get(model)
+    preset = PRESETS.get(model)  # the one model -> calculator table (engine/data/presets.toml)
+    key = preset.calculator if preset is not None else None
     first = sweep.points[0] if sweep.points else None
     if key is None or first is None or not first.tpot_s.p50 or slo.tpot_s is None:
         return None
-    spec = model_preset(key)
-    w, kv = weights_bytes(spec, dtype), kv_bytes_per_token(spec, dtype)
-    ctx = int(
-        (first.prompt_tokens_mean or 0) + sweep.spec.output_tokens / 2
-    )  # mean cached tokens while decoding
-    # a single user at the lowest level: its TPOT calibrates the bandwidth (the rule's only free number)
-    bw = capacity.calibrated_bandwidth(w, kv, ctx, first.tpot_s.p50)
-    pred = capacity.max_users(w, kv, ctx, bw, slo.tpot_s, slots)
+    # the lowest level's TPOT calibrates the bandwidth (the rule's only free number): the page's prediction
+    run = capacity.predict_from_run(
+        model_preset(key),
+        dtype,
+        first.prompt_tokens_median,
+        sweep.spec.output_tokens,
+        first.tpot_s.p50,
+        slo.tpot_s,
+        slots,
+    )
+    pred = run.prediction
     return {
         "calc_spec": key,
         "dtype": dtype,
-        "context_tokens": ctx,
+        "context_tokens": run.context_tokens,
         "calibrated_at_users": first.level,
-        "bandwidth_bytes_per_s": bw,
+        "bandwidth_bytes_per_s": pred.bandwidth_bytes_per_s,
         "max_users": pred.max_users,
         "limited_by": pred.limited_by,
         "tpot_s_by_users": pred.tpot_s_by_users,

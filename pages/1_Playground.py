@@ -147,10 +147,6 @@ if running is not None:
     )
 
 
-def parse_stops(text: str) -> tuple[str, ...]:
-    return tuple(s.replace("\\n", "\n") for s in (p.strip() for p in text.split(",")) if s)
-
-
 def metrics_row(m) -> None:
     c = st.columns(6)
     c[0].metric("TTFT", fmt_seconds(m.ttft_s), help="request → first generated token")
@@ -341,7 +337,7 @@ if go and lm is not None:
             top_k=int(top_k),
             repetition_penalty=float(rep),
             seed=int(seed),
-            stop=parse_stops(stops),
+            stop=generation.parse_stops(stops),
             use_cache=use_cache,
             chat_template=chat,
             include_prompt=include_prompt,

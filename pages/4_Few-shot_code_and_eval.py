@@ -12,8 +12,7 @@ from engine.core.errors import EngineError
 from engine.lab import codegen, evaluation, fewshot
 from engine.runtime import generation, runlog
 from engine.runtime.generation import GenerationConfig
-from ui import export
-from ui import lab_widgets as lw
+from ui import export, lab_widgets
 from ui.common import fmt_seconds, init_state, page_setup, show_error
 from ui.widgets import load_with_progress, model_picker
 
@@ -22,7 +21,7 @@ MAX_UPLOAD_BYTES = fewshot.MAX_CSV_BYTES
 
 page_setup("Few-shot, code and eval", ":material/science:")
 init_state(NS, sweep=None, classified=None, code=None, eval_runs=[], last_eval=None)
-S = st.session_state
+state = st.session_state
 
 st.title("Few-shot, code and eval")
 st.caption(
@@ -127,10 +126,10 @@ with tab_fs:
                     free = generation.generate(
                         lm, prompt, GenerationConfig(max_new_tokens=8, stop=("\n",), include_prompt=True)
                     )
-                S[f"{NS}.classified"] = {"prompt": prompt, "scores": scores, "free": free, "k": k_one}
+                state[f"{NS}.classified"] = {"prompt": prompt, "scores": scores, "free": free, "k": k_one}
             except EngineError as exc:
                 show_error(exc)
-        done = S[f"{NS}.classified"]
+        done = state[f"{NS}.classified"]
         if done is not None:
             st.markdown(f"**The exact prompt sent** ({done['k']}-shot):")
             st.code(done["prompt"], language=None)
@@ -149,7 +148,9 @@ with tab_fs:
                     hide_index=True,
                 )
             with c2:
-                st.plotly_chart(lw.label_probability_figure(done["scores"]), key=f"{NS}.fs_probs_chart")
+                st.plotly_chart(
+                    lab_widgets.label_probability_figure(done["scores"]), key=f"{NS}.fs_probs_chart"
+                )
             if done["free"] is not None:
                 stopped = {
                     "eos": "end of sequence",
@@ -194,7 +195,7 @@ with tab_fs:
                     max_queries=n_queries,
                     progress=lambda f, m: bar.progress(min(1.0, f), text=m),
                 )
-                S[f"{NS}.sweep"] = {
+                state[f"{NS}.sweep"] = {
                     "results": results,
                     "baseline": fewshot.majority_baseline(ds, n_queries),
                     "model": f"{lm.name} ({lm.dtype})",
@@ -203,11 +204,11 @@ with tab_fs:
             except EngineError as exc:
                 show_error(exc)
             bar.empty()
-        sweep = S[f"{NS}.sweep"]
+        sweep = state[f"{NS}.sweep"]
         if sweep is not None and sweep["results"]:
             res = sweep["results"]
             st.caption(f"{sweep['model']} on '{sweep['dataset']}', {res[0].total} queries.")
-            st.plotly_chart(lw.accuracy_figure(res, sweep["baseline"]), key=f"{NS}.fs_acc_chart")
+            st.plotly_chart(lab_widgets.accuracy_figure(res, sweep["baseline"]), key=f"{NS}.fs_acc_chart")
             st.dataframe(
                 pd.DataFrame(
                     [
@@ -227,7 +228,7 @@ with tab_fs:
                 "Confusion matrix for k", [r.k for r in res], value=res[-1].k, key=f"{NS}.fs_cm_k"
             )
             chosen = next(r for r in res if r.k == k_show)
-            st.plotly_chart(lw.confusion_figure(chosen), key=f"{NS}.fs_cm_chart")
+            st.plotly_chart(lab_widgets.confusion_figure(chosen), key=f"{NS}.fs_cm_chart")
 
 
 # --- Code generation ------------------------------------------------------------------------------------
@@ -283,10 +284,10 @@ with tab_code:
                 runlog.record(
                     stream.completion.measurement, source="lab", stop_reason=stream.completion.stop_reason
                 )
-                S[f"{NS}.code"] = codegen.review(stream.completion, mode)
+                state[f"{NS}.code"] = codegen.review(stream.completion, mode)
         except EngineError as exc:
             show_error(exc)
-    result: codegen.CodeResult | None = S[f"{NS}.code"]
+    result: codegen.CodeResult | None = state[f"{NS}.code"]
     if result is not None:
         m = result.completion.measurement
         st.markdown(
@@ -382,12 +383,12 @@ with tab_eval:
                     crosscheck=check,
                     progress=lambda f, msg: bar.progress(min(1.0, f), text=msg),
                 )
-                S[f"{NS}.last_eval"] = res
-                S[f"{NS}.eval_runs"] = [*S[f"{NS}.eval_runs"], res.summary()]
+                state[f"{NS}.last_eval"] = res
+                state[f"{NS}.eval_runs"] = [*state[f"{NS}.eval_runs"], res.summary()]
             except EngineError as exc:
                 show_error(exc)
             bar.empty()
-        res = S[f"{NS}.last_eval"]
+        res = state[f"{NS}.last_eval"]
         if res is not None:
             st.markdown(
                 f"**{res.task}** version {res.task_version} · lm-eval {res.harness_version} · {res.model} · "
@@ -417,7 +418,7 @@ with tab_eval:
                 ),
                 hide_index=True,
             )
-        runs = S[f"{NS}.eval_runs"]
+        runs = state[f"{NS}.eval_runs"]
         if runs:
             st.subheader(f"This session's runs ({len(runs)})")
             st.caption(
@@ -442,33 +443,33 @@ with tab_eval:
                 if c in table
             ]
             st.dataframe(table[cols], hide_index=True)
-            st.plotly_chart(lw.eval_comparison_figure(runs), key=f"{NS}.eval_chart")
+            st.plotly_chart(lab_widgets.eval_comparison_figure(runs), key=f"{NS}.eval_chart")
             c1, c2 = st.columns(2)
             c1.download_button(
                 "Download runs as JSON",
-                lw.runs_json(runs),
+                lab_widgets.runs_json(runs),
                 file_name="inference-lab-eval-runs.json",
                 mime="application/json",
                 key=f"{NS}.eval_download",
             )
             if c2.button("Clear runs", key=f"{NS}.eval_clear"):
-                S[f"{NS}.eval_runs"] = []
-                S[f"{NS}.last_eval"] = None
+                state[f"{NS}.eval_runs"] = []
+                state[f"{NS}.last_eval"] = None
                 st.rerun()
 
 # --- One HTML report of this page's results --------------------------------------------------------------
 report: list = []
-if S[f"{NS}.sweep"] is not None and S[f"{NS}.sweep"]["results"]:
-    sw = S[f"{NS}.sweep"]
+if state[f"{NS}.sweep"] is not None and state[f"{NS}.sweep"]["results"]:
+    sw = state[f"{NS}.sweep"]
     report += [
         export.Heading(f"Few-shot accuracy against k: {sw['model']} on '{sw['dataset']}'"),
-        export.Figure(lw.accuracy_figure(sw["results"], sw["baseline"])),
+        export.Figure(lab_widgets.accuracy_figure(sw["results"], sw["baseline"])),
         export.Table(
             [{"k": r.k, "accuracy": r.accuracy, "correct": f"{r.correct}/{r.total}"} for r in sw["results"]]
         ),
     ]
-if S[f"{NS}.code"] is not None:
-    code_result = S[f"{NS}.code"]
+if state[f"{NS}.code"] is not None:
+    code_result = state[f"{NS}.code"]
     report += [
         export.Heading(f"Generated code ({code_result.mode} mode, stopped by {code_result.stop_reason})"),
         export.Table([{"code": code_result.code}]),
@@ -483,6 +484,6 @@ if S[f"{NS}.code"] is not None:
     ]
     if code_result.lint.findings:
         report += [export.Table(codegen.collapse_findings(code_result.lint.findings), "ruff findings")]
-if S[f"{NS}.eval_runs"]:
-    report += [export.Heading("Evaluation runs"), export.Table(S[f"{NS}.eval_runs"])]
+if state[f"{NS}.eval_runs"]:
+    report += [export.Heading("Evaluation runs"), export.Table(state[f"{NS}.eval_runs"])]
 export.download_button("Few-shot, code and eval", report, key=f"{NS}.html")

@@ -17,6 +17,7 @@ from engine.batching.workload import (
     policy_bound,
 )
 from engine.core.errors import EngineError
+from engine.core.load import is_busy
 from ui import export
 from ui.batching_widgets import (
     cached_scheduler,
@@ -189,7 +190,7 @@ if compare is not None and compare["static"].model == lm.name:
     load = st.session_state[f"{NS}.load"]
     if load is not None:
         start, end, cores = load
-        busy = start > 0.5 * cores
+        busy = is_busy(start, cores)
         st.caption(
             f"One replay per policy, static first, each timed once. Load average {start:.2f} at the start and "
             f"{end:.2f} at the end, on {cores} cores (the replays' own threads count in the second)."

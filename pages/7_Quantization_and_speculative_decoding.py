@@ -7,10 +7,8 @@ from __future__ import annotations
 import streamlit as st
 
 from engine.core.errors import EngineError
-from engine.levers import kvquant as K
-from engine.levers import quant as Q
-from engine.levers import speculative as S
-from ui import levers_widgets as lw
+from engine.levers import kvquant, quant, speculative
+from ui import levers_widgets
 from ui.common import init_state, page_setup, show_error
 from ui.widgets import load_with_progress, model_picker, spec_number
 
@@ -36,26 +34,29 @@ with tab_q:
         "bytes are read from the quantized tensors themselves (scales and zero points included) and set beside "
         "the calculator's bytes for the same shapes (engine/calc/quant.py). Speedup = median fp32 time per "
         "token / median scheme time per token, with a bootstrap 95% interval. Quality: "
-        + Q.QUALITY_METHOD.format(n="N")
+        + quant.QUALITY_METHOD.format(n="N")
     )
     with st.form(f"{NS}.qform"):
         c = st.columns(4)
         schemes = c[0].multiselect(
-            "Schemes", list(Q.SCHEMES), default=list(Q.QuantSpec.default("schemes")), key=f"{NS}.schemes"
+            "Schemes",
+            list(quant.SCHEMES),
+            default=list(quant.QuantSpec.default("schemes")),
+            key=f"{NS}.schemes",
         )
-        q_tokens = spec_number(c[1], Q.QuantSpec, "max_new_tokens", "New tokens", f"{NS}.qtok")
-        q_runs = spec_number(c[2], Q.QuantSpec, "runs", "Timed runs", f"{NS}.qruns")
-        q_docs = spec_number(c[3], Q.QuantSpec, "eval_docs", "Documents for bits/byte (N)", f"{NS}.qdocs")
+        q_tokens = spec_number(c[1], quant.QuantSpec, "max_new_tokens", "New tokens", f"{NS}.qtok")
+        q_runs = spec_number(c[2], quant.QuantSpec, "runs", "Timed runs", f"{NS}.qruns")
+        q_docs = spec_number(c[3], quant.QuantSpec, "eval_docs", "Documents for bits/byte (N)", f"{NS}.qdocs")
         go_q = st.form_submit_button("Quantize and measure", type="primary")
     if go_q:
         lm = load_with_progress(name, "fp32")
         if lm is not None:
-            report, bar = lw.progress_bar("weight quantization")
+            report, bar = levers_widgets.progress_bar("weight quantization")
             try:
-                spec = Q.QuantSpec(
+                spec = quant.QuantSpec(
                     model=name, schemes=tuple(schemes), max_new_tokens=q_tokens, runs=q_runs, eval_docs=q_docs
                 )
-                st.session_state[f"{NS}.quant"] = Q.run_quant(lm, spec, progress=report)
+                st.session_state[f"{NS}.quant"] = quant.run_quant(lm, spec, progress=report)
             except EngineError as exc:
                 show_error(exc)
             finally:
@@ -66,11 +67,11 @@ with tab_q:
             f"{result.model} on {result.device}: {result.runs} timed runs of {result.max_new_tokens} tokens "
             f"per scheme; quality over {result.eval_documents} documents (measured)."
         )
-        st.dataframe(lw.quant_table(result.rows), hide_index=True, width="stretch")
+        st.dataframe(levers_widgets.quant_table(result.rows), hide_index=True, width="stretch")
         base = result.rows[0] if result.rows and result.rows[0].scheme == "fp32" else None
         for row in result.rows:
-            st.markdown(f"- {Q.verdict(row, base)}")
-        lw.downloads(result.rows, "quantization", f"{NS}.qdl")
+            st.markdown(f"- {quant.verdict(row, base)}")
+        levers_widgets.downloads(result.rows, "quantization", f"{NS}.qdl")
     else:
         st.info(
             "Choose schemes and press **Quantize and measure** (SmolLM2: about a minute per scheme on 2 cores)."
@@ -79,17 +80,17 @@ with tab_q:
 with tab_kv:
     st.markdown(
         "transformers' `QuantizedCache` (KIVI, Liu et al. 2024) keeps the newest tokens in full precision and "
-        f"stores older ones in 2–8 bits with a scale and a zero point per group of {K.GROUP}. Bytes are read from "
+        f"stores older ones in 2–8 bits with a scale and a zero point per group of {kvquant.GROUP}. Bytes are read from "
         "the cache after one greedy generation and set beside the calculator's (engine.calc.quant.kv_quant_bytes); "
         "quality is the greedy continuation compared with the plain cache's."
     )
-    status = {b: K.backend_status(b) for b in K.BACKENDS}
+    status = {b: kvquant.backend_status(b) for b in kvquant.BACKENDS}
     for b, (ok, why) in status.items():
         (st.caption if ok else st.warning)(f"backend **{b}**: {why}")
     with st.form(f"{NS}.kvform"):
         c = st.columns(4)
         backends = c[0].multiselect(
-            "Backends", list(K.BACKENDS), default=list(K.BACKENDS), key=f"{NS}.backends"
+            "Backends", list(kvquant.BACKENDS), default=list(kvquant.BACKENDS), key=f"{NS}.backends"
         )
         nbits = c[1].selectbox("Bits (quanto: 2/4; HQQ: 2/4/8)", [4, 2, 8], key=f"{NS}.nbits")
         kv_tokens = c[2].number_input("New tokens", 8, 1024, 256, key=f"{NS}.kvtok")
@@ -100,9 +101,9 @@ with tab_kv:
     if go_kv:
         lm = load_with_progress(name, "fp32")
         if lm is not None:
-            report, bar = lw.progress_bar("KV cache")
+            report, bar = levers_widgets.progress_bar("KV cache")
             try:
-                st.session_state[f"{NS}.kv"] = K.run_kv(
+                st.session_state[f"{NS}.kv"] = kvquant.run_kv(
                     lm,
                     backends,
                     nbits=int(nbits),
@@ -116,10 +117,10 @@ with tab_kv:
                 bar.empty()
     rows = st.session_state[f"{NS}.kv"]
     if rows:
-        st.dataframe(lw.kv_table(rows), hide_index=True, width="stretch")
+        st.dataframe(levers_widgets.kv_table(rows), hide_index=True, width="stretch")
         for row in rows:
-            st.markdown(f"- {K.verdict(row, rows[0])}")
-        lw.downloads(rows, "kv-cache", f"{NS}.kvdl")
+            st.markdown(f"- {kvquant.verdict(row, rows[0])}")
+        levers_widgets.downloads(rows, "kv-cache", f"{NS}.kvdl")
 
 with tab_s:
     st.markdown(
@@ -135,22 +136,26 @@ with tab_s:
     )
     with st.form(f"{NS}.sform"):
         c = st.columns(5)
-        methods = c[0].multiselect("Methods", list(S.METHODS), default=list(S.METHODS), key=f"{NS}.methods")
-        workloads = c[1].multiselect(
-            "Workloads", list(S.WORKLOADS), default=list(S.WORKLOADS), key=f"{NS}.wl"
+        methods = c[0].multiselect(
+            "Methods", list(speculative.METHODS), default=list(speculative.METHODS), key=f"{NS}.methods"
         )
-        draft = c[2].text_input("Draft model", S.SpeculateSpec.default("draft"), key=f"{NS}.draft")
+        workloads = c[1].multiselect(
+            "Workloads", list(speculative.WORKLOADS), default=list(speculative.WORKLOADS), key=f"{NS}.wl"
+        )
+        draft = c[2].text_input("Draft model", speculative.SpeculateSpec.default("draft"), key=f"{NS}.draft")
         gamma = c[3].number_input(
-            "Draft length γ", 0, 1000, S.SpeculateSpec.default("draft_length"), key=f"{NS}.gamma"
+            "Draft length γ", 0, 1000, speculative.SpeculateSpec.default("draft_length"), key=f"{NS}.gamma"
         )  # wider than the spec's bounds on purpose: the engine's message says what is allowed
-        s_tokens = spec_number(c[4], S.SpeculateSpec, "max_new_tokens", "New tokens", f"{NS}.stok")
-        s_runs = spec_number(st, S.SpeculateSpec, "runs", "Timed runs", f"{NS}.sruns")
+        s_tokens = spec_number(c[4], speculative.SpeculateSpec, "max_new_tokens", "New tokens", f"{NS}.stok")
+        s_runs = spec_number(st, speculative.SpeculateSpec, "runs", "Timed runs", f"{NS}.sruns")
         go_s = st.form_submit_button("Measure speculative decoding", type="primary")
-    for w in S.WORKLOADS:
-        st.caption(f"**{w}**: {S.WORKLOAD_DESCRIPTIONS[w]} ({len(S.WORKLOADS[w])} prompts)")
+    for w in speculative.WORKLOADS:
+        st.caption(
+            f"**{w}**: {speculative.WORKLOAD_DESCRIPTIONS[w]} ({len(speculative.WORKLOADS[w])} prompts)"
+        )
     if go_s:
         try:
-            spec = S.SpeculateSpec(
+            spec = speculative.SpeculateSpec(
                 model=name,
                 dtype=dtype if dtype != "auto" else "fp32",
                 methods=tuple(methods),
@@ -162,16 +167,16 @@ with tab_s:
             ).validate()
             lm = load_with_progress(name, spec.dtype)
             if lm is not None:
-                report, bar = lw.progress_bar("speculative decoding")
+                report, bar = levers_widgets.progress_bar("speculative decoding")
                 try:
-                    st.session_state[f"{NS}.spec"] = S.run_speculate(lm, spec, progress=report)
+                    st.session_state[f"{NS}.spec"] = speculative.run_speculate(lm, spec, progress=report)
                 finally:
                     bar.empty()
         except EngineError as exc:
             show_error(exc)
     spec = st.session_state[f"{NS}.spec"]
     if spec is not None:
-        st.dataframe(lw.spec_table(spec.rows), hide_index=True, width="stretch")
+        st.dataframe(levers_widgets.spec_table(spec.rows), hide_index=True, width="stretch")
         for row in spec.rows:
-            st.markdown(f"- {S.verdict(row)}")
-        lw.downloads(spec.rows, "speculative", f"{NS}.sdl")
+            st.markdown(f"- {speculative.verdict(row)}")
+        levers_widgets.downloads(spec.rows, "speculative", f"{NS}.sdl")

@@ -7,8 +7,7 @@ import json
 
 import streamlit as st
 
-from engine.calc.capacity import calibrated_bandwidth, max_users
-from engine.calc.memory import kv_bytes_per_token, weights_bytes
+from engine.calc.capacity import predict_from_run
 from engine.calc.specs import load_model_presets
 from engine.core.errors import EngineError
 from engine.loadgen.sweep import check_server, run_sweep, to_json
@@ -31,13 +30,6 @@ NS = "serving"
 page_setup("Serving", ":material/dns:")
 init_state(NS, sweep=None, models=None)
 _D, _S = LoadSpec(base_url="http://127.0.0.1:8000/v1", model=""), SLO()
-CALC_FOR = {
-    "smollm2-135m-instruct": "smollm2-135m",
-    "gpt-neo-125m-random": "gpt-neo-125m",
-    "gpt-neo-125m": "gpt-neo-125m",
-    "gpt-neo-1.3b-random": "gpt-neo-1.3b",
-    "gpt-neo-1.3b": "gpt-neo-1.3b",
-}
 
 st.title("Serving")
 st.subheader("How many users does a deployment hold within the SLOs?")
@@ -203,7 +195,8 @@ elif first is None or not first.tpot_s.n or sweep.slo.tpot_s is None:
 else:
     calc_names = list(load_model_presets())
     c = st.columns(3)
-    guess = CALC_FOR.get(sweep.spec.model, calc_names[0])
+    served = PRESETS.get(sweep.spec.model)  # the one model -> calculator table (engine/data/presets.toml)
+    guess = served.calculator if served is not None and served.calculator in calc_names else calc_names[0]
     calc_name = c[0].selectbox(
         "Architecture for the calculator", calc_names, index=calc_names.index(guess), key=f"{NS}.calc_arch"
     )
@@ -219,14 +212,17 @@ else:
             key=f"{NS}.slots",
         )
     )
-    spec = load_model_presets()[calc_name]
-    w, kv = weights_bytes(spec, dtype), kv_bytes_per_token(spec, dtype)
-    ctx = int(
-        (first.prompt_tokens_mean if first.prompt_tokens_mean == first.prompt_tokens_mean else 0)
-        + sweep.spec.output_tokens / 2
+    run = predict_from_run(
+        load_model_presets()[calc_name],
+        dtype,
+        first.prompt_tokens_median,
+        sweep.spec.output_tokens,
+        first.tpot_s.p50,
+        sweep.slo.tpot_s,
+        slots,
     )
-    bw = calibrated_bandwidth(w, kv, ctx, first.tpot_s.p50)
-    prediction = max_users(w, kv, ctx, bw, sweep.slo.tpot_s, slots)
+    prediction, w, kv, ctx = run.prediction, run.weights_bytes, run.kv_bytes_per_token, run.context_tokens
+    bw = prediction.bandwidth_bytes_per_s
     st.markdown(
         f"Formula (the chapter's memory-bound decode rule): TPOT(b) = (weights + b × context × KV per token) / "
         f"bandwidth, with weights = {w / 1e9:.3f} GB and KV = {kv / 1e3:.1f} kB per token ({calc_name}, {dtype}), "

@@ -23,6 +23,9 @@ HOMES = {
     "greedy_kwargs": "engine/runtime/generation.py",
     "next_tokens": "engine/runtime/generation.py",
     "penalize": "engine/runtime/generation.py",
+    "parse_stops": "engine/runtime/generation.py",
+    "is_busy": "engine/core/load.py",
+    "predict_from_run": "engine/calc/capacity.py",
 }
 
 
@@ -65,3 +68,43 @@ def test_device_sync_and_greedy_arguments_have_one_home():
         if '"top_k": None' in p.read_text() or "top_k=None" in p.read_text()
     )
     assert greedy == ["engine/runtime/generation.py"]
+
+
+def _sources():
+    files = [p for d in ("engine", "ui", "pages", "bench") for p in (ROOT / d).rglob("*.py")]
+    return {str(p.relative_to(ROOT)): p.read_text() for p in [*files, ROOT / "app.py"]}
+
+
+def test_one_busy_rule_one_capacity_prediction_one_json_helper():
+    """ "The machine was busy" is decided by engine.core.load.is_busy alone (no page compares a load average with
+    the cores itself); a sweep's capacity prediction is built by engine.calc.capacity.predict_from_run alone; and
+    results become JSON-safe through engine.core.jsonsafe.to_jsonable alone (no local NaN-to-null walker)."""
+    import re
+
+    rule = re.compile(r">\s*[0-9.\s*]*(cores|cpu_count)\b")  # "x > cores", "start > 0.5 * cores"
+    sources = _sources()
+    assert sorted(p for p, text in sources.items() if rule.search(text)) == ["engine/core/load.py"]
+    assert sorted(p for p, text in sources.items() if "calibrated_bandwidth(" in text) == [
+        "engine/calc/capacity.py"
+    ]
+    walkers = sorted(
+        p
+        for p, text in sources.items()
+        if re.search(r"isinstance\(\w+, float\) and not math\.isfinite\(\w+\)\s*:\s*\n\s*return None", text)
+    )
+    assert walkers == ["engine/core/jsonsafe.py"], walkers
+
+
+def test_capacity_prediction_counts_a_missing_prompt_length_as_zero():
+    """A server that reports no prompt lengths (NaN) still gets a prediction, from half the output."""
+    import math
+
+    from engine.calc.capacity import predict_from_run
+    from engine.calc.specs import model_preset
+
+    spec = model_preset("smollm2-135m")
+    missing = predict_from_run(spec, "fp32", math.nan, 64, 0.02, 0.05, 8)
+    zero = predict_from_run(spec, "fp32", 0.0, 64, 0.02, 0.05, 8)
+    assert missing == zero and missing.context_tokens == 32
+    longer = predict_from_run(spec, "fp32", 200.0, 64, 0.02, 0.05, 8)
+    assert longer.context_tokens == 232 and longer.prediction.max_users <= zero.prediction.max_users

@@ -218,7 +218,9 @@ def test_cli_race_json_has_the_promised_fields():
         check=True,
     )
     data = json.loads(out.stdout)
-    for entry in data["contenders"]:  # the keys issue 14 promises, for a torch lane and a peer lane alike
+    for entry in data[
+        "contenders"
+    ]:  # the keys the --json contract promises, for a torch lane and a peer lane alike
         for key in (
             "name",
             "status",
@@ -325,7 +327,7 @@ def test_killing_the_runner_takes_its_worker_down():
             proc.kill()
 
 
-# ---- verdicts from numbers (issue 13, defect 2): flip the numbers, the sentence flips ------------------------
+# ---- verdicts from numbers: flip the numbers, the sentence flips ------------------------
 
 
 def _lane(name="lane", latencies=(0.5, 0.52, 0.48), warmup=1, ids=None, **kw) -> ContenderResult:

@@ -1,4 +1,4 @@
-"""Peer engines as race lanes (issue 14): each lane's greedy output for the bundled SmolLM2 against vanilla
+"""Peer engines as race lanes: each lane's greedy output for the bundled SmolLM2 against vanilla
 (exact for the fp32 lanes, reported for the quantized ones), a peer that fails to import or cannot convert
 a model family gives a lane with a clear reason, and a conversion is cached (the second run does not
 convert). One race converts once per session (module fixture); scripts/install_peers.sh installs the peers."""

@@ -234,7 +234,7 @@ def test_disconnect_mid_stream_frees_the_slot(smol_server):
 
 @pytest.mark.slow
 def test_health_answers_while_four_streams_generate(smol_server):
-    """Issue 12: a health endpoint stopped answering while the server generated on 2 cores. Here generation is
+    """A health endpoint once stopped answering while the server generated on 2 cores. Here generation is
     off the event loop, so /health answers within 10 s (a correctness bound, not a speed claim)."""
     opened = [_long_stream(smol_server) for _ in range(4)]
     try:

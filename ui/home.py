@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
+from engine.core.load import is_busy
 from engine.runtime import models
 from ui.common import (
     PAGES,
@@ -142,7 +143,7 @@ def hardware_panel() -> None:
             for col, (dt, flops) in zip(c[2:], roof.matmul_flops_per_s.items(), strict=True):
                 col.metric(f"Matmul {dt} (measured)", f"{flops / 1e9:.3g} GFLOP/s")
             cores = hw.cpu_cores_logical
-            busy = roof.loadavg_1m > cores
+            busy = is_busy(roof.loadavg_1m, cores)
             st.caption(
                 f"Measured {roof.measured_at} on {roof.device}, load average {roof.loadavg_1m:.2f} on {cores} "
                 "cores: "

@@ -13,9 +13,11 @@ the rule is optimistic there; the page shows both and says which is which.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from engine.calc.specs import positive_float, positive_int
+from engine.calc.memory import kv_bytes_per_token, weights_bytes
+from engine.calc.specs import ModelSpec, positive_float, positive_int
 from engine.calc.timing import simple_decode_s
 
 
@@ -64,3 +66,33 @@ def max_users(
             break
         users = b
     return CapacityPrediction(users, curve, bandwidth_bytes_per_s, limit)
+
+
+@dataclass(frozen=True)
+class RunPrediction:
+    """The prediction beside a measured sweep, with the numbers it was built from (the page and the benchmark
+    print them)."""
+
+    prediction: CapacityPrediction
+    weights_bytes: float
+    kv_bytes_per_token: float
+    context_tokens: int  # median prompt + half the output: the mean cached tokens while decoding
+
+
+def predict_from_run(
+    spec: ModelSpec,
+    dtype: str,
+    prompt_tokens_median: float,
+    output_tokens: int,
+    tpot_one_user_s: float,
+    tpot_slo_s: float,
+    slots: int,
+) -> RunPrediction:
+    """The one capacity prediction for a load sweep: the rule above with its bandwidth calibrated on the TPOT
+    measured at the sweep's lowest level. A server that reports no prompt lengths (NaN) counts the prompt as 0
+    tokens, so the context is half the output."""
+    w, kv = weights_bytes(spec, dtype), kv_bytes_per_token(spec, dtype)
+    prompt = prompt_tokens_median if math.isfinite(prompt_tokens_median) else 0.0
+    ctx = max(1, int(prompt + output_tokens / 2))
+    bw = calibrated_bandwidth(w, kv, ctx, tpot_one_user_s)
+    return RunPrediction(max_users(w, kv, ctx, bw, tpot_slo_s, slots), w, kv, ctx)

@@ -120,17 +120,12 @@ def require_calibration() -> Calibration:
 
 
 def load_summary(samples: Sequence[RunSample]) -> LoadSummary:
-    from engine.calibration.runs import BUSY_CPU_SHARE
+    from engine.core.load import is_busy
 
     loads = [s.loadavg_1m for s in samples]
     shares = [s.cpu_share for s in samples]
     cores = os.cpu_count() or 1
-    busy = sum(
-        1
-        for s in samples
-        if (math.isfinite(s.cpu_share) and s.cpu_share < BUSY_CPU_SHARE)
-        or (math.isfinite(s.loadavg_1m) and s.loadavg_1m > cores)
-    )
+    busy = sum(1 for s in samples if is_busy(s.loadavg_1m, cores, s.cpu_share))
     finite = [v for v in loads if math.isfinite(v)]
     return LoadSummary(
         len(samples), median(loads), max(finite) if finite else math.nan, median(shares), busy, cores

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from engine.core.errors import InvalidParameterError
+from engine.core.load import is_busy
 from engine.core.stats import median
 from engine.runtime import hardware
 from engine.runtime.generation import greedy_kwargs
@@ -35,7 +36,6 @@ PROMPT_TEXT = (
     "Write a long, detailed story about a lighthouse keeper who finds a message in a bottle. "
     "Describe the sea, the weather, the lighthouse and every step of the keeper's day. "
 )
-BUSY_CPU_SHARE = 0.8  # below this share of the CPU, a run is flagged as slowed by other work
 
 
 @dataclass(frozen=True)
@@ -57,10 +57,8 @@ class LoadReading:
 
     @property
     def busy(self) -> bool:
-        """Busy when this process got under BUSY_CPU_SHARE of its threads' time, or runnable tasks exceed cores."""
-        return (self.cpu_share == self.cpu_share and self.cpu_share < BUSY_CPU_SHARE) or (
-            self.loadavg_1m > self.cpu_count
-        )
+        """The one busy rule (engine.core.load.is_busy) on this reading."""
+        return is_busy(self.loadavg_1m, self.cpu_count, self.cpu_share)
 
     def describe(self) -> str:
         return (

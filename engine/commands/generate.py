@@ -31,7 +31,9 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> dict | list[dict]:
-    cfg = GenerationConfig.from_args(args, stop=tuple(args.stop))  # bad values fail before seconds of loading
+    cfg = GenerationConfig.from_args(
+        args, stop=generation.parse_stops(args.stop)
+    )  # bad values fail before seconds of loading
     for p in args.prompt:
         generation.clean_prompt(p)
     lm = ModelArgs.from_args(args).load()

@@ -54,7 +54,7 @@ class RunMetrics:
     slo_attainment: float
     meets_slo: bool
     tokens_counted_by: str  # "server usage" | "content chunks" | "mixed"
-    prompt_tokens_mean: float  # median prompt length the server reported (NaN when it does not)
+    prompt_tokens_median: float  # median prompt length the server reported (NaN when it does not)
     first_error: str = ""
 
 
@@ -99,6 +99,6 @@ def summarize(records: Sequence[RequestRecord], *, level: float, mode: str, slo:
         slo_attainment=attainment,
         meets_slo=bool(records) and attainment >= slo.min_attainment,
         tokens_counted_by=counted,
-        prompt_tokens_mean=stats.median([r.prompt_tokens for r in done]) if done else math.nan,
+        prompt_tokens_median=stats.median([r.prompt_tokens for r in done]) if done else math.nan,
         first_error=next((f"{r.error}: {r.detail}" for r in records if not r.ok), ""),
     )

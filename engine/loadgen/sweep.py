@@ -131,20 +131,8 @@ def run_sweep(
 
 def to_json(result: SweepResult) -> dict:
     """The sweep as plain data, with the API key removed (results files get shared)."""
-    import dataclasses
-    import math
+    from engine.core.jsonsafe import to_jsonable
 
-    def plain(v):
-        if dataclasses.is_dataclass(v) and not isinstance(v, type):
-            return {f.name: plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
-        if isinstance(v, dict):
-            return {str(k): plain(x) for k, x in v.items()}
-        if isinstance(v, list | tuple):
-            return [plain(x) for x in v]
-        if isinstance(v, float) and not math.isfinite(v):
-            return None
-        return v
-
-    out = plain(result)
+    out = to_jsonable(result)
     out["spec"]["api_key"] = "***" if result.spec.api_key else None
     return out

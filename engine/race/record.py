@@ -12,7 +12,7 @@ from typing import Any
 
 SCHEMA = 2  # 2: peer engines (engine, engine_version, precision, conversion), bits per byte, peak RSS, drift
 
-# The CLI's --json promises at least these per contender (issues 6 and 14); CSV columns follow this order.
+# The CLI's --json promises at least these per contender (scripts and checks read them); CSV columns follow this order.
 SUMMARY_FIELDS = (
     "name",
     "label",

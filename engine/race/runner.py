@@ -24,6 +24,7 @@ from typing import Any
 
 from engine.core import stats
 from engine.core.errors import InvalidParameterError
+from engine.core.load import is_busy
 from engine.race import quality, verdict
 from engine.race.contenders import BASELINE, Contender
 from engine.race.process import run_worker
@@ -249,7 +250,7 @@ def run_race(
     result.winner = verdict.winner_line(result.contenders)
     cores = hw.get("cpu_cores_logical") or 1
     busiest = max((r.load_avg[1] for r in result.contenders if r.load_avg), default=0.0)
-    if busiest > cores:
+    if is_busy(busiest, cores):
         result.notes.append(
             f"the machine was busy during the race (1-minute load average up to {busiest:.1f} on {cores} cores): "
             "timings include contention from other processes; rerun for cleaner numbers"

@@ -11,25 +11,15 @@ import re
 from pathlib import Path
 from typing import Any
 
+from engine.core.jsonsafe import to_jsonable
 from engine.race.record import FLOAT_FIELDS, SUMMARY_FIELDS, ContenderResult, RaceResult
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS_DIR = ROOT / "bench" / "results"
 
 
-def jsonable(value):
-    """NaN and infinity become None (JSON has neither); tuples become lists."""
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
 def to_dict(result: RaceResult) -> dict[str, Any]:
-    return jsonable(dataclasses.asdict(result))
+    return to_jsonable(result)
 
 
 def to_json(result: RaceResult) -> str:

@@ -151,6 +151,15 @@ class BatchResult:
         return self.completions[0].compile_s
 
 
+def parse_stops(text: str | Sequence[str]) -> tuple[str, ...]:
+    """Stop sequences as a person types them: one comma-separated text (the Playground; blank entries dropped) or
+    one value per flag (the CLI's repeated --stop, so a sequence may hold a comma; kept as given, so an empty one
+    is refused by GenerationConfig). "\\n" written out means a newline. The server's JSON `stop` field is
+    validated by its protocol (OpenAI's rules)."""
+    parts = [p.strip() for p in text.split(",") if p.strip()] if isinstance(text, str) else list(text)
+    return tuple(s.replace("\\n", "\n") for s in parts)
+
+
 def clean_prompt(prompt: Any) -> str:
     """Text as the tokenizer can take it: strict type, no NULs, no lone surrogates (from bad bytes)."""
     if isinstance(prompt, bytes):

@@ -1,0 +1,33 @@
+"""The one rule for "this machine was busy": every page, command and benchmark that measures asks it.
+
+A measurement is slowed by other work when runnable tasks exceed the cores (the 1-minute load average above the
+core count: something waited for a core), or when the measuring process got under BUSY_CPU_SHARE of the CPU time
+its threads could have used (its threads were descheduled). Either reading alone is enough; an unknown reading
+(NaN) says nothing. Standard library only."""
+
+from __future__ import annotations
+
+import math
+import os
+
+BUSY_CPU_SHARE = 0.8  # below this share of its threads' time, a run is flagged as slowed by other work
+
+
+def cores() -> int:
+    return os.cpu_count() or 1
+
+
+def loadavg_1m() -> float:
+    """The 1-minute load average, NaN where the platform has none."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return math.nan
+
+
+def is_busy(loadavg: float, cpu_count: int | None = None, cpu_share: float = math.nan) -> bool:
+    """The rule above; `cpu_count` defaults to this machine's cores."""
+    cpu_count = cpu_count or cores()
+    return (math.isfinite(cpu_share) and cpu_share < BUSY_CPU_SHARE) or (
+        math.isfinite(loadavg) and loadavg > cpu_count
+    )
