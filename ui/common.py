@@ -28,31 +28,31 @@ class NavPage:
     script: str  # relative to the repository root
     title: str  # the one name of the page: sidebar, browser tab, page title and README
     icon: str  # a Material Symbol: drawn from the font Streamlit bundles, no emoji font needed
-    url_path: str  # stable deep link: /Playground?model=tiny-gpt-neo
+
+    @property
+    def url_path(self) -> str:
+        """The stable deep link, Streamlit's own rule for a pages/ file: its name after the number
+        (pages/1_Playground.py -> /Playground?model=tiny-gpt-neo); the home page is the root."""
+        stem = Path(self.script).stem
+        return "" if self.script == "app.py" else stem.split("_", 1)[1]
 
 
 # Bundled, so the browser tab has its icon offline (a ":material/...:" page icon is fetched from a font CDN).
 FAVICON = str(ROOT / "ui" / "assets" / "favicon.png")
-HOME = NavPage("app.py", "Home", ":material/home:", "")
+HOME = NavPage("app.py", "Home", ":material/home:")
 PAGES = (
-    NavPage("pages/1_Playground.py", "Playground", ":material/chat:", "Playground"),
-    NavPage("pages/2_Memory_and_cost.py", "Memory and cost", ":material/calculate:", "Memory_and_cost"),
-    NavPage("pages/3_Roofline.py", "Roofline", ":material/show_chart:", "Roofline"),
-    NavPage(
-        "pages/4_Few-shot_code_and_eval.py",
-        "Few-shot, code and eval",
-        ":material/science:",
-        "Few-shot_code_and_eval",
-    ),
-    NavPage("pages/5_Latency_race.py", "Latency race", ":material/timer:", "Latency_race"),
-    NavPage("pages/6_Batching.py", "Batching", ":material/stacks:", "Batching"),
+    NavPage("pages/1_Playground.py", "Playground", ":material/chat:"),
+    NavPage("pages/2_Memory_and_cost.py", "Memory and cost", ":material/calculate:"),
+    NavPage("pages/3_Roofline.py", "Roofline", ":material/show_chart:"),
+    NavPage("pages/4_Few-shot_code_and_eval.py", "Few-shot, code and eval", ":material/science:"),
+    NavPage("pages/5_Latency_race.py", "Latency race", ":material/timer:"),
+    NavPage("pages/6_Batching.py", "Batching", ":material/stacks:"),
     NavPage(
         "pages/7_Quantization_and_speculative_decoding.py",
         "Quantization and speculative decoding",
         ":material/compress:",
-        "Quantization_and_speculative_decoding",
     ),
-    NavPage("pages/8_Serving.py", "Serving", ":material/dns:", "Serving"),
+    NavPage("pages/8_Serving.py", "Serving", ":material/dns:"),
 )
 NAV_ICONS = {p.title: p.icon for p in PAGES}
 

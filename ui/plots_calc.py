@@ -20,6 +20,25 @@ ROOF_COLORS = ["#222222", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#bcbd22",
 FONT = {"size": 14}
 
 
+def _add_gb_bar(fig: go.Figure, name: str, value: float, color: str) -> None:
+    """One segment of a horizontal stacked bar of bytes per GPU, labelled in GB (10^9 B)."""
+    fig.add_bar(
+        y=["per GPU"],
+        x=[value / 1e9],
+        name=f"{name} {fmt.gb(value)}",
+        orientation="h",
+        marker_color=color,
+        hovertemplate=f"{name}: %{{x:.2f}} GB<extra></extra>",
+    )
+
+
+def _stacked_gb(parts: Sequence[tuple[str, float, str]]) -> go.Figure:
+    fig = go.Figure()
+    for name, value, color in parts:
+        _add_gb_bar(fig, name, value, color)
+    return fig
+
+
 def serving_bar(sm) -> go.Figure:
     """One GPU's memory as vLLM/SGLang allocates it: weights, activations, runtime, KV cache, and the headroom it
     leaves (1 - utilisation)."""
@@ -30,16 +49,7 @@ def serving_bar(sm) -> go.Figure:
         ("KV cache", max(sm.kv_bytes, 0.0), COLORS["kv"]),
         ("kept free", sm.total_bytes - sm.budget_bytes, COLORS["free"]),
     ]
-    fig = go.Figure()
-    for name, value, color in parts:
-        fig.add_bar(
-            y=["per GPU"],
-            x=[value / 1e9],
-            name=f"{name} {fmt.gb(value)}",
-            orientation="h",
-            marker_color=color,
-            hovertemplate=f"{name}: %{{x:.2f}} GB<extra></extra>",
-        )
+    fig = _stacked_gb(parts)
     fig.update_layout(
         barmode="stack",
         height=220,
@@ -58,26 +68,10 @@ def memory_bar(m: MemoryEstimate) -> go.Figure:
         ("KV cache", m.kv_cache_bytes / m.n_gpus, COLORS["kv"]),
         ("overhead", m.overhead_bytes / m.n_gpus, COLORS["overhead"]),
     ]
-    fig = go.Figure()
-    for name, value, color in parts:
-        fig.add_bar(
-            y=["per GPU"],
-            x=[value / 1e9],
-            name=f"{name} {fmt.gb(value)}",
-            orientation="h",
-            marker_color=color,
-            hovertemplate=f"{name}: %{{x:.2f}} GB<extra></extra>",
-        )
+    fig = _stacked_gb(parts)
     spare = m.gpu_memory_bytes - m.per_gpu_bytes
     if spare >= 0:
-        fig.add_bar(
-            y=["per GPU"],
-            x=[spare / 1e9],
-            name=f"free {fmt.gb(spare)}",
-            orientation="h",
-            marker_color=COLORS["free"],
-            hovertemplate="free: %{x:.2f} GB<extra></extra>",
-        )
+        _add_gb_bar(fig, "free", spare, COLORS["free"])
     fig.add_vline(
         x=m.gpu_memory_bytes / 1e9,
         line_dash="dash",

@@ -38,23 +38,23 @@ def seconds(s: float | None) -> str:
     return f"{s / 60:.1f} min"
 
 
-def flops(n: float | None, unit: str = "FLOP") -> str:
+def _scaled(n: float | None, prefixes: tuple[tuple[str, float], ...], unit: str, sep: str) -> str:
+    """n with the largest prefix it reaches, two decimals ("1.23 TFLOP", "4.56M"); "n/a" when undefined."""
     if n is None or not math.isfinite(n):
         return "n/a"
-    for prefix, size in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
+    for prefix, size in prefixes:
         if abs(n) >= size:
-            return f"{n / size:.2f} {prefix}{unit}"
-    return f"{n:.0f} {unit}"
+            return f"{n / size:.2f}{sep}{prefix}{unit}"
+    return f"{n:.0f}{sep}{unit}".rstrip()
+
+
+def flops(n: float | None, unit: str = "FLOP") -> str:
+    return _scaled(n, (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)), unit, " ")
 
 
 def compact(n: float | None) -> str:
     """A count in a few characters: 1.23K, 4.56M, 7.89B (parameters, tokens)."""
-    if n is None or not math.isfinite(n):
-        return "n/a"
-    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(n) >= size:
-            return f"{n / size:.2f}{unit}"
-    return f"{n:.0f}"
+    return _scaled(n, (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)), "", "")
 
 
 def usd(x: float | None) -> str:

@@ -119,6 +119,11 @@ def require_calibration() -> Calibration:
     return cal
 
 
+def _over(predicted: float | None, measured: float) -> float | None:
+    """predicted / measured, None where there is no prediction."""
+    return None if predicted is None else predicted / measured
+
+
 def load_summary(samples: Sequence[RunSample]) -> LoadSummary:
     from engine.core.load import is_busy
 
@@ -316,7 +321,7 @@ class Comparison:
 
     @property
     def calibrated_tpot_ratio(self) -> float | None:
-        return None if self.calibrated_tpot_s is None else self.calibrated_tpot_s / self.measured_tpot_s
+        return _over(self.calibrated_tpot_s, self.measured_tpot_s)
 
     @property
     def datasheet_ttft_ratio(self) -> float:
@@ -324,7 +329,7 @@ class Comparison:
 
     @property
     def calibrated_ttft_ratio(self) -> float | None:
-        return None if self.calibrated_ttft_s is None else self.calibrated_ttft_s / self.measured_ttft_s
+        return _over(self.calibrated_ttft_s, self.measured_ttft_s)
 
 
 def sample_of(m: Any) -> RunSample:

@@ -55,21 +55,6 @@ SUMMARY_FIELDS = (
     "deepspeed",
     "exit_code",
 )
-FLOAT_FIELDS = frozenset(
-    {
-        "latency_s_median",
-        "latency_s_q1",
-        "latency_s_q3",
-        "ttft_s_median",
-        "tpot_s_median",
-        "tokens_per_s_median",
-        "output_tokens_median",
-        "speedup_vs_vanilla",
-        "speedup_low",
-        "speedup_high",
-        "exact_match_rate",
-    }
-)
 
 
 @dataclass

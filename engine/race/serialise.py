@@ -12,10 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.jsonsafe import to_jsonable
-from engine.race.record import FLOAT_FIELDS, SUMMARY_FIELDS, ContenderResult, RaceResult
+from engine.race.record import SUMMARY_FIELDS, ContenderResult, RaceResult
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS_DIR = ROOT / "bench" / "results"
+# the measurements that default to NaN ("not measured"): JSON writes them as null, and reading back restores NaN
+FLOAT_FIELDS = frozenset(
+    f.name
+    for f in dataclasses.fields(ContenderResult)
+    if isinstance(f.default, float) and math.isnan(f.default)
+)
 
 
 def to_dict(result: RaceResult) -> dict[str, Any]:
