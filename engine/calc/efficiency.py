@@ -10,7 +10,7 @@ the link's bandwidth. MBU (model bandwidth utilisation, as Databricks and NVIDIA
 Per engine class the parameters are fitted by least squares on the relative error of published times
 (engine/data/published): decode (e_bw, o, k) on batch-1 decode rows, e_f on first-token rows (and on batched
 throughput rows where the class has them). Rows are split once, by a hash of their id, into a fitting part and a
-held-back part the fit never sees; the interval around a central estimate spans the 5th to 95th percentile of
+held-back part the fit never sees; the interval around a central estimate spans the 2.5th to 97.5th percentile of
 the ratio published / predicted over leave-one-source-out predictions (each source's rows predicted by a fit
 that never saw that source), so it says how far a new setup can land from the centre. The physical bound (e = 1,
 o = 0) is shown beside every estimate.
@@ -50,7 +50,7 @@ ENGINES: dict[str, str] = {
     "llama.cpp": "llama.cpp",
 }
 HELD_BACK_SHARE = 0.3  # rows the fit never sees; the track record reports its targets on them
-INTERVAL = (0.05, 0.95)  # leave-one-source-out quantiles of published / predicted
+INTERVAL = (0.025, 0.975)  # leave-one-source-out quantiles of published / predicted (a nominal 95% band)
 DEFAULT_DECODE_TOKENS = 200  # gpt-fast's generate.py default when a source gives no output length
 MIN_ROWS = 2  # fewer rows than this: a class borrows the pooled parameter (two fix bandwidth and step cost)
 
@@ -152,7 +152,7 @@ class ClassFit:
     decode_rows: int
     prefill_rows: int
     sources: int
-    decode_ratio: tuple[float, float]  # published / predicted time, 5th and 95th percentile (LOSO)
+    decode_ratio: tuple[float, float]  # published / predicted time, 2.5th and 97.5th percentile (LOSO)
     prefill_ratio: tuple[float, float]
     throughput_ratio: tuple[float, float]
     borrowed: tuple[str, ...] = ()  # parameters taken from the pooled fit (too few rows of its own)

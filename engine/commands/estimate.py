@@ -188,7 +188,7 @@ def flatten(est: Estimate) -> dict:
                 "overhead_s_per_layer": s.fit.overhead_s_per_layer,
                 "decode_rows": s.fit.decode_rows,
                 "prefill_rows": s.fit.prefill_rows,
-                "interval": "5th-95th percentile of published / predicted, leave one source out",
+                "interval": "2.5th-97.5th percentile of published / predicted, leave one source out",
             },
         }
         if est.cost_interval is not None:
