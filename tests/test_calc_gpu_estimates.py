@@ -338,3 +338,25 @@ def test_mxfp4_covers_the_experts_of_gpt_oss_only():
     assert weights_bytes(model_preset("llama-3-8b"), "bf16", "mxfp4") == weights_bytes(
         model_preset("llama-3-8b"), "bf16"
     )
+
+
+def test_the_reasoning_states_the_efficiency_that_made_its_times():
+    """With an engine, the Why bullets give the fitted share of the datasheet and the parts the time is made of,
+    so the sentence's arithmetic gives the figure beside it (the datasheet bandwidth alone would not)."""
+    import re
+
+    from engine.calc.report import Inputs, estimate, reasoning
+    from engine.calc.specs import gpu_spec, model_preset
+
+    spec, gpu = model_preset("gpt-neo-2.7b"), gpu_spec("t4")
+    est = estimate(
+        spec, gpu, Inputs(dtype="fp16", batch=8, prompt_tokens=512, output_tokens=512, engine="hf")
+    )
+    decode = next(line for line in reasoning(est, spec, gpu) if line.startswith("**Decode**"))
+    assert "as fitted for hf" in decode
+    parts = re.search(
+        r": ([\d.]+) ms memory-bound operators \+ ([\d.]+) ms fixed per-step cost = ([\d.]+) ms", decode
+    )
+    assert parts, decode
+    memory, fixed, total = map(float, parts.groups())
+    assert abs(memory + fixed - total) <= 0.15 and abs(total - est.timing.decode_s_per_token * 1e3) <= 0.1

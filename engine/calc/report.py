@@ -471,6 +471,23 @@ def reasoning(est: Estimate, spec: ModelSpec, gpu: GPUSpec, eff: Efficiency = DA
     from engine.calc import format as fmt
 
     m, t, i = est.memory, est.timing, est.inputs
+    if est.speed is not None:  # the times below are the engine's central estimate: its fitted efficiency
+        eff = est.speed.fit.efficiency(gpu)
+
+    def _share(e: float) -> str:
+        return "" if e >= 1 else f" ({e:.0%} of the datasheet's, as fitted for {i.engine})"
+
+    def _parts(phase) -> str:
+        """The phase's time as the sum it is: memory-bound and compute-bound operators, fixed cost, all-reduces."""
+        named = (
+            (phase.memory_s, "memory-bound operators"),
+            (phase.compute_s, "compute-bound operators"),
+            (phase.overhead_s, "fixed per-step cost"),
+            (phase.comm_s, "all-reduces"),
+        )
+        shown = [f"{fmt.seconds(v)} {what}" for v, what in named if v > 0]
+        return " + ".join(shown) + " = " if len(shown) > 1 else ""
+
     kv_elem = (
         m.kv_bytes_per_token / (2 * spec.kv_layers * spec.n_kv_head * spec.head_dim) if spec.kv_layers else 0
     )
@@ -493,10 +510,11 @@ def reasoning(est: Estimate, spec: ModelSpec, gpu: GPUSpec, eff: Efficiency = DA
         f"**Overhead** {i.overhead:.0%} of both = {fmt.gb(m.overhead_bytes)}; total {fmt.gb(m.total_bytes)} / {n} GPU(s)"
         f" = {fmt.gb(m.per_gpu_bytes)} against {fmt.gb(m.gpu_memory_bytes)}.",
         f"**Decode**: each step reads {fmt.gb(t.decode_step.weights_bytes)} of weights + {fmt.gb(t.decode_step.kv_bytes)} "
-        f"of KV cache at {fmt.gb(gpu.bandwidth_bytes_per_s * n * eff.bandwidth)}/s → {fmt.seconds(t.decode_s_per_token)} "
-        f"per step, for all {i.batch} users at once: {t.decode_step.bound}-bound.",
-        f"**Prefill**: {fmt.flops(t.prefill.flops)} at {fmt.flops(gpu.flops_for(i.dtype) * n * eff.flops, 'FLOP/s')} → "
-        f"{fmt.seconds(t.prefill_s)}: {t.prefill.bound}-bound.",
+        f"of KV cache at {fmt.gb(gpu.bandwidth_bytes_per_s * n * eff.bandwidth)}/s{_share(eff.bandwidth)}: "
+        f"{_parts(t.decode_step)}{fmt.seconds(t.decode_s_per_token)} per step, for all {i.batch} users at once: "
+        f"{t.decode_step.bound}-bound.",
+        f"**Prefill**: {fmt.flops(t.prefill.flops)} at {fmt.flops(gpu.flops_for(i.dtype) * n * eff.flops, 'FLOP/s')}"
+        f"{_share(eff.flops)}: {_parts(t.prefill)}{fmt.seconds(t.prefill_s)}: {t.prefill.bound}-bound.",
     ]
     if spec.is_moe:
         lines.append(
