@@ -45,7 +45,7 @@ def test_unknown_contender_and_bad_spec_are_rejected():
     vanilla = (CONTENDERS["vanilla"],)
     with pytest.raises(InvalidParameterError, match="runs"):
         runner.RaceSpec(model="tiny-gpt-neo", contenders=vanilla, runs=0).validate()
-    with pytest.raises(InvalidParameterError, match="TPOT needs two tokens"):
+    with pytest.raises(InvalidParameterError, match="max new tokens must be from 2 to 2048"):
         runner.RaceSpec(model="tiny-gpt-neo", contenders=vanilla, max_new_tokens=1).validate()
 
 

@@ -7,44 +7,21 @@ from pathlib import Path
 from engine.calc.format import number
 from engine.core.errors import InvalidParameterError
 from engine.race import contenders, runner, serialise
-from engine.runtime import models
 
 HELP = (
     "race vanilla generation against peer engines (OpenVINO GenAI, ONNX Runtime GenAI, CTranslate2), DeepSpeed, "
     "KV cache off, precisions, SDPA and static cache + compile"
 )
-_D = runner.RaceSpec(model=models.DEFAULT_MODEL, contenders=())  # one source of defaults
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument(
-        "--model",
-        default=models.DEFAULT_MODEL,
-        help=f"preset, hub id or local folder (default {models.DEFAULT_MODEL})",
-    )
+    runner.RaceSpec.add_arguments(
+        parser
+    )  # --model, --dtype, --device, --runs, --warmup, --max-new-tokens, --timeout
     parser.add_argument(
         "--contenders",
         default=",".join(contenders.DEFAULT_CONTENDERS),
         help=f"comma-separated, from: {', '.join(contenders.CONTENDERS)} (vanilla, the baseline, is always run)",
-    )
-    parser.add_argument(
-        "--runs", type=int, default=_D.runs, help="timed runs per contender (after the warm-up)"
-    )
-    parser.add_argument(
-        "--warmup", type=int, default=_D.warmup, help="warm-up runs per contender, not counted"
-    )
-    parser.add_argument("--max-new-tokens", type=int, default=_D.max_new_tokens)
-    parser.add_argument(
-        "--dtype",
-        default=_D.dtype,
-        help="the race's precision: auto (fp16 on a GPU, fp32 on the CPU), fp32, bf16, fp16",
-    )
-    parser.add_argument("--device", default=_D.device, help="auto, cpu or cuda")
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=_D.timeout_s,
-        help="seconds per contender, load and a peer's first conversion included",
     )
     parser.add_argument(
         "--no-baseline-recheck",
@@ -87,18 +64,12 @@ def _pythons(items: list[str]) -> dict[str, str]:
 
 def run(args) -> dict:
     chosen = contenders.resolve(args.contenders.split(","), _pythons(args.python))
-    spec = runner.RaceSpec(
-        model=args.model,
+    spec = runner.RaceSpec.from_args(
+        args,
         contenders=tuple(chosen),
-        runs=args.runs,
-        warmup=args.warmup,
-        max_new_tokens=args.max_new_tokens,
-        dtype=args.dtype,
-        device=args.device,
-        timeout_s=args.timeout,
         chat_template={"auto": None, "on": True, "off": False}[args.chat],
         recheck_baseline=not args.no_baseline_recheck,
-    ).validate()
+    )
 
     def checkpoint(partial: runner.RaceResult) -> None:
         runner.save(partial, Path(args.save))  # the same file each time (named by the fixed start time)

@@ -25,12 +25,13 @@ from typing import Any
 from engine.core import stats
 from engine.core.errors import InvalidParameterError
 from engine.core.load import is_busy
+from engine.core.spec import Spec, option
 from engine.race import quality, verdict
 from engine.race.contenders import BASELINE, Contender
 from engine.race.process import run_worker
 from engine.race.record import SUMMARY_FIELDS, ContenderResult, RaceResult
 from engine.race.serialise import RESULTS_DIR, load_recorded, save
-from engine.runtime.models import PRESETS
+from engine.runtime.models import PRESETS, ModelArgs
 
 __all__ = [
     "MAX_RUNS",
@@ -51,39 +52,41 @@ Progress = Callable[[int, int, str], None]
 
 
 @dataclass(frozen=True)
-class RaceSpec:
-    model: str
-    contenders: tuple[Contender, ...]
-    runs: int = 3
-    warmup: int = 1
-    max_new_tokens: int = 32
-    dtype: str = "auto"
-    device: str = "auto"
-    prompts: tuple[str, ...] = quality.PROMPTS
-    chat_template: bool | None = None  # None: the model's chat template when it has one (instruct models
-    # answer an instruction at length; without the template SmolLM2 often stops at once)
-    timeout_s: float = 600.0  # per contender, load and (for a peer's first run) conversion included
-    recheck_baseline: bool = True  # run vanilla again at the end to see whether the machine drifted
+class RaceSpec(ModelArgs, Spec):
+    """What a race runs: each option once, with its default, bounds and help (the race command's flags, the page's
+    widgets and bench/race.py read it). The lanes are Contender objects, chosen by name on the command line."""
+
+    contenders: tuple[Contender, ...] = option((), "the lanes besides vanilla (the baseline)", cli=False)
+    runs: int = option(3, "timed runs per contender (after the warm-up)", lo=1, hi=MAX_RUNS)
+    warmup: int = option(1, "warm-up runs per contender, not counted", lo=0, hi=10, label="warm-up runs")
+    max_new_tokens: int = option(
+        32, "new tokens per run (TPOT needs two)", lo=2, hi=2048, label="max new tokens"
+    )
+    prompts: tuple[str, ...] = option(quality.PROMPTS, "the prompts every lane answers", cli=False)
+    # None: the model's chat template when it has one (instruct models answer an instruction at length; without
+    # the template SmolLM2 often stops at once); the command line's --chat auto/on/off sets it
+    chat_template: bool | None = option(
+        None, "wrap the prompts in the model's chat template", kind=bool, cli=False
+    )
+    timeout_s: float = option(
+        600.0,
+        "seconds per contender, load and a peer's first conversion included",
+        lo=1,
+        flag="--timeout",
+        label="the per-contender timeout",
+    )
+    recheck_baseline: bool = option(
+        True, "run vanilla again at the end (the re-run flags a machine whose speed drifted)", cli=False
+    )
 
     def validate(self) -> RaceSpec:
+        super().validate()  # bounds, kinds and choices of every option
         if not self.contenders:
             raise InvalidParameterError("no contenders chosen: pick at least one (vanilla is the baseline)")
-        if not isinstance(self.runs, int) or not 1 <= self.runs <= MAX_RUNS:
-            raise InvalidParameterError(
-                f"runs must be a whole number from 1 to {MAX_RUNS}, got {self.runs!r}"
-            )
-        if not isinstance(self.warmup, int) or not 0 <= self.warmup <= 10:
-            raise InvalidParameterError(f"warm-up runs must be from 0 to 10, got {self.warmup!r}")
-        if not isinstance(self.max_new_tokens, int) or not 2 <= self.max_new_tokens <= 2048:
-            raise InvalidParameterError(
-                f"max new tokens must be from 2 to 2048 (TPOT needs two tokens), got {self.max_new_tokens!r}"
-            )
         if not self.prompts or not all(isinstance(p, str) and p.strip() for p in self.prompts):
             raise InvalidParameterError("the race needs at least one non-empty prompt")
         if not self.model or not self.model.strip():
             raise InvalidParameterError("no model chosen")
-        if self.timeout_s <= 0:
-            raise InvalidParameterError("the per-contender timeout must be positive")
         return self
 
 
