@@ -197,8 +197,10 @@ with right:
         )
     k = st.columns(3)
     sp = est.speed
+    # a load that does not fit: these times are the GPUs asked for as if it fitted; the plan's follow the tiles
+    fitted = "" if m.fits else f" if it fitted on {n_gpus}"
     k[0].metric(
-        "TPOT" + (f", {est.inputs.engine} estimate" if sp else ", bound"),
+        "TPOT" + (f", {est.inputs.engine} estimate" if sp else ", bound") + fitted,
         fmt.seconds(t.decode_s_per_token),
         f"{fmt.seconds(sp.tpot_s.low)}–{fmt.seconds(sp.tpot_s.high)}; physics ≥ {fmt.seconds(sp.tpot_s.bound)}"
         if sp
@@ -208,7 +210,7 @@ with right:
         help=memory.formula_of(timing.estimate_timing),
     )
     k[1].metric(
-        "TTFT" + (f", {est.inputs.engine} estimate" if sp else ", bound"),
+        "TTFT" + (f", {est.inputs.engine} estimate" if sp else ", bound") + fitted,
         fmt.seconds(t.ttft_s),
         f"{fmt.seconds(sp.ttft_s.low)}–{fmt.seconds(sp.ttft_s.high)}; physics ≥ {fmt.seconds(sp.ttft_s.bound)}"
         if sp
@@ -217,7 +219,7 @@ with right:
         delta_arrow="off",
     )
     k[2].metric(
-        "Throughput" + (f", {est.inputs.engine} estimate" if sp else ", bound"),
+        "Throughput" + (f", {est.inputs.engine} estimate" if sp else ", bound") + fitted,
         f"{t.tokens_per_s:,.0f} tok/s",
         f"{sp.output_tokens_per_s.low:,.0f}–{sp.output_tokens_per_s.high:,.0f}; physics ≤ "
         f"{sp.output_tokens_per_s.bound:,.0f}"
@@ -227,6 +229,13 @@ with right:
         delta_arrow="off",
         help="batch x output tokens / generation time",
     )
+    if not m.fits and est.timing_at_plan is not None:
+        tp = est.timing_at_plan
+        st.caption(
+            f"At the {plan.gpus} GPUs the load needs ({plan.sentence(spec.n_head)}): TPOT "
+            f"{fmt.seconds(tp.decode_s_per_token)}, TTFT {fmt.seconds(tp.ttft_s)}, "
+            f"{tp.tokens_per_s * plan.replicas:,.0f} tok/s in all: the figures the price below is computed from."
+        )
     if est.speed is not None:
         st.markdown(speed_caption(est))
     if calibrated is not None:

@@ -143,6 +143,11 @@ def test_cost_is_priced_at_the_gpus_needed_when_it_does_not_fit():
     n = int(priced.label.split(" at ")[1].split()[0])
     assert f"GPUs needed: **{n}**" in at.error[0].value and n > 1
     assert "if it fitted" in priced.delta
+    # the time tiles say they are the one GPU's "if it fitted", and the plan's times (what the price is computed
+    # from) are given beside them, so no tile mixes one GPU's time with n GPUs' dollars unlabelled
+    tpot = next(m for m in at.metric if m.label.startswith("TPOT"))
+    assert tpot.label.endswith("if it fitted on 1"), tpot.label
+    assert any(f"At the {n} GPUs the load needs" in c.value and "price below" in c.value for c in at.caption)
 
 
 def test_past_the_head_count_says_tensor_parallel_stops():

@@ -194,6 +194,9 @@ class Estimate:
     serving: ServingMemory | None = None  # vllm / sglang: memory as the server allocates it
     launch: Launch | None = None  # the commands that serve this plan (serving engines)
     cost_interval: tuple[float, float] | None = None  # $/M output tokens at the throughput interval's ends
+    # when the load does not fit: one replica's times at the plan (its tensor parallel and batch per replica),
+    # the times `cost_at_plan` is priced from
+    timing_at_plan: TimingEstimate | None = None
 
     @property
     def fits(self) -> bool:
@@ -317,7 +320,7 @@ def estimate(spec: ModelSpec, gpu: GPUSpec, inputs: Inputs, eff: Efficiency = DA
         overhead=i.overhead,
         **wf,
     )
-    cost_at_plan = None
+    cost_at_plan = t_rep = None
     timeable = plan.tensor_parallel == 1 or gpu.interconnect_bytes_per_s > 0  # TP needs a known interconnect
     if not mem.fits and not plan.pipeline_needed and i.usd_per_gpu_hour is not None and timeable:
         t_rep = _timing(spec, gpu, i, eff, plan.tensor_parallel, plan.batch_per_replica, wpp)
@@ -363,6 +366,7 @@ def estimate(spec: ModelSpec, gpu: GPUSpec, inputs: Inputs, eff: Efficiency = DA
         params=param_count(spec),
         plan=plan,
         cost_at_plan=cost_at_plan,
+        timing_at_plan=t_rep,
         warnings=tuple(warnings_for(spec, gpu, i, timing))
         + (speed.notes if speed else ())
         + (serving.notes if serving else ()),
