@@ -15,6 +15,7 @@ import httpx2 as httpx
 
 from engine.loadgen.client import RequestRecord, headers, send
 from engine.loadgen.metrics import RunMetrics, summarize
+from engine.loadgen.server_side import delta, fetch_timings, scrape
 from engine.loadgen.workload import SLO, LoadSpec, LoadSpecError, plan
 
 Progress = Callable[[float, str], None]
@@ -60,8 +61,13 @@ def run_once(spec: LoadSpec, slo: SLO) -> RunMetrics:
     """One run at the spec's level; blocking (an event loop of its own, so it works from any thread)."""
     spec.validate()
     slo.validate()
+    before = scrape(spec.base_url, spec.api_key)
     records = _run_blocking(spec)
-    return summarize(records, level=spec.level, mode=spec.mode, slo=slo)
+    after = scrape(spec.base_url, spec.api_key) if before is not None else None
+    timings = fetch_timings(spec.base_url, spec.api_key) if any(r.request_id for r in records) else {}
+    return summarize(
+        records, level=spec.level, mode=spec.mode, slo=slo, server=delta(before, after), timings=timings
+    )
 
 
 def check_server(base_url: str, api_key: str | None = None, timeout: float = 10.0) -> list[str]:

@@ -359,8 +359,9 @@ async def _stream(request: Request, run: _Run, pump: _Pump) -> AsyncIterator[str
                 yield _sse(chunk(req, None, finish_reason(value.stop_reason), first=run.last_sent is None))
                 if req.include_usage:
                     yield _sse(usage_chunk(req, run.prompt_tokens, n))
-                yield _sse("[DONE]")
+                # recorded before [DONE], so a client that asks for the timings when its stream ends finds them
                 run.finish(vllm_finished_reason(value.stop_reason), n)
+                yield _sse("[DONE]")
                 return
     finally:
         pump.handle.cancel()  # a disconnect mid-stream frees the slot at the next token
