@@ -104,6 +104,39 @@ class SweepResult:
     def knee_point(self) -> RunMetrics | None:
         return next((p for p in self.points if p.level == self.knee), None)
 
+    @property
+    def skipped(self) -> tuple[float, ...]:
+        """The levels asked for but not run (the sweep stopped at the first level that missed the SLOs)."""
+        return self.levels[len(self.points) :]
+
+    @property
+    def all_failed(self) -> bool:
+        """No request of any level completed: the target is down or refuses every request (no figures to show)."""
+        return bool(self.points) and all(p.completed == 0 for p in self.points)
+
+    def stop_reason(self) -> str:
+        """Why the sweep stopped where it did, from the numbers of the level that missed the SLOs ('' if none)."""
+        if not self.skipped or not self.points:
+            return ""
+        last = self.points[-1]
+        unit = "requests/s" if self.spec.mode == "poisson" else "users"
+        missed = []
+        if last.completed < last.requests:
+            missed.append(f"{last.requests - last.completed} of {last.requests} requests failed")
+        if self.slo.ttft_s is not None and last.ttft_s.n and last.ttft_s.p90 > self.slo.ttft_s:
+            missed.append(f"TTFT p90 {last.ttft_s.p90:.3g} s > SLO {self.slo.ttft_s:g} s")
+        if self.slo.tpot_s is not None and last.tpot_s.n and last.tpot_s.p90 > self.slo.tpot_s:
+            missed.append(f"TPOT p90 {last.tpot_s.p90 * 1e3:.3g} ms > SLO {self.slo.tpot_s * 1e3:g} ms")
+        if self.slo.e2e_s is not None and last.e2e_s.n and last.e2e_s.p90 > self.slo.e2e_s:
+            missed.append(f"E2E p90 {last.e2e_s.p90:.3g} s > SLO {self.slo.e2e_s:g} s")
+        skipped = ", ".join(f"{x:g}" for x in self.skipped)
+        why = "; ".join(missed) or "too few requests met every objective"
+        return (
+            f"Skipped {skipped} {unit}: at {last.level:g} {unit} only {last.slo_attainment:.0%} of requests met the "
+            f"SLOs (target {self.slo.min_attainment:.0%}; {why}), and more load only queues more. "
+            "Sweep them anyway with keep going."
+        )
+
 
 def run_sweep(
     spec: LoadSpec,
