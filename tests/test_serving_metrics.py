@@ -167,3 +167,45 @@ def test_finished_reasons_and_token_buckets_follow_vllm():
         "error",
     ]
     assert build_1_2_5_buckets(100) == [1, 2, 5, 10, 20, 50, 100]
+
+
+def test_vllm_histograms_agree_with_the_per_request_timings(tiny_lm):
+    """A fresh server, three requests: the histograms' sums and counts are the timings' sums, and the token
+    counters the usage the responses reported."""
+    app, sched = build(ServeSpec(model=tiny_lm.name), tiny_lm)
+    with ServerThread(app, scheduler=sched) as srv:
+        usage = []
+        for n in (3, 4, 5):
+            r = httpx.post(
+                srv.base_url + "/completions",
+                json={
+                    "model": tiny_lm.name,
+                    "prompt": "Count",
+                    "max_tokens": n,
+                    "temperature": 0,
+                    "ignore_eos": True,
+                },
+                timeout=GUARD_S,
+            )
+            usage.append(r.json()["usage"])
+        timings = httpx.get(srv.base_url + "/requests/timings", timeout=GUARD_S).json()["data"]
+        fams = _families(srv)
+
+    def value(family: str, sample: str) -> float:
+        return next(s.value for s in fams[family].samples if s.name == sample)
+
+    assert len(timings) == 3
+    for key, family in (
+        ("queue_s", "vllm:request_queue_time_seconds"),
+        ("prefill_s", "vllm:request_prefill_time_seconds"),
+        ("decode_s", "vllm:request_decode_time_seconds"),
+        ("e2e_s", "vllm:e2e_request_latency_seconds"),
+    ):
+        assert value(family, family + "_count") == 3
+        assert value(family, family + "_sum") == pytest.approx(
+            sum(t[key] for t in timings), rel=1e-9, abs=1e-12
+        )
+    assert value("vllm:generation_tokens", "vllm:generation_tokens_total") == sum(
+        u["completion_tokens"] for u in usage
+    )
+    assert value("vllm:prompt_tokens", "vllm:prompt_tokens_total") == sum(u["prompt_tokens"] for u in usage)
