@@ -101,3 +101,24 @@ def test_a_run_against_the_engine_joins_every_request(tiny_lm):
     assert m.server is not None
     assert m.server.counts["generation_tokens"] == 20 and m.server.finished == {"length": 4}
     assert {"ttft_s", "queue_s", "prefill_s", "decode_s", "e2e_s"} <= set(m.server.means)
+
+
+def test_gamma_bursts_keep_the_rate_and_change_the_spread():
+    import itertools
+    import statistics
+
+    from engine.loadgen.workload import LoadSpecError, plan
+
+    def gaps(burstiness: float) -> list[float]:
+        spec = LoadSpec(base_url="http://x/v1", model="m", rate=4.0, n_requests=4000, burstiness=burstiness)
+        times = [r.send_at_s for r in plan(spec)]
+        return [b - a for a, b in itertools.pairwise(times)]
+
+    for b in (0.25, 1.0, 4.0):
+        g = gaps(b)
+        assert statistics.mean(g) == pytest.approx(0.25, rel=0.1)  # the same mean rate at every burstiness
+        cv = statistics.stdev(g) / statistics.mean(g)
+        assert cv == pytest.approx(1 / math.sqrt(b), rel=0.15)  # Gamma(k): coefficient of variation 1/sqrt(k)
+    assert gaps(0.5) == gaps(0.5)  # seeded
+    with pytest.raises(LoadSpecError, match="burstiness"):
+        LoadSpec(base_url="http://x/v1", model="m", burstiness=0).validate()
