@@ -140,6 +140,18 @@ attain = c[2].number_input(
     "Requests meeting them (%)", 1, 100, int(_S.min_attainment * 100), key=f"{NS}.attain"
 )
 endpoint = c[3].selectbox("Endpoint", ENDPOINTS, key=f"{NS}.endpoint")
+burstiness = (
+    st.number_input(
+        "Burstiness (Gamma arrivals)",
+        0.05,
+        20.0,
+        float(_D.burstiness),
+        key=f"{NS}.burstiness",
+        help="vLLM's bench serve --burstiness: 1 is Poisson; below 1 the same rate arrives in bursts",
+    )
+    if mode == "poisson"
+    else _D.burstiness
+)
 keep_going = st.checkbox(
     "Keep going after a level misses the SLOs",
     key=f"{NS}.keep_going",
@@ -158,6 +170,7 @@ if st.button("Run sweep", key=f"{NS}.go", type="primary", disabled=not (url and 
             mode=mode,
             n_requests=n_requests,
             output_tokens=out_tokens,
+            burstiness=float(burstiness),
         ).validate()
         slo = SLO(ttft_s=slo_ttft, tpot_s=slo_tpot / 1e3, min_attainment=attain / 100).validate()
         st.session_state[f"{NS}.sweep"] = None
