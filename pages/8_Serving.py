@@ -16,6 +16,9 @@ from engine.runtime.models import DEFAULT_MODEL, PRESETS
 from ui.common import init_state, page_setup, show_error
 from ui.serving_widgets import (
     at_level,
+    breakdown_figure,
+    breakdown_rows,
+    breakdown_sentence,
     knee_sentence,
     latency_figure,
     level_unit,
@@ -129,6 +132,23 @@ attain = c[2].number_input(
     "Requests meeting them (%)", 1, 100, int(_S.min_attainment * 100), key=f"{NS}.attain"
 )
 endpoint = c[3].selectbox("Endpoint", ENDPOINTS, key=f"{NS}.endpoint")
+burstiness = (
+    st.number_input(
+        "Burstiness (Gamma arrivals)",
+        0.05,
+        20.0,
+        float(_D.burstiness),
+        key=f"{NS}.burstiness",
+        help="vLLM's bench serve --burstiness: 1 is Poisson; below 1 the same rate arrives in bursts",
+    )
+    if mode == "poisson"
+    else _D.burstiness
+)
+keep_going = st.checkbox(
+    "Keep going after a level misses the SLOs",
+    key=f"{NS}.keep_going",
+    help="by default the sweep stops at the first level that misses them (more load only queues more)",
+)
 
 if st.button("Run sweep", key=f"{NS}.go", type="primary", disabled=not (url and model)):
     bar = st.progress(0.0, text="starting…")
@@ -142,10 +162,13 @@ if st.button("Run sweep", key=f"{NS}.go", type="primary", disabled=not (url and 
             mode=mode,
             n_requests=n_requests,
             output_tokens=out_tokens,
+            burstiness=float(burstiness),
         ).validate()
         slo = SLO(ttft_s=slo_ttft, tpot_s=slo_tpot / 1e3, min_attainment=attain / 100).validate()
+        st.session_state[f"{NS}.sweep"] = None
+        check_server(url, api_key)  # a dead or wrong URL fails here, with what went wrong, before any run
         st.session_state[f"{NS}.sweep"] = run_sweep(
-            spec, slo, levels, progress=lambda f, msg: bar.progress(f, text=msg)
+            spec, slo, levels, keep_going=keep_going, progress=lambda f, msg: bar.progress(f, text=msg)
         )
     except (LoadSpecError, ValueError, EngineError) as exc:
         show_error(exc)
@@ -158,6 +181,15 @@ if sweep is None:
     st.stop()
 st.header("3 · Results (measured)")
 unit = level_unit(sweep.spec.mode)
+if sweep.all_failed:
+    first = next((p.first_error for p in sweep.points if p.first_error), "")
+    st.error(
+        f"No request completed at any level against {sweep.spec.base_url}: there is nothing to measure. "
+        f"First failure: {first}. Check that the server is running and serves `{sweep.spec.model}`."
+    )
+    st.stop()
+if sweep.skipped:
+    st.warning(sweep.stop_reason(), icon=":material/skip_next:")
 st.caption(
     f"{sweep.spec.base_url}, model `{sweep.spec.model}`, {sweep.spec.n_requests} requests per level × "
     f"{sweep.spec.output_tokens} output tokens, started {sweep.started_at}; tokens counted by "
@@ -181,6 +213,27 @@ if errors:
 st.plotly_chart(latency_figure(sweep), width="stretch")
 st.plotly_chart(throughput_figure(sweep), width="stretch")
 st.plotly_chart(per_user_figure(sweep), width="stretch")
+
+st.subheader("Where the TTFT went: the server's queue and prefill, and the transport")
+fig = breakdown_figure(sweep)
+if fig is None:
+    st.caption(
+        "This server keeps no per-request timings (vLLM does not; this engine's server does, at "
+        "`GET /v1/requests/timings`), so the client's TTFT cannot be split. Server-side means from its "
+        "/metrics, where it exports vLLM's names, are in the table below."
+    )
+else:
+    st.markdown(
+        "Each request's id (the `X-Request-Id` header) joins the client's TTFT to the server's own timestamps: "
+        "**queue** (waiting for a batch slot), **prefill** (admitted → first token, chunks interleaved with the "
+        "running rows' decode steps) and **transport**, the rest (network both ways, HTTP handling and "
+        "tokenizing, writing the first chunk): TTFT = queue + prefill + transport, as means over the joined "
+        "requests. " + breakdown_sentence(sweep)
+    )
+    st.plotly_chart(fig, width="stretch")
+rows_b = breakdown_rows(sweep)
+if any(len(r) > 1 for r in rows_b):
+    st.dataframe(rows_b, hide_index=True, width="stretch")
 
 # ---------------------------------------------------------------- 4. knee vs calculator
 st.header("4 · Measured knee beside the calculator")

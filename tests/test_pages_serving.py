@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine.calc.capacity import CapacityPrediction
@@ -58,3 +59,98 @@ def test_page_shows_a_bad_url_as_an_error():
     at.text_input(key="serving.url").set_value("http://127.0.0.1:9/v1").run()
     at.button(key="serving.list").click().run()
     assert not at.exception and at.error and "cannot reach" in at.error[0].value
+
+
+def _records(n: int, ttft: float, ok: bool = True):
+    from engine.loadgen.client import RequestRecord
+
+    out = []
+    for i in range(n):
+        r = RequestRecord(
+            i, 0.0, 4, ok=ok, error=None if ok else "connect", detail="" if ok else "ConnectError: refused"
+        )
+        if ok:
+            r.ttft_s, r.e2e_s, r.chunk_times = ttft, ttft + 0.3, [ttft + 0.1 * k for k in range(4)]
+            r.output_tokens, r.tokens_from_usage, r.request_id = 4, True, f"cmpl-{i}"
+        out.append(r)
+    return out
+
+
+def _sweep(points_records, levels, slo):
+    from engine.loadgen.metrics import summarize
+    from engine.loadgen.sweep import SweepResult
+    from engine.loadgen.workload import LoadSpec
+
+    spec = LoadSpec(
+        base_url="http://127.0.0.1:8000/v1", model="m", mode="concurrency", n_requests=4, output_tokens=4
+    )
+    pts = tuple(
+        summarize(
+            recs,
+            level=lvl,
+            mode="concurrency",
+            slo=slo,
+            timings={
+                f"cmpl-{i}": {"id": f"cmpl-{i}", "queue_s": 0.01 * lvl, "prefill_s": 0.02} for i in range(4)
+            },
+        )
+        for lvl, recs in zip(levels, points_records, strict=False)
+    )
+    knee = next((p.level for p in reversed(pts) if p.meets_slo), None)
+    return SweepResult(
+        spec, slo, tuple(levels), pts, knee, len(pts) < len(levels), "2026-12-01T00:00:00+00:00"
+    )
+
+
+def _page_with(sweep) -> AppTest:
+    at = AppTest.from_file(PAGE, default_timeout=180)
+    at.session_state["serving.sweep"] = sweep
+    return at.run()
+
+
+def test_a_sweep_that_stopped_early_names_the_skipped_levels_and_why():
+    from engine.loadgen.workload import SLO
+
+    slo = SLO(ttft_s=1.0, tpot_s=None)
+    sweep = _sweep([_records(4, 0.2), _records(4, 3.0)], [1, 2, 4, 8], slo)  # level 2 misses the TTFT SLO
+    assert sweep.skipped == (4.0, 8.0)
+    at = _page_with(sweep)
+    assert not at.exception
+    warning = " ".join(w.value for w in at.warning)
+    assert "Skipped 4, 8 users" in warning and "at 2 users only 0% of requests met the SLOs" in warning
+    assert "TTFT p90 3 s > SLO 1 s" in warning
+
+
+def test_the_ttft_breakdown_is_shown_and_adds_up():
+    from engine.loadgen.workload import SLO
+
+    sweep = _sweep([_records(4, 0.2), _records(4, 0.5)], [1, 2], SLO(ttft_s=None, tpot_s=None))
+    at = _page_with(sweep)
+    assert not at.exception
+    text = " ".join(m.value for m in at.markdown)
+    assert "TTFT = queue + prefill + transport" in text and "**transport**: " in text
+    b = sweep.points[1].ttft_breakdown
+    assert b.queue_s + b.prefill_s + b.transport_s == pytest.approx(b.ttft_s)
+
+
+def test_a_sweep_where_nothing_completed_shows_one_error_and_no_charts_or_advice():
+    from engine.loadgen.workload import SLO
+
+    sweep = _sweep([_records(4, 0, ok=False)], [1, 2], SLO())
+    at = _page_with(sweep)
+    assert not at.exception and at.error and "No request completed" in at.error[0].value
+    assert not at.get("plotly_chart")
+    assert not any("No level" in m.value or "knee" in m.value.lower() for m in at.markdown)
+
+
+def test_a_sweep_against_a_dead_url_is_one_clear_error():
+    at = AppTest.from_file(PAGE, default_timeout=180).run()
+    at.radio(key="serving.target").set_value("Any OpenAI-compatible URL").run()
+    at.text_input(key="serving.url").set_value("http://127.0.0.1:9/v1").run()
+    at.text_input(key="serving.model_text").set_value("m").run()
+    at.text_input(key="serving.levels.concurrency").set_value("1,2").run()
+    at.button(key="serving.go").click().run()
+    assert not at.exception and at.error and "cannot reach" in at.error[0].value
+    assert at.session_state["serving.sweep"] is None
+    assert not at.get("plotly_chart")
+    assert not any("No level" in m.value for m in at.markdown)

@@ -404,3 +404,18 @@ def test_compiled_decode_server_answers_greedy_like_the_eager_one(tiny_server):
         assert status is not None and status.state == "ready", status
     finally:
         srv.stop()
+
+
+def test_the_server_process_leaves_a_core_to_the_http_side(monkeypatch):
+    from engine.serving.runner import server_threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert server_threads(ServeSpec(model="tiny-gpt-neo")) == 1
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    assert server_threads(ServeSpec(model="tiny-gpt-neo")) == 15
+    monkeypatch.setattr("os.cpu_count", lambda: 1)
+    assert server_threads(ServeSpec(model="tiny-gpt-neo")) == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert server_threads(ServeSpec(model="tiny-gpt-neo")) == 3
+    assert server_threads(ServeSpec(model="tiny-gpt-neo", threads=2)) == 2

@@ -174,3 +174,73 @@ def knee_sentence(
     else:
         verdict = f"The calculator predicts **{p} users** (limited by {predicted.limited_by}), the same as measured."
     return f"{measured} {verdict}"
+
+
+PARTS = (
+    ("queue_s", "queue", "#e4a72e"),
+    ("prefill_s", "prefill", "#7b4ea3"),
+    ("transport_s", "transport", "#3a7ca5"),
+)
+
+
+def breakdown_rows(sweep: SweepResult) -> list[dict]:
+    """Per level: mean client TTFT split into the server's queue and prefill and the transport (ms), how many
+    requests were joined by id, and the server's own run means from its /metrics where it exports them."""
+    unit = level_unit(sweep.spec.mode)
+    rows = []
+    for p in sweep.points:
+        b, s = p.ttft_breakdown, p.server
+        row: dict = {unit: p.level}
+        if b is not None:
+            row["joined"] = f"{b.joined}/{b.completed}"
+            row["TTFT mean (ms)"] = round(b.ttft_s * 1e3, 1)
+            for key, name, _ in PARTS:
+                row[f"{name} (ms)"] = round(getattr(b, key) * 1e3, 1)
+        if s is not None:
+            for key, name in (
+                ("ttft_s", "server TTFT"),
+                ("queue_s", "server queue"),
+                ("decode_s", "server decode"),
+            ):
+                if key in s.means:
+                    row[f"{name} mean (ms)"] = round(s.means[key] * 1e3, 1)
+        rows.append(row)
+    return rows
+
+
+def breakdown_figure(sweep: SweepResult) -> go.Figure | None:
+    """Stacked bars per level: queue + prefill + transport = mean client TTFT (None when nothing was joined)."""
+    pts = [p for p in sweep.points if p.ttft_breakdown is not None]
+    if not pts:
+        return None
+    fig = go.Figure()
+    x = [f"{p.level:g}" for p in pts]
+    for key, name, color in PARTS:
+        fig.add_bar(x=x, y=[getattr(p.ttft_breakdown, key) * 1e3 for p in pts], name=name, marker_color=color)
+    fig.update_layout(
+        barmode="stack",
+        height=320,
+        margin={"t": 30, "b": 10},
+        xaxis_title=level_unit(sweep.spec.mode),
+        yaxis_title="mean TTFT (ms)",
+        legend={"orientation": "h", "y": -0.3},
+    )
+    return fig
+
+
+def breakdown_sentence(sweep: SweepResult) -> str:
+    """Which part of the TTFT grew most from the lowest level to the highest, from the numbers above."""
+    pts = [p for p in sweep.points if p.ttft_breakdown is not None]
+    if not pts:
+        return ""
+    hi = pts[-1].ttft_breakdown
+    assert hi is not None
+    share = {name: getattr(hi, key) / hi.ttft_s for key, name, _ in PARTS if hi.ttft_s > 0}
+    if not share:
+        return ""
+    top = max(share, key=lambda k: share[k])
+    unit = level_unit(sweep.spec.mode)
+    return (
+        f"At {at_level(pts[-1].level, unit)} the largest part of the mean TTFT ({hi.ttft_s * 1e3:.1f} ms) is "
+        f"**{top}**: {share[top]:.0%} of it."
+    )

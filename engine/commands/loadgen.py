@@ -33,6 +33,12 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument("--rate", type=float, default=_D.rate, help="requests per second (poisson)")
     parser.add_argument(
+        "--burstiness",
+        type=float,
+        default=_D.burstiness,
+        help="Gamma arrivals as vLLM's bench serve: 1 = Poisson, < 1 burstier, > 1 steadier",
+    )
+    parser.add_argument(
         "--concurrency",
         type=int,
         default=_D.concurrency,
@@ -92,6 +98,7 @@ def run(args) -> dict:
             endpoint=args.endpoint,
             mode=args.mode,
             rate=args.rate,
+            burstiness=args.burstiness,
             concurrency=args.concurrency,
             n_requests=args.requests,
             output_tokens=args.output_tokens,

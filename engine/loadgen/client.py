@@ -32,6 +32,7 @@ class RequestRecord:
     prompt_tokens: int | None = None
     tokens_from_usage: bool = False
     chunk_times: list[float] = field(default_factory=list)  # perf_counter of each content chunk
+    request_id: str | None = None  # the server's X-Request-Id header, else the response's `id`
 
     @property
     def tpot_s(self) -> float:
@@ -94,6 +95,7 @@ async def send(client: httpx.AsyncClient, spec: LoadSpec, req: PlannedRequest) -
                 rec.error = "http_429" if resp.status_code == 429 else f"http_{resp.status_code // 100}xx"
                 rec.detail = f"{resp.status_code}: {text}"
                 return rec
+            rec.request_id = resp.headers.get("x-request-id")
             async for line in resp.aiter_lines():
                 if not line.startswith("data:"):
                     continue
@@ -104,6 +106,8 @@ async def send(client: httpx.AsyncClient, spec: LoadSpec, req: PlannedRequest) -
                 if "error" in event:
                     rec.error, rec.detail = "stream_error", str(event["error"])[:300]
                     return rec
+                if rec.request_id is None and isinstance(event.get("id"), str):
+                    rec.request_id = event["id"]
                 if _content(event, spec.endpoint):
                     now = time.perf_counter()
                     if not rec.chunk_times:

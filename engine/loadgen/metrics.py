@@ -4,6 +4,8 @@ Throughput: completed requests / wall time and output tokens / wall time, wall t
 Per request: TTFT, TPOT (first token excluded), E2E; ITL pooled over every gap between content chunks.
 Percentiles p50/p90/p99 by engine.core.stats (linear interpolation between closest ranks). Goodput (vLLM): requests
 meeting every SLO per second; SLO attainment: good requests / all requests (failed requests are not good).
+Where the server tells its side (engine.loadgen.server_side), the run also carries the server's metrics over the
+run and the client TTFT split into the server's queue and prefill and the transport between.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 
 from engine.core import stats
 from engine.loadgen.client import RequestRecord
+from engine.loadgen.server_side import ServerMetricsDelta, TTFTBreakdown, breakdown, join
 from engine.loadgen.workload import SLO
 
 PERCENTILES = (50, 90, 99)
@@ -56,6 +59,8 @@ class RunMetrics:
     tokens_counted_by: str  # "server usage" | "content chunks" | "mixed"
     prompt_tokens_median: float  # median prompt length the server reported (NaN when it does not)
     first_error: str = ""
+    server: ServerMetricsDelta | None = None  # the server's /metrics over the run; None where it has none
+    ttft_breakdown: TTFTBreakdown | None = None  # None where the server keeps no per-request timings
 
 
 def good(r: RequestRecord, slo: SLO) -> bool:
@@ -69,7 +74,15 @@ def good(r: RequestRecord, slo: SLO) -> bool:
     return slo.e2e_s is None or r.e2e_s <= slo.e2e_s
 
 
-def summarize(records: Sequence[RequestRecord], *, level: float, mode: str, slo: SLO) -> RunMetrics:
+def summarize(
+    records: Sequence[RequestRecord],
+    *,
+    level: float,
+    mode: str,
+    slo: SLO,
+    server: ServerMetricsDelta | None = None,
+    timings: dict[str, dict] | None = None,
+) -> RunMetrics:
     done = [r for r in records if r.ok]
     starts = [r.start for r in records]
     ends = [r.start + r.e2e_s for r in done]
@@ -101,4 +114,6 @@ def summarize(records: Sequence[RequestRecord], *, level: float, mode: str, slo:
         tokens_counted_by=counted,
         prompt_tokens_median=stats.median([r.prompt_tokens for r in done]) if done else math.nan,
         first_error=next((f"{r.error}: {r.detail}" for r in records if not r.ok), ""),
+        server=server,
+        ttft_breakdown=breakdown(join(records, timings or {}), len(done)),
     )

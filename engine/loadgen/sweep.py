@@ -15,6 +15,7 @@ import httpx2 as httpx
 
 from engine.loadgen.client import RequestRecord, headers, send
 from engine.loadgen.metrics import RunMetrics, summarize
+from engine.loadgen.server_side import delta, fetch_timings, scrape
 from engine.loadgen.workload import SLO, LoadSpec, LoadSpecError, plan
 
 Progress = Callable[[float, str], None]
@@ -60,8 +61,13 @@ def run_once(spec: LoadSpec, slo: SLO) -> RunMetrics:
     """One run at the spec's level; blocking (an event loop of its own, so it works from any thread)."""
     spec.validate()
     slo.validate()
+    before = scrape(spec.base_url, spec.api_key)
     records = _run_blocking(spec)
-    return summarize(records, level=spec.level, mode=spec.mode, slo=slo)
+    after = scrape(spec.base_url, spec.api_key) if before is not None else None
+    timings = fetch_timings(spec.base_url, spec.api_key) if any(r.request_id for r in records) else {}
+    return summarize(
+        records, level=spec.level, mode=spec.mode, slo=slo, server=delta(before, after), timings=timings
+    )
 
 
 def check_server(base_url: str, api_key: str | None = None, timeout: float = 10.0) -> list[str]:
@@ -97,6 +103,39 @@ class SweepResult:
     @property
     def knee_point(self) -> RunMetrics | None:
         return next((p for p in self.points if p.level == self.knee), None)
+
+    @property
+    def skipped(self) -> tuple[float, ...]:
+        """The levels asked for but not run (the sweep stopped at the first level that missed the SLOs)."""
+        return self.levels[len(self.points) :]
+
+    @property
+    def all_failed(self) -> bool:
+        """No request of any level completed: the target is down or refuses every request (no figures to show)."""
+        return bool(self.points) and all(p.completed == 0 for p in self.points)
+
+    def stop_reason(self) -> str:
+        """Why the sweep stopped where it did, from the numbers of the level that missed the SLOs ('' if none)."""
+        if not self.skipped or not self.points:
+            return ""
+        last = self.points[-1]
+        unit = "requests/s" if self.spec.mode == "poisson" else "users"
+        missed = []
+        if last.completed < last.requests:
+            missed.append(f"{last.requests - last.completed} of {last.requests} requests failed")
+        if self.slo.ttft_s is not None and last.ttft_s.n and last.ttft_s.p90 > self.slo.ttft_s:
+            missed.append(f"TTFT p90 {last.ttft_s.p90:.3g} s > SLO {self.slo.ttft_s:g} s")
+        if self.slo.tpot_s is not None and last.tpot_s.n and last.tpot_s.p90 > self.slo.tpot_s:
+            missed.append(f"TPOT p90 {last.tpot_s.p90 * 1e3:.3g} ms > SLO {self.slo.tpot_s * 1e3:g} ms")
+        if self.slo.e2e_s is not None and last.e2e_s.n and last.e2e_s.p90 > self.slo.e2e_s:
+            missed.append(f"E2E p90 {last.e2e_s.p90:.3g} s > SLO {self.slo.e2e_s:g} s")
+        skipped = ", ".join(f"{x:g}" for x in self.skipped)
+        why = "; ".join(missed) or "too few requests met every objective"
+        return (
+            f"Skipped {skipped} {unit}: at {last.level:g} {unit} only {last.slo_attainment:.0%} of requests met the "
+            f"SLOs (target {self.slo.min_attainment:.0%}; {why}), and more load only queues more. "
+            "Sweep them anyway with keep going."
+        )
 
 
 def run_sweep(

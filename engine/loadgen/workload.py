@@ -49,6 +49,9 @@ class LoadSpec:
     endpoint: str = "completions"
     mode: str = "poisson"
     rate: float = 1.0  # requests per second (poisson)
+    # arrival gaps Gamma(shape=burstiness, mean 1/rate), vLLM's `bench serve --burstiness`: 1 is Poisson,
+    # below 1 burstier (the same rate in clumps), above 1 steadier
+    burstiness: float = 1.0
     concurrency: int = 1  # users (concurrency)
     n_requests: int = 32
     output_tokens: int = 64
@@ -72,6 +75,8 @@ class LoadSpec:
             raise LoadSpecError(f"endpoint must be one of {ENDPOINTS} and mode one of {MODES}")
         if self.mode == "poisson" and not (math.isfinite(self.rate) and self.rate > 0):
             raise LoadSpecError(f"the request rate must be a positive number per second, got {self.rate}")
+        if not (math.isfinite(self.burstiness) and self.burstiness > 0):
+            raise LoadSpecError(f"burstiness must be a positive number (1 = Poisson), got {self.burstiness}")
         if self.mode == "concurrency" and not (isinstance(self.concurrency, int) and self.concurrency >= 1):
             raise LoadSpecError(f"concurrency must be a whole number >= 1, got {self.concurrency}")
         if not 1 <= self.n_requests <= 100_000:
@@ -127,7 +132,8 @@ def load_prompts(path: str | None) -> list[str]:
 
 def plan(spec: LoadSpec) -> list[PlannedRequest]:
     """The run's requests: prompts cycled in a seeded shuffle, lengths drawn, Poisson offsets (exponential gaps
-    with mean 1/rate, the arrival process vLLM's benchmark uses for a finite rate)."""
+    with mean 1/rate, the arrival process vLLM's benchmark uses for a finite rate), or Gamma gaps with the same
+    mean where burstiness != 1 (vLLM: shape = burstiness, scale = 1 / (rate x burstiness))."""
     spec.validate()
     rng = random.Random(spec.seed)
     prompts = load_prompts(spec.prompts_file)
@@ -142,6 +148,9 @@ def plan(spec: LoadSpec) -> list[PlannedRequest]:
             else rng.randint(spec.output_tokens, spec.output_tokens_max)
         )
         if spec.mode == "poisson" and i > 0:
-            t += rng.expovariate(spec.rate)
+            if spec.burstiness == 1.0:
+                t += rng.expovariate(spec.rate)
+            else:
+                t += rng.gammavariate(spec.burstiness, 1.0 / (spec.rate * spec.burstiness))
         out.append(PlannedRequest(i, prompts[order[i % len(order)]], n, t if spec.mode == "poisson" else 0.0))
     return out

@@ -294,6 +294,11 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict:
     }
 
 
+def response_id(req: ParsedRequest) -> str:
+    """The id every response and chunk of a request carries (and its X-Request-Id header): OpenAI's prefixes."""
+    return f"chatcmpl-{req.id}" if req.kind == "chat" else f"cmpl-{req.id}"
+
+
 def full_response(
     req: ParsedRequest, text: str, reason: str, prompt_tokens: int, completion_tokens: int
 ) -> dict:
@@ -304,12 +309,12 @@ def full_response(
             "logprobs": None,
             "finish_reason": reason,
         }
-        obj, pid = "chat.completion", f"chatcmpl-{req.id}"
+        obj = "chat.completion"
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
-        obj, pid = "text_completion", f"cmpl-{req.id}"
+        obj = "text_completion"
     return {
-        "id": pid,
+        "id": response_id(req),
         "object": obj,
         "created": req.created,
         "model": req.model,
@@ -325,18 +330,23 @@ def chunk(req: ParsedRequest, text: str | None, reason: str | None, *, first: bo
         if text:
             delta["content"] = text
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
-        obj, pid = "chat.completion.chunk", f"chatcmpl-{req.id}"
+        obj = "chat.completion.chunk"
     else:
         choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": reason}
-        obj, pid = "text_completion", f"cmpl-{req.id}"
-    return {"id": pid, "object": obj, "created": req.created, "model": req.model, "choices": [choice]}
+        obj = "text_completion"
+    return {
+        "id": response_id(req),
+        "object": obj,
+        "created": req.created,
+        "model": req.model,
+        "choices": [choice],
+    }
 
 
 def usage_chunk(req: ParsedRequest, prompt_tokens: int, completion_tokens: int) -> dict:
     obj = "chat.completion.chunk" if req.kind == "chat" else "text_completion"
-    pid = f"chatcmpl-{req.id}" if req.kind == "chat" else f"cmpl-{req.id}"
     return {
-        "id": pid,
+        "id": response_id(req),
         "object": obj,
         "created": req.created,
         "model": req.model,

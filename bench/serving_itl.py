@@ -1,0 +1,111 @@
+"""Inter-token latency of running streams while others are admitted: ITL p50/p90/p99 at 1, 4 and 8 users
+against `python -m engine serve` (a child process), measured on the client by the load generator.
+
+    .venv/bin/python bench/serving_itl.py [--model tiny-gpt-neo] [--levels 1,4,8] [--requests 8]
+                                          [--output-tokens 16] [--repeats 3] [--label NAME] [--extra "--flag v"]
+
+Each level runs `--repeats` times (after one warm-up run that is dropped); the chunk gaps of every repeat are
+pooled and their p50/p90/p99 reported (engine.core.stats), with the ratio p99/p50 that the stall target reads
+(p99 <= 3 x p50 at 4 users). The same command line as `python -m engine loadgen --mode concurrency
+--concurrency N --requests 8 --output-tokens 16`. Writes bench/results/serving-itl-<label>-<machine>.json with the
+load average beside the figures (a shared 2-core machine is noisy: compare runs made back to back).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.common import write_result  # noqa: E402
+from engine.core import paths, stats  # noqa: E402
+from engine.loadgen.client import RequestRecord  # noqa: E402
+from engine.loadgen.sweep import _run_blocking  # noqa: E402
+from engine.loadgen.workload import LoadSpec  # noqa: E402
+from engine.serving.process import ServerProcess  # noqa: E402
+
+TARGET_RATIO = 3.0  # ITL p99 <= 3 x p50 at 4 users
+
+
+def itl_row(level: int, runs: list[list[RequestRecord]]) -> dict:
+    gaps = [g for recs in runs for r in recs if r.ok for g in r.itls]
+    p50, p90, p99 = (stats.percentile(gaps, q) for q in (50, 90, 99))
+    errors = sum(not r.ok for recs in runs for r in recs)
+    return {
+        "users": level,
+        "repeats": len(runs),
+        "gaps": len(gaps),
+        "errors": errors,
+        "itl_p50_s": p50,
+        "itl_p90_s": p90,
+        "itl_p99_s": p99,
+        "itl_max_s": max(gaps) if gaps else None,
+        "p99_over_p50": p99 / p50 if p50 and p50 > 0 else None,
+        "ttft_p50_s": stats.percentile([r.ttft_s for recs in runs for r in recs if r.ok], 50),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="tiny-gpt-neo")
+    p.add_argument("--levels", default="1,4,8")
+    p.add_argument("--requests", type=int, default=8)
+    p.add_argument("--output-tokens", type=int, default=16)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--max-batch", type=int, default=8)
+    p.add_argument("--label", default="", help="a name for this run in the result file (e.g. before, after)")
+    p.add_argument("--extra", default="", help="more flags for `python -m engine serve`")
+    args = p.parse_args(argv)
+    levels = [int(x) for x in args.levels.split(",") if x]
+    load_before = os.getloadavg()
+    rows = []
+    with ServerProcess(args.model, max_batch=args.max_batch, extra=tuple(shlex.split(args.extra))) as srv:
+        for level in levels:
+            spec = LoadSpec(
+                base_url=srv.base_url,
+                model=args.model,
+                mode="concurrency",
+                concurrency=level,
+                n_requests=args.requests,
+                output_tokens=args.output_tokens,
+            ).validate()
+            _run_blocking(spec)  # warm-up, dropped
+            runs = [_run_blocking(spec) for _ in range(args.repeats)]
+            row = itl_row(level, runs)
+            rows.append(row)
+            print(
+                f"{level:>2} users: ITL p50 {row['itl_p50_s'] * 1e3:6.1f} ms  p90 {row['itl_p90_s'] * 1e3:6.1f} ms  "
+                f"p99 {row['itl_p99_s'] * 1e3:6.1f} ms  p99/p50 {row['p99_over_p50']:.2f}  "
+                f"({row['gaps']} gaps, {row['errors']} errors, load {os.getloadavg()[0]:.1f})",
+                flush=True,
+            )
+    at4 = next((r for r in rows if r["users"] == 4), None)
+    met = None if at4 is None or at4["p99_over_p50"] is None else at4["p99_over_p50"] <= TARGET_RATIO
+    if met is not None:
+        print(f"target ITL p99 <= {TARGET_RATIO:g} x p50 at 4 users: {'met' if met else 'NOT met'}")
+    result = {
+        "benchmark": "serving-itl",
+        "label": args.label,
+        "machine": paths.machine_id(),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": "python bench/serving_itl.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
+        "cpu_count": os.cpu_count(),
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+        "args": vars(args),
+        "target": f"ITL p99 <= {TARGET_RATIO:g} x p50 at 4 users",
+        "target_met": met,
+        "rows": rows,
+    }
+    write_result(f"serving-itl-{args.label}" if args.label else "serving-itl", result)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
