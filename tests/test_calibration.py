@@ -88,7 +88,7 @@ def test_a_slow_outlier_run_does_not_move_the_fit():
     # a shape slow in every repeat is dropped as an outlier and the rest still recover the parameters
     every = [
         RunSample(
-            s.dtype, s.batch_size, s.prompt_tokens, s.output_tokens, s.ttft_s, s.tpot_s * 2.5, s.n_layer
+            s.dtype, s.batch_size, s.prompt_tokens, s.output_tokens, s.ttft_s, s.step_s * 2.5, s.n_layer
         )
         if (s.dtype, s.prompt_tokens, s.batch_size, s.n_layer) == ("fp32", 128, 1, None)
         else s
@@ -150,6 +150,13 @@ def test_saved_per_machine_with_date_and_round_trips(tmp_path, monkeypatch):
     p1 = predict_interval(cal, NEO, dtype="bf16", prompt_tokens=64, output_tokens=16)
     p2 = predict_interval(again, NEO, dtype="bf16", prompt_tokens=64, output_tokens=16)
     assert p1.tpot == p2.tpot and p1.ttft == p2.ttft
+    import json
+
+    raw = json.loads(path.read_text(encoding="utf-8"))  # a file saved before `tpot_s` was named `step_s`
+    raw["samples"] = [{("tpot_s" if k == "step_s" else k): v for k, v in s.items()} for s in raw["samples"]]
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    older = load_calibration()
+    assert older is not None and [s.step_s for s in older.samples] == [s.step_s for s in cal.samples]
     path.write_text("{not json", encoding="utf-8")
     assert load_calibration() is None  # a torn file means datasheet mode, not a crash
     path.write_text('{"machine_id": "x", "bandwidth_efficiency": 0.3}', encoding="utf-8")
@@ -223,8 +230,8 @@ def test_calibrate_command_wiring(tmp_path, monkeypatch, capsys):
                 s.output_tokens,
                 s.batch_size,
                 s.ttft_s,
-                s.tpot_s,
-                s.tpot_s,
+                s.step_s,
+                s.step_s,
                 0.5,
                 0.97,
                 s.n_layer or 30,

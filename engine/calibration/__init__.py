@@ -341,7 +341,7 @@ def sample_of(m: Any) -> RunSample:
             m.prompt_tokens,
             m.output_tokens,
             m.ttft_s,
-            m.tpot_s,
+            m.step_s_median,
             loadavg_1m=m.loadavg_1m,
             cpu_share=m.cpu_share,
         )
@@ -352,7 +352,7 @@ def sample_of(m: Any) -> RunSample:
         prompt_tokens=max(1, round(m.prompt_tokens / b)),
         output_tokens=max(1, round(m.output_tokens / b)),
         ttft_s=float(m.ttft_s),
-        tpot_s=float(m.tpot_s),
+        step_s=float(m.tpot_s),
     )
 
 

@@ -58,7 +58,9 @@ class RunSample:
     prompt_tokens: int  # per sequence
     output_tokens: int  # per sequence
     ttft_s: float
-    tpot_s: float
+    # seconds per decode step the fit explains: a calibration run's median step interval (robust to a step that
+    # lost the CPU), or a logged run's TPOT (its mean; the median was not kept)
+    step_s: float
     n_layer: int | None = None  # layers actually run (a calibration model cut shorter); None = the full model
     loadavg_1m: float = math.nan
     cpu_share: float = math.nan
@@ -282,12 +284,12 @@ def fastest_per_shape(samples: Sequence[RunSample]) -> list[RunSample]:
     """Repeats of one (dtype, batch, prompt, output, depth) reduced to the fastest TTFT and fastest TPOT."""
     best: dict[tuple, RunSample] = {}
     for s in samples:
-        if not (math.isfinite(s.tpot_s) and s.tpot_s > 0 and math.isfinite(s.ttft_s) and s.ttft_s > 0):
+        if not (math.isfinite(s.step_s) and s.step_s > 0 and math.isfinite(s.ttft_s) and s.ttft_s > 0):
             continue
         key = (s.dtype, s.batch_size, s.prompt_tokens, s.output_tokens, s.n_layer)
         b = best.get(key)
         best[key] = (
-            s if b is None else replace(b, ttft_s=min(b.ttft_s, s.ttft_s), tpot_s=min(b.tpot_s, s.tpot_s))
+            s if b is None else replace(b, ttft_s=min(b.ttft_s, s.ttft_s), step_s=min(b.step_s, s.step_s))
         )
     return list(best.values())
 
@@ -370,7 +372,7 @@ def _designs(
             )
         )
         d.ttft.append(s.ttft_s)
-        d.tpot.append(s.tpot_s)
+        d.tpot.append(s.step_s)
     return list(by.values())
 
 

@@ -116,8 +116,8 @@ class TimedRun:
     output_tokens: int  # per sequence
     batch_size: int
     ttft_s: float  # request to first token (prefill + generate's setup)
-    tpot_s: float  # median interval between decode steps 2..O (robust to a step that lost the CPU)
-    tpot_mean_s: float  # vLLM's (latency - TTFT) / (O - 1)
+    step_s_median: float  # median interval between decode steps 2..O (robust to a step that lost the CPU)
+    tpot_s: float  # vLLM's TPOT, (latency - TTFT) / (O - 1): the mean, as every other run reports it
     loadavg_1m: float
     cpu_share: float
     n_layer: int | None = None  # layers run (a model cut shorter by `load_cut`)
@@ -174,7 +174,7 @@ def timed_run(lm, shape: Shape) -> TimedRun:
             stopping_criteria=StoppingCriteriaList([_Timer()]),
         )
     assert meter.reading is not None
-    ttft, tpot_mean, _ = summarize_steps(request_t, times, [len(times)])
+    ttft, tpot, _ = summarize_steps(request_t, times, [len(times)])
     return TimedRun(
         model=lm.name,
         dtype=lm.dtype,
@@ -182,8 +182,8 @@ def timed_run(lm, shape: Shape) -> TimedRun:
         output_tokens=len(times),
         batch_size=shape.batch_size,
         ttft_s=ttft,
-        tpot_s=tpot_from_steps(times),
-        tpot_mean_s=tpot_mean,
+        step_s_median=tpot_from_steps(times),
+        tpot_s=tpot,
         loadavg_1m=meter.reading.loadavg_1m,
         cpu_share=meter.reading.cpu_share,
         n_layer=getattr(lm.model.config, "num_hidden_layers", None),

@@ -104,6 +104,14 @@ def save_calibration(cal: Calibration) -> Path:
     return path
 
 
+def _renamed(sample: dict[str, Any]) -> dict[str, Any]:
+    """A stored sample from before RunSample's `tpot_s` was named `step_s` (the same number)."""
+    if "tpot_s" in sample and "step_s" not in sample:
+        sample = {**sample, "step_s": sample["tpot_s"]}
+        del sample["tpot_s"]
+    return sample
+
+
 def load_calibration(machine_id: str | None = None) -> Calibration | None:
     """This machine's stored calibration, or None (missing, unreadable or an older format)."""
     try:
@@ -111,7 +119,9 @@ def load_calibration(machine_id: str | None = None) -> Calibration | None:
         if raw.get("schema") != SCHEMA:
             return None
         raw["fits"] = {k: PrecisionFit(**v) for k, v in raw["fits"].items()}
-        raw["samples"] = [RunSample(**_nan(s, "loadavg_1m", "cpu_share")) for s in raw.get("samples", [])]
+        raw["samples"] = [
+            RunSample(**_nan(_renamed(s), "loadavg_1m", "cpu_share")) for s in raw.get("samples", [])
+        ]
         if raw.get("load") is not None:
             raw["load"] = LoadSummary(
                 **_nan(raw["load"], "loadavg_1m_median", "loadavg_1m_max", "cpu_share_median")
