@@ -299,6 +299,11 @@ def response_id(req: ParsedRequest) -> str:
     return f"chatcmpl-{req.id}" if req.kind == "chat" else f"cmpl-{req.id}"
 
 
+def _envelope(req: ParsedRequest, obj: str) -> dict:
+    """The fields every OpenAI response and streamed chunk of one request share."""
+    return {"id": response_id(req), "object": obj, "created": req.created, "model": req.model}
+
+
 def full_response(
     req: ParsedRequest, text: str, reason: str, prompt_tokens: int, completion_tokens: int
 ) -> dict:
@@ -313,14 +318,7 @@ def full_response(
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
         obj = "text_completion"
-    return {
-        "id": response_id(req),
-        "object": obj,
-        "created": req.created,
-        "model": req.model,
-        "choices": [choice],
-        "usage": usage(prompt_tokens, completion_tokens),
-    }
+    return {**_envelope(req, obj), "choices": [choice], "usage": usage(prompt_tokens, completion_tokens)}
 
 
 def chunk(req: ParsedRequest, text: str | None, reason: str | None, *, first: bool = False) -> dict:
@@ -334,22 +332,9 @@ def chunk(req: ParsedRequest, text: str | None, reason: str | None, *, first: bo
     else:
         choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": reason}
         obj = "text_completion"
-    return {
-        "id": response_id(req),
-        "object": obj,
-        "created": req.created,
-        "model": req.model,
-        "choices": [choice],
-    }
+    return {**_envelope(req, obj), "choices": [choice]}
 
 
 def usage_chunk(req: ParsedRequest, prompt_tokens: int, completion_tokens: int) -> dict:
     obj = "chat.completion.chunk" if req.kind == "chat" else "text_completion"
-    return {
-        "id": response_id(req),
-        "object": obj,
-        "created": req.created,
-        "model": req.model,
-        "choices": [],
-        "usage": usage(prompt_tokens, completion_tokens),
-    }
+    return {**_envelope(req, obj), "choices": [], "usage": usage(prompt_tokens, completion_tokens)}
