@@ -4,6 +4,7 @@ counting, bad input, and verdicts that follow the numbers."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -94,7 +95,9 @@ def test_verdict_follows_the_numbers():
         cost_ratio=0.0,
         identical_to_greedy=True,
     )
-    assert "1.80x plain greedy here (faster)" in S.verdict(row) and "60% of drafted" in S.verdict(row)
+    assert "1.80× faster than plain greedy" not in S.verdict(row)  # no interval: a point is not "faster"
+    assert "1.80× faster than plain greedy" in S.verdict(replace(row, speedup_ci=(1.5, 2.1)))
+    assert "60% of drafted" in S.verdict(row) and "60% of drafted" in S.verdict(row)
     slow = S.SpecResult(
         "draft",
         "open_ended",
@@ -106,4 +109,6 @@ def test_verdict_follows_the_numbers():
         cost_ratio=0.4,
         identical_to_greedy=False,
     )
-    assert "(slower)" in S.verdict(slow) and "NOT identical" in S.verdict(slow)
+    assert "2.00× slower" in S.verdict(replace(slow, speedup_ci=(0.4, 0.6))) and "NOT identical" in S.verdict(
+        slow
+    )

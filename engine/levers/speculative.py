@@ -31,6 +31,7 @@ from engine.calc import speculative as scalc
 from engine.core import stats
 from engine.core.errors import EngineError, InvalidParameterError
 from engine.core.spec import option
+from engine.core.verdict import speed_verdict
 from engine.levers import runs as R
 from engine.runtime import hardware
 from engine.runtime.generation import check_context, clean_prompt, greedy_kwargs
@@ -385,6 +386,8 @@ def verdict(row: SpecResult) -> str:
     )
     if sp is None or not math.isfinite(sp):
         return f"{row.method} on {row.workload}: no speed figure ({why})."
-    word = "faster" if sp >= 1 else "slower"
     theory = f"; Leviathan et al. predict {exp:.2f}x from these" if exp is not None else ""
-    return f"{row.method} on {row.workload} is {sp:.2f}x plain greedy here ({word}): {why}{theory}; output {same}."
+    speed = speed_verdict(
+        sp, row.speedup_ci, baseline="plain greedy", no_interval="fewer than 3 runs, no interval"
+    )
+    return f"{row.method} on {row.workload}: {speed} here ({why}{theory}); output {same}."
