@@ -12,7 +12,7 @@ from engine.calc.specs import PRECISIONS, THIS_MACHINE, load_gpu_catalog
 from engine.core.errors import EngineError
 from ui import export
 from ui.calc_widgets import cached_machine, load_runs, measured_roofline_points, model_input
-from ui.common import page_setup
+from ui.common import page_setup, show_error
 from ui.plots_calc import roofline_figure
 from ui.roofline_view import lower_ridge_note, ridge_note, separate_labels, seq_cap_note, split_measured
 
@@ -65,7 +65,7 @@ try:
     ]
 except EngineError as exc:
     with right:
-        st.error(str(exc), icon=":material/error:")
+        show_error(exc)
     st.stop()
 
 measured, machine_roof = [], None
