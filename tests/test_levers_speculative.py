@@ -112,3 +112,33 @@ def test_verdict_follows_the_numbers():
     assert "2.00× slower" in S.verdict(replace(slow, speedup_ci=(0.4, 0.6))) and "NOT identical" in S.verdict(
         slow
     )
+
+
+def test_verify_cost_from_the_same_runs_forwards():
+    # a verify forward of 5 tokens (4 drafts + 1) taking 2 one-token forwards: each draft adds 0.25 of a forward
+    c, ratio, k = S.verify_cost([0.01] * 5, [(5, 0.02), (5, 0.02), (1, 0.01)])
+    assert (round(c, 6), round(ratio, 6), k) == (0.25, 2.0, 5.0)
+    assert S.verify_cost([0.01], [(1, 0.01)]) == (0.0, 1.0, 1.0)  # nothing verified: nothing to charge
+
+
+def test_counted_generate_times_each_target_forward(tiny_lm):
+    plain = S.counted_generate(tiny_lm, "Hello there", 6)
+    assert len(plain.steps) == plain.forwards - 1  # every forward after the prefill
+    assert all(k == 1 and t > 0 for k, t in plain.steps)
+
+
+def test_prompt_lookup_is_charged_for_verifying_its_drafts(tiny_lm, monkeypatch):
+    """Prompt lookup reported c = 0.00: its n-grams are free to draft, but verifying them is not."""
+
+    def fake(lm, prompt, n, extra=None):
+        if extra:  # each verify forward checks 4 drafts (5 positions) in 3 one-token forwards' time
+            return S.Counted((1,) * 8, 0.05, 3, 8, ((5, 0.03), (5, 0.03)))
+        return S.Counted((1,) * 8, 0.08, 8, 0, tuple((1, 0.01) for _ in range(7)))
+
+    monkeypatch.setattr(S, "counted_generate", fake)
+    spec = S.SpeculateSpec(
+        model=tiny_lm.name, methods=("prompt_lookup",), workloads=("input_grounded",), draft_length=4, runs=3
+    )
+    (row,) = S.run_speculate(tiny_lm, spec).rows
+    assert row.cost_ratio == pytest.approx(0.5) and row.verify_ratio == pytest.approx(3.0)
+    assert "c = 0.50" in S.verdict(row) and "5 tokens took 3.00×" in S.verdict(row)
