@@ -79,3 +79,11 @@ def test_quant_verdict_says_no_difference_when_its_interval_includes_1():
     )
     line = Q.verdict(row, fp32)
     assert "no measurable difference" in line and "slower" not in line and "faster" not in line
+
+
+def test_a_lever_that_did_not_run_names_no_server_path():
+    reason = "ImportError: libfoo.so: cannot open /opt/torch/.venv/lib/python3.11/site-packages/foo/_C.so"
+    line = Q.verdict(Q.SchemeResult("int4", "failed", reason=reason))
+    assert "/opt/" not in line and "_C.so" in line
+    line = S.verdict(S.SpecResult("draft", "open_ended", "failed", reason=reason))
+    assert "/opt/" not in line and "_C.so" in line

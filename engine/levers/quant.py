@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from engine.calc import quant as qcalc
 from engine.core import stats
 from engine.core.errors import EngineError, InvalidParameterError
+from engine.core.paths import scrub
 from engine.core.spec import option
 from engine.core.verdict import direction, speed_verdict
 from engine.lab import evaluation
@@ -500,7 +501,7 @@ def run_quant(
 def verdict(row: SchemeResult, base: SchemeResult | None = None) -> str:
     """One sentence from the row's own numbers (and the fp32 row's, for the size ratio)."""
     if row.status != "ok":
-        return f"{row.scheme} did not run here: {row.reason}"
+        return f"{row.scheme} did not run here: {scrub(row.reason)}"
     if row.scheme == "fp32":
         return "fp32 is the reference: every ratio and delta is measured against it in the same run."
     sp, bpb, ci = row.speedup_vs_fp32, row.bits_per_byte_delta, row.speedup_ci

@@ -33,6 +33,7 @@ from pathlib import Path
 from engine.calc import speculative as scalc
 from engine.core import stats
 from engine.core.errors import EngineError, InvalidParameterError
+from engine.core.paths import scrub
 from engine.core.spec import option
 from engine.core.verdict import speed_verdict
 from engine.levers import runs as R
@@ -422,7 +423,7 @@ def run_speculate(lm: LoadedModel, spec: SpeculateSpec, progress: R.Progress | N
 def verdict(row: SpecResult) -> str:
     """One sentence from the row's numbers: measured speedup, why (alpha, c), and whether output matched."""
     if row.status != "ok":
-        return f"{row.method} on {row.workload} did not run: {row.reason}"
+        return f"{row.method} on {row.workload} did not run: {scrub(row.reason)}"
     sp, exp = row.speedup_vs_plain, row.expected_speedup
     same = "identical to plain greedy" if row.identical_to_greedy else "NOT identical to plain greedy"
     why = (
