@@ -142,3 +142,22 @@ def test_prompt_lookup_is_charged_for_verifying_its_drafts(tiny_lm, monkeypatch)
     (row,) = S.run_speculate(tiny_lm, spec).rows
     assert row.cost_ratio == pytest.approx(0.5) and row.verify_ratio == pytest.approx(3.0)
     assert "c = 0.50" in S.verdict(row) and "5 tokens took 3.00×" in S.verdict(row)
+
+
+def test_prompt_overlap_counts_the_answers_3_grams_found_in_the_prompt():
+    prompt = [1, 2, 3, 4, 5, 6]
+    assert S.prompt_overlap(prompt, [2, 3, 4, 5]) == 1.0  # a quote: every 3-gram is the prompt's
+    assert S.prompt_overlap(prompt, [2, 3, 4, 9, 8, 7]) == 0.25  # quotes, then rewrites
+    assert S.prompt_overlap(prompt, [7]) is None
+    row = S.SpecResult(
+        "prompt_lookup",
+        "input_grounded",
+        "ok",
+        acceptance_rate=0.15,
+        tokens_per_target_forward=1.3,
+        speedup_vs_plain=0.9,
+        cost_ratio=0.2,
+        identical_to_greedy=True,
+        prompt_overlap=0.12,
+    )
+    assert "share 12% of their 3-token runs with their prompts" in S.verdict(row)

@@ -98,6 +98,7 @@ def spec_table(rows) -> pd.DataFrame:
                 "expected (Leviathan)": _r(r.expected_speedup, 2),
                 "cost ratio c": _r(r.cost_ratio, 2),
                 "verify / 1-token forward": _r(r.verify_ratio, 2),
+                "answer quotes prompt": _r(r.prompt_overlap, 2),
                 "identical to greedy": r.identical_to_greedy,
                 "reason": scrub(r.reason),
             }

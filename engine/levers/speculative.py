@@ -190,6 +190,9 @@ class Counted:
     # (new positions, seconds) of each target forward after the first (the prompt's prefill): a one-token decode
     # step, or a verify step of the drafts plus the token it computes anyway
     steps: tuple[tuple[int, float], ...] = ()
+    quoted: float | None = (
+        None  # prompt_overlap of the output with its own prompt (the chat template's tokens in)
+    )
 
     @property
     def accepted(self) -> int:
@@ -258,7 +261,20 @@ def counted_generate(lm: LoadedModel, prompt: str, max_new_tokens: int, extra: d
     # First call: the prompt plus its drafts; later calls: the last own token plus the drafts.
     drafted = max(0, sum(positions) - len(positions) - (prompt_len - 1))
     steps = tuple(zip(positions[1:], seconds[1:], strict=False))
-    return Counted(tuple(ids), latency, len(positions), drafted, steps)
+    prompt_ids = enc["input_ids"][0].tolist()
+    return Counted(tuple(ids), latency, len(positions), drafted, steps, prompt_overlap(prompt_ids, ids))
+
+
+OVERLAP_N = 3  # prompt lookup matches the last 2 tokens and drafts what followed them: a 3-gram of the prompt
+
+
+def prompt_overlap(prompt_ids: list[int], output_ids: list[int], n: int = OVERLAP_N) -> float | None:
+    """The share of the output's n-grams that also occur in the prompt: what prompt lookup could draft right.
+    A workload meant to quote its input that scores low here is not quoting it (the model rewrote the text),
+    whatever the lookup does. None for an output shorter than n."""
+    grams = {tuple(prompt_ids[i : i + n]) for i in range(len(prompt_ids) - n + 1)}
+    out = [tuple(output_ids[i : i + n]) for i in range(len(output_ids) - n + 1)]
+    return sum(g in grams for g in out) / len(out) if out else None
 
 
 def verify_cost(one_token_s: list[float], steps: list[tuple[int, float]]) -> tuple[float, float, float]:
@@ -297,6 +313,9 @@ class SpecResult:
     cost_ratio: float | None = None
     verify_ratio: float | None = None  # a verify forward's time / a one-token forward's time, same run
     verify_tokens: float | None = None  # new positions of the median verify forward (drafts + 1)
+    prompt_overlap: float | None = (
+        None  # plain greedy answers' 3-grams found in their prompts (mean over prompts)
+    )
     plain_latency_s: float | None = None  # median over runs, the workload's prompts summed
     method_latency_s: float | None = None
     runs: int = 0
@@ -314,10 +333,11 @@ class SpecReport:
 
 def _plain(
     lm, prompts, max_new_tokens, runs
-) -> tuple[list[float], list[tuple[int, ...]], list[float], list[float]]:
+) -> tuple[list[float], list[tuple[int, ...]], list[float], list[float], float | None]:
     """Per run: summed latency over prompts; the greedy tokens; per-token times (for the draft's cost ratio);
-    and every one-token decode forward's time (the unit a verify forward is measured in)."""
-    totals, tokens, per_token, one_token = [], [], [], []
+    every one-token decode forward's time (the unit a verify forward is measured in); and how much of the
+    answers quotes their prompts (prompt_overlap, mean over the prompts)."""
+    totals, tokens, per_token, one_token, quoted = [], [], [], [], []
     for r in range(runs):
         done = [counted_generate(lm, p, max_new_tokens) for p in prompts]
         totals.append(sum(c.latency_s for c in done))
@@ -325,7 +345,9 @@ def _plain(
         one_token.extend(t for c in done for k, t in c.steps if k == 1)
         if r == 0:
             tokens = [c.token_ids for c in done]
-    return totals, tokens, per_token, one_token
+            quoted = [c.quoted for c in done if c.quoted is not None]
+    overlap = sum(quoted) / len(quoted) if quoted else None
+    return totals, tokens, per_token, one_token, overlap
 
 
 def _cost_ratio(
@@ -364,7 +386,7 @@ def run_speculate(lm: LoadedModel, spec: SpeculateSpec, progress: R.Progress | N
     for w in names:
         prompts = WORKLOADS[w]
         tick(f"{w}: plain greedy")
-        plain_totals, plain_tokens, per_token, one_token = _plain(lm, prompts, max_new_tokens, runs)
+        plain_totals, plain_tokens, per_token, one_token, overlap = _plain(lm, prompts, max_new_tokens, runs)
         for method in methods:
             tick(f"{w}: {method}")
             try:
@@ -406,6 +428,7 @@ def run_speculate(lm: LoadedModel, spec: SpeculateSpec, progress: R.Progress | N
                         cost_ratio=c,
                         verify_ratio=verify_ratio,
                         verify_tokens=verify_k,
+                        prompt_overlap=overlap,
                         plain_latency_s=stats.median(plain_totals),
                         method_latency_s=stats.median(totals),
                         runs=runs,
@@ -442,4 +465,10 @@ def verdict(row: SpecResult) -> str:
     speed = speed_verdict(
         sp, row.speedup_ci, baseline="plain greedy", no_interval="fewer than 3 runs, no interval"
     )
-    return f"{row.method} on {row.workload}: {speed} here ({why}{theory}); output {same}."
+    quoted = ""
+    if row.method == "prompt_lookup" and row.prompt_overlap is not None:
+        quoted = (
+            f"; plain greedy's answers share {row.prompt_overlap:.0%} of their {OVERLAP_N}-token runs with their "
+            "prompts, the most an n-gram lookup can draft right"
+        )
+    return f"{row.method} on {row.workload}: {speed} here ({why}{theory}{quoted}); output {same}."
