@@ -161,3 +161,14 @@ def test_prompt_overlap_counts_the_answers_3_grams_found_in_the_prompt():
         prompt_overlap=0.12,
     )
     assert "share 12% of their 3-token runs with their prompts" in S.verdict(row)
+
+
+@pytest.mark.slow
+def test_the_input_grounded_workload_is_quoted_by_the_bundled_model(smol_lm):
+    """The workload meant to quote its input was answered with new text by SmolLM2 (a rewritten function, a
+    description of the e-mails): prompt lookup accepted 15% of its drafts. Each prompt must now be quoted."""
+    for prompt in S.WORKLOADS["input_grounded"]:
+        c = S.counted_generate(smol_lm, prompt, 48)
+        assert c.quoted is not None and c.quoted >= 0.6, (prompt[:60], c.quoted)
+    open_ended = [S.counted_generate(smol_lm, p, 24).quoted for p in S.WORKLOADS["open_ended"]]
+    assert max(open_ended) < 0.6
