@@ -476,5 +476,6 @@ def test_a_failure_reads_as_one_line_without_server_paths():
     assert verdict.lane_verdict(failed).startswith("failed: deepspeed could not be imported")
     line = verdict.winner_line([_lane("vanilla"), failed])
     assert line.startswith(
-        "No winner: the only other lane (Deepspeed) failed (deepspeed could not be imported"
+        "No winner: the only other lane (Deepspeed) failed, so there is nothing to compare"
     )
+    assert "Why: deepspeed could not be imported" in line

@@ -156,14 +156,16 @@ def _why_no_other_lane(contenders: list[ContenderResult]) -> str:
     missing = [c for c in contenders if c.name != BASELINE and not c.ran]
     if not missing:
         return "vanilla was the only lane in this race; add a contender to compare against it."
-    names = " and ".join(c.label for c in missing) if len(missing) <= 3 else f"all {len(missing)} other lanes"
+    names = ", ".join(c.label for c in missing) if len(missing) <= 3 else f"{len(missing)} lanes"
     states = sorted({c.status for c in missing})
     state = states[0] if len(states) == 1 else "did not run"
     only = "the only other lane" if len(missing) == 1 else "every other lane"
     why = one_line_reason(missing[0].reason or missing[0].traceback or missing[0].stderr_tail)
     reasons = {one_line_reason(c.reason or c.traceback or c.stderr_tail) for c in missing}
-    said = f" ({why})" if why and len(reasons) == 1 else (f" (first: {why})" if why else "")
-    return f"{only} ({names}) {state}{said}, so there is nothing to compare vanilla with."
+    said = (
+        "" if not why else (f" Why: {why}." if len(reasons) == 1 else f" Why, for {missing[0].label}: {why}.")
+    )
+    return f"{only} ({names}) {state}, so there is nothing to compare vanilla with.{said}"
 
 
 def winner_line(contenders: list[ContenderResult]) -> str:
