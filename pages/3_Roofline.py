@@ -7,14 +7,21 @@ import streamlit as st
 
 from engine.calc import format as fmt
 from engine.calc.memory import formula_of
-from engine.calc.roofline import Roof, analyse, diagnose, measured_point, operators, roof_for
+from engine.calc.roofline import Roof, analyse, measured_point, operators, roof_for
 from engine.calc.specs import PRECISIONS, THIS_MACHINE, load_gpu_catalog
 from engine.core.errors import EngineError
 from ui import export
 from ui.calc_widgets import cached_machine, load_runs, measured_roofline_points, model_input
-from ui.common import page_setup
+from ui.common import page_setup, show_error
 from ui.plots_calc import roofline_figure
-from ui.roofline_view import lower_ridge_note, ridge_note, separate_labels, seq_cap_note, split_measured
+from ui.roofline_view import (
+    lower_ridge_note,
+    reading,
+    ridge_note,
+    separate_labels,
+    seq_cap_note,
+    split_measured,
+)
 
 page_setup("Roofline", ":material/show_chart:")
 NS = "roof"
@@ -65,7 +72,7 @@ try:
     ]
 except EngineError as exc:
     with right:
-        st.error(str(exc), icon=":material/error:")
+        show_error(exc)
     st.stop()
 
 measured, machine_roof = [], None
@@ -111,7 +118,7 @@ with right:
     st.subheader("Diagnosis")
     for r in results:
         st.markdown(f"**{r.phase.capitalize()}** ({fmt.seconds(r.attainable_s)} at best on {primary.name}):")
-        st.markdown("\n".join(f"- {line}" for line in diagnose(r)))
+        st.markdown("\n".join(f"- {line}" for line in reading(r)))
 
 st.subheader("Operators")
 rows = []
@@ -136,7 +143,7 @@ report += [export.Figure(fig, "Marker size: share of the phase's time.")]
 for r in results:
     report += [
         export.Heading(f"{r.phase.capitalize()} ({fmt.seconds(r.attainable_s)} at best on {primary.name})"),
-        export.Text("\n".join(f"- {line}" for line in diagnose(r))),
+        export.Text("\n".join(f"- {line}" for line in reading(r))),
     ]
 report += [export.Heading("Operators"), export.Table(pd.DataFrame(rows))]
 export.download_button(

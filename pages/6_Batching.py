@@ -15,6 +15,7 @@ from engine.batching.workload import (
     compare,
     generate_workload,
     policy_bound,
+    throughput_headline,
 )
 from engine.core.errors import EngineError
 from engine.core.load import is_busy
@@ -171,10 +172,16 @@ if compare is not None and compare["static"].model == lm.name:
         hide_index=True,
         width="stretch",
     )
-    ratio = i.throughput_tokens_per_s / s.throughput_tokens_per_s
+    bound = st.session_state[f"{NS}.bound"]
+    headline = throughput_headline(s, i, bound)
+    ratio = headline.ratio
     dp95 = i.latency_s_p95 - s.latency_s_p95
     c = st.columns(3)
-    c[0].metric("In-flight / static throughput", f"{ratio:.2f}×")
+    c[0].metric(
+        "In-flight / static throughput",
+        f"{ratio:.2f}×" if headline.valid else f"{ratio:.2f}× (invalid)",
+        help=None if headline.valid else headline.why,
+    )
     c[1].metric(
         "p95 latency, in-flight",
         fmt_seconds(i.latency_s_p95),
@@ -201,7 +208,8 @@ if compare is not None and compare["static"].model == lm.name:
                 else " Run it again to see how much the ratio moves between runs."
             )
         )
-    bound = st.session_state[f"{NS}.bound"]
+    if not headline.valid:
+        st.warning(f"**The throughput ratio is not valid.** {headline.why}", icon=":material/warning:")
     if bound is not None:
         st.caption(
             f"Counted in steps (one token per running row per step, every step the same cost, first come first "

@@ -127,7 +127,9 @@ with tab_s:
         "A cheap drafter proposes γ tokens; the target checks them all in one forward pass and keeps the "
         "longest prefix it agrees with, plus one token of its own, so greedy output is unchanged. **Prompt "
         "lookup** drafts by matching the last n-gram in the prompt (free, wins when the answer copies the input); "
-        "**a draft model** costs c of a target forward per token. Expected speedup (Leviathan et al., 2023): "
+        "**a draft model** runs a smaller model per drafted token. c is what one drafted token costs in target "
+        "forwards: the draft's time, plus what it adds to the verify forward (a forward of γ + 1 tokens is not "
+        "free: timed against a one-token forward in the same run). Expected speedup (Leviathan et al., 2023): "
         "(1 − α^(γ+1)) / ((1 − α)(γc + 1))."
     )
     st.caption(

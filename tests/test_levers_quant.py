@@ -135,14 +135,17 @@ def _row(**kw):
 
 def test_verdict_follows_the_numbers():
     fp32 = Q.SchemeResult("fp32", "ok", weights_bytes=100)
-    assert "1.30x faster" in Q.verdict(_row(), fp32) and "+0.020 bits/byte" in Q.verdict(_row(), fp32)
+    assert "1.30× faster than fp32" in Q.verdict(_row(), fp32) and "+0.020 bits/byte" in Q.verdict(
+        _row(), fp32
+    )
     assert "50% of fp32's bytes" in Q.verdict(_row(), fp32)
     slow = Q.verdict(_row(speedup_vs_fp32=0.7, speedup_ci=(0.6, 0.8)), fp32)
-    assert "slower here" in slow and "up to 2.00x; measured 0.70x" in slow
+    assert "1.43× slower than fp32" in slow and "up to 2.00x; measured 0.70x" in slow
     same_bytes = Q.verdict(_row(weights_bytes=100, speedup_vs_fp32=0.7, speedup_ci=(0.6, 0.8)), fp32)
     assert "no fewer bytes" in same_bytes
     assert "no measurable quality (-0.0001 bits/byte)" in Q.verdict(_row(bits_per_byte_delta=-1e-4), fp32)
     assert "0.010 bits/byte better" in Q.verdict(_row(bits_per_byte_delta=-0.01), fp32)
     assert "unmeasured" in Q.verdict(_row(bits_per_byte_delta=None), fp32)
-    assert "includes 1x" in Q.verdict(_row(speedup_ci=(0.9, 1.5)), fp32)
+    unsure = Q.verdict(_row(speedup_ci=(0.9, 1.5)), fp32)
+    assert "no measurable difference (the 95% interval includes 1×" in unsure and "faster" not in unsure
     assert "did not run here: boom" in Q.verdict(_row(status="failed", reason="boom"), fp32)

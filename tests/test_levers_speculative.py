@@ -4,6 +4,7 @@ counting, bad input, and verdicts that follow the numbers."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -94,7 +95,9 @@ def test_verdict_follows_the_numbers():
         cost_ratio=0.0,
         identical_to_greedy=True,
     )
-    assert "1.80x plain greedy here (faster)" in S.verdict(row) and "60% of drafted" in S.verdict(row)
+    assert "1.80× faster than plain greedy" not in S.verdict(row)  # no interval: a point is not "faster"
+    assert "1.80× faster than plain greedy" in S.verdict(replace(row, speedup_ci=(1.5, 2.1)))
+    assert "60% of drafted" in S.verdict(row) and "60% of drafted" in S.verdict(row)
     slow = S.SpecResult(
         "draft",
         "open_ended",
@@ -106,4 +109,66 @@ def test_verdict_follows_the_numbers():
         cost_ratio=0.4,
         identical_to_greedy=False,
     )
-    assert "(slower)" in S.verdict(slow) and "NOT identical" in S.verdict(slow)
+    assert "2.00× slower" in S.verdict(replace(slow, speedup_ci=(0.4, 0.6))) and "NOT identical" in S.verdict(
+        slow
+    )
+
+
+def test_verify_cost_from_the_same_runs_forwards():
+    # a verify forward of 5 tokens (4 drafts + 1) taking 2 one-token forwards: each draft adds 0.25 of a forward
+    c, ratio, k = S.verify_cost([0.01] * 5, [(5, 0.02), (5, 0.02), (1, 0.01)])
+    assert (round(c, 6), round(ratio, 6), k) == (0.25, 2.0, 5.0)
+    assert S.verify_cost([0.01], [(1, 0.01)]) == (0.0, 1.0, 1.0)  # nothing verified: nothing to charge
+
+
+def test_counted_generate_times_each_target_forward(tiny_lm):
+    plain = S.counted_generate(tiny_lm, "Hello there", 6)
+    assert len(plain.steps) == plain.forwards - 1  # every forward after the prefill
+    assert all(k == 1 and t > 0 for k, t in plain.steps)
+
+
+def test_prompt_lookup_is_charged_for_verifying_its_drafts(tiny_lm, monkeypatch):
+    """Prompt lookup reported c = 0.00: its n-grams are free to draft, but verifying them is not."""
+
+    def fake(lm, prompt, n, extra=None):
+        if extra:  # each verify forward checks 4 drafts (5 positions) in 3 one-token forwards' time
+            return S.Counted((1,) * 8, 0.05, 3, 8, ((5, 0.03), (5, 0.03)))
+        return S.Counted((1,) * 8, 0.08, 8, 0, tuple((1, 0.01) for _ in range(7)))
+
+    monkeypatch.setattr(S, "counted_generate", fake)
+    spec = S.SpeculateSpec(
+        model=tiny_lm.name, methods=("prompt_lookup",), workloads=("input_grounded",), draft_length=4, runs=3
+    )
+    (row,) = S.run_speculate(tiny_lm, spec).rows
+    assert row.cost_ratio == pytest.approx(0.5) and row.verify_ratio == pytest.approx(3.0)
+    assert "c = 0.50" in S.verdict(row) and "5 tokens took 3.00×" in S.verdict(row)
+
+
+def test_prompt_overlap_counts_the_answers_3_grams_found_in_the_prompt():
+    prompt = [1, 2, 3, 4, 5, 6]
+    assert S.prompt_overlap(prompt, [2, 3, 4, 5]) == 1.0  # a quote: every 3-gram is the prompt's
+    assert S.prompt_overlap(prompt, [2, 3, 4, 9, 8, 7]) == 0.25  # quotes, then rewrites
+    assert S.prompt_overlap(prompt, [7]) is None
+    row = S.SpecResult(
+        "prompt_lookup",
+        "input_grounded",
+        "ok",
+        acceptance_rate=0.15,
+        tokens_per_target_forward=1.3,
+        speedup_vs_plain=0.9,
+        cost_ratio=0.2,
+        identical_to_greedy=True,
+        prompt_overlap=0.12,
+    )
+    assert "share 12% of their 3-token runs with their prompts" in S.verdict(row)
+
+
+@pytest.mark.slow
+def test_the_input_grounded_workload_is_quoted_by_the_bundled_model(smol_lm):
+    """The workload meant to quote its input was answered with new text by SmolLM2 (a rewritten function, a
+    description of the e-mails): prompt lookup accepted 15% of its drafts. Each prompt must now be quoted."""
+    for prompt in S.WORKLOADS["input_grounded"]:
+        c = S.counted_generate(smol_lm, prompt, 48)
+        assert c.quoted is not None and c.quoted >= 0.6, (prompt[:60], c.quoted)
+    open_ended = [S.counted_generate(smol_lm, p, 24).quoted for p in S.WORKLOADS["open_ended"]]
+    assert max(open_ended) < 0.6

@@ -4,6 +4,7 @@ engine, the UI, the pages or the benchmarks defines its own copy."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,3 +109,63 @@ def test_capacity_prediction_counts_a_missing_prompt_length_as_zero():
     assert missing == zero and missing.context_tokens == 32
     longer = predict_from_run(spec, "fp32", 200.0, 64, 0.02, 0.05, 8)
     assert longer.context_tokens == 232 and longer.prediction.max_users <= zero.prediction.max_users
+
+
+# How a speed ratio is worded: one rule, engine.core.verdict (faster only when the 95% interval lies above 1x,
+# slower only below). A second rule shows up as an f-string that puts "x faster" / "x slower" / "x plain" right
+# after a number, or as "interval includes 1" spelled out in a message. The Playground's narrative compares two
+# single runs, where no interval exists, by ui.narrative.compare_word.
+AFTER_NUMBER = re.compile(r"^\s*[x×]\s*(faster|slower|plain)\b")
+SPELLED = re.compile(r"interval includes 1")
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    nodes = [tree, *(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef))]
+    return {
+        id(n.body[0].value)
+        for n in nodes
+        if n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)
+    }
+
+
+def _ratio_wordings(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    docs = _docstrings(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            for a, b in zip(node.values, node.values[1:], strict=False):
+                if (
+                    isinstance(a, ast.FormattedValue)
+                    and isinstance(b, ast.Constant)
+                    and AFTER_NUMBER.match(str(b.value))
+                ):
+                    found.append(f"line {node.lineno}: {{...}}{b.value[:30]!r}")
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in docs
+            and SPELLED.search(node.value)
+        ):
+            found.append(f"line {node.lineno}: {node.value[:40]!r}")
+    return found
+
+
+def test_a_speed_ratio_is_worded_by_one_rule():
+    """engine.core.verdict is the only place that turns a ratio and its interval into faster / slower / no
+    measurable difference; the quantization, speculative-decoding and race verdicts all call it."""
+    from engine.core import verdict
+
+    home = "engine/core/verdict.py"
+    allowed = {home, "ui/narrative.py"}
+    files = [p for d in ("engine", "ui", "pages", "bench") for p in (ROOT / d).rglob("*.py")]
+    offenders = {
+        str(p.relative_to(ROOT)): hits
+        for p in files
+        if str(p.relative_to(ROOT)) not in allowed and (hits := _ratio_wordings(p))
+    }
+    assert offenders == {}, f"speed ratios worded outside {home}: {offenders}"
+    for name in ("direction", "speed_verdict"):
+        where = sorted(str(p.relative_to(ROOT)) for p in files if name in _defs(p))
+        assert where == [home], f"{name} is defined in {where}; its one home is {home}"
+    assert verdict.direction(0.89, (0.38, 1.15)) == "same"

@@ -139,6 +139,10 @@ def test_home_starts_a_tour_with_deep_links_and_names_its_sources():
     links = [p.proto for p in at.get("page_link")]
     labels = [link.label for link in links]
     assert labels[:2] == ["1. Playground", "2. Memory and cost"]
+    from ui.common import PAGES
+
+    stops = {label.split(". ", 1)[1] for label in labels if ". " in label}
+    assert {p.title for p in PAGES} <= stops, "the tour skips a page"  # it skipped Serving and Quantization
     assert links[0].page == "Playground" and links[0].query_string == "model=smollm2-135m-instruct"
     text = " ".join(c.value for c in at.caption)
     assert "Running inference" in text and "Mastering LLM Techniques: Inference Optimization" in text

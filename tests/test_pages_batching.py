@@ -98,3 +98,22 @@ def test_simulate_users_through_the_shared_scheduler():
     rows = at.session_state["batching.users"]["rows"]
     assert len(rows) == 3 and all(r["tokens"] >= 1 for r in rows)
     assert any("decode step" in m.value for m in at.markdown)
+
+
+def test_a_headline_above_the_workloads_bound_is_marked_invalid_with_why():
+    """A measured 4.95x beside the workload's own bound of 1.26x was shown as the headline, unmarked."""
+    from engine.batching.workload import PolicyBound
+
+    at = _page()
+    at.session_state["batching.bound"] = PolicyBound(
+        static_steps=126, inflight_steps=100, full_slots_steps=90
+    )
+    at = _inject_compare(at, 495.0, 1.5)  # 4.95x static's 100 tok/s
+    assert not at.exception
+    headline = next(m for m in at.metric if m.label == "In-flight / static throughput")
+    assert headline.value == "4.95× (invalid)"
+    why = " ".join(w.value for w in at.warning)
+    assert "not valid" in why and "above the 1.26×" in why and "126 steps" in why
+    at = _inject_compare(at, 120.0, 1.5)  # 1.20x: within the bound, a plain headline
+    headline = next(m for m in at.metric if m.label == "In-flight / static throughput")
+    assert headline.value == "1.20×" and not any("not valid" in w.value for w in at.warning)

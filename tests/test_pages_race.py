@@ -199,3 +199,30 @@ def test_the_verdict_and_winner_lines_follow_the_numbers(latency, diverge_at, sp
     winner = next(m.value for m in at.markdown if m.value.startswith("**Winner.**"))
     assert ("Fastest: CTranslate2 float32" in winner) == (latency < 1)
     assert ("No lane beat vanilla" in winner) == (latency > 1)
+
+
+def _all_text(at: AppTest) -> str:
+    """Everything the page puts on screen as text: markdown, captions, alerts, code, expander labels, tables."""
+    parts = [m.value for m in at.markdown] + [c.value for c in at.caption]
+    parts += [x.value for kind in (at.info, at.warning, at.error, at.success, at.code) for x in kind]
+    parts += [e.label for e in at.expander]
+    parts += [d.value.to_csv() for d in at.dataframe]
+    return "\n".join(str(p) for p in parts)
+
+
+def test_a_recorded_failed_lane_shows_one_line_and_no_traceback_or_server_path():
+    """The recorded H200 race: its DeepSpeed lanes failed with a traceback through /work/main, /opt/torch and
+    /tmp/ds-site. The page says "failed" and why in one line, explains the missing winner, and shows no path."""
+    from engine.race import serialise
+
+    files = [p for p, r in serialise.load_recorded() if any(c.traceback for c in r.contenders)]
+    assert files, "the recorded GPU race with a failed DeepSpeed lane is part of bench/results"
+    at = _open()
+    assert not at.exception, at.exception
+    text = _all_text(at)
+    for raw in ("Traceback", "/work/", "/opt/", "/tmp/", ".venv/bin", 'File "', "(? for vanilla)"):
+        assert raw not in text, raw
+    assert "failed: deepspeed could not be imported in the lane's Python environment (AttributeError" in text
+    assert (
+        "No winner: every other lane (DeepSpeed, DeepSpeed (pinned env)) failed, so there is nothing" in text
+    )

@@ -79,3 +79,18 @@ def test_overlapping_phase_labels_are_moved_apart():
     separate_labels(fig)
     assert fig.data[0].textposition == ("bottom right", "top left")  # only the clashing pair moves
     assert fig.data[1].textposition == ("top left",)
+
+
+def test_decode_diagnosis_follows_the_ridge_the_plot_draws():
+    """At batch 512 the decode projections sit right of the ridge (216.6) in the plot; the text said
+    "423.1 ops/byte ... so each step streams all weights from memory". Batch 1 stays memory-bound."""
+    at = AppTest.from_file(PAGE, default_timeout=120).run()
+    one = " ".join(m.value for m in at.markdown)
+    assert "below it, so each step streams all weights from memory" in one
+    at.select_slider(key="roof.b").set_value(512).run()
+    assert not at.exception
+    text = " ".join(m.value for m in at.markdown)
+    assert "streams all weights from memory" not in text
+    assert "above it, so they are compute-bound" in text and "against the ridge's 216.6" in text
+    decode = next(t for t in figure(at)["data"] if t["name"] == "decode operators")
+    assert decode["x"] and max(decode["x"]) > 216.6  # the plot puts the projections past the ridge too

@@ -367,10 +367,13 @@ def test_verdict_says_faster_and_where_the_output_diverges_and_flips_with_the_nu
     assert "lies below 1×" in verdict.interval_line(r)
     even = _lane("even", latencies=(0.998, 1.0, 1.002))
     (_, r), _ = _compare(even, base_latencies=(0.997, 0.999, 1.001))
-    assert r.verdict.startswith("no clear difference (1.00×,") and "slower" not in r.verdict
+    assert (
+        r.verdict.startswith("no measurable difference (the 95% interval includes 1×")
+        and "slower" not in r.verdict
+    )
     same = _lane("same", latencies=(0.9, 1.0, 1.1))
     (_, r), _ = _compare(same, base_latencies=(0.95, 1.05, 1.0))
-    assert r.verdict.startswith("no clear difference") and "includes 1×" in verdict.interval_line(r)
+    assert r.verdict.startswith("no measurable difference") and "includes 1×" in verdict.interval_line(r)
 
 
 def test_one_cold_run_gives_no_interval_and_a_pass_through_speedup_is_called_noise():
@@ -383,7 +386,7 @@ def test_one_cold_run_gives_no_interval_and_a_pass_through_speedup_is_called_noi
         and "no interval" in r.interval_note
         and "at least 3 timed runs" in r.interval_note
     )
-    assert "(one point, no interval)" in r.verdict
+    assert "(one point, no interval: not called faster or slower)" in r.verdict
     assert "cannot be faster than vanilla" in r.verdict and "noise" in r.verdict
     assert verdict.interval_line(r) == r.interval_note
     assert "only pass-through lanes ran" in verdict.winner_line([_lane("vanilla"), r])  # it never wins
@@ -448,3 +451,33 @@ def test_schema_1_files_from_before_the_peers_still_load():
     r = serialise.from_dict(old)
     assert r.contenders[0].peak_rss_bytes is None and math.isnan(r.contenders[0].speedup_low)
     assert r.baseline_recheck is None and r.contenders[0].group == "levers"
+
+
+def test_a_failure_reads_as_one_line_without_server_paths():
+    from engine.core.paths import scrub
+
+    tb = (
+        "Traceback (most recent call last):\n"
+        '  File "/work/main/engine/race/worker.py", line 121, in _deepspeed\n'
+        "    import deepspeed\n"
+        "AttributeError: module 'x' has no attribute 'Y'\n"
+    )
+    assert verdict.one_line_reason(tb) == "AttributeError: module 'x' has no attribute 'Y'"
+    wrapped = (
+        "deepspeed.init_inference failed: RuntimeError: deepspeed is not importable in /opt/torch/.venv/bin/python3: "
+        "AttributeError: boom"
+    )
+    assert verdict.one_line_reason(wrapped) == (
+        "deepspeed could not be imported in the lane's Python environment (AttributeError: boom)"
+    )
+    assert scrub("worker (/tmp/abc/.venv/bin/python3.11) and https://x.org/a/b") == (
+        "worker (python3.11) and https://x.org/a/b"
+    )
+    failed = _lane("deepspeed")
+    failed.status, failed.reason, failed.latencies_s = "failed", wrapped, []
+    assert verdict.lane_verdict(failed).startswith("failed: deepspeed could not be imported")
+    line = verdict.winner_line([_lane("vanilla"), failed])
+    assert line.startswith(
+        "No winner: the only other lane (Deepspeed) failed, so there is nothing to compare"
+    )
+    assert "Why: deepspeed could not be imported" in line

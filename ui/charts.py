@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -39,3 +40,22 @@ def two_panels(
         )
     fig.update_layout(height=height, margin={"t": 40, "b": 10}, legend={"orientation": "h", "y": -0.3})
     return fig
+
+
+def log_ticks(values: Sequence[float]) -> tuple[list[float], list[str]]:
+    """Ticks for a log axis at 1, 2 and 5 of every decade the values span, each written as its full number
+    ("2,000", "0.5"): plotly's own minor labels read "...8 9 1000 2 3", where the "2" means 2,000."""
+    finite = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
+    if not finite:
+        return [], []
+    lo, hi = min(finite), max(finite)
+    decades = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+    for steps in ((1, 2, 5), tuple(range(1, 10))):  # every digit when the data span less than a decade or so
+        vals = [m * 10.0**e for e in decades for m in steps]
+        # keep one tick either side of the data, so the axis ends on a labelled value
+        first = max(v for v in vals if v <= lo)
+        last = min(v for v in vals if v >= hi)
+        vals = [v for v in vals if first <= v <= last]
+        if len(vals) >= 4:
+            break
+    return vals, [f"{v:,.10g}" for v in vals]

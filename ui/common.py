@@ -15,6 +15,7 @@ import streamlit as st
 from engine.calc import format as fmt
 from engine.calibration import machine
 from engine.core.errors import EngineError
+from engine.core.paths import scrub
 from engine.runtime import hardware, models
 
 APP_TITLE = "Inference Lab"
@@ -133,7 +134,8 @@ def init_state(namespace: str, **defaults) -> None:
 
 
 def show_error(exc: EngineError | ValueError) -> None:
-    st.error(str(exc), icon=":material/error:")
+    """An engine error on the page: its message, with any server path scrubbed (engine.core.paths.scrub)."""
+    st.error(scrub(str(exc)), icon=":material/error:")
 
 
 # The pages' short names for the one formatting module (engine.calc.format: decimal units, 1 GB = 1e9 bytes).

@@ -38,7 +38,7 @@ GUIDE = {
     "latency percentiles, throughput and goodput, and how many users fit within the SLOs.",
 }
 
-# The three-minute tour: (page title, query parameters for its deep link, what to do there, the chapter section).
+# The tour, one stop per page: (page title, query parameters for its deep link, what to do there, the chapter section).
 TOUR = (
     (
         "Playground",
@@ -68,6 +68,20 @@ TOUR = (
     ),
     ("Latency race", {}, "Vanilla generation against the levers, each timed in its own process.", "4.3.4"),
     (
+        "Quantization and speculative decoding",
+        {},
+        "Run int8 against fp32 and prompt lookup against plain greedy: each verdict calls a lever faster only "
+        "when its 95% interval lies above 1×.",
+        "4.2; the NVIDIA article's quantization and speculative decoding",
+    ),
+    (
+        "Serving",
+        {},
+        "Start the OpenAI-compatible server for the bundled model and sweep the load: latency percentiles, "
+        "throughput and how many users fit within the SLOs.",
+        "4.3.2; the NVIDIA article's in-flight batching",
+    ),
+    (
         "Few-shot, code and eval",
         {},
         "Classify with a few examples, generate code and lint it, measure perplexity.",
@@ -78,7 +92,7 @@ TOUR = (
 
 def tour_panel() -> None:
     """'Start here': one deep link per stop, half a minute each, with the chapter section it demonstrates."""
-    st.subheader("Start here: a three-minute tour")
+    st.subheader("Start here: a tour of every page")
     pages = {p.title: p for p in PAGES}
     for n, (title, params, what, section) in enumerate(TOUR, 1):
         c1, c2 = st.columns([1, 3], vertical_alignment="center")

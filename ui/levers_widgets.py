@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from engine.calc.format import gb
+from engine.core.paths import scrub
 
 
 def progress_bar(label: str):
@@ -50,7 +51,7 @@ def quant_table(rows) -> pd.DataFrame:
                 "Δ bits/byte": _r(r.bits_per_byte_delta, 4),
                 "exact match": _r(r.exact_match_rate, 2),
                 "first divergence": r.first_divergence_token,
-                "reason": r.reason,
+                "reason": scrub(r.reason),
             }
             for r in rows
         ]
@@ -74,7 +75,7 @@ def kv_table(rows) -> pd.DataFrame:
                 "same greedy tokens": r.exact_match,
                 "first divergence": r.first_divergence_token,
                 "tok/s": _r(r.tokens_per_s, 1),
-                "reason": r.reason,
+                "reason": scrub(r.reason),
             }
             for r in rows
         ]
@@ -96,8 +97,10 @@ def spec_table(rows) -> pd.DataFrame:
                 "95% CI": _ci(r.speedup_ci),
                 "expected (Leviathan)": _r(r.expected_speedup, 2),
                 "cost ratio c": _r(r.cost_ratio, 2),
+                "verify / 1-token forward": _r(r.verify_ratio, 2),
+                "answer quotes prompt": _r(r.prompt_overlap, 2),
                 "identical to greedy": r.identical_to_greedy,
-                "reason": r.reason,
+                "reason": scrub(r.reason),
             }
             for r in rows
         ]

@@ -9,6 +9,7 @@ import streamlit as st
 
 from engine.calc import format as fmt
 from engine.core.errors import EngineError
+from ui.charts import log_ticks
 
 # A run predicted to take longer than this gets a warning before it starts.
 LONG_RUN_S = 60.0
@@ -40,6 +41,7 @@ def latency_figure(runs: dict[str, list[float]]) -> go.Figure:
     floor are both readable."""
     fig = go.Figure()
     colours = {"KV cache on": "#3a7ca5", "KV cache off": "#e4572e"}
+    ticks, labels = log_ticks([max(v, 1e-6) * 1e3 for lat in runs.values() for v in lat])
     for label, lat in runs.items():
         fig.add_scatter(
             x=list(range(1, len(lat) + 1)),
@@ -55,6 +57,8 @@ def latency_figure(runs: dict[str, list[float]]) -> go.Figure:
         xaxis_title="generated token",
         yaxis_title="latency (ms, log)",
         yaxis_type="log",
+        yaxis_tickvals=ticks or None,
+        yaxis_ticktext=labels or None,
         title="Per-token latency: the first token carries the prefill (TTFT), then one decode step each",
     )
     return fig

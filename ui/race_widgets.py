@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from engine.calc import format as fmt
+from engine.core.paths import public, scrub
 from engine.race import serialise, verdict
 from engine.race.record import ContenderResult, RaceResult
 
@@ -113,7 +114,8 @@ def verdict_rows(result: RaceResult) -> list[dict]:
         {
             "group": c.group,
             "lane": c.label,
-            "verdict": c.verdict or verdict.lane_verdict(c),
+            # worded again from the numbers: a recorded file's stored sentence may predate the one rule
+            "verdict": verdict.lane_verdict(c),
             "speedup interval": verdict.interval_line(c) if c.ran and c.name != verdict.BASELINE else "-",
         }
         for c in _ordered(result)
@@ -132,7 +134,7 @@ def _status_rows(result: RaceResult) -> list[dict]:
             "conversion": _conversion(c),
             "kernel injection": "yes" if c.kernel_inject else ("pass-through" if c.deepspeed_mode else "-"),
             "KV cache": "on" if c.use_cache else "off",
-            "interpreter": c.python,
+            "interpreter": public(c.python) if c.python else "this app's Python",
             "wall time": fmt.seconds(c.wall_s),
         }
         for c in _ordered(result)
@@ -143,7 +145,10 @@ def _reasons(result: RaceResult) -> list[str]:
     """One line per contender that has something to say: why it did not run, or how it ran."""
     lines = []
     for c in _ordered(result):
-        said = [x for x in [c.reason, *[n for n in c.notes if not n.startswith("random weights")]] if x]
+        notes = [scrub(n) for n in c.notes if not n.startswith("random weights")]
+        said = [x for x in [verdict.one_line_reason(c.reason) if not c.ran else "", *notes] if x]
+        if not c.ran and not said:
+            said = [verdict.status_line(c)]
         if said:
             lines.append(f"- **{c.label}** ({c.status}): " + " · ".join(said))
     return lines
@@ -205,16 +210,17 @@ def show_result(result: RaceResult, *, key: str) -> None:
     hw = result.hardware
     where = hw.get("gpu") or f"CPU: {hw.get('cpu', '?')} ({hw.get('cpu_cores_logical', '?')} cores)"
     load = f" · load average at start {result.load_avg_start[0]:.2f}" if result.load_avg_start else ""
+    base_dtype = next((c.dtype for c in result.contenders if c.name == verdict.BASELINE and c.dtype), "")
+    precision = f"race precision {result.dtype}" + (f" (vanilla ran in {base_dtype})" if base_dtype else "")
     st.caption(
-        f"{result.model} · {where} · race precision {result.dtype} "
-        f"({next((c.dtype for c in result.contenders if c.name == 'vanilla' and c.dtype), '?')} for vanilla) · "
+        f"{result.model} · {where} · {precision} · "
         f"{result.runs} timed runs after {result.warmup} warm-up · {result.max_new_tokens} new tokens, greedy · "
         f"{result.started_at}{load}"
     )
     for note in result.notes:
-        (st.caption if note.startswith("baseline steady") else st.warning)(note)
-    if result.winner:
-        st.markdown(f"**Winner.** {result.winner}")
+        (st.caption if note.startswith("baseline steady") else st.warning)(scrub(note))
+    # worded again from the lanes' numbers (a recorded file's stored line may predate the one verdict rule)
+    st.markdown(f"**Winner.** {verdict.winner_line(result.contenders)}")
     st.markdown("**Verdict per lane** (engines: whole inference engines; levers: one change to vanilla)")
     st.dataframe(verdict_rows(result), hide_index=True, width="stretch")
     st.markdown("**What ran** (a contender that could not run says why; the race went on without it)")
@@ -228,6 +234,17 @@ def show_result(result: RaceResult, *, key: str) -> None:
     if not ran:
         st.error("No contender ran. The reasons are in the table above.")
         return
+    st.markdown("**Speed** (measured in each lane's own worker process)")
+    st.dataframe(_speed_rows(result), hide_index=True, width="stretch")
+    st.markdown(
+        "**Quality beside speed.** Greedy decoding is deterministic, so a contender computing the same function "
+        "as vanilla gives the same tokens. *First divergence*: the first generated token that differs from "
+        "vanilla's on the timed prompt. *Exact match*: the share of the race's prompts whose whole continuation "
+        "equals vanilla's. *Bits per byte* on the first documents of the shipped pydoc_topics text "
+        "(lm-eval's definition; independent of the tokenizer), where the engine exposes log-probabilities. "
+        "*Perplexity* of a fixed reference text (teacher-forced; torch lanes only)."
+    )
+    st.dataframe(_quality_rows(result), hide_index=True, width="stretch")
     st.plotly_chart(latency_figure(result), key=f"{key}.latency")
     st.plotly_chart(speedup_figure(result), key=f"{key}.speedup")
     cols = st.columns(2)
@@ -247,17 +264,6 @@ def show_result(result: RaceResult, *, key: str) -> None:
         metric_figure(result, "peak_rss_bytes", "Peak RSS of the worker process", 1e-6, "MB"),
         key=f"{key}.mem",
     )
-    st.markdown("**Speed** (measured in each lane's own worker process)")
-    st.dataframe(_speed_rows(result), hide_index=True, width="stretch")
-    st.markdown(
-        "**Quality beside speed.** Greedy decoding is deterministic, so a contender computing the same function "
-        "as vanilla gives the same tokens. *First divergence*: the first generated token that differs from "
-        "vanilla's on the timed prompt. *Exact match*: the share of the race's prompts whose whole continuation "
-        "equals vanilla's. *Bits per byte* on the first documents of the shipped pydoc_topics text "
-        "(lm-eval's definition; independent of the tokenizer), where the engine exposes log-probabilities. "
-        "*Perplexity* of a fixed reference text (teacher-forced; torch lanes only)."
-    )
-    st.dataframe(_quality_rows(result), hide_index=True, width="stretch")
     cols = st.columns(3)
     cols[0].download_button(
         "Download JSON",
@@ -280,7 +286,3 @@ def show_result(result: RaceResult, *, key: str) -> None:
         mime="text/csv",
         key=f"{key}.runs",
     )
-    failed = [c for c in result.contenders if c.traceback or c.stderr_tail]
-    for c in failed:
-        with st.expander(f"{c.label}: error details"):
-            st.code(c.traceback or c.stderr_tail, language="text")

@@ -265,6 +265,39 @@ def policy_bound(workload: Sequence[WorkloadRequest], max_batch: int) -> PolicyB
     return PolicyBound(static, inflight, -(-sum(lengths) // max_batch))
 
 
+@dataclass(frozen=True)
+class Headline:
+    """The page's headline figure, in-flight throughput / static throughput, and whether it may stand alone."""
+
+    ratio: float
+    valid: bool
+    why: str  # "" when valid; else why the figure cannot be read as what batching gains
+
+
+def throughput_headline(static: PolicyResult, inflight: PolicyResult, bound: PolicyBound | None) -> Headline:
+    """In-flight over static throughput, marked invalid when it passes the workload's own step-count bound.
+
+    The bound (policy_bound) is what in-flight batching can gain when each step costs the same under both
+    policies; a measured ratio above it means the two replays ran at different costs per step (other work on the
+    machine, a cold start, a step of one row costing less than a step of many), so it measures the machine's
+    speed during each replay as much as the policy. The time per step of each replay says which."""
+    if static.throughput_tokens_per_s <= 0 or not math.isfinite(static.throughput_tokens_per_s):
+        return Headline(math.nan, False, "static batching produced no tokens, so there is no ratio")
+    ratio = inflight.throughput_tokens_per_s / static.throughput_tokens_per_s
+    if bound is None or ratio <= bound.throughput_ratio:
+        return Headline(ratio, True, "")
+    per_static = static.wall_s / bound.static_steps if bound.static_steps else math.nan
+    per_inflight = inflight.wall_s / bound.inflight_steps if bound.inflight_steps else math.nan
+    why = (
+        f"{ratio:.2f}× is above the {bound.throughput_ratio:.2f}× this workload allows in-flight batching when "
+        f"every step costs the same (static {bound.static_steps} steps, in-flight {bound.inflight_steps}). Per "
+        f"step, static took {per_static * 1e3:.1f} ms and in-flight {per_inflight * 1e3:.1f} ms: the two replays "
+        "ran at different step costs, so this figure is not what batching gains; the bound is. Run again on a "
+        "quieter machine."
+    )
+    return Headline(ratio, False, why)
+
+
 def _wait_until(t: float) -> None:
     delay = t - time.perf_counter()
     if delay > 0:

@@ -59,6 +59,18 @@ def public(path: str | os.PathLike[str]) -> str:
     return p.name or str(p)
 
 
+# An absolute path inside free text: a slash-led run of path characters, not part of a URL or a word.
+_ABSOLUTE_PATH = re.compile(r"(?<![\w:/.~-])/(?:[\w.+@~-]+/)*[\w.+@~-]*")
+
+
+def scrub(text: str) -> str:
+    """Free text (an error message, a note) with every absolute server path replaced by `public(path)`: what a
+    page shows of an exception or a worker's message never reveals the server's directory layout."""
+    if not text:
+        return text or ""
+    return _ABSOLUTE_PATH.sub(lambda m: public(m.group(0)) if len(m.group(0)) > 1 else m.group(0), text)
+
+
 def resolve_local_model_path(path: str | os.PathLike[str]) -> Path:
     """Resolve `path` and insist it lies under one of model_roots(); symlinks and `..` cannot escape."""
     candidate = Path(path).expanduser()

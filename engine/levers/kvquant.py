@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from engine.calc import quant as qcalc
 from engine.core.errors import InvalidParameterError
+from engine.core.paths import scrub
 from engine.levers import runs as R
 from engine.levers.speculative import _encode
 from engine.race import quality
@@ -198,7 +199,7 @@ def run_kv(
 
 def verdict(row: KVResult, base: KVResult | None) -> str:
     if row.status != "ok":
-        return f"{row.backend} cannot run here: {row.reason}"
+        return f"{row.backend} cannot run here: {scrub(row.reason)}"
     if row.backend == "none" or base is None or not base.kv_bytes or not row.kv_bytes:
         return f"the plain cache holds {row.kv_bytes_per_token:,.0f} bytes per token: the reference."
     ratio = base.kv_bytes / row.kv_bytes

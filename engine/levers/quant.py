@@ -32,7 +32,9 @@ from dataclasses import dataclass, field, replace
 from engine.calc import quant as qcalc
 from engine.core import stats
 from engine.core.errors import EngineError, InvalidParameterError
+from engine.core.paths import scrub
 from engine.core.spec import option
+from engine.core.verdict import direction, speed_verdict
 from engine.lab import evaluation
 from engine.levers import runs as R
 from engine.race import quality
@@ -499,7 +501,7 @@ def run_quant(
 def verdict(row: SchemeResult, base: SchemeResult | None = None) -> str:
     """One sentence from the row's own numbers (and the fp32 row's, for the size ratio)."""
     if row.status != "ok":
-        return f"{row.scheme} did not run here: {row.reason}"
+        return f"{row.scheme} did not run here: {scrub(row.reason)}"
     if row.scheme == "fp32":
         return "fp32 is the reference: every ratio and delta is measured against it in the same run."
     sp, bpb, ci = row.speedup_vs_fp32, row.bits_per_byte_delta, row.speedup_ci
@@ -512,11 +514,9 @@ def verdict(row: SchemeResult, base: SchemeResult | None = None) -> str:
     match = f"; greedy output equals fp32's on {row.exact_match_rate:.0%} of the prompts"
     if sp is None or sp != sp:
         return f"{row.scheme}: no speed figure{size}."
-    unsure = ci is not None and ci[0] <= 1 <= ci[1]
-    if sp >= 1:
-        tail = " (the 95% interval includes 1x: not clearly faster)" if unsure else ""
-        return f"{row.scheme} is {sp:.2f}x faster per token here{tail}, {cost}{size}{match}."
-    tail = " (the 95% interval includes 1x)" if unsure else ""
+    speed = speed_verdict(sp, ci, baseline="fp32", no_interval="fewer than 3 runs, no 95% interval")
+    if direction(sp, ci) != "slower":
+        return f"{row.scheme}, time per token: {speed}; it {cost}{size}{match}."
     if bound is not None and bound > 1:
         why = (
             f"were decode set by the bytes it reads, {1 / bound:.0%} of the bytes would allow up to "
@@ -525,7 +525,7 @@ def verdict(row: SchemeResult, base: SchemeResult | None = None) -> str:
         )
     else:
         why = "it reads no fewer bytes than fp32 and its kernels are slower here"
-    return f"{row.scheme} is slower here ({sp:.2f}x fp32's speed{tail}): {why}; it {cost}{size}{match}."
+    return f"{row.scheme}, time per token: {speed}: {why}; it {cost}{size}{match}."
 
 
 def quality_cost(delta: float | None) -> str:

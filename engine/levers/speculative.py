@@ -10,7 +10,10 @@ on how many drafts are accepted and on what a draft costs, so each (method, work
   positions are the drafts it verifies plus the one token it was going to compute anyway;
 - speedup_vs_plain = median plain latency / median method latency (the workload's prompts summed per run)
   with a bootstrap 95% interval (engine.core.stats);
-- expected_speedup from alpha, gamma and the cost ratio c (engine.calc.speculative, Leviathan et al.).
+- expected_speedup from alpha, gamma and the cost ratio c (engine.calc.speculative, Leviathan et al.), where c
+  is what one drafted token costs in target forwards: the draft's own time per token (a draft model; zero for
+  n-grams) plus what it adds to the verify forward, (verify time / one-token time - 1) / drafts, both forwards
+  timed in the same run (verify_cost). Verifying k tokens is not free: on a CPU it costs nearly k forwards.
 
 Draft models that exist offline for the bundled SmolLM2 (no hub): `layers:N`, the target's own first N layers
 with its embeddings and output layer (self-speculation, as in LayerSkip/Draft&Verify: no copy, same
@@ -30,7 +33,9 @@ from pathlib import Path
 from engine.calc import speculative as scalc
 from engine.core import stats
 from engine.core.errors import EngineError, InvalidParameterError
+from engine.core.paths import scrub
 from engine.core.spec import option
+from engine.core.verdict import speed_verdict
 from engine.levers import runs as R
 from engine.runtime import hardware
 from engine.runtime.generation import check_context, clean_prompt, greedy_kwargs
@@ -182,6 +187,12 @@ class Counted:
     latency_s: float
     forwards: int  # target forward passes
     drafted: int  # drafted tokens the target verified
+    # (new positions, seconds) of each target forward after the first (the prompt's prefill): a one-token decode
+    # step, or a verify step of the drafts plus the token it computes anyway
+    steps: tuple[tuple[int, float], ...] = ()
+    quoted: float | None = (
+        None  # prompt_overlap of the output with its own prompt (the chat template's tokens in)
+    )
 
     @property
     def accepted(self) -> int:
@@ -208,14 +219,23 @@ def counted_generate(lm: LoadedModel, prompt: str, max_new_tokens: int, extra: d
     check_context(lm, prompt_len, max_new_tokens)
     enc = {k: v.to(lm.model.device) for k, v in enc.items()}
     positions: list[int] = []
+    seconds: list[float] = []
+    started: list[float] = []
 
     def hook(_module, args, kwargs):
         ids = kwargs.get("input_ids", args[0] if args else None)
         if ids is None:
             ids = kwargs["inputs_embeds"]
         positions.append(int(ids.shape[1]))
+        hardware.sync(lm.device)
+        started.append(time.perf_counter())
+
+    def done(_module, _args, _output):
+        hardware.sync(lm.device)
+        seconds.append(time.perf_counter() - started[-1])
 
     handle = lm.model.register_forward_pre_hook(hook, with_kwargs=True)
+    timer = lm.model.register_forward_hook(done)
     try:
         with lm.lock, torch.inference_mode():
             hardware.sync(lm.device)
@@ -230,6 +250,7 @@ def counted_generate(lm: LoadedModel, prompt: str, max_new_tokens: int, extra: d
             latency = time.perf_counter() - t0
     finally:
         handle.remove()
+        timer.remove()
     ids = out[0, prompt_len:].tolist()
     eos = lm.model.generation_config.eos_token_id
     eos_set = set(eos if isinstance(eos, list) else [eos]) - {None}
@@ -239,7 +260,36 @@ def counted_generate(lm: LoadedModel, prompt: str, max_new_tokens: int, extra: d
             break
     # First call: the prompt plus its drafts; later calls: the last own token plus the drafts.
     drafted = max(0, sum(positions) - len(positions) - (prompt_len - 1))
-    return Counted(tuple(ids), latency, len(positions), drafted)
+    steps = tuple(zip(positions[1:], seconds[1:], strict=False))
+    prompt_ids = enc["input_ids"][0].tolist()
+    return Counted(tuple(ids), latency, len(positions), drafted, steps, prompt_overlap(prompt_ids, ids))
+
+
+OVERLAP_N = 3  # prompt lookup matches the last 2 tokens and drafts what followed them: a 3-gram of the prompt
+
+
+def prompt_overlap(prompt_ids: list[int], output_ids: list[int], n: int = OVERLAP_N) -> float | None:
+    """The share of the output's n-grams that also occur in the prompt: what prompt lookup could draft right.
+    A workload meant to quote its input that scores low here is not quoting it (the model rewrote the text),
+    whatever the lookup does. None for an output shorter than n."""
+    grams = {tuple(prompt_ids[i : i + n]) for i in range(len(prompt_ids) - n + 1)}
+    out = [tuple(output_ids[i : i + n]) for i in range(len(output_ids) - n + 1)]
+    return sum(g in grams for g in out) / len(out) if out else None
+
+
+def verify_cost(one_token_s: list[float], steps: list[tuple[int, float]]) -> tuple[float, float, float]:
+    """What verifying drafts costs, from the same run's forwards: (c, ratio, k). A verify forward of k new
+    positions (k - 1 drafts plus the token it computes anyway) takes `ratio` one-token forwards (medians), so each
+    drafted token adds c = (ratio - 1) / (k - 1) of a target forward: the cost Leviathan et al.'s c charges per
+    drafted token, which prompt lookup pays in verification, not in drafting. (0, 1, 1) when nothing was verified."""
+    t1 = stats.median(one_token_s)
+    verifies = [(k, t) for k, t in steps if k > 1]
+    if not verifies or not (t1 > 0):
+        return 0.0, 1.0, 1.0
+    ratio = stats.median([t / t1 for _, t in verifies])
+    k = stats.median([float(k) for k, _ in verifies])
+    per_draft = stats.median([max(0.0, t / t1 - 1) / (k_i - 1) for k_i, t in verifies])
+    return per_draft, ratio, k
 
 
 # --- a run over methods and workloads ----------------------------------------------------------------------------------
@@ -259,7 +309,13 @@ class SpecResult:
     speedup_ci: tuple[float, float] | None = None
     identical_to_greedy: bool | None = None
     expected_speedup: float | None = None
-    cost_ratio: float | None = None  # c: one draft forward / one target forward
+    # c: what one drafted token costs in target forwards, drafting it plus verifying it
+    cost_ratio: float | None = None
+    verify_ratio: float | None = None  # a verify forward's time / a one-token forward's time, same run
+    verify_tokens: float | None = None  # new positions of the median verify forward (drafts + 1)
+    prompt_overlap: float | None = (
+        None  # plain greedy answers' 3-grams found in their prompts (mean over prompts)
+    )
     plain_latency_s: float | None = None  # median over runs, the workload's prompts summed
     method_latency_s: float | None = None
     runs: int = 0
@@ -275,16 +331,23 @@ class SpecReport:
     rows: tuple[SpecResult, ...]
 
 
-def _plain(lm, prompts, max_new_tokens, runs) -> tuple[list[float], list[tuple[int, ...]], list[float]]:
-    """Per run: summed latency over prompts; the greedy tokens; per-token times (for the cost ratio)."""
-    totals, tokens, per_token = [], [], []
+def _plain(
+    lm, prompts, max_new_tokens, runs
+) -> tuple[list[float], list[tuple[int, ...]], list[float], list[float], float | None]:
+    """Per run: summed latency over prompts; the greedy tokens; per-token times (for the draft's cost ratio);
+    every one-token decode forward's time (the unit a verify forward is measured in); and how much of the
+    answers quotes their prompts (prompt_overlap, mean over the prompts)."""
+    totals, tokens, per_token, one_token, quoted = [], [], [], [], []
     for r in range(runs):
         done = [counted_generate(lm, p, max_new_tokens) for p in prompts]
         totals.append(sum(c.latency_s for c in done))
         per_token.extend(c.latency_s / max(1, len(c.token_ids)) for c in done)
+        one_token.extend(t for c in done for k, t in c.steps if k == 1)
         if r == 0:
             tokens = [c.token_ids for c in done]
-    return totals, tokens, per_token
+            quoted = [c.quoted for c in done if c.quoted is not None]
+    overlap = sum(quoted) / len(quoted) if quoted else None
+    return totals, tokens, per_token, one_token, overlap
 
 
 def _cost_ratio(
@@ -323,20 +386,22 @@ def run_speculate(lm: LoadedModel, spec: SpeculateSpec, progress: R.Progress | N
     for w in names:
         prompts = WORKLOADS[w]
         tick(f"{w}: plain greedy")
-        plain_totals, plain_tokens, per_token = _plain(lm, prompts, max_new_tokens, runs)
+        plain_totals, plain_tokens, per_token, one_token, overlap = _plain(lm, prompts, max_new_tokens, runs)
         for method in methods:
             tick(f"{w}: {method}")
             try:
-                if method == "prompt_lookup":
-                    extra, what, c = {"prompt_lookup_num_tokens": gamma}, "n-grams of the prompt", 0.0
+                if method == "prompt_lookup":  # n-grams cost nothing to draft; verifying them does
+                    extra, what, draft_c = {"prompt_lookup_num_tokens": gamma}, "n-grams of the prompt", 0.0
                 else:
                     if cost is None:
                         cost = _cost_ratio(lm, draft_model, prompts[0], max_new_tokens, per_token)
-                    extra, what, c = {"assistant_model": draft_model}, draft_what, cost
+                    extra, what, draft_c = {"assistant_model": draft_model}, draft_what, cost
                 totals, drafted, accepted, forwards, generated, same = [], 0, 0, 0, 0, True
+                steps: list[tuple[int, float]] = []
                 for r in range(runs):
                     done = [counted_generate(lm, p, max_new_tokens, extra) for p in prompts]
                     totals.append(sum(d.latency_s for d in done))
+                    steps.extend(st for d in done for st in d.steps)
                     if r == 0:
                         same = [d.token_ids for d in done] == plain_tokens
                         drafted = sum(d.drafted for d in done)
@@ -344,6 +409,8 @@ def run_speculate(lm: LoadedModel, spec: SpeculateSpec, progress: R.Progress | N
                         forwards = sum(d.forwards for d in done)
                         generated = sum(len(d.token_ids) for d in done)
                 alpha = accepted / drafted if drafted else 0.0
+                verify_c, verify_ratio, verify_k = verify_cost(one_token, steps)
+                c = draft_c + verify_c
                 sp = stats.speedup(plain_totals, totals)
                 rows.append(
                     SpecResult(
@@ -359,6 +426,9 @@ def run_speculate(lm: LoadedModel, spec: SpeculateSpec, progress: R.Progress | N
                         identical_to_greedy=same,
                         expected_speedup=scalc.expected_speedup(min(alpha, 1.0), gamma, c),
                         cost_ratio=c,
+                        verify_ratio=verify_ratio,
+                        verify_tokens=verify_k,
+                        prompt_overlap=overlap,
                         plain_latency_s=stats.median(plain_totals),
                         method_latency_s=stats.median(totals),
                         runs=runs,
@@ -376,15 +446,29 @@ def run_speculate(lm: LoadedModel, spec: SpeculateSpec, progress: R.Progress | N
 def verdict(row: SpecResult) -> str:
     """One sentence from the row's numbers: measured speedup, why (alpha, c), and whether output matched."""
     if row.status != "ok":
-        return f"{row.method} on {row.workload} did not run: {row.reason}"
+        return f"{row.method} on {row.workload} did not run: {scrub(row.reason)}"
     sp, exp = row.speedup_vs_plain, row.expected_speedup
     same = "identical to plain greedy" if row.identical_to_greedy else "NOT identical to plain greedy"
     why = (
         f"{row.acceptance_rate:.0%} of drafted tokens accepted, {row.tokens_per_target_forward:.2f} tokens per "
-        f"target forward, draft cost c = {row.cost_ratio:.2f}"
+        f"target forward, cost per drafted token c = {row.cost_ratio:.2f}"
+        + (
+            f" (a verify forward of {row.verify_tokens:.0f} tokens took {row.verify_ratio:.2f}× a one-token "
+            "forward)"
+            if row.verify_ratio is not None and row.verify_tokens and row.verify_tokens > 1
+            else ""
+        )
     )
     if sp is None or not math.isfinite(sp):
         return f"{row.method} on {row.workload}: no speed figure ({why})."
-    word = "faster" if sp >= 1 else "slower"
     theory = f"; Leviathan et al. predict {exp:.2f}x from these" if exp is not None else ""
-    return f"{row.method} on {row.workload} is {sp:.2f}x plain greedy here ({word}): {why}{theory}; output {same}."
+    speed = speed_verdict(
+        sp, row.speedup_ci, baseline="plain greedy", no_interval="fewer than 3 runs, no interval"
+    )
+    quoted = ""
+    if row.method == "prompt_lookup" and row.prompt_overlap is not None:
+        quoted = (
+            f"; plain greedy's answers share {row.prompt_overlap:.0%} of their {OVERLAP_N}-token runs with their "
+            "prompts, the most an n-gram lookup can draft right"
+        )
+    return f"{row.method} on {row.workload}: {speed} here ({why}{theory}{quoted}); output {same}."

@@ -167,7 +167,10 @@ def _hardware_summary() -> dict[str, Any]:
 def _starting(c: Contender, spec: RaceSpec) -> str:
     if c.peer:
         return f"{c.label}: starting (converts the model on its first race, then uses the cached conversion)"
-    return f"{c.label}: starting a worker ({c.interpreter() if c.python != '' else 'no interpreter'})"
+    if c.python == "":
+        return f"{c.label}: no Python environment is set up for this lane"
+    where = "its own Python environment" if c.python else "this app's Python"
+    return f"{c.label}: starting a worker process in {where}"
 
 
 def _run_one(

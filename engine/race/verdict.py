@@ -5,7 +5,8 @@ tests/test_race.py). Rules, stated once:
 - an interval needs at least MIN_TIMED_RUNS timed runs after at least MIN_WARMUP warm-up run(s); with fewer,
   the speedup is shown as a point and its interval is greyed out with the reason (one cold run of each
   lane gave "3.24x [3.24-3.24]", which is not an interval);
-- a speedup whose 95% interval includes 1x is "no clear difference", whatever its point value;
+- a speedup is worded by engine.core.verdict (the one rule: "faster" only when its 95% interval lies above 1x,
+  "slower" only below, otherwise no measurable difference; a point without an interval is neither);
 - a pass-through engine (DeepSpeed without kernel injection) runs vanilla's own modules, so it cannot be
   faster than vanilla: any measured "speedup" is noise, and the verdict says so;
 - the baseline drifted when vanilla, re-run at the end of the race, moved by more than DRIFT_TOLERANCE
@@ -15,8 +16,11 @@ tests/test_race.py). Rules, stated once:
 from __future__ import annotations
 
 import math
+import re
 
 from engine.core import stats
+from engine.core import verdict as core_verdict
+from engine.core.paths import scrub
 from engine.race.record import ContenderResult
 
 MIN_TIMED_RUNS = 3
@@ -39,36 +43,60 @@ def interval_reason(timed_runs: int, warmup_runs: int) -> str:
     )
 
 
+REASON_CHARS = 200  # a lane's reason on a page is one line; the full record stays in the downloaded JSON
+_WRAPPER = re.compile(r"^[\w.]+ failed: (?:[A-Z]\w*(?:Error|Exception): )?")
+_NOT_IMPORTABLE = re.compile(r"^(?P<pkg>[\w.]+) is not importable in \S+?: (?P<why>.*)$")
+
+
+def one_line_reason(text: str) -> str:
+    """A worker's failure as one line a person can read: a traceback gives its last line (the exception), the
+    wrapper a worker adds ("x failed: RuntimeError: ...") is dropped, an import failure is said in words, and no
+    server path survives (engine.core.paths.scrub)."""
+    lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    line = lines[-1] if lines[0].startswith("Traceback") else lines[0]
+    line = scrub(_WRAPPER.sub("", line))
+    m = _NOT_IMPORTABLE.match(line)
+    if m:
+        line = f"{m['pkg']} could not be imported in the lane's Python environment ({m['why']})"
+    if len(line) > REASON_CHARS:
+        line = line[: REASON_CHARS - 1].rsplit(" ", 1)[0] + "…"
+    return line
+
+
+def status_line(c: ContenderResult) -> str:
+    """A lane that did not run, in one line: its status ("failed", "skipped", ...) and why."""
+    why = one_line_reason(c.reason or c.traceback or c.stderr_tail)
+    return f"{c.status}: {why}" if why else c.status
+
+
 def is_pass_through(c: ContenderResult) -> bool:
     return bool(c.deepspeed_mode and c.deepspeed_mode.startswith("pass-through"))
 
 
+def _interval(c: ContenderResult) -> tuple[float, float] | None:
+    return (c.speedup_low, c.speedup_high) if c.interval_shown else None
+
+
 def interval_line(c: ContenderResult) -> str:
-    """Whether the speedup's 95% interval includes 1x, in one line."""
+    """Whether the speedup's 95% interval includes 1x, in one line (the rule: engine.core.verdict.direction)."""
     if not _ok(c.speedup_vs_vanilla):
         return "no speedup: the lane or vanilla did not run"
     if not c.interval_shown:
         return c.interval_note
-    lo, hi = c.speedup_low, c.speedup_high
-    span = f"the 95% interval [{lo:.2f}×–{hi:.2f}×]"
-    if lo <= 1.0 <= hi:
-        return f"{span} includes 1×: not distinguishable from vanilla with these runs"
-    if lo > 1.0:
+    span = f"the 95% interval [{c.speedup_low:.2f}×–{c.speedup_high:.2f}×]"
+    way = core_verdict.direction(c.speedup_vs_vanilla, _interval(c))
+    if way == "faster":
         return f"{span} lies above 1×: faster than vanilla beyond run-to-run noise"
-    return f"{span} lies below 1×: slower than vanilla beyond run-to-run noise"
+    if way == "slower":
+        return f"{span} lies below 1×: slower than vanilla beyond run-to-run noise"
+    return f"{span} includes 1×: not distinguishable from vanilla with these runs"
 
 
 def speed_phrase(c: ContenderResult) -> str:
-    s = c.speedup_vs_vanilla
-    if not _ok(s) or s <= 0:
-        return "speed not compared"
-    words = f"{s:.2f}× faster" if s >= 1 else f"{1 / s:.2f}× slower"
-    words = "1.00×" if round(s, 2) == 1.0 else words  # neither faster nor slower at the shown precision
-    if c.interval_shown and c.speedup_low <= 1.0 <= c.speedup_high:
-        return f"no clear difference ({words}, interval includes 1×)"
-    if not c.interval_shown:
-        return f"{words} (one point, no interval)"
-    return words
+    """The lane's speed against vanilla, worded by the one rule (engine.core.verdict.speed_verdict)."""
+    return core_verdict.speed_verdict(c.speedup_vs_vanilla, _interval(c), show_interval=False)
 
 
 def quality_phrase(c: ContenderResult) -> str:
@@ -88,7 +116,7 @@ def quality_phrase(c: ContenderResult) -> str:
 
 def lane_verdict(c: ContenderResult) -> str:
     if not c.ran:
-        return f"did not run ({c.status}): {c.reason[:240]}" if c.reason else f"did not run ({c.status})"
+        return status_line(c)
     if c.name == BASELINE:
         return "the baseline"
     parts = [speed_phrase(c), quality_phrase(c)]
@@ -123,6 +151,23 @@ def drift_note(ratio: float | None) -> str:
     )
 
 
+def _why_no_other_lane(contenders: list[ContenderResult]) -> str:
+    """Why nothing besides vanilla can be compared: which lanes did not run, and the first one's reason."""
+    missing = [c for c in contenders if c.name != BASELINE and not c.ran]
+    if not missing:
+        return "vanilla was the only lane in this race; add a contender to compare against it."
+    names = ", ".join(c.label for c in missing) if len(missing) <= 3 else f"{len(missing)} lanes"
+    states = sorted({c.status for c in missing})
+    state = states[0] if len(states) == 1 else "did not run"
+    only = "the only other lane" if len(missing) == 1 else "every other lane"
+    why = one_line_reason(missing[0].reason or missing[0].traceback or missing[0].stderr_tail)
+    reasons = {one_line_reason(c.reason or c.traceback or c.stderr_tail) for c in missing}
+    said = (
+        "" if not why else (f" Why: {why}." if len(reasons) == 1 else f" Why, for {missing[0].label}: {why}.")
+    )
+    return f"{only} ({names}) {state}, so there is nothing to compare vanilla with.{said}"
+
+
 def winner_line(contenders: list[ContenderResult]) -> str:
     """Who won, and at what cost in quality, from the lanes' numbers."""
     others = [c for c in contenders if c.ran and c.name != BASELINE and _ok(c.speedup_vs_vanilla)]
@@ -130,7 +175,7 @@ def winner_line(contenders: list[ContenderResult]) -> str:
     if not any(c.name == BASELINE and c.ran for c in contenders):
         return "No winner: vanilla, the baseline, did not run."
     if not others:
-        return "No winner: no other lane ran to completion."
+        return "No winner: " + _why_no_other_lane(contenders)
     if not lanes:
         return (
             "No winner: besides vanilla only pass-through lanes ran, and a pass-through engine cannot be "
@@ -138,7 +183,7 @@ def winner_line(contenders: list[ContenderResult]) -> str:
         )
 
     def clearly_faster(c: ContenderResult) -> bool:
-        return c.speedup_vs_vanilla > 1 and (not c.interval_shown or c.speedup_low > 1)
+        return core_verdict.direction(c.speedup_vs_vanilla, _interval(c)) == "faster"
 
     faster = [c for c in lanes if clearly_faster(c)]
     if not faster:

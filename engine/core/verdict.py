@@ -1,0 +1,64 @@
+"""The one rule that words a speed ratio (contender over baseline: above 1 is faster) with its 95% interval.
+
+Every page and engine sentence that calls something "faster" or "slower" than a baseline goes through here, so
+the words cannot disagree with the interval printed beside them (tests/test_one_home.py keeps it the only rule):
+- "faster" only when the interval's low end is above 1;
+- "slower" only when its high end is below 1;
+- otherwise "no measurable difference (the 95% interval includes 1×)", whatever the point value;
+- a point without an interval (too few runs) is neither: it is shown as a point and said to be one.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+Direction = Literal["faster", "slower", "same", "unknown"]
+
+NO_DIFFERENCE = "no measurable difference (the 95% interval includes 1×)"
+
+
+def _finite(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def direction(ratio: float | None, interval: tuple[float, float] | None) -> Direction:
+    """Which way the ratio points, decided by its 95% interval only ("unknown": no ratio or no interval)."""
+    if not _finite(ratio) or ratio <= 0 or interval is None:
+        return "unknown"
+    low, high = interval
+    if not (_finite(low) and _finite(high)):
+        return "unknown"
+    if low > 1.0:
+        return "faster"
+    if high < 1.0:
+        return "slower"
+    return "same"
+
+
+def speed_verdict(
+    ratio: float | None,
+    interval: tuple[float, float] | None,
+    *,
+    baseline: str = "",
+    show_interval: bool = True,
+    no_interval: str = "one point, no interval",
+) -> str:
+    """A speed ratio in words, e.g. "2.00× faster than plain greedy (95% interval 1.61×–2.40×)".
+
+    `ratio` is baseline time / contender time (or contender speed / baseline speed); `interval` its bootstrap 95%
+    interval, None when too few runs gave one (then `no_interval` says why). `baseline` names what it is
+    compared with ("vanilla", "plain greedy", "fp32")."""
+    if not _finite(ratio) or ratio <= 0:
+        return "speed not compared"
+    tail = f" than {baseline}" if baseline else ""
+    way = direction(ratio, interval)
+    if way == "unknown":
+        of = f" {baseline}'s speed" if baseline else ""
+        return f"{ratio:.2f}×{of} ({no_interval}: not called faster or slower)"
+    low, high = interval  # type: ignore[misc]
+    span = f"{low:.2f}×–{high:.2f}×"
+    if way == "same":
+        return f"{NO_DIFFERENCE[:-1]}: {span}, point {ratio:.2f}×)"
+    words = f"{ratio:.2f}× faster{tail}" if way == "faster" else f"{1 / ratio:.2f}× slower{tail}"
+    return f"{words} (95% interval {span})" if show_interval else words

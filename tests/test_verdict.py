@@ -1,0 +1,89 @@
+"""The one verdict rule (engine.core.verdict) and the pages' verdicts that word a ratio through it: "faster" only
+when the 95% interval lies above 1x, "slower" only when it lies below, otherwise no measurable difference."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.core.verdict import NO_DIFFERENCE, direction, speed_verdict
+from engine.levers import quant as Q
+from engine.levers import speculative as S
+
+
+@pytest.mark.parametrize(
+    ("ratio", "interval", "way"),
+    [
+        (2.0, (1.5, 2.6), "faster"),
+        (0.5, (0.4, 0.6), "slower"),
+        (1.0, (0.9, 1.1), "same"),
+        (0.89, (0.38, 1.15), "same"),  # a point below 1 whose interval reaches above it
+        (1.4, (0.95, 1.9), "same"),
+        (1.4, None, "unknown"),  # one point: no interval, no direction
+        (None, (0.9, 1.1), "unknown"),
+        (float("nan"), (0.9, 1.1), "unknown"),
+    ],
+)
+def test_the_interval_alone_decides_the_direction(ratio, interval, way):
+    assert direction(ratio, interval) == way
+
+
+def test_the_words_follow_the_interval():
+    assert (
+        speed_verdict(2.0, (1.5, 2.6), baseline="vanilla")
+        == "2.00× faster than vanilla (95% interval 1.50×–2.60×)"
+    )
+    assert speed_verdict(0.5, (0.4, 0.6), show_interval=False) == "2.00× slower"
+    same = speed_verdict(0.89, (0.38, 1.15))
+    assert same.startswith(NO_DIFFERENCE[:-1]) and "faster" not in same and "slower" not in same
+    assert "0.38×–1.15×" in same and "point 0.89×" in same
+    point = speed_verdict(1.4, None, baseline="fp32", no_interval="fewer than 3 runs")
+    assert "fewer than 3 runs" in point and "not called faster or slower" in point
+    assert speed_verdict(None, None) == "speed not compared"
+
+
+def _spec_row(sp, ci, **kw):
+    base = dict(
+        acceptance_rate=0.15,
+        tokens_per_target_forward=1.2,
+        speedup_vs_plain=sp,
+        speedup_ci=ci,
+        expected_speedup=1.1,
+        cost_ratio=0.3,
+        identical_to_greedy=True,
+    )
+    base.update(kw)
+    return S.SpecResult("prompt_lookup", "input_grounded", "ok", **base)
+
+
+def test_speculative_verdict_says_no_difference_when_its_interval_includes_1():
+    """Was "prompt_lookup ... is 0.89x plain greedy here (slower)" beside the interval 0.38-1.15."""
+    line = S.verdict(_spec_row(0.89, (0.38, 1.15)))
+    assert (
+        "no measurable difference" in line and "(slower)" not in line and "slower" not in line.split("(")[0]
+    )
+    assert "1.25× slower than plain greedy" in S.verdict(_spec_row(0.8, (0.7, 0.9)))
+    assert "1.80× faster than plain greedy" in S.verdict(_spec_row(1.8, (1.5, 2.1)))
+
+
+def test_quant_verdict_says_no_difference_when_its_interval_includes_1():
+    """Was "int8 is slower here (1.00x fp32's speed (the 95% interval includes 1x)": slower and not, at once."""
+    fp32 = Q.SchemeResult("fp32", "ok", weights_bytes=100)
+    row = Q.SchemeResult(
+        "int8",
+        "ok",
+        weights_bytes=50,
+        bits_per_byte_delta=0.0,
+        exact_match_rate=1.0,
+        speedup_vs_fp32=0.998,
+        speedup_ci=(0.9, 1.1),
+    )
+    line = Q.verdict(row, fp32)
+    assert "no measurable difference" in line and "slower" not in line and "faster" not in line
+
+
+def test_a_lever_that_did_not_run_names_no_server_path():
+    reason = "ImportError: libfoo.so: cannot open /opt/torch/.venv/lib/python3.11/site-packages/foo/_C.so"
+    line = Q.verdict(Q.SchemeResult("int4", "failed", reason=reason))
+    assert "/opt/" not in line and "_C.so" in line
+    line = S.verdict(S.SpecResult("draft", "open_ended", "failed", reason=reason))
+    assert "/opt/" not in line and "_C.so" in line
