@@ -11,7 +11,7 @@ from engine.calc.capacity import predict_from_run
 from engine.calc.specs import load_model_presets
 from engine.core.errors import EngineError
 from engine.loadgen.sweep import check_server, run_sweep, to_json
-from engine.loadgen.workload import ENDPOINTS, SLO, LoadSpec, LoadSpecError
+from engine.loadgen.workload import ENDPOINTS, SLO, LoadSpec, LoadSpecError, parse_levels
 from engine.runtime.models import DEFAULT_MODEL, PRESETS
 from ui.common import init_state, page_setup, show_error
 from ui.serving_widgets import (
@@ -19,6 +19,7 @@ from ui.serving_widgets import (
     breakdown_figure,
     breakdown_rows,
     breakdown_sentence,
+    failed_requests,
     knee_sentence,
     latency_figure,
     level_unit,
@@ -153,7 +154,7 @@ keep_going = st.checkbox(
 if st.button("Run sweep", key=f"{NS}.go", type="primary", disabled=not (url and model)):
     bar = st.progress(0.0, text="starting…")
     try:
-        levels = [float(x) for x in levels_text.replace(" ", "").split(",") if x]
+        levels = parse_levels(levels_text)
         spec = LoadSpec(
             base_url=url,
             model=model,
@@ -209,7 +210,7 @@ d2.download_button(
 errors = {k: v for p in sweep.points for k, v in p.errors.items()}
 if errors:
     first = next(p.first_error for p in sweep.points if p.first_error)
-    st.warning(f"Failed requests by kind: {errors}. First: {first}")
+    st.warning(f"Failed requests: {failed_requests(errors)}. The first said: {first}")
 st.plotly_chart(latency_figure(sweep), width="stretch")
 st.plotly_chart(throughput_figure(sweep), width="stretch")
 st.plotly_chart(per_user_figure(sweep), width="stretch")

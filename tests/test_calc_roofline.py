@@ -105,3 +105,18 @@ def test_int4_weights_compute_in_fp16():
     assert q.weight_bytes == 768 * 768 * 0.5
     assert gpu_spec("t4").flops_for("int4") == 65e12
     assert gpu_spec("t4").flops_for("bf16") == 8.1e12  # no bf16 on Turing: the fp32 peak
+
+
+def test_decode_reading_at_a_large_batch_follows_the_ridge_the_plot_draws():
+    """At batch 512 the projections pass the T4's fp16 ridge: the calculator's own reading (which the CLI's --json
+    prints and the page shows) says they are compute-bound, and the verdict, still memory-bound by time share
+    (attention's KV reads), no longer offers batching as the lever."""
+    t4 = roof_for(gpu_spec("t4"), "fp16")
+    big = diagnose(analyse(NEO, t4, phase="decode", seq_len=1024, batch=512, gpu_name="T4"))
+    weights = next(line for line in big if line.startswith("Decode multiplies"))
+    assert "above it, so they are compute-bound" in weights and "streams all weights" not in weights
+    verdict = next(line for line in big if line.startswith("Verdict"))
+    assert "batching" not in verdict.lower()
+    small = " ".join(diagnose(analyse(NEO, t4, phase="decode", seq_len=1024, batch=1, gpu_name="T4")))
+    assert "streams all weights from memory" in small and "Verdict: generation is memory-bound" in small
+    assert "batching" in small.lower()

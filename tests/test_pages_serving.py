@@ -154,3 +154,23 @@ def test_a_sweep_against_a_dead_url_is_one_clear_error():
     assert at.session_state["serving.sweep"] is None
     assert not at.get("plotly_chart")
     assert not any("No level" in m.value for m in at.markdown)
+
+
+def test_levels_that_are_not_numbers_and_failed_requests_are_said_in_words():
+    """'abc' as a load level gets what to type, not Python's "could not convert string to float"; failed requests
+    are counted in words, not shown as a dict."""
+    at = AppTest.from_file(PAGE, default_timeout=180).run()
+    at.radio(key="serving.target").set_value("Any OpenAI-compatible URL").run()
+    at.text_input(key="serving.url").set_value("http://127.0.0.1:9/v1").run()
+    at.text_input(key="serving.model_text").set_value("m").run()
+    at.text_input(key="serving.levels.concurrency").set_value("1,abc").run()
+    at.button(key="serving.go").click().run()
+    assert not at.exception and at.error
+    assert "'abc' is not a number" in at.error[0].value and "could not convert" not in at.error[0].value
+
+    from engine.loadgen.workload import SLO
+
+    sweep = _sweep([_records(4, 0.2), _records(4, 0.2, ok=False)], [1, 2], SLO(ttft_s=None, tpot_s=None))
+    at = _page_with(sweep)
+    warned = " ".join(w.value for w in at.warning)
+    assert "Failed requests: " in warned and "{" not in warned, warned

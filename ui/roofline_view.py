@@ -99,48 +99,7 @@ def lower_ridge_note(fig: go.Figure, peak_flops_per_s: float) -> go.Figure:
     return fig
 
 
-WEIGHTS_LINE = (
-    "Decode multiplies one token per sequence by every weight"  # how the calculator's decode line starts
-)
-
-
-def weights_line(result) -> str:
-    """Decode's weight-reading operators against the ridge, by the same comparison the plot draws (an operator is
-    compute-bound when its intensity reaches the ridge): below it each step streams the weights from memory, above
-    it the step waits on FLOP/s."""
-    proj = [p for p in result.operators if p.group in ("projection", "mlp", "head")]
-    if not proj:
-        return ""
-    ridge = result.ridge_ops_per_byte
-    low, high = min(p.intensity for p in proj), max(p.intensity for p in proj)
-    span = f"{high:.1f}" if round(low, 1) == round(high, 1) else f"{low:.1f}–{high:.1f}"
-    head = (
-        f"Decode multiplies one token per sequence by every weight: at batch {result.batch} the weight-reading "
-        f"operators do {span} ops/byte against the ridge's {fmt.ridge(ridge)}"
-    )
-    above = [p for p in proj if p.bound == "compute"]
-    if not above:
-        return (
-            f"{head}, below it, so each step streams all weights from memory. Batching raises their intensity "
-            "(weights are read once for the whole batch) until it meets the ridge; lower precision (int8/int4) "
-            "moves fewer bytes per step."
-        )
-    if len(above) == len(proj):
-        return (
-            f"{head}, above it, so they are compute-bound: the batch shares each weight read, and their steps wait "
-            "on FLOP/s, not on streaming the weights; more batching no longer makes a step cheaper per token."
-        )
-    names = ", ".join(p.name for p in above)
-    return (
-        f"{head}: {names} pass the ridge (compute-bound), the rest still stream their weights from memory. "
-        "Batching raises the rest until they meet the ridge too."
-    )
-
-
 def reading(result) -> list[str]:
-    """The calculator's reading of a roofline (engine.calc.roofline.diagnose), with decode's weights line worded by
-    the same ridge comparison as the plot: at a large batch the projections pass the ridge, and the line says so."""
-    lines = diagnose(result)
-    if result.phase != "decode":
-        return lines
-    return [weights_line(result) if line.startswith(WEIGHTS_LINE) else line for line in lines]
+    """The calculator's reading of a roofline (engine.calc.roofline.diagnose): decode's weights line follows the same
+    ridge comparison as the plot."""
+    return diagnose(result)

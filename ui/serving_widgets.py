@@ -244,3 +244,21 @@ def breakdown_sentence(sweep: SweepResult) -> str:
         f"At {at_level(pts[-1].level, unit)} the largest part of the mean TTFT ({hi.ttft_s * 1e3:.1f} ms) is "
         f"**{top}**: {share[top]:.0%} of it."
     )
+
+
+FAILURE_WORDS = {
+    "connect": "could not connect",
+    "timeout": "timed out",
+    "http_429": "refused as too busy (HTTP 429)",
+    "http_4xx": "rejected (HTTP 4xx)",
+    "http_5xx": "failed on the server (HTTP 5xx)",
+    "stream_error": "broke off mid-stream",
+    "empty": "ended without any content",
+}
+
+
+def failed_requests(errors: dict[str, int]) -> str:
+    """Failed requests by kind, in words ("8 could not connect, 1 timed out")."""
+    return ", ".join(
+        f"{n} {FAILURE_WORDS.get(kind, kind.replace('_', ' '))}" for kind, n in sorted(errors.items())
+    )

@@ -386,13 +386,7 @@ def diagnose(result: RooflineResult) -> list[str]:
     attn = [p for p in result.operators if p.group == "attention"]
     proj = [p for p in result.operators if p.group in ("projection", "mlp", "head")]
     if result.phase == "decode":
-        proj_i = max(p.intensity for p in proj)
-        lines.append(
-            f"Decode multiplies one token per sequence by every weight: the projections' intensity is about "
-            f"{proj_i:.1f} ops/byte at batch {result.batch}, so each step streams all weights from memory. "
-            "Batching raises it (weights are read once for the whole batch) until it meets the ridge; "
-            "lower precision (int8/int4) moves fewer bytes per step."
-        )
+        lines.append(_decode_weights_line(result, proj))
         if attn:
             lines.append(
                 f"Attention reads each sequence's own KV cache, so its intensity ({attn[0].intensity:.2f} ops/byte "
@@ -412,12 +406,56 @@ def diagnose(result: RooflineResult) -> list[str]:
                 f"and re-reads a {result.seq_len}x{result.seq_len} score matrix per head. A fused (flash) attention "
                 "kernel keeps the scores on chip."
             )
-    if mem and result.phase == "decode":
+    if result.phase == "decode" and mem_share > 0.5:
+        weights_bound = any(p.bound == "memory" for p in proj)
+        levers = (
+            "batching, KV cache, lower precision, fused kernels"
+            if weights_bound
+            else "the projections already share each weight read across the batch: a smaller KV cache (GQA/MQA, "
+            "a lower KV precision) and fused attention"
+        )
         lines.append(
-            "Verdict: generation is memory-bound. Move fewer bytes (batching, KV cache, lower precision, fused "
-            "kernels); a GPU with more FLOP/s and the same bandwidth would not be faster."
+            f"Verdict: generation is memory-bound ({mem_share:.0%} of a step is memory-bound operators). Move fewer "
+            f"bytes ({levers}); a GPU with more FLOP/s and the same bandwidth would not be faster."
+        )
+    elif result.phase == "decode" and mem:
+        lines.append(
+            f"Verdict: at batch {result.batch} a step is mostly compute ({1 - mem_share:.0%} of it compute-bound "
+            "operators): more FLOP/s would help the projections, while attention's KV reads stay memory-bound."
         )
     return lines
+
+
+def _decode_weights_line(result: RooflineResult, proj: list) -> str:
+    """Decode's weight-reading operators against the ridge, by the same comparison the plot draws (an operator is
+    compute-bound when its intensity reaches the ridge): below it each step streams the weights from memory, above
+    it the step waits on FLOP/s."""
+    if not proj:
+        return ""
+    ridge = result.ridge_ops_per_byte
+    low, high = min(p.intensity for p in proj), max(p.intensity for p in proj)
+    span = f"{high:.1f}" if round(low, 1) == round(high, 1) else f"{low:.1f}–{high:.1f}"
+    head = (
+        f"Decode multiplies one token per sequence by every weight: at batch {result.batch} the weight-reading "
+        f"operators do {span} ops/byte against the ridge's {fmt_ridge(ridge)}"
+    )
+    above = [p for p in proj if p.bound == "compute"]
+    if not above:
+        return (
+            f"{head}, below it, so each step streams all weights from memory. Batching raises their intensity "
+            "(weights are read once for the whole batch) until it meets the ridge; lower precision (int8/int4) "
+            "moves fewer bytes per step."
+        )
+    if len(above) == len(proj):
+        return (
+            f"{head}, above it, so they are compute-bound: the batch shares each weight read, and their steps wait "
+            "on FLOP/s, not on streaming the weights; more batching no longer makes a step cheaper per token."
+        )
+    names = ", ".join(p.name for p in above)
+    return (
+        f"{head}: {names} pass the ridge (compute-bound), the rest still stream their weights from memory. "
+        "Batching raises the rest until they meet the ridge too."
+    )
 
 
 @dataclass(frozen=True)

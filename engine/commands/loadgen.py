@@ -8,7 +8,7 @@ from pathlib import Path
 
 from engine.core.errors import InvalidParameterError
 from engine.loadgen.sweep import check_server, run_sweep, to_json
-from engine.loadgen.workload import ENDPOINTS, MODES, SLO, LoadSpec, LoadSpecError
+from engine.loadgen.workload import ENDPOINTS, MODES, SLO, LoadSpec, LoadSpecError, parse_levels
 
 HELP = "load-test an OpenAI-compatible URL: throughput, TTFT/TPOT/ITL/E2E p50-p99, errors, goodput, SLO knee"
 KEY_ENVS = ("INFERENCE_LAB_API_KEY", "OPENAI_API_KEY")
@@ -113,7 +113,7 @@ def run(args) -> dict:
             e2e_s=args.slo_e2e or None,
             min_attainment=args.slo_attainment,
         ).validate()
-        levels = [float(x) for x in args.sweep.split(",")] if args.sweep else [spec.level]
+        levels = list(parse_levels(args.sweep)) if args.sweep else [spec.level]
         result = run_sweep(spec, slo, levels, keep_going=args.keep_going)
     except (LoadSpecError, ValueError) as exc:
         raise InvalidParameterError(str(exc)) from None

@@ -108,6 +108,27 @@ class PlannedRequest:
     send_at_s: float  # offset from the run's start (poisson); 0 for concurrency (sent when a user is free)
 
 
+def parse_levels(text: str) -> tuple[float, ...]:
+    """Load levels as a person types them: numbers separated by commas ("1, 2, 4, 8"); a clear message otherwise."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    levels = []
+    for p in parts:
+        try:
+            v = float(p)
+        except ValueError:
+            raise LoadSpecError(
+                f"load levels are numbers separated by commas (e.g. 1, 2, 4, 8); {p!r} is not a number"
+            ) from None
+        if not math.isfinite(v) or v <= 0:
+            raise LoadSpecError(f"load levels must be positive numbers; got {p!r}")
+        levels.append(v)
+    if not levels:
+        raise LoadSpecError(
+            "give at least one load level (rates per second, or numbers of users), e.g. 1, 2, 4, 8"
+        )
+    return tuple(levels)
+
+
 def load_prompts(path: str | None) -> list[str]:
     """One JSON object per line with a "prompt" (or "text") string; blank lines skipped."""
     p = Path(path) if path else SHIPPED_PROMPTS
