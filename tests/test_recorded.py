@@ -112,6 +112,7 @@ def test_the_first_gpu_check_is_recorded_evidence_with_machine_and_date():
     assert rows, "bench/results/scheduler-gpu-*.json is the fixture"
     one = next(r for r in rows if r.batch == 1)
     assert "H200" in one.machine and one.date.startswith("2026-11-30")
+    assert "MiB" not in one.machine and "GB, driver" in one.machine  # the app's byte unit (GB = 10^9 B)
     assert one.fraction_of_read_bandwidth == pytest.approx(0.0645, abs=1e-3) and one.decode == "eager"
     sentences = narrative.gpu_decode_sentences([r for r in rows if r.source == one.source])
     assert any("6.4%" in s and "compiled decode was not recorded" in s for s in sentences)

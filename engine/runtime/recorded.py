@@ -86,6 +86,17 @@ def _rows_from_decode(path: Path, data: dict) -> list[DecodeRow]:
     return out
 
 
+def _gpu_label(raw: str | None) -> str:
+    """nvidia-smi's "name, memory.total, driver" ("NVIDIA H200, 143771 MiB, 580.159.04") in the app's units:
+    "NVIDIA H200 (150.76 GB, driver 580.159.04)"; anything else as it is."""
+    from engine.calc.format import gb
+
+    m = re.fullmatch(r"\s*(.+?),\s*(\d+)\s*MiB,\s*(\S+)\s*", raw or "")
+    if not m:
+        return raw or ""
+    return f"{m.group(1)} ({gb(int(m.group(2)) * 2**20)}, driver {m.group(3)})"
+
+
 def _rows_from_scheduler_gpu(path: Path, data: dict) -> list[DecodeRow]:
     stamp = re.search(r"(\d{8}T\d{6}Z)", path.name)
     machine, date = "GPU (machine not recorded)", ""
@@ -93,7 +104,7 @@ def _rows_from_scheduler_gpu(path: Path, data: dict) -> list[DecodeRow]:
         check = path.with_name(f"gpu_check-{stamp.group(1)}.json")
         try:
             summary = json.loads(check.read_text(encoding="utf-8"))
-            machine, date = summary.get("gpu") or machine, summary.get("date") or ""
+            machine, date = _gpu_label(summary.get("gpu")) or machine, summary.get("date") or ""
         except (OSError, ValueError):
             pass
         date = date or f"{stamp.group(1)[:4]}-{stamp.group(1)[4:6]}-{stamp.group(1)[6:8]}"
