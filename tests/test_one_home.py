@@ -4,6 +4,7 @@ engine, the UI, the pages or the benchmarks defines its own copy."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -30,6 +31,7 @@ HOMES = {
 }
 
 
+@functools.cache
 def _defs(path: Path) -> set[str]:
     tree = ast.parse(path.read_text(), filename=str(path))
     return {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}

@@ -34,9 +34,9 @@ def workload_spec(args) -> WorkloadSpec:
 
 def run(args) -> dict:
     spec = workload_spec(args)  # reject bad values before spending seconds on importing torch and loading
+    batch = BatchSpec.from_args(args)
     from engine.batching.workload import generate_workload, replay, warm_up
 
-    batch = BatchSpec.from_args(args)
     # no model work on the main thread: an OpenMP team left there slows both policies (engine.core.threads)
     lm = run_in_thread(batch.load)
     workload = generate_workload(spec, lm.tokenizer)
