@@ -75,7 +75,9 @@ def test_speculative_output_is_identical_to_greedy(tiny_lm, draft):
 @pytest.mark.slow
 def test_run_speculate_rows(tiny_lm):
     spec = S.SpeculateSpec(model=tiny_lm.name, draft="layers:2", draft_length=3, max_new_tokens=8, runs=1)
-    report = S.run_speculate(tiny_lm, spec)
+    seen: list[float] = []  # the page's and the benchmark's progress callback, as they pass it
+    report = S.run_speculate(tiny_lm, spec, progress=lambda f, msg: seen.append(f))
+    assert seen and all(0 <= f <= 1 for f in seen) and seen == sorted(seen)
     assert {(r.method, r.workload) for r in report.rows} == {(m, w) for m in S.METHODS for w in S.WORKLOADS}
     for r in report.rows:
         assert r.status == "ok" and r.identical_to_greedy is True

@@ -397,11 +397,11 @@ def run_speculate(lm: LoadedModel, spec: SpeculateSpec, progress: R.Progress | N
                         cost = _cost_ratio(lm, draft_model, prompts[0], max_new_tokens, per_token)
                     extra, what, draft_c = {"assistant_model": draft_model}, draft_what, cost
                 totals, drafted, accepted, forwards, generated, same = [], 0, 0, 0, 0, True
-                steps: list[tuple[int, float]] = []
+                verify_steps: list[tuple[int, float]] = []
                 for r in range(runs):
                     done = [counted_generate(lm, p, max_new_tokens, extra) for p in prompts]
                     totals.append(sum(d.latency_s for d in done))
-                    steps.extend(st for d in done for st in d.steps)
+                    verify_steps.extend(st for d in done for st in d.steps)
                     if r == 0:
                         same = [d.token_ids for d in done] == plain_tokens
                         drafted = sum(d.drafted for d in done)
@@ -409,7 +409,7 @@ def run_speculate(lm: LoadedModel, spec: SpeculateSpec, progress: R.Progress | N
                         forwards = sum(d.forwards for d in done)
                         generated = sum(len(d.token_ids) for d in done)
                 alpha = accepted / drafted if drafted else 0.0
-                verify_c, verify_ratio, verify_k = verify_cost(one_token, steps)
+                verify_c, verify_ratio, verify_k = verify_cost(one_token, verify_steps)
                 c = draft_c + verify_c
                 sp = stats.speedup(plain_totals, totals)
                 rows.append(
