@@ -33,6 +33,10 @@ def test_the_words_follow_the_interval():
         == "2.00× faster than vanilla (95% interval 1.50×–2.60×)"
     )
     assert speed_verdict(0.5, (0.4, 0.6), show_interval=False) == "2.00× slower"
+    # a slower ratio's interval is said in the same direction as its words (1 / 0.6 to 1 / 0.4)
+    assert (
+        speed_verdict(0.5, (0.4, 0.6), baseline="fp32") == "2.00× slower than fp32 (95% interval 1.67×–2.50×)"
+    )
     same = speed_verdict(0.89, (0.38, 1.15))
     assert same.startswith(NO_DIFFERENCE[:-1]) and "faster" not in same and "slower" not in same
     assert "0.38×–1.15×" in same and "point 0.89×" in same

@@ -60,5 +60,8 @@ def speed_verdict(
     span = f"{low:.2f}×–{high:.2f}×"
     if way == "same":
         return f"{NO_DIFFERENCE[:-1]}: {span}, point {ratio:.2f}×)"
-    words = f"{ratio:.2f}× faster{tail}" if way == "faster" else f"{1 / ratio:.2f}× slower{tail}"
+    if way == "faster":
+        words = f"{ratio:.2f}× faster{tail}"
+    else:  # said as "slower", so its interval is said as slower too: 0.66×–0.99× the speed is 1.01×–1.52× slower
+        words, span = f"{1 / ratio:.2f}× slower{tail}", f"{1 / high:.2f}×–{1 / low:.2f}×"
     return f"{words} (95% interval {span})" if show_interval else words
