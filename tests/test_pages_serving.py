@@ -143,13 +143,19 @@ def test_a_sweep_where_nothing_completed_shows_one_error_and_no_charts_or_advice
     assert not any("No level" in m.value or "knee" in m.value.lower() for m in at.markdown)
 
 
-def test_a_sweep_against_a_dead_url_is_one_clear_error():
+def _sweep_a_dead_url(levels: str) -> AppTest:
+    """The page pointed at a URL where nothing listens, a model typed, `levels` to sweep, and Run sweep pressed."""
     at = AppTest.from_file(PAGE, default_timeout=180).run()
     at.radio(key="serving.target").set_value("Any OpenAI-compatible URL").run()
     at.text_input(key="serving.url").set_value("http://127.0.0.1:9/v1").run()
     at.text_input(key="serving.model_text").set_value("m").run()
-    at.text_input(key="serving.levels.concurrency").set_value("1,2").run()
+    at.text_input(key="serving.levels.concurrency").set_value(levels).run()
     at.button(key="serving.go").click().run()
+    return at
+
+
+def test_a_sweep_against_a_dead_url_is_one_clear_error():
+    at = _sweep_a_dead_url("1,2")
     assert not at.exception and at.error and "cannot reach" in at.error[0].value
     assert at.session_state["serving.sweep"] is None
     assert not at.get("plotly_chart")
@@ -159,12 +165,7 @@ def test_a_sweep_against_a_dead_url_is_one_clear_error():
 def test_levels_that_are_not_numbers_and_failed_requests_are_said_in_words():
     """'abc' as a load level gets what to type, not Python's "could not convert string to float"; failed requests
     are counted in words, not shown as a dict."""
-    at = AppTest.from_file(PAGE, default_timeout=180).run()
-    at.radio(key="serving.target").set_value("Any OpenAI-compatible URL").run()
-    at.text_input(key="serving.url").set_value("http://127.0.0.1:9/v1").run()
-    at.text_input(key="serving.model_text").set_value("m").run()
-    at.text_input(key="serving.levels.concurrency").set_value("1,abc").run()
-    at.button(key="serving.go").click().run()
+    at = _sweep_a_dead_url("1,abc")
     assert not at.exception and at.error
     assert "'abc' is not a number" in at.error[0].value and "could not convert" not in at.error[0].value
 
