@@ -33,7 +33,7 @@ from ui.widgets import load_with_progress, model_picker, spec_number
 NS = "playground"
 D = GenerationConfig()  # widget defaults come from the engine's dataclass: one source with the CLI
 
-page_setup("Playground", ":material/chat:")
+page_setup("Playground", ":material/chat:", measures=True)
 init_state(NS, history=[], last=None, running=None, curve={})
 st.title("Playground")
 st.caption(

@@ -19,7 +19,7 @@ from ui.widgets import load_with_progress, model_picker
 NS = "lab"
 MAX_UPLOAD_BYTES = fewshot.MAX_CSV_BYTES
 
-page_setup("Few-shot, code and eval", ":material/science:")
+page_setup("Few-shot, code and eval", ":material/science:", measures=True)
 init_state(NS, sweep=None, classified=None, code=None, eval_runs=[], last_eval=None)
 state = st.session_state
 

@@ -12,7 +12,7 @@ from engine.runtime import models
 from ui.common import cached_hardware, init_state, page_setup, show_error
 from ui.race_widgets import show_result
 
-page_setup("Latency race", ":material/timer:")
+page_setup("Latency race", ":material/timer:", measures=True)
 init_state("race", result=None)
 hw = cached_hardware()
 

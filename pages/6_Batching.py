@@ -34,7 +34,7 @@ from ui.narrative import sweep_sentence, tradeoff_sentences, users_sentence
 from ui.widgets import load_with_progress, model_picker
 
 NS = "batching"
-page_setup("Batching", ":material/stacks:")
+page_setup("Batching", ":material/stacks:", measures=True)
 init_state(NS, sweep=None, compare=None, bound=None, users=None, load=None)
 report: list = []
 _W = WorkloadSpec()

@@ -13,7 +13,7 @@ from ui.common import init_state, page_setup, show_error
 from ui.widgets import load_with_progress, model_picker, spec_number
 
 NS = "levers"
-page_setup("Quantization and speculative decoding", ":material/compress:")
+page_setup("Quantization and speculative decoding", ":material/compress:", measures=True)
 init_state(NS, quant=None, kv=None, spec=None)
 
 st.title("Quantization and speculative decoding")

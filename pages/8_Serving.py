@@ -31,7 +31,7 @@ from ui.serving_widgets import (
 )
 
 NS = "serving"
-page_setup("Serving", ":material/dns:")
+page_setup("Serving", ":material/dns:", measures=True)
 init_state(NS, sweep=None, models=None)
 _D, _S = LoadSpec(base_url="http://127.0.0.1:8000/v1", model=""), SLO()
 

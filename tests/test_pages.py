@@ -146,3 +146,23 @@ def test_home_starts_a_tour_with_deep_links_and_names_its_sources():
     assert links[0].page == "Playground" and links[0].query_string == "model=smollm2-135m-instruct"
     text = " ".join(c.value for c in at.caption)
     assert "Running inference" in text and "Mastering LLM Techniques: Inference Optimization" in text
+
+
+def test_a_page_that_measures_warns_when_the_machine_is_busy(monkeypatch):
+    """The one busy rule, on every page that times runs: a load average above the cores puts a warning on the page;
+    a quiet machine shows none; a page that measures nothing (the calculator) never does."""
+    from ui import common
+
+    monkeypatch.setattr(common, "loadavg_1m", lambda: 9.5)
+    monkeypatch.setattr(common, "cores", lambda: 2)
+    busy = AppTest.from_file(
+        str(ROOT / "pages/7_Quantization_and_speculative_decoding.py"), default_timeout=120
+    ).run()
+    assert any("This machine is busy: 1-minute load average 9.5 on 2 cores" in w.value for w in busy.warning)
+    calc = AppTest.from_file(str(ROOT / "pages/2_Memory_and_cost.py"), default_timeout=120).run()
+    assert not any("This machine is busy" in w.value for w in calc.warning)
+    monkeypatch.setattr(common, "loadavg_1m", lambda: 0.3)
+    quiet = AppTest.from_file(
+        str(ROOT / "pages/7_Quantization_and_speculative_decoding.py"), default_timeout=120
+    ).run()
+    assert not any("This machine is busy" in w.value for w in quiet.warning)

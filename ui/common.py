@@ -15,6 +15,7 @@ import streamlit as st
 from engine.calc import format as fmt
 from engine.calibration import machine
 from engine.core.errors import EngineError
+from engine.core.load import cores, is_busy, loadavg_1m
 from engine.core.paths import scrub
 from engine.runtime import hardware, models
 
@@ -81,13 +82,28 @@ def _leave_pages_folder_mode() -> None:
         st.rerun()
 
 
-def page_setup(title: str, icon: str | None = None, *, layout: str = "wide") -> None:
+def page_setup(title: str, icon: str | None = None, *, layout: str = "wide", measures: bool = False) -> None:
     """Every page calls this first: one place owns page config. The navigation is app.py's st.navigation; a page
     run on its own (AppTest.from_file, `streamlit run pages/x.py`) simply has none. `icon` is the page's
-    navigation icon (kept for the callers; the tab shows the bundled favicon on every page)."""
+    navigation icon (kept for the callers; the tab shows the bundled favicon on every page). A page that times
+    runs on this machine (`measures`) warns when the machine is busy."""
     del icon
     _leave_pages_folder_mode()
     st.set_page_config(page_title=f"{title} · {APP_TITLE}", page_icon=FAVICON, layout=layout)
+    if measures:
+        busy_warning()
+
+
+def busy_warning() -> None:
+    """The one busy rule (engine.core.load.is_busy) on the load right now: other work competes with the runs this
+    page times, so they come out slower than the machine can go, and by a different amount each time."""
+    load, n = loadavg_1m(), cores()
+    if is_busy(load, n):
+        st.warning(
+            f"This machine is busy: 1-minute load average {load:.1f} on {n} cores. Timings measured now include "
+            "waiting for a core; compare runs made on a quieter machine, or rerun.",
+            icon=":material/speed:",
+        )
 
 
 @st.cache_resource(show_spinner=False)
