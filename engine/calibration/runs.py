@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from engine.core.errors import InvalidParameterError
-from engine.core.load import is_busy
+from engine.core.load import cores, is_busy, loadavg_1m
 from engine.core.stats import median
 from engine.runtime import hardware
 from engine.runtime.generation import greedy_kwargs
@@ -95,15 +94,10 @@ def _torch_threads() -> int:
 def load_reading(
     cpu_s: float, wall_s: float, threads: int | None = None, loadavg: float | None = None
 ) -> LoadReading:
-    """cpu_share = cpu_s / (wall_s x threads), clipped to 0..1; loadavg defaults to os.getloadavg()[0]."""
+    """cpu_share = cpu_s / (wall_s x threads), clipped to 0..1; loadavg defaults to the 1-minute load average."""
     threads = threads or _torch_threads()
     share = min(1.0, cpu_s / (wall_s * threads)) if wall_s > 0 else float("nan")
-    if loadavg is None:
-        try:
-            loadavg = os.getloadavg()[0]
-        except OSError:
-            loadavg = float("nan")
-    return LoadReading(float(loadavg), os.cpu_count() or 1, share)
+    return LoadReading(float(loadavg_1m() if loadavg is None else loadavg), cores(), share)
 
 
 @dataclass(frozen=True)
@@ -124,7 +118,7 @@ class TimedRun:
 
     @property
     def busy(self) -> bool:
-        return LoadReading(self.loadavg_1m, os.cpu_count() or 1, self.cpu_share).busy
+        return is_busy(self.loadavg_1m, cores(), self.cpu_share)
 
 
 def tpot_from_steps(step_times: Sequence[float]) -> float:
