@@ -14,14 +14,7 @@ from ui import export
 from ui.calc_widgets import cached_machine, load_runs, measured_roofline_points, model_input
 from ui.common import page_setup, show_error
 from ui.plots_calc import roofline_figure
-from ui.roofline_view import (
-    lower_ridge_note,
-    reading,
-    ridge_note,
-    separate_labels,
-    seq_cap_note,
-    split_measured,
-)
+from ui.roofline_view import reading, ridge_note, seq_cap_note, split_measured
 
 page_setup("Roofline", ":material/show_chart:")
 NS = "roof"
@@ -91,12 +84,9 @@ with right:
     st.subheader(f"{spec.name} on {primary.name} · {dtype} · s = {seq:,} · b = {batch}")
     if cap_note:
         st.info(cap_note, icon=":material/info:")
-    fig = separate_labels(
-        split_measured(
-            roofline_figure(roofs, results, measured=measured, machine_roof=machine_roof, ridge_note=note)
-        )
+    fig = split_measured(
+        roofline_figure(roofs, results, measured=measured, machine_roof=machine_roof, ridge_note=note)
     )
-    lower_ridge_note(fig, roofs[0].peak_flops_per_s)
     st.plotly_chart(fig, width="stretch", key=f"{NS}.chart")
     if primary.key == "t4":
         st.caption(

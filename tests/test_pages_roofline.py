@@ -1,17 +1,21 @@
 """On the Roofline page: the ridge note per precision, the context cap said, measured prefill
-and decode drawn apart, and the two phases' operator labels kept apart."""
+and decode drawn apart, and the operator labels legible (apart, inside the axes) at batch 1 and 512."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import plotly.graph_objects as go
 from streamlit.testing.v1 import AppTest
 
+from engine.calc.roofline import analyse, roof_for
+from engine.calc.specs import load_gpu_catalog, model_preset
 from engine.runtime import runlog
 from tests.factories import synthetic_run
-from ui.roofline_view import separate_labels
+from ui.plots_calc import roofline_figure
+from ui.roofline_labels import Frame, label_boxes
+
+PHASES = ("prefill", "decode")
 
 PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "3_Roofline.py")
 
@@ -58,27 +62,43 @@ def test_measured_prefill_and_decode_look_different():
     assert pre["marker"]["color"] != dec["marker"]["color"]
 
 
-def test_overlapping_phase_labels_are_moved_apart():
-    fig = go.Figure()
-    fig.add_scatter(
-        x=[1.0, 100.0],
-        y=[1e12, 1e14],
-        text=["a", "b"],
-        textposition=["top left", "top left"],
-        mode="markers+text",
-        name="prefill operators",
-    )
-    fig.add_scatter(
-        x=[1.1],
-        y=[1.05e12],
-        text=["c"],
-        textposition=["top left"],
-        mode="markers+text",
-        name="decode operators",
-    )
-    separate_labels(fig)
-    assert fig.data[0].textposition == ("bottom right", "top left")  # only the clashing pair moves
-    assert fig.data[1].textposition == ("top left",)
+def assert_labels_legible(fig: dict) -> None:
+    """Every operator point has a label; no two labels overlap; each stays inside the axes; no marker prints
+    its own text (plotly's fixed-side text is what piled up at the ridge and ran off the left edge)."""
+    boxes = label_boxes(fig)
+    assert boxes
+    for i, (name, box, _) in enumerate(boxes):
+        assert box.inside(), f"{name} leaves the axes: {box}"
+        for other, obox, _ in boxes[i + 1 :]:
+            assert not box.overlaps(obox), f"{name} {box} overlaps {other} {obox}"
+    anchors = {(round(p[0]), round(p[1])) for _, _, p in boxes}
+    frame = Frame(fig["layout"]["xaxis"]["range"], fig["layout"]["yaxis"].get("range", [0, 1]))
+    for t in fig["data"]:
+        if str(t.get("name", "")).endswith(" operators"):
+            assert "text" not in t["mode"]
+            for x, y, size in zip(t["x"], t["y"], t["marker"]["size"], strict=True):
+                # labelled itself, or merged into the label of a marker it touches
+                px, py = frame.px(x), frame.py(y)
+                assert any(abs(px - ax) + abs(py - ay) <= size + 40 for ax, ay in anchors), (t["name"], x)
+
+
+def test_operator_labels_stay_apart_and_inside_the_axes():
+    """Default settings and batch 512 (where decode's and prefill's projections meet at the ridge)."""
+    at = AppTest.from_file(PAGE, default_timeout=120).run()
+    assert_labels_legible(figure(at))
+    at.select_slider(key="roof.b").set_value(512).run()
+    assert_labels_legible(figure(at))
+
+
+def test_crowded_roofline_labels_stay_apart():
+    """SmolLM2 (grouped K/V, gated MLP) in fp32 at s = 4,096, batch 512: ten operator clusters, eight of them on
+    the flat roof within one decade."""
+    spec = model_preset("smollm2-135m")
+    roof = roof_for(load_gpu_catalog()["t4"], "fp32")
+    results = [
+        analyse(spec, roof, phase=ph, seq_len=2048, batch=512, dtype="fp32", gpu_name="T4") for ph in PHASES
+    ]
+    assert_labels_legible(roofline_figure([roof], results).to_plotly_json())
 
 
 def test_decode_diagnosis_follows_the_ridge_the_plot_draws():

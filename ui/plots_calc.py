@@ -12,6 +12,7 @@ from engine.calc import format as fmt
 from engine.calc.memory import MemoryEstimate
 from engine.calc.paged import PagedComparison
 from engine.calc.roofline import Roof, RooflineResult
+from ui.roofline_labels import Frame, note_box, place_labels
 
 COLORS = {"weights": "#4C78A8", "kv": "#F58518", "overhead": "#B279A2", "free": "#E6E6E6", "over": "#E45756"}
 PHASE_SYMBOL = {"prefill": "circle", "decode": "diamond"}
@@ -177,12 +178,6 @@ def _cluster(result: RooflineResult) -> list[dict]:
     return points
 
 
-def _text_positions(phase: str, n: int) -> list[str]:
-    """Alternate label sides so neighbouring clusters' labels do not print over each other."""
-    cycle = ("top center", "bottom left") if phase == "decode" else ("bottom right", "top left")
-    return [cycle[i % 2] for i in range(n)]
-
-
 def roofline_figure(
     roofs: Sequence[Roof],
     results: Sequence[RooflineResult],
@@ -192,15 +187,16 @@ def roofline_figure(
     ridge_note: str = "",
 ) -> go.Figure:
     """Log-log roofline: each roof as a line with its ridge marked, operator points per phase (size = share
-    of the phase's time), and measured runs on this machine's roof."""
+    of the phase's time) labelled where nothing else is drawn (ui.roofline_labels), and measured runs on this
+    machine's roof."""
     xs = [p.intensity for r in results for p in r.operators] + [m["intensity"] for m in measured]
     x_min = 10 ** math.floor(math.log10(max(1e-3, min([*xs, 0.1])) / 2))
     x_max = 10 ** math.ceil(math.log10(max(xs + [r.ridge for r in roofs] + [1e3]) * 3))
     fig = go.Figure()
     all_roofs = list(roofs) + ([machine_roof] if machine_roof else [])
-    for i, roof in enumerate(all_roofs):
+    lines = [_roof_xy(roof, x_min, x_max) for roof in all_roofs]
+    for i, (roof, (x, y)) in enumerate(zip(all_roofs, lines, strict=True)):
         color = ROOF_COLORS[i % len(ROOF_COLORS)] if roof is not machine_roof else "#ff7f0e"
-        x, y = _roof_xy(roof, x_min, x_max)
         fig.add_scatter(
             x=x,
             y=y,
@@ -209,32 +205,14 @@ def roofline_figure(
             line=dict(color=color, width=3 if i == 0 else 2, dash="solid" if i == 0 else "dot"),
             hovertemplate=f"{roof.label}<br>I=%{{x:.3g}} ops/B<br>attainable %{{y:.3s}}FLOP/s<extra></extra>",
         )
-        if i == 0:
-            fig.add_vline(x=roof.ridge, line_dash="dash", line_color=color, opacity=0.5)
-            fig.add_annotation(
-                x=math.log10(roof.ridge),
-                y=math.log10(roof.peak_flops_per_s / 30),
-                text=f"<b>ridge {fmt.ridge(roof.ridge)} ops/byte</b>"
-                + (f"<br>{ridge_note}" if ridge_note else ""),
-                showarrow=True,
-                arrowhead=2,
-                ax=-60,
-                ay=0,
-                xanchor="right",
-                align="right",
-                font=dict(size=13),
-                bgcolor="rgba(255,255,255,0.9)",
-            )
+    clusters = {r.phase: _cluster(r) for r in results}
     for r in results:
-        pts = _cluster(r)
+        pts = clusters[r.phase]
         fig.add_scatter(
             x=[p["x"] for p in pts],
             y=[p["y"] for p in pts],
-            mode="markers+text",
+            mode="markers",  # labels are annotations with leader lines, placed where nothing else is drawn
             name=f"{r.phase} operators",
-            text=[p["label"] for p in pts],
-            textposition=_text_positions(r.phase, len(pts)),
-            textfont=dict(size=12, color=PHASE_COLOR[r.phase]),
             marker=dict(
                 symbol=PHASE_SYMBOL[r.phase],
                 color=PHASE_COLOR[r.phase],
@@ -255,12 +233,44 @@ def roofline_figure(
             customdata=[m["hover"] for m in measured],
             hovertemplate="%{customdata}<extra></extra>",
         )
-    fig.update_xaxes(
-        type="log",
-        title="arithmetic intensity (FLOPs per byte moved)",
-        range=[math.log10(x_min), math.log10(x_max)],
+    ys = [v for _, y in lines for v in y] + [v for t in fig.data for v in t.y]
+    x_range = [math.log10(x_min), math.log10(x_max)]
+    # headroom above the highest roof: labels of operators on the flat roof go there
+    y_range = [math.log10(min(ys)) - 0.15, math.log10(max(ys)) + 1.2]
+    notes = []
+    if roofs:
+        roof = roofs[0]
+        fig.add_vline(x=roof.ridge, line_dash="dash", line_color=ROOF_COLORS[0], opacity=0.5)
+        note = f"<b>ridge {fmt.ridge(roof.ridge)} ops/byte</b>" + (f"<br>{ridge_note}" if ridge_note else "")
+        # peak/3000: a band left of the ridge with no operator (memory-bound decode sits just under the roof)
+        # (raised where the axis ends lower, so the note stays inside it)
+        note_y = max(roof.peak_flops_per_s / 3000, 10 ** (y_range[0] + 0.1 * (y_range[1] - y_range[0])))
+        fig.add_annotation(
+            x=math.log10(roof.ridge),
+            y=math.log10(note_y),
+            text=note,
+            showarrow=True,
+            arrowhead=2,
+            ax=-60,
+            ay=0,
+            xanchor="right",
+            align="right",
+            font=dict(size=13),
+            bgcolor="rgba(255,255,255,0.9)",
+        )
+        plain = note.replace("<b>", "").replace("</b>", "").split("<br>")
+        notes.append(note_box(Frame(x_range, y_range), roof.ridge, note_y, plain, shift_px=-60))
+    place_labels(
+        fig,
+        {phase: [p["label"] for p in pts] for phase, pts in clusters.items()},
+        PHASE_COLOR,
+        x_range=x_range,
+        y_range=y_range,
+        roofs=lines,
+        notes=notes,
     )
-    fig.update_yaxes(type="log", title="attainable performance (FLOP/s)")
+    fig.update_xaxes(type="log", title="arithmetic intensity (FLOPs per byte moved)", range=x_range)
+    fig.update_yaxes(type="log", title="attainable performance (FLOP/s)", range=y_range)
     fig.update_layout(
         height=640,
         margin=dict(l=10, r=10, t=30, b=10),

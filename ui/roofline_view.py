@@ -1,10 +1,8 @@
 """Roofline page helpers that sit on top of the calculator's figure (ui.plots_calc.roofline_figure): the ridge
-note for the chosen precision, the context cap said out loud, measured prefill and decode drawn differently, and
-operator labels of the two phases kept apart."""
+note for the chosen precision, the context cap said out loud, and measured prefill and decode drawn differently
+(operator labels are placed by ui.roofline_labels)."""
 
 from __future__ import annotations
-
-import math
 
 import plotly.graph_objects as go
 
@@ -23,7 +21,6 @@ MEASURED_STYLE = {
         dict(symbol="diamond-open", size=14, color="#6a3d9a", line=dict(width=3)),
     ),
 }
-NEAR_DECADES = 0.35  # two labels closer than this in both log10 axes would print over each other
 
 
 def ridge_note(datasheet, dtype: str) -> str:
@@ -67,35 +64,6 @@ def split_measured(fig: go.Figure) -> go.Figure:
                 customdata=[measured.customdata[i] for i in idx],
                 hovertemplate="%{customdata}<extra></extra>",
             )
-    return fig
-
-
-def separate_labels(fig: go.Figure) -> go.Figure:
-    """Where a prefill and a decode operator label would overlap, put prefill's below-right and decode's
-    above-left of their points; every other label keeps the calculator's placement."""
-    traces = {t.name: t for t in fig.data if t.name in ("prefill operators", "decode operators")}
-    if len(traces) < 2:
-        return fig
-    pre, dec = traces["prefill operators"], traces["decode operators"]
-    pos_p, pos_d = list(pre.textposition), list(dec.textposition)
-
-    def lg(v: float) -> float:
-        return math.log10(max(v, 1e-30))
-
-    for i, (xp, yp) in enumerate(zip(pre.x, pre.y, strict=True)):
-        for j, (xd, yd) in enumerate(zip(dec.x, dec.y, strict=True)):
-            if abs(lg(xp) - lg(xd)) < NEAR_DECADES and abs(lg(yp) - lg(yd)) < NEAR_DECADES:
-                pos_p[i], pos_d[j] = "bottom right", "top left"
-    pre.textposition, dec.textposition = pos_p, pos_d
-    return fig
-
-
-def lower_ridge_note(fig: go.Figure, peak_flops_per_s: float) -> go.Figure:
-    """Move the ridge's note from peak/30 (where memory-bound decode labels sit, just under the roof) down to
-    peak/3000, a band of the chart with no operator and no roof left of the ridge."""
-    for a in fig.layout.annotations:
-        if str(a.text).startswith("<b>ridge"):
-            a.y = math.log10(peak_flops_per_s / 3000)
     return fig
 
 
