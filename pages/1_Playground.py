@@ -13,6 +13,7 @@ import streamlit as st
 from engine.core.errors import CancelledError, EngineError
 from engine.runtime import generation, runlog
 from engine.runtime.generation import GenerationConfig
+from engine.runtime.metrics import token_latencies
 from ui import export
 from ui.batching_widgets import cached_scheduler
 from ui.common import fmt_bytes, fmt_count, fmt_seconds, init_state, page_setup, show_error
@@ -22,7 +23,6 @@ from ui.playground_widgets import (
     compile_status_text,
     forecast,
     latency_figure,
-    per_token_latency,
     progress_text,
     show_decode_path,
     show_forecast,
@@ -201,7 +201,6 @@ def run_single(lm, prompt: str, cfg: GenerationConfig, include_prompt: bool) -> 
         "tokens": 0,
         "elapsed": 0.0,
         "text": prompt if include_prompt else "",
-        "chunks": [],
         "request_t": t0,
         "status": "running",
         "row": {
@@ -261,7 +260,6 @@ def run_single(lm, prompt: str, cfg: GenerationConfig, include_prompt: bool) -> 
             if kind == "error":
                 raise chunk
             k = len(lm.tokenizer(chunk, add_special_tokens=False)["input_ids"]) or 1
-            cur["chunks"].append((now, k))
             cur["tokens"] += k
             cur["text"] += chunk
             cur["elapsed"] = now - t0
@@ -291,7 +289,7 @@ def run_single(lm, prompt: str, cfg: GenerationConfig, include_prompt: bool) -> 
         tokens=c.measurement.output_tokens,
         elapsed=c.measurement.latency_s,
         measurement=c.measurement,
-        latency=per_token_latency(t0, cur["chunks"]),
+        latency=token_latencies(c.measurement.ttft_s, c.token_times),
         completion=c,
     )
     st.session_state[f"{NS}.last"] = cur

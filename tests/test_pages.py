@@ -166,3 +166,23 @@ def test_a_page_that_measures_warns_when_the_machine_is_busy(monkeypatch):
         str(ROOT / "pages/7_Quantization_and_speculative_decoding.py"), default_timeout=120
     ).run()
     assert not any("This machine is busy" in w.value for w in quiet.warning)
+
+
+def test_cache_off_chart_plots_the_measured_step_times():
+    """The per-token chart spread each streamed text chunk's time evenly over its tokens (a detokenizer holds
+    tokens back until a word ends); it plots the time each decode step really took, from the run's own token
+    timestamps: the first point is the TTFT, each next one the gap since the previous token."""
+    import json
+
+    at = playground()
+    at.sidebar.toggle(key="playground.cache").set_value(False).run()
+    at.button(key="playground.go").click().run()
+    assert not at.exception and not at.error
+    run = at.session_state["playground.curve"][False]
+    c = run["completion"]
+    assert len(c.token_times) == c.measurement.output_tokens
+    steps = [b - a for a, b in zip(c.token_times, c.token_times[1:], strict=False)]
+    assert run["latency"] == [c.measurement.ttft_s, *steps]
+    fig = json.loads(at.get("plotly_chart")[0].proto.spec)
+    off = next(t for t in fig["data"] if t["name"].startswith("KV cache off"))
+    assert off["y"] == pytest.approx([max(v, 1e-6) * 1e3 for v in run["latency"]])

@@ -18,24 +18,6 @@ LONG_RUN_S = 60.0
 FORECAST_FROM_TOKENS = 256
 
 
-def per_token_latency(request_t: float, chunks: list[tuple[float, int]]) -> list[float]:
-    """Seconds per generated token from the streamed chunks, [(arrival time, tokens in the chunk)], oldest
-    first. The first token's latency is the TTFT (request -> first chunk); a chunk of k tokens spreads the gap
-    since the previous chunk evenly over its k tokens (a detokenizer may hold a token back until a word ends)."""
-    out: list[float] = []
-    prev = request_t
-    for t, k in chunks:
-        k = max(1, k)
-        gap = max(0.0, t - prev)
-        if not out:  # the first chunk: its first token carries the prefill (TTFT), the rest share nothing
-            out.append(gap)
-            out.extend([0.0] * (k - 1))
-        else:
-            out.extend([gap / k] * k)
-        prev = t
-    return out
-
-
 def latency_figure(runs: dict[str, list[float]]) -> go.Figure:
     """One line per run (label -> seconds per token), milliseconds on a log axis so the TTFT spike and the TPOT
     floor are both readable."""

@@ -59,6 +59,7 @@ class Request:
         self.ignore_eos = ignore_eos
         self.times = RequestTimes(arrival=time.perf_counter() if arrival is None else arrival)
         self.generated: list[int] = []
+        self.token_times: list[float] = []  # when each generated token existed
         self.stop_reason: str | None = None
         self.text = ""
         self.emitted = 0  # characters of `text` already streamed
@@ -103,6 +104,7 @@ class Request:
     def append(self, token: int, now: float, batch_size: int) -> None:
         """Add a token (made at `now` in a batch of `batch_size`) and decide whether the sequence stops."""
         self.generated.append(token)
+        self.token_times.append(now)
         self.max_batch_seen = max(self.max_batch_seen, batch_size)
         if len(self.generated) == 1:
             self.times.first_token = now
@@ -159,6 +161,7 @@ class Request:
             tuple(self.generated),
             self.stop_reason or "length",
             m,
+            token_times=tuple(self.token_times),
         )
 
 

@@ -127,6 +127,9 @@ class Completion:
     compile_s: float | None = (
         None  # seconds this run spent compiling the step (first use); None when it paid none
     )
+    # time.perf_counter() when each generated token existed (after the device finished its step): the real
+    # per-step timings, which a streamed text's chunks only approximate (a detokenizer holds tokens back)
+    token_times: tuple[float, ...] = ()
 
     def shown(self, include_prompt: bool) -> str:
         """The chapter's point: what `generate` returns includes the prompt; show it or not."""
@@ -555,6 +558,7 @@ def _run(
                 decode=decoded.decode,
                 decode_note=decoded.note,
                 compile_s=decoded.compile_s,
+                token_times=tuple(timer.times[:n]),
             )
         )
     if record:

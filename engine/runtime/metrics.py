@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from itertools import pairwise
 
 from engine.runtime.measurement import Measurement
 
@@ -134,3 +135,11 @@ def summarize_steps(
         raise ValueError("no generation step was timed")
     t = timings(request_t, step_times[0], step_times[-1], output_tokens_per_seq or [len(step_times)])
     return t["ttft_s"], t["tpot_s"], t["latency_s"]
+
+
+def token_latencies(ttft_s: float, token_times: Sequence[float]) -> list[float]:
+    """Seconds per generated token, from the times each token existed: the first is the TTFT (request to first
+    token: the prefill), each next one the gap since the previous token (one decode step: vLLM's ITL)."""
+    if not token_times:
+        return []
+    return [ttft_s] + [max(0.0, b - a) for a, b in pairwise(token_times)]
