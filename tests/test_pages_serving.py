@@ -175,3 +175,25 @@ def test_levels_that_are_not_numbers_and_failed_requests_are_said_in_words():
     at = _page_with(sweep)
     warned = " ".join(w.value for w in at.warning)
     assert "Failed requests: " in warned and "{" not in warned, warned
+
+
+def test_per_user_chart_says_what_its_points_are():
+    """The chart's title read "labels: users" (a raw key); its legend now names the series and its points read
+    "1 user", "2 users"."""
+    import json
+
+    from engine.loadgen.workload import SLO
+
+    sweep = _sweep([_records(4, 0.2), _records(4, 0.5)], [1, 2], SLO(ttft_s=None, tpot_s=None))
+    at = _page_with(sweep)
+    assert not at.exception
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    fig = next(
+        f
+        for f in specs
+        if f["layout"].get("yaxis", {}).get("title", {}).get("text", "").startswith("tokens/s per user")
+    )
+    assert "labels:" not in json.dumps(fig["layout"])
+    trace = fig["data"][0]
+    assert trace["name"] == "measured: one point per sweep level (concurrent users)"
+    assert trace["text"] == ["1 user", "2 users"]

@@ -122,15 +122,16 @@ def throughput_figure(sweep: SweepResult) -> go.Figure:
 
 def per_user_figure(sweep: SweepResult) -> go.Figure:
     """The serving trade-off curve: what one user sees against what the deployment makes."""
+    unit = level_unit(sweep.spec.mode)
     fig = go.Figure()
     fig.add_scatter(
         x=[p.output_tokens_per_s for p in sweep.points],
         y=[p.per_user_tokens_per_s for p in sweep.points],
-        text=[f"{p.level:g}" for p in sweep.points],
+        text=[at_level(p.level, unit) for p in sweep.points],
         mode="lines+markers+text",
         textposition="top center",
         line={"color": "#3a7ca5"},
-        name="measured",
+        name=f"measured: one point per sweep level ({'concurrent users' if unit == 'users' else unit})",
     )
     if sweep.slo.tpot_s:
         fig.add_hline(
@@ -141,7 +142,8 @@ def per_user_figure(sweep: SweepResult) -> go.Figure:
         margin={"t": 30, "b": 10},
         xaxis_title="total output tokens/s",
         yaxis_title="tokens/s per user (median 1 / TPOT)",
-        title=f"labels: {level_unit(sweep.spec.mode)}",
+        showlegend=True,
+        legend={"orientation": "h", "y": -0.3},
     )
     return fig
 
