@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from engine.calc import format as fmt
-from engine.calc import memory, paged, timing
+from engine.calc import memory, timing
 from engine.calc.cost import estimate_cost
 from engine.calc.report import batch_sweep, estimate, reasoning
 from engine.calc.specs import THIS_MACHINE
@@ -27,12 +27,16 @@ from ui.calc_widgets import (
     gpu_choice,
     gpu_figures,
     load_runs,
+    machine_known,
+    machine_panel,
+    machine_provenance,
     model_input,
+    paged_section,
     precision_inputs,
     price_input,
 )
 from ui.common import page_setup
-from ui.plots_calc import batch_curve, comparison_chart, memory_bar, paged_chart, serving_bar
+from ui.plots_calc import batch_curve, comparison_chart, memory_bar, serving_bar
 from ui.trackrecord_view import launch_commands, speed_caption, track_record_section
 
 page_setup("Memory and cost", ":material/calculate:")
@@ -74,6 +78,7 @@ with left:
     mode = "datasheet"
     cal = cached_calibration()
     if gpu.key == THIS_MACHINE:
+        machine_panel(f"{NS}.machine")
         mode = st.radio(
             "Mode",
             ["datasheet", "calibrated"],
@@ -317,6 +322,7 @@ with right:
             delta_arrow="off",
         )
 
+    paged_section(est, prompt + output)
     if est.launch is not None:
         launch_commands(est)
     with st.expander("Why: the reasoning with these numbers", expanded=True):
@@ -387,6 +393,8 @@ st.caption(
     "efficiency one real run reached. Ratio = predicted / measured."
 )
 runs = [r for r in load_runs() if r.use_cache]
+if runs or machine_known():
+    st.caption(machine_provenance())  # the roofs every prediction here uses, with their date and load
 shapes = estimate_check.summarize(runs, cached_machine(), cal) if runs else []
 if not runs:
     st.info(
@@ -478,29 +486,13 @@ else:
     else:
         st.caption("Calibrated columns appear after `python -m engine calibrate`.")
 
-# ---------------------------------------------------------------- paged vs static, GPUs needed
+# ---------------------------------------------------------------- GPUs needed
 st.divider()
-c_left, c_right = st.columns([2, 1], gap="large")
-with c_left:
-    st.subheader("Static vs paged KV cache")
-    if est.paged is None:
-        st.info("The weights alone fill the GPU: no room for a KV cache to compare.")
-    else:
-        p = est.paged
-        st.plotly_chart(paged_chart(p), width="stretch", key=f"{NS}.paged")
-        st.markdown(
-            f"Requests stop at different lengths. A static cache reserves {prompt + output:,} tokens for every sequence: "
-            f"**{p.static_waste_fraction:.0%}** of it is never used across this spread of outputs. In the "
-            f"{fmt.gb(p.kv_budget_bytes)} left for the cache, static allocation fits **{p.static_max_seqs}** sequences; "
-            f"paging (16-token blocks) fits **{p.paged_max_seqs}**: **{p.extra_seqs:+d}** sequences."
-        )
-        formula_expander("Formula: paged KV", paged.compare_paged, paged.output_spread)
-with c_right:
-    st.subheader("GPUs needed")
-    st.metric(f"{gpu.name} GPUs for this load", plan.gpus)
-    st.caption(plan.sentence(spec.n_head) + " " + memory.formula_of(memory.plan_gpus))
-    if not math.isfinite(est.cost.usd_per_million_tokens):
-        st.caption("Enter a price per GPU-hour for the cost figures.")
+st.subheader("GPUs needed")
+st.metric(f"{gpu.name} GPUs for this load", plan.gpus)
+st.caption(plan.sentence(spec.n_head) + " " + memory.formula_of(memory.plan_gpus))
+if not math.isfinite(est.cost.usd_per_million_tokens):
+    st.caption("Enter a price per GPU-hour for the cost figures.")
 
 # ---------------------------------------------------------------- track record
 st.divider()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
 from engine.calibration import machine
+from engine.core import paths
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = machine.MachineMeasurement(
@@ -31,19 +33,26 @@ def test_home_and_calculator_share_one_measurement(monkeypatch, tmp_path):
 
     def fake_measure(dtypes=machine.DEFAULT_DTYPES, *, store=True):
         calls.append(dtypes)
+        if store:  # stored under this machine's id, as measure() does
+            machine.save(replace(FAKE, machine_id=paths.machine_id()))
         return FAKE
 
     monkeypatch.setattr(machine, "measure", fake_measure)
     common.cached_machine_measurement.clear()
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    assert not [
+        m for m in at.metric if m.label == "Read bandwidth (measured)"
+    ]  # nothing stored: nothing shown
     at.button(key="home.measure").click().run()
     assert not at.exception
     shown = {m.label: m.value for m in at.metric}
     assert shown["Read bandwidth (measured)"] == "41.0 GB/s"
-    assert shown["Copy bandwidth (measured)"] == "33.0 GB/s"
     assert (
-        shown["Matmul fp32 (measured)"] == "123 GFLOP/s" and shown["Matmul bf16 (measured)"] == "321 GFLOP/s"
+        shown["Matmul fp32 (measured)"] == "123.00 GFLOP/s"
+        and shown["Matmul bf16 (measured)"] == "321.00 GFLOP/s"
     )
+    # its date and the load it was measured under, beside the figures
+    assert any("measured 2026-11-30 00:00 UTC on cpu, load average 0.50" in c.value for c in at.caption)
     spec = calc_widgets.cached_machine()  # the calculator's and roofline's "this machine"
     assert spec.bandwidth_bytes_per_s == 41e9 and spec.flops_for("bf16") == 321e9
     assert len(calls) == 1, "measured once for every page"

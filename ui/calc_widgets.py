@@ -39,10 +39,68 @@ def _measured_machine() -> GPUSpec:
 
 
 def cached_machine() -> GPUSpec:
-    """This machine's roofs: the stored calibration's (its efficiencies were fitted against them), else measured
-    once per server process."""
+    """This machine's roofs: the stored calibration's (its efficiencies were fitted against them), else the stored
+    measurement (engine.calibration.machine), else measured now."""
     cal = calibration.load_calibration()
     return cal.machine_gpu() if cal is not None else _measured_machine()
+
+
+def machine_known() -> bool:
+    """Whether this machine's roofs are stored (a calibration or a measurement): reading them costs nothing."""
+    from engine.calibration import machine
+
+    return calibration.load_calibration() is not None or machine.latest() is not None
+
+
+def machine_provenance() -> str:
+    """Where 'this machine' figures come from, with the date and the load they were measured under: the line every
+    page shows beside this machine's bandwidth and FLOP/s (the same source as cached_machine)."""
+    from engine.core.load import cores, is_busy
+    from ui.common import cached_machine_measurement
+
+    cal = calibration.load_calibration()
+    if cal is not None:
+        load = f"; {cal.load.describe()}" if cal.load is not None else ""
+        return f"This machine's roofs: from its calibration of {cal.created_at[:16].replace('T', ' ')} UTC{load}."
+    m = cached_machine_measurement()
+    n = cores()
+    quiet = "busy: roofs lower than when quiet" if is_busy(m.loadavg_1m, n) else "quiet"
+    return (
+        f"This machine's roofs: measured {m.measured_at[:16].replace('T', ' ')} UTC on {m.device}, load average "
+        f"{m.loadavg_1m:.2f} on {n} cores ({quiet})."
+    )
+
+
+def machine_panel(key: str) -> None:
+    """This machine's roofs (read bandwidth, matmul FLOP/s) from the one source, with its date and load, and a
+    button that measures it (again): the same panel on Home and the calculator."""
+    from ui.common import remeasure_machine
+
+    known = machine_known()
+    if known:
+        roof = cached_machine()
+        cols = st.columns(3)
+        cols[0].metric("Read bandwidth (measured)", f"{roof.bandwidth_bytes_per_s / 1e9:.1f} GB/s")
+        for col, dt in zip(cols[1:], ("fp32", "bf16"), strict=True):
+            col.metric(f"Matmul {dt} (measured)", fmt.flops(roof.flops_for(dt), "FLOP/s"))
+        st.caption(machine_provenance())
+    else:
+        st.info(
+            "This machine is not measured yet: its read bandwidth and matmul FLOP/s are the roofs of the "
+            "calculator's and the roofline's 'this machine'. Measuring takes a few seconds.",
+            icon=":material/speed:",
+        )
+    if calibration.load_calibration() is not None:
+        st.caption("Its calibration fixes these roofs; `python -m engine calibrate` measures them again.")
+    elif st.button(
+        "Measure this machine again" if known else "Measure this machine",
+        key=f"{key}.measure",
+        icon=":material/speed:",
+        help="A read (sum) and a copy over a 268 MB buffer and a 1024³ matmul per precision, best of 5; stored "
+        "with its date and load, and read by every page.",
+    ):
+        remeasure_machine()
+        st.rerun()
 
 
 @st.cache_data(show_spinner="Fetching config.json…", max_entries=32)
@@ -395,6 +453,27 @@ def formula_expander(title: str, *fns: object, extra: str = "") -> None:
             st.markdown(f"`{getattr(fn, '__name__', '')}`: {formula_of(fn)}")
         if extra:
             st.markdown(extra)
+
+
+def paged_section(est, tokens: int) -> None:
+    """Static against paged KV cache, beside the max batch it changes: per sequence by output length, what each
+    reserves and what is used, and how many sequences each fits in the memory left for the cache."""
+    from engine.calc import paged
+    from ui.plots_calc import paged_chart
+
+    st.subheader("Static vs paged KV cache: how many sequences fit")
+    if est.paged is None:
+        st.info("The weights alone fill the GPU: no room for a KV cache to compare.")
+        return
+    p = est.paged
+    st.markdown(
+        f"Requests stop at different lengths. A static cache reserves {tokens:,} tokens for every sequence: "
+        f"**{p.static_waste_fraction:.0%}** of it is never used across this spread of outputs. In the "
+        f"{fmt.gb(p.kv_budget_bytes)} left for the cache, static allocation fits **{p.static_max_seqs}** sequences; "
+        f"paging (16-token blocks) fits **{p.paged_max_seqs}**: **{p.extra_seqs:+d}** sequences."
+    )
+    st.plotly_chart(paged_chart(p), width="stretch", key="calc.paged")
+    formula_expander("Formula: paged KV", paged.compare_paged, paged.output_spread)
 
 
 def measured_roofline_points(runs: list) -> list[dict]:

@@ -137,10 +137,17 @@ def loaded_models() -> list[models.LoadedModel]:
 
 @st.cache_resource(show_spinner="Measuring this machine's memory bandwidth and matmul FLOP/s…")
 def cached_machine_measurement() -> machine.MachineMeasurement:
-    """The one measurement of this machine (read and copy bandwidth, matmul FLOP/s per precision), taken once
-    per server process by engine.calibration.machine.measure and stored with its date; home, calculator and roofline
-    all read this one."""
-    return machine.measure()
+    """The one measurement of this machine (read and copy bandwidth, matmul FLOP/s per precision): the stored one
+    (engine.calibration.machine.latest, with its date and load) when there is one, else measured now and stored.
+    Home, calculator and roofline all read this one; `remeasure_machine` replaces it."""
+    return machine.latest() or machine.measure()
+
+
+def remeasure_machine() -> machine.MachineMeasurement:
+    """Measure this machine again (a few seconds), store it, and make it the one every page reads."""
+    machine.measure()  # stored: the cached reader below picks it up
+    cached_machine_measurement.clear()
+    return cached_machine_measurement()
 
 
 def init_state(namespace: str, **defaults) -> None:

@@ -5,13 +5,12 @@ from __future__ import annotations
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
-from engine.core.load import is_busy
 from engine.runtime import models
+from ui.calc_widgets import machine_panel
 from ui.common import (
     PAGES,
     ROOT,
     cached_hardware,
-    cached_machine_measurement,
     fmt_bytes,
     fmt_count,
     fmt_seconds,
@@ -50,7 +49,9 @@ TOUR = (
     (
         "Memory and cost",
         {},
-        "Pick a model and the T4: does it fit in fp32, in fp16, and what does a million tokens cost?",
+        "Pick a model and the T4: does it fit in fp32, in fp16, and what does a million tokens cost? Under the "
+        "tiles, **Static vs paged KV cache** shows how many more sequences paging fits; choose *this machine* as the "
+        "GPU for its measured roofs (**Measure this machine** there and above, on Home).",
         "4.2 and 4.3.3",
     ),
     (
@@ -143,30 +144,6 @@ def hardware_panel() -> None:
         "RAM", fmt_bytes(hw.ram_total_bytes), help=f"{fmt_bytes(hw.ram_available_bytes)} available now"
     )
     cols[3].metric("torch", hw.torch_version, help=f"CUDA build: {hw.cuda_build or 'none'}")
-    with st.expander("Measure this machine's memory bandwidth and matmul throughput"):
-        st.caption(
-            "A read (sum) and a copy over a 268 MB buffer, and a 1024³ matmul per precision; best of 5. "
-            "These set the roofline and the calculator's 'this machine' entry (one measurement, shared by "
-            "every page)."
-        )
-        if st.button("Measure", key="home.measure"):
-            roof = cached_machine_measurement()
-            c = st.columns(2 + len(roof.matmul_flops_per_s))
-            c[0].metric("Read bandwidth (measured)", f"{roof.read_bytes_per_s / 1e9:.1f} GB/s")
-            c[1].metric("Copy bandwidth (measured)", f"{roof.copy_bytes_per_s / 1e9:.1f} GB/s")
-            for col, (dt, flops) in zip(c[2:], roof.matmul_flops_per_s.items(), strict=True):
-                col.metric(f"Matmul {dt} (measured)", f"{flops / 1e9:.3g} GFLOP/s")
-            cores = hw.cpu_cores_logical
-            busy = is_busy(roof.loadavg_1m, cores)
-            st.caption(
-                f"Measured {roof.measured_at} on {roof.device}, load average {roof.loadavg_1m:.2f} on {cores} "
-                "cores: "
-                + (
-                    "the machine was busy, so these roofs are lower than it reaches when quiet."
-                    if busy
-                    else "a quiet machine, so these are its roofs."
-                )
-            )
 
 
 def models_panel() -> None:
@@ -205,6 +182,12 @@ def render() -> None:
         "Every figure is either measured on this machine or computed from a formula you can open; "
         "each says which."
     )
+    st.subheader("This machine's roofs: measure first")
+    st.caption(
+        "Memory bandwidth and matmul FLOP/s of the machine this server runs on: the roofs of the calculator's and "
+        "the roofline's 'this machine', one stored measurement that every page reads."
+    )
+    machine_panel("home")
     tour_panel()
     with st.expander("Every page in one line"):
         for p in PAGES:

@@ -1,0 +1,95 @@
+"""What a presenter looks for is where they look: the paged-KV chart beside the max batch it changes (not below
+three other sections), "measure this machine" on top of Home and beside the calculator's 'this machine', and the
+tour pointing at both."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from engine.core import paths
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def in_order(node) -> list:
+    """Every element of the page, in the order it is drawn (containers opened depth first)."""
+    out = []
+    for _, child in sorted(getattr(node, "children", {}).items()):
+        out.append(child)
+        out.extend(in_order(child))
+    return out
+
+
+def position(elements: list, test) -> int:
+    return next(i for i, e in enumerate(elements) if test(e))
+
+
+def is_chart(title: str):
+    def test(e) -> bool:
+        if e.type != "plotly_chart":
+            return False
+        layout = json.loads(e.proto.spec)["layout"]
+        return layout.get("yaxis", {}).get("title", {}).get("text", "").startswith(title)
+
+    return test
+
+
+def text_is(kind: str, start: str):
+    return lambda e: e.type == kind and str(getattr(e, "value", "")).startswith(start)
+
+
+def test_paged_kv_chart_sits_with_the_memory_figures():
+    at = AppTest.from_file(str(ROOT / "pages/2_Memory_and_cost.py"), default_timeout=120).run()
+    assert not at.exception
+    els = in_order(at.main)
+    paged = position(els, is_chart("KV cache per sequence"))
+    max_batch = position(els, lambda e: e.type == "metric" and e.label.startswith("Max batch at"))
+    batch_header = position(els, text_is("header", "Cost and latency against batch size"))
+    # right under the max batch tile, before the batch sweep and everything below it
+    assert max_batch < paged < batch_header
+    assert any(
+        e.type == "subheader" and e.value.startswith("Static vs paged KV cache") for e in els[max_batch:paged]
+    )
+
+
+def test_calculator_offers_to_measure_this_machine_where_it_is_chosen(monkeypatch, tmp_path):
+    from engine.calibration import machine
+    from tests.test_machine import FAKE
+    from ui import common
+
+    monkeypatch.setenv("INFERENCE_LAB_HOME", str(tmp_path))
+
+    def measure(*a, **k):  # choosing 'this machine' measures it, and stores it as measure() does
+        machine.save(replace(FAKE, machine_id=paths.machine_id()))
+        return FAKE
+
+    monkeypatch.setattr(machine, "measure", measure)
+    common.cached_machine_measurement.clear()
+    at = AppTest.from_file(str(ROOT / "pages/2_Memory_and_cost.py"), default_timeout=120).run()
+    assert not [b for b in at.button if b.key == "calc.machine.measure"]
+    at.selectbox(key="calc.gpu").set_value("this-machine").run()
+    assert not at.exception
+    assert [b.label for b in at.button if b.key == "calc.machine.measure"] == ["Measure this machine again"]
+    # its roofs beside the choice, with their date and load
+    assert any("measured 2026-11-30 00:00 UTC on cpu, load average 0.50" in c.value for c in at.caption)
+    common.cached_machine_measurement.clear()
+
+
+def test_home_puts_measuring_this_machine_above_the_tour_and_the_tour_points_at_both(monkeypatch, tmp_path):
+    monkeypatch.setenv("INFERENCE_LAB_HOME", str(tmp_path))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    assert not at.exception
+    els = in_order(at.main)
+    button = position(els, lambda e: e.type == "button" and getattr(e, "key", None) == "home.measure")
+    tour = position(els, text_is("subheader", "Start here"))
+    assert button < tour
+    # not folded away: no expander holds it
+    assert not any(e.type == "expandable" and "Measure" in str(getattr(e, "label", "")) for e in els)
+    from ui.home import TOUR
+
+    stop = next(what for title, _, what, _ in TOUR if title == "Memory and cost")
+    assert "Static vs paged KV cache" in stop and "Measure this machine" in stop
