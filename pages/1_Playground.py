@@ -11,6 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from engine.core.errors import CancelledError, EngineError
+from engine.core.load import cores, is_busy, loadavg_1m
 from engine.runtime import generation, runlog
 from engine.runtime.generation import GenerationConfig
 from engine.runtime.metrics import token_latencies
@@ -147,11 +148,13 @@ if running is not None:
     )
 
 
-def metrics_row(m) -> None:
+def metrics_row(m, load: float | None = None) -> None:
+    """The run's measured figures, with the load the machine was under when it finished (a busy machine's TPOT
+    is not this machine's TPOT: the calculator's bound and the race's figure are for a quiet one)."""
     c = st.columns(6)
-    c[0].metric("TTFT", fmt_seconds(m.ttft_s), help="request → first generated token")
+    c[0].metric("TTFT (measured)", fmt_seconds(m.ttft_s), help="request → first generated token")
     c[1].metric(
-        "TPOT",
+        "TPOT (measured)",
         fmt_seconds(m.tpot_s),
         help="(latency − TTFT) / (output tokens − 1): first token excluded (vLLM)",
     )
@@ -159,6 +162,12 @@ def metrics_row(m) -> None:
     c[3].metric("Throughput", f"{m.tokens_per_s:.1f} tok/s", help="output tokens / latency (all sequences)")
     c[4].metric("Tokens in → out", f"{m.prompt_tokens} → {m.output_tokens}")
     c[5].metric("Peak memory", fmt_bytes(m.peak_memory_bytes), help=m.peak_memory_kind)
+    if load is not None and load == load:
+        n = cores()
+        st.caption(
+            f"Measured on this machine, load average {load:.1f} on {n} cores when the run finished"
+            + (": busy, so slower than it runs when quiet." if is_busy(load, n) else " (quiet).")
+        )
 
 
 def history_row(m, mode: str, stop_reason: str, decode: str = "eager") -> dict:
@@ -290,6 +299,7 @@ def run_single(lm, prompt: str, cfg: GenerationConfig, include_prompt: bool) -> 
         elapsed=c.measurement.latency_s,
         measurement=c.measurement,
         latency=token_latencies(c.measurement.ttft_s, c.token_times),
+        load=loadavg_1m(),
         completion=c,
     )
     st.session_state[f"{NS}.last"] = cur
@@ -354,7 +364,7 @@ if go and lm is not None:
                     f"finished at {fmt_seconds(c.measurement.latency_s)}"
                 )
             st.markdown("**The batch as a whole**")
-            metrics_row(result.measurement)
+            metrics_row(result.measurement, loadavg_1m())
             st.session_state[f"{NS}.history"].append(
                 history_row(result.measurement, "batch", "mixed", result.decode)
             )
@@ -386,7 +396,7 @@ if last is not None and not batch_mode:
         )
         if last.get("completion") is not None:
             show_decode_path(last["completion"])
-        metrics_row(last["measurement"])
+        metrics_row(last["measurement"], last.get("load"))
     curves = {}
     for cache_on, run in sorted(st.session_state[f"{NS}.curve"].items(), reverse=True):
         if run["model"] == last["model"] and run.get("latency"):

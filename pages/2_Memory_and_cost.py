@@ -30,6 +30,7 @@ from ui.calc_widgets import (
     machine_known,
     machine_panel,
     machine_provenance,
+    measured_here_line,
     model_input,
     paged_section,
     precision_inputs,
@@ -234,6 +235,10 @@ with right:
         delta_arrow="off",
         help="batch x output tokens / generation time",
     )
+    if gpu.key == THIS_MACHINE and (here := measured_here_line(spec, dtype, batch)):
+        st.markdown(
+            here
+        )  # the same quantity measured: one line, so the bound and the measurement read together
     if not m.fits and est.timing_at_plan is not None:
         tp = est.timing_at_plan
         st.caption(

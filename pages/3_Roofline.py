@@ -11,7 +11,13 @@ from engine.calc.roofline import Roof, analyse, measured_point, operators, roof_
 from engine.calc.specs import PRECISIONS, THIS_MACHINE, load_gpu_catalog
 from engine.core.errors import EngineError
 from ui import export
-from ui.calc_widgets import cached_machine, load_runs, measured_roofline_points, model_input
+from ui.calc_widgets import (
+    cached_machine,
+    load_runs,
+    machine_provenance,
+    measured_roofline_points,
+    model_input,
+)
 from ui.common import page_setup, show_error
 from ui.plots_calc import roofline_figure
 from ui.roofline_view import reading, ridge_note, seq_cap_note, split_measured
@@ -99,6 +105,8 @@ with right:
         st.caption(
             "Marker size: share of the phase's time. Operators at the same intensity share one labelled point."
         )
+    if measured or THIS_MACHINE in gpus:
+        st.caption(machine_provenance())  # the roofs 'this machine' is drawn with: their date and load
     if measured:
         st.caption(
             "Runs measured on this machine (stars: prefill, from TTFT; open diamonds: decode, from TPOT), placed on "

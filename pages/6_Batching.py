@@ -29,6 +29,7 @@ from ui.batching_widgets import (
     simulate_users,
     sweep_figure,
 )
+from ui.calc_widgets import machine_known, machine_matmul, machine_provenance
 from ui.common import fmt_bytes, fmt_seconds, init_state, page_setup, show_error
 from ui.narrative import sweep_sentence, tradeoff_sentences, users_sentence
 from ui.widgets import load_with_progress, model_picker
@@ -66,7 +67,9 @@ sweep_tokens = c2.number_input("New tokens each", 4, 256, 32, key=f"{NS}.sweep_t
 if c3.button("Measure", key=f"{NS}.sweep_go", type="primary"):
     try:
         with st.spinner("Running one padded batch per size (the CPU takes a while for 32)…"):
-            st.session_state[f"{NS}.sweep"] = run_sweep(lm, sizes, max_new_tokens=int(sweep_tokens))
+            st.session_state[f"{NS}.sweep"] = run_sweep(
+                lm, sizes, max_new_tokens=int(sweep_tokens), matmul_flops_per_s=machine_matmul(lm)
+            )
     except EngineError as exc:
         show_error(exc)
 sweep = st.session_state[f"{NS}.sweep"]
@@ -84,7 +87,8 @@ if sweep is not None and sweep.model == lm.name:
         + f" Dashed: the calculator's rule, step = (weights + batch × KV) / bandwidth but never faster than "
         f"2 × params × batch / FLOP/s, with bandwidth calibrated at batch {sweep.points[0].batch} "
         f"({sweep.calibrated_bandwidth_bytes_per_s / 1e9:.1f} GB/s effective) and this machine's matmul "
-        f"({sweep.matmul_flops_per_s / 1e9:.0f} GFLOP/s)."
+        f"({sweep.matmul_flops_per_s / 1e9:.0f} GFLOP/s). "
+        + (machine_provenance() if machine_known() else "")
     )
     where = (
         "the red dotted line" if fits <= 4 * max(p.batch for p in sweep.points) else "far right of this chart"

@@ -71,6 +71,38 @@ def machine_provenance() -> str:
     )
 
 
+def measured_here_line(spec: ModelSpec, dtype: str, batch: int) -> str:
+    """One line: the TPOT the engine measured on this machine for this model, precision and batch (the median of
+    its recent runs, with where and when), to set beside a bound or an estimate of the same quantity; '' when
+    nothing was measured."""
+    from engine.calibration import check as estimate_check
+
+    runs = [r for r in load_runs() if r.use_cache and r.batch_size == batch and r.dtype == dtype]
+    if not runs:
+        return ""
+    same = [
+        c
+        for c in estimate_check.summarize(runs, cached_machine(), cached_calibration())
+        if (s := calibration.spec_for_run_model(c.model)) is not None and s.name == spec.name
+    ]
+    if not same:
+        return ""
+    c = max(same, key=lambda c: c.n)
+    return (
+        f"Measured on this machine: TPOT **{fmt.seconds(c.tpot.median)}** ({c.model}, median of {c.n} runs: "
+        f"{c.source_text}; newest {c.newest[:16].replace('T', ' ')} UTC), in *Estimate vs measurement* below."
+    )
+
+
+def machine_matmul(lm) -> float | None:
+    """This machine's matmul FLOP/s at a loaded model's precision from the one source (cached_machine), where the
+    model runs on the device that source measured (the GPU when torch sees one, else the CPU); else None."""
+    import torch
+
+    measured_on = "cuda" if torch.cuda.is_available() else "cpu"
+    return cached_machine().flops_for(lm.dtype) if str(lm.device).startswith(measured_on) else None
+
+
 def machine_panel(key: str) -> None:
     """This machine's roofs (read bandwidth, matmul FLOP/s) from the one source, with its date and load, and a
     button that measures it (again): the same panel on Home and the calculator."""

@@ -54,7 +54,16 @@ def _spec(lm: LoadedModel):
     return spec_from_hf_config(lm.model.config.to_dict(), name=lm.name)
 
 
-def run_sweep(lm: LoadedModel, sizes: Sequence[int] = DEFAULT_SIZES, *, max_new_tokens: int = 32) -> Sweep:
+def run_sweep(
+    lm: LoadedModel,
+    sizes: Sequence[int] = DEFAULT_SIZES,
+    *,
+    max_new_tokens: int = 32,
+    matmul_flops_per_s: float | None = None,
+) -> Sweep:
+    """Static batching measured per batch size against the calculator's rule. `matmul_flops_per_s`: this machine's
+    matmul roof from its one stored measurement (the page passes it, so the figure it shows is the one every
+    page shows); measured here, briefly, when not given."""
     from engine.calc.memory import kv_cache_bytes, max_batch
     from engine.calc.timing import simple_decode_s, simple_prefill_s
     from engine.runtime.hardware import measure_matmul_flops
@@ -69,7 +78,11 @@ def run_sweep(lm: LoadedModel, sizes: Sequence[int] = DEFAULT_SIZES, *, max_new_
     memory = free_memory_bytes(lm.device) + lm.weights_bytes
     fits = max_batch(spec, dtype=lm.dtype, seq_len=seq_len, gpu_memory_bytes=memory)
     weights = lm.weights_bytes
-    flops = measure_matmul_flops(lm.device, lm.dtype, n=512, repeats=3).flops_per_s
+    flops = (
+        matmul_flops_per_s
+        if matmul_flops_per_s
+        else measure_matmul_flops(lm.device, lm.dtype, n=512, repeats=3).flops_per_s
+    )
     generate_batch(
         lm, [SWEEP_PROMPT], GenerationConfig(max_new_tokens=4), record=False
     )  # warm-up, not counted
