@@ -29,7 +29,7 @@ from ui.playground_widgets import (
     show_forecast,
     show_recorded_gpu_decode,
 )
-from ui.widgets import load_with_progress, model_picker, spec_number
+from ui.widgets import sidebar_model, spec_number
 
 NS = "playground"
 D = GenerationConfig()  # widget defaults come from the engine's dataclass: one source with the CLI
@@ -42,10 +42,7 @@ st.caption(
     "measured on this run."
 )
 
-with st.sidebar:
-    st.header("Model")
-    name, dtype = model_picker(NS)
-lm = load_with_progress(name, dtype)
+lm = sidebar_model(NS)
 
 if lm is not None:
     with st.expander(

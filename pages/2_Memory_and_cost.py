@@ -39,6 +39,7 @@ from ui.calc_widgets import (
 from ui.common import page_setup
 from ui.plots_calc import batch_curve, comparison_chart, memory_bar, serving_bar
 from ui.trackrecord_view import launch_commands, speed_caption, track_record_section
+from ui.widgets import note_metric
 
 page_setup("Memory and cost", ":material/calculate:")
 NS = "calc"
@@ -175,64 +176,56 @@ with right:
         )
     k = st.columns(3)
     k[0].metric("Weights", fmt.gb(m.weights_bytes), help=memory.formula_of(memory.weights_bytes))
-    k[1].metric(
+    note_metric(
+        k[1],
         "KV cache",
         fmt.gb(m.kv_cache_bytes),
         f"{m.kv_bytes_per_token:,.0f} B per token",
-        delta_color="off",
-        delta_arrow="off",
         help=memory.formula_of(memory.kv_cache_bytes),
     )
     if est.serving is not None:
-        k[2].metric(
+        note_metric(
+            k[2],
             f"KV cache {est.inputs.engine} allocates",
             f"{est.serving.kv_cache_tokens:,} tokens",
             f"{est.serving.max_concurrency:.2f}x for {est.serving.max_model_len:,} tokens",
-            delta_color="off",
-            delta_arrow="off",
             help="(total x utilisation - weights - profile-run activations - runtime) / KV bytes per token per GPU",
         )
     else:
-        k[2].metric(
+        note_metric(
+            k[2],
             "Total with overhead",
             fmt.gb(m.total_bytes),
             f"{fmt.gb(m.overhead_bytes)} overhead",
-            delta_color="off",
-            delta_arrow="off",
             help=memory.formula_of(memory.estimate_memory),
         )
     k = st.columns(3)
     sp = est.speed
     # a load that does not fit: these times are the GPUs asked for as if it fitted; the plan's follow the tiles
     fitted = "" if m.fits else f" if it fitted on {n_gpus}"
-    k[0].metric(
-        "TPOT" + (f", {est.inputs.engine} estimate" if sp else ", bound") + fitted,
-        fmt.seconds(t.decode_s_per_token),
-        f"{fmt.seconds(sp.tpot_s.low)}–{fmt.seconds(sp.tpot_s.high)}; physics ≥ {fmt.seconds(sp.tpot_s.bound)}"
-        if sp
-        else f"{t.decode_step.bound}-bound",
-        delta_color="off",
-        delta_arrow="off",
-        help=memory.formula_of(timing.estimate_timing),
-    )
-    k[1].metric(
-        "TTFT" + (f", {est.inputs.engine} estimate" if sp else ", bound") + fitted,
-        fmt.seconds(t.ttft_s),
-        f"{fmt.seconds(sp.ttft_s.low)}–{fmt.seconds(sp.ttft_s.high)}; physics ≥ {fmt.seconds(sp.ttft_s.bound)}"
-        if sp
-        else f"{t.prefill.bound}-bound",
-        delta_color="off",
-        delta_arrow="off",
-    )
-    k[2].metric(
-        "Throughput" + (f", {est.inputs.engine} estimate" if sp else ", bound") + fitted,
+    # what each tile is: the roofs' physical bound, or a serving engine's fitted estimate with its 95% interval
+    kind = (f", {est.inputs.engine} estimate" if sp else ", physical bound") + fitted
+    for col, what, seconds, interval, phase, hint in (
+        (k[0], "TPOT", t.decode_s_per_token, sp and sp.tpot_s, t.decode_step, timing.estimate_timing),
+        (k[1], "TTFT", t.ttft_s, sp and sp.ttft_s, t.prefill, timing.phase_time),
+    ):
+        note_metric(
+            col,
+            what + kind,
+            fmt.seconds(seconds),
+            f"{fmt.seconds(interval.low)}–{fmt.seconds(interval.high)}; physics ≥ {fmt.seconds(interval.bound)}"
+            if interval
+            else f"{phase.bound}-bound",
+            help=memory.formula_of(hint),
+        )
+    note_metric(
+        k[2],
+        "Throughput" + kind,
         f"{t.tokens_per_s:,.0f} tok/s",
         f"{sp.output_tokens_per_s.low:,.0f}–{sp.output_tokens_per_s.high:,.0f}; physics ≤ "
         f"{sp.output_tokens_per_s.bound:,.0f}"
         if sp
         else f"{t.tokens_per_s / batch:,.1f} per user",
-        delta_color="off",
-        delta_arrow="off",
         help="batch x output tokens / generation time",
     )
     if gpu.key == THIS_MACHINE and (here := measured_here_line(spec, dtype, batch)):
@@ -259,32 +252,38 @@ with right:
         )
     k = st.columns(3)
     if m.fits:
-        k[0].metric(
+        note_metric(
+            k[0],
             "$ per million output tokens",
             fmt.usd(est.cost.usd_per_million_tokens),
             f"{fmt.usd(est.cost_interval[0])}–{fmt.usd(est.cost_interval[1])}" if est.cost_interval else None,
-            delta_color="off",
-            delta_arrow="off",
             help=memory.formula_of(estimate_cost),
         )
         k[1].metric("$ per hour", fmt.usd(est.cost.usd_per_hour))
     elif est.cost_at_plan is not None:
-        k[0].metric(
+        note_metric(
+            k[0],
             f"$/M output tokens at {plan.gpus} GPUs",
             fmt.usd(est.cost_at_plan.usd_per_million_tokens),
             f"{fmt.usd(est.cost.usd_per_million_tokens)} on {n_gpus} if it fitted",
-            delta_color="off",
-            delta_arrow="off",
             help=memory.formula_of(estimate_cost)
             + " Priced at the GPUs the load needs: "
             + plan.sentence(spec.n_head),
         )
         k[1].metric(f"$ per hour at {plan.gpus} GPUs", fmt.usd(est.cost_at_plan.usd_per_hour))
     else:
-        k[0].metric(
-            "$ per million output tokens", "—", "does not fit: no price", delta_color="off", delta_arrow="off"
+        note_metric(
+            k[0],
+            "$ per million output tokens",
+            "—",
+            "does not fit: no price",
         )
-        k[1].metric("$ per hour", "—", "does not fit", delta_color="off", delta_arrow="off")
+        note_metric(
+            k[1],
+            "$ per hour",
+            "—",
+            "does not fit",
+        )
     k[2].metric("Generation time", fmt.seconds(t.generation_s), help="TTFT + (output - 1) x TPOT")
     k = st.columns(3)
     k[0].metric(
@@ -292,39 +291,33 @@ with right:
         f"{est.max_batch:,}",
         help=memory.formula_of(memory.max_batch),
     )
-    k[1].metric(
+    note_metric(
+        k[1],
         f"Max tokens at batch {batch}",
         f"{est.max_seq_len.tokens:,}",
         f"limited by {est.max_seq_len.limited_by}",
-        delta_color="off",
-        delta_arrow="off",
         help=memory.formula_of(memory.max_seq_len),
     )
     k[2].metric("GPUs needed", plan.gpus, help=memory.formula_of(memory.plan_gpus))
     if n_gpus > 1:
+        tiles = (
+            ("Tensor-parallel share of prefill", t.prefill, timing.tp_comm_s),
+            ("Tensor-parallel share of a decode step", t.decode_step, timing.allreduce_s),
+        )
         k = st.columns(3)
-        k[0].metric(
-            "Tensor-parallel share of prefill",
-            f"{t.prefill.comm_share:.0%}",
-            fmt.seconds(t.prefill.comm_s),
-            delta_color="off",
-            delta_arrow="off",
-            help=memory.formula_of(timing.tp_comm_s),
-        )
-        k[1].metric(
-            "Tensor-parallel share of a decode step",
-            f"{t.decode_step.comm_share:.0%}",
-            fmt.seconds(t.decode_step.comm_s),
-            delta_color="off",
-            delta_arrow="off",
-            help=memory.formula_of(timing.allreduce_s),
-        )
-        k[2].metric(
+        for col, (label, phase, formula) in zip(k, tiles, strict=False):
+            note_metric(
+                col,
+                label,
+                f"{phase.comm_share:.0%}",
+                fmt.seconds(phase.comm_s),
+                help=memory.formula_of(formula),
+            )
+        note_metric(
+            k[2],
             "Interconnect",
             gpu.interconnect or "unknown",
             f"{fmt.gb(gpu.interconnect_bytes_per_s)}/s each way",
-            delta_color="off",
-            delta_arrow="off",
         )
 
     paged_section(est, prompt + output)
@@ -416,12 +409,11 @@ else:
     best = shapes[-3:]
     for col, c in zip(st.columns(len(best)), best, strict=True):
         predicted = c.calibrated_tpot_s if c.calibrated_tpot_s is not None else c.datasheet_tpot_s
-        col.metric(
+        note_metric(
+            col,
             c.label,
             f"measured {fmt.seconds(c.tpot.median)}",
             f"predicted {fmt.seconds(predicted)} ({predicted / c.tpot.median:.2f}×)",
-            delta_color="off",
-            delta_arrow="off",
             help="median measured TPOT of the shape's recent runs; predicted = calibrated if a calibration exists, "
             "else datasheet (this machine's measured roofs)",
         )

@@ -14,7 +14,7 @@ from engine.runtime import generation, runlog
 from engine.runtime.generation import GenerationConfig
 from ui import export, lab_widgets
 from ui.common import fmt_seconds, init_state, page_setup, show_error
-from ui.widgets import load_with_progress, model_picker
+from ui.widgets import sidebar_model
 
 NS = "lab"
 MAX_UPLOAD_BYTES = fewshot.MAX_CSV_BYTES
@@ -29,10 +29,7 @@ st.caption(
     "review what comes back; and measure a model with a shared evaluation harness before trusting it."
 )
 
-with st.sidebar:
-    st.subheader("Model")
-    name, dtype = model_picker(NS)
-lm = load_with_progress(name, dtype)
+lm = sidebar_model(NS)
 if lm is None:
     st.stop()
 st.caption(f"Loaded **{lm.name}** in {lm.dtype} on {lm.device} ({lm.params / 1e6:.1f} M parameters).")

@@ -10,7 +10,7 @@ from engine.race import contenders, runner, serialise, verdict
 from engine.race.peers import base as peers
 from engine.runtime import models
 from ui.common import cached_hardware, init_state, page_setup, show_error
-from ui.race_widgets import show_result
+from ui.race_widgets import contender_picker, show_result
 
 page_setup("Latency race", ":material/timer:", measures=True)
 init_state("race", result=None)
@@ -52,23 +52,9 @@ with st.form("race.form"):
         key="race.dtype",
         help="auto = fp16 on a GPU (as in the chapter), fp32 on the CPU",
     )
-    engines = [n for n, c in contenders.CONTENDERS.items() if c.group == "engines"]
-    levers = [n for n, c in contenders.CONTENDERS.items() if c.group == "levers"]
     c1, c2 = st.columns(2)
-    chosen_engines = c1.multiselect(
-        "Engines (vanilla, the baseline, always runs)",
-        engines,
-        default=[n for n in contenders.DEFAULT_CONTENDERS if n in engines],
-        key="race.engines",
-        format_func=lambda n: contenders.CONTENDERS[n].label,
-    )
-    chosen_levers = c2.multiselect(
-        "Levers",
-        levers,
-        default=[n for n in contenders.DEFAULT_CONTENDERS if n in levers],
-        key="race.levers",
-        format_func=lambda n: contenders.CONTENDERS[n].label,
-    )
+    chosen_engines = contender_picker(c1, "engines", "Engines (vanilla, the baseline, always runs)")
+    chosen_levers = contender_picker(c2, "levers", "Levers")
     c1, c2, c3 = st.columns(3)
     runs = c1.slider("Timed runs per contender", 1, 20, runner.RaceSpec.runs, key="race.runs")
     max_new = c2.slider("New tokens per run", 2, 256, runner.RaceSpec.max_new_tokens, key="race.max_new")

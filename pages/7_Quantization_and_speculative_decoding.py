@@ -10,7 +10,7 @@ from engine.core.errors import EngineError
 from engine.levers import kvquant, quant, speculative
 from ui import levers_widgets
 from ui.common import init_state, page_setup, show_error
-from ui.widgets import load_with_progress, model_picker, spec_number
+from ui.widgets import model_picker, spec_number
 
 NS = "levers"
 page_setup("Quantization and speculative decoding", ":material/compress:", measures=True)
@@ -49,18 +49,19 @@ with tab_q:
         q_docs = spec_number(c[3], quant.QuantSpec, "eval_docs", "Documents for bits/byte (N)", f"{NS}.qdocs")
         go_q = st.form_submit_button("Quantize and measure", type="primary")
     if go_q:
-        lm = load_with_progress(name, "fp32")
-        if lm is not None:
-            report, bar = levers_widgets.progress_bar("weight quantization")
-            try:
-                spec = quant.QuantSpec(
+        levers_widgets.measure_into(
+            f"{NS}.quant",
+            name,
+            "fp32",
+            "weight quantization",
+            lambda lm, report: quant.run_quant(
+                lm,
+                quant.QuantSpec(
                     model=name, schemes=tuple(schemes), max_new_tokens=q_tokens, runs=q_runs, eval_docs=q_docs
-                )
-                st.session_state[f"{NS}.quant"] = quant.run_quant(lm, spec, progress=report)
-            except EngineError as exc:
-                show_error(exc)
-            finally:
-                bar.empty()
+                ),
+                progress=report,
+            ),
+        )
     result = st.session_state[f"{NS}.quant"]
     if result is not None:
         st.caption(
@@ -99,22 +100,20 @@ with tab_kv:
         )
         go_kv = st.form_submit_button("Measure the KV cache", type="primary")
     if go_kv:
-        lm = load_with_progress(name, "fp32")
-        if lm is not None:
-            report, bar = levers_widgets.progress_bar("KV cache")
-            try:
-                st.session_state[f"{NS}.kv"] = kvquant.run_kv(
-                    lm,
-                    backends,
-                    nbits=int(nbits),
-                    max_new_tokens=int(kv_tokens),
-                    budget_bytes=float(budget_gb) * 1e9,
-                    progress=report,
-                )
-            except EngineError as exc:
-                show_error(exc)
-            finally:
-                bar.empty()
+        levers_widgets.measure_into(
+            f"{NS}.kv",
+            name,
+            "fp32",
+            "KV cache",
+            lambda lm, report: kvquant.run_kv(
+                lm,
+                backends,
+                nbits=int(nbits),
+                max_new_tokens=int(kv_tokens),
+                budget_bytes=float(budget_gb) * 1e9,
+                progress=report,
+            ),
+        )
     rows = st.session_state[f"{NS}.kv"]
     if rows:
         st.dataframe(levers_widgets.kv_table(rows), hide_index=True, width="stretch")
@@ -167,15 +166,16 @@ with tab_s:
                 max_new_tokens=s_tokens,
                 runs=s_runs,
             ).validate()
-            lm = load_with_progress(name, spec.dtype)
-            if lm is not None:
-                report, bar = levers_widgets.progress_bar("speculative decoding")
-                try:
-                    st.session_state[f"{NS}.spec"] = speculative.run_speculate(lm, spec, progress=report)
-                finally:
-                    bar.empty()
         except EngineError as exc:
             show_error(exc)
+        else:
+            levers_widgets.measure_into(
+                f"{NS}.spec",
+                name,
+                spec.dtype,
+                "speculative decoding",
+                lambda lm, report: speculative.run_speculate(lm, spec, progress=report),
+            )
     spec = st.session_state[f"{NS}.spec"]
     if spec is not None:
         st.dataframe(levers_widgets.spec_table(spec.rows), hide_index=True, width="stretch")

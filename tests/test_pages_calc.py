@@ -57,7 +57,7 @@ def test_default_answers_t4_gpt_neo_2_7b_8_users_1024_tokens():
     assert _metric(at, "Weights") == "5.30 GB"
     assert _metric(at, "KV cache") == "2.68 GB"
     assert _metric(at, "Total with overhead") == "9.58 GB"
-    assert _metric(at, "TPOT, bound") == "24.6 ms"
+    assert _metric(at, "TPOT, physical bound") == "24.6 ms"
     assert _metric(at, "$ per million output tokens") == "$0.31"
     assert _metric(at, "Max batch at 1,024 tokens") == "24"
     reasoning = (

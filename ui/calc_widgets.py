@@ -516,35 +516,21 @@ def measured_roofline_points(runs: list) -> list[dict]:
         if not m.params or not m.weights_bytes or not m.use_cache:
             continue
         label = f"{m.model} {m.dtype} b={m.batch_size} ({m.started_at[:16]})"
-        if math.isfinite(m.tpot_s) and m.tpot_s > 0:
+        # decode: one forward per step for the whole batch; prefill: one forward over all prompt tokens
+        for phase, tokens, seconds in (
+            ("decode", m.batch_size, m.tpot_s),
+            ("prefill", m.prompt_tokens, m.ttft_s),
+        ):
+            if not (math.isfinite(seconds) and seconds > 0 and tokens):
+                continue
             p = measured_point(
-                "decode",
-                params=m.params,
-                weights_bytes=m.weights_bytes,
-                tokens=m.batch_size,
-                seconds=m.tpot_s,
+                phase, params=m.params, weights_bytes=m.weights_bytes, tokens=tokens, seconds=seconds
             )
             points.append(
                 {
                     "intensity": p.intensity,
                     "flops_per_s": p.flops_per_s,
-                    "hover": f"<b>measured decode</b> {label}<br>{fmt.flops(p.flops_per_s, 'FLOP/s')}, "
-                    f"{fmt.gb(p.bytes_per_s)}/s of weights, I={p.intensity:.3g}",
-                }
-            )
-        if m.ttft_s > 0 and m.prompt_tokens:
-            p = measured_point(
-                "prefill",
-                params=m.params,
-                weights_bytes=m.weights_bytes,
-                tokens=m.prompt_tokens,
-                seconds=m.ttft_s,
-            )
-            points.append(
-                {
-                    "intensity": p.intensity,
-                    "flops_per_s": p.flops_per_s,
-                    "hover": f"<b>measured prefill</b> {label}<br>{fmt.flops(p.flops_per_s, 'FLOP/s')}, "
+                    "hover": f"<b>measured {phase}</b> {label}<br>{fmt.flops(p.flops_per_s, 'FLOP/s')}, "
                     f"{fmt.gb(p.bytes_per_s)}/s of weights, I={p.intensity:.3g}",
                 }
             )

@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from engine.calc.format import gb
+from engine.core.errors import EngineError
 from engine.core.paths import scrub
 
 
@@ -23,6 +24,29 @@ def progress_bar(label: str):
     return report, bar
 
 
+def measure_into(state_key: str, model: str, dtype: str, label: str, run) -> None:
+    """Load the model, run `run(lm, progress)` with a progress bar, and keep its result under `state_key`; an
+    engine error is shown on the page (the three levers' buttons all do this)."""
+    from ui.common import show_error
+    from ui.widgets import load_with_progress
+
+    lm = load_with_progress(model, dtype)
+    if lm is None:
+        return
+    report, bar = progress_bar(label)
+    try:
+        st.session_state[state_key] = run(lm, report)
+    except EngineError as exc:
+        show_error(exc)
+    finally:
+        bar.empty()
+
+
+def _table(rows, columns) -> pd.DataFrame:
+    """One line per result: its columns, then its reason with server paths scrubbed (every lever's table)."""
+    return pd.DataFrame([{**columns(r), "reason": scrub(r.reason)} for r in rows])
+
+
 def _r(x, digits: int = 3):
     return None if x is None else round(float(x), digits)
 
@@ -32,78 +56,69 @@ def _ci(ci) -> str:
 
 
 def quant_table(rows) -> pd.DataFrame:
-    return pd.DataFrame(
-        [
-            {
-                "scheme": r.scheme,
-                "status": r.status,
-                "weights (measured)": gb(r.weights_bytes) if r.weights_bytes else "n/a",
-                "weights (calculator)": gb(r.predicted_weights_bytes) if r.predicted_weights_bytes else "n/a",
-                "measured / calculator": _r(r.predicted_ratio, 4),
-                "peak RSS": gb(r.rss_bytes) if r.rss_bytes else "n/a",
-                "quantize (s)": _r(r.quantize_s, 2),
-                "TTFT (s)": _r(r.ttft_s),
-                "TPOT (ms)": _r(r.tpot_s and r.tpot_s * 1e3, 1),
-                "tok/s": _r(r.tokens_per_s, 1),
-                "speedup vs fp32": _r(r.speedup_vs_fp32, 2),
-                "95% CI": _ci(r.speedup_ci),
-                "bits/byte": _r(r.bits_per_byte, 4),
-                "Δ bits/byte": _r(r.bits_per_byte_delta, 4),
-                "exact match": _r(r.exact_match_rate, 2),
-                "first divergence": r.first_divergence_token,
-                "reason": scrub(r.reason),
-            }
-            for r in rows
-        ]
+    return _table(
+        rows,
+        lambda r: {
+            "scheme": r.scheme,
+            "status": r.status,
+            "weights (measured)": gb(r.weights_bytes) if r.weights_bytes else "n/a",
+            "weights (calculator)": gb(r.predicted_weights_bytes) if r.predicted_weights_bytes else "n/a",
+            "measured / calculator": _r(r.predicted_ratio, 4),
+            "peak RSS": gb(r.rss_bytes) if r.rss_bytes else "n/a",
+            "quantize (s)": _r(r.quantize_s, 2),
+            "TTFT (s)": _r(r.ttft_s),
+            "TPOT (ms)": _r(r.tpot_s and r.tpot_s * 1e3, 1),
+            "tok/s": _r(r.tokens_per_s, 1),
+            "speedup vs fp32": _r(r.speedup_vs_fp32, 2),
+            "95% CI": _ci(r.speedup_ci),
+            "bits/byte": _r(r.bits_per_byte, 4),
+            "Δ bits/byte": _r(r.bits_per_byte_delta, 4),
+            "exact match": _r(r.exact_match_rate, 2),
+            "first divergence": r.first_divergence_token,
+        },
     )
 
 
 def kv_table(rows) -> pd.DataFrame:
-    return pd.DataFrame(
-        [
-            {
-                "cache": r.backend,
-                "status": r.status,
-                "bits": r.nbits,
-                "tokens": r.tokens,
-                "KV bytes (measured)": gb(r.kv_bytes) if r.kv_bytes else "n/a",
-                "KV bytes (calculator)": gb(r.predicted_bytes) if r.predicted_bytes else "n/a",
-                "measured / calculator": _r(r.predicted_ratio, 4),
-                "bytes per token": _r(r.kv_bytes_per_token, 0),
-                "sequences in budget (measured)": r.max_sequences,
-                "sequences in budget (calculator)": r.predicted_max_sequences,
-                "same greedy tokens": r.exact_match,
-                "first divergence": r.first_divergence_token,
-                "tok/s": _r(r.tokens_per_s, 1),
-                "reason": scrub(r.reason),
-            }
-            for r in rows
-        ]
+    return _table(
+        rows,
+        lambda r: {
+            "cache": r.backend,
+            "status": r.status,
+            "bits": r.nbits,
+            "tokens": r.tokens,
+            "KV bytes (measured)": gb(r.kv_bytes) if r.kv_bytes else "n/a",
+            "KV bytes (calculator)": gb(r.predicted_bytes) if r.predicted_bytes else "n/a",
+            "measured / calculator": _r(r.predicted_ratio, 4),
+            "bytes per token": _r(r.kv_bytes_per_token, 0),
+            "sequences in budget (measured)": r.max_sequences,
+            "sequences in budget (calculator)": r.predicted_max_sequences,
+            "same greedy tokens": r.exact_match,
+            "first divergence": r.first_divergence_token,
+            "tok/s": _r(r.tokens_per_s, 1),
+        },
     )
 
 
 def spec_table(rows) -> pd.DataFrame:
-    return pd.DataFrame(
-        [
-            {
-                "method": r.method,
-                "workload": r.workload,
-                "status": r.status,
-                "draft": r.draft,
-                "γ": r.draft_length,
-                "acceptance α": _r(r.acceptance_rate),
-                "tokens / target forward": _r(r.tokens_per_target_forward, 2),
-                "speedup vs plain": _r(r.speedup_vs_plain, 2),
-                "95% CI": _ci(r.speedup_ci),
-                "expected (Leviathan)": _r(r.expected_speedup, 2),
-                "cost ratio c": _r(r.cost_ratio, 2),
-                "verify / 1-token forward": _r(r.verify_ratio, 2),
-                "answer quotes prompt": _r(r.prompt_overlap, 2),
-                "identical to greedy": r.identical_to_greedy,
-                "reason": scrub(r.reason),
-            }
-            for r in rows
-        ]
+    return _table(
+        rows,
+        lambda r: {
+            "method": r.method,
+            "workload": r.workload,
+            "status": r.status,
+            "draft": r.draft,
+            "γ": r.draft_length,
+            "acceptance α": _r(r.acceptance_rate),
+            "tokens / target forward": _r(r.tokens_per_target_forward, 2),
+            "speedup vs plain": _r(r.speedup_vs_plain, 2),
+            "95% CI": _ci(r.speedup_ci),
+            "expected (Leviathan)": _r(r.expected_speedup, 2),
+            "cost ratio c": _r(r.cost_ratio, 2),
+            "verify / 1-token forward": _r(r.verify_ratio, 2),
+            "answer quotes prompt": _r(r.prompt_overlap, 2),
+            "identical to greedy": r.identical_to_greedy,
+        },
     )
 
 

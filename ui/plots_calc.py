@@ -19,6 +19,20 @@ PHASE_SYMBOL = {"prefill": "circle", "decode": "diamond"}
 PHASE_COLOR = {"prefill": "#1f77b4", "decode": "#d62728"}
 ROOF_COLORS = ["#222222", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#bcbd22", "#7f7f7f"]
 FONT = {"size": 14}
+LEGEND_BELOW_BAR = dict(yanchor="top", y=-0.35, x=0, traceorder="normal")
+
+
+def _style(fig: go.Figure, *, height: int, top: int = 30, legend: dict, **layout) -> go.Figure:
+    """The calculator's charts' one style: narrow side margins, one font, a horizontal legend placed by the
+    caller (above a chart, or below a bar)."""
+    fig.update_layout(
+        height=height,
+        margin=dict(l=10, r=10, t=top, b=10),
+        font=FONT,
+        legend=dict(orientation="h", **legend),
+        **layout,
+    )
+    return fig
 
 
 def _add_gb_bar(fig: go.Figure, name: str, value: float, color: str) -> None:
@@ -51,15 +65,14 @@ def serving_bar(sm) -> go.Figure:
         ("kept free", sm.total_bytes - sm.budget_bytes, COLORS["free"]),
     ]
     fig = _stacked_gb(parts)
-    fig.update_layout(
-        barmode="stack",
+    return _style(
+        fig,
         height=220,
-        margin=dict(l=10, r=10, t=10, b=10),
-        font=FONT,
+        top=10,
+        legend=LEGEND_BELOW_BAR,
+        barmode="stack",
         xaxis=dict(ticksuffix=" GB", range=[0, sm.total_bytes / 1e9 * 1.02]),
-        legend=dict(orientation="h", yanchor="top", y=-0.35, x=0, traceorder="normal"),
     )
-    return fig
 
 
 def memory_bar(m: MemoryEstimate) -> go.Figure:
@@ -80,16 +93,15 @@ def memory_bar(m: MemoryEstimate) -> go.Figure:
         annotation_text=f"GPU memory {fmt.gb(m.gpu_memory_bytes)}",
         annotation_position="top",
     )
-    fig.update_layout(
-        barmode="stack",
+    return _style(
+        fig,
         height=230,
-        margin=dict(l=10, r=10, t=40, b=10),
-        font=FONT,
+        top=40,
+        legend=LEGEND_BELOW_BAR,
+        barmode="stack",
         xaxis=dict(ticksuffix=" GB"),  # units on the ticks: no axis title for the legend to collide with
-        legend=dict(orientation="h", yanchor="top", y=-0.35, x=0, traceorder="normal"),
         showlegend=True,
     )
-    return fig
 
 
 def paged_chart(p: PagedComparison) -> go.Figure:
@@ -115,16 +127,14 @@ def paged_chart(p: PagedComparison) -> go.Figure:
         mode="markers+lines",
         marker=dict(color="black", size=8),
     )
-    fig.update_layout(
-        barmode="group",
+    return _style(
+        fig,
         height=330,
-        margin=dict(l=10, r=10, t=30, b=10),
-        font=FONT,
+        legend=dict(y=1.15),
+        barmode="group",
         xaxis_title="output tokens of the sequence",
         yaxis_title="KV cache per sequence (MB)",
-        legend=dict(orientation="h", y=1.15),
     )
-    return fig
 
 
 def _roof_xy(roof: Roof, x_min: float, x_max: float) -> tuple[list[float], list[float]]:
@@ -271,13 +281,7 @@ def roofline_figure(
     )
     fig.update_xaxes(type="log", title="arithmetic intensity (FLOPs per byte moved)", range=x_range)
     fig.update_yaxes(type="log", title="attainable performance (FLOP/s)", range=y_range)
-    fig.update_layout(
-        height=640,
-        margin=dict(l=10, r=10, t=30, b=10),
-        font=FONT,
-        legend=dict(orientation="h", x=0, y=-0.14, font=dict(size=12)),
-    )
-    return fig
+    return _style(fig, height=640, legend=dict(x=0, y=-0.14, font=dict(size=12)))
 
 
 def comparison_chart(rows: Sequence[dict]) -> go.Figure:
@@ -298,15 +302,9 @@ def comparison_chart(rows: Sequence[dict]) -> go.Figure:
             name="predicted (calibrated)",
             marker_color="#3182bd",
         )
-    fig.update_layout(
-        barmode="group",
-        height=320,
-        margin=dict(l=10, r=10, t=30, b=10),
-        font=FONT,
-        yaxis_title="decode time per token (ms)",
-        legend=dict(orientation="h", y=1.15),
+    return _style(
+        fig, height=320, legend=dict(y=1.15), barmode="group", yaxis_title="decode time per token (ms)"
     )
-    return fig
 
 
 def batch_curve(points: Sequence, fit_limit: int, *, priced: bool) -> go.Figure:
@@ -356,10 +354,4 @@ def batch_curve(points: Sequence, fit_limit: int, *, priced: bool) -> go.Figure:
         )
     fig.update_xaxes(type="log", dtick=math.log10(2))
     fig.update_xaxes(title_text="batch (concurrent sequences)", row=rows, col=1)
-    fig.update_layout(
-        height=460 if priced else 300,
-        margin=dict(l=10, r=10, t=60, b=10),
-        font=FONT,
-        legend=dict(orientation="h", y=1.12, x=0),
-    )
-    return fig
+    return _style(fig, height=460 if priced else 300, top=60, legend=dict(y=1.12, x=0))

@@ -264,25 +264,26 @@ def show_result(result: RaceResult, *, key: str) -> None:
         metric_figure(result, "peak_rss_bytes", "Peak RSS of the worker process", 1e-6, "MB"),
         key=f"{key}.mem",
     )
-    cols = st.columns(3)
-    cols[0].download_button(
-        "Download JSON",
-        serialise.to_json(result),
-        file_name=f"race-{result.model}.json",
-        mime="application/json",
-        key=f"{key}.json",
+    files = (
+        ("Download JSON", serialise.to_json, "", "json", "application/json", "json"),
+        ("Download CSV (summary)", serialise.to_csv, "", "csv", "text/csv", "csv"),
+        ("Download CSV (every run)", serialise.runs_csv, "-runs", "csv", "text/csv", "runs"),
     )
-    cols[1].download_button(
-        "Download CSV (summary)",
-        serialise.to_csv(result),
-        file_name=f"race-{result.model}.csv",
-        mime="text/csv",
-        key=f"{key}.csv",
-    )
-    cols[2].download_button(
-        "Download CSV (every run)",
-        serialise.runs_csv(result),
-        file_name=f"race-{result.model}-runs.csv",
-        mime="text/csv",
-        key=f"{key}.runs",
+    for col, (label, write, suffix, ext, mime, k) in zip(st.columns(len(files)), files, strict=True):
+        col.download_button(
+            label, write(result), file_name=f"race-{result.model}{suffix}.{ext}", mime=mime, key=f"{key}.{k}"
+        )
+
+
+def contender_picker(col, group: str, label: str) -> list[str]:
+    """The contenders of one group (engines or levers), the race's defaults preselected."""
+    from engine.race import contenders
+
+    names = [n for n, c in contenders.CONTENDERS.items() if c.group == group]
+    return col.multiselect(
+        label,
+        names,
+        default=[n for n in contenders.DEFAULT_CONTENDERS if n in names],
+        key=f"race.{group}",
+        format_func=lambda n: contenders.CONTENDERS[n].label,
     )

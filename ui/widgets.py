@@ -79,3 +79,18 @@ def spec_number(container, spec, name: str, label: str, key: str, **kwargs):
     return container.number_input(
         label, min_value=lo, max_value=hi, value=default, key=key, help=spec.help(name), **kwargs
     )
+
+
+def note_metric(container, label: str, value, note=None, **kwargs) -> None:
+    """A metric whose second line is a note (a range, a unit, a limit), not a change: drawn without colour or
+    arrow, so it never reads as better or worse."""
+    container.metric(label, value, note, delta_color="off", delta_arrow="off", **kwargs)
+
+
+def sidebar_model(namespace: str, **picker) -> models.LoadedModel | None:
+    """A page's model: picked in the sidebar under 'Model', then loaded with progress (one copy per server);
+    None while it cannot load (the reason is on the page)."""
+    with st.sidebar:
+        st.subheader("Model")
+        name, dtype = model_picker(namespace, **picker)
+    return load_with_progress(name, dtype)
