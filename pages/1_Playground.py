@@ -146,12 +146,13 @@ if running is not None:
 
 
 def metrics_row(m, load: float | None = None) -> None:
-    """The run's measured figures, with the load the machine was under when it finished (a busy machine's TPOT
-    is not this machine's TPOT: the calculator's bound and the race's figure are for a quiet one)."""
-    c = st.columns(6)
-    c[0].metric("TTFT (measured)", fmt_seconds(m.ttft_s), help="request → first generated token")
+    """The run's measured figures, in two rows of three (six in a row cut their numbers), with the load the
+    machine was under when it finished (a busy machine's TPOT is not this machine's TPOT: the calculator's bound
+    and the race's figure are for a quiet one)."""
+    c = [*st.columns(3), *st.columns(3)]
+    c[0].metric("TTFT", fmt_seconds(m.ttft_s), help="request → first generated token")
     c[1].metric(
-        "TPOT (measured)",
+        "TPOT",
         fmt_seconds(m.tpot_s),
         help="(latency − TTFT) / (output tokens − 1): first token excluded (vLLM)",
     )
@@ -162,7 +163,7 @@ def metrics_row(m, load: float | None = None) -> None:
     if load is not None and load == load:
         n = cores()
         st.caption(
-            f"Measured on this machine, load average {load:.1f} on {n} cores when the run finished"
+            f"All measured on this run, on this machine: load average {load:.1f} on {n} cores when it finished"
             + (": busy, so slower than it runs when quiet." if is_busy(load, n) else " (quiet).")
         )
 

@@ -103,18 +103,23 @@ def machine_matmul(lm) -> float | None:
     return cached_machine().flops_for(lm.dtype) if str(lm.device).startswith(measured_on) else None
 
 
-def machine_panel(key: str) -> None:
+def machine_panel(key: str, *, compact: bool = False) -> None:
     """This machine's roofs (read bandwidth, matmul FLOP/s) from the one source, with its date and load, and a
-    button that measures it (again): the same panel on Home and the calculator."""
+    button that measures it (again): the same panel on Home and the calculator (`compact`: one line of text, for
+    a narrow column where metric tiles would cut their numbers)."""
     from ui.common import remeasure_machine
 
     known = machine_known()
     if known:
         roof = cached_machine()
-        cols = st.columns(3)
-        cols[0].metric("Read bandwidth (measured)", f"{roof.bandwidth_bytes_per_s / 1e9:.1f} GB/s")
-        for col, dt in zip(cols[1:], ("fp32", "bf16"), strict=True):
-            col.metric(f"Matmul {dt} (measured)", fmt.flops(roof.flops_for(dt), "FLOP/s"))
+        figures = [("Read bandwidth (measured)", f"{roof.bandwidth_bytes_per_s / 1e9:.1f} GB/s")] + [
+            (f"Matmul {dt} (measured)", fmt.flops(roof.flops_for(dt), "FLOP/s")) for dt in ("fp32", "bf16")
+        ]
+        if compact:
+            st.markdown(" · ".join(f"{label}: **{value}**" for label, value in figures))
+        else:
+            for col, (label, value) in zip(st.columns(len(figures)), figures, strict=True):
+                col.metric(label, value)
         st.caption(machine_provenance())
     else:
         st.info(
