@@ -55,7 +55,7 @@ def _spec(lm: LoadedModel):
 
 
 def run_sweep(lm: LoadedModel, sizes: Sequence[int] = DEFAULT_SIZES, *, max_new_tokens: int = 32) -> Sweep:
-    from engine.calc.memory import kv_cache_bytes, max_batch
+    from engine.calc.memory import Placement, kv_cache_bytes, max_batch
     from engine.calc.timing import simple_decode_s, simple_prefill_s
     from engine.runtime.hardware import measure_matmul_flops
 
@@ -67,7 +67,7 @@ def run_sweep(lm: LoadedModel, sizes: Sequence[int] = DEFAULT_SIZES, *, max_new_
     prompt_tokens = len(lm.tokenizer(SWEEP_PROMPT)["input_ids"])
     seq_len = prompt_tokens + max_new_tokens
     memory = free_memory_bytes(lm.device) + lm.weights_bytes
-    fits = max_batch(spec, dtype=lm.dtype, seq_len=seq_len, gpu_memory_bytes=memory)
+    fits = max_batch(Placement(spec, lm.dtype, memory), seq_len=seq_len)
     weights = lm.weights_bytes
     flops = measure_matmul_flops(lm.device, lm.dtype, n=512, repeats=3).flops_per_s
     generate_batch(

@@ -313,21 +313,10 @@ class Comparison:
     calibrated_ttft_interval: Interval | None = None
     calibrated_tpot_interval: Interval | None = None
 
-    @property
-    def datasheet_tpot_ratio(self) -> float:
-        return self.datasheet_tpot_s / self.measured_tpot_s
-
-    @property
-    def calibrated_tpot_ratio(self) -> float | None:
-        return _over(self.calibrated_tpot_s, self.measured_tpot_s)
-
-    @property
-    def datasheet_ttft_ratio(self) -> float:
-        return self.datasheet_ttft_s / self.measured_ttft_s
-
-    @property
-    def calibrated_ttft_ratio(self) -> float | None:
-        return _over(self.calibrated_ttft_s, self.measured_ttft_s)
+    def ratio(self, predicted_by: str, metric: str) -> float | None:
+        """predicted / measured for `metric` ("ttft" or "tpot") as `predicted_by` ("datasheet" or
+        "calibrated") predicts it; None where there is no calibrated prediction."""
+        return _over(getattr(self, f"{predicted_by}_{metric}_s"), getattr(self, f"measured_{metric}_s"))
 
 
 def sample_of(m: Any) -> RunSample:
