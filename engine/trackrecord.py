@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from engine.calc import efficiency as E
 from engine.calc import published
-from engine.calc.serving_memory import GIB, activation_model, vllm_era
+from engine.calc.serving_memory import GIB, activation_model, serving_memory_of, vllm_era
 from engine.core import stats
 
 
@@ -210,7 +210,7 @@ def _memory_rows() -> list[TrackRow]:
             out.append(replace(base, why=unscored[row.id]))
             continue
         engine = "sglang" if row.engine == "sglang" else "vllm"
-        mem = E.serving_memory_of(
+        mem = serving_memory_of(
             setup,
             engine,
             gpu_memory_utilization=row.gpu_memory_utilization,
@@ -336,7 +336,7 @@ def not_fitting() -> tuple[str, ...]:
             continue
         seen.add(key)
         serving = row.engine_class in ("vllm", "tensorrt-llm")  # engines that reserve memory up front
-        mem = E.serving_memory_of(
+        mem = serving_memory_of(
             s,
             gpu_memory_utilization=row.gpu_memory_utilization or (None if serving else 1.0),
             max_model_len=row.max_model_len or s.prompt_tokens + s.output_tokens,

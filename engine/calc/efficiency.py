@@ -25,11 +25,9 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
-from typing import Any
 
 from engine.calc import published
 from engine.calc.hf_config import spec_from_hf_config
-from engine.calc.serving_memory import ServingMemory, serving_memory
 from engine.calc.specs import GPUSpec, gpu_spec, model_preset
 from engine.calc.timing import Efficiency, Setup, TimingEstimate, TimingInputs, timing_from, timing_inputs
 from engine.core.errors import EngineError, InvalidParameterError
@@ -150,23 +148,6 @@ class ClassFit:
             allreduce_latency_s=self.allreduce_factor * allreduce_latency_s(gpu),
             decode_flops=self.decode_flops,
         )
-
-
-def serving_memory_of(s: Setup, engine: str = "vllm", **server: Any) -> ServingMemory:
-    """Memory as a serving engine allocates it for this setup's weights, cache precision and tensor parallel;
-    `server` are the engine's own options (engine.calc.serving_memory: utilisation, max model length, ...)."""
-    return serving_memory(
-        s.spec,
-        s.gpu,
-        engine=engine,
-        dtype=s.dtype,
-        weight_format=s.weight_format,
-        group_size=s.group_size,
-        scope=s.scope,
-        kv_dtype=s.kv_dtype,
-        tensor_parallel=s.n_gpus,
-        **server,
-    )
 
 
 def timing(s: Setup, eff: Efficiency) -> TimingEstimate:

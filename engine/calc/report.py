@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from engine.calc import quant
 from engine.calc.cost import CostEstimate, estimate_cost
-from engine.calc.efficiency import Setup, SpeedEstimate, estimate_speed, serving_memory_of
+from engine.calc.efficiency import Setup, SpeedEstimate, estimate_speed
 from engine.calc.efficiency import timing as timing_of
 from engine.calc.launch import GPUS_PER_NODE, LaunchPlan, multi_node_steps, sglang_command, vllm_command
 from engine.calc.memory import (
@@ -32,7 +32,7 @@ from engine.calc.memory import (
     weight_storage_note,
 )
 from engine.calc.paged import PagedComparison, compare_paged
-from engine.calc.serving_memory import SERVING_ENGINES, ServingMemory, sglang_fraction
+from engine.calc.serving_memory import SERVING_ENGINES, ServingMemory, serving_memory_of, sglang_fraction
 from engine.calc.specs import (
     PRECISIONS,
     THIS_MACHINE,
