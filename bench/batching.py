@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from datetime import UTC, datetime
@@ -35,6 +34,7 @@ from engine.batching.workload import (  # noqa: E402
 )
 from engine.cli import to_jsonable  # noqa: E402
 from engine.core import paths  # noqa: E402
+from engine.core.load import loadavg, loadavg_1m  # noqa: E402
 from engine.core.threads import run_in_thread  # noqa: E402
 from engine.runtime import models  # noqa: E402
 from engine.runtime.generation import GenerationConfig  # noqa: E402
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": paths.machine_id(),
-        "load_average": os.getloadavg(),
+        "load_average": loadavg(),
         "model": lm.name,
         "dtype": lm.dtype,
         "device": lm.device,
@@ -119,13 +119,13 @@ def main(argv: list[str] | None = None) -> int:
         },
         "target_met": i.throughput_tokens_per_s >= 1.5 * s.throughput_tokens_per_s
         and i.latency_s_p95 <= 0.8 * s.latency_s_p95,
-        "load_average_after": os.getloadavg(),
+        "load_average_after": loadavg(),
     }
     if args.hf_check:
         result["transformers_continuous_batching"] = hf_continuous_batching(lm)
     print(
         f"{lm.name} ({lm.dtype}, {lm.device}); {args.requests} requests, output 8..256 tokens, max batch "
-        f"{args.max_batch}; median of {args.repeats}; load average {os.getloadavg()[0]:.1f}"
+        f"{args.max_batch}; median of {args.repeats}; load average {loadavg_1m():.1f}"
     )
     print(
         f"{'policy':<9} {'tok/s':>8} {'TTFT p50':>9} {'lat p50':>8} {'lat p95':>8} {'wall':>7} {'slots used':>10}"
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"  {'':<9} {r.decode_steps} decode steps, {1e3 * parts.get('decode_forward', 0.0) / r.decode_steps:.1f} "
                 f"ms of forward each, {r.output_tokens / r.decode_steps:.2f} useful tokens per step"
             )
-    print(f"load average after: {os.getloadavg()[0]:.1f}")
+    print(f"load average after: {loadavg_1m():.1f}")
     if args.hf_check:
         print(
             "transformers continuous batching:",

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from dataclasses import asdict
@@ -44,6 +43,7 @@ from engine.calibration import (  # noqa: E402
 from engine.calibration.runs import Shape, TimedRun, gemm_curve, gemv_curve, timed_run  # noqa: E402
 from engine.core import paths  # noqa: E402
 from engine.core.jsonsafe import to_jsonable  # noqa: E402
+from engine.core.load import cores, loadavg_1m  # noqa: E402
 from engine.core.stats import median  # noqa: E402
 from engine.core.threads import run_in_thread  # noqa: E402
 
@@ -79,7 +79,7 @@ def run(repeats: int, neo13: bool, neo13_bf16: bool, raw_out: Path | None = None
                 target_runs += [timed_run(lm, s) for s in shapes]
         print(
             f"repeat {rep + 1}/{repeats} done at {time.perf_counter() - t0:.0f} s, load average "
-            f"{os.getloadavg()[0]:.1f}",
+            f"{loadavg_1m():.1f}",
             file=sys.stderr,
             flush=True,
         )
@@ -192,7 +192,7 @@ def main() -> int:
     args = ap.parse_args()
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out = args.out or ROOT / "bench" / "results" / f"calibration-{paths.machine_id()}-{stamp}.json"
-    load_before = os.getloadavg()[0]
+    load_before = loadavg_1m()
     if args.from_runs:
         raw = json.loads(args.from_runs.read_text())
         result = analyse(
@@ -208,7 +208,7 @@ def main() -> int:
             lambda: run(args.repeats, not args.no_neo13, args.neo13_bf16, out.with_suffix(".runs.json"))
         )
     print(
-        f"load average {load_before:.2f} at start, {os.getloadavg()[0]:.2f} at end, {os.cpu_count()} cores; "
+        f"load average {load_before:.2f} at start, {loadavg_1m():.2f} at end, {cores()} cores; "
         f"{result['seconds']:.0f} s"
     )
     if result["load"]:

@@ -4,21 +4,21 @@ machine, with the load average it ran under beside the figures."""
 from __future__ import annotations
 
 import json
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from engine.core import paths
 from engine.core.jsonsafe import to_jsonable
+from engine.core.load import cores, loadavg
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def lever_result(kind: str, args: Any, entries: list, load_before: tuple[float, ...]) -> dict:
     """The result of a lever benchmark (quant, speculate): its rows with the run's date, machine and load."""
-    load_after = os.getloadavg()
-    print(f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f} ({os.cpu_count()} cores)")
+    load_after = loadavg()
+    print(f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f} ({cores()} cores)")
     return {
         "benchmark": kind,
         "machine": paths.machine_id(),
@@ -48,7 +48,7 @@ def lever_bench(kind: str, doc: str, spec_cls: Any, run: Any, cmd: Any, argv: li
     spec_cls.add_arguments(p)
     args = p.parse_args(argv)
     spec = spec_cls.from_args(args)
-    load_before = os.getloadavg()
+    load_before = loadavg()
     report = run(spec.load(), spec, progress=lambda f, m: print(f"[{f:4.0%}] {m}", flush=True))
     entries = cmd.rows(report)
     print(cmd.format_text(entries))

@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 from engine.batching.scheduler import Scheduler  # noqa: E402
 from engine.core import paths, stats  # noqa: E402
 from engine.core.jsonsafe import to_jsonable  # noqa: E402
+from engine.core.load import loadavg  # noqa: E402
 from engine.core.threads import run_in_thread  # noqa: E402
 from engine.race import compat  # noqa: E402
 from engine.runtime import generation, hardware, models  # noqa: E402
@@ -383,7 +384,7 @@ def main() -> int:
     ):  # a lent GPU machine: the random presets' tokenizer is carried
         compat.install([])
     device = models.resolve_device(args.device)
-    load_start = os.getloadavg()
+    load_start = loadavg()
     info = run_in_thread(hardware.detect)
     bw = run_in_thread(lambda: hardware.measure_memory_bandwidth(device))
     rows = [
@@ -402,7 +403,7 @@ def main() -> int:
         )
         for m in args.models
     ]
-    load_end = os.getloadavg()
+    load_end = loadavg()
     gpu = info.gpus[0].name if device.startswith("cuda") and info.gpus else None
     print(
         f"measured read bandwidth: {bw.read_bytes_per_s / 1e9:.1f} GB/s ({device}: {gpu or info.cpu_name}); "

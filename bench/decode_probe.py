@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from datetime import UTC, datetime
@@ -34,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from engine.core import paths  # noqa: E402
+from engine.core.load import loadavg_1m  # noqa: E402
 from engine.runtime import models  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
@@ -234,7 +234,7 @@ def main() -> int:
         "--out", type=Path, default=ROOT / "bench" / "results" / f"decode-probe-{paths.machine_id()}.json"
     )
     args = ap.parse_args()
-    load_before = os.getloadavg()[0]
+    load_before = loadavg_1m()
     lm = models.load_model(MODEL, dtype="fp32", device="cpu")
     result: dict = {"model": MODEL, "dtype": "fp32", "load_average_before": load_before}
     if "profile" in args.probes:
@@ -278,7 +278,7 @@ def main() -> int:
                 f"  {name:<28}{1e3 * k['seconds']:>7.1f} ms {k['bytes_per_s'] / 1e9:>6.1f} GB/s "
                 f"{k['fraction_of_read_bandwidth']:>5.0%} of read bandwidth"
             )
-    result["load_average_after"] = os.getloadavg()[0]
+    result["load_average_after"] = loadavg_1m()
     result["date"] = datetime.now(UTC).isoformat(timespec="seconds")
     print(f"load average before {load_before:.2f}, after {result['load_average_after']:.2f}")
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from engine.commands.race import format_text  # noqa: E402
+from engine.core.load import cores, loadavg, loadavg_1m  # noqa: E402
 from engine.race import contenders, runner, serialise  # noqa: E402
 
 ENGINES = ("vanilla", "openvino", "onnxruntime-genai", "ctranslate2")
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         warmup=args.warmup,
         max_new_tokens=args.max_new_tokens,
     )
-    load_before = os.getloadavg()
+    load_before = loadavg()
     t0 = time.perf_counter()
     result = runner.run_race(
         spec, progress=lambda d, t, m: print(f"[{d}/{t}] {m}", file=sys.stderr, flush=True)
@@ -57,8 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     out["saved_to"] = str(path)
     print(format_text(out))
     print(
-        f"wall time {wall:.0f} s; load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f} "
-        f"({os.cpu_count()} cores)"
+        f"wall time {wall:.0f} s; load average before {load_before[0]:.2f}, after {loadavg_1m():.2f} "
+        f"({cores()} cores)"
     )
     print(json.dumps({"saved_to": str(path), "wall_s": round(wall, 1)}))
     return 0

@@ -12,12 +12,13 @@ efficiency and memory fits never see them); "all rows" adds the rows the fits we
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from engine.calc import efficiency as E
 from engine.calc import published
-from engine.calc.serving_memory import GIB, activation_model, serving_memory, vllm_era
+from engine.calc.serving_memory import GIB, activation_model, serving_memory_of, vllm_era
 from engine.core import stats
 
 
@@ -99,17 +100,29 @@ class TrackRecord:
     this_machine: tuple[dict, ...]  # the lab's own runs against the calculator (engine.calibration.check)
 
 
-def _speed_rows() -> list[TrackRow]:
-    fits = E.fits()
-    out = []
+T = TypeVar("T")
+
+
+def _scorable(
+    kind: str, prepare: Callable[[published.PublishedRow], T | str], out: list[TrackRow]
+) -> Iterator[tuple[published.PublishedRow, TrackRow, T]]:
+    """The published rows of `kind` with what the calculator needs to predict each; a row it cannot predict
+    goes to `out` with the reason `prepare` gave."""
     for row in published.rows():
-        if row.kind != "speed":
+        if row.kind != kind:
             continue
         base = _base(row)
-        obs = E.observation(row)
-        if isinstance(obs, str):
-            out.append(replace(base, why=obs))
-            continue
+        prepared = prepare(row)
+        if isinstance(prepared, str):
+            out.append(replace(base, why=prepared))
+        else:
+            yield row, base, prepared
+
+
+def _speed_rows() -> list[TrackRow]:
+    fits = E.fits()
+    out: list[TrackRow] = []
+    for row, base, obs in _scorable("speed", E.observation, out):
         fit = fits.classes.get(obs.row.engine_class or "", fits.pooled)
         central = E.predicted_seconds(obs, fit)
         bound_fit = replace(
@@ -190,30 +203,16 @@ MEMORY_GROUPS = {
 
 
 def _memory_rows() -> list[TrackRow]:
-    out = []
+    out: list[TrackRow] = []
     unscored = published.aliases().get("unscored", {})
-    for row in published.rows():
-        if row.kind != "memory":
-            continue
-        base = _base(row)
-        setup = E.setup_of(row)
-        if isinstance(setup, str):
-            out.append(replace(base, why=setup))
-            continue
+    for row, base, setup in _scorable("memory", E.setup_of, out):
         if row.id in unscored:
             out.append(replace(base, why=unscored[row.id]))
             continue
         engine = "sglang" if row.engine == "sglang" else "vllm"
-        mem = serving_memory(
-            setup.spec,
-            setup.gpu,
-            engine=engine,
-            dtype=setup.dtype,
-            weight_format=setup.weight_format,
-            group_size=setup.group_size,
-            scope=setup.scope,
-            kv_dtype=setup.kv_dtype,
-            tensor_parallel=row.tensor_parallel,
+        mem = serving_memory_of(
+            setup,
+            engine,
             gpu_memory_utilization=row.gpu_memory_utilization,
             max_model_len=row.max_model_len,
             block_size=row.block_size or 16,
@@ -337,15 +336,8 @@ def not_fitting() -> tuple[str, ...]:
             continue
         seen.add(key)
         serving = row.engine_class in ("vllm", "tensorrt-llm")  # engines that reserve memory up front
-        mem = serving_memory(
-            s.spec,
-            s.gpu,
-            dtype=s.dtype,
-            weight_format=s.weight_format,
-            group_size=s.group_size,
-            scope=s.scope,
-            kv_dtype=s.kv_dtype,
-            tensor_parallel=s.n_gpus,
+        mem = serving_memory_of(
+            s,
             gpu_memory_utilization=row.gpu_memory_utilization or (None if serving else 1.0),
             max_model_len=row.max_model_len or s.prompt_tokens + s.output_tokens,
             max_num_batched_tokens=None if serving else s.prompt_tokens,

@@ -31,3 +31,17 @@ if [[ $want_browser == 1 ]] && ! command -v chromium >/dev/null; then
     echo "!! chromium is not installed and this is not root: the real-browser tests will be skipped" >&2
   fi
 fi
+
+# optimum-quanto compiles its CPU kernel (quanto_cpp) the first time a quantized KV cache runs: about two minutes
+# on two cores, which would otherwise land on the first user's request (or the first test). Build it here, once
+# per environment (the .so lives in the venv beside a pytorch_version.txt). No C++ compiler: the KV lever lists
+# quanto as failed with the build error; the install goes on.
+if ! "$VENV/bin/python" - <<'PY' 2>/dev/null
+import os, optimum.quanto.library.extensions.cpp as c
+raise SystemExit(0 if os.path.exists(os.path.join(c.ext.build_directory, "quanto_cpp.so")) else 1)
+PY
+then
+  echo "== building optimum-quanto's CPU kernel (once per environment)"
+  "$VENV/bin/python" -c "import optimum.quanto.library.extensions.cpp as c; c.ext.lib" >/dev/null 2>&1 \
+    || echo "!! optimum-quanto's CPU kernel did not build (no C++ compiler?): the KV lever will list quanto as failed" >&2
+fi

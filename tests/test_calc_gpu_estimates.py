@@ -208,15 +208,8 @@ def test_the_fit_never_sees_the_held_back_rows():
 
 def test_estimates_carry_an_interval_and_never_exceed_physics():
     spec = model_preset("llama-3-8b")
-    s = E.estimate_speed(
-        spec,
-        gpu_spec("a100-80gb"),
-        engine="hf-compiled",
-        dtype="bf16",
-        batch=1,
-        prompt_tokens=5,
-        output_tokens=200,
-    )
+    setup = E.Setup(spec, gpu_spec("a100-80gb"), "bf16", None, None, None, "bf16", 1, 1, 5, 200)
+    s = E.estimate_speed(setup, "hf-compiled")
     for rate in (s.decode_tokens_per_s, s.output_tokens_per_s):
         assert rate.low <= rate.central <= rate.high <= rate.bound
     assert s.ttft_s.bound <= s.ttft_s.low <= s.ttft_s.central <= s.ttft_s.high

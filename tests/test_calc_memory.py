@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
 from engine.calc import Inputs, estimate, gpu_spec, model_preset
 from engine.calc.hf_config import parse_config_text, spec_from_hf_config
 from engine.calc.memory import (
+    Placement,
     estimate_memory,
     gpus_needed,
     kv_cache_bytes,
@@ -48,24 +50,20 @@ def test_t4_gpt_neo_2_7b_fp16_8_users_1024_tokens():
 
 def test_max_batch_and_max_seq_len_are_the_edges_of_fit():
     spec, t4 = model_preset("gpt-neo-1.3b"), gpu_spec("t4")
-    b = max_batch(spec, dtype="fp16", seq_len=2048, gpu_memory_bytes=t4.memory_bytes)
-    common = dict(dtype="fp16", seq_len=2048, gpu_memory_bytes=t4.memory_bytes)
-    assert estimate_memory(spec, batch=b, **common).fits
-    assert not estimate_memory(spec, batch=b + 1, **common).fits
-    s = max_seq_len(spec, dtype="fp16", batch=64, gpu_memory_bytes=t4.memory_bytes)
+    place = Placement(spec, "fp16", t4.memory_bytes)
+    b = max_batch(place, seq_len=2048)
+    assert estimate_memory(place, batch=b, seq_len=2048).fits
+    assert not estimate_memory(place, batch=b + 1, seq_len=2048).fits
+    s = max_seq_len(place, batch=64)
     assert s.limited_by == "memory"
-    assert estimate_memory(
-        spec, dtype="fp16", batch=64, seq_len=s.tokens, gpu_memory_bytes=t4.memory_bytes
-    ).fits
-    assert not estimate_memory(
-        spec, dtype="fp16", batch=64, seq_len=s.tokens + 1, gpu_memory_bytes=t4.memory_bytes
-    ).fits
-    assert max_seq_len(spec, dtype="fp16", batch=1, gpu_memory_bytes=t4.memory_bytes).limited_by == "context"
+    assert estimate_memory(place, batch=64, seq_len=s.tokens).fits
+    assert not estimate_memory(place, batch=64, seq_len=s.tokens + 1).fits
+    assert max_seq_len(place, batch=1).limited_by == "context"
 
 
 def test_mistral_window_lets_any_length_fit_once_the_window_fits():
     spec = model_preset("mistral-7b")
-    s = max_seq_len(spec, dtype="fp16", batch=1, gpu_memory_bytes=24e9)
+    s = max_seq_len(Placement(spec, "fp16", 24e9), batch=1)
     assert s.tokens == spec.context_length and s.limited_by == "context"
 
 
@@ -75,7 +73,7 @@ def test_model_too_big_needs_more_gpus():
     assert not est.memory.fits and est.max_batch == 0 and est.paged is None
     n = est.gpus_needed
     assert 40 % n == 0 and n >= math.ceil(est.memory.total_bytes / 16e9)
-    assert estimate_memory(spec, dtype="fp16", batch=1, seq_len=200, gpu_memory_bytes=16e9, n_gpus=n).fits
+    assert estimate_memory(Placement(spec, "fp16", 16e9, n_gpus=n), batch=1, seq_len=200).fits
     assert gpus_needed(33e9, 16e9) == 3 and gpus_needed(33e9, 16e9, n_heads=40) == 4
 
 
@@ -109,9 +107,9 @@ def test_paged_kv_reserves_only_what_is_used():
     ],
 )
 def test_bad_sizes_are_refused_with_a_message(kwargs):
-    args = dict(dtype="fp16", batch=1, seq_len=128, gpu_memory_bytes=16e9) | kwargs
+    args = dict(batch=1, seq_len=128) | kwargs
     with pytest.raises(InvalidParameterError, match=r"must be|absurd"):
-        estimate_memory(model_preset("gpt-neo-125m"), **args)
+        estimate_memory(Placement(model_preset("gpt-neo-125m"), "fp16", 16e9), **args)
 
 
 def test_prompt_plus_output_beyond_seq_len_says_what_to_do():
@@ -149,15 +147,16 @@ def test_gpu_plan_never_proposes_a_count_that_does_not_divide_the_heads():
     from engine.calc.memory import plan_gpus
 
     spec = model_preset("gpt-neo-2.7b")
-    kw = dict(dtype="fp16", kv_dtype="fp16", seq_len=1024, gpu_memory_bytes=16e9)
+    place = Placement(spec, "fp16", 16e9, kv_dtype="fp16")
     for batch in (1, 8, 64, 500, 4096):
-        plan = plan_gpus(spec, batch=batch, **kw)
+        plan = plan_gpus(place, batch=batch, seq_len=1024)
         assert spec.n_head % plan.tensor_parallel == 0 and plan.tensor_parallel <= spec.n_head
         assert plan.gpus == plan.tensor_parallel * plan.replicas
         assert plan.replicas * plan.batch_per_replica >= batch
         # each replica really fits its share
-        assert estimate_memory(spec, batch=plan.batch_per_replica, n_gpus=plan.tensor_parallel, **kw).fits
-    big = plan_gpus(spec, batch=4096, **kw)
+        replica = replace(place, n_gpus=plan.tensor_parallel)
+        assert estimate_memory(replica, batch=plan.batch_per_replica, seq_len=1024).fits
+    big = plan_gpus(place, batch=4096, seq_len=1024)
     assert big.memory_gpus > spec.n_head and "cannot split 20 heads" in big.sentence(spec.n_head)
     assert "divides" not in big.sentence(spec.n_head)
 

@@ -6,6 +6,7 @@ import pytest
 
 from engine.calc import gpu_spec, model_preset
 from engine.calc.memory import (
+    Placement,
     estimate_memory,
     kv_bytes_per_token,
     kv_cache_bytes,
@@ -70,7 +71,7 @@ def test_overhead_rule_of_thumb_is_x1_2():
     spec = model_preset("llama-2-7b")
     w = weights_bytes(spec, "fp16")
     assert w + overhead_bytes(w, 0.0, 0.2) == pytest.approx(1.2 * w)
-    est = estimate_memory(spec, dtype="fp16", batch=1, seq_len=1, gpu_memory_bytes=80e9)
+    est = estimate_memory(Placement(spec, "fp16", 80e9), batch=1, seq_len=1)
     assert est.total_bytes == pytest.approx(1.2 * (w + est.kv_cache_bytes))
 
 

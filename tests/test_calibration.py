@@ -198,10 +198,10 @@ def test_compare_run_reports_ratios_and_interval():
     )
     c = compare_run(m, MACHINE, cal)
     assert c is not None
-    assert c.calibrated_tpot_ratio == pytest.approx(1.0, rel=1e-3)
-    assert c.calibrated_ttft_ratio == pytest.approx(1.0, rel=1e-3)
+    assert c.ratio("calibrated", "tpot") == pytest.approx(1.0, rel=1e-3)
+    assert c.ratio("calibrated", "ttft") == pytest.approx(1.0, rel=1e-3)
     assert c.calibrated_tpot_interval is not None and c.calibrated_tpot_interval.covers(c.calibrated_tpot_s)
-    assert c.datasheet_tpot_ratio < 0.5  # peak bandwidth is optimistic
+    assert c.ratio("datasheet", "tpot") < 0.5  # peak bandwidth is optimistic
     assert compare_run(SimpleNamespace(**{**m.__dict__, "tpot_s": math.nan}), MACHINE, cal) is None
 
 

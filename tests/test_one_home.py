@@ -171,3 +171,22 @@ def test_a_speed_ratio_is_worded_by_one_rule():
         where = sorted(str(p.relative_to(ROOT)) for p in files if name in _defs(p))
         assert where == [home], f"{name} is defined in {where}; its one home is {home}"
     assert verdict.direction(0.89, (0.38, 1.15)) == "same"
+
+
+def test_one_reader_of_the_load_average():
+    """The engine and the UI read the load average through engine.core.load alone (loadavg, loadavg_1m), so every
+    reading has the same fallback where the platform has none; a second `os.getloadavg` caller fails here."""
+    files = [p for d in ("engine", "ui") for p in (ROOT / d).rglob("*.py")] + [ROOT / "app.py"]
+    readers = sorted(str(p.relative_to(ROOT)) for p in files if "getloadavg" in _names(p))
+    assert readers == ["engine/core/load.py"], readers
+
+
+@functools.cache
+def _names(path: Path) -> set[str]:
+    """Every name and attribute the module's code uses (not its comments or docstrings)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return (
+        {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        | {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        | {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    )

@@ -64,7 +64,7 @@ def run_sweep(
     """Static batching measured per batch size against the calculator's rule. `matmul_flops_per_s`: this machine's
     matmul roof from its one stored measurement (the page passes it, so the figure it shows is the one every
     page shows); measured here, briefly, when not given."""
-    from engine.calc.memory import kv_cache_bytes, max_batch
+    from engine.calc.memory import Placement, kv_cache_bytes, max_batch
     from engine.calc.timing import simple_decode_s, simple_prefill_s
     from engine.runtime.hardware import measure_matmul_flops
 
@@ -76,7 +76,7 @@ def run_sweep(
     prompt_tokens = len(lm.tokenizer(SWEEP_PROMPT)["input_ids"])
     seq_len = prompt_tokens + max_new_tokens
     memory = free_memory_bytes(lm.device) + lm.weights_bytes
-    fits = max_batch(spec, dtype=lm.dtype, seq_len=seq_len, gpu_memory_bytes=memory)
+    fits = max_batch(Placement(spec, lm.dtype, memory), seq_len=seq_len)
     weights = lm.weights_bytes
     flops = (
         matmul_flops_per_s

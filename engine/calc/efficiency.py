@@ -26,11 +26,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 
-from engine.calc import published, quant
+from engine.calc import published
 from engine.calc.hf_config import spec_from_hf_config
-from engine.calc.memory import bytes_per_weight
-from engine.calc.specs import GPUSpec, ModelSpec, gpu_spec, model_preset
-from engine.calc.timing import Efficiency, TimingEstimate, TimingInputs, timing_from, timing_inputs
+from engine.calc.specs import GPUSpec, gpu_spec, model_preset
+from engine.calc.timing import Efficiency, Setup, TimingEstimate, TimingInputs, timing_from, timing_inputs
 from engine.core.errors import EngineError, InvalidParameterError
 
 ENGINE_CLASSES: dict[str, str] = {
@@ -58,23 +57,6 @@ MIN_ROWS = 2  # fewer rows than this: a class borrows the pooled parameter (two 
 def held_back(row_id: str) -> bool:
     """A fixed, reproducible split: the first byte of sha256(id) below 30% of 256."""
     return hashlib.sha256(row_id.encode()).digest()[0] < HELD_BACK_SHARE * 256
-
-
-@dataclass(frozen=True)
-class Setup:
-    """What the calculator needs to predict one published row."""
-
-    spec: ModelSpec
-    gpu: GPUSpec
-    dtype: str
-    weight_format: str | None
-    group_size: int | None
-    scope: str | None
-    kv_dtype: str
-    n_gpus: int
-    batch: int
-    prompt_tokens: int
-    output_tokens: int
 
 
 def setup_of(row: published.PublishedRow) -> Setup | str:
@@ -168,26 +150,8 @@ class ClassFit:
         )
 
 
-def inputs_of(s: Setup) -> TimingInputs:
-    wpp = (
-        bytes_per_weight(s.spec, s.dtype, s.weight_format, s.group_size, s.scope) if s.weight_format else None
-    )
-    dtype = quant.weight_format(s.weight_format).compute if s.weight_format else s.dtype
-    return timing_inputs(
-        s.spec,
-        s.gpu,
-        dtype=dtype,
-        kv_dtype=s.kv_dtype,
-        batch=s.batch,
-        prompt_tokens=s.prompt_tokens,
-        output_tokens=s.output_tokens,
-        n_gpus=s.n_gpus,
-        weight_bytes_per_param=wpp,
-    )
-
-
 def timing(s: Setup, eff: Efficiency) -> TimingEstimate:
-    return timing_from(inputs_of(s), eff)
+    return timing_from(timing_inputs(s), eff)
 
 
 def bound_timing(s: Setup) -> TimingEstimate:
@@ -293,7 +257,7 @@ def observation(row: published.PublishedRow) -> Observation | str:
     if one and m in as_time:
         s = replace(s, batch=1)
         kind, seconds = as_time[m]
-        return Observation(row, s, kind, seconds, inputs_of(s))
+        return Observation(row, s, kind, seconds, timing_inputs(s))
     if (
         m in ("output_tokens_per_s", "output_tokens_per_s_per_gpu")
         and row.batch_kind == "batch"
@@ -302,7 +266,7 @@ def observation(row: published.PublishedRow) -> Observation | str:
         total = v * (row.gpu_count if m == "output_tokens_per_s_per_gpu" else 1)
         if not row.output_tokens or not row.prompt_tokens:
             return "a throughput without its input and output lengths"
-        return Observation(row, s, "throughput", row.batch / total, inputs_of(s))
+        return Observation(row, s, "throughput", row.batch / total, timing_inputs(s))
     if row.batch_kind in ("request-rate", "concurrency"):
         return "measured under a request load: queueing is in the figure, which a per-request model does not predict"
     if row.batch_kind == "max-throughput" or row.batch == 0:
@@ -342,21 +306,37 @@ def _fit_class(cls: str, obs: list[Observation], pooled: ClassFit | None) -> Cla
     # e_f on first-token rows, then e_fd on batched throughput rows with e_f fixed: one-dimensional searches
     # (the time is not linear in 1/e where operators change bound)
     pre = [o for o in obs if o.kind == "prefill"]
-    if len(pre) >= MIN_ROWS:
-        e_f = _search(lambda e: _rel_sq(pre, replace(base, flops=e, decode_flops=e)), 0.02, 1.0)
-    elif pooled is not None:
-        e_f = pooled.flops
-        borrowed.append("prefill utilisation")
-    else:
-        e_f = 0.5
     thr = [o for o in obs if o.kind == "throughput"]
-    if len(thr) >= MIN_ROWS:
-        e_fd = _search(lambda e: _rel_sq(thr, replace(base, flops=e_f, decode_flops=e)), 0.02, 1.0)
-    elif pooled is not None:
-        e_fd = pooled.decode_flops
-        borrowed.append("batched decode utilisation")
-    else:
-        e_fd = e_f
+
+    def utilisation(
+        rows: list[Observation],
+        fit: Callable[[float], ClassFit],
+        pooled_e: float | None,
+        what: str,
+        default: float,
+    ) -> float:
+        """e searched on `rows` when there are enough of them; else the pooled fit's (borrowed), else `default`."""
+        if len(rows) >= MIN_ROWS:
+            return _search(lambda e: _rel_sq(rows, fit(e)), 0.02, 1.0)
+        if pooled_e is not None:
+            borrowed.append(what)
+            return pooled_e
+        return default
+
+    e_f = utilisation(
+        pre,
+        lambda e: replace(base, flops=e, decode_flops=e),
+        None if pooled is None else pooled.flops,
+        "prefill utilisation",
+        0.5,
+    )
+    e_fd = utilisation(
+        thr,
+        lambda e: replace(base, flops=e_f, decode_flops=e),
+        None if pooled is None else pooled.decode_flops,
+        "batched decode utilisation",
+        e_f,
+    )
     return replace(
         base,
         flops=e_f,
@@ -507,38 +487,13 @@ def _time(central: float, ratio: tuple[float, float], bound: float) -> Interval:
     return Interval(max(central * lo, bound), central, central * hi, bound)
 
 
-def estimate_speed(
-    spec: ModelSpec,
-    gpu: GPUSpec,
-    *,
-    engine: str,
-    dtype: str,
-    weight_format: str | None = None,
-    group_size: int | None = None,
-    scope: str | None = None,
-    kv_dtype: str | None = None,
-    batch: int,
-    prompt_tokens: int,
-    output_tokens: int,
-    n_gpus: int = 1,
-) -> SpeedEstimate:
-    """Decode rate, first-token latency and batch throughput for `engine` on `gpu`, each as a central estimate
-    from the class's fitted utilisation, an interval from its leave-one-source-out errors, and the bound."""
+def estimate_speed(s: Setup, engine: str) -> SpeedEstimate:
+    """Decode rate, first-token latency and batch throughput for `engine` on the setup's GPU, each as a central
+    estimate from the class's fitted utilisation, an interval from its leave-one-source-out errors, and the
+    bound."""
     all_fits = fits()
     fit = all_fits.for_engine(engine)
-    s = Setup(
-        spec,
-        gpu,
-        dtype,
-        weight_format,
-        group_size,
-        scope,
-        kv_dtype or ("fp16" if weight_format or dtype in ("int8", "int4", "fp8") else dtype),
-        n_gpus,
-        batch,
-        prompt_tokens,
-        output_tokens,
-    )
+    gpu, batch = s.gpu, s.batch
     central = timing(s, fit.efficiency(gpu))
     bound = bound_timing(s)
     tpot = _time(central.decode_s_per_token, fit.decode_ratio, bound.decode_s_per_token)

@@ -23,6 +23,16 @@ def number(x: float | None, spec: str, scale: float | None = None, missing: str 
     return format(x * scale if scale else x, spec)
 
 
+def cell(x: float | None, spec: str) -> str:
+    """A plain-text table cell: `number` with "-" for a missing value."""
+    return number(x, spec, missing="-")
+
+
+def span(interval: tuple[float, float] | list[float] | None, spec: str = ".2f") -> str:
+    """An interval as a plain-text table cell, "low-high"; "-" where there is none."""
+    return f"{interval[0]:{spec}}-{interval[1]:{spec}}" if interval else "-"
+
+
 def seconds(s: float | None) -> str:
     """Seconds in the unit that suits them (µs, ms, s, min); a negative difference keeps its sign."""
     if s is None or not math.isfinite(s):

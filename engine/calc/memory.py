@@ -243,10 +243,7 @@ def weights_bytes(
     Without a format, int8/int4 are bare storage sizes (1 and 0.5 B, no scales)."""
     if not weight_format:
         return params_of(spec) * BYTES_PER_ELEMENT[check_precision("weight precision", dtype)]
-    if weight_format not in WEIGHT_FORMATS:
-        raise InvalidParameterError(
-            f"unknown weight format {weight_format!r}; choose one of {', '.join(WEIGHT_FORMATS)}"
-        )
+    quant_weight_format(weight_format)  # an unknown name is refused with the choices
     fmt, g = quant_format_name(weight_format, group_size)
     if g is not None:
         positive_int("group size", g)
@@ -260,17 +257,6 @@ def weights_bytes(
             stored += quant.tensor_bytes((rows, row_len), fmt, g) * count
     rest = GGUF_NORM_BYTES if chosen == "all" else BYTES_PER_ELEMENT["fp16"]
     return stored + (total - quantized) * rest
-
-
-def bytes_per_weight(
-    spec: ModelSpec,
-    dtype: str,
-    weight_format: str | None = None,
-    group_size: int | None = None,
-    scope: str | None = None,
-) -> float:
-    """Effective bytes per parameter = weights / P (what a decode step streams per weight)."""
-    return weights_bytes(spec, dtype, weight_format, group_size, scope) / params_of(spec)
 
 
 def kv_bytes_per_token(spec: ModelSpec, kv_dtype: str) -> float:
@@ -324,36 +310,45 @@ def overhead_bytes(weights: float, kv: float, overhead: float) -> float:
     return positive_float("overhead", overhead, allow_zero=True) * (weights + kv)
 
 
-def estimate_memory(
-    spec: ModelSpec,
-    *,
-    dtype: str,
-    kv_dtype: str | None = None,
-    batch: int,
-    seq_len: int,
-    gpu_memory_bytes: float,
-    overhead: float = DEFAULT_OVERHEAD,
-    n_gpus: int = 1,
-    weight_format: str | None = None,
-    group_size: int | None = None,
-    scope: str | None = None,
-) -> MemoryEstimate:
+@dataclass(frozen=True)
+class Placement:
+    """A model's weights on `n_gpus` GPUs of `gpu_memory_bytes` each, with `overhead` on top: what every memory
+    question below (the fit, the KV budget, the largest batch or sequence, the GPU plan) is asked about."""
+
+    spec: ModelSpec
+    dtype: str
+    gpu_memory_bytes: float
+    kv_dtype: str | None = None  # default: the weights' precision
+    overhead: float = DEFAULT_OVERHEAD
+    n_gpus: int = 1
+    weight_format: str | None = None
+    group_size: int | None = None
+    scope: str | None = None
+
+    @property
+    def cache_dtype(self) -> str:
+        return self.kv_dtype or self.dtype
+
+    def weights_bytes(self) -> float:
+        return weights_bytes(self.spec, self.dtype, self.weight_format, self.group_size, self.scope)
+
+
+def estimate_memory(p: Placement, *, batch: int, seq_len: int) -> MemoryEstimate:
     """total = (weights + KV) x (1 + overhead); per GPU = total / GPUs (tensor parallel splits weights and
     heads evenly); fits when per GPU <= the GPU's memory."""
-    kv_dtype = kv_dtype or dtype
-    n_gpus = positive_int("GPUs", n_gpus)
-    gpu_memory_bytes = positive_float("GPU memory", gpu_memory_bytes)
-    if overhead > 10:
-        raise InvalidParameterError(f"overhead {overhead!r} is a fraction (0.2 = 20%), not a percentage")
-    w = weights_bytes(spec, dtype, weight_format, group_size, scope)
-    kv = kv_cache_bytes(spec, kv_dtype, batch, seq_len)
-    ov = overhead_bytes(w, kv, overhead)
+    n_gpus = positive_int("GPUs", p.n_gpus)
+    gpu_memory_bytes = positive_float("GPU memory", p.gpu_memory_bytes)
+    if p.overhead > 10:
+        raise InvalidParameterError(f"overhead {p.overhead!r} is a fraction (0.2 = 20%), not a percentage")
+    w = p.weights_bytes()
+    kv = kv_cache_bytes(p.spec, p.cache_dtype, batch, seq_len)
+    ov = overhead_bytes(w, kv, p.overhead)
     total = w + kv + ov
     per_gpu = total / n_gpus
     return MemoryEstimate(
-        params=params_of(spec),
+        params=params_of(p.spec),
         weights_bytes=w,
-        kv_bytes_per_token=kv_bytes_per_token(spec, kv_dtype),
+        kv_bytes_per_token=kv_bytes_per_token(p.spec, p.cache_dtype),
         kv_cache_bytes=kv,
         overhead_bytes=ov,
         total_bytes=total,
@@ -365,40 +360,15 @@ def estimate_memory(
     )
 
 
-def kv_budget_bytes(
-    spec: ModelSpec,
-    dtype: str,
-    gpu_memory_bytes: float,
-    overhead: float,
-    n_gpus: int,
-    weight_format: str | None = None,
-    group_size: int | None = None,
-    scope: str | None = None,
-) -> float:
+def kv_budget_bytes(p: Placement) -> float:
     """KV budget = GPUs x memory / (1 + overhead) - weights (what is left for the cache)."""
-    return n_gpus * gpu_memory_bytes / (1 + overhead) - weights_bytes(
-        spec, dtype, weight_format, group_size, scope
-    )
+    return p.n_gpus * p.gpu_memory_bytes / (1 + p.overhead) - p.weights_bytes()
 
 
-def max_batch(
-    spec: ModelSpec,
-    *,
-    dtype: str,
-    kv_dtype: str | None = None,
-    seq_len: int,
-    gpu_memory_bytes: float,
-    overhead: float = DEFAULT_OVERHEAD,
-    n_gpus: int = 1,
-    weight_format: str | None = None,
-    group_size: int | None = None,
-    scope: str | None = None,
-) -> int:
+def max_batch(p: Placement, *, seq_len: int) -> int:
     """max batch = floor(KV budget / (cached tokens(s) x KV per token)); 0 when the weights alone do not fit."""
-    budget = kv_budget_bytes(
-        spec, dtype, gpu_memory_bytes, overhead, n_gpus, weight_format, group_size, scope
-    )
-    per_seq = kv_cache_bytes(spec, kv_dtype or dtype, 1, seq_len)
+    budget = kv_budget_bytes(p)
+    per_seq = kv_cache_bytes(p.spec, p.cache_dtype, 1, seq_len)
     if budget <= 0:
         return 0
     return int(budget // per_seq)
@@ -410,25 +380,11 @@ class MaxSeqLen:
     limited_by: str  # "memory" or "context" (the model's context length)
 
 
-def max_seq_len(
-    spec: ModelSpec,
-    *,
-    dtype: str,
-    kv_dtype: str | None = None,
-    batch: int,
-    gpu_memory_bytes: float,
-    overhead: float = DEFAULT_OVERHEAD,
-    n_gpus: int = 1,
-    weight_format: str | None = None,
-    group_size: int | None = None,
-    scope: str | None = None,
-) -> MaxSeqLen:
+def max_seq_len(p: Placement, *, batch: int) -> MaxSeqLen:
     """max s = largest s <= context length with batch x cached tokens(s) x KV per token <= KV budget
     (solved by bisection, since a sliding window makes the cache piecewise linear in s)."""
-    budget = kv_budget_bytes(
-        spec, dtype, gpu_memory_bytes, overhead, n_gpus, weight_format, group_size, scope
-    )
-    kv_dtype = kv_dtype or dtype
+    budget = kv_budget_bytes(p)
+    spec, kv_dtype = p.spec, p.cache_dtype
 
     def fits(s: int) -> bool:
         return kv_cache_bytes(spec, kv_dtype, batch, s) <= budget
@@ -491,25 +447,15 @@ class GpuPlan:
         )
 
 
-def plan_gpus(
-    spec: ModelSpec,
-    *,
-    dtype: str,
-    kv_dtype: str,
-    batch: int,
-    seq_len: int,
-    gpu_memory_bytes: float,
-    overhead: float = DEFAULT_OVERHEAD,
-    weight_format: str | None = None,
-    group_size: int | None = None,
-    scope: str | None = None,
-) -> GpuPlan:
+def plan_gpus(p: Placement, *, batch: int, seq_len: int) -> GpuPlan:
     """For each t dividing the heads (tensor parallel splits heads evenly, so t <= heads): sequences per
     replica = floor((t x memory / (1 + overhead) - weights) / KV per sequence), replicas = ceil(batch /
     that), GPUs = t x replicas; the plan is the t with the fewest GPUs (the smaller t on a tie: less
-    communication). With no t that holds one sequence, pipeline stages are needed."""
-    w = weights_bytes(spec, dtype, weight_format, group_size, scope)
-    per_seq = kv_cache_bytes(spec, kv_dtype, 1, seq_len)
+    communication). With no t that holds one sequence, pipeline stages are needed. The placement's own
+    GPU count is what the plan replaces, so it is not read."""
+    spec, gpu_memory_bytes, overhead = p.spec, p.gpu_memory_bytes, p.overhead
+    w = p.weights_bytes()
+    per_seq = kv_cache_bytes(spec, p.cache_dtype, 1, seq_len)
     total = (w + batch * per_seq) * (1 + overhead)
     memory_gpus = gpus_needed(total, gpu_memory_bytes)
     best: GpuPlan | None = None

@@ -26,9 +26,13 @@ Pure standard library: the calculators, the quantization lab and the CLI share t
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from engine.core.errors import InvalidParameterError
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -178,13 +182,16 @@ FORMATS: dict[str, QuantFormat] = {
 }
 
 
-def get(name: str) -> QuantFormat:
+def _lookup(table: Mapping[str, T], name: str, what: str) -> T:
+    """table[name], or a message that names the choices."""
     try:
-        return FORMATS[name]
+        return table[name]
     except KeyError:
-        raise InvalidParameterError(
-            f"unknown quantized format {name!r}; choose one of {', '.join(FORMATS)}"
-        ) from None
+        raise InvalidParameterError(f"unknown {what} {name!r}; choose one of {', '.join(table)}") from None
+
+
+def get(name: str) -> QuantFormat:
+    return _lookup(FORMATS, name, "quantized format")
 
 
 def tensor_bytes(shape: tuple[int, ...], fmt: str, group_size: int | None = None) -> int:
@@ -249,12 +256,7 @@ WEIGHT_FORMATS_TABLE: dict[str, WeightFormat] = {
 
 
 def weight_format(name: str) -> WeightFormat:
-    try:
-        return WEIGHT_FORMATS_TABLE[name]
-    except KeyError:
-        raise InvalidParameterError(
-            f"unknown weight format {name!r}; choose one of {', '.join(WEIGHT_FORMATS_TABLE)}"
-        ) from None
+    return _lookup(WEIGHT_FORMATS_TABLE, name, "weight format")
 
 
 def model_bytes(

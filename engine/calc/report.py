@@ -11,7 +11,8 @@ from dataclasses import dataclass, replace
 
 from engine.calc import quant
 from engine.calc.cost import CostEstimate, estimate_cost
-from engine.calc.efficiency import SpeedEstimate, estimate_speed
+from engine.calc.efficiency import Setup, SpeedEstimate, estimate_speed
+from engine.calc.efficiency import timing as timing_of
 from engine.calc.launch import GPUS_PER_NODE, LaunchPlan, multi_node_steps, sglang_command, vllm_command
 from engine.calc.memory import (
     DEFAULT_OVERHEAD,
@@ -19,7 +20,7 @@ from engine.calc.memory import (
     GpuPlan,
     MaxSeqLen,
     MemoryEstimate,
-    bytes_per_weight,
+    Placement,
     estimate_memory,
     format_scope,
     kv_budget_bytes,
@@ -31,7 +32,7 @@ from engine.calc.memory import (
     weight_storage_note,
 )
 from engine.calc.paged import PagedComparison, compare_paged
-from engine.calc.serving_memory import SERVING_ENGINES, ServingMemory, serving_memory, sglang_fraction
+from engine.calc.serving_memory import SERVING_ENGINES, ServingMemory, serving_memory_of, sglang_fraction
 from engine.calc.specs import (
     PRECISIONS,
     THIS_MACHINE,
@@ -41,7 +42,7 @@ from engine.calc.specs import (
     check_precision,
     positive_int,
 )
-from engine.calc.timing import DATASHEET, Efficiency, TimingEstimate, estimate_timing
+from engine.calc.timing import DATASHEET, Efficiency, TimingEstimate
 from engine.core.errors import InvalidParameterError
 from engine.core.spec import Spec, option
 
@@ -135,17 +136,12 @@ class Inputs(Spec):
         positive_int("GPUs", self.n_gpus)
         fmt = self.weight_format or None
         if fmt is not None:
-            if fmt not in WEIGHT_FORMATS:
-                raise InvalidParameterError(
-                    f"unknown weight format {fmt!r}; choose one of {', '.join(WEIGHT_FORMATS)}"
-                )
+            dtype = quant.weight_format(fmt).compute  # an unknown name is refused with the choices
             if self.group_size is not None:
                 positive_int("group size", self.group_size)
             format_scope(fmt, self.scope)
-            dtype = quant.weight_format(fmt).compute
-            kv = check_precision(
-                "KV precision", self.kv_dtype or "fp16"
-            )  # weight-only: the cache stays 16-bit
+            # weight-only: the cache stays 16-bit
+            kv = check_precision("KV precision", self.kv_dtype or "fp16")
         self.validate()
         return replace(
             self,
@@ -228,10 +224,6 @@ def split_prompt_output(
     return int(prompt_tokens), int(output_tokens)
 
 
-def _weights(spec: ModelSpec, i: Inputs) -> dict:
-    return {"weight_format": i.weight_format, "group_size": i.group_size, "scope": i.scope}
-
-
 def estimate(spec: ModelSpec, gpu: GPUSpec, inputs: Inputs, eff: Efficiency = DATASHEET) -> Estimate:
     """Memory (weights + KV + overhead), fit, max batch at s, max s at batch, the GPU plan, timing and cost
     (priced at the planned GPUs when the load does not fit), and the assumptions behind them. With an engine
@@ -239,66 +231,52 @@ def estimate(spec: ModelSpec, gpu: GPUSpec, inputs: Inputs, eff: Efficiency = DA
     the bound; with vllm/sglang the KV cache is sized as the server allocates it (engine.calc.serving_memory)."""
     i = inputs.resolved()
     assert i.seq_len is not None and i.kv_dtype is not None
-    wf = _weights(spec, i)
+    setup = Setup(
+        spec,
+        gpu,
+        i.dtype,
+        i.weight_format,
+        i.group_size,
+        i.scope,
+        i.kv_dtype,
+        i.n_gpus,
+        i.batch,
+        i.prompt_tokens,
+        i.output_tokens,
+    )
     speed = serving = launch = None
     if i.engine is not None and gpu.key != THIS_MACHINE and eff == DATASHEET:
-        speed = estimate_speed(
-            spec,
-            gpu,
-            engine=i.engine,
-            dtype=i.dtype,
-            weight_format=i.weight_format,
-            group_size=i.group_size,
-            scope=i.scope,
-            kv_dtype=i.kv_dtype,
-            batch=i.batch,
-            prompt_tokens=i.prompt_tokens,
-            output_tokens=i.output_tokens,
-            n_gpus=i.n_gpus,
-        )
+        speed = estimate_speed(setup, i.engine)
         eff = speed.fit.efficiency(gpu)
     if i.engine in SERVING_ENGINES:
-        serving = serving_memory(
-            spec,
-            gpu,
-            engine=i.engine,
-            dtype=i.dtype,
-            kv_dtype=i.kv_dtype,
-            tensor_parallel=i.n_gpus,
+        serving = serving_memory_of(
+            setup,
+            i.engine,
             gpu_memory_utilization=i.gpu_memory_utilization,
             max_model_len=i.max_model_len or i.seq_len,
             max_num_seqs=i.max_num_seqs,
-            **wf,
         )
-    mem = estimate_memory(
+    place = Placement(
         spec,
-        dtype=i.dtype,
-        kv_dtype=i.kv_dtype,
-        batch=i.batch,
-        seq_len=i.seq_len,
-        gpu_memory_bytes=gpu.memory_bytes,
-        overhead=i.overhead,
-        n_gpus=i.n_gpus,
-        **wf,
+        i.dtype,
+        gpu.memory_bytes,
+        i.kv_dtype,
+        i.overhead,
+        i.n_gpus,
+        i.weight_format,
+        i.group_size,
+        i.scope,
     )
-    common = dict(
-        dtype=i.dtype,
-        kv_dtype=i.kv_dtype,
-        gpu_memory_bytes=gpu.memory_bytes,
-        overhead=i.overhead,
-        n_gpus=i.n_gpus,
-        **wf,
-    )
-    mb = max_batch(spec, seq_len=i.seq_len, **common)
-    ms = max_seq_len(spec, batch=i.batch, **common)
-    wpp = bytes_per_weight(spec, i.dtype, **wf) if i.weight_format else None
-    timing = _timing(spec, gpu, i, eff, i.n_gpus, i.batch, wpp)
+    mem = estimate_memory(place, batch=i.batch, seq_len=i.seq_len)
+    mb = max_batch(place, seq_len=i.seq_len)
+    ms = max_seq_len(place, batch=i.batch)
+    timing = timing_of(setup, eff)
     cost = (
         estimate_cost(timing.tokens_per_s, i.usd_per_gpu_hour, i.n_gpus)
         if i.usd_per_gpu_hour is not None
         else CostEstimate(math.nan, math.nan, timing.tokens_per_s * 3600.0)
     )
-    budget = kv_budget_bytes(spec, i.dtype, gpu.memory_bytes, i.overhead, i.n_gpus, **wf)
+    budget = kv_budget_bytes(place)
     paged = (
         compare_paged(
             spec,
@@ -310,20 +288,11 @@ def estimate(spec: ModelSpec, gpu: GPUSpec, inputs: Inputs, eff: Efficiency = DA
         if budget > 0
         else None
     )
-    plan = plan_gpus(
-        spec,
-        dtype=i.dtype,
-        kv_dtype=i.kv_dtype,
-        batch=i.batch,
-        seq_len=i.seq_len,
-        gpu_memory_bytes=gpu.memory_bytes,
-        overhead=i.overhead,
-        **wf,
-    )
+    plan = plan_gpus(place, batch=i.batch, seq_len=i.seq_len)
     cost_at_plan = t_rep = None
     timeable = plan.tensor_parallel == 1 or gpu.interconnect_bytes_per_s > 0  # TP needs a known interconnect
     if not mem.fits and not plan.pipeline_needed and i.usd_per_gpu_hour is not None and timeable:
-        t_rep = _timing(spec, gpu, i, eff, plan.tensor_parallel, plan.batch_per_replica, wpp)
+        t_rep = timing_of(replace(setup, n_gpus=plan.tensor_parallel, batch=plan.batch_per_replica), eff)
         cost_at_plan = estimate_cost(t_rep.tokens_per_s * plan.replicas, i.usd_per_gpu_hour, plan.gpus)
     cost_interval = None
     if speed is not None and i.usd_per_gpu_hour is not None:
@@ -374,24 +343,6 @@ def estimate(spec: ModelSpec, gpu: GPUSpec, inputs: Inputs, eff: Efficiency = DA
         serving=serving,
         launch=launch,
         cost_interval=cost_interval,
-    )
-
-
-def _timing(
-    spec: ModelSpec, gpu: GPUSpec, i: Inputs, eff: Efficiency, n_gpus: int, batch: int, wpp
-) -> TimingEstimate:
-    assert i.kv_dtype is not None
-    return estimate_timing(
-        spec,
-        gpu,
-        dtype=i.dtype,
-        kv_dtype=i.kv_dtype,
-        batch=batch,
-        prompt_tokens=i.prompt_tokens,
-        output_tokens=i.output_tokens,
-        n_gpus=n_gpus,
-        eff=eff,
-        weight_bytes_per_param=wpp,
     )
 
 

@@ -29,11 +29,13 @@ import math
 import statistics
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 from engine.calc import published
 from engine.calc.memory import kv_bytes_per_token, weights_bytes
 from engine.calc.roofline import activation_bytes
 from engine.calc.specs import GPUSpec, ModelSpec, positive_float, positive_int
+from engine.calc.timing import Setup
 from engine.core.errors import InvalidParameterError
 
 GIB = 2**30
@@ -271,4 +273,21 @@ def serving_memory(
         max_num_seqs=seqs,
         era=era,
         notes=tuple(notes),
+    )
+
+
+def serving_memory_of(s: Setup, engine: str = "vllm", **server: Any) -> ServingMemory:
+    """Memory as a serving engine allocates it for this setup's weights, cache precision and tensor parallel;
+    `server` are the engine's own options (engine.calc.serving_memory: utilisation, max model length, ...)."""
+    return serving_memory(
+        s.spec,
+        s.gpu,
+        engine=engine,
+        dtype=s.dtype,
+        weight_format=s.weight_format,
+        group_size=s.group_size,
+        scope=s.scope,
+        kv_dtype=s.kv_dtype,
+        tensor_parallel=s.n_gpus,
+        **server,
     )

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from engine.calc import quant
+from engine.calc.memory import params_of, weights_bytes
 from engine.calc.roofline import Operator, Roof, activation_bytes, operators, roof_for
 from engine.calc.specs import GPUSpec, ModelSpec, positive_float, positive_int
 from engine.core.errors import InvalidParameterError
@@ -144,23 +146,39 @@ class TimingInputs:
     allreduces: int  # per forward (2 x layers with tensor parallel, else 0)
 
 
-def timing_inputs(
-    spec: ModelSpec,
-    gpu: GPUSpec,
-    *,
-    dtype: str,
-    kv_dtype: str | None = None,
-    batch: int,
-    prompt_tokens: int,
-    output_tokens: int,
-    n_gpus: int = 1,
-    weight_bytes_per_param: float | None = None,
-) -> TimingInputs:
-    """Validate a timing question and build its operators (engine.calc.roofline) once."""
-    b = positive_int("batch", batch)
-    p = positive_int("prompt tokens", prompt_tokens)
-    o = positive_int("output tokens", output_tokens)
-    n = positive_int("GPUs", n_gpus)
+@dataclass(frozen=True)
+class Setup:
+    """One setup to predict: a model and its stored weights on `n_gpus` GPUs, a batch of prompt + output tokens
+    (a published row's, or the calculator's inputs)."""
+
+    spec: ModelSpec
+    gpu: GPUSpec
+    dtype: str
+    weight_format: str | None
+    group_size: int | None
+    scope: str | None
+    kv_dtype: str
+    n_gpus: int
+    batch: int
+    prompt_tokens: int
+    output_tokens: int
+
+
+def timing_inputs(s: Setup) -> TimingInputs:
+    """Validate a timing question and build its operators (engine.calc.roofline) once. A quantized format
+    computes in its own precision and streams its effective bytes per parameter (weights / P, with the
+    scales: engine.calc.memory)."""
+    spec, gpu, kv_dtype = s.spec, s.gpu, s.kv_dtype
+    wpp = (
+        weights_bytes(spec, s.dtype, s.weight_format, s.group_size, s.scope) / params_of(spec)
+        if s.weight_format
+        else None
+    )
+    dtype = quant.weight_format(s.weight_format).compute if s.weight_format else s.dtype
+    b = positive_int("batch", s.batch)
+    p = positive_int("prompt tokens", s.prompt_tokens)
+    o = positive_int("output tokens", s.output_tokens)
+    n = positive_int("GPUs", s.n_gpus)
     if p + o > spec.context_length:
         raise InvalidParameterError(
             f"prompt + output = {p + o} tokens exceed {spec.name}'s context of {spec.context_length}; shorten them"
@@ -173,7 +191,6 @@ def timing_inputs(
             "timed. Pick a catalog GPU, or 1 GPU"
         )
     act = activation_bytes(dtype)
-    wpp = weight_bytes_per_param
 
     def comm(tokens: int) -> float:
         return tp_comm_s(
@@ -245,24 +262,16 @@ def estimate_timing(
     output_tokens: int,
     n_gpus: int = 1,
     eff: Efficiency = DATASHEET,
-    weight_bytes_per_param: float | None = None,
 ) -> TimingEstimate:
     """TTFT = prefill(P); TPOT = decode step at the mean context P + O/2 (steps 2..O see P+1..P+O-1 tokens);
     generation = TTFT + (O - 1) x TPOT; throughput = b x O / generation.
 
     With N GPUs in tensor parallel, each holds 1/N of the weights and heads: bandwidth and FLOP/s add up, and
     every layer pays two all-reduces of the activations over the GPU interconnect (`tp_comm_s`)."""
+    kv = kv_dtype or dtype
     return timing_from(
         timing_inputs(
-            spec,
-            gpu,
-            dtype=dtype,
-            kv_dtype=kv_dtype,
-            batch=batch,
-            prompt_tokens=prompt_tokens,
-            output_tokens=output_tokens,
-            n_gpus=n_gpus,
-            weight_bytes_per_param=weight_bytes_per_param,
+            Setup(spec, gpu, dtype, None, None, None, kv, n_gpus, batch, prompt_tokens, output_tokens)
         ),
         eff,
     )

@@ -18,7 +18,6 @@ The concerns live in their own modules:
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -41,6 +40,7 @@ from engine.calibration.store import (
 )
 from engine.core import paths
 from engine.core.errors import InvalidParameterError, UnknownModelError
+from engine.core.load import cores, is_busy
 from engine.core.spec import Spec, option
 from engine.core.stats import median
 
@@ -125,15 +125,13 @@ def _over(predicted: float | None, measured: float) -> float | None:
 
 
 def load_summary(samples: Sequence[RunSample]) -> LoadSummary:
-    from engine.core.load import is_busy
-
     loads = [s.loadavg_1m for s in samples]
     shares = [s.cpu_share for s in samples]
-    cores = os.cpu_count() or 1
-    busy = sum(1 for s in samples if is_busy(s.loadavg_1m, cores, s.cpu_share))
+    n_cores = cores()
+    busy = sum(1 for s in samples if is_busy(s.loadavg_1m, n_cores, s.cpu_share))
     finite = [v for v in loads if math.isfinite(v)]
     return LoadSummary(
-        len(samples), median(loads), max(finite) if finite else math.nan, median(shares), busy, cores
+        len(samples), median(loads), max(finite) if finite else math.nan, median(shares), busy, n_cores
     )
 
 
@@ -315,21 +313,10 @@ class Comparison:
     calibrated_ttft_interval: Interval | None = None
     calibrated_tpot_interval: Interval | None = None
 
-    @property
-    def datasheet_tpot_ratio(self) -> float:
-        return self.datasheet_tpot_s / self.measured_tpot_s
-
-    @property
-    def calibrated_tpot_ratio(self) -> float | None:
-        return _over(self.calibrated_tpot_s, self.measured_tpot_s)
-
-    @property
-    def datasheet_ttft_ratio(self) -> float:
-        return self.datasheet_ttft_s / self.measured_ttft_s
-
-    @property
-    def calibrated_ttft_ratio(self) -> float | None:
-        return _over(self.calibrated_ttft_s, self.measured_ttft_s)
+    def ratio(self, predicted_by: str, metric: str) -> float | None:
+        """predicted / measured for `metric` ("ttft" or "tpot") as `predicted_by` ("datasheet" or
+        "calibrated") predicts it; None where there is no calibrated prediction."""
+        return _over(getattr(self, f"{predicted_by}_{metric}_s"), getattr(self, f"measured_{metric}_s"))
 
 
 def sample_of(m: Any) -> RunSample:

@@ -13,7 +13,6 @@ moves read + write bytes); matmul = best of 5 n x n x n products in nn.Linear's 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -21,6 +20,7 @@ from pathlib import Path
 
 from engine.calc.specs import THIS_MACHINE, GPUSpec
 from engine.core import paths
+from engine.core.load import cores, is_busy, loadavg_1m
 
 DEFAULT_DTYPES = ("fp32", "bf16")
 
@@ -102,10 +102,7 @@ def measure(dtypes: Sequence[str] = DEFAULT_DTYPES, *, store: bool = True) -> Ma
         import psutil
 
         memory, name = float(psutil.virtual_memory().total), "this machine (measured)"
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        load = float("nan")
+    load = loadavg_1m()
     m = MachineMeasurement(
         machine_id=paths.machine_id(),
         measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -117,9 +114,7 @@ def measure(dtypes: Sequence[str] = DEFAULT_DTYPES, *, store: bool = True) -> Ma
         matmul_n=n,
         memory_bytes=memory,
         loadavg_1m=load,
-        notes=[f"load average {load:.2f} on {os.cpu_count()} cores while measured"]
-        if load == load and load > (os.cpu_count() or 1)
-        else [],
+        notes=[f"load average {load:.2f} on {cores()} cores while measured"] if is_busy(load) else [],
     )
     if store:
         save(m)

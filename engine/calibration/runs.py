@@ -8,7 +8,7 @@ defences, each measured rather than assumed:
 - each shape is repeated and the fastest repeat is kept (a run can be slowed by other work, never sped up:
   the minimum is the estimate of what the machine does; see Chen & Revels, "Robust benchmarking in noisy
   environments", 2016, which recommends the minimum for the same reason);
-- the load is recorded with every run: os.getloadavg() and this process's CPU time over its wall time
+- the load is recorded with every run: the 1-minute load average (engine.core.load) and this process's CPU time over its wall time
   (CPU share = CPU seconds / (wall seconds x torch threads); 1.0 means every thread ran all the time).
 
 Shapes are exact: the prompt is `prompt_tokens` token ids repeated from a fixed text, every sequence of a
@@ -50,7 +50,7 @@ class Shape:
 class LoadReading:
     """The machine's load around a stretch of work."""
 
-    loadavg_1m: float  # os.getloadavg()[0] at the end
+    loadavg_1m: float  # the 1-minute load average at the end (engine.core.load.loadavg_1m)
     cpu_count: int
     cpu_share: float  # this process's CPU seconds / (wall seconds x torch threads), 0..1 (NaN if unknown)
 

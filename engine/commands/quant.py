@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from engine.calc.format import gb, number
+from engine.calc.format import cell, gb, span
 from engine.levers import quant as Q
 
 HELP = "quantize a model's weights (fp32, bf16, torchao int8/int4, bitsandbytes, ...) and measure each scheme"
@@ -35,24 +35,19 @@ def run(args) -> list[dict]:
     return rows(Q.run_quant(spec.load(), spec))
 
 
-def _f(x, spec: str) -> str:
-    return number(x, spec, missing="-")
-
-
 def format_text(entries: list[dict]) -> str:
     lines = [
         f"{'scheme':<12}{'status':<8}{'weights':>10}{'predicted':>11}{'ratio':>7}{'tok/s':>8}{'speedup':>9}"
         f"{'95% CI':>14}{'bpb':>8}{'Δbpb':>9}{'match':>7}{'div':>5}"
     ]
     for e in entries:
-        ci = e["speedup_ci"]
         lines.append(
             f"{e['scheme']:<12}{e['status']:<8}{gb(e['weights_bytes']) if e['weights_bytes'] else '-':>10}"
             f"{gb(e['predicted_weights_bytes']) if e['predicted_weights_bytes'] else '-':>11}"
-            f"{_f(e['predicted_ratio'], '.3f'):>7}{_f(e['tokens_per_s'], '.1f'):>8}{_f(e['speedup_vs_fp32'], '.2f'):>9}"
-            f"{(f'{ci[0]:.2f}-{ci[1]:.2f}' if ci else '-'):>14}{_f(e['bits_per_byte'], '.4f'):>8}"
-            f"{_f(e['bits_per_byte_delta'], '+.4f'):>9}{_f(e['exact_match_rate'], '.0%'):>7}"
-            f"{_f(e['first_divergence_token'], 'd'):>5}"
+            f"{cell(e['predicted_ratio'], '.3f'):>7}{cell(e['tokens_per_s'], '.1f'):>8}{cell(e['speedup_vs_fp32'], '.2f'):>9}"
+            f"{span(e['speedup_ci']):>14}{cell(e['bits_per_byte'], '.4f'):>8}"
+            f"{cell(e['bits_per_byte_delta'], '+.4f'):>9}{cell(e['exact_match_rate'], '.0%'):>7}"
+            f"{cell(e['first_divergence_token'], 'd'):>5}"
         )
     lines += ["", *[f"- {e['verdict']}" for e in entries]]
     if entries:

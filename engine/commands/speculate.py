@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from engine.calc.format import number
+from engine.calc.format import cell, span
 from engine.levers import speculative as S
 
 HELP = "speculative decoding (prompt lookup, draft model) measured against plain greedy on two workloads"
@@ -27,22 +27,17 @@ def run(args) -> list[dict]:
     return rows(S.run_speculate(spec.load(), spec))
 
 
-def _f(x, spec: str) -> str:
-    return number(x, spec, missing="-")
-
-
 def format_text(entries: list[dict]) -> str:
     lines = [
         f"{'method':<15}{'workload':<16}{'alpha':>7}{'tok/fwd':>9}{'speedup':>9}{'95% CI':>13}{'expected':>10}"
         f"{'c':>6}{'same':>6}"
     ]
     for e in entries:
-        ci = e["speedup_ci"]
         lines.append(
-            f"{e['method']:<15}{e['workload']:<16}{_f(e['acceptance_rate'], '.2f'):>7}"
-            f"{_f(e['tokens_per_target_forward'], '.2f'):>9}{_f(e['speedup_vs_plain'], '.2f'):>9}"
-            f"{(f'{ci[0]:.2f}-{ci[1]:.2f}' if ci else '-'):>13}{_f(e['expected_speedup'], '.2f'):>10}"
-            f"{_f(e['cost_ratio'], '.2f'):>6}{e['identical_to_greedy']!s:>6}"
+            f"{e['method']:<15}{e['workload']:<16}{cell(e['acceptance_rate'], '.2f'):>7}"
+            f"{cell(e['tokens_per_target_forward'], '.2f'):>9}{cell(e['speedup_vs_plain'], '.2f'):>9}"
+            f"{span(e['speedup_ci']):>13}{cell(e['expected_speedup'], '.2f'):>10}"
+            f"{cell(e['cost_ratio'], '.2f'):>6}{e['identical_to_greedy']!s:>6}"
         )
     lines += ["", *[f"- {e['verdict']}" for e in entries]]
     return "\n".join(lines)

@@ -17,12 +17,18 @@ def cores() -> int:
     return os.cpu_count() or 1
 
 
+def loadavg() -> tuple[float, float, float]:
+    """The 1-, 5- and 15-minute load averages, NaN where the platform has none. The only reader of
+    os.getloadavg in the engine, so every reading means the same thing."""
+    try:
+        return os.getloadavg()
+    except OSError:
+        return (math.nan, math.nan, math.nan)
+
+
 def loadavg_1m() -> float:
     """The 1-minute load average, NaN where the platform has none."""
-    try:
-        return os.getloadavg()[0]
-    except OSError:
-        return math.nan
+    return loadavg()[0]
 
 
 def is_busy(loadavg: float, cpu_count: int | None = None, cpu_share: float = math.nan) -> bool:

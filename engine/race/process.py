@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.core import stats
+from engine.core.load import loadavg_1m
 from engine.race.contenders import Contender, ds_python
 from engine.race.record import ContenderResult
 
@@ -63,7 +64,7 @@ def run_worker(c: Contender, job: dict[str, Any], timeout_s: float) -> Contender
     python = c.interpreter()
     if c.python == "":
         return base_result(c, "skipped", ds_python()[1], python="(none)")
-    load_before = os.getloadavg()[0]
+    load_before = loadavg_1m()
     try:
         proc = subprocess.Popen(
             [python, "-m", "engine.race.worker"],
@@ -88,7 +89,7 @@ def run_worker(c: Contender, job: dict[str, Any], timeout_s: float) -> Contender
         r = base_result(c, "timeout", f"the worker ran past the {timeout_s:.0f} s timeout and was killed")
         r.exit_code, r.stderr_tail = proc.returncode, err[-3000:]
         return r
-    load = (load_before, os.getloadavg()[0])
+    load = (load_before, loadavg_1m())
     data = last_json(out)
     if proc.returncode != 0 or data is None:
         how = (

@@ -13,7 +13,6 @@ The record is engine.race.record; JSON/CSV and recorded files are engine.race.se
 from __future__ import annotations
 
 import math
-import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -24,7 +23,7 @@ from typing import Any
 
 from engine.core import stats
 from engine.core.errors import InvalidParameterError
-from engine.core.load import is_busy
+from engine.core.load import is_busy, loadavg
 from engine.core.spec import Spec, option
 from engine.race import quality, verdict
 from engine.race.contenders import BASELINE, Contender
@@ -235,7 +234,7 @@ def run_race(
         started_at=datetime.now(UTC).isoformat(timespec="seconds"),
         hardware=hw,
         chat_template=spec.chat_template,
-        load_avg_start=os.getloadavg(),
+        load_avg_start=loadavg(),
     )
     recheck = spec.recheck_baseline and any(c.name != BASELINE for c in spec.contenders)
     total = len(spec.contenders) + int(recheck)
