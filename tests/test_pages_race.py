@@ -222,7 +222,15 @@ def test_a_recorded_failed_lane_shows_one_line_and_no_traceback_or_server_path()
     text = _all_text(at)
     for raw in ("Traceback", "/work/", "/opt/", "/tmp/", ".venv/bin", 'File "', "(? for vanilla)"):
         assert raw not in text, raw
-    assert "failed: deepspeed could not be imported in the lane's Python environment (AttributeError" in text
+    assert (
+        "failed: deepspeed could not be imported in the lane's Python environment (versions disagree: "
+        in text
+    )
+    assert "AttributeError" not in text, "words, not an exception's repr"
+    assert "INFERENCE_LAB_TOKENIZER" not in text, "words, not a variable's name"
+    from engine.race.compat import TOKENIZER_NOTE  # every lane of the GPU races carries it: said once a race
+
+    assert text.count(TOKENIZER_NOTE) == sum(1 for _, r in serialise.load_recorded() if r.contenders[0].notes)
     assert (
         "No winner: every other lane (DeepSpeed, DeepSpeed (pinned env)) failed, so there is nothing" in text
     )

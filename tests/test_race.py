@@ -465,7 +465,17 @@ def test_a_failure_reads_as_one_line_without_server_paths():
         "    import deepspeed\n"
         "AttributeError: module 'x' has no attribute 'Y'\n"
     )
-    assert verdict.one_line_reason(tb) == "AttributeError: module 'x' has no attribute 'Y'"
+    assert verdict.one_line_reason(tb) == (
+        "versions disagree: x has no Y; rebuild the environment from its pins"
+    )
+    recorded = (  # what the H200's DeepSpeed lane recorded: no exception repr reaches the page
+        "deepspeed is not importable in /tmp/ds-site/bin/python: AttributeError: module "
+        "'typing_inspection.typing_objects' has no attribute 'DEPRECATED_ALIASES_IDS'"
+    )
+    assert verdict.one_line_reason(recorded) == (
+        "deepspeed could not be imported in the lane's Python environment (versions disagree: "
+        "typing_inspection.typing_objects has no DEPRECATED_ALIASES_IDS; rebuild the environment from its pins)"
+    )
     wrapped = (
         "deepspeed.init_inference failed: RuntimeError: deepspeed is not importable in /opt/torch/.venv/bin/python3: "
         "AttributeError: boom"

@@ -11,7 +11,7 @@ import streamlit as st
 
 from engine.calc import format as fmt
 from engine.core.paths import public, scrub
-from engine.race import serialise, verdict
+from engine.race import compat, serialise, verdict
 from engine.race.record import ContenderResult, RaceResult
 
 GROUPS = ("engines", "levers")
@@ -142,10 +142,18 @@ def _status_rows(result: RaceResult) -> list[dict]:
 
 
 def _reasons(result: RaceResult) -> list[str]:
-    """One line per contender that has something to say: why it did not run, or how it ran."""
-    lines = []
-    for c in _ordered(result):
-        notes = [scrub(n) for n in c.notes if not n.startswith("random weights")]
+    """One line per contender that has something to say: why it did not run, or how it ran. A note every lane
+    carries (how the machine was set up, e.g. where the tokenizer came from) is said once, first."""
+    lanes = _ordered(result)
+    shared = set.intersection(*(set(c.notes) for c in lanes)) if len(lanes) > 1 else set()
+    said_once = [n for n in lanes[0].notes if n in shared and not n.startswith("random weights")]
+    lines = [f"- **Every lane**: {scrub(compat.note_words(n))}" for n in said_once]
+    for c in lanes:
+        notes = [
+            scrub(compat.note_words(n))
+            for n in c.notes
+            if not n.startswith("random weights") and n not in shared
+        ]
         said = [x for x in [verdict.one_line_reason(c.reason) if not c.ran else "", *notes] if x]
         if not c.ran and not said:
             said = [verdict.status_line(c)]

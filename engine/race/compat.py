@@ -22,6 +22,17 @@ from pathlib import Path
 from engine.core import paths
 
 TOKENIZER_DIR_ENV = "INFERENCE_LAB_TOKENIZER_DIR"
+TOKENIZER_NOTE = (
+    "the tokenizer came from a carried copy of the bundled model's (its package is not installed there)"
+)
+_OLD_TOKENIZER_NOTE = f"tokenizer read from {TOKENIZER_DIR_ENV}="  # how records before this wording said it
+
+
+def note_words(note: str) -> str:
+    """A lane's note as a page says it: records made before the current wording named the variable."""
+    return TOKENIZER_NOTE if note.startswith(_OLD_TOKENIZER_NOTE) else note
+
+
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 
 
@@ -96,9 +107,7 @@ def install(notes: list[str]) -> None:
     folder = os.environ.get(TOKENIZER_DIR_ENV)
     if folder:
         models.bundled_tokenizer = lambda progress=None: _load_tokenizer(folder)
-        notes.append(
-            f"tokenizer read from {TOKENIZER_DIR_ENV}={folder} (the bundled model is not installed here)"
-        )
+        notes.append(TOKENIZER_NOTE)
     if transformers_major() >= 5:
         return
     import transformers

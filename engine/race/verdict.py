@@ -46,6 +46,7 @@ def interval_reason(timed_runs: int, warmup_runs: int) -> str:
 REASON_CHARS = 200  # a lane's reason on a page is one line; the full record stays in the downloaded JSON
 _WRAPPER = re.compile(r"^[\w.]+ failed: (?:[A-Z]\w*(?:Error|Exception): )?")
 _NOT_IMPORTABLE = re.compile(r"^(?P<pkg>[\w.]+) is not importable in \S+?: (?P<why>.*)$")
+_MISSING_ATTR = re.compile(r"^AttributeError: module '(?P<mod>[\w.]+)' has no attribute '(?P<attr>\w+)'$")
 
 
 def one_line_reason(text: str) -> str:
@@ -59,10 +60,21 @@ def one_line_reason(text: str) -> str:
     line = scrub(_WRAPPER.sub("", line))
     m = _NOT_IMPORTABLE.match(line)
     if m:
-        line = f"{m['pkg']} could not be imported in the lane's Python environment ({m['why']})"
+        line = f"{m['pkg']} could not be imported in the lane's Python environment ({_plain(m['why'])})"
+    else:
+        line = _plain(line)
     if len(line) > REASON_CHARS:
         line = line[: REASON_CHARS - 1].rsplit(" ", 1)[0] + "…"
     return line
+
+
+def _plain(exc: str) -> str:
+    """An exception line in words where its cause is known: a module missing an attribute at import time is one
+    package built against another release of a second one (the environment's versions disagree)."""
+    m = _MISSING_ATTR.match(exc)
+    if not m:
+        return exc
+    return f"versions disagree: {m['mod']} has no {m['attr']}; rebuild the environment from its pins"
 
 
 def status_line(c: ContenderResult) -> str:
