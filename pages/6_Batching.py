@@ -4,8 +4,6 @@ and the live queue of the scheduler every session shares."""
 
 from __future__ import annotations
 
-import os
-
 import streamlit as st
 
 from engine.batching.sweep import DEFAULT_SIZES, run_sweep
@@ -18,7 +16,7 @@ from engine.batching.workload import (
     throughput_headline,
 )
 from engine.core.errors import EngineError
-from engine.core.load import is_busy
+from engine.core.load import cores, is_busy, loadavg_1m
 from ui import export
 from ui.batching_widgets import (
     cached_scheduler,
@@ -145,10 +143,10 @@ if go:
             seed=int(seed),
         )
         workload = generate_workload(spec, lm.tokenizer)
-        load_start = os.getloadavg()[0]
+        load_start = loadavg_1m()
         with st.spinner("Replaying the workload under static, then in-flight batching…"):
             results = compare(lm, workload, int(max_batch))
-        st.session_state[f"{NS}.load"] = (load_start, os.getloadavg()[0], os.cpu_count() or 1)
+        st.session_state[f"{NS}.load"] = (load_start, loadavg_1m(), cores())
         st.session_state[f"{NS}.compare"] = results
         # the step-count bound holds when every request waits at the start (arrival rate 0)
         st.session_state[f"{NS}.bound"] = (
