@@ -33,6 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import stop_process  # noqa: E402
 from engine.calc import capacity  # noqa: E402
 from engine.calc.specs import model_preset  # noqa: E402
 from engine.core import paths, stats  # noqa: E402
@@ -365,11 +366,7 @@ def third_party(model_dir: Path, levels: list[float], n: int, output_tokens: int
                 "loadavg": loadavg(),
             }
         finally:
-            proc.terminate()
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_process(proc, 20)
 
 
 def print_sweep(args, slo: SLO, sweep, out: dict) -> None:
