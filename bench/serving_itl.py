@@ -14,6 +14,7 @@ load average beside the figures (a shared 2-core machine is noisy: compare runs 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import shlex
 import sys
@@ -33,11 +34,32 @@ from engine.serving.process import ServerProcess  # noqa: E402
 TARGET_RATIO = 3.0  # ITL p99 <= 3 x p50 at 4 users
 
 
+def admission_split(recs: list[RequestRecord]) -> tuple[list[float], list[float]]:
+    """A run's chunk gaps in two: those during which another request's first token arrived (an admission rode in
+    them, or ran between them) and the rest. Client clock only: any server."""
+    firsts = [(r.index, r.chunk_times[0]) for r in recs if r.ok and r.chunk_times]
+    during, other = [], []
+    for r in recs:
+        if not r.ok:
+            continue
+        for a, b in itertools.pairwise(r.chunk_times):
+            hit = any(i != r.index and a < t <= b for i, t in firsts)
+            (during if hit else other).append(b - a)
+    return during, other
+
+
 def itl_row(level: int, runs: list[list[RequestRecord]]) -> dict:
     gaps = [g for recs in runs for r in recs if r.ok for g in r.itls]
     p50, p90, p99 = (stats.percentile(gaps, q) for q in (50, 90, 99))
     errors = sum(not r.ok for recs in runs for r in recs)
+    split = [admission_split(recs) for recs in runs]
+    during = [g for d, _ in split for g in d]
+    other = [g for _, o in split for g in o]
     return {
+        "admission_gaps": len(during),
+        "admission_gap_p50_s": stats.percentile(during, 50) if during else None,
+        "admission_gap_max_s": max(during) if during else None,
+        "other_gap_p50_s": stats.percentile(other, 50) if other else None,
         "users": level,
         "repeats": len(runs),
         "gaps": len(gaps),
@@ -49,6 +71,16 @@ def itl_row(level: int, runs: list[list[RequestRecord]]) -> dict:
         "p99_over_p50": p99 / p50 if p50 and p50 > 0 else None,
         "ttft_p50_s": stats.percentile([r.ttft_s for recs in runs for r in recs if r.ok], 50),
     }
+
+
+def admission_words(row: dict) -> str:
+    if not row["admission_gaps"]:
+        return "no gap held another request's first token"
+    return (
+        f"{row['admission_gaps']} gaps held another request's first token: p50 "
+        f"{row['admission_gap_p50_s'] * 1e3:.1f} ms, max {row['admission_gap_max_s'] * 1e3:.1f} ms "
+        f"(other gaps p50 {row['other_gap_p50_s'] * 1e3:.1f} ms)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{level:>2} users: ITL p50 {row['itl_p50_s'] * 1e3:6.1f} ms  p90 {row['itl_p90_s'] * 1e3:6.1f} ms  "
                 f"p99 {row['itl_p99_s'] * 1e3:6.1f} ms  p99/p50 {row['p99_over_p50']:.2f}  "
-                f"({row['gaps']} gaps, {row['errors']} errors, load {os.getloadavg()[0]:.1f})",
+                f"({row['gaps']} gaps, {row['errors']} errors, load {os.getloadavg()[0]:.1f}); "
+                + admission_words(row),
                 flush=True,
             )
     at4 = next((r for r in rows if r["users"] == 4), None)
