@@ -56,6 +56,11 @@ def itl_row(level: int, runs: list[list[RequestRecord]]) -> dict:
     during = [g for d, _ in split for g in d]
     other = [g for _, o in split for g in o]
     return {
+        # tokens whose text was empty (special tokens after an ignored EOS, a partial character): their step is
+        # folded into the next chunk's gap, so such a gap spans two decode steps without any stall
+        "tokens_without_chunk": sum(
+            max(0, r.output_tokens - len(r.chunk_times)) for recs in runs for r in recs if r.ok
+        ),
         "admission_gaps": len(during),
         "admission_gap_p50_s": stats.percentile(during, 50) if during else None,
         "admission_gap_max_s": max(during) if during else None,
@@ -74,9 +79,10 @@ def itl_row(level: int, runs: list[list[RequestRecord]]) -> dict:
 
 
 def admission_words(row: dict) -> str:
+    merged = f"{row['tokens_without_chunk']} tokens without text; "
     if not row["admission_gaps"]:
-        return "no gap held another request's first token"
-    return (
+        return merged + "no gap held another request's first token"
+    return merged + (
         f"{row['admission_gaps']} gaps held another request's first token: p50 "
         f"{row['admission_gap_p50_s'] * 1e3:.1f} ms, max {row['admission_gap_max_s'] * 1e3:.1f} ms "
         f"(other gaps p50 {row['other_gap_p50_s'] * 1e3:.1f} ms)"
@@ -91,6 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output-tokens", type=int, default=16)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--max-batch", type=int, default=8)
+    p.add_argument(
+        "--endpoint",
+        default="completions",
+        choices=("completions", "chat"),
+        help="chat: an instruct model answers in text instead of emitting special tokens after an ignored EOS",
+    )
     p.add_argument("--label", default="", help="a name for this run in the result file (e.g. before, after)")
     p.add_argument("--extra", default="", help="more flags for `python -m engine serve`")
     args = p.parse_args(argv)
@@ -106,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                 concurrency=level,
                 n_requests=args.requests,
                 output_tokens=args.output_tokens,
+                endpoint=args.endpoint,
             ).validate()
             _run_blocking(spec)  # warm-up, dropped
             runs = [_run_blocking(spec) for _ in range(args.repeats)]

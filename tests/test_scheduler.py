@@ -357,13 +357,17 @@ def test_run_in_thread_returns_and_raises():
         run_in_thread(lambda: 1 / 0)
 
 
-@pytest.mark.parametrize("lm_name", ["tiny_lm", pytest.param("smol_lm", marks=pytest.mark.slow)])
-def test_newcomers_ride_in_the_running_rows_decode_step(lm_name, request):
+@pytest.mark.parametrize(
+    ("lm_name", "budget"),
+    [("tiny_lm", 16), ("tiny_lm", 1), pytest.param("smol_lm", 16, marks=pytest.mark.slow)],
+)
+def test_newcomers_ride_in_the_running_rows_decode_step(lm_name, budget, request):
     """A request admitted while others decode joins in their decode step (one forward, not a prefill plus a
-    step) and every request's greedy tokens still equal its solo run."""
+    step) and every request's greedy tokens still equal its solo run. A step carries newcomers' prompts up to
+    `mixed_prompt_tokens` together (one prompt at least); the others wait for the next steps."""
     lm = request.getfixturevalue(lm_name)
     solo = _solo(lm, PROMPTS, GenerationConfig(max_new_tokens=12))
-    sched = Scheduler(lm, max_batch=4, record=False)
+    sched = Scheduler(lm, max_batch=4, record=False, mixed_prompt_tokens=budget)
     try:
         first = sched.submit(PROMPTS[0], GenerationConfig(max_new_tokens=12))
         next(iter(first))  # running: its first token is out
@@ -371,7 +375,7 @@ def test_newcomers_ride_in_the_running_rows_decode_step(lm_name, request):
         got = [h.result(120).token_ids for h in [first, *late]]
     finally:
         sched.close()
-    assert sched.mixed_steps >= 1
+    assert sched.mixed_steps >= (1 if budget > 1 else len(late) - 1)  # one prompt per step (4 slots: 3 join)
     for i, (s, g) in enumerate(zip(solo, got, strict=True)):
         assert g == s, f"request {i} differs from its solo run"
 
