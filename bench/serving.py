@@ -37,6 +37,7 @@ from bench.common import stop_process  # noqa: E402
 from engine.calc import capacity  # noqa: E402
 from engine.calc.specs import model_preset  # noqa: E402
 from engine.core import paths, stats  # noqa: E402
+from engine.loadgen.server_side import fetch_timings  # noqa: E402
 from engine.loadgen.sweep import run_once, run_sweep, to_json  # noqa: E402
 from engine.loadgen.workload import SLO, LoadSpec, plan  # noqa: E402
 from engine.runtime.models import PRESETS  # noqa: E402
@@ -202,6 +203,25 @@ COMPARED = (  # (key, words): ours' TPOT p50 is the per-request quantity both pe
 AGREEMENT = 0.10  # the target: within 10% of ours
 
 
+def _median(runs: list[dict], key: str) -> float | None:
+    vals = [r[key] for r in runs if r.get(key) is not None]
+    return stats.median(vals) if vals else None
+
+
+def server_view(base_url: str, n: int) -> dict:
+    """The server's own timings of the last n requests (this engine keeps them: GET /v1/requests/timings): p50 of
+    its TTFT (request received -> first chunk written), queue and prefill. The same for every tool, so where the
+    tools' client TTFTs differ, this says whether the server served their requests differently (their arrival
+    timing) or the clients measured differently (their own overhead: client TTFT - server TTFT)."""
+    rows = list(fetch_timings(base_url).values())[-n:]
+
+    def p50(key: str) -> float | None:
+        vals = [r[key] for r in rows if isinstance(r.get(key), int | float)]
+        return stats.median(vals) if vals else None
+
+    return {"requests": len(rows), **{f"server_{k}_p50": p50(k) for k in ("ttft_s", "queue_s", "prefill_s")}}
+
+
 def cross_check(
     srv: ServerProcess,
     model: str,
@@ -247,6 +267,7 @@ def cross_check(
             "completed": m.completed,
             "output_tokens_per_s": m.output_tokens_per_s,
             "loadavg": loadavg(),
+            **server_view(srv.base_url, n),
         }
 
     runs: dict[str, list[dict]] = {"ours": [ours()], **{p: [] for p in peers}}
@@ -262,11 +283,12 @@ def cross_check(
                 failed[peer] = str(exc)[-1500:]
                 continue
             r["loadavg"] = loadavg()
+            r.update(server_view(srv.base_url, n))
             runs[peer].append(r)
         runs["ours"].append(ours())
 
     medians = {
-        tool: {key: stats.median([r[key] for r in rs]) for key, _ in COMPARED}
+        tool: {key: _median(rs, key) for key, _ in (*COMPARED, ("server_ttft_s_p50", ""))}
         for tool, rs in runs.items()
         if rs
     }
@@ -301,7 +323,8 @@ def print_cross_check(cc: dict) -> None:
         "(chat, ignore_eos; medians of interleaved runs):"
     )
     print(
-        f"  {'tool':<22} {'runs':>4} {'tok/s':>8} {'TTFT p50':>10} {'ITL p50':>9}   ratio to ours (tok/s, TTFT, ITL)"
+        f"  {'tool':<22} {'runs':>4} {'tok/s':>8} {'TTFT p50':>10} {'ITL p50':>9} {'server TTFT p50':>16}   "
+        "ratio to ours (tok/s, TTFT, ITL)"
     )
     for row in cc["table"]:
         ratios = row.get("ratio_to_ours")
@@ -313,7 +336,9 @@ def print_cross_check(cc: dict) -> None:
             )
         print(
             f"  {row['tool']:<22} {row['runs']:>4} {row['output_tokens_per_s']:>8.1f} "
-            f"{row['ttft_s_p50'] * 1e3:>8.1f}ms {row['itl_s_p50'] * 1e3:>7.1f}ms   {words}"
+            f"{row['ttft_s_p50'] * 1e3:>8.1f}ms {row['itl_s_p50'] * 1e3:>7.1f}ms "
+            + (f"{row['server_ttft_s_p50'] * 1e3:>14.1f}ms" if row["server_ttft_s_p50"] else f"{'-':>16}")
+            + f"   {words}"
         )
     for tool, rs in cc["runs"].items():
         print(f"  {tool} loadavg per run: {', '.join(r['loadavg'] for r in rs)}")
