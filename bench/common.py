@@ -13,6 +13,28 @@ from engine.core.jsonsafe import to_jsonable
 from engine.core.load import cores, loadavg
 
 ROOT = Path(__file__).resolve().parents[1]
+# Chromium flags for headless runs here (the browser tests and bench/load.py): no sandbox (root in a VM), no GPU,
+# no background traffic to the network this machine does not have
+CHROMIUM_ARGS = (
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+)
+
+
+def stop_process(proc, timeout_s: float) -> None:
+    """Ask a child process to end; kill it when it has not within timeout_s."""
+    import subprocess
+
+    proc.terminate()
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 def lever_result(kind: str, args: Any, entries: list, load_before: tuple[float, ...]) -> dict:

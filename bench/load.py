@@ -32,17 +32,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import CHROMIUM_ARGS, stop_process  # noqa: E402
 from engine.core import stats  # noqa: E402
 
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-]
 PROMPTS = [
     "The capital of France is",
     "Water boils at a temperature of",
@@ -108,11 +100,7 @@ def serve(log: Path, extra_env: dict[str, str] | None = None, startup_s: float =
             time.sleep(0.5)
         yield url, proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc, 10)
 
 
 # A health check not answered within this bound counts as a failure. It is a liveness bound, not a speed claim:
@@ -197,17 +185,40 @@ class LoadReport:
     results: list[SessionResult] = field(default_factory=list)
 
 
-async def _no_exception(page) -> int:
-    return await page.locator('[data-testid="stException"]').count()
+async def _session(
+    browser, kind: str, height: int, timeout_ms: int, steps, prompt: str = ""
+) -> SessionResult:
+    """Run `steps(page)` in a fresh browser context's page (closed after, whatever happened; every wait bounded
+    by timeout_ms). `steps` returns the result's detail, text, output tokens and latency (None: the whole session); the
+    session is ok when the page shows no exception. A failed session is a result, not a crash of the whole load
+    run."""
+    ctx = await browser.new_context(viewport={"width": 1300, "height": height})
+    ctx.set_default_timeout(timeout_ms)
+    try:
+        page = await ctx.new_page()
+        t0 = time.perf_counter()
+        detail, text, out_tokens, latency = await steps(page)
+        exceptions = await page.locator('[data-testid="stException"]').count()
+        latency = time.perf_counter() - t0 if latency is None else latency
+        return SessionResult(
+            kind,
+            exceptions == 0,
+            detail or f"{exceptions} exceptions shown",
+            prompt,
+            text,
+            out_tokens,
+            latency,
+        )
+    except Exception as exc:
+        return SessionResult(kind, False, f"{type(exc).__name__}: {exc}"[:500], prompt)
+    finally:
+        await ctx.close()
 
 
 async def playground_session(
     browser, url: str, model: str, prompt: str, max_new: int, timeout_ms: int
 ) -> SessionResult:
-    ctx = await browser.new_context(viewport={"width": 1300, "height": 1400})
-    ctx.set_default_timeout(timeout_ms)
-    page = await ctx.new_page()
-    try:
+    async def steps(page):
         await page.goto(f"{url}/Playground?model={model}", timeout=timeout_ms)
         await page.get_by_text("Loaded: ").first.wait_for(timeout=timeout_ms)
         tokens_box = page.get_by_role("spinbutton", name="Max new tokens", exact=True)
@@ -226,23 +237,13 @@ async def playground_session(
         await metric_box.wait_for(timeout=timeout_ms)
         text = await page.locator('[data-testid="stCode"]').first.inner_text()
         metric = await metric_box.inner_text()
-        out_tokens = int(re.findall(r"(\d+)", metric.split("→")[-1])[0])
-        exceptions = await _no_exception(page)
-        return SessionResult(
-            "playground", exceptions == 0, f"{exceptions} exceptions shown", prompt, text, out_tokens, latency
-        )
-    except Exception as exc:  # a failed session is a result, not a crash of the whole load run
-        return SessionResult("playground", False, f"{type(exc).__name__}: {exc}"[:500], prompt)
-    finally:
-        await ctx.close()
+        return "", text, int(re.findall(r"(\d+)", metric.split("→")[-1])[0]), latency
+
+    return await _session(browser, "playground", 1400, timeout_ms, steps, prompt)
 
 
 async def calculator_session(browser, url: str, moves: int, timeout_ms: int) -> SessionResult:
-    ctx = await browser.new_context(viewport={"width": 1300, "height": 1400})
-    ctx.set_default_timeout(timeout_ms)
-    page = await ctx.new_page()
-    try:
-        t0 = time.perf_counter()
+    async def steps(page):
         await page.goto(f"{url}/Memory_and_cost", timeout=timeout_ms)
         batch = page.get_by_role("spinbutton", name="Batch (concurrent users)", exact=True)
         await batch.wait_for(timeout=timeout_ms)
@@ -250,22 +251,13 @@ async def calculator_session(browser, url: str, moves: int, timeout_ms: int) -> 
             await batch.fill(str(b * 4), timeout=timeout_ms)
             await batch.press("Enter", timeout=timeout_ms)
             await page.get_by_text(f"{b * 4} users").first.wait_for(timeout=timeout_ms)
-        exceptions = await _no_exception(page)
-        return SessionResult(
-            "calculator", exceptions == 0, f"{moves} moves", latency_s=time.perf_counter() - t0
-        )
-    except Exception as exc:
-        return SessionResult("calculator", False, f"{type(exc).__name__}: {exc}"[:500])
-    finally:
-        await ctx.close()
+        return f"{moves} moves", "", 0, None
+
+    return await _session(browser, "calculator", 1400, timeout_ms, steps)
 
 
 async def evaluation_session(browser, url: str, model: str, timeout_ms: int) -> SessionResult:
-    ctx = await browser.new_context(viewport={"width": 1300, "height": 1600})
-    ctx.set_default_timeout(timeout_ms)
-    page = await ctx.new_page()
-    try:
-        t0 = time.perf_counter()
+    async def steps(page):
         await page.goto(f"{url}/Few-shot_code_and_eval?model={model}", timeout=timeout_ms)
         await page.get_by_role("tab", name="Evaluation").click(timeout=timeout_ms)
         limit = page.get_by_role("spinbutton", name="Documents (limit)", exact=True)
@@ -274,12 +266,9 @@ async def evaluation_session(browser, url: str, model: str, timeout_ms: int) -> 
             await limit.press("Enter", timeout=timeout_ms)
         await page.get_by_role("button", name="Run evaluation").click(timeout=timeout_ms)
         await page.get_by_text("bits per byte").first.wait_for(timeout=timeout_ms)
-        exceptions = await _no_exception(page)
-        return SessionResult("evaluation", exceptions == 0, "lm-eval ran", latency_s=time.perf_counter() - t0)
-    except Exception as exc:
-        return SessionResult("evaluation", False, f"{type(exc).__name__}: {exc}"[:500])
-    finally:
-        await ctx.close()
+        return "lm-eval ran", "", 0, None
+
+    return await _session(browser, "evaluation", 1600, timeout_ms, steps)
 
 
 async def _run(url: str, sessions: int, model: str, max_new: int, with_eval: bool, timeout_s: float, proc):
@@ -288,7 +277,7 @@ async def _run(url: str, sessions: int, model: str, max_new: int, with_eval: boo
     timeout_ms = int(timeout_s * 1000)
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        browser = await p.chromium.launch(executable_path=chromium, args=list(CHROMIUM_ARGS))
         try:
             # One session first, alone: it loads the shared model, so the memory baseline includes one copy.
             warm = await playground_session(browser, url, model, "Warm-up:", 2, timeout_ms)

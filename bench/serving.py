@@ -1,16 +1,20 @@
 """The engine's OpenAI-compatible server under load: start it as a subprocess, sweep the number of users with the
 load generator, find the knee under the SLOs, put the calculator's max-users prediction beside it, and
-cross-check the load generator against GuideLLM (a peer tool, vLLM project) on the same server and workload.
+cross-check the load generator against GuideLLM (vLLM project) and AIPerf (NVIDIA) on the same server and workload.
 
     .venv/bin/python bench/serving.py [--model smollm2-135m-instruct] [--levels 1,2,4,8] [--requests 16]
-                                      [--output-tokens 32] [--slo-ttft 2] [--slo-tpot 0.2] [--peer guidellm|none]
+                                      [--output-tokens 32] [--slo-ttft 2] [--slo-tpot 0.2]
+                                      [--peer guidellm,aiperf|none] [--peer-concurrency 4] [--peer-requests 32]
+                                      [--peer-repeats 2] [--no-sweep] [--label NAME]
 
-The peer needs `bash scripts/make_guidellm_env.sh` (a side venv; GuideLLM's pins differ from the main ones).
-Cross-check protocol: the same prompts file (the shipped prompts, each with its output length), the chat
-endpoint, `ignore_eos`, the server's default temperature, the same concurrency and request count; runs are
-interleaved (ours, GuideLLM, ours, GuideLLM, ours) and the medians compared, so drift on a shared machine hits both. Reported side by side:
-p50 TTFT, and GuideLLM's p50 ITL (per-request mean gap) beside ours (per-request TPOT, the same quantity, and
-pooled chunk gaps). Writes bench/results/serving-<machine>.json; prints loadavg beside every figure.
+The peers need `bash scripts/make_guidellm_env.sh` and `bash scripts/make_aiperf_env.sh` (side venvs; their pins
+differ from the main ones). Cross-check protocol: the same n prompts in the same order (ours' seeded plan of the
+shipped prompts, written in each peer's file format with its output length), the chat endpoint, `ignore_eos`, the
+server's default temperature, the same concurrency and request count, tokens counted from the server's usage.
+Runs interleave (ours, GuideLLM, AIPerf, ours, ...) and the medians are compared as ratios peer / ours, so drift on
+a shared machine hits all. Side by side: output tokens/s, p50 TTFT, and p50 ITL as both peers define it (per
+request, (E2E - TTFT) / (tokens - 1): ours' TPOT; ours' pooled chunk gaps are kept beside it). Writes
+bench/results/serving[-label]-<machine>.json; prints loadavg beside every figure.
 """
 
 from __future__ import annotations
@@ -22,22 +26,22 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import stop_process  # noqa: E402
 from engine.calc import capacity  # noqa: E402
 from engine.calc.specs import model_preset  # noqa: E402
 from engine.core import paths, stats  # noqa: E402
+from engine.loadgen.server_side import fetch_timings  # noqa: E402
 from engine.loadgen.sweep import run_once, run_sweep, to_json  # noqa: E402
-from engine.loadgen.workload import SLO, LoadSpec, load_prompts  # noqa: E402
+from engine.loadgen.workload import SLO, LoadSpec, plan  # noqa: E402
 from engine.runtime.models import PRESETS  # noqa: E402
 from engine.serving.process import ServerProcess  # noqa: E402
-
-GUIDELLM = ROOT / ".venv-guidellm" / "bin" / "guidellm"
 
 
 def loadavg() -> str:
@@ -82,29 +86,52 @@ def tokenizer_dir(model: str) -> Path:
     return own if (own / "tokenizer.json").exists() else paths.models_dir() / "smollm2-135m-instruct"
 
 
-def guidellm_run(base: str, model: str, data: Path, concurrency: int, n: int, out: Path) -> dict:
+def _peer_env() -> dict[str, str]:
+    """The peers' environment: their tokenizers load the bundled model's folder by path. HF_HUB_OFFLINE is left
+    out: AIPerf 0.13's offline branch treats any name as a hub repo id and fails on a path ('Repo id must be in
+    the form repo_name or namespace/repo_name'); without it, a local folder is read as a folder and nothing is
+    fetched (the machine has no hub access anyway)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    return {**env, "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def _run_peer(name: str, cmd: list[str], cwd: Path) -> None:
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=_peer_env(), cwd=cwd)
+    if r.returncode != 0:
+        tail = [line for line in (r.stderr or r.stdout).splitlines() if line.strip()][-12:]
+        raise RuntimeError(f"{name} failed ({r.returncode}): " + " | ".join(tail))
+
+
+@dataclass(frozen=True)
+class PeerWorkload:
+    root_url: str
+    model: str
+    concurrency: int
+    n: int
+    guidellm_data: Path
+    aiperf_data: Path
+
+
+def guidellm_run(w: PeerWorkload, out: Path) -> dict:
     cmd = [
-        str(GUIDELLM),
+        str(PEERS["guidellm"]),
         "run",
         "--backend",
-        f"kind=openai_http,target={base},model={model}",
+        f"kind=openai_http,target={w.root_url},model={w.model}",
         "--profile",
-        f"kind=concurrent,streams={concurrency}",
+        f"kind=concurrent,streams={w.concurrency}",
         "--constraint",
-        f"kind=max_requests,count={n}",
+        f"kind=max_requests,count={w.n}",
         "--data",
-        f"kind=json_file,path={data}",
+        f"kind=json_file,path={w.guidellm_data}",
         "--tokenizer",
-        f"kind=huggingface_auto,model={tokenizer_dir(model)}",
+        f"kind=huggingface_auto,model={tokenizer_dir(w.model)}",
         "--output",
         f"kind=json,path={out}",
         "--disable-progress",
         "--disable-console",
     ]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
-    if r.returncode != 0:
-        raise RuntimeError(f"guidellm failed ({r.returncode}): {r.stderr[-1500:]}")
+    _run_peer("guidellm", cmd, out.parent)
     m = json.loads(out.read_text())["benchmarks"][0]["metrics"]
 
     def p50(name: str) -> float:
@@ -112,22 +139,103 @@ def guidellm_run(base: str, model: str, data: Path, concurrency: int, n: int, ou
 
     return {
         "ttft_s_p50": p50("time_to_first_token_ms"),
-        "itl_s_p50": p50("inter_token_latency_ms"),
-        "tpot_s_p50": p50("time_per_output_token_ms"),
+        "itl_s_p50": p50("inter_token_latency_ms"),  # per request: (E2E - TTFT) / (tokens - 1)
         "completed": m["request_totals"]["successful"],
         "output_tokens_per_s": m["output_tokens_per_second"]["successful"]["mean"],
     }
 
 
+def aiperf_run(w: PeerWorkload, out: Path) -> dict:
+    cmd = [
+        str(PEERS["aiperf"]),
+        "profile",
+        "--model",
+        w.model,
+        "--url",
+        w.root_url,
+        "--endpoint-type",
+        "chat",
+        "--streaming",
+        "--input-file",
+        str(w.aiperf_data),
+        "--custom-dataset-type",
+        "single_turn",
+        "--extra-inputs",
+        "ignore_eos:true",
+        "--use-legacy-max-tokens",  # max_tokens, as ours and GuideLLM send
+        "--use-server-token-count",  # the server's usage, as ours counts
+        "--tokenizer",
+        str(tokenizer_dir(w.model)),
+        "--concurrency",
+        str(w.concurrency),
+        "--request-count",
+        str(w.n),
+        "--output-artifact-dir",
+        str(out),
+        "--ui-type",
+        "none",
+        "--no-gpu-telemetry",
+        "--no-server-metrics",
+        "--workers-max",
+        "1",
+    ]
+    _run_peer("aiperf", cmd, out.parent)
+    d = json.loads((out / "profile_export_aiperf.json").read_text())
+    return {
+        "ttft_s_p50": d["time_to_first_token"]["p50"] / 1e3,
+        "itl_s_p50": d["inter_token_latency"]["p50"] / 1e3,  # per request: (E2E - TTFT) / (tokens - 1)
+        "completed": int(d["request_count"]["avg"]),
+        "output_tokens_per_s": d["output_token_throughput"]["avg"],  # output tokens / benchmark duration
+    }
+
+
+PEERS = {
+    "guidellm": ROOT / ".venv-guidellm" / "bin" / "guidellm",
+    "aiperf": ROOT / ".venv-aiperf" / "bin" / "aiperf",
+}
+PEER_RUNS = {"guidellm": guidellm_run, "aiperf": aiperf_run}
+PEER_VERSIONS = {"guidellm": "guidellm 0.8.1", "aiperf": "aiperf 0.13.0"}
+COMPARED = (  # (key, words): ours' TPOT p50 is the per-request quantity both peers call ITL
+    ("output_tokens_per_s", "throughput (output tok/s)"),
+    ("ttft_s_p50", "TTFT p50"),
+    ("itl_s_p50", "ITL p50 (per request)"),
+)
+AGREEMENT = 0.10  # the target: within 10% of ours
+
+
+def _median(runs: list[dict], key: str) -> float | None:
+    vals = [r[key] for r in runs if r.get(key) is not None]
+    return stats.median(vals) if vals else None
+
+
+def server_view(base_url: str, n: int) -> dict:
+    """The server's own timings of the last n requests (this engine keeps them: GET /v1/requests/timings): p50 of
+    its TTFT (request received -> first chunk written), queue and prefill. The same for every tool, so where the
+    tools' client TTFTs differ, this says whether the server served their requests differently (their arrival
+    timing) or the clients measured differently (their own overhead: client TTFT - server TTFT)."""
+    rows = list(fetch_timings(base_url).values())[-n:]
+
+    def p50(key: str) -> float | None:
+        vals = [r[key] for r in rows if isinstance(r.get(key), int | float)]
+        return stats.median(vals) if vals else None
+
+    return {"requests": len(rows), **{f"server_{k}_p50": p50(k) for k in ("ttft_s", "queue_s", "prefill_s")}}
+
+
 def cross_check(
-    srv: ServerProcess, model: str, concurrency: int, n: int, output_tokens: int, repeats: int = 2
+    srv: ServerProcess,
+    model: str,
+    peers: list[str],
+    concurrency: int,
+    n: int,
+    output_tokens: int,
+    repeats: int = 2,
 ) -> dict:
+    """Ours and each peer on one workload: the same n prompts in the same order (ours' seeded plan, written to
+    each peer's file format), the same output length with ignore_eos, the chat endpoint, the server's default
+    temperature, the same concurrency and request count. Runs interleave (ours, each peer, ours, ...) so drift on
+    a shared machine hits all; medians are compared as ratios peer / ours."""
     tmp = Path(tempfile.mkdtemp(prefix="serving-peer-"))
-    data = tmp / "prompts.jsonl"
-    prompts = load_prompts(None)
-    data.write_text(
-        "".join(json.dumps({"prompt": p, "output_tokens_count": output_tokens}) + "\n" for p in prompts)
-    )
     spec = LoadSpec(
         base_url=srv.base_url,
         model=model,
@@ -136,8 +244,17 @@ def cross_check(
         concurrency=concurrency,
         n_requests=n,
         output_tokens=output_tokens,
-        prompts_file=str(data),
         temperature=None,
+    )
+    prompts = [r.prompt for r in plan(spec)]
+    w = PeerWorkload(
+        srv.base_url.removesuffix("/v1"), model, concurrency, n, tmp / "guidellm.jsonl", tmp / "aiperf.jsonl"
+    )
+    w.guidellm_data.write_text(
+        "".join(json.dumps({"prompt": p, "output_tokens_count": output_tokens}) + "\n" for p in prompts)
+    )
+    w.aiperf_data.write_text(
+        "".join(json.dumps({"text": p, "output_length": output_tokens}) + "\n" for p in prompts)
     )
     no_slo = SLO(ttft_s=None, tpot_s=None)
 
@@ -145,41 +262,88 @@ def cross_check(
         m = run_once(spec, no_slo)
         return {
             "ttft_s_p50": m.ttft_s.p50,
-            "tpot_s_p50": m.tpot_s.p50,
-            "itl_s_p50_pooled": m.itl_s.p50,
+            "itl_s_p50": m.tpot_s.p50,
+            "itl_s_p50_pooled_gaps": m.itl_s.p50,
             "completed": m.completed,
             "output_tokens_per_s": m.output_tokens_per_s,
             "loadavg": loadavg(),
+            **server_view(srv.base_url, n),
         }
 
-    # interleaved ours, peer, ours, peer, ..., ours: drift on a shared machine hits both; medians compared
-    runs_ours, runs_peer = [ours()], []
+    runs: dict[str, list[dict]] = {"ours": [ours()], **{p: [] for p in peers}}
+    failed: dict[str, str] = {}
     for i in range(repeats):
-        peer = guidellm_run(
-            srv.base_url.removesuffix("/v1"), model, data, concurrency, n, tmp / f"guidellm-{i}.json"
-        )
-        peer["loadavg"] = loadavg()
-        runs_peer.append(peer)
-        runs_ours.append(ours())
+        for peer in peers:
+            if peer in failed:
+                continue
+            out = tmp / (f"{peer}-{i}" if peer == "aiperf" else f"{peer}-{i}.json")
+            try:
+                r = PEER_RUNS[peer](w, out)
+            except (RuntimeError, subprocess.TimeoutExpired, KeyError, ValueError) as exc:
+                failed[peer] = str(exc)[-1500:]
+                continue
+            r["loadavg"] = loadavg()
+            r.update(server_view(srv.base_url, n))
+            runs[peer].append(r)
+        runs["ours"].append(ours())
 
-    def med(runs: list[dict], key: str) -> float:
-        return stats.median([r[key] for r in runs])
-
-    o_ttft, o_tpot, o_itl = (med(runs_ours, k) for k in ("ttft_s_p50", "tpot_s_p50", "itl_s_p50_pooled"))
-    p_ttft, p_itl = med(runs_peer, "ttft_s_p50"), med(runs_peer, "itl_s_p50")
+    medians = {
+        tool: {key: _median(rs, key) for key, _ in (*COMPARED, ("server_ttft_s_p50", ""))}
+        for tool, rs in runs.items()
+        if rs
+    }
+    table = []
+    for tool, med in medians.items():
+        row: dict = {
+            "tool": "ours (engine loadgen)" if tool == "ours" else PEER_VERSIONS[tool],
+            "runs": len(runs[tool]),
+            **med,
+        }
+        if tool != "ours":
+            ratios = {key: med[key] / medians["ours"][key] for key, _ in COMPARED}
+            row["ratio_to_ours"] = ratios
+            row["within_10_percent"] = {k: abs(v - 1) <= AGREEMENT for k, v in ratios.items()}
+        table.append(row)
     return {
-        "tool": "guidellm 0.8.1",
         "concurrency": concurrency,
         "requests": n,
         "output_tokens": output_tokens,
-        "ours": runs_ours,
-        "guidellm": runs_peer,
-        "median_ours": {"ttft_s_p50": o_ttft, "tpot_s_p50": o_tpot, "itl_s_p50_pooled": o_itl},
-        "median_guidellm": {"ttft_s_p50": p_ttft, "itl_s_p50": p_itl},
-        "ttft_p50_ratio_ours_over_peer": o_ttft / p_ttft,
-        "itl_p50_ratio_ours_tpot_over_peer_itl": o_tpot / p_itl,
-        "itl_p50_ratio_ours_pooled_over_peer_itl": o_itl / p_itl,
+        "endpoint": "chat",
+        "ignore_eos": True,
+        "runs": runs,
+        "table": table,
+        "failed": failed,
+        "target": f"peers within {AGREEMENT:.0%} of ours on throughput, TTFT p50 and ITL p50",
     }
+
+
+def print_cross_check(cc: dict) -> None:
+    print(
+        f"cross-check at {cc['concurrency']} users, {cc['requests']} requests x {cc['output_tokens']} tokens "
+        "(chat, ignore_eos; medians of interleaved runs):"
+    )
+    print(
+        f"  {'tool':<22} {'runs':>4} {'tok/s':>8} {'TTFT p50':>10} {'ITL p50':>9} {'server TTFT p50':>16}   "
+        "ratio to ours (tok/s, TTFT, ITL)"
+    )
+    for row in cc["table"]:
+        ratios = row.get("ratio_to_ours")
+        words = ""
+        if ratios:
+            words = ", ".join(
+                f"{ratios[k]:.3f}" + ("" if row["within_10_percent"][k] else " (over 10%)")
+                for k, _ in COMPARED
+            )
+        print(
+            f"  {row['tool']:<22} {row['runs']:>4} {row['output_tokens_per_s']:>8.1f} "
+            f"{row['ttft_s_p50'] * 1e3:>8.1f}ms {row['itl_s_p50'] * 1e3:>7.1f}ms "
+            + (f"{row['server_ttft_s_p50'] * 1e3:>14.1f}ms" if row["server_ttft_s_p50"] else f"{'-':>16}")
+            + f"   {words}"
+        )
+    for tool, rs in cc["runs"].items():
+        print(f"  {tool} loadavg per run: {', '.join(r['loadavg'] for r in rs)}")
+    for tool, why in cc["failed"].items():
+        print(f"  {tool} could not run: {why}")
 
 
 def third_party(model_dir: Path, levels: list[float], n: int, output_tokens: int, slo: SLO) -> dict:
@@ -227,11 +391,31 @@ def third_party(model_dir: Path, levels: list[float], n: int, output_tokens: int
                 "loadavg": loadavg(),
             }
         finally:
-            proc.terminate()
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_process(proc, 20)
+
+
+def print_sweep(args, slo: SLO, sweep, out: dict) -> None:
+    print(
+        f"{args.model}, max batch {args.max_batch}, {args.requests} requests x {args.output_tokens} tokens per level; "
+        f"SLO TTFT <= {slo.ttft_s} s, TPOT <= {slo.tpot_s} s ({slo.min_attainment:.0%} of requests)"
+    )
+    print(
+        f"{'users':>5} {'req/s':>6} {'tok/s':>7} {'tok/s/user':>10} {'TTFT p50':>8} {'p99':>6} {'TPOT p50':>8} "
+        f"{'ITL p50':>7} {'E2E p50':>7} {'SLO':>4}  loadavg"
+    )
+    for p, la in zip(sweep.points, out["loadavg_per_level"], strict=False):
+        print(
+            f"{p.level:>5g} {p.request_throughput:>6.2f} {p.output_tokens_per_s:>7.1f} {p.per_user_tokens_per_s:>10.1f} "
+            f"{p.ttft_s.p50:>7.2f}s {p.ttft_s.p99:>5.2f}s {p.tpot_s.p50 * 1e3:>6.0f}ms {p.itl_s.p50 * 1e3:>5.0f}ms "
+            f"{p.e2e_s.p50:>6.2f}s {'yes' if p.meets_slo else 'no':>4}  {la}"
+        )
+    print(f"measured knee: {sweep.knee:g} users" if sweep.knee else "measured knee: no level met the SLOs")
+    pred = out["prediction"]
+    if pred:
+        print(
+            f"calculator: {pred['max_users']} users within TPOT {slo.tpot_s} s (limited by {pred['limited_by']}; "
+            f"bandwidth calibrated at {pred['calibrated_at_users']:g} user: {pred['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s)"
+        )
 
 
 def main() -> None:
@@ -243,11 +427,19 @@ def main() -> None:
     ap.add_argument("--max-batch", type=int, default=8)
     ap.add_argument("--slo-ttft", type=float, default=2.0)
     ap.add_argument("--slo-tpot", type=float, default=0.2)
-    ap.add_argument("--peer", choices=("guidellm", "none"), default="guidellm")
+    ap.add_argument(
+        "--peer",
+        default="guidellm,aiperf",
+        help="comma-separated peers to cross-check (guidellm, aiperf), or none",
+    )
+    ap.add_argument(
+        "--no-sweep", action="store_true", help="only the cross-check (no user sweep, no prediction)"
+    )
+    ap.add_argument("--label", default="", help="a name in the result file: serving-<label>-<machine>.json")
     ap.add_argument("--peer-concurrency", type=int, default=4)
     ap.add_argument("--peer-requests", type=int, default=32)
     ap.add_argument(
-        "--peer-repeats", type=int, default=2, help="GuideLLM runs, interleaved with repeats + 1 of ours"
+        "--peer-repeats", type=int, default=2, help="runs of each peer, interleaved with repeats + 1 of ours"
     )
     ap.add_argument(
         "--third-party",
@@ -277,73 +469,51 @@ def main() -> None:
             replace(spec, concurrency=2, n_requests=4), SLO(ttft_s=None, tpot_s=None)
         )  # warm-up, not counted
         levels = [float(x) for x in args.levels.split(",")]
-        loads: list[str] = []
-        t0 = time.perf_counter()
-        sweep = run_sweep(spec, slo, levels, keep_going=True, progress=lambda f, msg: loads.append(loadavg()))
-        out["sweep"] = to_json(sweep)
-        out["sweep_s"] = time.perf_counter() - t0
-        out["loadavg_per_level"] = loads[: len(sweep.points)]
-        out["prediction"] = prediction(args.model, "fp32", sweep, slo, args.max_batch)
-        if args.peer == "guidellm":
-            if not GUIDELLM.exists():
-                out["cross_check"] = {"skipped": "no .venv-guidellm: run bash scripts/make_guidellm_env.sh"}
-            else:
-                out["cross_check"] = cross_check(
-                    srv,
-                    args.model,
-                    args.peer_concurrency,
-                    args.peer_requests,
-                    args.output_tokens,
-                    args.peer_repeats,
-                )
+        sweep = None
+        if not args.no_sweep:
+            loads: list[str] = []
+            t0 = time.perf_counter()
+            sweep = run_sweep(
+                spec, slo, levels, keep_going=True, progress=lambda f, msg: loads.append(loadavg())
+            )
+            out["sweep"] = to_json(sweep)
+            out["sweep_s"] = time.perf_counter() - t0
+            out["loadavg_per_level"] = loads[: len(sweep.points)]
+            out["prediction"] = prediction(args.model, "fp32", sweep, slo, args.max_batch)
+        peers = [p.strip() for p in args.peer.split(",") if p.strip() and p.strip() != "none"]
+        unknown = [p for p in peers if p not in PEERS]
+        if unknown:
+            raise SystemExit(f"unknown peer {unknown[0]!r}: choose from {', '.join(PEERS)} or none")
+        missing = [p for p in peers if not PEERS[p].exists()]
+        if missing:
+            out["cross_check_missing"] = {
+                p: f"no .venv-{p}: run bash scripts/make_{p}_env.sh" for p in missing
+            }
+        present = [p for p in peers if p not in missing]
+        if present:
+            out["cross_check"] = cross_check(
+                srv,
+                args.model,
+                present,
+                args.peer_concurrency,
+                args.peer_requests,
+                args.output_tokens,
+                args.peer_repeats,
+            )
     if args.third_party == "transformers-serve":
         out["third_party"] = third_party(
             tokenizer_dir(args.model), levels[:2], min(args.requests, 4), args.output_tokens, slo
         )
     out["loadavg_end"] = loadavg()
-    res = ROOT / "bench" / "results" / f"serving-{paths.machine_id()}.json"
+    name = f"serving-{args.label}-{paths.machine_id()}" if args.label else f"serving-{paths.machine_id()}"
+    res = ROOT / "bench" / "results" / f"{name}.json"
     res.write_text(json.dumps(out, indent=2))
-
-    print(
-        f"{args.model}, max batch {args.max_batch}, {args.requests} requests x {args.output_tokens} tokens per level; "
-        f"SLO TTFT <= {slo.ttft_s} s, TPOT <= {slo.tpot_s} s ({slo.min_attainment:.0%} of requests)"
-    )
-    print(
-        f"{'users':>5} {'req/s':>6} {'tok/s':>7} {'tok/s/user':>10} {'TTFT p50':>8} {'p99':>6} {'TPOT p50':>8} "
-        f"{'ITL p50':>7} {'E2E p50':>7} {'SLO':>4}  loadavg"
-    )
-    for p, la in zip(sweep.points, out["loadavg_per_level"], strict=False):
-        print(
-            f"{p.level:>5g} {p.request_throughput:>6.2f} {p.output_tokens_per_s:>7.1f} {p.per_user_tokens_per_s:>10.1f} "
-            f"{p.ttft_s.p50:>7.2f}s {p.ttft_s.p99:>5.2f}s {p.tpot_s.p50 * 1e3:>6.0f}ms {p.itl_s.p50 * 1e3:>5.0f}ms "
-            f"{p.e2e_s.p50:>6.2f}s {'yes' if p.meets_slo else 'no':>4}  {la}"
-        )
-    print(f"measured knee: {sweep.knee:g} users" if sweep.knee else "measured knee: no level met the SLOs")
-    pred = out["prediction"]
-    if pred:
-        print(
-            f"calculator: {pred['max_users']} users within TPOT {slo.tpot_s} s (limited by {pred['limited_by']}; "
-            f"bandwidth calibrated at {pred['calibrated_at_users']:g} user: {pred['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s)"
-        )
-    cc = out.get("cross_check")
-    if cc and "skipped" not in cc:
-        g = cc["guidellm"]
-        print(f"cross-check at {cc['concurrency']} users, {cc['requests']} requests (chat, ignore_eos):")
-        order = [x for pair in zip(cc["ours"], [*g, None], strict=False) for x in pair if x is not None]
-        for r in order:
-            name = "guidellm" if "itl_s_p50" in r else "ours"
-            itl = r.get("itl_s_p50", r.get("tpot_s_p50"))
-            print(
-                f"  {name:<9} TTFT p50 {r['ttft_s_p50'] * 1e3:7.1f} ms   ITL/TPOT p50 {itl * 1e3:6.1f} ms   "
-                f"tok/s {r['output_tokens_per_s']:6.1f}   loadavg {r['loadavg']}"
-            )
-        print(
-            f"  ratio of medians ours/guidellm: TTFT p50 {cc['ttft_p50_ratio_ours_over_peer']:.3f}, "
-            f"TPOT vs ITL p50 {cc['itl_p50_ratio_ours_tpot_over_peer_itl']:.3f} "
-            f"(pooled chunk gaps {cc['itl_p50_ratio_ours_pooled_over_peer_itl']:.3f})"
-        )
-    elif cc:
-        print(f"cross-check skipped: {cc['skipped']}")
+    if sweep is not None:
+        print_sweep(args, slo, sweep, out)
+    if out.get("cross_check"):
+        print_cross_check(out["cross_check"])
+    for peer, why in out.get("cross_check_missing", {}).items():
+        print(f"cross-check with {peer} skipped: {why}")
     tp = out.get("third_party")
     if tp and "skipped" not in tp:
         for p in tp["sweep"]["points"]:

@@ -14,6 +14,7 @@ load average beside the figures (a shared 2-core machine is noisy: compare runs 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import shlex
 import sys
@@ -33,11 +34,37 @@ from engine.serving.process import ServerProcess  # noqa: E402
 TARGET_RATIO = 3.0  # ITL p99 <= 3 x p50 at 4 users
 
 
+def admission_split(recs: list[RequestRecord]) -> tuple[list[float], list[float]]:
+    """A run's chunk gaps in two: those during which another request's first token arrived (an admission rode in
+    them, or ran between them) and the rest. Client clock only: any server."""
+    firsts = [(r.index, r.chunk_times[0]) for r in recs if r.ok and r.chunk_times]
+    during, other = [], []
+    for r in recs:
+        if not r.ok:
+            continue
+        for a, b in itertools.pairwise(r.chunk_times):
+            hit = any(i != r.index and a < t <= b for i, t in firsts)
+            (during if hit else other).append(b - a)
+    return during, other
+
+
 def itl_row(level: int, runs: list[list[RequestRecord]]) -> dict:
     gaps = [g for recs in runs for r in recs if r.ok for g in r.itls]
     p50, p90, p99 = (stats.percentile(gaps, q) for q in (50, 90, 99))
     errors = sum(not r.ok for recs in runs for r in recs)
+    split = [admission_split(recs) for recs in runs]
+    during = [g for d, _ in split for g in d]
+    other = [g for _, o in split for g in o]
     return {
+        # tokens whose text was empty (special tokens after an ignored EOS, a partial character): their step is
+        # folded into the next chunk's gap, so such a gap spans two decode steps without any stall
+        "tokens_without_chunk": sum(
+            max(0, r.output_tokens - len(r.chunk_times)) for recs in runs for r in recs if r.ok
+        ),
+        "admission_gaps": len(during),
+        "admission_gap_p50_s": stats.percentile(during, 50) if during else None,
+        "admission_gap_max_s": max(during) if during else None,
+        "other_gap_p50_s": stats.percentile(other, 50) if other else None,
         "users": level,
         "repeats": len(runs),
         "gaps": len(gaps),
@@ -51,6 +78,17 @@ def itl_row(level: int, runs: list[list[RequestRecord]]) -> dict:
     }
 
 
+def admission_words(row: dict) -> str:
+    merged = f"{row['tokens_without_chunk']} tokens without text; "
+    if not row["admission_gaps"]:
+        return merged + "no gap held another request's first token"
+    return merged + (
+        f"{row['admission_gaps']} gaps held another request's first token: p50 "
+        f"{row['admission_gap_p50_s'] * 1e3:.1f} ms, max {row['admission_gap_max_s'] * 1e3:.1f} ms "
+        f"(other gaps p50 {row['other_gap_p50_s'] * 1e3:.1f} ms)"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="tiny-gpt-neo")
@@ -59,6 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output-tokens", type=int, default=16)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--max-batch", type=int, default=8)
+    p.add_argument(
+        "--endpoint",
+        default="completions",
+        choices=("completions", "chat"),
+        help="chat: an instruct model answers in text instead of emitting special tokens after an ignored EOS",
+    )
     p.add_argument("--label", default="", help="a name for this run in the result file (e.g. before, after)")
     p.add_argument("--extra", default="", help="more flags for `python -m engine serve`")
     args = p.parse_args(argv)
@@ -74,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                 concurrency=level,
                 n_requests=args.requests,
                 output_tokens=args.output_tokens,
+                endpoint=args.endpoint,
             ).validate()
             _run_blocking(spec)  # warm-up, dropped
             runs = [_run_blocking(spec) for _ in range(args.repeats)]
@@ -82,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{level:>2} users: ITL p50 {row['itl_p50_s'] * 1e3:6.1f} ms  p90 {row['itl_p90_s'] * 1e3:6.1f} ms  "
                 f"p99 {row['itl_p99_s'] * 1e3:6.1f} ms  p99/p50 {row['p99_over_p50']:.2f}  "
-                f"({row['gaps']} gaps, {row['errors']} errors, load {os.getloadavg()[0]:.1f})",
+                f"({row['gaps']} gaps, {row['errors']} errors, load {os.getloadavg()[0]:.1f}); "
+                + admission_words(row),
                 flush=True,
             )
     at4 = next((r for r in rows if r["users"] == 4), None)

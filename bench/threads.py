@@ -28,13 +28,6 @@ from engine.core import stats  # noqa: E402
 from engine.core.threads import run_in_thread  # noqa: E402
 from engine.runtime import generation, models  # noqa: E402
 
-PROMPTS = [
-    "The history of the printing press begins",
-    "Memory bandwidth limits decoding because",
-    "A batch of requests shares",
-    "Static batching waits for",
-]
-
 
 class IdleTeam:
     """A thread that runs one parallel torch op (which gives it an OpenMP team) and then waits until closed."""
@@ -57,6 +50,14 @@ class IdleTeam:
     def close(self) -> None:
         self._stop.set()
         self._t.join()
+
+
+PROMPTS = [
+    "The history of the printing press begins",
+    "Memory bandwidth limits decoding because",
+    "A batch of requests shares",
+    "Static batching waits for",
+]
 
 
 def seconds_per_token(lm, batch: int, tokens: int) -> float:

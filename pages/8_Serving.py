@@ -29,11 +29,11 @@ from ui.serving_widgets import (
     throughput_figure,
     to_csv,
 )
+from ui.widgets import spec_number
 
 NS = "serving"
 page_setup("Serving", ":material/dns:", measures=True)
 init_state(NS, sweep=None, models=None)
-_D, _S = LoadSpec(base_url="http://127.0.0.1:8000/v1", model=""), SLO()
 
 st.title("Serving")
 st.subheader("How many users does a deployment hold within the SLOs?")
@@ -95,7 +95,10 @@ if target == "This engine's server":
 else:
     c1, c2 = st.columns([3, 2])
     url = c1.text_input(
-        "Base URL", _D.base_url, key=f"{NS}.url", help="up to /v1, e.g. http://gpu-node:8000/v1"
+        "Base URL",
+        LoadSpec.default("base_url"),
+        key=f"{NS}.url",
+        help=LoadSpec.help("base_url"),
     )
     api_key = c2.text_input("API key (kept in this session only)", type="password", key=f"{NS}.key") or None
     if st.button("List models", key=f"{NS}.list"):
@@ -124,13 +127,15 @@ levels_text = c[1].text_input(
     "1,2,4,8" if mode == "concurrency" else "0.5,1,2,4",
     key=f"{NS}.levels.{mode}",
 )
-n_requests = int(c[2].number_input("Requests per level", 1, 2000, 16, key=f"{NS}.requests"))
-out_tokens = int(c[3].number_input("Output tokens", 1, 4096, 32, key=f"{NS}.out_tokens"))
+n_requests = int(spec_number(c[2], LoadSpec, "n_requests", "Requests per level", f"{NS}.requests", value=16))
+out_tokens = int(spec_number(c[3], LoadSpec, "output_tokens", "Output tokens", f"{NS}.out_tokens", value=32))
 c = st.columns(4)
-slo_ttft = c[0].number_input("TTFT SLO (s)", 0.01, 600.0, float(_S.ttft_s), key=f"{NS}.slo_ttft")
-slo_tpot = c[1].number_input("TPOT SLO (ms)", 1.0, 60000.0, float(_S.tpot_s) * 1e3, key=f"{NS}.slo_tpot")
+slo_ttft = c[0].number_input("TTFT SLO (s)", 0.01, 600.0, float(SLO.default("ttft_s")), key=f"{NS}.slo_ttft")
+slo_tpot = c[1].number_input(
+    "TPOT SLO (ms)", 1.0, 60000.0, float(SLO.default("tpot_s")) * 1e3, key=f"{NS}.slo_tpot"
+)
 attain = c[2].number_input(
-    "Requests meeting them (%)", 1, 100, int(_S.min_attainment * 100), key=f"{NS}.attain"
+    "Requests meeting them (%)", 1, 100, int(SLO.default("min_attainment") * 100), key=f"{NS}.attain"
 )
 endpoint = c[3].selectbox("Endpoint", ENDPOINTS, key=f"{NS}.endpoint")
 burstiness = (
@@ -138,13 +143,36 @@ burstiness = (
         "Burstiness (Gamma arrivals)",
         0.05,
         20.0,
-        float(_D.burstiness),
+        float(LoadSpec.default("burstiness")),
         key=f"{NS}.burstiness",
-        help="vLLM's bench serve --burstiness: 1 is Poisson; below 1 the same rate arrives in bursts",
+        help=LoadSpec.help("burstiness"),
     )
     if mode == "poisson"
-    else _D.burstiness
+    else LoadSpec.default("burstiness")
 )
+c = st.columns(3)
+workload = c[0].selectbox(
+    "Prompts",
+    ["single", "shared-prefix", "multi-turn"],
+    key=f"{NS}.workload",
+    format_func=lambda w: {
+        "single": "one prompt per request",
+        "shared-prefix": "shared prefix",
+        "multi-turn": "multi-turn chat",
+    }[w],
+    help="shared prefix: every prompt starts with a common prefix (a prefix cache's best case); multi-turn: each "
+    "user's session sends its conversation so far with each new question (chat endpoint)",
+)
+prefix_tokens, num_prefixes, turns = 0, 1, 1
+if workload == "shared-prefix":
+    prefix_tokens = int(
+        spec_number(
+            c[1], LoadSpec, "prefix_tokens", "Prefix length (tokens)", f"{NS}.prefix_tokens", value=256, lo=1
+        )
+    )
+    num_prefixes = int(spec_number(c[2], LoadSpec, "num_prefixes", "Distinct prefixes", f"{NS}.num_prefixes"))
+elif workload == "multi-turn":
+    turns = int(spec_number(c[1], LoadSpec, "turns", "Turns per session", f"{NS}.turns", value=3, lo=2))
 keep_going = st.checkbox(
     "Keep going after a level misses the SLOs",
     key=f"{NS}.keep_going",
@@ -164,6 +192,9 @@ if st.button("Run sweep", key=f"{NS}.go", type="primary", disabled=not (url and 
             n_requests=n_requests,
             output_tokens=out_tokens,
             burstiness=float(burstiness),
+            prefix_tokens=prefix_tokens,
+            num_prefixes=num_prefixes,
+            turns=turns,
         ).validate()
         slo = SLO(ttft_s=slo_ttft, tpot_s=slo_tpot / 1e3, min_attainment=attain / 100).validate()
         st.session_state[f"{NS}.sweep"] = None
@@ -211,6 +242,17 @@ errors = {k: v for p in sweep.points for k, v in p.errors.items()}
 if errors:
     first = next(p.first_error for p in sweep.points if p.first_error)
     st.warning(f"Failed requests: {failed_requests(errors)}. The first said: {first}")
+turn_rows = [
+    {unit: p.level, **{f"turn {i} TTFT p50 (s)": round(d.p50, 3) for i, d in enumerate(p.ttft_by_turn, 1)}}
+    for p in sweep.points
+    if p.ttft_by_turn
+]
+if turn_rows:
+    st.caption(
+        "TTFT by turn of the multi-turn sessions (measured): each later turn sends the conversation so far, "
+        "so the server prefills more (unless it caches the prefix)."
+    )
+    st.dataframe(turn_rows, hide_index=True, width="stretch")
 st.plotly_chart(latency_figure(sweep), width="stretch")
 st.plotly_chart(throughput_figure(sweep), width="stretch")
 st.plotly_chart(per_user_figure(sweep), width="stretch")

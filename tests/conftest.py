@@ -15,6 +15,7 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import pytest
 
+from bench.common import CHROMIUM_ARGS
 from bench.load import serve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,15 +62,7 @@ def browser():
     with sync_playwright() as p:
         b = p.chromium.launch(
             executable_path=CHROMIUM,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-                "--disable-quic",
-            ],
+            args=list(CHROMIUM_ARGS),
         )
         yield b
         b.close()

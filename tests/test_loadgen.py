@@ -13,8 +13,8 @@ import pytest
 from engine.core import stats
 from engine.loadgen.client import RequestRecord
 from engine.loadgen.metrics import good, summarize
-from engine.loadgen.sweep import run_once, run_sweep, to_json
-from engine.loadgen.workload import SLO, LoadSpec, LoadSpecError, load_prompts, plan
+from engine.loadgen.sweep import _run_blocking, run_once, run_sweep, to_json
+from engine.loadgen.workload import SLO, LoadSpec, LoadSpecError, load_prompts, plan, sessions
 from engine.serving.runner import ServerThread, ServeSpec, build
 
 
@@ -160,7 +160,18 @@ def test_cli_sweep_writes_json(server, tiny_lm, tmp_path, capsys):
         )
         == 0
     )
-    assert "knee: 2 users" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "knee: 2 users" in text
+    # the engine's server keeps per-request timings: the text says where each level's TTFT went, and the parts
+    # printed add up to the TTFT printed
+    split = [line for line in text.splitlines() if "queue" in line and "transport" in line]
+    assert "TTFT split" in text and len(split) == 2
+    for line in split:
+        nums = [
+            float(x) for x in line.split("=")[0].replace("+", " ").split() if x.replace(".", "").isdigit()
+        ]
+        total = float(line.split("=")[1].split()[0])
+        assert sum(nums[-3:]) == pytest.approx(total, abs=0.002)
     data = json.loads(out.read_text())
     assert data["spec"]["model"] == tiny_lm.name and len(data["points"]) == 2  # model found at GET /v1/models
     assert main(["loadgen", "--url", "http://127.0.0.1:9/v1"]) == 2  # a clear error, not a traceback
@@ -168,7 +179,7 @@ def test_cli_sweep_writes_json(server, tiny_lm, tmp_path, capsys):
 
 def test_loadgen_knows_nothing_of_the_engine():
     """It must work against any endpoint: from the engine it imports only the standard-library helpers of
-    engine.core (statistics, the JSON-safe writer)."""
+    engine.core (statistics, the JSON-safe writer, the option-based Spec and its error)."""
     import ast
     from pathlib import Path
 
@@ -178,8 +189,9 @@ def test_loadgen_knows_nothing_of_the_engine():
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("engine"):
                 names = {a.name for a in node.names}
                 assert (
-                    node.module in ("engine.core.stats", "engine.core.jsonsafe")
-                    or (node.module == "engine.core" and names <= {"stats", "jsonsafe"})
+                    node.module
+                    in ("engine.core.stats", "engine.core.jsonsafe", "engine.core.spec", "engine.core.errors")
+                    or (node.module == "engine.core" and names <= {"stats", "jsonsafe", "spec", "errors"})
                     or node.module.startswith("engine.loadgen")
                 ), path
                 if node.module == "engine":
@@ -204,3 +216,99 @@ def test_a_run_works_where_an_event_loop_already_runs():
         assert asyncio.run(inside_a_loop()) == {"connect": 1}
     else:  # a loop already runs in this thread (the session's sync playwright): the very case
         assert run_once(dead, SLO()).errors == {"connect": 1}
+
+
+OLD_FLAGS = (
+    "--url http://h:1/v1 --model m --api-key-env K --endpoint chat --mode concurrency --rate 2 --burstiness 0.5 "
+    "--concurrency 3 --sweep 1,2 --keep-going --requests 5 --output-tokens 7 --output-tokens-max 9 "
+    "--no-ignore-eos --prompts p.jsonl --seed 4 --slo-ttft 0 --slo-tpot 0.5 --slo-e2e 3 --slo-attainment 0.8 "
+    "--out r.json"
+)
+SPEC_KEYS = {
+    "base_url", "model", "api_key", "endpoint", "mode", "rate", "burstiness", "concurrency", "n_requests",
+    "output_tokens", "output_tokens_max", "prompts_file", "ignore_eos", "temperature", "seed", "timeout_s",
+    "prefix_tokens", "num_prefixes", "turns",
+}  # fmt: skip
+
+
+def test_loadgen_flags_come_from_the_spec_with_their_old_names_and_json_keys():
+    """LoadSpec and SLO are option-based specs: the command's flags are built from them, every flag keeps its
+    name, and a result's spec keeps its JSON keys."""
+    import argparse
+
+    from engine.commands import loadgen as cmd
+
+    parser = argparse.ArgumentParser()
+    cmd.add_arguments(parser)
+    args = parser.parse_args(OLD_FLAGS.split())
+    spec, slo = LoadSpec.from_args(args), SLO.from_args(args)
+    assert (spec.base_url, spec.model, spec.endpoint, spec.mode, spec.concurrency) == (
+        "http://h:1/v1", "m", "chat", "concurrency", 3
+    )  # fmt: skip
+    assert (spec.n_requests, spec.output_tokens, spec.output_tokens_max, spec.prompts_file) == (
+        5,
+        7,
+        9,
+        "p.jsonl",
+    )
+    assert (spec.ignore_eos, spec.seed, spec.rate, spec.burstiness) == (False, 4, 2.0, 0.5)
+    assert (slo.ttft_s, slo.tpot_s, slo.e2e_s, slo.min_attainment) == (None, 0.5, 3.0, 0.8)  # 0 = none
+    assert (args.sweep, args.keep_going, args.out, args.api_key_env) == ("1,2", True, "r.json", "K")
+    assert set(dataclasses.asdict(spec)) == SPEC_KEYS
+    assert LoadSpec.bounds("n_requests") == (1, 100_000) and LoadSpec.default("output_tokens") == 64
+    with pytest.raises(LoadSpecError, match="requests"):
+        LoadSpec.from_args(parser.parse_args(["--model", "m", "--requests", "0"]))
+    with pytest.raises(LoadSpecError, match="endpoint"):
+        LoadSpec.from_args(parser.parse_args(["--model", "m", "--endpoint", "embeddings"]))
+
+
+def test_shared_prefix_prompts_share_their_prefix_and_reach_the_server(server, tiny_lm):
+    """N prompts behind num_prefixes common prefixes of P words (one token each in GPT-2's and Llama's BPE);
+    the server's own prompt-token count shows the prefix arrived."""
+    spec = LoadSpec(
+        base_url=server.base_url,
+        model=tiny_lm.name,
+        mode="concurrency",
+        concurrency=2,
+        n_requests=6,
+        output_tokens=3,
+        prefix_tokens=40,
+        num_prefixes=2,
+    )
+    reqs = plan(spec)
+    heads = [r.prompt.split("\n\n")[0] for r in reqs]
+    assert heads[0] != heads[1] and heads[0::2] == [heads[0]] * 3 and heads[1::2] == [heads[1]] * 3
+    assert len(heads[0].split()) == 40 and len({r.prompt for r in reqs}) == 6  # distinct suffixes
+    ids = tiny_lm.tokenizer(heads[0])["input_ids"]
+    assert len(ids) == 41  # 40 words and the full stop
+    m = run_once(spec, SLO(ttft_s=None, tpot_s=None))
+    assert m.completed == 6 and m.prompt_tokens_median >= 41
+    assert plan(dataclasses.replace(spec, prefix_tokens=0))[0].prompt == reqs[0].prompt.split("\n\n", 1)[1]
+
+
+def test_multi_turn_sessions_send_the_conversation_and_time_each_turn(server, tiny_lm):
+    """Each session's turn k sends its earlier questions and the server's answers: the prompt grows turn by turn;
+    TTFT is reported per turn; a multi-turn workload needs the chat endpoint."""
+    spec = LoadSpec(
+        base_url=server.base_url,
+        model=tiny_lm.name,
+        endpoint="chat",
+        mode="concurrency",
+        concurrency=2,
+        n_requests=6,
+        output_tokens=4,
+        turns=3,
+    )
+    convs = sessions(plan(spec))
+    assert [[r.turn for r in c] for c in convs] == [[1, 2, 3], [1, 2, 3]]
+    records = _run_blocking(spec)
+    assert all(r.ok for r in records) and [r.turn for r in records] == [1, 2, 3, 1, 2, 3]
+    for conv in (records[:3], records[3:]):
+        grown = [b.prompt_tokens - a.prompt_tokens for a, b in itertools.pairwise(conv)]
+        assert all(g > a.output_tokens for g, a in zip(grown, conv, strict=False))  # answer + next question
+    m = run_once(spec, SLO(ttft_s=None, tpot_s=None))
+    assert len(m.ttft_by_turn) == 3 and [d.n for d in m.ttft_by_turn] == [2, 2, 2]
+    poisson = plan(dataclasses.replace(spec, mode="poisson", rate=5.0, n_requests=9))
+    assert all(r.send_at_s == poisson[3 * (r.session)].send_at_s for r in poisson)  # turns follow answers
+    with pytest.raises(LoadSpecError, match="chat"):
+        dataclasses.replace(spec, endpoint="completions").validate()

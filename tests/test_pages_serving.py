@@ -197,3 +197,36 @@ def test_per_user_chart_says_what_its_points_are():
     trace = fig["data"][0]
     assert trace["name"] == "measured: one point per sweep level (concurrent users)"
     assert trace["text"] == ["1 user", "2 users"]
+
+
+def test_page_runs_multi_turn_and_shared_prefix_workloads(tiny_lm):
+    """The form's workload choice reaches the spec: multi-turn sessions on the chat endpoint (TTFT by turn shown),
+    shared-prefix prompts; multi-turn on the completions endpoint is one clear error."""
+    app, sched = build(ServeSpec(model=tiny_lm.name), tiny_lm)
+    with ServerThread(app, scheduler=sched) as srv:
+        at = AppTest.from_file(PAGE, default_timeout=180).run()
+        at.radio(key="serving.target").set_value("Any OpenAI-compatible URL").run()
+        at.text_input(key="serving.url").set_value(srv.base_url).run()
+        at.button(key="serving.list").click().run()
+        at.text_input(key="serving.levels.concurrency").set_value("2").run()
+        at.number_input(key="serving.requests").set_value(4).run()
+        at.number_input(key="serving.out_tokens").set_value(3).run()
+        at.number_input(key="serving.slo_ttft").set_value(600.0).run()
+        at.number_input(key="serving.slo_tpot").set_value(60000.0).run()
+        at.selectbox(key="serving.workload").set_value("multi-turn").run()
+        at.number_input(key="serving.turns").set_value(2).run()
+        at.button(key="serving.go").click().run()
+        assert len(at.error) == 1 and "chat endpoint" in at.error[0].value and not at.exception
+        at.selectbox(key="serving.endpoint").set_value("chat").run()
+        at.button(key="serving.go").click().run()
+        assert not at.exception and not at.error
+        sweep = at.session_state["serving.sweep"]
+        assert sweep.spec.turns == 2 and [d.n for d in sweep.points[0].ttft_by_turn] == [2, 2]
+        assert any("TTFT by turn" in c.value for c in at.caption)
+        at.selectbox(key="serving.workload").set_value("shared-prefix").run()
+        at.number_input(key="serving.prefix_tokens").set_value(32).run()
+        at.button(key="serving.go").click().run()
+        assert not at.exception and not at.error
+        sweep = at.session_state["serving.sweep"]
+        assert (sweep.spec.prefix_tokens, sweep.spec.turns) == (32, 1)
+        assert sweep.points[0].prompt_tokens_median >= 32

@@ -355,3 +355,65 @@ def test_run_in_thread_returns_and_raises():
     assert run_in_thread(lambda: threading.current_thread().name, name="x-work") == "x-work"
     with pytest.raises(ZeroDivisionError):
         run_in_thread(lambda: 1 / 0)
+
+
+@pytest.mark.parametrize(
+    ("lm_name", "budget"),
+    [("tiny_lm", 16), ("tiny_lm", 1), pytest.param("smol_lm", 16, marks=pytest.mark.slow)],
+)
+def test_newcomers_ride_in_the_running_rows_decode_step(lm_name, budget, request):
+    """A request admitted while others decode joins in their decode step (one forward, not a prefill plus a
+    step) and every request's greedy tokens still equal its solo run. A step carries newcomers' prompts up to
+    `mixed_prompt_tokens` together (one prompt at least); the others wait for the next steps."""
+    lm = request.getfixturevalue(lm_name)
+    solo = _solo(lm, PROMPTS, GenerationConfig(max_new_tokens=12))
+    sched = Scheduler(lm, max_batch=4, record=False, mixed_prompt_tokens=budget)
+    try:
+        first = sched.submit(PROMPTS[0], GenerationConfig(max_new_tokens=12))
+        next(iter(first))  # running: its first token is out
+        late = [sched.submit(p, GenerationConfig(max_new_tokens=12)) for p in PROMPTS[1:]]
+        got = [h.result(120).token_ids for h in [first, *late]]
+    finally:
+        sched.close()
+    assert sched.mixed_steps >= (1 if budget > 1 else len(late) - 1)  # one prompt per step (4 slots: 3 join)
+    for i, (s, g) in enumerate(zip(solo, got, strict=True)):
+        assert g == s, f"request {i} differs from its solo run"
+
+
+def test_mixed_step_places_newcomers_like_insert(tiny_lm):
+    """SlotCache.mixed writes the running rows' column and each newcomer's prompt right-aligned at `end`: the
+    same layout, mask and next-token logits as a separate prefill + insert + decode step."""
+    import torch
+
+    pad = tiny_lm.tokenizer.pad_token_id
+    with torch.inference_mode():
+        a, b = kv.SlotCache(4), kv.SlotCache(4)
+        for cache in (a, b):
+            first = kv.Prefill(tiny_lm, [[5, 6, 7, 8, 9], [5, 6]], pad)
+            first.run()
+            cache.insert(first, [0, 1], remaining=8)
+        tokens, positions = torch.tensor([20, 21]), torch.tensor([5, 2])
+        prompts = [[11, 12, 13], [14, 15, 16, 17, 18, 19, 30]]  # the second is longer than the window
+        assert kv.mixed_reason(tiny_lm, a, [len(p) for p in prompts]) == ""
+        mixed = a.mixed(tiny_lm, tokens, positions, prompts, remaining=8)  # [4, V]
+        step = b.decode(tiny_lm, tokens, positions)  # the running rows' step ...
+        late = kv.Prefill(tiny_lm, prompts, pad)  # ... then the newcomers' prefill, inserted at the new end
+        first_logits = late.run()
+        b.insert(late, [0, 1], remaining=8)
+        assert (a.n, a.window.start, a.window.end) == (b.n, b.window.start, b.window.end)
+        w = a.window
+        assert torch.equal(a.mask[: a.n, w.start : w.end], b.mask[: b.n, w.start : w.end])
+        torch.testing.assert_close(mixed[:2], step, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(mixed[2:], first_logits, rtol=1e-4, atol=1e-4)
+        real = a.mask[: a.n, w.start : w.end].bool()
+        for la, lb in zip(a.layers, b.layers, strict=True):
+            ka, kb = la.keys[: a.n, :, w.start : w.end], lb.keys[: b.n, :, w.start : w.end]
+            torch.testing.assert_close(ka.permute(0, 2, 1, 3)[real], kb.permute(0, 2, 1, 3)[real])
+
+
+def test_long_windows_on_gpt_neo_are_not_mixed(tiny_lm):
+    """GPT-Neo masks by position in the key sequence (a local window every other layer): a mixed step whose
+    flattened keys exceed that window is refused with the reason, and the scheduler prefills separately."""
+    cache = kv.SlotCache(4)
+    window = tiny_lm.model.config.window_size
+    assert kv.mixed_reason(tiny_lm, cache, [window + 1]) != ""

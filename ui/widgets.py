@@ -69,11 +69,13 @@ def load_with_progress(name: str, dtype: str) -> models.LoadedModel | None:
         return None
 
 
-def spec_number(container, spec, name: str, label: str, key: str, **kwargs):
+def spec_number(container, spec, name: str, label: str, key: str, *, value=None, lo=None, **kwargs):
     """A number input whose default and bounds come from an experiment's spec (engine.core.spec), so a page
-    never restates them; whole numbers stay ints."""
-    lo, hi = spec.bounds(name)
-    default = spec.default(name)
+    never restates them; whole numbers stay ints. `value` / `lo`: a page's own starting value or a higher
+    floor (a workload's length that 0 would switch off)."""
+    spec_lo, hi = spec.bounds(name)
+    lo = spec_lo if lo is None else lo
+    default = spec.default(name) if value is None else value
     if isinstance(default, int):
         lo, hi = (None if lo is None else int(lo)), (None if hi is None else int(hi))
     return container.number_input(

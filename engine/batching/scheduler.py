@@ -2,11 +2,16 @@
 decode step (Orca's iteration-level scheduling; TensorRT-LLM's "in-flight batching").
 
 Each loop of the thread: (1) when no prefill is under way, take every waiting request that has a free slot
-(`max_batch`) and fits the KV budget, first come first served, into one batched, left-padded prefill;
-(2) run the next chunk of that prefill (at most `prefill_chunk_tokens` tokens, so the running rows wait for one
-chunk, not a whole prompt: Sarathi-Serve's chunked prefill); when its last chunk is done, the first tokens
-are chosen and the rows join the slot table (engine.batching.kv.SlotCache: no copy of the running rows' cache);
-(3) one decode step for every running row; (4) retire finished rows at once (EOS, stop string,
+(`max_batch`) and fits the KV budget, first come first served. With rows running and prompts of at most
+`prefill_chunk_tokens` together, the newcomers' prompts ride in the running rows' decode step: one forward
+(engine.batching.kv.SlotCache.mixed, vLLM's mixed prefill-decode batch), so a running stream's gap at an
+admission is one slightly longer step, not a prefill plus a step (bench/serving_itl.py measured the two
+forwards as the tail of inter-token latency). Otherwise (nothing running, longer prompts, compiled steps, a
+model the mixed mask does not cover) they go into one batched, left-padded prefill; (2) run the next chunk of
+that prefill (at most `prefill_chunk_tokens` tokens, so the running rows wait for one chunk, not a whole prompt:
+Sarathi-Serve's chunked prefill); when its last chunk is done, the first tokens are chosen and the rows join the
+slot table (engine.batching.kv.SlotCache: no copy of the running rows' cache); (3) one decode step for every
+running row (unless (1) was a mixed step); (4) retire finished rows at once (EOS, stop string,
 max_new_tokens, cancel) by moving the last row into the hole.
 `breakdown()` reports where the thread's time went: prefill, decode forward, sampling, cache surgery and the
 rest (Python bookkeeping, detokenizing, streaming, locks).
@@ -52,6 +57,7 @@ from engine.runtime.models import LoadedModel
 DEFAULT_MAX_BATCH = 8
 MAX_BATCH_LIMIT = 256
 DEFAULT_PREFILL_CHUNK_TOKENS = 256  # tokens per prefill chunk (all admitted rows together)
+DEFAULT_MIXED_PROMPT_TOKENS = 16  # newcomers' prompt tokens one decode step carries (one prompt at least)
 DEFAULT_KV_FRACTION = 0.25  # of the memory free when the scheduler starts (RAM on a CPU, VRAM on a GPU)
 # An idle model thread ends after this long and `submit` starts a new one. On a CPU torch's OpenMP keeps a team
 # of worker threads per thread that has run an op, for that thread's life; while two teams exist on a machine
@@ -189,6 +195,7 @@ class Scheduler:
         kv_budget_bytes: int | None = None,
         record: bool = True,
         prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
+        mixed_prompt_tokens: int = DEFAULT_MIXED_PROMPT_TOKENS,
         compile_decode: bool = False,
         idle_exit_s: float = DEFAULT_IDLE_EXIT_S,
     ) -> None:
@@ -212,6 +219,11 @@ class Scheduler:
                 f"prefill chunk must be a whole number of tokens >= 1, got {prefill_chunk_tokens!r}"
             )
         self.prefill_chunk_tokens = prefill_chunk_tokens
+        if not isinstance(mixed_prompt_tokens, int) or mixed_prompt_tokens < 1:
+            raise InvalidParameterError(
+                f"mixed prompt tokens must be a whole number >= 1, got {mixed_prompt_tokens!r}"
+            )
+        self.mixed_prompt_tokens = mixed_prompt_tokens
         if not math.isfinite(idle_exit_s) or idle_exit_s < 0:
             raise InvalidParameterError(
                 f"idle_exit_s must be a finite number of seconds >= 0, got {idle_exit_s!r}"
@@ -237,6 +249,7 @@ class Scheduler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._steps = 0
+        self.mixed_steps = 0  # decode steps that also carried newcomers' prompts (_mixed_step)
         self._tokens = 0
         self._finished = 0
         self._step_log: deque[tuple[float, int]] = deque(maxlen=300)
@@ -372,10 +385,10 @@ class Scheduler:
             t0 = time.perf_counter()
             try:
                 with torch.inference_mode():
-                    self._admit()
+                    stepped = self._admit()
                     if self._prefill is not None:
                         self._prefill_chunk()
-                    if self._running:
+                    if self._running and not stepped:
                         self._step()
             except Exception as exc:  # a failed step fails the running batch; the thread lives on
                 self._fail_running(exc)
@@ -398,10 +411,55 @@ class Scheduler:
         longest_left = max(s.remaining for s in rows)
         return len(rows) * (length + longest_left) * self.kv_bytes_per_token <= self.kv_budget_bytes
 
-    def _admit(self) -> None:
-        """Start one batched prefill of every waiting request that has a slot and fits (first come, first served)."""
+    def _admit(self) -> bool:
+        """Admit every waiting request that has a slot and fits (first come, first served): with rows running and
+        short enough prompts, in this iteration's decode step (`_mixed_step`; returns True: the step is done);
+        otherwise as one batched prefill, run in chunks by `_prefill_chunk`."""
         if self._prefill is not None:
-            return
+            return False
+        taken = self._take()
+        if not taken:
+            return False
+        keep = self._within_mixed_budget(taken)
+        if self._running and self._can_mix(taken[:keep]):
+            with self._cond:  # the rest wait at the head of the queue for the next steps, in order
+                self._waiting.extendleft(reversed(taken[keep:]))
+                self._prefilling = taken = taken[:keep]
+            for req, _ in taken:
+                req.mark_admitted()
+            self._mixed_step(taken)
+            return True
+        for req, _ in taken:
+            req.mark_admitted()
+        chunk = max(1, self.prefill_chunk_tokens // len(taken))
+        self._prefill = kv.Prefill(self.lm, [r.prompt_ids for r, _ in taken], self._pad_id, chunk)
+        return False
+
+    def _within_mixed_budget(self, taken: Sequence[tuple[Request, RequestHandle]]) -> int:
+        """How many of the first newcomers one decode step carries: their prompts within `mixed_prompt_tokens`
+        together (one at least). Each prompt token costs the step real compute (about 2.5 ms per token for
+        smollm2-135m fp32 on one core, against ~106 ms for a 4-row decode step), so a step carrying three 12-token
+        prompts was 1.5-1.7x a plain step; one at a time keeps it near 1.25x."""
+        keep, total = 0, 0
+        for req, _ in taken:
+            if keep and total + req.prompt_len > self.mixed_prompt_tokens:
+                break
+            keep, total = keep + 1, total + req.prompt_len
+        return keep
+
+    def _can_mix(self, taken: Sequence[tuple[Request, RequestHandle]]) -> bool:
+        """The newcomers' prompts ride in the running rows' decode step when they fit one prefill chunk (longer
+        ones are chunked so the running rows never wait for a whole long prompt), no row runs compiled (static
+        shapes), and the model's attention takes the step's mask (kv.mixed_reason)."""
+        lengths = [r.prompt_len for r, _ in taken]
+        if sum(lengths) > self.prefill_chunk_tokens:
+            return False
+        if self.compile_decode or any(r.cfg.compile for r, _ in [*self._running, *taken]):
+            return False
+        return not kv.mixed_reason(self.lm, self._cache, lengths)
+
+    def _take(self) -> list[tuple[Request, RequestHandle]]:
+        """Move the waiting requests that have a slot and fit into `_prefilling` (first come, first served)."""
         taken: list[tuple[Request, RequestHandle]] = []
         with self._cond:
             while self._waiting and len(self._running) + len(taken) < self.max_batch:
@@ -415,12 +473,7 @@ class Scheduler:
                     break  # wait for memory rather than skip ahead
                 taken.append(self._waiting.popleft())
             self._prefilling = taken
-        if not taken:
-            return
-        for req, _ in taken:
-            req.mark_admitted()
-        chunk = max(1, self.prefill_chunk_tokens // len(taken))
-        self._prefill = kv.Prefill(self.lm, [r.prompt_ids for r, _ in taken], self._pad_id, chunk)
+        return taken
 
     def _prefill_chunk(self) -> None:
         job, rows = self._prefill, self._prefilling
@@ -483,23 +536,53 @@ class Scheduler:
         for seq in seqs if paid else ():  # every row of the step waited for the compile
             self._compile_paid[seq.id] = self._compile_paid.get(seq.id, 0.0) + paid
         memory = memory_now(self.lm.device)
-        gone: list[int] = []
         with self._cond:
-            self._steps += 1
-            self._tokens += len(seqs)
-            self._step_log.append((now, len(seqs)))
-            for i, ((req, handle), token) in enumerate(zip(self._running, chosen, strict=True)):
-                req.see_memory(memory)
-                req.append(token, now, len(seqs))
-                handle._emit(req.take_chunk())
-                if req.done:
-                    self._retire(req, handle)
-                    gone.append(i)
-            if gone:
-                t2 = time.perf_counter()
-                order = self._cache.retire(gone)
-                self._running = [self._running[i] for i in order]
-                self._timed("cache_surgery", t2)
+            self._deliver(chosen, now, memory)
+
+    def _mixed_step(self, taken: list[tuple[Request, RequestHandle]]) -> None:
+        """One forward for the running rows' next tokens and the newcomers' prompts (kv.SlotCache.mixed): the
+        newcomers' first tokens come out of the same step, and they join the slot table at once. Its time counts
+        as decode_forward. A failure fails the running rows and the newcomers together (`_fail_running`)."""
+        seqs = [s for s, _ in self._running]
+        new = [r for r, _ in taken]
+        tokens = torch.tensor([s.generated[-1] for s in seqs], dtype=torch.long)  # [B]
+        positions = torch.tensor([s.position for s in seqs], dtype=torch.long)  # [B]
+        longest_left = max(s.remaining for s in seqs + new)
+        t0 = time.perf_counter()
+        with self.lm.lock:
+            prompts = [r.prompt_ids for r in new]
+            logits = self._cache.mixed(self.lm, tokens, positions, prompts, longest_left)  # [B + k, V]
+            t1 = self._timed("decode_forward", t0)
+            chosen = choose_tokens(logits, seqs + new)
+            self._timed("sampling", t1)
+        now = time.perf_counter()
+        memory = memory_now(self.lm.device)
+        with self._cond:
+            self.mixed_steps += 1
+            self._running = self._running + taken  # rows n..n+k-1 of the slot cache, as mixed() placed them
+            self._prefilling = []
+            self._deliver(chosen, now, memory)
+
+    def _deliver(self, chosen: Sequence[int], now: float, memory: int) -> None:
+        """Called with self._cond held: one new token for every running row (row i of the cache is _running[i]);
+        stream it, retire the rows that are done."""
+        size = len(self._running)
+        self._steps += 1
+        self._tokens += size
+        self._step_log.append((now, size))
+        gone: list[int] = []
+        for i, ((req, handle), token) in enumerate(zip(self._running, chosen, strict=True)):
+            req.see_memory(memory)
+            req.append(token, now, size)
+            handle._emit(req.take_chunk())
+            if req.done:
+                self._retire(req, handle)
+                gone.append(i)
+        if gone:
+            t2 = time.perf_counter()
+            order = self._cache.retire(gone)
+            self._running = [self._running[i] for i in order]
+            self._timed("cache_surgery", t2)
 
     def _compiled_step(self, seqs: Sequence[Request]) -> kv.CompiledDecode | None:
         """The compiled step when this decode step should run it (see compile_decode), else None."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import httpx2 as httpx
@@ -33,6 +34,8 @@ class RequestRecord:
     tokens_from_usage: bool = False
     chunk_times: list[float] = field(default_factory=list)  # perf_counter of each content chunk
     request_id: str | None = None  # the server's X-Request-Id header, else the response's `id`
+    turn: int = 1  # multi-turn workloads: the turn within its session (1-based)
+    text: str = ""  # the answer's text (a multi-turn session sends it back with the next turn)
 
     @property
     def tpot_s(self) -> float:
@@ -50,7 +53,8 @@ def headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-def body(spec: LoadSpec, req: PlannedRequest) -> dict:
+def body(spec: LoadSpec, req: PlannedRequest, history: Sequence[dict] = ()) -> dict:
+    """The request's JSON; `history`: the session's earlier messages (multi-turn chat), sent before this turn's."""
     out: dict = {
         "model": spec.model,
         "max_tokens": req.max_tokens,
@@ -62,7 +66,7 @@ def body(spec: LoadSpec, req: PlannedRequest) -> dict:
     if spec.ignore_eos:
         out["ignore_eos"] = True
     if spec.endpoint == "chat":
-        out["messages"] = [{"role": "user", "content": req.prompt}]
+        out["messages"] = [*history, {"role": "user", "content": req.prompt}]
     else:
         out["prompt"] = req.prompt
     return out
@@ -78,15 +82,18 @@ def _content(event: dict, endpoint: str) -> str:
     return c.get("text") or ""
 
 
-async def send(client: httpx.AsyncClient, spec: LoadSpec, req: PlannedRequest) -> RequestRecord:
+async def send(
+    client: httpx.AsyncClient, spec: LoadSpec, req: PlannedRequest, history: Sequence[dict] = ()
+) -> RequestRecord:
     path = "/chat/completions" if spec.endpoint == "chat" else "/completions"
-    rec = RequestRecord(req.index, time.perf_counter(), req.max_tokens)
+    rec = RequestRecord(req.index, time.perf_counter(), req.max_tokens, turn=req.turn)
     chunks = 0
+    text: list[str] = []
     try:
         async with client.stream(
             "POST",
             spec.base_url.rstrip("/") + path,
-            json=body(spec, req),
+            json=body(spec, req, history),
             headers=headers(spec.api_key),
             timeout=spec.timeout_s,
         ) as resp:
@@ -108,7 +115,9 @@ async def send(client: httpx.AsyncClient, spec: LoadSpec, req: PlannedRequest) -
                     return rec
                 if rec.request_id is None and isinstance(event.get("id"), str):
                     rec.request_id = event["id"]
-                if _content(event, spec.endpoint):
+                content = _content(event, spec.endpoint)
+                if content:
+                    text.append(content)
                     now = time.perf_counter()
                     if not rec.chunk_times:
                         rec.ttft_s = now - rec.start
@@ -129,6 +138,7 @@ async def send(client: httpx.AsyncClient, spec: LoadSpec, req: PlannedRequest) -
     except (json.JSONDecodeError, httpx.HTTPError) as exc:
         rec.error, rec.detail = "stream_error", f"{type(exc).__name__}: {exc}"[:300]
         return rec
+    rec.text = "".join(text)
     if not rec.tokens_from_usage:
         rec.output_tokens = chunks
     if not rec.chunk_times:

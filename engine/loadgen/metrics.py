@@ -61,6 +61,7 @@ class RunMetrics:
     first_error: str = ""
     server: ServerMetricsDelta | None = None  # the server's /metrics over the run; None where it has none
     ttft_breakdown: TTFTBreakdown | None = None  # None where the server keeps no per-request timings
+    ttft_by_turn: tuple[Dist, ...] = ()  # multi-turn workloads: TTFT of turn 1, 2, ... (empty for one turn)
 
 
 def good(r: RequestRecord, slo: SLO) -> bool:
@@ -116,4 +117,13 @@ def summarize(
         first_error=next((f"{r.error}: {r.detail}" for r in records if not r.ok), ""),
         server=server,
         ttft_breakdown=breakdown(join(records, timings or {}), len(done)),
+        ttft_by_turn=by_turn(done),
     )
+
+
+def by_turn(done: Sequence[RequestRecord]) -> tuple[Dist, ...]:
+    """TTFT per turn of a multi-turn workload (a later turn sends a longer conversation: more to prefill)."""
+    last = max((r.turn for r in done), default=1)
+    if last < 2:
+        return ()
+    return tuple(dist([r.ttft_s for r in done if r.turn == t]) for t in range(1, last + 1))

@@ -16,33 +16,48 @@ import httpx2 as httpx
 from engine.loadgen.client import RequestRecord, headers, send
 from engine.loadgen.metrics import RunMetrics, summarize
 from engine.loadgen.server_side import delta, fetch_timings, scrape
-from engine.loadgen.workload import SLO, LoadSpec, LoadSpecError, plan
+from engine.loadgen.workload import SLO, LoadSpec, LoadSpecError, PlannedRequest, plan, sessions
 
 Progress = Callable[[float, str], None]
 
 
+async def _conversation(client, spec: LoadSpec, turns: list[PlannedRequest]) -> list[RequestRecord]:
+    """A session's turns one after another, each sending the conversation so far (a single request where the
+    workload has one turn); a failed turn ends its session (later turns are not sent)."""
+    history: list[dict] = []
+    out = []
+    for r in turns:
+        rec = await send(client, spec, r, history)
+        out.append(rec)
+        if not rec.ok:
+            break
+        history += [{"role": "user", "content": r.prompt}, {"role": "assistant", "content": rec.text}]
+    return out
+
+
 async def _run_async(spec: LoadSpec) -> list[RequestRecord]:
-    reqs = plan(spec)
+    convs = sessions(plan(spec))
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     async with httpx.AsyncClient(limits=limits, timeout=spec.timeout_s) as client:
         if spec.mode == "poisson":
             t0 = time.perf_counter()
 
-            async def timed(r):
-                delay = r.send_at_s - (time.perf_counter() - t0)
+            async def timed(turns):
+                delay = turns[0].send_at_s - (time.perf_counter() - t0)
                 if delay > 0:
                     await asyncio.sleep(delay)
-                return await send(client, spec, r)
+                return await _conversation(client, spec, turns)
 
-            return list(await asyncio.gather(*(timed(r) for r in reqs)))
-        queue = list(reversed(reqs))
+            done = await asyncio.gather(*(timed(c) for c in convs))
+            return sorted((r for recs in done for r in recs), key=lambda r: r.index)
+        queue = list(reversed(convs))
         records: list[RequestRecord] = []
 
         async def user():
             while queue:
-                records.append(await send(client, spec, queue.pop()))
+                records.extend(await _conversation(client, spec, queue.pop()))
 
-        await asyncio.gather(*(user() for _ in range(min(spec.concurrency, len(reqs)))))
+        await asyncio.gather(*(user() for _ in range(min(spec.concurrency, len(convs)))))
         return sorted(records, key=lambda r: r.index)
 
 
