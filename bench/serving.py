@@ -36,7 +36,11 @@ sys.path.insert(0, str(ROOT))
 from bench.common import stop_process  # noqa: E402
 from engine.calc import capacity  # noqa: E402
 from engine.calc.specs import model_preset  # noqa: E402
-from engine.core import paths, stats  # noqa: E402
+from engine.core import (  # noqa: E402
+    load,
+    paths,
+    stats,
+)
 from engine.loadgen.server_side import fetch_timings  # noqa: E402
 from engine.loadgen.sweep import run_once, run_sweep, to_json  # noqa: E402
 from engine.loadgen.workload import SLO, LoadSpec, plan  # noqa: E402
@@ -45,8 +49,8 @@ from engine.serving.process import ServerProcess  # noqa: E402
 
 
 def loadavg() -> str:
-    p = Path("/proc/loadavg")
-    return " ".join(p.read_text().split()[:3]) if p.exists() else "n/a"
+    """The 1-, 5- and 15-minute load averages as the result files have always written them ("0.52 0.61 0.70")."""
+    return " ".join(f"{x:.2f}" for x in load.loadavg())
 
 
 def prediction(model: str, dtype: str, sweep, slo: SLO, slots: int) -> dict | None:

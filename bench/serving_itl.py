@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import shlex
 import sys
 from datetime import UTC, datetime
@@ -26,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import write_result  # noqa: E402
 from engine.core import paths, stats  # noqa: E402
+from engine.core.load import cores, loadavg, loadavg_1m  # noqa: E402
 from engine.loadgen.client import RequestRecord  # noqa: E402
 from engine.loadgen.sweep import _run_blocking  # noqa: E402
 from engine.loadgen.workload import LoadSpec  # noqa: E402
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--extra", default="", help="more flags for `python -m engine serve`")
     args = p.parse_args(argv)
     levels = [int(x) for x in args.levels.split(",") if x]
-    load_before = os.getloadavg()
+    load_before = loadavg()
     rows = []
     with ServerProcess(args.model, max_batch=args.max_batch, extra=tuple(shlex.split(args.extra))) as srv:
         for level in levels:
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{level:>2} users: ITL p50 {row['itl_p50_s'] * 1e3:6.1f} ms  p90 {row['itl_p90_s'] * 1e3:6.1f} ms  "
                 f"p99 {row['itl_p99_s'] * 1e3:6.1f} ms  p99/p50 {row['p99_over_p50']:.2f}  "
-                f"({row['gaps']} gaps, {row['errors']} errors, load {os.getloadavg()[0]:.1f}); "
+                f"({row['gaps']} gaps, {row['errors']} errors, load {loadavg_1m():.1f}); "
                 + admission_words(row),
                 flush=True,
             )
@@ -141,9 +141,9 @@ def main(argv: list[str] | None = None) -> int:
         "machine": paths.machine_id(),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": "python bench/serving_itl.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
-        "cpu_count": os.cpu_count(),
+        "cpu_count": cores(),
         "load_average_before": load_before,
-        "load_average_after": os.getloadavg(),
+        "load_average_after": loadavg(),
         "args": vars(args),
         "target": f"ITL p99 <= {TARGET_RATIO:g} x p50 at 4 users",
         "target_met": met,

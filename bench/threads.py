@@ -13,7 +13,6 @@ Writes bench/results/threads-<machine>.json. A benchmark, not a test: run it on 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import threading
 import time
@@ -25,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import write_result  # noqa: E402
 from engine.core import stats  # noqa: E402
+from engine.core.load import cores, loadavg, loadavg_1m  # noqa: E402
 from engine.core.threads import run_in_thread  # noqa: E402
 from engine.runtime import generation, models  # noqa: E402
 
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--tokens", type=int, default=32)
     args = ap.parse_args(argv)
-    load_before = os.getloadavg()
+    load_before = loadavg()
     lm = run_in_thread(lambda: models.load_model(args.model))  # no torch work on the main thread
     if lm.tokenizer.pad_token_id is None:
         lm.tokenizer.pad_token = lm.tokenizer.eos_token
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             f"batch {batch}: alone {1e3 * med['alone']:.1f} ms/token, beside an idle team "
             f"{1e3 * med['beside an idle team']:.1f} ms/token: {rows[-1]['ratio_beside_over_alone']:.2f}x"
         )
-    print(f"{lm.name}, {args.tokens} tokens, {os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f}")
+    print(f"{lm.name}, {args.tokens} tokens, {cores()} cores; load average {loadavg_1m():.1f}")
     write_result(
         "threads",
         {
@@ -115,11 +115,11 @@ def main(argv: list[str] | None = None) -> int:
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
             "model": lm.name,
             "dtype": lm.dtype,
-            "cores": os.cpu_count(),
+            "cores": cores(),
             "tokens": args.tokens,
             "repeats": args.repeats,
             "load_average_before": load_before,
-            "load_average_after": os.getloadavg(),
+            "load_average_after": loadavg(),
             "rows": rows,
         },
     )

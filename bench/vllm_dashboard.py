@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import httpx2 as httpx  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from bench.common import write_result  # noqa: E402
+from engine.core.load import loadavg  # noqa: E402
 from engine.loadgen.server_side import metrics_url  # noqa: E402
 from engine.loadgen.sweep import _run_blocking  # noqa: E402
 from engine.loadgen.workload import LoadSpec  # noqa: E402
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
           f"reason; missing or wrong: {', '.join(bad) or 'none'} ({sum(r.ok for r in records)} requests sent)")  # fmt: skip
     write_result("vllm-dashboard", {
         "benchmark": "vllm-dashboard", "dashboard": data["source"], "model": args.model,
-        "load_average": os.getloadavg(), "rows": rows, "served": served, "missing_or_wrong": bad,
+        "load_average": loadavg(), "rows": rows, "served": served, "missing_or_wrong": bad,
     })  # fmt: skip
     return 1 if bad else 0
 

@@ -174,9 +174,12 @@ def test_a_speed_ratio_is_worded_by_one_rule():
 
 
 def test_one_reader_of_the_load_average():
-    """The engine and the UI read the load average through engine.core.load alone (loadavg, loadavg_1m), so every
-    reading has the same fallback where the platform has none; a second `os.getloadavg` caller fails here."""
-    files = [p for d in ("engine", "ui") for p in (ROOT / d).rglob("*.py")] + [ROOT / "app.py"]
+    """The engine, the UI, the pages and the benchmarks read the load average through engine.core.load alone
+    (loadavg, loadavg_1m), so every reading has the same fallback where the platform has none; a second
+    `os.getloadavg` caller fails here."""
+    files = [p for d in ("engine", "ui", "pages", "bench") for p in (ROOT / d).rglob("*.py")] + [
+        ROOT / "app.py"
+    ]
     readers = sorted(str(p.relative_to(ROOT)) for p in files if "getloadavg" in _names(p))
     assert readers == ["engine/core/load.py"], readers
 
