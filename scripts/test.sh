@@ -9,7 +9,6 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy engine/calc  # the pure calculators are fully typed
-# Two test processes, one per core (pytest-xdist); tests/conftest.py keeps each torch op on one thread. A module
-# whose fixture is expensive (a race) is one xdist_group, so it runs once, on one worker (--dist loadgroup).
+# Two test processes, one per core (pytest-xdist); tests/conftest.py keeps each torch op on one thread.
 # PYTEST_WORKERS=0 runs in this process alone (e.g. to debug).
-exec .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadgroup "$@"
+exec .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" "$@"

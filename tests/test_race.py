@@ -20,9 +20,6 @@ from engine.race import contenders, quality, runner, serialise, verdict
 from engine.race.contenders import CONTENDERS, Contender
 from engine.race.record import ContenderResult
 
-# One worker runs this module (scripts/test.sh: --dist loadgroup): its module fixture runs an eight-lane race, once.
-pytestmark = pytest.mark.xdist_group("race")
-
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -17,10 +17,6 @@ from engine.race import runner
 from engine.race.contenders import CONTENDERS
 from engine.race.peers import base, cache
 
-# One worker runs this module (scripts/test.sh: --dist loadgroup): its module fixture converts the bundled
-# model for six peer lanes, once.
-pytestmark = pytest.mark.xdist_group("peer_race")
-
 FP32 = ("openvino", "onnxruntime-genai", "ctranslate2")
 QUANTIZED = ("openvino-int8", "onnxruntime-genai-int4", "ctranslate2-int8")
 
