@@ -40,7 +40,9 @@ def test_dashboard_loads_and_generates(dashboard, browser):
     page.set_default_timeout(300_000)  # guards against a hang on a busy machine, not speed claims
     page.goto(dashboard)
     page.get_by_text("Inference Lab", exact=True).first.wait_for(timeout=60_000)
-    page.get_by_role("heading", name="This machine").wait_for(timeout=60_000)
+    page.get_by_role("heading", name="This machine", exact=True).wait_for(
+        timeout=60_000
+    )  # the hardware panel
     # the sidebar's link: the home page's tour links to the Playground too
     page.get_by_test_id("stSidebarNav").get_by_role("link", name="Playground").click()
     page.get_by_role("button", name="Generate").wait_for(
