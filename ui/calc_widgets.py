@@ -41,24 +41,34 @@ def _measured_machine() -> GPUSpec:
 def cached_machine() -> GPUSpec:
     """This machine's roofs: the stored calibration's (its efficiencies were fitted against them), else the stored
     measurement (engine.calibration.machine), else measured now."""
-    cal = calibration.load_calibration()
+    return _roof(calibration.load_calibration())
+
+
+def _roof(cal: calibration.Calibration | None) -> GPUSpec:
     return cal.machine_gpu() if cal is not None else _measured_machine()
 
 
 def machine_known() -> bool:
     """Whether this machine's roofs are stored (a calibration or a measurement): reading them costs nothing."""
+    return _known(calibration.load_calibration())
+
+
+def _known(cal: calibration.Calibration | None) -> bool:
     from engine.calibration import machine
 
-    return calibration.load_calibration() is not None or machine.latest() is not None
+    return cal is not None or machine.latest() is not None
 
 
 def machine_provenance() -> str:
     """Where 'this machine' figures come from, with the date and the load they were measured under: the line every
     page shows beside this machine's bandwidth and FLOP/s (the same source as cached_machine)."""
+    return _provenance(calibration.load_calibration())
+
+
+def _provenance(cal: calibration.Calibration | None) -> str:
     from engine.core.load import cores, is_busy
     from ui.common import cached_machine_measurement
 
-    cal = calibration.load_calibration()
     if cal is not None:
         load = f"; {cal.load.describe()}" if cal.load is not None else ""
         return f"This machine's roofs: from its calibration of {cal.created_at[:16].replace('T', ' ')} UTC{load}."
@@ -109,9 +119,11 @@ def machine_panel(key: str, *, compact: bool = False) -> None:
     a narrow column where metric tiles would cut their numbers)."""
     from ui.common import remeasure_machine
 
-    known = machine_known()
+    # read once: the roofs, their provenance and the button all follow this calibration
+    cal = calibration.load_calibration()
+    known = _known(cal)
     if known:
-        roof = cached_machine()
+        roof = _roof(cal)
         figures = [("Read bandwidth (measured)", f"{roof.bandwidth_bytes_per_s / 1e9:.1f} GB/s")] + [
             (f"Matmul {dt} (measured)", fmt.flops(roof.flops_for(dt), "FLOP/s")) for dt in ("fp32", "bf16")
         ]
@@ -120,14 +132,14 @@ def machine_panel(key: str, *, compact: bool = False) -> None:
         else:
             for col, (label, value) in zip(st.columns(len(figures)), figures, strict=True):
                 col.metric(label, value)
-        st.caption(machine_provenance())
+        st.caption(_provenance(cal))
     else:
         st.info(
             "This machine is not measured yet: its read bandwidth and matmul FLOP/s are the roofs of the "
             "calculator's and the roofline's 'this machine'. Measuring takes a few seconds.",
             icon=":material/speed:",
         )
-    if calibration.load_calibration() is not None:
+    if cal is not None:
         st.caption("Its calibration fixes these roofs; `python -m engine calibrate` measures them again.")
     elif st.button(
         "Measure this machine again" if known else "Measure this machine",
