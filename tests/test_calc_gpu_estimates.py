@@ -265,8 +265,9 @@ def test_estimate_cli_contract_with_a_serving_engine(capsys, tmp_path):
         ],
     )
     for key in ("decode_tokens_per_s", "ttft_s", "output_tokens_per_s"):
-        assert set(r[key]) == {"low", "central", "high", "bound"}, key
+        assert {"low", "central", "high", "bound", "width", "rows"} <= set(r[key]), key
         assert r[key]["low"] <= r[key]["central"] <= r[key]["high"]
+        assert r[key]["width"] == pytest.approx(r[key]["high"] / r[key]["low"])
     assert r["decode_tokens_per_s"]["high"] <= r["decode_tokens_per_s"]["bound"]
     assert r["weights_bytes_per_gpu"] > 0 and r["kv_cache_tokens"] > 0 and r["max_concurrency"] > 0
     cmd = r["launch_command"]

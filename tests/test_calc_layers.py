@@ -1,4 +1,4 @@
-"""engine/calc is pure: standard library plus engine.calc, engine.core.dtypes, errors and spec; never torch or streamlit."""
+"""engine/calc is pure: standard library plus engine.calc, engine.core.dtypes, errors, interval and spec; never torch or streamlit."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 CALC = Path(__file__).resolve().parents[1] / "engine" / "calc"
-ALLOWED_ENGINE = ("engine.calc", "engine.core.dtypes", "engine.core.errors", "engine.core.spec")
+ALLOWED_ENGINE = ("engine.calc", "engine.core.dtypes", "engine.core.errors", "engine.core.interval", "engine.core.spec")
 
 
 def _imports(path: Path) -> set[str]:

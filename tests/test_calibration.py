@@ -105,7 +105,7 @@ def test_interval_covers_an_unseen_shape():
         for batch in (1, 4):
             truth_ttft, truth_tpot = predict_point(coef, features(NEO, dt, 64, 16, batch))
             p = predict_interval(cal, NEO, dtype=dt, prompt_tokens=64, output_tokens=16, batch=batch)
-            assert p.tpot.low <= p.tpot.point <= p.tpot.high and p.ttft.low <= p.ttft.point <= p.ttft.high
+            assert p.tpot.low <= p.tpot.central <= p.tpot.high and p.ttft.low <= p.ttft.central <= p.ttft.high
             # runs are truth slowed by 0..5%, fastest of 3 kept: the expected measurement is truth x 1.0125
             assert p.tpot.covers(truth_tpot * 1.0125) and p.ttft.covers(truth_ttft * 1.0125), (dt, batch, p)
             assert p.tpot.high / p.tpot.low < 1.5  # and it is informative
@@ -303,7 +303,7 @@ def test_a_wild_residual_cannot_make_an_interval_negative():
         replicates=[TRUE["fp32"]] * 50,
     )
     ttft, tpot = fit_predict(fit, NEO, prompt=64, output=16)
-    assert ttft.low > 0 and tpot.low > 0 and tpot.high <= tpot.point * 10 + 1e-12
+    assert ttft.low > 0 and tpot.low > 0 and tpot.high <= tpot.central * 10 + 1e-12
 
 
 # a CPU whose matrix-vector products stream faster the wider their inner dimension (as measured here: 576-wide
@@ -360,11 +360,11 @@ def test_measured_curves_carry_a_fit_on_a_narrow_model_to_a_wide_one():
     )
     with_curves = build_calibration(SMOL, runs, MACHINE, model="smollm2-135m-instruct", gemv=GEMV, gemm=GEMM)
     p = predict_interval(with_curves, big, dtype="fp32", prompt_tokens=32, output_tokens=5)
-    assert p.tpot.point / true_tpot == pytest.approx(1, abs=0.03)
-    assert p.ttft.point / true_ttft == pytest.approx(1, abs=0.03)
+    assert p.tpot.central / true_tpot == pytest.approx(1, abs=0.03)
+    assert p.ttft.central / true_ttft == pytest.approx(1, abs=0.03)
     without = build_calibration(SMOL, runs, MACHINE, model="smollm2-135m-instruct")
     q = predict_interval(without, big, dtype="fp32", prompt_tokens=32, output_tokens=5)
-    assert abs(q.tpot.point / true_tpot - 1) > 0.15
+    assert abs(q.tpot.central / true_tpot - 1) > 0.15
     # the calculator's calibrated efficiency for a model follows that model's matmul widths
     fit = with_curves.fits["fp32"]
     assert efficiency_of(fit, 30e9, 200e9, big).bandwidth > efficiency_of(fit, 30e9, 200e9, SMOL).bandwidth
@@ -390,6 +390,6 @@ def test_efficiency_at_makes_the_calculator_agree_with_the_fit():
         t = estimate_timing(
             NEO, MACHINE, dtype="fp32", batch=batch, prompt_tokens=256, output_tokens=64, eff=eff
         )
-        assert t.ttft_s == pytest.approx(pi.ttft.point, rel=1e-3)
-        assert t.decode_s_per_token == pytest.approx(pi.tpot.point, rel=1e-3)
+        assert t.ttft_s == pytest.approx(pi.ttft.central, rel=1e-3)
+        assert t.decode_s_per_token == pytest.approx(pi.tpot.central, rel=1e-3)
         assert eff.label == "calibrated"

@@ -31,6 +31,7 @@ from engine.calc.hf_config import spec_from_hf_config
 from engine.calc.specs import GPUSpec, gpu_spec, model_preset
 from engine.calc.timing import Efficiency, Setup, TimingEstimate, TimingInputs, timing_from, timing_inputs
 from engine.core.errors import EngineError, InvalidParameterError
+from engine.core.interval import Interval
 
 ENGINE_CLASSES: dict[str, str] = {
     "hf": "Hugging Face transformers, eager (a Python loop over unfused kernels)",
@@ -454,16 +455,6 @@ def fits() -> Fits:
 
 
 @dataclass(frozen=True)
-class Interval:
-    """A rate or a time: the central estimate, its interval, and the physical bound (every roof reached)."""
-
-    low: float
-    central: float
-    high: float
-    bound: float
-
-
-@dataclass(frozen=True)
 class SpeedEstimate:
     engine: str
     engine_class: str
@@ -511,7 +502,7 @@ def estimate_speed(s: Setup, engine: str) -> SpeedEstimate:
     return SpeedEstimate(
         engine=engine,
         engine_class=fit.engine_class,
-        decode_tokens_per_s=Interval(1 / tpot.high, 1 / tpot.central, 1 / tpot.low, 1 / tpot.bound),
+        decode_tokens_per_s=tpot.inverse(),
         ttft_s=ttft,
         output_tokens_per_s=out_rate,
         tpot_s=tpot,

@@ -27,7 +27,7 @@ from engine.calc.hf_config import spec_from_hf_config
 from engine.calc.roofline import Roof, operators
 from engine.calc.specs import THIS_MACHINE, GPUSpec, ModelSpec, model_preset
 from engine.calc.timing import DATASHEET, Efficiency, phase_time
-from engine.calibration.fit import Interval, PrecisionFit, RunSample, fit_precisions
+from engine.calibration.fit import PrecisionFit, RunSample, fit_precisions
 from engine.calibration.fit import predict as fit_predict
 from engine.calibration.machine import machine_spec
 from engine.calibration.runs import Shape, TimedRun
@@ -40,6 +40,7 @@ from engine.calibration.store import (
 )
 from engine.core import paths
 from engine.core.errors import InvalidParameterError, UnknownModelError
+from engine.core.interval import Interval
 from engine.core.load import cores, is_busy
 from engine.core.spec import Spec, option
 from engine.core.stats import median
@@ -268,8 +269,8 @@ def efficiency_at(
         return replace(eff, **{field: base * math.sqrt(lo * hi)})
 
     for _ in range(3):  # prefill is mostly FLOPs and decode mostly bytes; a few alternations settle both
-        eff = solve("flops", pi.ttft.point, lambda t: t.ttft_s)
-        eff = solve("bandwidth", pi.tpot.point, lambda t: t.decode_s_per_token)
+        eff = solve("flops", pi.ttft.central, lambda t: t.ttft_s)
+        eff = solve("bandwidth", pi.tpot.central, lambda t: t.decode_s_per_token)
     return replace(eff, label="calibrated"), pi
 
 
@@ -377,8 +378,8 @@ def compare_run(
         m.tpot_s,
         d_ttft,
         d_tpot,
-        None if c_ttft is None else c_ttft.point,
-        None if c_tpot is None else c_tpot.point,
+        None if c_ttft is None else c_ttft.central,
+        None if c_tpot is None else c_tpot.central,
         c_ttft,
         c_tpot,
     )

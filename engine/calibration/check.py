@@ -131,7 +131,7 @@ def summarize(
         c_tpot_iv = c_ttft_iv = None
         if cal is not None:  # the point and its interval from the same fit (a missing precision borrows one)
             pi = predict_interval(cal, spec, dtype=dtype, prompt_tokens=p, output_tokens=o, batch=b)
-            c_ttft, c_tpot = pi.ttft.point, pi.tpot.point
+            c_ttft, c_tpot = pi.ttft.central, pi.tpot.central
             c_tpot_iv, c_ttft_iv = (pi.tpot.low, pi.tpot.high), (pi.ttft.low, pi.ttft.high)
         out.append(
             ShapeComparison(
@@ -187,7 +187,7 @@ def forecast_run(
     def at(prompt: int, out: int) -> tuple[float, float]:
         if cal is not None:  # the same fit (and point) as the estimate check and the calculator's interval
             pi = predict_interval(cal, spec, dtype=dtype, prompt_tokens=prompt, output_tokens=max(2, out))
-            return pi.ttft.point, pi.tpot.point
+            return pi.ttft.central, pi.tpot.central
         return predict(spec, RunSample(dtype, 1, prompt, out, math.nan, math.nan), machine)
 
     ttft, tpot = at(p, n)

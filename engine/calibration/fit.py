@@ -41,6 +41,7 @@ from engine.calc.roofline import operators
 from engine.calc.specs import ModelSpec
 from engine.calc.timing import Efficiency
 from engine.core.errors import InvalidParameterError
+from engine.core.interval import Interval
 from engine.core.stats import median, quantile
 
 BOOTSTRAP = 200
@@ -64,16 +65,6 @@ class RunSample:
     n_layer: int | None = None  # layers actually run (a calibration model cut shorter); None = the full model
     loadavg_1m: float = math.nan
     cpu_share: float = math.nan
-
-
-@dataclass(frozen=True)
-class Interval:
-    point: float
-    low: float
-    high: float
-
-    def covers(self, x: float) -> bool:
-        return self.low <= x <= self.high
 
 
 @dataclass(frozen=True)
@@ -501,7 +492,7 @@ def predict(
     f = features(spec, fit.dtype, prompt, output, batch, n_layer, fit.gemv, fit.gemm)
     ttft, tpot = predict_point(fit.coefficients, f)
     if not fit.replicates:
-        return Interval(ttft, ttft, ttft), Interval(tpot, tpot, tpot)
+        return Interval.exact(ttft), Interval.exact(tpot)
     rng = random.Random(1)
     dres = fit.decode_residuals or [0.0]
     pres = fit.prefill_residuals or [0.0]
@@ -513,7 +504,7 @@ def predict(
     lo, hi = (1 - COVERAGE) / 2, 1 - (1 - COVERAGE) / 2
 
     def interval(point: float, values: list[float]) -> Interval:
-        return Interval(point, min(point, quantile(values, lo)), max(point, quantile(values, hi)))
+        return Interval(min(point, quantile(values, lo)), point, max(point, quantile(values, hi)))
 
     return interval(ttft, t_ttft), interval(tpot, t_tpot)
 

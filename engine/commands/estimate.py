@@ -7,7 +7,6 @@ KV cache is sized as the server allocates it and the launch command comes with i
 from __future__ import annotations
 
 from engine.calc import format as fmt
-from engine.calc.efficiency import Interval
 from engine.calc.hf_config import read_config_file
 from engine.calc.prices import price_for
 from engine.calc.report import Estimate, Inputs, estimate, split_prompt_output
@@ -15,6 +14,7 @@ from engine.calc.specs import THIS_MACHINE, custom_gpu_from_figures
 from engine.calc.timing import DATASHEET
 from engine.calibration import efficiency_at, require_calibration, resolve_gpu, resolve_model_spec
 from engine.core.errors import InvalidParameterError
+from engine.core.interval import Interval
 
 HELP = "estimate memory, fit, decode/prefill time and cost for a model on a GPU"
 CUSTOM = "custom"
@@ -127,7 +127,7 @@ def run(args) -> dict:
 
 
 def _interval(i: Interval) -> dict:
-    return {"low": i.low, "central": i.central, "high": i.high, "bound": i.bound}
+    return i.to_json()
 
 
 def flatten(est: Estimate) -> dict:

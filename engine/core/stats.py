@@ -20,6 +20,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from engine.core.interval import Interval
+
 
 def _finite(values: Sequence[float | None]) -> list[float]:
     return [float(v) for v in values if v is not None and math.isfinite(v)]
@@ -62,20 +64,12 @@ def spread(values: Sequence[float | None]) -> Spread:
     return Spread(median(clean), quantile(clean, 0.25), quantile(clean, 0.75), len(clean))
 
 
-@dataclass(frozen=True)
-class Speedup:
-    median: float  # baseline median latency / contender median latency (> 1 = faster than the baseline)
-    low: float  # 2.5th percentile of the bootstrap distribution
-    high: float  # 97.5th percentile
-    resamples: int
-
-
 def speedup(
     baseline: Sequence[float], contender: Sequence[float], resamples: int = 2000, seed: int = 0
-) -> Speedup:
+) -> Interval:
     base, cont = _finite(baseline), _finite(contender)
     if not base or not cont or median(cont) <= 0:
-        return Speedup(math.nan, math.nan, math.nan, 0)
+        return Interval(math.nan, math.nan, math.nan, rows=0)
     point = median(base) / median(cont)
     rng = random.Random(seed)  # seeded: the same runs always give the same interval
     ratios = []
@@ -84,4 +78,8 @@ def speedup(
         c = statistics.median(rng.choices(cont, k=len(cont)))
         if c > 0:
             ratios.append(b / c)
-    return Speedup(point, quantile(ratios, 0.025), quantile(ratios, 0.975), len(ratios))
+    if not ratios:
+        return Interval(math.nan, point, math.nan, rows=0)
+    # central: baseline median / contender median (> 1 = faster than the baseline); ends: the 2.5th and 97.5th
+    # percentiles of the bootstrap distribution; rows: runs on the side with fewer
+    return Interval(quantile(ratios, 0.025), point, quantile(ratios, 0.975), rows=min(len(base), len(cont)))

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from engine.calc import quant as qcalc
 from engine.core import stats
 from engine.core.errors import EngineError, InvalidParameterError
+from engine.core.interval import Interval
 from engine.core.paths import scrub
 from engine.core.spec import option
 from engine.core.verdict import direction, speed_verdict
@@ -406,7 +407,7 @@ def _measure_one(
         agree = R.agreement(base["tokens"], tokens)
         delta = ppl.bits_per_byte - base["bpb"]
     else:  # this is fp32: the baseline is 1x by definition, without an interval
-        sp, agree, delta = stats.Speedup(1.0, 1.0, 1.0, 0), R.agreement(tokens, tokens), 0.0
+        sp, agree, delta = Interval.exact(1.0, rows=0), R.agreement(tokens, tokens), 0.0
         base.update(tpots=timed.tpots, tokens=tokens, bpb=ppl.bits_per_byte)
     return SchemeResult(
         scheme=lm.dtype,
@@ -422,8 +423,8 @@ def _measure_one(
         ttft_s=stats.median([r.ttft_s for r in m]),
         tpot_s=stats.median(timed.tpots),
         tokens_per_s=stats.median([r.tokens_per_s for r in m]),
-        speedup_vs_fp32=sp.median,
-        speedup_ci=(sp.low, sp.high) if runs >= 3 and sp.resamples else None,
+        speedup_vs_fp32=sp.central,
+        speedup_ci=(sp.low, sp.high) if runs >= 3 and sp.rows else None,
         bits_per_byte=ppl.bits_per_byte,
         bits_per_byte_delta=delta,
         exact_match_rate=agree.exact_match_rate,

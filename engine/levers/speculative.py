@@ -421,7 +421,7 @@ def run_speculate(lm: LoadedModel, spec: SpeculateSpec, progress: R.Progress | N
                         draft_length=gamma,
                         acceptance_rate=alpha,
                         tokens_per_target_forward=generated / forwards if forwards else None,
-                        speedup_vs_plain=sp.median,
+                        speedup_vs_plain=sp.central,
                         speedup_ci=(sp.low, sp.high) if runs >= 3 else None,
                         identical_to_greedy=same,
                         expected_speedup=scalc.expected_speedup(min(alpha, 1.0), gamma, c),

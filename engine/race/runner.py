@@ -113,7 +113,7 @@ def compare(results: list[ContenderResult], recheck: ContenderResult | None = No
             r.verdict = verdict.lane_verdict(r)
             continue
         s = stats.speedup(base.latencies_s, r.latencies_s)
-        r.speedup_vs_vanilla, r.speedup_low, r.speedup_high = s.median, s.low, s.high
+        r.speedup_vs_vanilla, r.speedup_low, r.speedup_high = s.central, s.low, s.high
         why = verdict.interval_reason(
             min(len(r.latencies_s), len(base.latencies_s)), min(len(r.warmup_s), len(base.warmup_s))
         )
