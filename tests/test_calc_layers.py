@@ -7,7 +7,13 @@ import sys
 from pathlib import Path
 
 CALC = Path(__file__).resolve().parents[1] / "engine" / "calc"
-ALLOWED_ENGINE = ("engine.calc", "engine.core.dtypes", "engine.core.errors", "engine.core.interval", "engine.core.spec")
+ALLOWED_ENGINE = (
+    "engine.calc",
+    "engine.core.dtypes",
+    "engine.core.errors",
+    "engine.core.interval",
+    "engine.core.spec",
+)
 
 
 def _imports(path: Path) -> set[str]:

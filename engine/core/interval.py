@@ -19,7 +19,9 @@ class Interval:
     central: float
     high: float
     bound: float | None = None  # the physical bound (every roof reached), where the quantity has one
-    rows: int | None = None  # observations behind the interval: published rows, runs or resamples; None = unknown
+    rows: int | None = (
+        None  # observations behind the interval: published rows, runs or resamples; None = unknown
+    )
 
     @property
     def width(self) -> float:
