@@ -8,7 +8,7 @@ import streamlit as st
 
 from engine import trackrecord as T
 from engine.calc import format as fmt
-from engine.calc.efficiency import ENGINE_CLASSES
+from engine.calc.efficiency import ENGINE_CLASSES, INTERVAL_METHOD
 
 
 def speed_caption(est) -> str:
@@ -28,9 +28,9 @@ def speed_caption(est) -> str:
     return (
         f"**Estimates, not bounds.** {ENGINE_CLASSES[f.engine_class]} reach {f.bandwidth:.0%} of the memory bandwidth "
         f"in decode{fixed}, {f.flops:.0%} of the peak FLOP/s in prefill and {f.decode_flops:.0%} in a batched "
-        f"decode step's matmuls, fitted on {f.decode_rows} published decode and {f.prefill_rows} first-token and "
-        f"throughput measurements{borrowed}. The interval spans the 2.5th–97.5th percentile of published / predicted when each "
-        f"source is predicted by a fit that never saw it; 'physics' is the bound with every roof reached. "
+        f"decode step's matmuls, fitted on {f.decode_rows} published decode, {f.prefill_rows} first-token and "
+        f"{f.throughput_rows} throughput measurements{borrowed}. The interval is {INTERVAL_METHOD}; 'physics' is the "
+        f"bound with every roof reached. "
         f"How well this held on published runs: the track record below."
     )
 

@@ -289,5 +289,6 @@ def serving_memory_of(s: Setup, engine: str = "vllm", **server: Any) -> ServingM
         scope=s.scope,
         kv_dtype=s.kv_dtype,
         tensor_parallel=s.n_gpus,
+        pipeline_parallel=s.pipeline,
         **server,
     )
