@@ -40,6 +40,7 @@ MEMORY_METRICS = (
     "kv_cache_gib",
     "max_concurrency",
     "activation_peak_gib",
+    "peak_torch_gib",
     "non_torch_gib",
     "total_gpu_memory_gib",
     "sglang_weights_gb",
