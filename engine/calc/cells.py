@@ -4,8 +4,9 @@ An estimate's interval comes from the out-of-sample errors of rows like it, not 
 each fitted row's log(published / predicted), the prediction made by a fit that never saw the row's source
 (leave one source out), is filed under its cell
 
-    (engine class, GPU family, regime)    family: the architecture in engine/data/gpus.toml (ampere, ada, hopper,
-                                          ...); regime: what bounds its time (`regime_of`)
+    (engine class, GPU family, regime)    family: the architecture and memory kind in engine/data/gpus.toml
+                                          (ampere-hbm, ampere-gddr, ada-gddr, hopper-hbm, ...); regime: what
+                                          bounds its time (`regime_of`)
 
 and an interval for a new setup is read from the deepest level of
 
@@ -15,6 +16,8 @@ that holds at least MIN_ROWS residuals from at least MIN_SOURCES sources. From i
 standard deviation s the band is the Student-t prediction interval of one more observation,
 
     exp(m -/+ t(0.95, n - 1) x s x sqrt(1 + 1/n))        (nominal 90%: two-sided, 5% in each tail)
+
+(from 20 residuals on, their own 5th-95th percentiles instead: `band_from`)
 
 and a setup whose own cell was too thin to stand alone widens that by BORROW_WIDENING per level it climbed: the
 parent pools rows unlike it, so its spread understates the doubt about this one. The band says how many rows it
@@ -32,11 +35,13 @@ from functools import cache
 
 from engine.calc.fitmath import t_quantile
 from engine.calc.specs import DATA_DIR, GPUSpec
+from engine.core import stats
 
 MIN_ROWS = 6  # residuals a cell needs to give its own band
 MIN_SOURCES = 2  # ... from at least this many sources (one source's rows share its bias)
 BORROW_WIDENING = 0.25  # half-width x (1 + 0.25) per level climbed
 COVERAGE = 0.90  # nominal two-sided coverage of a band
+EMPIRICAL_FROM = 20  # residuals from which a band uses their own percentiles
 REGIMES = ("overhead", "bandwidth", "compute")
 OVERHEAD_SHARE = 0.5  # fixed costs above half of a step's time: overhead-bound
 UNKNOWN = "unknown"
@@ -51,9 +56,13 @@ def _families() -> dict[str, tuple[str, str]]:
 
 
 def gpu_family(gpu: GPUSpec) -> str:
-    """The GPU's architecture from the catalogue (ampere, ada, hopper, blackwell, turing, cdna3); a custom GPU or
-    this machine is "unknown" (its intervals come from the engine class's rows on every GPU)."""
-    return _families().get(gpu.key, (UNKNOWN, UNKNOWN))[0]
+    """The GPU's family: its architecture and its kind of memory from the catalogue ("ampere-hbm" for an A100,
+    "ampere-gddr" for an RTX 3090 or A10G, "ada-gddr", "hopper-hbm", "blackwell-hbm", "turing-gddr"). The memory
+    kind splits an architecture because engines reach different shares of the two: llama.cpp's kernels stream a
+    GDDR6X card near its datasheet and an A100's HBM2e well below it. A custom GPU or this machine is "unknown"
+    (its intervals come from the engine class's rows on every GPU)."""
+    arch, memory = _families().get(gpu.key, (UNKNOWN, UNKNOWN))
+    return UNKNOWN if arch == UNKNOWN else f"{arch}-{memory}"
 
 
 def memory_kind(gpu: GPUSpec) -> str:
@@ -106,12 +115,22 @@ def levels(cell: Cell) -> tuple[tuple[str, ...], ...]:
 
 
 def band_from(values: Sequence[float], levels_up: int) -> tuple[float, float]:
-    """(low, high) factors: exp(m -/+ t x s x sqrt(1 + 1/n) x (1 + widening x levels up)), the centre inside."""
+    """(low, high) factors around the central estimate, the centre always inside.
+
+    Up to EMPIRICAL_FROM residuals: exp(m -/+ t x s x sqrt(1 + 1/n)), the Student-t prediction interval. From
+    EMPIRICAL_FROM on, the residuals' own 5th and 95th percentiles (their tails are heavier than a normal's:
+    a few setups a fit gets badly wrong would inflate s and widen every band), each end's distance from the
+    median scaled by sqrt(1 + 1/n). Either way the half-widths grow by BORROW_WIDENING per level borrowed."""
     n = len(values)
+    grow = 1 + BORROW_WIDENING * levels_up
+    if n >= EMPIRICAL_FROM:
+        mid = stats.median(values)
+        lo, hi = (stats.quantile(values, q) for q in ((1 - COVERAGE) / 2, (1 + COVERAGE) / 2))
+        scale = math.sqrt(1 + 1 / n) * grow
+        return min(1.0, math.exp(mid - (mid - lo) * scale)), max(1.0, math.exp(mid + (hi - mid) * scale))
     m = statistics.fmean(values)
     s = statistics.stdev(values) if n > 1 else 0.0
-    half = t_quantile(0.5 + COVERAGE / 2, n - 1) * s * math.sqrt(1 + 1 / n)
-    half *= 1 + BORROW_WIDENING * levels_up
+    half = t_quantile(0.5 + COVERAGE / 2, n - 1) * s * math.sqrt(1 + 1 / n) * grow
     return min(1.0, math.exp(m - half)), max(1.0, math.exp(m + half))
 
 

@@ -254,6 +254,7 @@ _FEATURES: dict[str, tuple[float, float, float, float]] = {}
 
 
 def _features_cached(key: str, o: Observation) -> tuple[float, float, float, float]:
+    """A burst's TPOT is its batch's decode step (engine.calc.serving_time), so it has the same features."""
     if key not in _FEATURES:
         t = timing_from(o.inputs, Efficiency(label="features")).decode_step
         _FEATURES[key] = (
@@ -263,6 +264,11 @@ def _features_cached(key: str, o: Observation) -> tuple[float, float, float, flo
             float(o.inputs.hops),
         )
     return _FEATURES[key]
+
+
+def _memory_bound(o: Observation) -> bool:
+    """A decode step whose operators are all memory-bound at the roofs: its time is linear in 1 / e_bw."""
+    return timing_from(o.inputs, Efficiency(label="features")).decode_step.compute_s == 0
 
 
 def _rel_sq(obs: Iterable[Observation], fit: ClassFit) -> float:
@@ -331,9 +337,11 @@ def _family_factors(cls_fit: ClassFit, obs: list[Observation]) -> dict[tuple[str
 
 def _fit_class(cls: str, obs: list[Observation], pooled: ClassFit | None) -> ClassFit:
     borrowed: list[str] = []
-    dec = [o for o in obs if o.kind == "decode"]
+    dec = [o for o in obs if o.kind == "decode" or (o.kind == "load_tpot" and o.burst and _memory_bound(o))]
     pre = [o for o in obs if o.kind == "prefill"]
-    thr = [o for o in obs if o.kind == "throughput"]
+    thr = [
+        o for o in obs if o.kind == "throughput" or (o.kind in ("load_tpot", "load_throughput") and o.burst)
+    ]
     e_bw, o_layer, k, h = _fit_decode(dec, pooled, borrowed)
     base = ClassFit(cls, e_bw, o_layer, k, 1.0, 1.0, 0.0, h)
     if len(pre) >= MIN_ROWS and any(o.request for o in pre):
