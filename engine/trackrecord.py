@@ -132,14 +132,6 @@ def _scorable(
             yield row, base, prepared
 
 
-GROUP_OF_KIND = {
-    "decode": "decode",
-    "load_tpot": "decode",
-    "prefill": "ttft",
-    "load_ttft": "ttft",
-    "throughput": "throughput",
-    "load_throughput": "throughput",
-}
 # metrics stated as a rate (the time is their inverse); the others are times
 RATES = frozenset(
     {
@@ -167,7 +159,7 @@ def _speed_rows() -> list[TrackRow]:
         out.append(
             replace(
                 base,
-                group=GROUP_OF_KIND[obs.kind],
+                group=kind,  # the band kinds are the target groups: decode, ttft, throughput
                 predicted=to_value(pred.seconds),
                 low=lo,
                 high=hi,

@@ -1,8 +1,8 @@
 """Intervals conditioned on what a setup is: engine class x GPU family x regime.
 
 An estimate's interval comes from the out-of-sample errors of rows like it, not from every engine and size at once:
-each fitted row's log(published / predicted), the prediction made by a fit that never saw the row's source
-(leave one source out), is filed under its cell
+each fitted row's log(published / predicted), the prediction made by a fit that never saw the row (5-fold
+cross-validation, folds by a hash of the row id: engine.calc.efficiency.fold_of), is filed under its cell
 
     (engine class, GPU family, regime)    family: the architecture and memory kind in engine/data/gpus.toml
                                           (ampere-hbm, ampere-gddr, ada-gddr, hopper-hbm, ...); regime: what
