@@ -35,7 +35,7 @@ from functools import cache
 
 from engine.calc.fitmath import t_quantile
 from engine.calc.specs import DATA_DIR, GPUSpec
-from engine.core import stats
+from engine.core.stats import median, quantile
 
 MIN_ROWS = 6  # residuals a cell needs to give its own band
 MIN_SOURCES = 2  # ... from at least this many sources (one source's rows share its bias)
@@ -124,8 +124,8 @@ def band_from(values: Sequence[float], levels_up: int) -> tuple[float, float]:
     n = len(values)
     grow = 1 + BORROW_WIDENING * levels_up
     if n >= EMPIRICAL_FROM:
-        mid = stats.median(values)
-        lo, hi = (stats.quantile(values, q) for q in ((1 - COVERAGE) / 2, (1 + COVERAGE) / 2))
+        mid = median(values)
+        lo, hi = (quantile(values, q) for q in ((1 - COVERAGE) / 2, (1 + COVERAGE) / 2))
         scale = math.sqrt(1 + 1 / n) * grow
         return min(1.0, math.exp(mid - (mid - lo) * scale)), max(1.0, math.exp(mid + (hi - mid) * scale))
     m = statistics.fmean(values)
