@@ -29,6 +29,7 @@ ENGINE_CLASSES: dict[str, str] = {
     "deepspeed-fastgen": "DeepSpeed-FastGen / DeepSpeed-MII (Dynamic SplitFuse over a blocked KV cache)",
     "llama.cpp": "llama.cpp's CUDA backend (GGUF weights; several GPUs as pipeline stages)",
     "exllamav2": "ExLlamaV2 (EXL2/GPTQ kernels for consumer GPUs; several GPUs as pipeline stages)",
+    "lmdeploy": "LMDeploy TurboMind (a C++/CUDA engine from FasterTransformer, blocked KV cache, persistent batching)",
 }
 # `--engine` names -> class; SGLang and TGI are fitted with vLLM (the same kind of engine, few rows of their own)
 ENGINES: dict[str, str] = {
@@ -42,6 +43,7 @@ ENGINES: dict[str, str] = {
     "deepspeed-mii": "deepspeed-fastgen",
     "llama.cpp": "llama.cpp",
     "exllamav2": "exllamav2",
+    "lmdeploy": "lmdeploy",
 }
 FOLDS = 5  # cross-validation folds behind the intervals
 MIN_ROWS = 2  # fewer rows of a kind than this: a class borrows the pooled parameter
