@@ -250,7 +250,9 @@ def test_the_budget_is_the_cuda_visible_total_not_the_drivers():
     t4 = gpu_spec("t4-datasheet")
     assert cuda_total_bytes(t4) == pytest.approx(14.56 * GIB)  # vLLM's own 'total_gpu_memory (14.56GiB)'
     h100 = gpu_spec("h100-sxm")
-    assert cuda_total_bytes(h100) == pytest.approx(h100.memory_bytes - cuda_gap_bytes())
+    assert cuda_total_bytes(h100) == pytest.approx(79.22 * GIB)  # vLLM PR #12126's H100-80G log
+    h200 = gpu_spec("h200")  # no log on the card: the driver's total less the median gap of those with one
+    assert cuda_total_bytes(h200) == pytest.approx(h200.memory_bytes - cuda_gap_bytes())
     assert 0.2 * GIB < cuda_gap_bytes() < 1.0 * GIB
     a100 = gpu_spec("a100-80gb")
     m = serving_memory(model_preset("llama-3-8b"), a100, dtype="bf16", max_model_len=8192)
@@ -276,3 +278,21 @@ def test_the_track_record_reports_width_and_whether_each_target_is_met(capsys):
     )
     assert all(x["cell"] and x["interval_from"]["rows"] > 0 for x in scored)
     assert not math.isnan(groups["throughput"]["median_abs_error"])
+
+
+def test_the_profile_peak_is_the_larger_of_the_forward_and_the_sampler_not_their_sum():
+    """vLLM V0 logged the same 1.26 GiB activation peak for Llama-3-8B at 8192 tokens on one GPU and on two
+    (PR #10511), though tensor parallelism halves the MLP's transient: the sampler's logits set that peak. At 20000
+    and 29000 tokens (issue #10517) the peak grows with the tokens instead."""
+    from engine.calc.serving_memory import activation_model, activation_terms, peak_bytes
+
+    model = activation_model()
+    spec = model_preset("llama-3-8b")
+
+    def peak(tp: int, tokens: int) -> float:
+        x = activation_terms(spec, tp, "bf16", tokens, 256)
+        return peak_bytes(model.per_token, model.per_sequence["v0"], x)
+
+    assert peak(1, 8192) == pytest.approx(peak(2, 8192))
+    assert peak(1, 8192) == pytest.approx(1.26 * GIB, rel=0.15)
+    assert peak(1, 29000) - peak(1, 20000) == pytest.approx((2.99 - 2.07) * GIB, rel=0.15)
