@@ -148,10 +148,12 @@ def _fit_peak(
     def err(c_s: float, era: str) -> float:
         return sum((peak_bytes(1.0, c_s, x) / y - 1) ** 2 for x, y, e in rows if e == era)
 
-    return 1.0, {
-        era: min(grid, key=lambda c, era=era: err(c, era)) if any(e == era for *_, e in rows) else 1.0
-        for era in eras
-    }
+    def best(era: str) -> float:
+        if not any(e == era for *_, e in rows):
+            return 1.0
+        return min(grid, key=lambda c: err(c, era))
+
+    return 1.0, {era: best(era) for era in eras}
 
 
 def activation_terms(spec: ModelSpec, tp: int, dtype: str, tokens: int, seqs: int) -> tuple[float, float]:
