@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from engine.calc import published
-from engine.calc.cells import COVERAGE, FALLBACK, Band, Bands, Cell, gpu_family, regime_of
+from engine.calc.cells import BORROW_WIDENING, COVERAGE, FALLBACK, Band, Bands, Cell, gpu_family, regime_of
 from engine.calc.fitting import (
     BAND_KIND,
     ENGINE_CLASSES,
@@ -228,7 +228,7 @@ def estimate_speed(s: Setup, engine: str) -> SpeedEstimate:
             what = {"decode": "time per token", "ttft": "first-token", "throughput": "throughput"}[name]
             notes.append(
                 f"Too few published runs are like this one for its own {what} interval: it comes from {b.rows} "
-                f"{wider.get(b.levels_up, 'runs of every engine')}, made {b.levels_up * 25:.0f}% wider for that"
+                f"{wider.get(b.levels_up, 'runs of every engine')}, made {b.levels_up * BORROW_WIDENING:.0%} wider for that"
             )
     return SpeedEstimate(
         engine=engine,

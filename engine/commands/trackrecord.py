@@ -50,6 +50,7 @@ def run(args) -> dict:
         "setups_said_not_to_fit": list(tr.not_fitting),
         "engine_classes": tr.classes,
         "vllm_activation_model": tr.activation,
+        "interval_calibration_on_fitted_rows": tr.calibration,
         "this_machine": list(tr.this_machine),
         "rows": rows,
     }
@@ -78,6 +79,15 @@ def format_text(r: dict) -> str:
                 f"{s.group:<13}{s.rows:>5}{_pct(s.median_abs_error):>14}{_pct(s.worst_abs_error):>9}"
                 f"{_pct(s.coverage):>9}{_x(s.median_width):>11}  {s.target} -> {met}"
             )
+    lines.append(
+        "-- the interval rule on the fitted rows' own residuals (each band read without the row / its source)"
+    )
+    for kind, c in r["interval_calibration_on_fitted_rows"].items():
+        lines.append(
+            f"{kind:<13}{c['residuals']:>5}  nominal {c['nominal']:.0%}: inside {_pct(c['inside_leaving_out_the_row'])}, "
+            f"width {_x(c['median_width_leaving_out_the_row'])} / inside {_pct(c['inside_leaving_out_its_source'])}, "
+            f"width {_x(c['median_width_leaving_out_its_source'])}"
+        )
     lines.append(
         "setups a source ran that the calculator says do not fit: "
         + (", ".join(r["setups_said_not_to_fit"]) or "none")
