@@ -320,3 +320,22 @@ def test_without_the_borrowing_widening_some_kind_falls_short_of_its_level(monke
     monkeypatch.setattr(cells, "BORROW_WIDENING", 0.0)
     shares = [bands[k].calibration("row").inside for k in ("decode", "ttft", "throughput")]
     assert min(shares) < cells.COVERAGE
+
+
+def test_a_short_prompt_fills_the_gpu_less_than_a_long_one():
+    """LMDeploy's A100 runs take 22 ms for 128 prompt tokens and 139 ms for 2048 (16x the tokens, 6x the time): the
+    prefill's utilisation ramps with its tokens, T / (T + T_half), fitted where a class's rows span the lengths."""
+    from engine.calc.timing import ramped
+
+    fit = E.fits().classes["lmdeploy"]
+    assert fit.prefill_half_tokens > 0 and "prefill ramp" not in fit.borrowed
+    eff = fit.efficiency(gpu_spec("a100-80gb"))
+    assert ramped(eff, 128).flops < ramped(eff, 2048).flops < eff.flops
+    assert ramped(replace_half(eff, 0.0), 128).flops == eff.flops  # no ramp: the fitted utilisation as it is
+    assert "prefill ramp" in E.fits().classes["llama.cpp"].borrowed  # its first-token rows are all 512 tokens
+
+
+def replace_half(eff: Efficiency, half: float) -> Efficiency:
+    from dataclasses import replace
+
+    return replace(eff, prefill_half_tokens=half)

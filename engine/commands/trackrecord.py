@@ -96,7 +96,8 @@ def format_text(r: dict) -> str:
         families = ", ".join(f"{kind} on {fam} x{f:.2f}" for (kind, fam), f in c.family_factors.items())
         lines.append(
             f"  {name:<13} decode bandwidth {c.bandwidth:.0%}, {c.overhead_s_per_layer * 1e6:.0f} us/layer/step, "
-            f"prefill compute {c.flops:.0%}, request fixed {c.request_fixed_s * 1e3:.1f} ms "
+            f"prefill compute {c.flops:.0%} (half of it at {c.prefill_half_tokens:.0f} tokens), "
+            f"request fixed {c.request_fixed_s * 1e3:.1f} ms "
             f"({c.decode_rows} decode, {c.prefill_rows} first-token, {c.throughput_rows} throughput rows, "
             f"{c.sources} sources)" + (f"; time factor by GPU family: {families}" if families else "")
         )
