@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cache
 
@@ -275,12 +275,18 @@ def _fit_prefill(
 
     best: tuple[float, float, float, float] | None = None
     for t_half in HALF_TOKENS_GRID if half is None else (half,):
-        e_f = golden_search_log(lambda e, t=t_half: _rel_sq(pre, fitted(e, t)), 0.02, 1.0)
+        e_f = golden_search_log(_prefill_error(pre, fitted, t_half), 0.02, 1.0)
         err = _rel_sq(pre, fitted(e_f, t_half))
         if best is None or err < best[0]:
             best = (err, e_f, fixed_for(e_f, t_half), t_half)
     assert best is not None
     return best[1], best[2], best[3]
+
+
+def _prefill_error(
+    pre: list[Observation], fitted: Callable[[float, float], ClassFit], t_half: float
+) -> Callable[[float], float]:
+    return lambda e: _rel_sq(pre, fitted(e, t_half))
 
 
 def _spans_prompt_lengths(pre: list[Observation]) -> bool:
