@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from engine.calc import efficiency as E
 from engine.calc import published
-from engine.calc.cells import gpu_family
+from engine.calc.cells import COVERAGE, gpu_family
 from engine.calc.serving_memory import GIB, activation_model, serving_memory_of, vllm_era
 from engine.core import stats
 
@@ -111,6 +111,9 @@ class TrackRecord:
     classes: dict[str, E.ClassFit]
     activation: dict[str, float]  # the vLLM activation model's constants
     this_machine: tuple[dict, ...]  # the lab's own runs against the calculator (engine.calibration.check)
+    calibration: dict[str, dict[str, float]] = field(
+        default_factory=dict
+    )  # band kind -> `interval_calibration`
 
 
 T = TypeVar("T")
@@ -408,6 +411,25 @@ def this_machine() -> tuple[dict, ...]:
     return tuple(out)
 
 
+def interval_calibration() -> dict[str, dict[str, float]]:
+    """Per band kind, the interval rule on the fitted rows' own out-of-fold residuals (engine.calc.cells
+    `Bands.calibration`): the nominal level, and the share inside and median width when each residual's band is read
+    without it and without its whole source. The held-back rows' coverage is in the summaries; this is what chose
+    the rule."""
+    out = {}
+    for kind, bands in E.fits().bands.items():
+        row, src = bands.calibration("row"), bands.calibration("source")
+        out[kind] = {
+            "nominal": COVERAGE,
+            "residuals": row.rows,
+            "inside_leaving_out_the_row": row.inside,
+            "median_width_leaving_out_the_row": row.median_width,
+            "inside_leaving_out_its_source": src.inside,
+            "median_width_leaving_out_its_source": src.median_width,
+        }
+    return out
+
+
 def track_record(*, include_machine: bool = True) -> TrackRecord:
     speed = _speed_rows()
     rows = [*_memory_rows(), *speed, *_tp_rows(speed)]
@@ -425,4 +447,5 @@ def track_record(*, include_machine: bool = True) -> TrackRecord:
             "non_torch_parallel_bytes": act.non_torch_parallel,
         },
         this_machine=this_machine() if include_machine else (),
+        calibration=interval_calibration(),
     )

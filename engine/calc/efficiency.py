@@ -7,7 +7,10 @@ Python, the scheduler: `o`), plus two tensor-parallel all-reduces per layer that
 (nccl-tests' time at its smallest messages, per interconnect, times a class factor k) and move their bytes at
 the link's bandwidth; a layer-split engine (llama.cpp, ExLlamaV2, accelerate) runs its GPUs as pipeline stages
 instead, one after another for a sequence, paying a hand-over per boundary (`h`). A request's first token adds a
-fixed cost per request (`c`: tokenize, schedule, the first step's launch, detokenize, HTTP). MBU (model
+fixed cost per request (`c`: tokenize, schedule, the first step's launch, detokenize, HTTP), and a prefill of T
+tokens reaches e_f x T / (T + T_half) of the compute roof (short prompts' matrix products leave the GPU part idle:
+LMDeploy's A100 runs take 22 ms for 128 tokens and 139 ms for 2048), T_half fitted per class where its first-token
+rows span a 4x range of lengths, else borrowed. MBU (model
 bandwidth utilisation, as Databricks and NVIDIA define it) is e_bw; MFU is e_f.
 
 Per engine class the parameters are fitted by least squares on the relative error of published times
@@ -31,7 +34,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from engine.calc import published
-from engine.calc.cells import COVERAGE, FALLBACK, Band, Bands, Cell, gpu_family, regime_of
+from engine.calc.cells import BORROW_WIDENING, COVERAGE, FALLBACK, Band, Bands, Cell, gpu_family, regime_of
 from engine.calc.fitting import (
     BAND_KIND,
     ENGINE_CLASSES,
@@ -228,7 +231,7 @@ def estimate_speed(s: Setup, engine: str) -> SpeedEstimate:
             what = {"decode": "time per token", "ttft": "first-token", "throughput": "throughput"}[name]
             notes.append(
                 f"Too few published runs are like this one for its own {what} interval: it comes from {b.rows} "
-                f"{wider.get(b.levels_up, 'runs of every engine')}, made {b.levels_up * 25:.0f}% wider for that"
+                f"{wider.get(b.levels_up, 'runs of every engine')}, made {b.levels_up * BORROW_WIDENING:.0%} wider for that"
             )
     return SpeedEstimate(
         engine=engine,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cache
 
@@ -29,6 +29,7 @@ ENGINE_CLASSES: dict[str, str] = {
     "deepspeed-fastgen": "DeepSpeed-FastGen / DeepSpeed-MII (Dynamic SplitFuse over a blocked KV cache)",
     "llama.cpp": "llama.cpp's CUDA backend (GGUF weights; several GPUs as pipeline stages)",
     "exllamav2": "ExLlamaV2 (EXL2/GPTQ kernels for consumer GPUs; several GPUs as pipeline stages)",
+    "lmdeploy": "LMDeploy TurboMind (a C++/CUDA engine from FasterTransformer, blocked KV cache, persistent batching)",
 }
 # `--engine` names -> class; SGLang and TGI are fitted with vLLM (the same kind of engine, few rows of their own)
 ENGINES: dict[str, str] = {
@@ -42,9 +43,13 @@ ENGINES: dict[str, str] = {
     "deepspeed-mii": "deepspeed-fastgen",
     "llama.cpp": "llama.cpp",
     "exllamav2": "exllamav2",
+    "lmdeploy": "lmdeploy",
 }
 FOLDS = 5  # cross-validation folds behind the intervals
 MIN_ROWS = 2  # fewer rows of a kind than this: a class borrows the pooled parameter
+# T_half candidates (0: no ramp); a class fits its own only where its prefill rows span a 4x range of tokens
+HALF_TOKENS_GRID = (0.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0)
+HALF_TOKENS_SPAN = 4.0
 FAMILY_PRIOR_ROWS = 3.0  # shrinkage of a family's time factor towards 1 (n / (n + 3) of its own mean)
 # band kinds: which residuals an estimate's interval is read from
 BAND_KIND = {
@@ -97,6 +102,7 @@ class ClassFit:
     decode_flops: float  # e_fd: a batched decode step's compute-bound matmuls
     request_fixed_s: float = 0.0  # c: a request's fixed cost before its first token
     stage_hop_s: float = 0.0  # h: a pipeline stage's hand-over (layer-split engines)
+    prefill_half_tokens: float = 0.0  # T_half: prefill tokens at which the prefill reaches half of e_f
     decode_rows: int = 0
     prefill_rows: int = 0
     throughput_rows: int = 0
@@ -123,6 +129,7 @@ class ClassFit:
             decode_flops=min(1.0, self.decode_flops / ft),
             request_fixed_s=self.request_fixed_s * fp,
             stage_hop_s=self.stage_hop_s * fd,
+            prefill_half_tokens=self.prefill_half_tokens,
         )
 
     @property
@@ -244,14 +251,17 @@ def _fit_decode(dec: list[Observation], pooled: ClassFit | None, borrowed: list[
     return (min(1.0, 1.0 / inv_e) if inv_e > 0 else 1.0), o_layer, k, h
 
 
-def _fit_prefill(base: ClassFit, pre: list[Observation]) -> tuple[float, float]:
-    """(e_f, c): e_f by a one-dimensional search (the time is not linear in 1/e where operators change bound),
-    the fixed cost c in closed form for each e_f (least squares on the relative error, c >= 0)."""
+def _fit_prefill(
+    base: ClassFit, pre: list[Observation], half: float | None = None
+) -> tuple[float, float, float]:
+    """(e_f, c, T_half): for each T_half of HALF_TOKENS_GRID (or the one given), e_f by a one-dimensional search (the
+    time is not linear in 1/e where operators change bound) and the fixed cost c in closed form for each e_f (least
+    squares on the relative error, c >= 0); the T_half whose best fit errs least."""
 
-    def fixed_for(e: float) -> float:
+    def fixed_for(e: float, t_half: float) -> float:
         if not any(o.request for o in pre):
             return 0.0
-        no_fixed = replace(base, flops=e, request_fixed_s=0.0)
+        no_fixed = replace(base, flops=e, request_fixed_s=0.0, prefill_half_tokens=t_half)
         num = den = 0.0
         for o in pre:
             if o.request:
@@ -260,11 +270,29 @@ def _fit_prefill(base: ClassFit, pre: list[Observation]) -> tuple[float, float]:
                 den += 1 / o.seconds**2
         return max(0.0, num / den)
 
-    def err(e: float) -> float:
-        return _rel_sq(pre, replace(base, flops=e, request_fixed_s=fixed_for(e)))
+    def fitted(e: float, t_half: float) -> ClassFit:
+        return replace(base, flops=e, request_fixed_s=fixed_for(e, t_half), prefill_half_tokens=t_half)
 
-    e_f = golden_search_log(err, 0.02, 1.0)
-    return e_f, fixed_for(e_f)
+    best: tuple[float, float, float, float] | None = None
+    for t_half in HALF_TOKENS_GRID if half is None else (half,):
+        e_f = golden_search_log(_prefill_error(pre, fitted, t_half), 0.02, 1.0)
+        err = _rel_sq(pre, fitted(e_f, t_half))
+        if best is None or err < best[0]:
+            best = (err, e_f, fixed_for(e_f, t_half), t_half)
+    assert best is not None
+    return best[1], best[2], best[3]
+
+
+def _prefill_error(
+    pre: list[Observation], fitted: Callable[[float, float], ClassFit], t_half: float
+) -> Callable[[float], float]:
+    return lambda e: _rel_sq(pre, fitted(e, t_half))
+
+
+def _spans_prompt_lengths(pre: list[Observation]) -> bool:
+    """Prefill rows whose token counts span HALF_TOKENS_SPAN: enough to tell a ramp from a lower utilisation."""
+    tokens = [o.setup.batch * o.setup.prompt_tokens for o in pre]
+    return bool(tokens) and max(tokens) >= HALF_TOKENS_SPAN * min(tokens)
 
 
 def _family_factors(cls_fit: ClassFit, obs: list[Observation]) -> dict[tuple[str, str], float]:
@@ -294,18 +322,22 @@ def _fit_class(cls: str, obs: list[Observation], pooled: ClassFit | None) -> Cla
     ]
     e_bw, o_layer, k, h = _fit_decode(dec, pooled, borrowed)
     base = ClassFit(cls, e_bw, o_layer, k, 1.0, 1.0, 0.0, h)
+    half: float | None = None
+    if len(pre) >= MIN_ROWS and not _spans_prompt_lengths(pre) and pooled is not None:
+        half = pooled.prefill_half_tokens
+        borrowed.append("prefill ramp")
     if len(pre) >= MIN_ROWS and any(o.request for o in pre):
-        e_f, fixed = _fit_prefill(base, pre)
+        e_f, fixed, t_half = _fit_prefill(base, pre, half)
     elif len(pre) >= MIN_ROWS:
-        e_f, _ = _fit_prefill(base, pre)
+        e_f, _, t_half = _fit_prefill(base, pre, half)
         fixed = pooled.request_fixed_s if pooled is not None else 0.0
         borrowed.append("request fixed cost")
     elif pooled is not None:
-        e_f, fixed = pooled.flops, pooled.request_fixed_s
-        borrowed += ["prefill utilisation", "request fixed cost"]
+        e_f, fixed, t_half = pooled.flops, pooled.request_fixed_s, pooled.prefill_half_tokens
+        borrowed += ["prefill utilisation", "prefill ramp", "request fixed cost"]
     else:
-        e_f, fixed = 0.5, 0.0
-    base = replace(base, flops=e_f, decode_flops=e_f, request_fixed_s=fixed)
+        e_f, fixed, t_half = 0.5, 0.0, 0.0
+    base = replace(base, flops=e_f, decode_flops=e_f, request_fixed_s=fixed, prefill_half_tokens=t_half)
     if len(thr) >= MIN_ROWS:
         e_fd = golden_search_log(lambda e: _rel_sq(thr, replace(base, decode_flops=e)), 0.02, 1.0)
     elif pooled is not None:

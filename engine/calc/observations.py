@@ -155,8 +155,9 @@ def observation(row: published.PublishedRow) -> Observation | str:
     if (
         m in ("output_tokens_per_s", "output_tokens_per_s_per_gpu")
         and row.batch_kind == "batch"
-        and row.batch > 1
+        and row.batch >= 1
     ):
+        # a static batch (one sequence too): b x O tokens over its prefill and O - 1 decode steps
         total = v * (row.gpu_count if m == "output_tokens_per_s_per_gpu" else 1)
         if not row.output_tokens or not row.prompt_tokens:
             return "a throughput without its input and output lengths"

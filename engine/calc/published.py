@@ -94,8 +94,12 @@ class PublishedRow:
 
     @property
     def source_key(self) -> str:
-        """The source without its path: rows of one table or one issue share it (leave-one-source-out)."""
-        return self.source.split(":")[0] if self.source.startswith("github.com/") else self.source
+        """Who measured: the repository without its commit and path (rows of one README at two commits, or of two
+        files of one repository, come from the same people, harness and machines, so they share their bias), or
+        the issue thread without the comment's author and date."""
+        if self.source.startswith("github.com/"):
+            return self.source.split(":")[0].split("@")[0]
+        return self.source.split(" (")[0]
 
 
 @dataclass(frozen=True)

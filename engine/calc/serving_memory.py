@@ -11,10 +11,15 @@ determine_available_memory in V1) takes the total the driver reports, keeps `gpu
 
 The activation peak and the non-torch memory are not in any config: they are fitted on vLLM's own startup logs
 (engine/data/published/memory.toml, "PyTorch activation peak memory takes ...", "non_torch_memory takes ..."):
-activation = bytes x T x (3 I / tp + 4 h) + c_s x 4 x S x V: the biggest transient of a layer (its MLP's gate, up
-and activation outputs and the residual stream over T tokens) plus the sampler's fp32 copies of the logits of the
-S sequences the profile run samples, c_s the median over the logs of what each implies; non-torch memory is the
-median of the logs, one GPU and several apart. Sliding-window layers count as full
+activation = max(c_t x bytes x T x (3 I / tp + 4 h), c_s x 4 x S x V): the larger of two transients that do not
+overlap, the biggest of a layer's forward (its MLP's gate, up and activation outputs and the residual stream over T
+tokens) and the sampler's after it (fp32 copies of the logits of the S sequences the profile run samples: logits,
+probabilities, log-probabilities, sorted copies). A maintainer's log shows why it is the larger and not the sum:
+Llama-3-8B at 8192 tokens peaks at 1.26 GiB on one GPU and on two (https://github.com/vllm-project/vllm/pull/10511),
+though tensor parallelism halves the MLP's share; at 20000 and 29000 tokens the peak grows with T instead (0.93 and
+0.94 of the counted MLP transient: c_t = 1). c_s (per era) is fitted on the logs that print the peak, least squares
+on the relative error;
+non-torch memory is the median of the logs, one GPU and several apart. Sliding-window layers count as full
 attention, as vLLM 0.8 sizes them (0.11 keeps only the window for them; the estimate says so).
 
 SGLang (python/sglang/srt/model_executor/model_runner.py profile_max_num_token) keeps `mem_fraction_static`
@@ -116,12 +121,39 @@ def _catalog_keys() -> frozenset[str]:
 
 @dataclass(frozen=True)
 class ActivationModel:
-    per_token: float  # c_t
+    per_token: float  # c_t (every era)
     per_sequence: dict[str, float]  # c_s per engine era ("v0", "v1")
     non_torch_one_gpu: float  # bytes
     non_torch_parallel: float  # bytes, per GPU with tensor parallel
     rows: tuple[str, ...]
     assumed: tuple[str, ...]  # eras without a log to fit on: c_s = 1 (one fp32 copy of the logits)
+
+
+def peak_bytes(c_t: float, c_s: float, x: tuple[float, float]) -> float:
+    """The profile run's activation peak: the larger of the forward's transient and the sampler's."""
+    return max(c_t * x[0], c_s * x[1])
+
+
+PEAK_GRID = 161  # log-spaced grid points for c_s
+
+
+def _fit_peak(
+    rows: list[tuple[tuple[float, float], float, str]], eras: tuple[str, ...]
+) -> tuple[float, dict[str, float]]:
+    """(c_t, {era: c_s}): c_t = 1, the forward's transient counted tensor by tensor (the logs that show it grow with T
+    imply 0.93 and 0.94), and each era's c_s on a log grid in [0.25, 64] minimising sum (predicted / logged - 1)^2
+    over its logs (the peak is a maximum, so not linear in c_s). An era without logs: c_s = 1 (one fp32 copy)."""
+    grid = [0.25 * 256 ** (i / (PEAK_GRID - 1)) for i in range(PEAK_GRID)]
+
+    def err(c_s: float, era: str) -> float:
+        return sum((peak_bytes(1.0, c_s, x) / y - 1) ** 2 for x, y, e in rows if e == era)
+
+    def best(era: str) -> float:
+        if not any(e == era for *_, e in rows):
+            return 1.0
+        return min(grid, key=lambda c: err(c, era))
+
+    return 1.0, {era: best(era) for era in eras}
 
 
 def activation_terms(spec: ModelSpec, tp: int, dtype: str, tokens: int, seqs: int) -> tuple[float, float]:
@@ -173,16 +205,12 @@ def activation_model() -> ActivationModel:
         t = vllm_batched_tokens(total, r.max_model_len, era, s.gpu.name)
         x = activation_terms(s.spec, r.tensor_parallel, s.dtype, t, vllm_max_num_seqs(total, era, s.gpu.name))
         fit_rows.append((x, peak, r.id, era))
-    per_era: dict[str, float] = {}
-    assumed: list[str] = []
-    for era in ("v0", "v1"):
-        implied = [(y - x[0]) / x[1] for x, y, _, e in fit_rows if x[1] > 0 and e == era]
-        per_era[era] = max(0.0, statistics.median(implied)) if implied else 1.0
-        if not implied:
-            assumed.append(era)
+    eras = ("v0", "v1")
+    assumed = [era for era in eras if not any(e == era for *_, e in fit_rows)]
+    per_token, per_era = _fit_peak([(x, y, e) for x, y, _, e in fit_rows], eras)
     return ActivationModel(
-        1.0,
-        per_era,
+        per_token,
+        {era: (1.0 if era in assumed else c) for era, c in per_era.items()},
         statistics.median(non_one) if non_one else 0.0,
         statistics.median(non_tp) if non_tp else 0.0,
         tuple(i for _, _, i, _ in fit_rows),
@@ -299,7 +327,7 @@ def serving_memory(
         seqs = max_num_seqs or vllm_max_num_seqs(total, era, gpu.name)
         batched = max_num_batched_tokens or vllm_batched_tokens(total, L, era, gpu.name)
         x_t, x_s = activation_terms(spec, tp, dtype, batched, seqs)
-        act = model.per_token * x_t + model.per_sequence[era] * x_s
+        act = peak_bytes(model.per_token, model.per_sequence[era], (x_t, x_s))
         if era in model.assumed:
             notes.append(
                 f"no vLLM {era.upper()} startup log in the published set prints its activation peak: the sampler's "

@@ -37,9 +37,19 @@ class Efficiency:
     decode_flops: float | None = None  # a decode step's compute-bound matmuls (large batches); None: `flops`
     request_fixed_s: float = 0.0  # a request's fixed cost before its first token (tokenize, schedule, HTTP)
     stage_hop_s: float = 0.0  # fixed cost of handing activations to the next pipeline stage (layer split)
+    # tokens in a prefill forward at which its compute-bound operators reach half of `flops` (0: no ramp): a short
+    # prompt's matrix products are too small to fill the GPU (few output tiles per streaming multiprocessor)
+    prefill_half_tokens: float = 0.0
 
 
 DATASHEET = Efficiency()
+
+
+def ramped(eff: Efficiency, tokens: int) -> Efficiency:
+    """The utilisation a prefill of `tokens` tokens in one forward reaches: flops x T / (T + T_half)."""
+    if eff.prefill_half_tokens <= 0:
+        return eff
+    return replace(eff, flops=eff.flops * tokens / (tokens + eff.prefill_half_tokens))
 
 
 @dataclass(frozen=True)
@@ -165,6 +175,7 @@ class TimingInputs:
     hops: int = 0  # pipeline-stage boundaries a forward crosses (layer split over GPUs: stages - 1)
     prefill_hop_s: float = 0.0  # activation bytes / link bandwidth, summed over the boundaries
     decode_hop_s: float = 0.0
+    prompt_tokens: int = 1  # per sequence: the prefill forward carries batch x prompt tokens
 
 
 @dataclass(frozen=True)
@@ -259,12 +270,14 @@ def timing_inputs(s: Setup) -> TimingInputs:
         stages - 1,
         (stages - 1) * hop(p),
         (stages - 1) * hop(1),
+        p,
     )
 
 
 def timing_from(inputs: TimingInputs, eff: Efficiency = DATASHEET) -> TimingEstimate:
     """TTFT = the request's fixed cost + prefill(P); TPOT = decode step at the mean context; generation = TTFT +
-    (O - 1) x TPOT; throughput = b x O / generation. All-reduces add their latency (eff) to their byte time.
+    (O - 1) x TPOT; throughput = b x O / generation. All-reduces add their latency (eff) to their byte time. The
+    prefill's compute utilisation ramps with its b x P tokens (`ramped`).
 
     Pipeline stages (a layer split, as llama.cpp's default `--split-mode layer` and accelerate's device map do)
     run one after another for a sequence: the phase costs the operators' time at one stage's roof (the layers
@@ -274,7 +287,11 @@ def timing_from(inputs: TimingInputs, eff: Efficiency = DATASHEET) -> TimingEsti
     latency = i.allreduces * eff.allreduce_latency_s
     hops = i.hops * eff.stage_hop_s
     prefill = phase_time(
-        i.prefill_ops, i.roof, i.n_layer, eff, i.prefill_comm_s + latency + i.prefill_hop_s + hops
+        i.prefill_ops,
+        i.roof,
+        i.n_layer,
+        ramped(eff, i.batch * i.prompt_tokens),
+        i.prefill_comm_s + latency + i.prefill_hop_s + hops,
     )
     dec_eff = eff if eff.decode_flops is None else replace(eff, flops=eff.decode_flops)
     decode = phase_time(
@@ -440,6 +457,9 @@ def step_seconds(
     ops, roof, comm, allreduces, hop = step_inputs(
         s, decode_rows=decode_rows, context_tokens=context_tokens, prefill_tokens=prefill_tokens
     )
-    step_eff = eff if prefill_tokens or eff.decode_flops is None else replace(eff, flops=eff.decode_flops)
+    if prefill_tokens:
+        step_eff = ramped(eff, max(0, int(decode_rows)) + int(prefill_tokens))
+    else:
+        step_eff = eff if eff.decode_flops is None else replace(eff, flops=eff.decode_flops)
     fixed = allreduces * eff.allreduce_latency_s + (s.pipeline - 1) * eff.stage_hop_s
     return phase_time(ops, roof, s.spec.n_layer, step_eff, comm + hop + fixed)

@@ -50,6 +50,7 @@ def run(args) -> dict:
         "setups_said_not_to_fit": list(tr.not_fitting),
         "engine_classes": tr.classes,
         "vllm_activation_model": tr.activation,
+        "interval_calibration_on_fitted_rows": tr.calibration,
         "this_machine": list(tr.this_machine),
         "rows": rows,
     }
@@ -79,6 +80,15 @@ def format_text(r: dict) -> str:
                 f"{_pct(s.coverage):>9}{_x(s.median_width):>11}  {s.target} -> {met}"
             )
     lines.append(
+        "-- the interval rule on the fitted rows' own residuals (each band read without the row / its source)"
+    )
+    for kind, c in r["interval_calibration_on_fitted_rows"].items():
+        lines.append(
+            f"{kind:<13}{c['residuals']:>5}  nominal {c['nominal']:.0%}: inside {_pct(c['inside_leaving_out_the_row'])}, "
+            f"width {_x(c['median_width_leaving_out_the_row'])} / inside {_pct(c['inside_leaving_out_its_source'])}, "
+            f"width {_x(c['median_width_leaving_out_its_source'])}"
+        )
+    lines.append(
         "setups a source ran that the calculator says do not fit: "
         + (", ".join(r["setups_said_not_to_fit"]) or "none")
     )
@@ -86,7 +96,8 @@ def format_text(r: dict) -> str:
         families = ", ".join(f"{kind} on {fam} x{f:.2f}" for (kind, fam), f in c.family_factors.items())
         lines.append(
             f"  {name:<13} decode bandwidth {c.bandwidth:.0%}, {c.overhead_s_per_layer * 1e6:.0f} us/layer/step, "
-            f"prefill compute {c.flops:.0%}, request fixed {c.request_fixed_s * 1e3:.1f} ms "
+            f"prefill compute {c.flops:.0%} (half of it at {c.prefill_half_tokens:.0f} tokens), "
+            f"request fixed {c.request_fixed_s * 1e3:.1f} ms "
             f"({c.decode_rows} decode, {c.prefill_rows} first-token, {c.throughput_rows} throughput rows, "
             f"{c.sources} sources)" + (f"; time factor by GPU family: {families}" if families else "")
         )
