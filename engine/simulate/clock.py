@@ -50,6 +50,7 @@ class StepLog:
     kind: str  # "decode" | "mixed" | "prefill"
     decode_rows: int
     prefill_tokens: int
+    prompts: int = 0  # prompts in the forward (the newcomers of a mixed step, the rows of a prefill chunk)
 
 
 class VirtualScheduler:
@@ -91,7 +92,7 @@ class VirtualScheduler:
     def _forward(self, kind: str, rows: int, context: int, prefill: int, seqs: int = 0) -> None:
         t = end(self.model.seconds(rows, context, prefill, seqs), self.which)
         if self.log is not None:
-            self.log.append(StepLog(self.now, t, kind, rows, prefill))
+            self.log.append(StepLog(self.now, t, kind, rows, prefill, seqs))
         self.now += t
 
     def iterate(self) -> None:

@@ -68,6 +68,7 @@ class LinearSteps:
     fixed_s: Interval = ZERO
     spread: tuple[float, float] = (1.0, 1.0)
     source: str = ""
+    rows: int | None = None  # measured steps behind the fit (None: set by hand)
 
     def seconds(
         self, decode_rows: int, context_tokens: int, prefill_tokens: int, prefill_seqs: int = 0
@@ -85,6 +86,7 @@ class LinearSteps:
             "c_s_per_context_token": self.c,
             "d_s_per_prefill_token": self.d,
             "source": self.source,
+            "rows": self.rows,
         }
 
 
@@ -106,7 +108,11 @@ def fit_linear(
         raise InvalidParameterError("the measured steps do not determine a step-time model")
     ratios = [t / sum(c * x for c, x in zip(coef, row, strict=True)) for row, t in zip(rows, y, strict=True)]
     return LinearSteps(
-        *coef, name=name, spread=(quantile(ratios, 0.025), quantile(ratios, 0.975)), source=source
+        *coef,
+        name=name,
+        spread=(quantile(ratios, 0.025), quantile(ratios, 0.975)),
+        source=source,
+        rows=len(steps),
     )
 
 
@@ -238,6 +244,7 @@ class PublishedSteps:
             "borrowed": list(fit.borrowed),
             "interval": "leave-one-source-out 2.5-97.5% ratios of published / predicted time, applied per step",
             "per_request_fixed_s": self.fixed_s.central,
+            "rows": fit.decode_rows + fit.prefill_rows,
         }
 
 
@@ -297,6 +304,7 @@ class CalibratedSteps:
             "prefill_fixed_s": fit.prefill_fixed_s,
             "interval": "the fit's residual bootstrap, 95%",
             "per_request_fixed_s": self.fixed_s.central,
+            "rows": fit.shapes,
         }
 
 

@@ -221,17 +221,20 @@ class SimulatedSweep:
         return {"low": self.runs["high"].knee, "central": self.result.knee, "high": self.runs["low"].knee}
 
     def intervals(self) -> list[dict]:
-        """Per level, each figure as an Interval over the three runs (low = the smaller value)."""
+        """Per level, each figure as an Interval over the three runs (low = the smaller value); `rows`: the
+        observations behind the step times' interval (published rows, calibration shapes or measured steps)."""
+        rows = self.deployment.steps.describe().get("rows")
         out = []
         for i, p in enumerate(self.result.points):
             trio = [self.runs[e].points[i] for e in ENDS]
             row: dict = {"level": p.level}
             for name in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
                 row[name] = {
-                    q: _spread([getattr(getattr(t, name), q) for t in trio]) for q in ("p50", "p90", "p99")
+                    q: _spread([getattr(getattr(t, name), q) for t in trio], rows)
+                    for q in ("p50", "p90", "p99")
                 }
             for name in ("output_tokens_per_s", "request_throughput", "goodput_rps", "slo_attainment"):
-                row[name] = _spread([getattr(t, name) for t in trio])
+                row[name] = _spread([getattr(t, name) for t in trio], rows)
             out.append(row)
         return out
 
@@ -275,12 +278,12 @@ class SimulatedSweep:
         return out
 
 
-def _spread(values: Sequence[float]) -> Interval:
+def _spread(values: Sequence[float], rows: int | None) -> Interval:
     c = values[1]  # the runs with low, central and high step times
     finite = [v for v in values if v is not None and math.isfinite(v)]
     if not finite or c is None or not math.isfinite(c):
-        return Interval(math.nan, math.nan, math.nan, rows=3)
-    return Interval(min(finite), c, max(finite), rows=3)
+        return Interval(math.nan, math.nan, math.nan, rows=rows)
+    return Interval(min(finite), c, max(finite), rows=rows)
 
 
 def _json(i: Interval) -> dict:
