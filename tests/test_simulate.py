@@ -140,7 +140,7 @@ def test_step_time_follows_the_calculator_and_its_interval():
 def test_fit_linear_recovers_a_known_step_model():
     truth = LinearSteps(0.02, 0.005, 1e-6, 3e-4)
     obs = [
-        (r, c, p, truth.seconds(r, c, p).central)
+        (r, c, p, truth.duration(r, c, p).central)
         for r, c, p in [
             (1, 50, 0),
             (2, 200, 0),

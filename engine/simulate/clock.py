@@ -90,7 +90,7 @@ class VirtualScheduler:
         return self._prompt_sum + len(self.running) * len(self.steps) - self._joined_sum
 
     def _forward(self, kind: str, rows: int, context: int, prefill: int, seqs: int = 0) -> None:
-        t = end(self.model.seconds(rows, context, prefill, seqs), self.which)
+        t = end(self.model.duration(rows, context, prefill, seqs), self.which)
         if self.log is not None:
             self.log.append(StepLog(self.now, t, kind, rows, prefill, seqs))
         self.now += t

@@ -331,13 +331,15 @@ def cheapest(
     *,
     gpus: Sequence[str] | None = None,
     progress: Progress | None = None,
+    model: ModelSpec | None = None,
 ) -> Answer:
+    """`model`: a model shape given directly (the Memory-and-cost page's); default: the spec's preset or config."""
     s.validate()
     slo.validate()
     _need_slo(slo)
     if not isinstance(users, int) or users < 1:
         raise InvalidParameterError(f"the load is a whole number of users >= 1, got {users!r}")
-    spec = model_spec(s)
+    spec = model or model_spec(s)
     cands = candidates(spec, s, gpus)
     if not cands:
         raise InvalidParameterError(f"{spec.name} fits no priced GPU of the catalogue at 1 to 8 GPUs")

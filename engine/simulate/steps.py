@@ -2,7 +2,7 @@
 
 A step is what one scheduler iteration runs in one forward: `decode_rows` rows each adding a token (their KV caches
 hold `context_tokens` tokens together) and `prefill_tokens` prompt tokens (a chunk of a batched prefill, or
-newcomers riding a decode step). Every model answers `seconds(decode_rows, context_tokens, prefill_tokens)` with an
+newcomers riding a decode step). Every model answers `duration(decode_rows, context_tokens, prefill_tokens)` with an
 Interval (low / central / high), so a simulated sweep runs three times and its percentiles carry an interval:
 
 - `published_steps(setup, engine)`: a GPU the machine lacks, through `step_time`, the one adapter over the
@@ -39,7 +39,7 @@ class StepModel(Protocol):
     name: str  # what the JSON's "step_model" says
     fixed_s: Interval  # per-request seconds outside the steps
 
-    def seconds(
+    def duration(
         self, decode_rows: int, context_tokens: int, prefill_tokens: int, prefill_seqs: int = 0
     ) -> Interval: ...
 
@@ -70,7 +70,7 @@ class LinearSteps:
     source: str = ""
     rows: int | None = None  # measured steps behind the fit (None: set by hand)
 
-    def seconds(
+    def duration(
         self, decode_rows: int, context_tokens: int, prefill_tokens: int, prefill_seqs: int = 0
     ) -> Interval:
         _check(decode_rows, context_tokens, prefill_tokens, prefill_seqs)
@@ -200,14 +200,14 @@ def _bucketed(fn: StepFn) -> StepFn:
     def at(rows: int, bucket: int, prefill: int, seqs: int) -> Interval:
         return fn(rows, bucket * CONTEXT_BUCKET * rows, prefill, seqs)
 
-    def seconds(
+    def duration(
         decode_rows: int, context_tokens: int, prefill_tokens: int, prefill_seqs: int = 0
     ) -> Interval:
         seqs = _check(decode_rows, context_tokens, prefill_tokens, prefill_seqs)
         bucket = max(1, round(context_tokens / decode_rows / CONTEXT_BUCKET)) if decode_rows else 0
         return at(decode_rows, bucket, prefill_tokens, seqs)
 
-    return seconds
+    return duration
 
 
 @dataclass(frozen=True)
@@ -224,7 +224,7 @@ class PublishedSteps:
             self, "_seconds", _bucketed(lambda r, c, p, n: step_time(setup, engine, r, c, p, n))
         )
 
-    def seconds(
+    def duration(
         self, decode_rows: int, context_tokens: int, prefill_tokens: int, prefill_seqs: int = 0
     ) -> Interval:
         return self._seconds(decode_rows, context_tokens, prefill_tokens, prefill_seqs)
@@ -287,7 +287,7 @@ class CalibratedSteps:
         ttft_1, _ = predict(fit, spec, prompt=1, output=1)
         return _add(tpot, _scaled(_sub(ttft_n, ttft_1), prefill / max(1, prefill - 1)))
 
-    def seconds(
+    def duration(
         self, decode_rows: int, context_tokens: int, prefill_tokens: int, prefill_seqs: int = 0
     ) -> Interval:
         return self._seconds(decode_rows, context_tokens, prefill_tokens, prefill_seqs)

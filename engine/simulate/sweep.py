@@ -81,8 +81,9 @@ def check_split(spec: ModelSpec, n_gpus: int) -> None:
         )
 
 
-def deployment(s: SimulateSpec, spec: ModelSpec | None = None) -> Deployment:
-    """Resolve the spec into a model, GPUs, the scheduler's limits and the step model; clear errors otherwise."""
+def deployment(s: SimulateSpec, spec: ModelSpec | None = None, gpu: GPUSpec | None = None) -> Deployment:
+    """Resolve the spec into a model, GPUs, the scheduler's limits and the step model; clear errors otherwise.
+    `spec`, `gpu`: a model shape or GPU figures given directly (the Memory-and-cost page's, edited or uploaded)."""
     spec = spec or model_spec(s)
     prompt_max = s.prompt_tokens_max or s.prompt_tokens
     output_max = s.output_tokens_max or s.output_tokens
@@ -95,7 +96,7 @@ def deployment(s: SimulateSpec, spec: ModelSpec | None = None) -> Deployment:
     per_token = math.ceil(kv_bytes_per_token(spec, kv_dtype))
     if s.gpu == THIS_MACHINE:
         return _this_machine(s, spec, per_token)
-    gpu = gpu_spec(s.gpu)
+    gpu = gpu or gpu_spec(s.gpu)
     check_split(spec, s.n_gpus)
     notes = []
     allocator = s.engine if s.engine in ("vllm", "sglang") else "vllm"
