@@ -2,11 +2,11 @@
 
 (a) this machine: the lab's own server (`python -m engine serve`, smollm2-135m-instruct fp32) swept by the load
     generator at 1, 4 and 8 users, and the simulator on the same workload (the same seeded plan, each prompt's
-    tokens counted by the server's own tokenizer) with this machine's step times, two ways: measured (the
-    in-flight Scheduler's own steps, timed in this process before the server starts, one torch thread as the server
-    runs, fitted t = a + b x rows + c x context + d x prompt tokens) and calibrated (the stored calibration,
-    engine.calibration). The per-request cost outside the steps (HTTP, tokenizing) is the transport the server's
-    timings show on a warm-up run that is not scored. Target (issue 31): TTFT p50 and output throughput within 20%
+    tokens counted by the server's own tokenizer) with this machine's step times, two ways: measured (the same
+    server's steps on probe runs before the scored sweep: closed batches of 1, 2, 4 and 8 requests, fitted
+    t = a + b x rows + c x context + d x prompt tokens) and calibrated (the stored calibration, engine.calibration).
+    The per-request cost outside the steps (HTTP, tokenizing) is the transport the server's own timings show on
+    the one-request probe. Target (issue 31): TTFT p50 and output throughput within 20%
     at 1, 4 and 8 users.
 (b) published sweeps (engine/data/published/serving_sweeps.toml): output throughput at a concurrency, simulated;
     target median |error| <= 20%.
@@ -49,54 +49,66 @@ def loadavg() -> list[float]:
 # ---------------------------------------------------------------- (a) this machine
 
 
-def probe_steps(lm, prompts: list[list[int]], output_tokens: int) -> list[tuple[int, int, int, float]]:
-    """The real Scheduler's steps on closed batches of 1, 2, 4 and 8 requests (all queued before its thread looks):
-    one batched prefill, then decode steps of every row. Observations (rows, context tokens, prompt tokens, s)."""
-    from engine.batching.scheduler import Scheduler
-    from engine.runtime.generation import GenerationConfig
-
-    obs: list[tuple[int, int, int, float]] = []
-    for b in (1, 2, 4, 8, 1, 4):
-        sched = Scheduler(lm, max_batch=8, record=False)
-        batch = prompts[:b]
-        with sched._cond:
-            handles = [
-                sched.submit(
-                    "x", GenerationConfig(max_new_tokens=output_tokens), ignore_eos=True, prompt_ids=p
-                )
-                for p in batch
-            ]
-        done = [h.result(timeout=600) for h in handles]
-        sched.close()
-        admitted = min(h.times.admitted for h in handles)
-        first = done[0].token_times[0]
-        obs.append((0, 0, b * max(len(p) for p in batch), first - admitted))
-        times = done[0].token_times
-        for j in range(1, len(times)):
-            context = sum(len(p) + j - 1 for p in batch)
-            obs.append((b, context, 0, times[j] - times[j - 1]))
-    return obs
-
-
-def transport_s(base_url: str, model: str) -> float:
-    """Mean client TTFT minus the server's queue and prefill on a warm-up run (4 requests, 2 users; not scored)."""
+def probe(base_url: str, output_tokens: int) -> tuple[list[tuple[int, int, int, float]], float, dict]:
+    """The server's own step times, measured before the scored sweep on runs of their own: a closed batch of b
+    requests sent together (b = 1, 2, 4, 8; the plan's first prompts): its decode steps have b rows, so the median
+    gap between a request's chunks is a b-row step; the prefill of one prompt and the transport (client TTFT minus
+    the server's queue and prefill, HTTP and tokenizing) come from the server's per-request timings at b = 1.
+    Returns (rows, context, prompt tokens, seconds) observations, the transport, and the runs' figures."""
     from engine.loadgen.sweep import run_once
 
-    warm = LoadSpec(
-        base_url=base_url, model=model, mode="concurrency", concurrency=2, n_requests=4, output_tokens=8
-    )
-    m = run_once(warm, SLO(ttft_s=None, tpot_s=None))
-    b = m.ttft_breakdown
-    return 0.0 if b is None else max(0.0, b.transport_s)
+    obs: list[tuple[int, int, int, float]] = []
+    runs: dict = {}
+    transport = 0.0
+    prefills: dict[int, list[float]] = {}
+    prompts: dict[int, int] = {}
+    for b in (1, 2, 4, 8, 1):
+        spec = LoadSpec(base_url=base_url, model=MODEL, mode="concurrency", concurrency=b, n_requests=b,
+                        output_tokens=output_tokens)  # fmt: skip
+        m = run_once(spec, SLO(ttft_s=None, tpot_s=None))
+        prompt = int(m.prompt_tokens_median)
+        # the context term is left out (0): at ~10-token prompts and 32 outputs it moves with the rows, and the fit
+        # cannot tell the two apart
+        obs.append((b, 0, 0, m.itl_s.p50))
+        split = m.ttft_breakdown
+        if split is not None:
+            prefills.setdefault(b, []).append(split.prefill_s)
+            prompts[b] = prompt
+        if b == 1 and split is not None:
+            obs.append((0, 0, prompt, split.prefill_s))
+            transport = max(transport, split.transport_s)
+        runs[str(b) if str(b) not in runs else f"{b}-again"] = {
+            "itl_p50_s": m.itl_s.p50,
+            "prompt_tokens_median": prompt,
+            "ttft_breakdown": split,
+        }
+    # two requests sent together: the front end passes them one after the other, so the first is prefilled alone
+    # and the second rides the first's next decode step (a mixed step of 1 row and its prompt); the server's mean
+    # admitted-to-first-token over the two is (alone + mixed) / 2
+    if 1 in prefills and 2 in prefills:
+        alone = sum(prefills[1]) / len(prefills[1])
+        mixed = 2 * prefills[2][0] - alone
+        if mixed > 0:
+            obs.append((1, 0, prompts[2], mixed))
+            runs["mixed_step_s"] = mixed
+    return obs, transport, runs
+
+
+def prompt_lengths(spec: LoadSpec) -> list[int]:
+    """Each planned prompt's tokens as the server counts a completions prompt (its tokenizer, special tokens
+    added, no chat template: engine.batching.scheduler.encode_prompt)."""
+    from transformers import AutoTokenizer
+
+    from bench.serving import tokenizer_dir
+
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir(MODEL)))
+    return [len(tok(r.prompt)["input_ids"]) for r in plan(spec)]
 
 
 def this_machine(args) -> dict:
-    import torch
-
     from engine.calibration import load_calibration, spec_for_run_model
-    from engine.loadgen.sweep import run_sweep, to_json
-    from engine.runtime.generation import GenerationConfig
-    from engine.runtime.models import load_model
+    from engine.core.interval import Interval
+    from engine.loadgen.sweep import run_once, run_sweep, to_json
     from engine.serving.process import ServerProcess
     from engine.simulate.spec import SimulateSpec
     from engine.simulate.steps import CalibratedSteps, fit_linear
@@ -112,31 +124,20 @@ def this_machine(args) -> dict:
         n_requests=args.requests,
         output_tokens=args.output_tokens,
     )
-    torch.set_num_threads(1)  # the server's torch threads on 2 cores (engine.serving.runner.server_threads)
-    lm = load_model(MODEL, dtype="fp32", device="cpu")
-    from engine.batching.scheduler import encode_prompt
-
-    cfg = GenerationConfig(max_new_tokens=args.output_tokens)
-    lengths = [len(encode_prompt(lm, r.prompt, cfg)[1]) for r in plan(spec_load)]
-    prompt_ids = [encode_prompt(lm, r.prompt, cfg)[1] for r in plan(spec_load)][:8]
-    t0 = time.perf_counter()
-    obs = probe_steps(lm, prompt_ids, args.output_tokens)
-    measured = fit_linear(
-        obs, name="measured", source="engine.batching.scheduler.Scheduler steps on this machine"
-    )
-    out["probe"] = {"steps": len(obs), "seconds": time.perf_counter() - t0, "fit": measured.describe()}
-    del lm
-    out["loadavg_after_probe"] = loadavg()
-
+    lengths = prompt_lengths(spec_load)
     with ServerProcess(MODEL, max_batch=8) as srv:
-        fixed = transport_s(srv.base_url, MODEL)
-        real = run_sweep(replace(spec_load, base_url=srv.base_url), slo, levels, keep_going=True)
+        run = replace(spec_load, base_url=srv.base_url)
+        run_once(replace(run, concurrency=2, n_requests=4, output_tokens=8), slo)  # warm-up, not scored
+        t0 = time.perf_counter()
+        obs, fixed, runs = probe(srv.base_url, args.output_tokens)
+        out["probe"] = {"seconds": time.perf_counter() - t0, "runs": runs, "observations": obs}
+        out["loadavg_after_probe"] = loadavg()
+        real = run_sweep(run, slo, levels, keep_going=True)
+    measured = fit_linear(obs, name="measured", source="the server's own steps on this machine (probe runs)")
+    out["probe"]["fit"] = measured.describe()
     out["transport_s"] = fixed
     out["real"] = to_json(real)
     out["loadavg_after_server"] = loadavg()
-
-    from engine.core.interval import Interval
-
     sim_spec = SimulateSpec(
         model=MODEL,
         gpu="this-machine",

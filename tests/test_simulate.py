@@ -76,6 +76,20 @@ def test_fixed_users_send_when_their_answer_ends_and_the_kv_budget_waits():
     assert not refused[0].ok and refused[0].error == "http_4xx"
 
 
+def test_the_front_end_takes_one_request_at_a_time():
+    # 50 ms each outside the steps: three requests sent at 0 reach the scheduler at 0.05, 0.10 and 0.15.
+    # r0: prefill -> 0.15, decode -> 0.25; r1 rides the next step (mixed) -> 0.35 (r0 done), r2 the one after
+    # -> 0.45, then decode steps -> 0.55 (r1 done), 0.65 (r2 done)
+    from engine.core.interval import Interval
+
+    steps = LinearSteps(0.1, fixed_s=Interval.exact(0.05))
+    log: list[StepLog] = []
+    recs = _by_index(run([SimRequest(i, 8, 3) for i in range(3)], BIG, steps, concurrency=3, log=log))
+    assert [s.kind for s in log] == ["prefill", "decode", "mixed", "mixed", "decode", "decode"]
+    for i, (ttft, e2e) in enumerate([(0.15, 0.35), (0.35, 0.55), (0.45, 0.65)]):
+        assert recs[i].ttft_s == pytest.approx(ttft) and recs[i].e2e_s == pytest.approx(e2e)
+
+
 def test_the_simulator_runs_the_servers_policy_step_for_step(tiny_lm):
     """A closed batch through the real Scheduler (tiny-gpt-neo, greedy, ignore_eos) and through the virtual one:
     the same sequence of decode-step sizes and the same mixed steps, because both call engine.batching.policy."""
@@ -138,22 +152,23 @@ def test_step_time_follows_the_calculator_and_its_interval():
 
 
 def test_fit_linear_recovers_a_known_step_model():
-    truth = LinearSteps(0.02, 0.005, 1e-6, 3e-4)
-    obs = [
-        (r, c, p, truth.duration(r, c, p).central)
-        for r, c, p in [
-            (1, 50, 0),
-            (2, 200, 0),
-            (4, 400, 0),
-            (8, 900, 0),
-            (3, 300, 12),
-            (0, 0, 40),
-            (6, 600, 0),
-        ]
+    truth = LinearSteps(0.02, 0.005, 1e-6, 3e-4, 0.05)
+    shapes = [
+        (1, 50, 0),
+        (2, 200, 0),
+        (4, 400, 0),
+        (8, 900, 0),
+        (3, 300, 12),
+        (0, 0, 40),
+        (0, 0, 90),
+        (6, 600, 0),
     ]
-    fit = fit_linear(obs)
-    assert (fit.a, fit.b, fit.c, fit.d) == pytest.approx((0.02, 0.005, 1e-6, 3e-4), rel=1e-6)
+    fit = fit_linear([(r, c, p, truth.duration(r, c, p).central) for r, c, p in shapes])
+    assert fit.coefficients == pytest.approx(truth.coefficients, rel=1e-6)
     assert fit.spread == pytest.approx((1.0, 1.0))
+    # a prompt alone pays e on top; riding a decode step it does not
+    assert truth.duration(0, 0, 40).central == pytest.approx(0.02 + 40 * 3e-4 + 0.05)
+    assert truth.duration(1, 50, 40).central == pytest.approx(0.02 + 0.005 + 50e-6 + 40 * 3e-4)
 
 
 def _loadgen_shape() -> dict:

@@ -7,8 +7,10 @@ carrying newcomers' prompts, or one batched left-padded prefill in policy.prefil
 prefill chunk if a prefill is under way, then one decode step for every running row unless the admission was a
 mixed step. The slot cache's window (what policy.fits reads) is the longest row's cached tokens: each row's
 tokens end at the same column (engine.batching.kv), and retirement trims the leading padding. A forward's tokens
-exist when it ends; a request arrives `fixed_s` after it is sent (HTTP and tokenizing), and that is all the
-transport modelled. Output is one engine.loadgen.client.RequestRecord per request, as the load generator records a
+exist when it ends. A request's cost outside the steps (`fixed_s`: HTTP, tokenizing, the first chunk's way back)
+is spent in the server's front end, one request at a time (one HTTP process beside the model thread): a request
+reaches the scheduler `fixed_s` after the front end is free for it, so requests sent together arrive staggered and
+the transport grows with the load, as this machine's server shows (bench/simulate.py: 70 ms at 1 user, 240 ms at 8). Output is one engine.loadgen.client.RequestRecord per request, as the load generator records a
 real server's, so engine.loadgen.metrics.summarize derives the same figures.
 
 Bookkeeping is per step, not per token: every running row gets a token at every decode (or mixed) step, so a row
@@ -249,6 +251,7 @@ def run(
     ends, else every request at its `send_at_s`. A request whose prompt + output alone exceed the KV budget is
     refused at once, as Scheduler.submit refuses it (the server answers 4xx). Returns records in request order."""
     fixed = end(model.fixed_s, which) if model.fixed_s.central > 0 else 0.0
+    front_free = [0.0]  # when the front end can take the next request
     sched = VirtualScheduler(limits, model, which, model_mixes, log)
     seq = itertools.count()
     arrivals: list[tuple[float, int, SimRequest, float]] = []  # (arrives, tie-break, request, sent)
@@ -258,7 +261,9 @@ def run(
     def send(req: SimRequest, at: float) -> None:
         while True:
             if (req.prompt_tokens + req.max_tokens) * limits.kv_bytes_per_token <= limits.kv_budget_bytes:
-                heapq.heappush(arrivals, (at + fixed, next(seq), req, at))
+                arrives = max(at, front_free[0]) + fixed
+                front_free[0] = arrives
+                heapq.heappush(arrivals, (arrives, next(seq), req, at))
                 return
             records.append(_refused(req, at, "needs more KV cache than the scheduler's budget"))
             if concurrency is None or not todo:

@@ -57,13 +57,15 @@ def _check(decode_rows: int, context_tokens: int, prefill_tokens: int, prefill_s
 
 @dataclass(frozen=True)
 class LinearSteps:
-    """t = a + b x decode rows + c x context tokens + d x prefill tokens (seconds), the same at every end of the
-    interval unless `spread` (low, high) multiplies it."""
+    """t = a + b x decode rows + c x context tokens + d x prompt tokens, + e for a forward of prompts alone (a
+    standalone prefill: on this machine's server it costs more than the same prompt riding a decode step), in
+    seconds; the same at every end of the interval unless `spread` (low, high) multiplies it."""
 
     a: float
     b: float = 0.0
     c: float = 0.0
     d: float = 0.0
+    e: float = 0.0
     name: str = "linear"
     fixed_s: Interval = ZERO
     spread: tuple[float, float] = (1.0, 1.0)
@@ -74,35 +76,51 @@ class LinearSteps:
         self, decode_rows: int, context_tokens: int, prefill_tokens: int, prefill_seqs: int = 0
     ) -> Interval:
         _check(decode_rows, context_tokens, prefill_tokens, prefill_seqs)
-        t = self.a + self.b * decode_rows + self.c * context_tokens + self.d * prefill_tokens
+        t = sum(
+            k * x
+            for k, x in zip(
+                self.coefficients, _features(decode_rows, context_tokens, prefill_tokens), strict=True
+            )
+        )
         return Interval(t * self.spread[0], t, t * self.spread[1])
+
+    @property
+    def coefficients(self) -> tuple[float, ...]:
+        return (self.a, self.b, self.c, self.d, self.e)
 
     def describe(self) -> dict:
         return {
             "kind": self.name,
-            "formula": "t = a + b x rows + c x context tokens + d x prefill tokens",
+            "formula": "t = a + b x rows + c x context tokens + d x prompt tokens (+ e for prompts alone)",
             "a_s": self.a,
             "b_s_per_row": self.b,
             "c_s_per_context_token": self.c,
             "d_s_per_prefill_token": self.d,
+            "e_s_standalone_prefill": self.e,
+            "spread": list(self.spread),
             "source": self.source,
             "rows": self.rows,
         }
+
+
+def _features(rows: int, context: int, prefill: int) -> tuple[float, ...]:
+    return (1.0, float(rows), float(context), float(prefill), 1.0 if prefill and not rows else 0.0)
 
 
 def fit_linear(
     steps: Sequence[tuple[int, int, int, float]], *, name: str = "measured", source: str = ""
 ) -> LinearSteps:
     """Least squares on relative error of (rows, context, prefill tokens, seconds) observations, coefficients kept
-    >= 0 (engine.calibration.fit.nonneg_fit), interval from the residuals' 2.5th and 97.5th percentiles."""
+    >= 0 (engine.calibration.fit.nonneg_fit; a feature no observation has stays at 0), interval from the residuals'
+    2.5th and 97.5th percentiles."""
     from engine.calibration.fit import nonneg_fit
     from engine.core.stats import quantile
 
     if len(steps) < 4:
         raise InvalidParameterError("fitting step times needs at least 4 measured steps")
-    rows = [[1.0, float(r), float(c), float(p)] for r, c, p, _ in steps]
+    rows = [list(_features(r, c, p)) for r, c, p, _ in steps]
     y = [t for *_, t in steps]
-    active = [any(row[j] for row in rows) for j in range(4)]
+    active = [any(row[j] for row in rows) for j in range(len(rows[0]))]
     coef = nonneg_fit(rows, y, active)
     if coef is None:
         raise InvalidParameterError("the measured steps do not determine a step-time model")
@@ -110,7 +128,7 @@ def fit_linear(
     return LinearSteps(
         *coef,
         name=name,
-        spread=(quantile(ratios, 0.025), quantile(ratios, 0.975)),
+        spread=(min(1.0, quantile(ratios, 0.025)), max(1.0, quantile(ratios, 0.975))),
         source=source,
         rows=len(steps),
     )
