@@ -84,7 +84,7 @@ def _inputs(measured: SweepResult | None) -> tuple[SimulateSpec, SLO] | None:
     modes = list(SimulateSpec.choices("mode") or ())
     mode = c[1].selectbox(
         "Load", modes, index=modes.index(same.get("mode", "concurrency")), key=f"{NS}.mode",
-        format_func=lambda m: "fixed users (concurrency)" if m == "concurrency" else "Poisson arrivals (rate)",
+        format_func=lambda m: "fixed users" if m == "concurrency" else "Poisson rate",
     )  # fmt: skip
     levels = c[2].text_input(
         f"Levels ({level_unit('poisson' if mode == 'rate' else 'concurrency')})",
@@ -138,6 +138,22 @@ def comparison_rows(measured: SweepResult, sim: SimulatedSweep) -> list[dict]:
     return rows
 
 
+def knee_words(k: dict, unit: str) -> str:
+    """The simulated knee and what it is with every step at its interval's ends, from the numbers."""
+    if k["central"] is None:
+        return "No simulated level met the SLOs."
+
+    def at(x: float | None) -> str:
+        return "no level" if x is None else at_level(x, unit)
+
+    ends = (
+        "the same with every step at either end of its interval"
+        if k["low"] == k["central"] == k["high"]
+        else f"{at(k['low'])} to {at(k['high'])} with every step at its interval's slow and fast ends"
+    )
+    return f"The simulated knee is **{at_level(k['central'], unit)}**: {ends}."
+
+
 def simulated_section(measured: SweepResult | None = None) -> None:
     """The Serving page's simulated sweep: a GPU this machine lacks (or this machine from its calibration) under the
     same scheduler policy, with the page's table and charts; beside the measured sweep when there is one."""
@@ -170,15 +186,7 @@ def simulated_section(measured: SweepResult | None = None) -> None:
         return
     st.subheader(sim.deployment.label)
     unit = level_unit(sim.result.spec.mode)
-    k = sim.knee_interval()
-    knee = (
-        f"The simulated knee is **{at_level(k['central'], unit)}** (with every step at its interval's ends: "
-        f"{'none' if k['low'] is None else at_level(k['low'], unit)} to "
-        f"{'none' if k['high'] is None else at_level(k['high'], unit)})."
-        if k["central"] is not None
-        else "No simulated level met the SLOs."
-    )
-    st.markdown(knee)
+    st.markdown(knee_words(sim.knee_interval(), unit))
     st.dataframe(table_rows(sim.result), hide_index=True, width="stretch")
     if measured is not None and measured.points:
         rows = comparison_rows(measured, sim)
