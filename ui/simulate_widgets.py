@@ -114,6 +114,21 @@ def _inputs(measured: SweepResult | None) -> tuple[SimulateSpec, SLO] | None:
     return spec, slo
 
 
+def interval_rows(sim: SimulatedSweep) -> list[dict]:
+    """Per level: TTFT p50, TPOT p50 and output tok/s from the fast run to the slow one."""
+    unit = level_unit(sim.result.spec.mode)
+    return [
+        {
+            unit: row["level"],
+            "TTFT p50 (s)": f"{row['ttft_s']['p50'].low:.3f} to {row['ttft_s']['p50'].high:.3f}",
+            "TPOT p50 (ms)": f"{row['tpot_s']['p50'].low * 1e3:.1f} to {row['tpot_s']['p50'].high * 1e3:.1f}",
+            "output tok/s": f"{row['output_tokens_per_s'].low:.1f} to {row['output_tokens_per_s'].high:.1f}",
+            "SLO attainment": f"{row['slo_attainment'].low:.0%} to {row['slo_attainment'].high:.0%}",
+        }
+        for row in sim.intervals()
+    ]
+
+
 def comparison_rows(measured: SweepResult, sim: SimulatedSweep) -> list[dict]:
     """Measured beside simulated per level both ran: TTFT p50 and output tok/s with the simulated interval."""
     unit = level_unit(measured.spec.mode)
@@ -188,6 +203,12 @@ def simulated_section(measured: SweepResult | None = None) -> None:
     unit = level_unit(sim.result.spec.mode)
     st.markdown(knee_words(sim.knee_interval(), unit))
     st.dataframe(table_rows(sim.result), hide_index=True, width="stretch")
+    st.caption(
+        "The central run above; each figure again with every step at its interval's fast and slow ends "
+        f"({sim.deployment.steps.describe().get('what', 'the step model')}; "
+        f"{sim.deployment.steps.describe().get('rows')} observations behind the interval):"
+    )
+    st.dataframe(interval_rows(sim), hide_index=True, width="stretch")
     if measured is not None and measured.points:
         rows = comparison_rows(measured, sim)
         if rows:

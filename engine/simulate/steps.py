@@ -6,15 +6,16 @@ newcomers riding a decode step). Every model answers `duration(decode_rows, cont
 Interval (low / central / high), so a simulated sweep runs three times and its percentiles carry an interval:
 
 - `published_steps(setup, engine)`: a GPU the machine lacks, through `step_time`, the one adapter over the
-  calculator (engine.calc.timing's operators and engine.calc.efficiency's engine-class fit on published runs). The
-  estimates helper's per-step model replaces the body of `step_time` when it lands; nothing else changes.
-- `calibrated_steps(cal, spec, dtype)`: this machine, from its stored calibration (engine.calibration.fit: bytes /
+  calculator (engine.calc.timing's operators and engine.calc.efficiency's engine-class fit on published runs);
+  engine.calc.step_model's per-step model (a request's fixed cost with it) is used instead where the tree has it:
+  the switch is in this module only.
+- `CalibratedSteps(cal, spec, dtype)`: this machine, from its stored calibration (engine.calibration.fit: bytes /
   achieved bandwidth + per-layer cost + each extra row's FLOPs; prefill FLOPs / achieved FLOP/s + a fixed cost).
-- `LinearSteps`: t = a + b x rows + c x context + d x prefill tokens; constant step times for hand-checked tests,
+- `LinearSteps`: t = a + b x rows + c x context + d x prefill tokens (+ e for prompts alone); constant step times for hand-checked tests,
   and a fit on the scheduler's own measured steps (bench/simulate.py).
 
 Each also carries `fixed_s`, a per-request cost outside the steps (HTTP, tokenizing, detokenizing): zero unless a
-model knows it (the published fits have no per-request term yet; the estimates helper is adding one).
+model knows it (engine.calc.step_model.request_fixed_s where the tree has it; measured on this machine's server).
 """
 
 from __future__ import annotations
@@ -30,6 +31,14 @@ from engine.calc.roofline import Operator
 from engine.calc.timing import Efficiency, phase_time, timing_inputs
 from engine.core.errors import InvalidParameterError
 from engine.core.interval import Interval
+
+# The estimates' per-step model (engine/calc/step_model.py: step_time, request_fixed_s), where it is in the tree:
+# the one place the simulator switches from its own adapter below to it (the adapter stays for a tree without it).
+try:
+    from engine.calc.step_model import request_fixed_s as fitted_fixed_s  # type: ignore[import-not-found]
+    from engine.calc.step_model import step_time as fitted_step_time  # type: ignore[import-not-found]
+except ImportError:  # not merged yet
+    fitted_step_time = fitted_fixed_s = None
 
 ZERO = Interval.exact(0.0)
 CONTEXT_BUCKET = 16  # tokens: steps whose rows' mean context rounds to the same multiple share one prediction
@@ -171,6 +180,10 @@ def step_time(
     throughput rows for a batch, first-token rows for a step that is mostly prompt; never below the physical
     bound (every roof reached)."""
     seqs = _check(decode_rows, context_tokens, prefill_tokens, prefill_seqs)
+    if (
+        fitted_step_time is not None
+    ):  # the estimates' model: prompts' attention is linear there (no prefill_seqs)
+        return fitted_step_time(setup, engine, decode_rows, context_tokens, prefill_tokens)
     fit = fits().for_engine(engine)
     eff = fit.efficiency(setup.gpu)
     long = replace(setup.spec, context_length=10**9)  # the context limit is checked where requests are made
@@ -267,7 +280,9 @@ class PublishedSteps:
 
 
 def published_steps(setup: Setup, engine: str) -> PublishedSteps:
-    return PublishedSteps(setup, engine)
+    """A GPU from published runs; a request's fixed cost from the estimates' fit where it is in the tree."""
+    fixed = ZERO if fitted_fixed_s is None else Interval.exact(fitted_fixed_s(setup, engine))
+    return PublishedSteps(setup, engine, fixed_s=fixed)
 
 
 # ---------------------------------------------------------------- this machine from its calibration
