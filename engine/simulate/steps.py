@@ -262,20 +262,22 @@ class PublishedSteps:
 
     def describe(self) -> dict:
         fit = fits().for_engine(self.engine)
+        source = "engine.calc.step_model" if fitted_step_time is not None else "engine.calc.efficiency"
+        read = {k: getattr(fit, k, None) for k in ("bandwidth", "flops", "overhead_s_per_layer", "borrowed")}
         return {
             "kind": self.name,
             "what": (
                 f"the calculator's operators on {self.setup.n_gpus} x {self.setup.gpu.name} with the "
-                f"{fit.engine_class} class's utilisation fitted on published runs (engine.calc.efficiency)"
+                f"{fit.engine_class} class's utilisation fitted on published runs ({source})"
             ),
             "engine_class": fit.engine_class,
-            "decode_bandwidth_utilisation": fit.bandwidth,
-            "prefill_compute_utilisation": fit.flops,
-            "overhead_s_per_layer": fit.overhead_s_per_layer,
-            "borrowed": list(fit.borrowed),
-            "interval": "leave-one-source-out 2.5-97.5% ratios of published / predicted time, applied per step",
+            "decode_bandwidth_utilisation": read["bandwidth"],
+            "prefill_compute_utilisation": read["flops"],
+            "overhead_s_per_layer": read["overhead_s_per_layer"],
+            "borrowed": list(read["borrowed"] or ()),
+            "interval": "the engine class's published / predicted ratios (2.5-97.5%), applied per step",
             "per_request_fixed_s": self.fixed_s.central,
-            "rows": fit.decode_rows + fit.prefill_rows,
+            "rows": getattr(fit, "decode_rows", 0) + getattr(fit, "prefill_rows", 0),
         }
 
 
