@@ -147,8 +147,11 @@ def test_step_time_follows_the_calculator_and_its_interval():
     alone = step_time(s, "vllm", 8, 8 * 600, 0)
     prefill = step_time(s, "vllm", 0, 0, 512, 1)
     assert alone.central < mixed.central < alone.central + prefill.central  # the weights are read once
-    # two prompts of 256 attend less than one of 512
-    assert step_time(s, "vllm", 0, 0, 512, 2).central < prefill.central
+    # two prompts of 256 attend less than one of 512 (the adapter's; engine.calc.step_model counts prompt tokens alone)
+    from engine.simulate.steps import fitted_step_time
+
+    two = step_time(s, "vllm", 0, 0, 512, 2).central
+    assert two < prefill.central if fitted_step_time is None else two == prefill.central
 
 
 def test_fit_linear_recovers_a_known_step_model():
