@@ -51,10 +51,10 @@ def loadavg() -> list[float]:
 
 
 def probe(base_url: str, output_tokens: int) -> tuple[list[tuple[int, int, int, float]], float, dict]:
-    """The server's own step times, measured before the scored sweep on runs of their own: a closed batch of b
-    requests sent together (b = 1, 2, 4, 8; the plan's first prompts): its decode steps have b rows, so the median
-    gap between a request's chunks is a b-row step; the prefill of one prompt and the transport (client TTFT minus
-    the server's queue and prefill, HTTP and tokenizing) come from the server's per-request timings at b = 1.
+    """The server's own step times, measured on runs of their own: a closed batch of b requests sent together
+    (b = 2, 4, 8; the plan's first prompts): its decode steps have b rows, so the median gap between a request's
+    chunks is a b-row step; one user's 4 requests in turn give the 1-row step, the prefill of a prompt alone and the
+    transport (client TTFT minus the server's queue and prefill: HTTP, tokenizing) from the server's own timings.
     Returns (rows, context, prompt tokens, seconds) observations, the transport, and the runs' figures."""
     from engine.loadgen.sweep import run_once
 
@@ -64,7 +64,10 @@ def probe(base_url: str, output_tokens: int) -> tuple[list[tuple[int, int, int, 
     prefills: dict[int, list[float]] = {}
     prompts: dict[int, int] = {}
     for b in (1, 2, 4, 8, 1):
-        spec = LoadSpec(base_url=base_url, model=MODEL, mode="concurrency", concurrency=b, n_requests=b,
+        # one user sends 4 requests in turn: the first after a pause pays a cold start (a new connection, the
+        # scheduler's thread started again after its idle exit) that back-to-back requests do not
+        n = 4 if b == 1 else b
+        spec = LoadSpec(base_url=base_url, model=MODEL, mode="concurrency", concurrency=b, n_requests=n,
                         output_tokens=output_tokens)  # fmt: skip
         m = run_once(spec, SLO(ttft_s=None, tpot_s=None))
         prompt = int(m.prompt_tokens_median)
