@@ -191,6 +191,7 @@ def simulated_section(measured: SweepResult | None = None) -> None:
         try:
             st.session_state[f"{NS}.result"] = simulate(spec, slo, progress=progress)
         except (EngineError, LoadSpecError) as exc:
+            st.session_state[f"{NS}.result"] = None  # an older sweep under these inputs would mislead
             show_error(exc)
         progress.done()
     sim: SimulatedSweep | None = st.session_state[f"{NS}.result"]
