@@ -11,6 +11,7 @@ import streamlit as st
 from engine.calc import format as fmt
 from engine.calc import memory, timing
 from engine.calc.cost import estimate_cost
+from engine.calc.efficiency import INTERVAL_LEVEL
 from engine.calc.report import batch_sweep, estimate, reasoning
 from engine.calc.specs import THIS_MACHINE
 from engine.calibration import check as estimate_check
@@ -204,7 +205,8 @@ with right:
     sp = est.speed
     # a load that does not fit: these times are the GPUs asked for as if it fitted; the plan's follow the tiles
     fitted = "" if m.fits else f" if it fitted on {n_gpus}"
-    # what each tile is: the roofs' physical bound, or a serving engine's fitted estimate with its 95% interval
+    # what each tile is: the roofs' physical bound, or a serving engine's fitted estimate with its interval (the
+    # interval's own central: TTFT is one request's at the load asked, not the batch's prefill)
     kind = (f", {est.inputs.engine} estimate" if sp else ", physical bound") + fitted
     for col, what, seconds, interval, phase, hint in (
         (k[0], "TPOT", t.decode_s_per_token, sp and sp.tpot_s, t.decode_step, timing.estimate_timing),
@@ -213,8 +215,8 @@ with right:
         note_metric(
             col,
             what + kind,
-            fmt.seconds(seconds),
-            f"95%: {fmt.seconds(interval.low)}–{fmt.seconds(interval.high)}"
+            fmt.seconds(interval.central if interval else seconds),
+            f"{INTERVAL_LEVEL}: {fmt.seconds(interval.low)}–{fmt.seconds(interval.high)}"
             if interval
             else f"{phase.bound}-bound",
             help=memory.formula_of(hint),
@@ -223,7 +225,7 @@ with right:
         k[2],
         "Throughput" + kind,
         f"{t.tokens_per_s:,.0f} tok/s",
-        f"95%: {sp.output_tokens_per_s.low:,.0f}–{sp.output_tokens_per_s.high:,.0f}"
+        f"{INTERVAL_LEVEL}: {sp.output_tokens_per_s.low:,.0f}–{sp.output_tokens_per_s.high:,.0f}"
         if sp
         else f"{t.tokens_per_s / batch:,.1f} per user",
         help="batch x output tokens / generation time",

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from engine.calc import quant
 from engine.calc.cost import CostEstimate, estimate_cost
-from engine.calc.efficiency import Setup, SpeedEstimate, estimate_speed
+from engine.calc.efficiency import ENGINES, Setup, SpeedEstimate, estimate_speed
 from engine.calc.efficiency import timing as timing_of
 from engine.calc.launch import GPUS_PER_NODE, LaunchPlan, multi_node_steps, sglang_command, vllm_command
 from engine.calc.memory import (
@@ -46,7 +46,7 @@ from engine.calc.timing import DATASHEET, Efficiency, TimingEstimate
 from engine.core.errors import InvalidParameterError
 from engine.core.spec import Spec, option
 
-ENGINE_CHOICES = ("hf", "hf-compiled", "vllm", "sglang", "tensorrt-llm", "llama.cpp")
+ENGINE_CHOICES = tuple(ENGINES)  # every engine the efficiency fit names (engine.calc.efficiency)
 
 
 @dataclass(frozen=True)
