@@ -36,6 +36,7 @@ COMMANDS = (
     "quant",
     "speculate",
     "trackrecord",
+    "simulate",
 )
 
 

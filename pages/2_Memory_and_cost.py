@@ -39,6 +39,7 @@ from ui.calc_widgets import (
 )
 from ui.common import page_setup
 from ui.plots_calc import batch_curve, comparison_chart, memory_bar, serving_bar
+from ui.simulate_widgets import solvers_section
 from ui.trackrecord_view import launch_commands, speed_caption, track_record_section
 from ui.widgets import note_metric
 
@@ -495,6 +496,8 @@ st.metric(f"{gpu.name} GPUs for this load", plan.gpus)
 st.caption(plan.sentence(spec.n_head) + " " + memory.formula_of(memory.plan_gpus))
 if not math.isfinite(est.cost.usd_per_million_tokens):
     st.caption("Enter a price per GPU-hour for the cost figures.")
+
+solvers_section(NS, spec, gpu, est.inputs)  # max context, max users, cheapest GPU (ui.simulate_widgets)
 
 # ---------------------------------------------------------------- track record
 st.divider()

@@ -29,6 +29,7 @@ from ui.serving_widgets import (
     throughput_figure,
     to_csv,
 )
+from ui.simulate_widgets import simulated_section
 from ui.widgets import spec_number
 
 NS = "serving"
@@ -205,6 +206,8 @@ if st.button("Run sweep", key=f"{NS}.go", type="primary", disabled=not (url and 
     except (LoadSpecError, ValueError, EngineError) as exc:
         show_error(exc)
     bar.empty()
+
+simulated_section(st.session_state[f"{NS}.sweep"])  # a GPU this machine lacks (ui.simulate_widgets)
 
 # ---------------------------------------------------------------- 3. results
 sweep = st.session_state[f"{NS}.sweep"]

@@ -14,6 +14,7 @@ from engine.calc.report import Estimate, Inputs, estimate, split_prompt_output
 from engine.calc.specs import THIS_MACHINE, custom_gpu_from_figures
 from engine.calc.timing import DATASHEET
 from engine.calibration import efficiency_at, require_calibration, resolve_gpu, resolve_model_spec
+from engine.commands import simulate
 from engine.core.errors import InvalidParameterError
 from engine.core.interval import Interval
 
@@ -50,6 +51,7 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--calibrated", action="store_true", help=f"apply this machine's calibration ({THIS_MACHINE} only)"
     )
+    simulate.add_solve_arguments(parser)  # --solve max-context|max-users|cheapest (engine.simulate.solve)
 
 
 def gpu_from_args(args):
@@ -75,6 +77,8 @@ def gpu_from_args(args):
 
 
 def run(args) -> dict:
+    if args.solve:
+        return simulate.solve(args)  # the inverse questions (engine.simulate.solve)
     if args.config:
         from engine.arch.meta import (
             exact_spec,  # the real class on the meta device; the formula where it cannot
@@ -227,6 +231,8 @@ def _rate(r: dict | float, unit: str) -> str:
 
 
 def format_text(r: dict) -> str:
+    if "solve" in r:
+        return simulate.solve_text(r)
     i: Inputs = r["inputs"]
     verdict = "FITS" if r["fits"] else "DOES NOT FIT"
     lines = [
