@@ -179,7 +179,7 @@ class Bands:
                 inside.append(b.low <= math.exp(r.log_ratio) <= b.high)
                 widths.append(b.width)
         n = len(inside)
-        return Calibration(sum(inside) / n if n else math.nan, stats.median(widths) if n else math.nan, n)
+        return Calibration(sum(inside) / n if n else math.nan, median(widths) if n else math.nan, n)
 
 
 def _leave_out(r: Residual, leave: str) -> Callable[[Residual], bool]:
