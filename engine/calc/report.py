@@ -116,6 +116,14 @@ class Inputs(Spec):
         None, "the server's --max-model-len (default: prompt + output)", kind=int, lo=1
     )
     max_num_seqs: int | None = option(None, "the server's --max-num-seqs (default: vLLM's)", kind=int, lo=1)
+    cpu_kvcache_space: int | None = option(
+        None,
+        "vLLM on this machine's CPU: its KV pool in GiB, VLLM_CPU_KVCACHE_SPACE (default: that variable, else "
+        "vLLM's own default)",
+        kind=int,
+        lo=0,
+        label="VLLM_CPU_KVCACHE_SPACE",
+    )
 
     def resolved(self) -> Inputs:
         """Validate and fill seq_len; prompt + output must fit in seq_len."""
@@ -255,6 +263,7 @@ def estimate(spec: ModelSpec, gpu: GPUSpec, inputs: Inputs, eff: Efficiency = DA
             gpu_memory_utilization=i.gpu_memory_utilization,
             max_model_len=i.max_model_len or i.seq_len,
             max_num_seqs=i.max_num_seqs,
+            cpu_kv_space_bytes=None if i.cpu_kvcache_space is None else i.cpu_kvcache_space * 2**30,
         )
     place = Placement(
         spec,
