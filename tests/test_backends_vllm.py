@@ -176,6 +176,17 @@ def test_kv_record_puts_the_prediction_beside_the_logged_figures():
     assert V.predicted_kv(folder, "fp32", 2 * GIB, 2048, device="cuda") is None
 
 
+def test_the_lane_says_how_to_make_the_environment(monkeypatch):
+    """Without .venv-vllm the lane is skipped with the one sentence, not started."""
+    from engine.race import contenders
+    from engine.race.process import run_worker
+
+    monkeypatch.setattr(contenders, "vllm_python", lambda: (None, V.missing_sentence()))
+    lane = contenders.resolve(["vllm"])[1]
+    r = run_worker(lane, {}, 5)
+    assert r.status == "skipped" and "bash scripts/make_vllm_env.sh" in r.reason
+
+
 # ---------------------------------------------------------------- the calculator's CPU branch
 
 
@@ -230,3 +241,20 @@ def test_only_this_machines_cpu_takes_the_cpu_branch():
     m = serving_memory_of(setup, "vllm", cpu_kv_space_bytes=2 * GIB, max_model_len=2048)
     assert (m.device, m.kv_cache_tokens) == ("cpu", 46592)
     assert serving_memory_of(setup, "sglang").device == "gpu"
+
+
+def test_ranks_past_one_get_a_core_list_each_and_the_parallel_flags():
+    assert V.cpu_binding(1, [0, 1], ranks=2) == "0|1"
+    assert V.cpu_binding(2, [0, 1, 2, 3], ranks=2) == "0,1|2,3"
+    with pytest.raises(InvalidParameterError, match="need a core each"):
+        V.cpu_binding(1, [0, 1], ranks=4)
+    la = _launch(tensor_parallel_size=2, distributed_executor_backend="mp")
+    assert (
+        _flag(la.argv, "--tensor-parallel-size") == "2"
+        and _flag(la.argv, "--distributed-executor-backend") == "mp"
+    )
+    assert la.env["VLLM_CPU_OMP_THREADS_BIND"] == "0|1" and "--pipeline-parallel-size" not in la.argv
+    with pytest.raises(InvalidParameterError, match="--pipeline-parallel-size is vLLM's option"):
+        BackendServeSpec(pipeline_parallel_size=2).validate()
+    with pytest.raises(InvalidParameterError, match="choose from mp, ray"):
+        BackendServeSpec(backend="vllm", distributed_executor_backend="nccl").validate()

@@ -142,12 +142,20 @@ def model_folder(model: str, served_name: str | None = None) -> tuple[Path, str]
     return src.folder, served_name or (model if model in PRESETS else src.folder.name)
 
 
-def cpu_binding(threads: int, allowed: list[int] | None = None) -> str:
-    """VLLM_CPU_OMP_THREADS_BIND for `threads` OpenMP threads: the first usable cores ("0" or "0,1")."""
+def cpu_binding(threads: int, allowed: list[int] | None = None, ranks: int = 1) -> str:
+    """VLLM_CPU_OMP_THREADS_BIND for `threads` OpenMP threads per rank: the first usable cores ("0" or "0,1"), one
+    list per rank separated by "|" ("0|1": two ranks of one core each), as vLLM's CPU worker reads it."""
     cores = sorted(allowed if allowed is not None else os.sched_getaffinity(0))
-    if threads < 1:
-        raise InvalidParameterError(f"threads must be a positive whole number, got {threads}")
-    return ",".join(str(c) for c in cores[: max(1, min(threads, len(cores)))])
+    if threads < 1 or ranks < 1:
+        raise InvalidParameterError(
+            f"threads and ranks must be positive whole numbers, got {threads}, {ranks}"
+        )
+    if ranks > len(cores):
+        raise InvalidParameterError(
+            f"{ranks} vLLM ranks need a core each; this machine lets the lab use {len(cores)}"
+        )
+    per = max(1, min(threads, len(cores) // ranks))
+    return "|".join(",".join(str(c) for c in cores[r * per : (r + 1) * per]) for r in range(ranks))
 
 
 def default_cpu_kv_gib(available_bytes: int) -> int:
@@ -214,6 +222,15 @@ def launch(
     ]
     if getattr(spec, "max_model_len", None):
         argv += ["--max-model-len", str(spec.max_model_len)]
+    ranks = getattr(spec, "world_size", 1)
+    for flag, value in (
+        ("--tensor-parallel-size", getattr(spec, "tensor_parallel_size", 1)),
+        ("--pipeline-parallel-size", getattr(spec, "pipeline_parallel_size", 1)),
+    ):
+        if value != 1:
+            argv += [flag, str(value)]
+    if getattr(spec, "distributed_executor_backend", None):
+        argv += ["--distributed-executor-backend", spec.distributed_executor_backend]
     env = {
         "HF_HUB_OFFLINE": "1",  # the folder is local; nothing is fetched
         "VLLM_NO_USAGE_STATS": "1",
@@ -241,7 +258,7 @@ def launch(
     if build.device == "cpu":
         argv.append("--enforce-eager")
         threads = server_threads(spec)
-        env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_binding(threads, allowed_cpus)
+        env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_binding(threads, allowed_cpus, ranks)
     if environ.get(API_KEY_ENV):
         env["VLLM_API_KEY"] = environ[API_KEY_ENV]
     return Launch(tuple(argv), env, tuple(unset), dtype, kv, threads)
@@ -420,6 +437,15 @@ def log_reason(text: str) -> str:
     return one_line_reason(tail[0]) if tail else "vLLM wrote nothing to its log"
 
 
+def command_reason(text: str) -> str:
+    """Why `python -m engine serve --backend vllm` stopped, from its own output: the one line it printed
+    ("error: vLLM exited (code 1) before it was ready: ValueError: ...") without the prefix, else vLLM's own error."""
+    for line in reversed((text or "").splitlines()):
+        if line.startswith("error: "):
+            return paths.scrub(line.removeprefix("error: ").strip())
+    return log_reason(text)
+
+
 # ---------------------------------------------------------------- the server process
 
 
@@ -544,7 +570,8 @@ class VllmServer:
         if figures is None:
             return None
         predicted = None
-        if self.launch.kv_space_bytes is not None:
+        # the calculator's CPU branch sizes one rank's pool; past one rank the heads or layers split it
+        if self.launch.kv_space_bytes is not None and getattr(self.spec, "world_size", 1) == 1:
             predicted = predicted_kv(
                 self.folder,
                 self.launch.dtype,
@@ -638,3 +665,26 @@ def serve_until_signal(spec, out=sys.stderr) -> dict[str, Any]:
         "kv": row,
         "log": str(server.log_path),
     }
+
+
+RESULTS = ROOT / "bench" / "results"
+
+
+def recorded_parallel() -> dict | None:
+    """The newest bench/results/vllm-parallel-*.json (bench/vllm_parallel.py): each way past one rank tried on this
+    kind of machine, its outcome and vLLM's own error; None when none was recorded."""
+    files = sorted(RESULTS.glob("vllm-parallel-*.json"), key=lambda p: p.stat().st_mtime)
+    for path in reversed(files):
+        with contextlib.suppress(OSError, ValueError):
+            return json.loads(path.read_text(encoding="utf-8"))
+    return None
+
+
+def latest_kv_row(model: str | None = None) -> dict | None:
+    """The newest KV row a `serve` start logged (for `model` where given)."""
+    rows = [
+        r
+        for r in kv_records()
+        if r.get("started_by") == "serve" and (model is None or r.get("model") == model)
+    ]
+    return rows[-1] if rows else None

@@ -377,7 +377,8 @@ def vllm_cpu_memory(
         notes.append(
             f"{VLLM_CPU_KV_ENV} unset: vLLM gives the cache ceil(RAM x {util}) less its worker's resident memory "
             "when it sizes the pool; that memory (the weights plus the runtime's own) is estimated here, so the "
-            f"pool is too; set {VLLM_CPU_KV_ENV} (GiB) for the figure vLLM will print"
+            f"pool is too, and vLLM refuses to start unless that share of the RAM is free; set {VLLM_CPU_KV_ENV} "
+            "(GiB) for the figure vLLM will print"
         )
     if spec.window_evicts and spec.window_layers:
         notes.append("sliding-window layers are sized as full attention here")
