@@ -163,6 +163,24 @@ RuntimeError: Engine core initialization failed. See root cause above. Failed co
         "Total number of attention heads (9) must be divisible by tensor parallel size (2)."
     )
     assert "/work/x" not in V.log_reason("OSError: cannot open /work/x/secret/file.bin")
+    pp = """(Worker_PP1 pid=2747) ERROR 12-02 07:13:25 [multiproc_executor.py:1063]     assert self.intermediate_tensors is not None
+(Worker_PP1 pid=2747) ERROR 12-02 07:13:25 [multiproc_executor.py:1063]            ^^^^^^^^^^^^^^^^^^^^^^^^^
+(Worker_PP1 pid=2747) ERROR 12-02 07:13:25 [multiproc_executor.py:1063] AssertionError
+(EngineCore pid=2736) ERROR 12-02 07:13:25 [core.py:1512] KeyError: 'cmpl-850ba3811b90adb6-0-a012a785'
+(APIServer pid=2724) ERROR 12-02 07:13:25 [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.
+"""
+    assert V.log_reason(pp) == "AssertionError in Worker_PP1: assert self.intermediate_tensors is not None"
+    arch = (
+        "ValueError: Model architectures ['GPTNeoForCausalLM'] are not supported for now. Supported: "
+        + "x" * 300
+    )
+    assert (
+        V.log_reason(arch)
+        == "ValueError: Model architectures ['GPTNeoForCausalLM'] are not supported for now."
+    )
+    assert V.command_reason("noise\nerror: vLLM exited (code 1) before it was ready: ValueError: no\n") == (
+        "vLLM exited (code 1) before it was ready: ValueError: no"
+    )
 
 
 def test_kv_record_puts_the_prediction_beside_the_logged_figures():

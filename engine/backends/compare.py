@@ -42,14 +42,14 @@ class SideBySide:
     ]  # (name, level, round, 1-minute load average after the run)
     started_at: str
 
-    def median(self, name: str, level: float, key: str) -> float | None:
+    def median_of(self, name: str, level: float, key: str) -> float | None:
         read = next(f for k, _, f in METRICS if k == key)
         vals = [read(m) for m in self.runs[name][level] if m.completed]
         vals = [v for v in vals if v == v]  # a run without a TPOT (one-token answers) gives NaN
         return stats.median(vals) if vals else None
 
     def ratio(self, top: str, bottom: str, level: float, key: str) -> float | None:
-        a, b = self.median(top, level, key), self.median(bottom, level, key)
+        a, b = self.median_of(top, level, key), self.median_of(bottom, level, key)
         return a / b if a is not None and b else None
 
     def sweep(self, name: str) -> SweepResult:
@@ -65,7 +65,7 @@ class SideBySide:
             row: dict = {"users": level}
             for name in self.names:
                 for key, words, _ in METRICS:
-                    row[f"{name} {words}"] = self.median(name, level, key)
+                    row[f"{name} {words}"] = self.median_of(name, level, key)
             if len(self.names) == 2:
                 a, b = self.names
                 for key, words, _ in METRICS:

@@ -407,11 +407,49 @@ def kv_records(limit: int = 200) -> list[dict[str, Any]]:
 
 # ---------------------------------------------------------------- a readable reason from vLLM's log
 
-_EXC_LINE = re.compile(
-    r"^(?:\(\w+ pid=\d+\)\s*)?(?:[\w.]+\.)?(?P<kind>[A-Z]\w*(?:Error|Exception)): (?P<msg>.+)$"
+# vLLM prefixes each line with its process and, for its own logger, level, time and source: "(EngineCore pid=7) ERROR
+# 12-02 07:13:25 [core.py:1512] KeyError: 'x'"; a traceback's last line names the exception, with or without a message
+_PREFIX = re.compile(
+    r"^\((?P<proc>[\w-]+) pid=\d+\)\s*(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [\d-]+ [\d:]+ \[[^\]]*\]\s?)?"
 )
+_EXC_LINE = re.compile(r"^(?:[a-z_][\w]*\.)*(?P<kind>[A-Z]\w*(?:Error|Exception))(?:: (?P<msg>.+))?$")
 _WRAPPERS = ("Engine core initialization failed", "EngineCore encountered", "EngineDeadError")
 _VALIDATION = re.compile(r"^\s*(?:Value error|Assertion failed), (?P<msg>.+?)(?: \[type=.*)?$")
+LONG_MESSAGE = 160  # past this, a message keeps its first sentence (vLLM lists every supported architecture)
+
+
+def _short(msg: str) -> str:
+    if len(msg) > LONG_MESSAGE and ". " in msg:
+        return msg.split(". ", 1)[0] + "."
+    return msg
+
+
+def _exceptions(lines: list[str]) -> list[str]:
+    """Every exception a traceback in the log ends with, in order, in words ("AssertionError in Worker_PP1: assert
+    x is not None" where it has no message: the statement that raised it)."""
+    found: list[str] = []
+    for i, raw in enumerate(lines):
+        m = _PREFIX.match(raw)
+        proc = m["proc"] if m else ""
+        line = raw[m.end() :].strip() if m else raw.strip()
+        v = _VALIDATION.match(line)
+        if v and "validation error" in " ".join(lines[max(0, i - 2) : i]):
+            found.append(_short(v["msg"]))
+            continue
+        e = _EXC_LINE.match(line)
+        if not e or any(w in line for w in _WRAPPERS) or e["kind"] == "ValidationError":
+            continue
+        where = f" in {proc}" if proc and proc not in ("APIServer", "MainProcess") else ""
+        if e["msg"]:
+            found.append(f"{e['kind']}{where}: {_short(e['msg'])}")
+            continue
+        code = [
+            ln
+            for ln in (_PREFIX.sub("", x).strip() for x in lines[max(0, i - 4) : i])
+            if ln and set(ln) - set("^~ ")
+        ]
+        found.append(f"{e['kind']}{where}" + (f": {code[-1]}" if code else ""))
+    return list(dict.fromkeys(found))  # the same error printed by vLLM's logger and again bare, once
 
 
 def log_reason(text: str) -> str:
@@ -421,16 +459,7 @@ def log_reason(text: str) -> str:
     from engine.race.verdict import one_line_reason
 
     lines = (text or "").splitlines()
-    found: list[str] = []
-    for i, raw in enumerate(lines):
-        line = raw.strip()
-        v = _VALIDATION.match(line)
-        if v and i and "validation error" in lines[i - 1] + (lines[i - 2] if i > 1 else ""):
-            found.append(v["msg"])
-            continue
-        m = _EXC_LINE.match(line)
-        if m and not any(w in line for w in _WRAPPERS) and m["kind"] != "ValidationError":
-            found.append(f"{m['kind']}: {m['msg']}")
+    found = _exceptions(lines)
     if found:
         return one_line_reason(found[0])
     tail = [ln.strip() for ln in lines if ln.strip()][-1:]

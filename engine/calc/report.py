@@ -13,7 +13,14 @@ from engine.calc import quant
 from engine.calc.cost import CostEstimate, estimate_cost
 from engine.calc.efficiency import Setup, SpeedEstimate, estimate_speed
 from engine.calc.efficiency import timing as timing_of
-from engine.calc.launch import GPUS_PER_NODE, LaunchPlan, multi_node_steps, sglang_command, vllm_command
+from engine.calc.launch import (
+    GPUS_PER_NODE,
+    LaunchPlan,
+    multi_node_steps,
+    sglang_command,
+    vllm_command,
+    vllm_cpu_command,
+)
 from engine.calc.memory import (
     DEFAULT_OVERHEAD,
     WEIGHT_FORMATS,
@@ -326,7 +333,9 @@ def estimate(spec: ModelSpec, gpu: GPUSpec, inputs: Inputs, eff: Efficiency = DA
             kv_dtype=i.kv_dtype,
         )
         launch = Launch(
-            vllm_command(plan_launch),
+            vllm_command(plan_launch)
+            if serving.device != "cpu"
+            else vllm_cpu_command(plan_launch, i.cpu_kvcache_space),
             sglang_command(plan_launch, sglang_fraction(gpu.memory_bytes, i.n_gpus)),
             tuple(multi_node_steps(plan_launch)),
         )
