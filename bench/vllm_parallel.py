@@ -25,7 +25,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import write_result  # noqa: E402
-from engine.backends.vllm import READY_TIMEOUT_S, STOP_TIMEOUT_S, availability, command_reason  # noqa: E402
+from engine.backends.vllm import (  # noqa: E402
+    READY_TIMEOUT_S,
+    STOP_TIMEOUT_S,
+    availability,
+    command_reason,
+    recorded_parallel,
+)
 from engine.core import load, paths  # noqa: E402
 from engine.serving.process import ServerProcess  # noqa: E402
 
@@ -168,6 +174,15 @@ def attempt(a: Attempt, timeout: float) -> dict:
     return out
 
 
+def merged(old: dict | None, new: list[dict], build: str) -> list[dict]:
+    """The recorded attempts with the rerun ones replaced (same build and machine only), in the recorded order."""
+    if not old or old.get("build") != build or old.get("machine") != paths.machine_id():
+        return new
+    fresh = {r["name"]: r for r in new}
+    kept = [fresh.pop(a["name"], a) for a in old.get("attempts", [])]
+    return kept + list(fresh.values())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="", help="comma-separated attempt names")
@@ -184,6 +199,10 @@ def main() -> None:
         r = attempt(a, args.timeout)
         results.append(r)
         print(f"{a.name:<16} {r['outcome']:<38} {r.get('error') or r.get('text', '')}", flush=True)
+    if (
+        args.only
+    ):  # a partial rerun replaces its attempts in the recorded file of the same build, keeps the rest
+        results = merged(recorded_parallel(), results, build.label)
     write_result(
         "vllm-parallel",
         {

@@ -170,6 +170,10 @@ rounds = (
 if st.button("Run sweep", key=f"{NS}.go", type="primary", disabled=not ((url or urls) and model)):
     bar = st.progress(0.0, text="starting…")
     try:
+        if both and mode != "concurrency":
+            raise LoadSpecError(
+                "The side-by-side sweep compares fixed users: choose fixed users (concurrency)."
+            )
         levels = parse_levels(levels_text)
         spec = LoadSpec(
             base_url=url or next(iter(urls.values())),

@@ -26,7 +26,7 @@ PROMPT = "The capital of France is"
 @pytest.fixture(scope="session")
 def vllm_server(tmp_path_factory):
     """`python -m engine serve --backend vllm` as a child process (as the Serving page and bench/serving.py start
-    it); at the end: stopped, and every process it started is gone."""
+    it), with the process tree it started; stopped at the end whatever happened."""
     import psutil
 
     from engine.serving.process import ServerProcess
@@ -40,14 +40,10 @@ def vllm_server(tmp_path_factory):
     )
     try:
         srv.wait_ready(V.READY_TIMEOUT_S)
-        tree = psutil.Process(srv.proc.pid).children(recursive=True)
-        yield srv
+        yield srv, psutil.Process(srv.proc.pid).children(recursive=True)
     finally:
         srv.stop(V.STOP_TIMEOUT_S + 10)
         os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
-    _gone, alive = psutil.wait_procs(tree, timeout=15)
-    assert not alive, f"processes left after the stop: {[p.pid for p in alive]}"
-    assert srv.proc.returncode == 0, srv.log_tail()  # the command stopped vLLM and exited cleanly
 
 
 def _completion(srv, prompt: str, max_tokens: int) -> dict:
@@ -62,32 +58,29 @@ def _completion(srv, prompt: str, max_tokens: int) -> dict:
     return r.json()
 
 
-@needs_vllm
-def test_started_eager_under_the_presets_name(vllm_server):
+def _started_eager_under_the_presets_name(srv) -> None:
     import httpx2 as httpx
 
-    log = vllm_server.log_tail(20000)
+    log = srv.log_tail(20000)
     assert "--enforce-eager" in log and "--served-model-name smollm2-135m-instruct" in log
-    ids = [m["id"] for m in httpx.get(f"{vllm_server.base_url}/models", timeout=10).json()["data"]]
+    ids = [m["id"] for m in httpx.get(f"{srv.base_url}/models", timeout=10).json()["data"]]
     assert ids == [MODEL]
 
 
-@needs_vllm
-def test_greedy_text_equals_the_engines(vllm_server, smol_lm):
+def _greedy_text_equals_the_engines(srv, lm) -> None:
     from engine.runtime.generation import GenerationConfig, generate
 
-    ours = generate(smol_lm, PROMPT, GenerationConfig(max_new_tokens=24), record=False)
-    theirs = _completion(vllm_server, PROMPT, 24)["choices"][0]["text"]
-    assert theirs == ours.text
+    ours = generate(lm, PROMPT, GenerationConfig(max_new_tokens=24), record=False)
+    theirs = _completion(srv, PROMPT, 24)["choices"][0]["text"]
+    assert theirs == ours.text, "vLLM's greedy text differs from the engine's"
 
 
-@needs_vllm
-def test_one_loadgen_level_and_vllms_metrics(vllm_server):
+def _one_loadgen_level(srv) -> None:
     from engine.loadgen.sweep import run_once
     from engine.loadgen.workload import SLO, LoadSpec
 
     m = run_once(
-        LoadSpec(base_url=vllm_server.base_url, model=MODEL, concurrency=2, n_requests=4, output_tokens=8),
+        LoadSpec(base_url=srv.base_url, model=MODEL, concurrency=2, n_requests=4, output_tokens=8),
         SLO(ttft_s=None, tpot_s=None),
     )
     assert m.completed == 4 and not m.errors
@@ -95,8 +88,7 @@ def test_one_loadgen_level_and_vllms_metrics(vllm_server):
     assert m.server is not None  # its /metrics were scraped under vLLM's own names
 
 
-@needs_vllm
-def test_kv_figures_equal_the_calculators(vllm_server):
+def _kv_figures_equal_the_calculators() -> None:
     rows = [r for r in V.kv_records() if r["started_by"] == "serve"]
     assert rows, "the command recorded no KV row"
     row = rows[-1]
@@ -116,6 +108,29 @@ def test_kv_figures_equal_the_calculators(vllm_server):
     assert out["kv_cache_tokens"] == row["logged"]["kv_cache_tokens"]
     assert round(out["max_concurrency"], 2) == row["logged"]["max_concurrency"]
     assert out["serving_memory"]["block_size"] == row["logged"]["block_size"]
+
+
+def _stops_clean(srv, tree) -> None:
+    import psutil
+
+    assert tree, "vLLM's processes were not found under the command"
+    srv.stop(V.STOP_TIMEOUT_S + 10)
+    _gone, alive = psutil.wait_procs(tree, timeout=15)
+    assert not alive, f"processes left after the stop: {[p.pid for p in alive]}"
+    assert srv.proc.returncode == 0, srv.log_tail()  # the command stopped vLLM and exited cleanly
+
+
+@needs_vllm
+def test_vllm_server_as_the_lab_starts_it(vllm_server, smol_lm):
+    """One start for all: eager under the preset's name, the engine's greedy text, one load-generator level, its KV
+    figures equal to the calculator's, and a stop that leaves no process (one test, so the suite's two workers
+    never start vLLM twice)."""
+    srv, tree = vllm_server
+    _started_eager_under_the_presets_name(srv)
+    _greedy_text_equals_the_engines(srv, smol_lm)
+    _one_loadgen_level(srv)
+    _kv_figures_equal_the_calculators()
+    _stops_clean(srv, tree)
 
 
 @needs_vllm

@@ -310,6 +310,7 @@ TARGETS = (
 )
 BACKENDS_OF = {TARGETS[0]: ("engine",), TARGETS[1]: ("vllm",), TARGETS[2]: ("engine", "vllm")}
 NAMES = {"engine": "this engine", "vllm": "vLLM"}
+TITLES = {"engine": "This engine", "vllm": "vLLM"}  # at the start of a sentence
 COMPARE_KEYS = {"engine": "lab", "vllm": "vllm"}  # the side-by-side's names (engine.backends.compare)
 
 
@@ -373,7 +374,7 @@ def local_servers(target: str, ns: str) -> tuple[dict[str, str], str]:
                 with st.spinner(f"Starting {NAMES[b]}'s server for {model} and waiting until it serves…"):
                     slot.start(model, batch, dtype=dtype, threads=threads, kv_gb=kv_gb)
             except RuntimeError as exc:
-                st.error(f"{NAMES[b].capitalize()}'s server did not start: {exc}")
+                st.error(f"{TITLES[b]}'s server did not start: {exc}")
                 break
     if b2.button(
         f"Stop {'both' if len(slots) > 1 else 'server'}",
@@ -388,7 +389,7 @@ def local_servers(target: str, ns: str) -> tuple[dict[str, str], str]:
         if slot.running and slot.proc is not None:
             urls[b] = slot.proc.base_url
             st.success(
-                f"{NAMES[b].capitalize()}: `{slot.proc.base_url}` serving **{slot.proc.model}** "
+                f"{TITLES[b]}'s server: `{slot.proc.base_url}` serving **{slot.proc.model}** "
                 f"({slot.settings.get('dtype')}, {slot.settings.get('threads')} thread(s), "
                 f"{slot.settings.get('kv_gb'):g} GB KV; process {slot.proc.proc.pid}, 127.0.0.1 only).",
                 icon=":material/dns:",

@@ -507,6 +507,7 @@ class VllmServer:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
         self.log_path = log_path or paths.home() / "logs" / f"vllm-{self.served_name}-{self.port}-{stamp}.log"
         self.proc: subprocess.Popen | None = None
+        self.answered = False  # /health answered once
         self._log = None
 
     @property
@@ -556,6 +557,7 @@ class VllmServer:
         try:
             if self._get("/health")[0] != 200:
                 return False
+            self.answered = True  # a client may already be talking to it
             status, body = self._get("/v1/models")
         except (OSError, urllib.error.URLError, ValueError):
             return False
@@ -571,9 +573,8 @@ class VllmServer:
             if self.proc is None or self.proc.poll() is not None:
                 code = None if self.proc is None else self.proc.returncode
                 self.stop()
-                raise VllmStartError(
-                    f"vLLM exited (code {code}) before it was ready: {log_reason(self.log_text())}"
-                )
+                when = "after it began to answer" if self.answered else "before it was ready"
+                raise VllmStartError(f"vLLM exited (code {code}) {when}: {log_reason(self.log_text())}")
             if self.ready():
                 return True
             time.sleep(0.5)
