@@ -486,7 +486,7 @@ def versus_vllm(args) -> None:
     """The engine's server and vLLM's on one workload, interleaved (engine.backends.compare)."""
     from bench.common import write_result
     from engine.backends.compare import run_side_by_side
-    from engine.backends.vllm import READY_TIMEOUT_S, STOP_TIMEOUT_S, availability, kv_records
+    from engine.backends.vllm import STOP_TIMEOUT_S, availability, kv_records, wait_command_ready
 
     build, why = availability()
     if build is None:
@@ -520,7 +520,7 @@ def versus_vllm(args) -> None:
     )
     try:
         lab.wait_ready()
-        vllm.wait_ready(READY_TIMEOUT_S)
+        wait_command_ready(vllm)  # its KV row is written by then
         rows = kv_records()
         out["vllm_kv"] = rows[-1] if len(rows) > before else None
         specs = {

@@ -31,6 +31,7 @@ from engine.backends.vllm import (  # noqa: E402
     availability,
     command_reason,
     recorded_parallel,
+    wait_command_ready,
 )
 from engine.core import load, paths  # noqa: E402
 from engine.serving.process import ServerProcess  # noqa: E402
@@ -151,7 +152,7 @@ def attempt(a: Attempt, timeout: float) -> dict:
     }
     t0 = time.perf_counter()
     try:
-        srv.wait_ready(min(timeout, READY_TIMEOUT_S))
+        wait_command_ready(srv, min(timeout, READY_TIMEOUT_S))
     except RuntimeError:
         out.update(outcome="refused at start", error=command_reason(srv.log_tail(200_000)))
     else:

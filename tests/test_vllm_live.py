@@ -39,7 +39,7 @@ def vllm_server(tmp_path_factory):
         log_path=str(tmp_path_factory.mktemp("vllm") / "serve.log"),
     )
     try:
-        srv.wait_ready(V.READY_TIMEOUT_S)
+        V.wait_command_ready(srv)
         yield srv, psutil.Process(srv.proc.pid).children(recursive=True)
     finally:
         srv.stop(V.STOP_TIMEOUT_S + 10)

@@ -40,7 +40,7 @@ class ServerSlot:
         kv_gb: float | None = None,
     ) -> ServerProcess:
         """Start and wait until it serves; a failure raises RuntimeError with the command's own one-line reason."""
-        from engine.backends.vllm import READY_TIMEOUT_S, command_reason
+        from engine.backends.vllm import command_reason, wait_command_ready
 
         self.stop()
         extra = ["--dtype", dtype]
@@ -59,7 +59,9 @@ class ServerSlot:
             "kv_gb": kv_gb,
         }
         try:
-            return self.proc.wait_ready(READY_TIMEOUT_S if self.backend == "vllm" else 300.0)
+            if self.backend == "vllm":
+                return wait_command_ready(self.proc)
+            return self.proc.wait_ready(300.0)
         except RuntimeError:
             reason = command_reason(self.proc.log_tail(200_000))
             self.stop()

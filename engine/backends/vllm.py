@@ -65,6 +65,9 @@ VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 READY_TIMEOUT_S = 900.0  # an eager start took 38 s on a quiet 2-core machine; a busy one, minutes
 STOP_TIMEOUT_S = 30.0  # vLLM tears EngineCore and its worker down in 2-4 s after SIGTERM
 API_KEY_ENV = "INFERENCE_LAB_API_KEY"
+READY_LINE = (
+    "ready: "  # serve_until_signal prints it once /v1/models lists the model and the KV row is written
+)
 
 
 class VllmUnavailableError(DependencyMissingError):
@@ -573,8 +576,10 @@ class VllmServer:
             if self.proc is None or self.proc.poll() is not None:
                 code = None if self.proc is None else self.proc.returncode
                 self.stop()
-                when = "after it began to answer" if self.answered else "before it was ready"
-                raise VllmStartError(f"vLLM exited (code {code}) {when}: {log_reason(self.log_text())}")
+                text = self.log_text()
+                served = self.answered or "Starting vLLM server on" in text  # a client may have been first
+                when = "after it began to serve" if served else "before it was ready"
+                raise VllmStartError(f"vLLM exited (code {code}) {when}: {log_reason(text)}")
             if self.ready():
                 return True
             time.sleep(0.5)
@@ -674,7 +679,7 @@ def serve_until_signal(spec, out=sys.stderr) -> dict[str, Any]:
         if server.wait_ready(stop=stop):
             row = server.record_figures()
             kv = f"; {row['logged']['line']}" if row else ""
-            print(f"ready: {server.base_url} serving {server.served_name}{kv}", file=out, flush=True)
+            print(f"{READY_LINE}{server.base_url} serving {server.served_name}{kv}", file=out, flush=True)
             while not stop.is_set() and server.alive:
                 stop.wait(0.5)
             if not stop.is_set():
@@ -695,6 +700,23 @@ def serve_until_signal(spec, out=sys.stderr) -> dict[str, Any]:
         "kv": row,
         "log": str(server.log_path),
     }
+
+
+def wait_command_ready(srv, timeout: float = READY_TIMEOUT_S):
+    """`python -m engine serve --backend vllm` run as an engine.serving.process.ServerProcess: ready once the
+    command says so (its "ready:" line), which comes after vLLM's /health, /v1/models and its KV row in the track
+    record; /health alone answers before the model is listed and before the row is written. RuntimeError (the
+    command's own reason in the log) when it exits first or is not ready in time."""
+    deadline = time.monotonic() + timeout
+    srv.wait_ready(timeout)
+    while time.monotonic() < deadline:
+        if any(ln.startswith(READY_LINE) for ln in srv.log_tail(200_000).splitlines()):
+            return srv
+        if not srv.alive:
+            raise RuntimeError(f"the server exited with code {srv.proc.returncode}: {srv.log_tail()}")
+        time.sleep(0.25)
+    srv.stop(STOP_TIMEOUT_S + 10)
+    raise RuntimeError(f"the server was not ready within {timeout:.0f} s: {srv.log_tail()}")
 
 
 RESULTS = ROOT / "bench" / "results"
