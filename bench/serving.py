@@ -478,8 +478,41 @@ def print_versus(out: dict) -> None:
             f"vLLM logged: {kv['logged']['line']}; the calculator: {pred.get('kv_cache_tokens', 0):,} tokens, "
             f"{pred.get('max_concurrency', 0):.2f}x ({kv.get('tokens_off')} tokens off)"
         )
+    calc = out.get("calculator")
+    if calc:
+        print(f"the calculator for this machine (calibrated on {calc['calibrated_on']}), 95% intervals:")
+        for lv in calc["levels"]:
+            t, p = lv["output_tokens_per_s"], lv["tpot_s"]
+            print(
+                f"{lv['users']:>5g} {t['central']:>9.1f} tok/s ({t['low']:.1f} to {t['high']:.1f}), TPOT "
+                f"{p['central'] * 1e3:.0f} ms ({p['low'] * 1e3:.0f} to {p['high'] * 1e3:.0f})"
+            )
     print(f"load average: start {out['loadavg_start']}, end {out['loadavg_end']}")
     print("  after each run: " + ", ".join(f"{n}@{lv:g}:{la:.1f}" for n, lv, _, la in out["loads"]))
+
+
+def calculator_beside(sbs, args) -> dict | None:
+    """The calibrated calculator's throughput and TPOT for this machine at each level (engine.backends.compare
+    predicted), None without a calibration."""
+    from engine.backends.compare import predicted
+    from engine.calibration import load_calibration, resolve_model_spec
+
+    cal = load_calibration()
+    if cal is None:
+        return None
+    preds = predicted(sbs, cal, resolve_model_spec(args.model), args.dtype, first="lab")
+    return {
+        "calibrated_on": f"{cal.model}, {cal.created_at}",
+        "levels": [
+            {
+                "users": p.users,
+                "prompt_tokens": p.prompt_tokens,
+                "output_tokens_per_s": p.output_tokens_per_s.to_json(),
+                "tpot_s": p.tpot_s.to_json(),
+            }
+            for p in preds
+        ],
+    }
 
 
 def versus_vllm(args) -> None:
@@ -548,6 +581,7 @@ def versus_vllm(args) -> None:
         "throughput_lab_over_vllm_at_least": THROUGHPUT_TARGETS,
         "itl_p50_lab_over_vllm_at_most_at_4_and_8_users": ITL_TARGET,
     }
+    out["calculator"] = calculator_beside(sbs, args)
     out["loadavg_end"] = loadavg()
     write_result("serving-vllm", out)
     print_versus(out)

@@ -26,6 +26,7 @@ from ui.serving_widgets import (
     breakdown_figure,
     breakdown_rows,
     breakdown_sentence,
+    calculator_beside,
     failed_requests,
     knee_sentence,
     kv_rows,
@@ -33,6 +34,7 @@ from ui.serving_widgets import (
     level_unit,
     local_servers,
     per_user_figure,
+    sbs_dtype,
     side_by_side_figure,
     side_by_side_rows,
     side_by_side_sentence,
@@ -197,6 +199,7 @@ if st.button("Run sweep", key=f"{NS}.go", type="primary", disabled=not ((url or 
             st.session_state[f"{NS}.sbs"] = run_side_by_side(
                 specs, levels, rounds=rounds, slo=slo, progress=lambda f, msg: bar.progress(f, text=msg)
             )
+            st.session_state[f"{NS}.sbs_dtype"] = sbs_dtype()  # what both ran, for the calculator beside them
         else:
             st.session_state[f"{NS}.sweep"] = run_sweep(
                 spec, slo, levels, keep_going=keep_going, progress=lambda f, msg: bar.progress(f, text=msg)
@@ -217,6 +220,13 @@ if both and sbs is not None:
     st.markdown(side_by_side_sentence(sbs))
     st.dataframe(side_by_side_rows(sbs), hide_index=True, width="stretch")
     st.plotly_chart(side_by_side_figure(sbs), width="stretch")
+    st.subheader("The calculator's prediction for this machine beside them")
+    predicted_rows, predicted_words = calculator_beside(
+        sbs, st.session_state.get(f"{NS}.sbs_dtype") or sbs_dtype()
+    )
+    st.markdown(predicted_words)
+    if predicted_rows:
+        st.dataframe(predicted_rows, hide_index=True, width="stretch")
     st.subheader("vLLM's KV pool beside the calculator's prediction for this machine")
     kv = kv_rows(latest_kv_row(sbs.specs["vllm"].model))
     if kv:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine.backends import vllm as V
@@ -23,7 +24,7 @@ def _metrics(level: float, tok_s: float, itl: float):
 
     recs = []
     for i in range(4):
-        r = RequestRecord(i, 0.0, 4, ok=True)
+        r = RequestRecord(i, 0.0, 4, ok=True, prompt_tokens=12)
         r.ttft_s, r.chunk_times = 0.1, [0.1 + itl * k for k in range(4)]
         r.e2e_s, r.output_tokens, r.tokens_from_usage = 0.1 + 3 * itl, 4, True
         recs.append(r)
@@ -115,6 +116,7 @@ def test_a_side_by_side_result_is_shown_with_the_kv_pool_and_the_refusals(monkey
     }
     monkeypatch.setattr(V, "latest_kv_row", lambda model=None: row)
     monkeypatch.setattr(V, "recorded_parallel", lambda: recorded)
+    _fake_prediction(monkeypatch)
     at = AppTest.from_file(PAGE, default_timeout=120)
     at.session_state["serving.sbs"] = _sbs(10, 20)
     at.session_state["serving.target"] = "Both, side by side"
@@ -123,6 +125,7 @@ def test_a_side_by_side_result_is_shown_with_the_kv_pool_and_the_refusals(monkey
     text = " ".join(m.value for m in at.markdown)
     assert "vLLM made 2.00× the output tokens per second" in text
     assert "none of the 1 ways past one rank served a request" in text
+    assert "Predicted by the calculator calibrated on this machine" in text  # beside the two servers
     frames = [f.value for f in at.dataframe]
     assert any("ValueError: current platform cpu does not support ray." in str(f.to_dict()) for f in frames)
     assert any(46592 in list(f.get("KV tokens", [])) for f in frames)
@@ -131,3 +134,59 @@ def test_a_side_by_side_result_is_shown_with_the_kv_pool_and_the_refusals(monkey
 def test_parallel_sentence_counts_what_served():
     rec = {"date": "2026-12-02", "build": "b", "cores": 2, "attempts": [{"what": "tp2", "outcome": "served"}]}
     assert "1 of 1 served a request (tp2)" in parallel_sentence(rec)
+
+
+class _Cal:
+    model, created_at = "smollm2-135m-instruct", "2026-12-02T06:12:33+00:00"
+
+
+def _fake_prediction(monkeypatch, seen: list | None = None):
+    """The calibration's fit replaced by fixed intervals: TTFT 0.1-0.2-0.4 s, TPOT 50-100-200 ms."""
+    import engine.calibration as cal
+    from engine.core.interval import Interval
+
+    def fake(c, spec, *, dtype, prompt_tokens, output_tokens, batch=1):
+        if seen is not None:
+            seen.append((dtype, prompt_tokens, output_tokens, batch))
+        return cal.CalibratedPrediction(
+            spec.name,
+            dtype,
+            batch,
+            prompt_tokens,
+            output_tokens,
+            Interval(0.1, 0.2, 0.4),
+            Interval(0.05, 0.1, 0.2),
+            "x",
+        )
+
+    monkeypatch.setattr(cal, "predict_interval", fake)
+    monkeypatch.setattr(cal, "load_calibration", lambda: _Cal())
+
+
+def test_the_calculator_predicts_the_closed_loop_of_its_calibrated_times(monkeypatch):
+    from engine.backends.compare import predicted
+    from engine.calibration import resolve_model_spec
+
+    seen: list = []
+    _fake_prediction(monkeypatch, seen)
+    preds = predicted(_sbs(10, 20), _Cal(), resolve_model_spec("smollm2-135m-instruct"), "fp32", first="lab")
+    assert seen == [("fp32", 12, 4, 1), ("fp32", 12, 4, 4)]  # the server's prompt count, the sweep's output
+    one, four = (p.output_tokens_per_s for p in preds)
+    assert (one.low, one.central, one.high) == pytest.approx(
+        (4 / 1.0, 4 / 0.5, 4 / 0.25)
+    )  # O/(TTFT+(O-1)TPOT)
+    assert four.central == pytest.approx(4 * one.central)
+
+
+def test_the_side_by_side_shows_the_calculator_beside_both(monkeypatch):
+    from ui.serving_widgets import calculator_beside
+
+    _fake_prediction(monkeypatch)
+    rows, words = calculator_beside(_sbs(8, 20), "fp32")  # this engine 8 and 16 tok/s, vLLM 20 and 40
+    assert [r["calculator tok/s"] for r in rows] == [8.0, 32.0]
+    assert rows[0]["95% interval tok/s"] == "4.0 to 16.0" and rows[0]["calculator TPOT (ms)"] == 100.0
+    # 8 inside 4-16 and 16 inside 16-64; vLLM's 20 outside 4-16, 40 inside 16-64
+    assert "inside the 95% interval at 2 of 2 levels, vLLM's at 1 of 2" in words
+    monkeypatch.setattr("engine.calibration.load_calibration", lambda: None)
+    assert calculator_beside(_sbs(8, 20), "fp32") == ([], calculator_beside(_sbs(8, 20), "fp32")[1])
+    assert "python -m engine calibrate" in calculator_beside(_sbs(8, 20), "fp32")[1]

@@ -463,6 +463,58 @@ def side_by_side_figure(sbs) -> go.Figure:
     return fig
 
 
+def sbs_dtype() -> str:
+    """The precision both local servers run (the engine's rule for auto, on the device vLLM's build runs on)."""
+    from engine.backends.vllm import availability
+    from engine.runtime.models import resolve_dtype
+
+    build, _ = availability()
+    return resolve_dtype(
+        server_slot("engine").settings.get("dtype", "auto"), build.device if build else "cpu"
+    )
+
+
+def calculator_beside(sbs, dtype: str) -> tuple[list[dict], str]:
+    """The calibrated calculator's prediction for this machine at each level, beside both servers' medians, and a
+    sentence from those numbers; ([], why) where there is no calibration or the model is not one it knows."""
+    from engine.backends.compare import predicted
+    from engine.calibration import load_calibration, resolve_model_spec
+    from engine.core.errors import EngineError
+
+    cal = load_calibration()
+    if cal is None:
+        return [], (
+            "No calibration on this machine yet, so the calculator has no prediction to put beside them: run "
+            "`python -m engine calibrate` (a few minutes)."
+        )
+    try:
+        preds = predicted(sbs, cal, resolve_model_spec(sbs.specs["lab"].model), dtype, first="lab")
+    except EngineError as exc:
+        return [], f"The calculator has no prediction for this model: {exc}"
+    rows, inside = [], {"lab": 0, "vllm": 0}
+    for p in preds:
+        row: dict = {"users": p.users, "calculator tok/s": round(p.output_tokens_per_s.central, 1)}
+        row["95% interval tok/s"] = f"{p.output_tokens_per_s.low:.1f} to {p.output_tokens_per_s.high:.1f}"
+        for name, words in (("lab", "this engine"), ("vllm", "vLLM")):
+            got = sbs.median_of(name, p.users, "output_tokens_per_s")
+            row[f"{words} tok/s"] = None if got is None else round(got, 1)
+            inside[name] += bool(p.holds("output_tokens_per_s", got))
+        row["calculator TPOT (ms)"] = _ms(p.tpot_s.central)
+        row["95% interval TPOT (ms)"] = f"{p.tpot_s.low * 1e3:.0f} to {p.tpot_s.high * 1e3:.0f}"
+        for name, words in (("lab", "this engine"), ("vllm", "vLLM")):
+            row[f"{words} TPOT (ms)"] = _ms(sbs.median_of(name, p.users, "tpot_s_p50"))
+        rows.append(row)
+    n = len(preds)
+    sentence = (
+        f"Predicted by the calculator calibrated on this machine ({cal.model}, {cal.created_at[:10]}; the "
+        f"engine's own runs, {dtype}) for {preds[0].prompt_tokens}-token prompts and {preds[0].output_tokens} "
+        "output tokens; throughput = users × output tokens / (TTFT + (output tokens − 1) × TPOT). "
+        f"This engine's measured throughput is inside the 95% interval at {inside['lab']} of {n} levels, vLLM's at "
+        f"{inside['vllm']} of {n}: the fit describes this engine's scheduler, not vLLM's."
+    )
+    return rows, sentence
+
+
 def kv_rows(row: dict | None) -> list[dict]:
     """vLLM's KV pool as it logged it beside the calculator's prediction for this machine."""
     if not row:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from engine.core import stats
+from engine.core.interval import Interval
 from engine.core.load import loadavg_1m
 from engine.loadgen.metrics import RunMetrics
 from engine.loadgen.sweep import SweepResult, run_once
@@ -116,3 +117,56 @@ def run_side_by_side(
         tuple(loads),
         started,
     )
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """The calculator's figures for one level of a side-by-side, on this machine (engine.calibration's fit)."""
+
+    users: float
+    prompt_tokens: int
+    output_tokens: int
+    tpot_s: Interval  # seconds per decode step at this many users
+    ttft_s: Interval
+    output_tokens_per_s: Interval  # users x O / (TTFT + (O - 1) x TPOT): a closed loop of fixed users
+
+    def holds(self, key: str, measured: float | None) -> bool | None:
+        """Whether a measured figure lies inside this prediction's interval (None without one)."""
+        band = self.tpot_s if key == "tpot_s_p50" else self.output_tokens_per_s
+        return None if measured is None else band.covers(measured)
+
+
+def closed_loop_tokens_per_s(users: float, output_tokens: int, ttft_s: float, tpot_s: float) -> float:
+    """Output tokens per second of `users` who each send the next request when the last one ends: every request
+    makes O tokens in TTFT + (O - 1) x TPOT."""
+    return users * output_tokens / (ttft_s + (output_tokens - 1) * tpot_s)
+
+
+def predicted(sbs: SideBySide, cal, spec, dtype: str, first: str | None = None) -> tuple[Predicted, ...]:
+    """The calibrated calculator's TTFT, TPOT and throughput at each level of `sbs` (engine.calibration
+    predict_interval, 95% intervals), for the prompt length the `first` endpoint's server counted (its median)
+    and the sweep's output length. The throughput's interval pairs the slow ends of both times, then the fast."""
+    from engine.calibration import predict_interval
+
+    name = first or sbs.names[0]
+    out_tokens = sbs.specs[name].output_tokens
+    rows = []
+    for level in sbs.levels:
+        prompts = [
+            m.prompt_tokens_median
+            for m in sbs.runs[name][level]
+            if m.prompt_tokens_median == m.prompt_tokens_median
+        ]
+        prompt = max(1, round(stats.median(prompts))) if prompts else 1
+        users = max(1, round(level))
+        pi = predict_interval(
+            cal, spec, dtype=dtype, prompt_tokens=prompt, output_tokens=out_tokens, batch=users
+        )
+        tput = Interval(
+            closed_loop_tokens_per_s(level, out_tokens, pi.ttft.high, pi.tpot.high),
+            closed_loop_tokens_per_s(level, out_tokens, pi.ttft.central, pi.tpot.central),
+            closed_loop_tokens_per_s(level, out_tokens, pi.ttft.low, pi.tpot.low),
+            rows=pi.tpot.rows,
+        )
+        rows.append(Predicted(level, prompt, out_tokens, pi.tpot, pi.ttft, tput))
+    return tuple(rows)
