@@ -430,6 +430,33 @@ def interval_calibration() -> dict[str, dict[str, float]]:
     return out
 
 
+def vllm_kv_rows() -> tuple[dict, ...]:
+    """vLLM's KV pool as each start the lab made logged it (engine/backends/vllm.py), beside the calculator's CPU
+    branch of vLLM's memory model: this machine's rows of the KV-capacity record (0 tokens off is the target)."""
+    from engine.backends.vllm import kv_records
+
+    out = []
+    for r in kv_records():
+        logged, pred = r.get("logged") or {}, r.get("predicted") or {}
+        out.append(
+            {
+                "shape": f"vLLM KV pool: {r.get('model')} {r.get('dtype')}, {logged.get('max_model_len')} tokens per "
+                f"request, {(r.get('kv_space_bytes') or 0) / GIB:g} GiB ({r.get('started_by')})",
+                "build": r.get("build"),
+                "at": r.get("at"),
+                "kv_cache_tokens_logged": logged.get("kv_cache_tokens"),
+                "kv_cache_tokens_predicted": pred.get("kv_cache_tokens"),
+                "max_concurrency_logged": logged.get("max_concurrency"),
+                "max_concurrency_predicted": pred.get("max_concurrency"),
+                "block_size_logged": logged.get("block_size"),
+                "block_size_predicted": pred.get("block_size"),
+                "tokens_off": r.get("tokens_off"),
+                "quote": logged.get("line"),
+            }
+        )
+    return tuple(out)
+
+
 def track_record(*, include_machine: bool = True) -> TrackRecord:
     speed = _speed_rows()
     rows = [*_memory_rows(), *speed, *_tp_rows(speed)]
@@ -446,6 +473,6 @@ def track_record(*, include_machine: bool = True) -> TrackRecord:
             "non_torch_one_gpu_bytes": act.non_torch_one_gpu,
             "non_torch_parallel_bytes": act.non_torch_parallel,
         },
-        this_machine=this_machine() if include_machine else (),
+        this_machine=this_machine() + vllm_kv_rows() if include_machine else (),
         calibration=interval_calibration(),
     )

@@ -22,7 +22,7 @@ st.markdown(
     "`deepspeed.init_inference(model, dtype=torch.float16, replace_with_kernel_inject=True)` and compares its "
     "latency with the vanilla model, then asks whether the output is still as good. Here that experiment is one "
     "click, plus the contenders that answer *what actually makes decoding faster*: **engines** (whole inference "
-    "engines: OpenVINO GenAI, ONNX Runtime GenAI, CTranslate2, DeepSpeed) and **levers** (one change to vanilla "
+    "engines: OpenVINO GenAI, ONNX Runtime GenAI, CTranslate2, vLLM, DeepSpeed) and **levers** (one change to vanilla "
     "transformers). Each contender runs in its own process (clean memory, its own Python interpreter), on the "
     "same prompts, greedy, with the same warm-up and timed runs and the same tokenizer counting the tokens."
 )
@@ -71,8 +71,9 @@ with st.expander("The contenders"):
     path, why = contenders.ds_python()
     st.markdown(f"Pinned DeepSpeed environment: {'`' + path + '`' if path else why}")
     st.markdown(
-        "**Peer engines installed here** (`bash scripts/install_peers.sh` installs them; each converts a "
-        "model once, offline, into the model cache, and later races reuse it):"
+        "**Peer engines installed here** (`bash scripts/install_peers.sh` installs the three converting ones; "
+        "each converts a model once, offline, into the model cache, and later races reuse it; vLLM loads the "
+        "model folder itself, from its own environment made by `bash scripts/make_vllm_env.sh`):"
     )
     st.dataframe(peers.installed(), hide_index=True, width="stretch")
 

@@ -13,7 +13,14 @@ from engine.calc import quant
 from engine.calc.cost import CostEstimate, estimate_cost
 from engine.calc.efficiency import ENGINES, Setup, SpeedEstimate, estimate_speed
 from engine.calc.efficiency import timing as timing_of
-from engine.calc.launch import GPUS_PER_NODE, LaunchPlan, multi_node_steps, sglang_command, vllm_command
+from engine.calc.launch import (
+    GPUS_PER_NODE,
+    LaunchPlan,
+    multi_node_steps,
+    sglang_command,
+    vllm_command,
+    vllm_cpu_command,
+)
 from engine.calc.memory import (
     DEFAULT_OVERHEAD,
     WEIGHT_FORMATS,
@@ -116,6 +123,14 @@ class Inputs(Spec):
         None, "the server's --max-model-len (default: prompt + output)", kind=int, lo=1
     )
     max_num_seqs: int | None = option(None, "the server's --max-num-seqs (default: vLLM's)", kind=int, lo=1)
+    cpu_kvcache_space: int | None = option(
+        None,
+        "vLLM on this machine's CPU: its KV pool in GiB, VLLM_CPU_KVCACHE_SPACE (default: that variable, else "
+        "vLLM's own default)",
+        kind=int,
+        lo=0,
+        label="VLLM_CPU_KVCACHE_SPACE",
+    )
 
     def resolved(self) -> Inputs:
         """Validate and fill seq_len; prompt + output must fit in seq_len."""
@@ -255,6 +270,7 @@ def estimate(spec: ModelSpec, gpu: GPUSpec, inputs: Inputs, eff: Efficiency = DA
             gpu_memory_utilization=i.gpu_memory_utilization,
             max_model_len=i.max_model_len or i.seq_len,
             max_num_seqs=i.max_num_seqs,
+            cpu_kv_space_bytes=None if i.cpu_kvcache_space is None else i.cpu_kvcache_space * 2**30,
         )
     place = Placement(
         spec,
@@ -317,7 +333,9 @@ def estimate(spec: ModelSpec, gpu: GPUSpec, inputs: Inputs, eff: Efficiency = DA
             kv_dtype=i.kv_dtype,
         )
         launch = Launch(
-            vllm_command(plan_launch),
+            vllm_command(plan_launch)
+            if serving.device != "cpu"
+            else vllm_cpu_command(plan_launch, i.cpu_kvcache_space),
             sglang_command(plan_launch, sglang_fraction(gpu.memory_bytes, i.n_gpus)),
             tuple(multi_node_steps(plan_launch)),
         )

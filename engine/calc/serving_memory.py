@@ -25,6 +25,13 @@ attention, as vLLM 0.8 sizes them (0.11 keeps only the window for them; the esti
 SGLang (python/sglang/srt/model_executor/model_runner.py profile_max_num_token) keeps `mem_fraction_static`
 (0.88 on one GPU of 80 GB or less, lower with more GPUs) of the memory for weights and the KV pool:
 max_total_num_tokens = (total x fraction - weights per GPU) / KV bytes per token per GPU.
+
+vLLM on a CPU (vllm_cpu_memory; vLLM 0.32, vllm/platforms/cpu.py and vllm/v1/worker/cpu_worker.py) profiles
+nothing: the pool is `VLLM_CPU_KVCACHE_SPACE` GiB (whole GiB, read with int(); it sets kv_cache_memory_bytes), or
+`--kv-cache-memory-bytes`; unset, it is ceil(RAM x gpu_memory_utilization (0.92)) less the worker's resident memory
+at that moment. Blocks are 128 tokens unless asked otherwise (16 for latent attention), and
+(vllm/v1/core/kv_cache_utils.py) blocks = pool // (block x KV bytes per token), maximum concurrency = blocks /
+ceil(max_model_len / block), and the tokens it logs = int(concurrency x max_model_len).
 Standard library only.
 """
 
@@ -42,6 +49,7 @@ from engine.calc.memory import kv_bytes_per_token, weights_bytes
 from engine.calc.roofline import activation_bytes
 from engine.calc.specs import (
     DATA_DIR,
+    THIS_MACHINE,
     GPUSpec,
     ModelSpec,
     gpu_spec,
@@ -56,6 +64,14 @@ GIB = 2**30
 VLLM_UTILIZATION = 0.9  # vllm/engine/arg_utils.py (0.6 ... 0.11); 0.92 from 0.21 on
 VLLM_BLOCK_SIZE = 16
 SERVING_ENGINES = ("vllm", "sglang")
+# vLLM 0.32 on a CPU (vllm/platforms/cpu.py check_and_update_config): "elif not
+# cache_config.user_specified_block_size: cache_config.block_size = 128"; the CPU MLA kernel needs 16
+VLLM_CPU_BLOCK_SIZE = 128
+VLLM_CPU_MLA_BLOCK_SIZE = 16
+VLLM_CPU_KV_ENV = "VLLM_CPU_KVCACHE_SPACE"  # GiB, a whole number (vLLM reads int(os.environ[...]))
+# vllm/config/cache.py (0.32): gpu_memory_utilization default 0.92; on a CPU it is the share of RAM the worker may
+# take ("the `--gpu-memory-utilization` flag controls the fraction of CPU memory reserved", cpu_worker.py)
+VLLM_CPU_UTILIZATION = 0.92
 
 
 def sglang_fraction(total_bytes: float, tp: int) -> float:
@@ -257,6 +273,7 @@ class ServingMemory:
     max_num_seqs: int
     era: str
     notes: tuple[str, ...]
+    device: str = "gpu"  # "cpu": vLLM's CPU pool (vllm_cpu_memory), sized by VLLM_CPU_KVCACHE_SPACE
 
     @property
     def fits(self) -> bool:
@@ -366,9 +383,26 @@ def serving_memory(
     )
 
 
-def serving_memory_of(s: Setup, engine: str = "vllm", **server: Any) -> ServingMemory:
+def serving_memory_of(
+    s: Setup, engine: str = "vllm", *, cpu_kv_space_bytes: int | None = None, **server: Any
+) -> ServingMemory:
     """Memory as a serving engine allocates it for this setup's weights, cache precision and tensor parallel;
-    `server` are the engine's own options (engine.calc.serving_memory: utilisation, max model length, ...)."""
+    `server` are the engine's own options (engine.calc.serving_memory: utilisation, max model length, ...).
+    vLLM on this machine's CPU takes its CPU pool (vllm_cpu_memory; `cpu_kv_space_bytes`: VLLM_CPU_KVCACHE_SPACE)."""
+    if engine == "vllm" and is_cpu(s.gpu):
+        return vllm_cpu_memory(
+            s.spec,
+            dtype=s.dtype,
+            kv_dtype=s.kv_dtype,
+            kv_space_bytes=cpu_kv_space_bytes,
+            ram_bytes=s.gpu.memory_bytes,
+            max_model_len=server.get("max_model_len"),
+            weight_format=s.weight_format,
+            group_size=s.group_size,
+            scope=s.scope,
+            gpu_memory_utilization=server.get("gpu_memory_utilization"),
+            max_num_seqs=server.get("max_num_seqs"),
+        )
     return serving_memory(
         s.spec,
         s.gpu,
@@ -382,3 +416,102 @@ def serving_memory_of(s: Setup, engine: str = "vllm", **server: Any) -> ServingM
         pipeline_parallel=s.pipeline,
         **server,
     )
+
+
+def vllm_cpu_memory(
+    spec: ModelSpec,
+    *,
+    dtype: str,
+    kv_dtype: str | None = None,
+    kv_space_bytes: int | None,
+    ram_bytes: float,
+    max_model_len: int | None = None,
+    block_size: int | None = None,
+    weight_format: str | None = None,
+    group_size: int | None = None,
+    scope: str | None = None,
+    worker_other_bytes: float | None = None,
+    gpu_memory_utilization: float | None = None,
+    max_num_seqs: int | None = None,
+) -> ServingMemory:
+    """The KV pool, blocks, tokens and maximum concurrency vLLM logs at start-up on a CPU ("CPU KV cache size:
+    46,592 tokens, Maximum concurrency for 2,048 tokens per request: 22.75x").
+
+    `kv_space_bytes`: VLLM_CPU_KVCACHE_SPACE x 2^30 or --kv-cache-memory-bytes (exact). None: vLLM's own default,
+    ceil(RAM x utilisation) less the worker's resident memory, which no config gives: the weights plus
+    `worker_other_bytes` (the runtime's own memory), so that figure is an estimate and a note says so."""
+    L = positive_int("max model length", max_model_len or spec.context_length)
+    kv_dtype = kv_dtype or ("fp16" if weight_format or dtype in ("int8", "int4", "fp8") else dtype)
+    per_token = kv_bytes_per_token(spec, kv_dtype)
+    w = weights_bytes(spec, dtype, weight_format, group_size, scope)
+    block = positive_int(
+        "block size", block_size or (VLLM_CPU_MLA_BLOCK_SIZE if spec.is_mla else VLLM_CPU_BLOCK_SIZE)
+    )
+    util = positive_float(
+        "memory utilization",
+        gpu_memory_utilization if gpu_memory_utilization is not None else VLLM_CPU_UTILIZATION,
+    )
+    notes: list[str] = []
+    if kv_space_bytes is not None:
+        if isinstance(kv_space_bytes, bool) or not isinstance(kv_space_bytes, int) or kv_space_bytes < 0:
+            raise InvalidParameterError(
+                f"the CPU KV space must be a whole number of bytes, at least 0, got {kv_space_bytes!r}"
+            )
+        kv: float = kv_space_bytes
+        other = 0.0
+    else:
+        other = (
+            positive_float("the worker's other memory", worker_other_bytes, allow_zero=True)
+            if worker_other_bytes is not None
+            else 0.0
+        )
+        kv = math.ceil(ram_bytes * util) - w - other
+        notes.append(
+            f"{VLLM_CPU_KV_ENV} unset: vLLM gives the cache ceil(RAM x {util}) less its worker's resident memory "
+            "when it sizes the pool; that memory (the weights plus the runtime's own) is estimated here, so the "
+            f"pool is too, and vLLM refuses to start unless that share of the RAM is free; set {VLLM_CPU_KV_ENV} "
+            "(GiB) for the figure vLLM will print"
+        )
+    if spec.window_evicts and spec.window_layers:
+        notes.append("sliding-window layers are sized as full attention here")
+    blocks = max(0, int(kv // (block * per_token))) if per_token else 0
+    per_request = math.ceil(L / block)  # cdiv(max_model_len, block_size) blocks of one request
+    concurrency = blocks / per_request
+    return ServingMemory(
+        engine="vllm",
+        total_bytes=ram_bytes,
+        utilization=util,
+        budget_bytes=kv,
+        weights_bytes=w,
+        activation_bytes=0.0,  # a CPU worker profiles no forward pass for the pool
+        non_torch_bytes=other,
+        kv_bytes=kv,
+        kv_bytes_per_token=per_token,
+        block_size=block,
+        blocks=blocks,
+        kv_cache_tokens=int(concurrency * L),  # as get_kv_cache_capacity computes what it logs
+        max_model_len=L,
+        max_concurrency=concurrency,
+        max_num_batched_tokens=0,
+        max_num_seqs=max_num_seqs or 0,
+        era="v1",
+        notes=tuple(notes),
+        device="cpu",
+    )
+
+
+def is_cpu(gpu: GPUSpec) -> bool:
+    """This machine measured as a CPU: its calibration lists no fp16 peak (engine.calibration.machine)."""
+    return gpu.key == THIS_MACHINE and "fp16" not in gpu.peak_flops
+
+
+def cpu_kv_space_bytes(value: str | None) -> int | None:
+    """VLLM_CPU_KVCACHE_SPACE as vLLM reads it: unset or empty -> None (its default), else whole GiB."""
+    if value is None or value.strip() == "":
+        return None
+    text = value.strip()
+    if not text.isdigit():
+        raise InvalidParameterError(
+            f"{VLLM_CPU_KV_ENV} must be a whole number of GiB (vLLM reads it with int()), got {value!r}"
+        )
+    return int(text) * GIB

@@ -6,11 +6,14 @@ KV cache is sized as the server allocates it and the launch command comes with i
 
 from __future__ import annotations
 
+import os
+
 from engine.calc import format as fmt
 from engine.calc.efficiency import INTERVAL_METHOD
 from engine.calc.hf_config import read_config_file
 from engine.calc.prices import price_for
 from engine.calc.report import Estimate, Inputs, estimate, split_prompt_output
+from engine.calc.serving_memory import GIB, VLLM_CPU_KV_ENV, cpu_kv_space_bytes
 from engine.calc.specs import THIS_MACHINE, custom_gpu_from_figures
 from engine.calc.timing import DATASHEET
 from engine.calibration import efficiency_at, require_calibration, resolve_gpu, resolve_model_spec
@@ -107,7 +110,12 @@ def run(args) -> dict:
         listed = price_for(gpu.key)
         if listed is not None:
             price, price_note = listed.usd_per_gpu_hour, listed.label
-    inputs = Inputs.from_args(args, seq_len=seq, prompt_tokens=p, output_tokens=o, usd_per_gpu_hour=price)
+    space = args.cpu_kvcache_space
+    if space is None and (env := cpu_kv_space_bytes(os.environ.get(VLLM_CPU_KV_ENV))) is not None:
+        space = env // GIB  # vLLM on a CPU reads its pool from the environment, as it will at start-up
+    inputs = Inputs.from_args(
+        args, seq_len=seq, prompt_tokens=p, output_tokens=o, usd_per_gpu_hour=price, cpu_kvcache_space=space
+    )
     eff, interval = DATASHEET, None
     if cal is not None:  # the fit's own TTFT and TPOT at this shape, and their interval
         eff, interval = efficiency_at(
@@ -244,8 +252,10 @@ def format_text(r: dict) -> str:
     ]
     if "kv_cache_tokens" in r:
         sm = r["serving_memory"]
+        where = "on this CPU (VLLM_CPU_KVCACHE_SPACE)" if sm.device == "cpu" else "per GPU"
         lines.append(
-            f"  {i.engine} allocates {fmt.gb(sm.kv_bytes)} per GPU for the cache: {r['kv_cache_tokens']:,} tokens; "
+            f"  {i.engine} allocates {fmt.gb(sm.kv_bytes)} {where} for the cache: {r['kv_cache_tokens']:,} tokens "
+            f"({sm.blocks:,} blocks of {sm.block_size}); "
             f"maximum concurrency for {sm.max_model_len:,} tokens per request: {r['max_concurrency']:.2f}x: {verdict}"
         )
     else:
