@@ -41,7 +41,7 @@ from ui.plots_calc import batch_curve, comparison_chart, memory_bar, serving_bar
 from ui.trackrecord_view import launch_commands, speed_caption, track_record_section
 from ui.widgets import note_metric
 
-page_setup("Memory and cost", ":material/calculate:")
+page_setup("Memory and cost")
 NS = "calc"
 
 st.title("Memory and cost")

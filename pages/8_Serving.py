@@ -32,7 +32,7 @@ from ui.serving_widgets import (
 from ui.widgets import spec_number
 
 NS = "serving"
-page_setup("Serving", ":material/dns:", measures=True)
+page_setup("Serving", measures=True)
 init_state(NS, sweep=None, models=None)
 
 st.title("Serving")

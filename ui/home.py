@@ -175,7 +175,7 @@ def models_panel() -> None:
 
 
 def render() -> None:
-    page_setup("Home", ":material/home:")
+    page_setup("Home")
     st.title("Inference Lab")
     st.markdown(
         "See LLM inference: **what a model costs to run, why it is slow, and what makes it faster.** "

@@ -10,36 +10,26 @@ import pandas as pd
 import streamlit as st
 
 from engine.calc.format import gb
-from engine.core.errors import EngineError
 from engine.core.paths import scrub
 
 
-def progress_bar(label: str):
-    """(callback for the engine's progress(fraction, message), the bar) ."""
-    bar = st.progress(0.0, text=label)
-
-    def report(fraction: float, message: str) -> None:
-        bar.progress(min(max(fraction, 0.0), 1.0), text=f"{label}: {message}")
-
-    return report, bar
-
-
-def measure_into(state_key: str, model: str, dtype: str, label: str, run) -> None:
-    """Load the model, run `run(lm, progress)` with a progress bar, and keep its result under `state_key`; an
-    engine error is shown on the page (the three levers' buttons all do this)."""
-    from ui.common import show_error
+def measure_into(
+    state_key: str, experiment: str, model: str, dtype: str, label: str, run, *, size: float, settings: dict
+) -> None:
+    """Load the model, run `run(lm, progress)` with the clock (ui.pace: elapsed, what is left), keep its result
+    under `state_key` and store it for a reload and presenter mode; an engine error is shown on the page in one
+    sentence (the three levers' buttons all do this)."""
+    from ui import pace
     from ui.widgets import load_with_progress
 
     lm = load_with_progress(model, dtype)
     if lm is None:
         return
-    report, bar = progress_bar(label)
-    try:
-        st.session_state[state_key] = run(lm, report)
-    except EngineError as exc:
-        show_error(exc)
-    finally:
-        bar.empty()
+    result = pace.run_experiment(
+        experiment, label, lambda report: run(lm, report), size=size, settings=settings
+    )
+    if result is not None:
+        st.session_state[state_key] = result
 
 
 def _table(rows, columns) -> pd.DataFrame:

@@ -5,12 +5,15 @@ record, engine.race.verdict writes the sentences); nothing is recomputed here.""
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 
 import plotly.graph_objects as go
 import streamlit as st
 
 from engine.calc import format as fmt
-from engine.core.paths import public, scrub
+from engine.core import verdict as core_verdict
+from engine.core.paths import scrub
 from engine.race import compat, serialise, verdict
 from engine.race.record import ContenderResult, RaceResult
 
@@ -52,14 +55,42 @@ def latency_figure(result: RaceResult) -> go.Figure:
     return fig
 
 
+# One colour per verdict (engine.core.verdict.direction decides, the same rule the verdict's words use): a bar
+# never looks like a win the verdict does not call one.
+VERDICT_COLOURS = {
+    "faster": "#2ca02c",  # green: the 95% interval lies above 1x
+    "slower": "#d62728",  # red: below 1x
+    "same": GREY,  # the interval includes 1x: no measurable difference, whatever the point
+    "unknown": "#dddddd",  # no interval (too few runs): a point, neither faster nor slower
+}
+VERDICT_WORDS = {
+    "faster": "faster",
+    "slower": "slower",
+    "same": "no measurable difference",
+    "unknown": "no interval",
+}
+
+
+def bar_verdict(c: ContenderResult) -> str:
+    """The bar's verdict: the lane's own (faster, slower, same or unknown); a pass-through engine is 'same'
+    whatever was measured (it runs vanilla's modules: the verdict calls the difference noise)."""
+    if verdict.is_pass_through(c):
+        return "same"
+    return core_verdict.direction(
+        c.speedup_vs_vanilla, (c.speedup_low, c.speedup_high) if c.interval_shown else None
+    )
+
+
 def speedup_figure(result: RaceResult) -> go.Figure:
-    """Bars with their bootstrap 95% interval; a lane without an interval (too few runs) is grey, no bars."""
-    ran = [c for c in _ordered(result) if c.ran and _ok(c.speedup_vs_vanilla)]
+    """Bars with their bootstrap 95% interval, coloured and labelled by the lane's verdict; a lane without an
+    interval (too few runs) is a pale bar labelled so."""
+    ran = [c for c in _ordered(result) if c.ran and _ok(c.speedup_vs_vanilla) and c.name != verdict.BASELINE]
+    ways = [bar_verdict(c) for c in ran]
     fig = go.Figure(
         go.Bar(
             x=[c.label for c in ran],
             y=[c.speedup_vs_vanilla for c in ran],
-            marker_color=[BLUE if c.interval_shown else GREY for c in ran],
+            marker_color=[VERDICT_COLOURS[w] for w in ways],
             error_y={
                 "type": "data",
                 "symmetric": False,
@@ -70,20 +101,27 @@ def speedup_figure(result: RaceResult) -> go.Figure:
                     max(0.0, c.speedup_vs_vanilla - c.speedup_low) if c.interval_shown else 0 for c in ran
                 ],
             },
-            text=[f"{c.speedup_vs_vanilla:.2f}×" for c in ran],
+            text=[_bar_text(c, w) for c, w in zip(ran, ways, strict=True)],
             textposition="outside",
-            hovertemplate="%{y:.2f}× vs vanilla<extra></extra>",
+            customdata=ways,
+            hovertemplate="%{y:.2f}× vs vanilla: %{customdata}<extra></extra>",
         )
     )
     fig.add_hline(y=1.0, line_dash="dot", annotation_text="vanilla", annotation_position="top left")
     fig.update_layout(
-        title="Speedup vs vanilla (ratio of median latencies; bars: bootstrap 95% interval; "
-        "grey: too few runs for an interval)",
+        title="Speedup vs vanilla (ratio of median latencies, whiskers: bootstrap 95% interval)<br>"
+        "<sup>green: faster, red: slower, grey: no measurable difference (the interval includes 1×), "
+        "pale: too few runs for an interval</sup>",
         yaxis_title="× faster than vanilla",
-        height=360,
-        margin={"t": 50, "b": 40},
+        height=380,
+        margin={"t": 70, "b": 40},
     )
     return fig
+
+
+def _bar_text(c: ContenderResult, way: str) -> str:
+    span = f" ({c.speedup_low:.2f}–{c.speedup_high:.2f})" if c.interval_shown else ""
+    return f"{c.speedup_vs_vanilla:.2f}×{span}<br>{VERDICT_WORDS[way]}"
 
 
 def metric_figure(result: RaceResult, attr: str, title: str, scale: float, unit: str) -> go.Figure:
@@ -107,6 +145,14 @@ def _conversion(c: ContenderResult) -> str:
         if c.converted_now
         else f"cached (took {fmt.seconds(c.conversion_s)})"
     )
+
+
+def _interpreter(c: ContenderResult) -> str:
+    """Which Python ran the lane, in words (a server path or an environment's folder name is not for the page)."""
+    # a recorded race names the Python of the machine it ran on: the app's own environment is the folder ".venv"
+    if not c.python or ".venv" in Path(c.python).parts or Path(c.python) == Path(sys.executable):
+        return "this app's Python"
+    return "a side environment with its own pinned versions"
 
 
 def verdict_rows(result: RaceResult) -> list[dict]:
@@ -134,7 +180,7 @@ def _status_rows(result: RaceResult) -> list[dict]:
             "conversion": _conversion(c),
             "kernel injection": "yes" if c.kernel_inject else ("pass-through" if c.deepspeed_mode else "-"),
             "KV cache": "on" if c.use_cache else "off",
-            "interpreter": public(c.python) if c.python else "this app's Python",
+            "interpreter": _interpreter(c),
             "wall time": fmt.seconds(c.wall_s),
         }
         for c in _ordered(result)
@@ -283,15 +329,17 @@ def show_result(result: RaceResult, *, key: str) -> None:
         )
 
 
-def contender_picker(col, group: str, label: str) -> list[str]:
-    """The contenders of one group (engines or levers), the race's defaults preselected."""
+def contender_picker(col, group: str, label: str, preselected=None) -> list[str]:
+    """The contenders of one group (engines or levers); `preselected` (default: the race's own defaults) are
+    ticked."""
     from engine.race import contenders
 
     names = [n for n, c in contenders.CONTENDERS.items() if c.group == group]
+    chosen = contenders.DEFAULT_CONTENDERS if preselected is None else preselected
     return col.multiselect(
         label,
         names,
-        default=[n for n in contenders.DEFAULT_CONTENDERS if n in names],
+        default=[n for n in chosen if n in names],
         key=f"race.{group}",
         format_func=lambda n: contenders.CONTENDERS[n].label,
     )
