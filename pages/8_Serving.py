@@ -74,7 +74,7 @@ if target == "This engine's server":
             ):
                 slot.start(engine_model, batch)
         except RuntimeError as exc:
-            st.error(str(exc))
+            show_error(exc)
     if c4.button("Stop server", key=f"{NS}.stop", disabled=not slot.running):
         slot.stop()
         st.rerun()

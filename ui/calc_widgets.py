@@ -287,7 +287,9 @@ def model_input(key: str, *, default: str = "gpt-neo-2.7b") -> ModelSpec | None:
         st.caption(_count_caption(spec))
         return spec
     except EngineError as exc:
-        st.error(str(exc), icon=":material/error:")
+        from ui.common import show_error  # the one scrubbed error path
+
+        show_error(exc)
         return None
 
 

@@ -180,7 +180,7 @@ def compile_advice_sentence(advice: Any, default_tokens: int, payback_limit: int
     (engine.runtime.recorded.compile_advice): its speedup, its compile time and the tokens it takes to pay back."""
     if advice.speedup is None:
         return (
-            "No compiled-decode measurement is recorded for this device yet (`bench/decode.py --compile`), so "
+            "No compiled-decode measurement is recorded for this device yet (the decode benchmark with --compile), so "
             "compiled decode starts **off**. Its first run per model compiles the step (25-65 s on a 2-core CPU)."
         )
     where = f"{advice.model} on {advice.machine}, {advice.date[:10]}"

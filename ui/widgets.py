@@ -12,8 +12,8 @@ from ui.common import cached_hardware, cached_model, show_error
 CUSTOM = "other (hub id or local folder)…"
 REMOTE_CODE_HELP = (
     "Safetensors weights only, from the hub or a folder under the server's allowed model roots. "
-    "Remote code is off: a model's own Python code never runs unless the server operator enables "
-    "INFERENCE_LAB_TRUST_REMOTE_CODE=1; nothing in the browser can turn it on."
+    "Remote code is off: a model's own Python code never runs unless the server's operator allows it in the "
+    "server's environment (the README says how); nothing in the browser can turn it on."
 )
 
 
