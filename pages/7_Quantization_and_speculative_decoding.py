@@ -18,7 +18,7 @@ NS = "levers"
 # fp32, prompt lookup against plain greedy, a short KV-cache generation. Every scheme and method is one click away.
 PAGE_SCHEMES = ("fp32", "int8")
 PAGE_Q_TOKENS, PAGE_Q_DOCS = 16, 2
-PAGE_METHODS = ("prompt_lookup",)
+PAGE_METHODS, PAGE_WORKLOADS, PAGE_S_TOKENS = ("prompt_lookup",), ("input_grounded",), 24
 PAGE_KV_TOKENS = 64
 NOT_RUN = "Nothing ran: a field above is out of range (it says what is allowed)."
 page_setup("Quantization and speculative decoding", measures=True)
@@ -175,10 +175,12 @@ with tab_s:
         c = st.columns(5)
         SS = speculative.SpeculateSpec
         methods = spec_input(c[0], SS, "methods", key=f"{NS}.methods", label="Methods", value=PAGE_METHODS)
-        workloads = spec_input(c[1], SS, "workloads", key=f"{NS}.wl", label="Workloads")
+        workloads = spec_input(c[1], SS, "workloads", key=f"{NS}.wl", label="Workloads", value=PAGE_WORKLOADS)
         draft = spec_input(c[2], SS, "draft", key=f"{NS}.draft", label="Draft model")
         gamma = spec_input(c[3], SS, "draft_length", key=f"{NS}.gamma", label="Draft length γ")
-        s_tokens = spec_input(c[4], SS, "max_new_tokens", key=f"{NS}.stok", label="New tokens")
+        s_tokens = spec_input(
+            c[4], SS, "max_new_tokens", key=f"{NS}.stok", label="New tokens", value=PAGE_S_TOKENS
+        )
         s_runs = spec_input(st, SS, "runs", key=f"{NS}.sruns", label="Timed runs")
         go_s = st.form_submit_button("Measure speculative decoding", type="primary")
     for w in speculative.WORKLOADS:

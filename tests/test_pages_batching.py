@@ -117,3 +117,23 @@ def test_a_headline_above_the_workloads_bound_is_marked_invalid_with_why():
     at = _inject_compare(at, 120.0, 1.5)  # 1.20x: within the bound, a plain headline
     headline = next(m for m in at.metric if m.label == "In-flight / static throughput")
     assert headline.value == "1.20×" and not any("not valid" in w.value for w in at.warning)
+
+
+@pytest.mark.parametrize(("tps", "said", "marked"), [
+    ((100, 300, 700), "batch 16 **700 tokens/s** (7.0×)", "best: batch 16, 7.0× batch 1"),
+    ((100, 98, 97), "did **not** raise throughput", "no batch beat batch 1 by more than 5%"),
+])  # fmt: skip
+def test_the_sweep_chart_marks_what_its_sentence_says(tps, said, marked):
+    """The sweep's sentence and its chart read the same numbers the same way: flip them, both flip."""
+    from engine.batching.sweep import Sweep, SweepPoint
+    from ui.batching_widgets import sweep_figure
+    from ui.narrative import sweep_sentence
+
+    points = tuple(
+        SweepPoint(b, float(t), 0.5 * b, 0.01, 0.1, float(t), 0.5 * b, 1)
+        for b, t in zip((1, 4, 16), tps, strict=True)
+    )
+    sweep = Sweep("m", 8, 32, points, 1000, 1e9, False, 1e9, 1e10)
+    assert said in sweep_sentence(points)
+    notes = [a.text for a in sweep_figure(sweep).layout.annotations]
+    assert marked in notes

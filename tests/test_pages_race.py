@@ -234,3 +234,44 @@ def test_a_recorded_failed_lane_shows_one_line_and_no_traceback_or_server_path()
     assert (
         "No winner: every other lane (DeepSpeed, DeepSpeed (pinned env)) failed, so there is nothing" in text
     )
+
+
+@pytest.mark.parametrize(
+    ("latencies", "way", "words"),
+    [
+        ((0.5, 0.505, 0.495), "faster", "faster"),
+        ((2.0, 2.02, 1.98), "slower", "slower"),
+        ((0.3, 1.6, 0.9), "same", "no measurable difference"),
+    ],
+)
+def test_the_speedup_bars_carry_the_verdicts_colour_and_interval(latencies, way, words):
+    """The recorded CPU race drew DeepSpeed pass-through as a 2.04x bar beside 'no measurable difference
+    (0.71x-2.69x)'. Each bar now takes the verdict's own direction (colour and words) and its interval."""
+    from engine.race import serialise, verdict
+    from ui.race_widgets import VERDICT_COLOURS, speedup_figure
+
+    race = serialise.from_dict(_recorded_race(1.0, None))
+    lane = next(c for c in race.contenders if c.name == "ctranslate2")
+    lane.latencies_s = list(latencies)
+    from engine.race import runner
+
+    runner.compare(race.contenders)
+    bar = speedup_figure(race).data[0]
+    assert list(bar.x) == ["CTranslate2 float32"]  # vanilla is the dotted 1x line, not a bar
+    assert bar.marker.color[0] == VERDICT_COLOURS[way]
+    assert words in bar.text[0] and words in verdict.lane_verdict(lane)
+    assert f"({lane.speedup_low:.2f}–{lane.speedup_high:.2f})" in bar.text[0]
+    assert bar.error_y.array[0] > 0 and bar.error_y.arrayminus[0] > 0
+
+
+def test_a_pass_through_bar_is_never_drawn_as_a_win():
+    from engine.race import runner, serialise, verdict
+    from ui.race_widgets import VERDICT_COLOURS, speedup_figure
+
+    race = serialise.from_dict(_recorded_race(0.5, None))
+    lane = next(c for c in race.contenders if c.name == "ctranslate2")
+    lane.deepspeed_mode = "pass-through (no CUDA)"
+    runner.compare(race.contenders)
+    bar = speedup_figure(race).data[0]
+    assert "noise" in verdict.lane_verdict(lane)
+    assert bar.marker.color[0] == VERDICT_COLOURS["same"] and "no measurable difference" in bar.text[0]

@@ -6,6 +6,8 @@ model, so concurrent browser sessions share decode steps instead of queueing beh
 
 from __future__ import annotations
 
+import math
+
 import plotly.graph_objects as go
 import streamlit as st
 
@@ -16,6 +18,7 @@ from engine.core.paths import scrub
 from engine.runtime.models import LoadedModel
 from ui.charts import Series, two_panels
 from ui.common import fmt_bytes
+from ui.narrative import sweep_gain, sweep_mark
 
 PHASE_COLOURS = {"queued": "#c9c9c9", "prefill": "#f2a541", "decode": "#3a7ca5", "idle slot": "#e4572e"}
 SHARED_MAX_BATCH = 8
@@ -74,6 +77,17 @@ def sweep_figure(sweep: Sweep) -> go.Figure:
         height=380,
     )
     fig.update_xaxes(type="log", title="batch size", tickvals=b)
+    # the sentence's reading (ui.narrative.sweep_gain), marked on the chart: the best batch, or none
+    best = sweep_gain(pts)
+    fig.add_annotation(
+        x=math.log10(best.batch if best else pts[0].batch),
+        y=best.tokens_per_s if best else pts[0].tokens_per_s,
+        text=sweep_mark(pts),
+        showarrow=True,
+        arrowhead=2,
+        row=1,
+        col=1,
+    )
     if sweep.max_batch_fits <= 4 * max(b):
         for col in (1, 2):
             fig.add_vline(x=max(1, sweep.max_batch_fits), line_dash="dot", line_color="red", row=1, col=col)
