@@ -36,22 +36,24 @@ TOUR_TARGET_S = 15 * 60.0
 CLIPPED_JS = """() => {
   const out = [];
   const sel = [
-    ['tile', '[data-testid="stMetricValue"]'],
-    ['tile label', '[data-testid="stMetricLabel"]'],
-    ['select', '[data-baseweb="select"] [value], [data-baseweb="select"] div[title]'],
-    ['select', '[data-testid="stSelectbox"] [data-baseweb="select"] > div > div:first-child'],
-    ['link', '[data-testid="stPageLink"] p, [data-testid="stSidebarNavLink"] span'],
+    ['tile', '[data-testid="stMetricValue"], [data-testid="stMetricValue"] *'],
+    ['tile label', '[data-testid="stMetricLabel"] *, [data-testid="stMetricDelta"] *'],
+    ['select', 'input[role="combobox"]'],
+    ['chosen', '[data-baseweb="tag"] span'],
+    ['link', '[data-testid="stPageLink"] *, [data-testid="stSidebarNavLink"] *'],
+    ['tab', '[data-baseweb="tab"] *'],
   ];
   for (const [kind, css] of sel) {
     for (const el of document.querySelectorAll(css)) {
-      const text = (el.innerText || el.getAttribute('value') || '').trim();
+      if (!el.clientWidth || el.closest('[data-testid="stTooltipHoverTarget"]')) continue;
+      const text = (el.tagName === 'INPUT' ? el.value : el.innerText || '').trim();
       if (!text) continue;
-      const cut = /…|\\.\\.\\.$/.test(text);
-      const wide = el.scrollWidth > el.clientWidth + 1;
+      const cut = /(…|\\.\\.\\.)$/.test(text);  // a value cut by the code that wrote it ("8.2 to…")
+      const wide = el.scrollWidth > el.clientWidth + 1;  // cut by its box (CSS ellipsis or overflow)
       if (cut || wide) out.push(`${kind}: ${text.slice(0, 60)}${wide ? ' (wider than its box)' : ''}`);
     }
   }
-  return out;
+  return [...new Set(out)];
 }"""
 
 

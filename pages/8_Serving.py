@@ -29,7 +29,7 @@ from ui.serving_widgets import (
     throughput_figure,
     to_csv,
 )
-from ui.widgets import spec_number
+from ui.widgets import button_why, spec_number
 
 NS = "serving"
 page_setup("Serving", measures=True)
@@ -179,7 +179,13 @@ keep_going = st.checkbox(
     help="by default the sweep stops at the first level that misses them (more load only queues more)",
 )
 
-if st.button("Run sweep", key=f"{NS}.go", type="primary", disabled=not (url and model)):
+if button_why(
+    st,
+    "Run sweep",
+    key=f"{NS}.go",
+    type="primary",
+    why="" if url and model else "give a server URL and a model first",
+):
     bar = st.progress(0.0, text="starting…")
     try:
         levels = parse_levels(levels_text)

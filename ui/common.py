@@ -58,7 +58,6 @@ PAGES = (
     ),
     NavPage("pages/8_Serving.py", "Serving", ":material/dns:"),
 )
-NAV_ICONS = {p.title: p.icon for p in PAGES}
 
 
 def navigation(home) -> st.navigation:

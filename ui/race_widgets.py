@@ -4,7 +4,6 @@ record, engine.race.verdict writes the sentences); nothing is recomputed here.""
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 
@@ -13,17 +12,13 @@ import streamlit as st
 
 from engine.calc import format as fmt
 from engine.core import verdict as core_verdict
+from engine.core.jsonsafe import is_number
 from engine.core.paths import scrub
 from engine.race import compat, serialise, verdict
 from engine.race.record import ContenderResult, RaceResult
 
 GROUPS = ("engines", "levers")
 GREY = "#b0b0b0"
-BLUE = "#636efa"  # plotly's first colour
-
-
-def _ok(v) -> bool:
-    return v is not None and not (isinstance(v, float) and not math.isfinite(v))
 
 
 def _ordered(result: RaceResult) -> list[ContenderResult]:
@@ -84,7 +79,11 @@ def bar_verdict(c: ContenderResult) -> str:
 def speedup_figure(result: RaceResult) -> go.Figure:
     """Bars with their bootstrap 95% interval, coloured and labelled by the lane's verdict; a lane without an
     interval (too few runs) is a pale bar labelled so."""
-    ran = [c for c in _ordered(result) if c.ran and _ok(c.speedup_vs_vanilla) and c.name != verdict.BASELINE]
+    ran = [
+        c
+        for c in _ordered(result)
+        if c.ran and is_number(c.speedup_vs_vanilla) and c.name != verdict.BASELINE
+    ]
     ways = [bar_verdict(c) for c in ran]
     fig = go.Figure(
         go.Bar(
@@ -125,7 +124,7 @@ def _bar_text(c: ContenderResult, way: str) -> str:
 
 
 def metric_figure(result: RaceResult, attr: str, title: str, scale: float, unit: str) -> go.Figure:
-    ran = [c for c in _ordered(result) if c.ran and _ok(getattr(c, attr))]
+    ran = [c for c in _ordered(result) if c.ran and is_number(getattr(c, attr))]
     fig = go.Figure(
         go.Bar(
             x=[c.label for c in ran],
@@ -213,7 +212,7 @@ def _speed_rows(result: RaceResult) -> list[dict]:
     for c in _ordered(result):
         if not c.ran:
             continue
-        if not _ok(c.speedup_vs_vanilla):
+        if not is_number(c.speedup_vs_vanilla):
             sp = "n/a"
         elif c.interval_shown:
             sp = f"{c.speedup_vs_vanilla:.2f}× [{c.speedup_low:.2f}–{c.speedup_high:.2f}]"
@@ -223,11 +222,13 @@ def _speed_rows(result: RaceResult) -> list[dict]:
             {
                 "contender": c.label,
                 "latency (median)": fmt.seconds(c.latency_s_median),
-                "latency IQR": fmt.seconds(c.latency_s_q3 - c.latency_s_q1) if _ok(c.latency_s_q1) else "n/a",
+                "latency IQR": fmt.seconds(c.latency_s_q3 - c.latency_s_q1)
+                if is_number(c.latency_s_q1)
+                else "n/a",
                 "TTFT": fmt.seconds(c.ttft_s_median),
                 "TPOT": fmt.seconds(c.tpot_s_median),
-                "tokens/s": f"{c.tokens_per_s_median:.1f}" if _ok(c.tokens_per_s_median) else "n/a",
-                "tokens": f"{c.output_tokens_median:g}" if _ok(c.output_tokens_median) else "n/a",
+                "tokens/s": f"{c.tokens_per_s_median:.1f}" if is_number(c.tokens_per_s_median) else "n/a",
+                "tokens": f"{c.output_tokens_median:g}" if is_number(c.output_tokens_median) else "n/a",
                 "peak RSS (worker)": fmt.gb(c.peak_rss_bytes),
                 "speedup vs vanilla [95% CI]": sp,
             }
@@ -248,11 +249,15 @@ def _quality_rows(result: RaceResult) -> list[dict]:
             {
                 "contender": c.label,
                 "first divergence": divergence,
-                "exact match (prompts)": f"{c.exact_match_rate:.0%}" if _ok(c.exact_match_rate) else "n/a",
+                "exact match (prompts)": f"{c.exact_match_rate:.0%}"
+                if is_number(c.exact_match_rate)
+                else "n/a",
                 "bits per byte (pydoc_topics)": (
-                    f"{c.bits_per_byte:.3f}" if _ok(c.bits_per_byte) else (c.bits_per_byte_note or "n/a")
+                    f"{c.bits_per_byte:.3f}"
+                    if is_number(c.bits_per_byte)
+                    else (c.bits_per_byte_note or "n/a")
                 ),
-                "perplexity (reference text)": f"{c.perplexity:.2f}" if _ok(c.perplexity) else "n/a",
+                "perplexity (reference text)": f"{c.perplexity:.2f}" if is_number(c.perplexity) else "n/a",
                 "first prompt's output": (c.texts[0][:160] if c.texts else ""),
             }
         )
