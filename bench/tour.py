@@ -80,7 +80,7 @@ STOPS = (
         "Playground?model=smollm2-135m-instruct",
         (
             Action("Generate", "Stopped by"),
-            Action("Generate", "Stopped by", before=(("switch", "Use KV cache"),)),
+            Action("Generate", "Stopped by", before=(("text", "Use KV cache"),)),
         ),
     ),
     Stop("Memory and cost", "Memory_and_cost"),
@@ -108,8 +108,8 @@ STOPS = (
         "Few-shot, code and eval",
         "Few-shot_code_and_eval",
         (
-            Action("Classify", "Predicted"),
-            Action("Generate code", "Syntax", tab="Code generation"),
+            Action("Classify", "Predicted label"),
+            Action("Generate code", "Syntax:", tab="Code generation"),
             Action("Run evaluation", "bits per byte", tab="Evaluation"),
         ),
     ),
@@ -161,7 +161,8 @@ def run_action(page, action: Action) -> float:
         page.get_by_role("tab", name=action.tab).click()
         page.wait_for_timeout(300)
     for kind, name in action.before:
-        page.get_by_role(kind, name=name).first.click()
+        target = page.get_by_text(name, exact=True) if kind == "text" else page.get_by_role(kind, name=name)
+        target.first.click()
         idle(page)
     button = page.get_by_role("button", name=action.button, exact=True).first
     t0 = time.perf_counter()

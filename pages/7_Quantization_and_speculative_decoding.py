@@ -20,6 +20,7 @@ PAGE_SCHEMES = ("fp32", "int8")
 PAGE_Q_TOKENS, PAGE_Q_DOCS = 16, 2
 PAGE_METHODS, PAGE_WORKLOADS, PAGE_S_TOKENS = ("prompt_lookup",), ("input_grounded",), 24
 PAGE_KV_TOKENS = 64
+QS, KS = quant.QuantSpec, kvquant.KVSpec
 NOT_RUN = "Nothing ran: a field above is out of range (it says what is allowed)."
 page_setup("Quantization and speculative decoding", measures=True)
 init_state(NS, quant=None, kv=None, spec=None)
@@ -49,15 +50,10 @@ with tab_q:
         schemes = spec_input(
             c[0], quant.QuantSpec, "schemes", key=f"{NS}.schemes", label="Schemes", value=PAGE_SCHEMES
         )
-        q_tokens = spec_input(c[1], quant.QuantSpec, "max_new_tokens", key=f"{NS}.qtok", value=PAGE_Q_TOKENS)
-        q_runs = spec_input(c[2], quant.QuantSpec, "runs", key=f"{NS}.qruns", label="Timed runs")
+        q_tokens = spec_input(c[1], QS, "max_new_tokens", key=f"{NS}.qtok", value=PAGE_Q_TOKENS)
+        q_runs = spec_input(c[2], QS, "runs", key=f"{NS}.qruns", label="Timed runs")
         q_docs = spec_input(
-            c[3],
-            quant.QuantSpec,
-            "eval_docs",
-            key=f"{NS}.qdocs",
-            label="Documents for bits/byte (N)",
-            value=PAGE_Q_DOCS,
+            c[3], QS, "eval_docs", key=f"{NS}.qdocs", label="Bits/byte documents", value=PAGE_Q_DOCS
         )
         go_q = st.form_submit_button("Quantize and measure", type="primary")
     if go_q and refused(q_tokens, q_runs, q_docs):
@@ -116,14 +112,7 @@ with tab_kv:
         nbits = spec_input(
             c[1], kvquant.KVSpec, "nbits", key=f"{NS}.nbits", label="Bits (quanto: 2/4; HQQ: 2/4/8)"
         )
-        kv_tokens = spec_input(
-            c[2],
-            kvquant.KVSpec,
-            "max_new_tokens",
-            key=f"{NS}.kvtok",
-            label="New tokens",
-            value=PAGE_KV_TOKENS,
-        )
+        kv_tokens = spec_input(c[2], KS, "max_new_tokens", key=f"{NS}.kvtok", value=PAGE_KV_TOKENS)
         budget_gb = spec_input(c[3], kvquant.KVSpec, "budget_gb", key=f"{NS}.budget")
         go_kv = st.form_submit_button("Measure the KV cache", type="primary")
     if go_kv and refused(kv_tokens, budget_gb):
