@@ -2,7 +2,7 @@
 page opened from its deep link, its live run started with the page's own defaults and waited for, every page
 screenshotted at 1280 px and checked for clipped values. Times each stop (open, live runs) and the whole tour.
 
-    .venv/bin/python bench/tour.py [--url http://127.0.0.1:8606] [--shots /tmp/tour] [--stops Batching,...]
+    .venv/bin/python bench/tour.py [--url http://127.0.0.1:8606] [--shots /tmp/tour] [--stops Batching,Roofline]
     .venv/bin/python bench/tour.py --presenter     # presenter mode: every page opens on its recorded run
 
 Without --url it starts its own `streamlit run app.py` on a free port. Writes bench/results/tour-<machine>.json
@@ -237,13 +237,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--url", default=None, help="a running dashboard (default: start one)")
     ap.add_argument("--shots", default="/tmp/tour-shots", help="folder for the screenshots")
-    ap.add_argument("--stops", default="", help="comma-separated stop titles (default: the whole tour)")
+    ap.add_argument(
+        "--stops",
+        default="",
+        help="comma-separated pages by URL path, e.g. Batching,Latency_race (default: all)",
+    )
     ap.add_argument("--presenter", action="store_true", help="presenter mode: open each page, run nothing")
     ap.add_argument("--label", default="", help="a suffix for the result file")
     args = ap.parse_args(argv)
     shots = Path(args.shots)
     shots.mkdir(parents=True, exist_ok=True)
-    chosen = [s for s in STOPS if not args.stops or s.title in args.stops.split(",")]
+    wanted = set(args.stops.split(",")) if args.stops else None
+    chosen = [s for s in STOPS if wanted is None or s.path.split("?")[0] in wanted]
     load_before = loadavg()
     t0 = time.perf_counter()
     with server(args.url) as url:

@@ -46,7 +46,7 @@ with tab_q:
         + quant.QUALITY_METHOD.format(n="N")
     )
     with st.form(f"{NS}.qform"):
-        c = st.columns(4)
+        c = st.columns([2, 1, 1, 1])  # the chosen schemes' tags need the room
         schemes = spec_input(
             c[0], quant.QuantSpec, "schemes", key=f"{NS}.schemes", label="Schemes", value=PAGE_SCHEMES
         )
@@ -107,7 +107,7 @@ with tab_kv:
     for b, (ok, why) in status.items():
         (st.caption if ok else st.warning)(f"backend **{b}**: {why}")
     with st.form(f"{NS}.kvform"):
-        c = st.columns(4)
+        c = st.columns([2, 1, 1, 1])
         backends = spec_input(c[0], kvquant.KVSpec, "backends", key=f"{NS}.backends", label="Backends")
         nbits = spec_input(
             c[1], kvquant.KVSpec, "nbits", key=f"{NS}.nbits", label="Bits (quanto: 2/4; HQQ: 2/4/8)"
@@ -161,16 +161,17 @@ with tab_s:
         "same tokenizer); `bf16` = a bf16 copy of the target; or a model with the same tokenizer."
     )
     with st.form(f"{NS}.sform"):
-        c = st.columns(5)
         SS = speculative.SpeculateSpec
+        c = st.columns(2)
         methods = spec_input(c[0], SS, "methods", key=f"{NS}.methods", label="Methods", value=PAGE_METHODS)
         workloads = spec_input(c[1], SS, "workloads", key=f"{NS}.wl", label="Workloads", value=PAGE_WORKLOADS)
-        draft = spec_input(c[2], SS, "draft", key=f"{NS}.draft", label="Draft model")
-        gamma = spec_input(c[3], SS, "draft_length", key=f"{NS}.gamma", label="Draft length γ")
+        c = st.columns(4)
+        draft = spec_input(c[0], SS, "draft", key=f"{NS}.draft", label="Draft model")
+        gamma = spec_input(c[1], SS, "draft_length", key=f"{NS}.gamma", label="Draft length γ")
         s_tokens = spec_input(
-            c[4], SS, "max_new_tokens", key=f"{NS}.stok", label="New tokens", value=PAGE_S_TOKENS
+            c[2], SS, "max_new_tokens", key=f"{NS}.stok", label="New tokens", value=PAGE_S_TOKENS
         )
-        s_runs = spec_input(st, SS, "runs", key=f"{NS}.sruns", label="Timed runs")
+        s_runs = spec_input(c[3], SS, "runs", key=f"{NS}.sruns", label="Timed runs")
         go_s = st.form_submit_button("Measure speculative decoding", type="primary")
     for w in speculative.WORKLOADS:
         st.caption(

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_the_clock_says_what_is_left_and_where_the_estimate_comes_from():
     from ui.pace import Expected, clock_line, left_s
 
-    guess = Expected(60.0, "the last run here (2026-12-02 10:31 UTC) took 1 min")
+    guess = Expected(60.0, "the last run here, 2026-12-02 10:31 UTC, took 1 min")
     # early on the recorded run decides; later the run's own pace does
     assert left_s(10.0, 0.05, guess) == 50.0
     assert left_s(30.0, 0.5, guess) == 30.0

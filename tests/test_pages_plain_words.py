@@ -119,3 +119,13 @@ def _shows_an_exception_unscrubbed(tree: ast.AST) -> list[int]:
 def test_every_error_goes_through_the_one_scrubbed_helper(path):
     tree = ast.parse((ROOT / path).read_text(encoding="utf-8"))
     assert _shows_an_exception_unscrubbed(tree) == [], "use ui.common.show_error(exc)"
+
+
+def test_dead_names_are_gone():
+    """page_setup's icon was accepted and thrown away (the navigation owns the icons); NAV_ICONS was never read."""
+    import inspect
+
+    from ui import common
+
+    assert "icon" not in inspect.signature(common.page_setup).parameters
+    assert not hasattr(common, "NAV_ICONS")

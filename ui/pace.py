@@ -48,7 +48,7 @@ def expected(experiment: str, work: float) -> Expected | None:
     if last is None or last.work <= 0 or last.wall_s <= 0:
         return None
     seconds = last.wall_s * work / last.work
-    return Expected(seconds, f"the last run here ({last.when}) took {fmt.seconds(last.wall_s)}")
+    return Expected(seconds, f"the last run here, {last.when}, took {fmt.seconds(last.wall_s)}")
 
 
 def left_s(elapsed: float, fraction: float, guess: Expected | None) -> float | None:
