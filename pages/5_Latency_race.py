@@ -53,7 +53,8 @@ with st.form("race.form"):
         key="race.model",
         label="Model",
         choices=presets,
-        value=models.DEFAULT_MODEL,
+        # a shareable link picks the model (/Latency_race?model=tiny-gpt-neo), as the Playground's does
+        value=linked if (linked := st.query_params.get("model")) in presets else models.DEFAULT_MODEL,
         format_func=lambda n: f"{n} ({models.PRESETS[n].kind})",
         help="random = true shape and timings with random weights (gibberish text)",
     )
