@@ -70,8 +70,8 @@ TOUR = (
     (
         "Latency race",
         {},
-        "Press **Run the race**: vanilla generation against CTranslate2 and the chapter's DeepSpeed, each timed "
-        "in its own process; every other engine and lever is one click away.",
+        "Press **Run the race**: vanilla generation against CTranslate2, each timed in its own process; the "
+        "chapter's DeepSpeed and every other engine and lever are one click away.",
         "4.3.4",
     ),
     (

@@ -16,6 +16,7 @@ from engine.core.jsonsafe import is_number
 from engine.core.paths import scrub
 from engine.race import compat, serialise, verdict
 from engine.race.record import ContenderResult, RaceResult
+from ui.widgets import word_table
 
 GROUPS = ("engines", "levers")
 GREY = "#b0b0b0"
@@ -100,12 +101,15 @@ def speedup_figure(result: RaceResult) -> go.Figure:
                     max(0.0, c.speedup_vs_vanilla - c.speedup_low) if c.interval_shown else 0 for c in ran
                 ],
             },
-            text=[_bar_text(c, w) for c, w in zip(ran, ways, strict=True)],
-            textposition="outside",
             customdata=ways,
             hovertemplate="%{y:.2f}× vs vanilla: %{customdata}<extra></extra>",
         )
     )
+    for c, w in zip(ran, ways, strict=True):  # each bar's words above its whisker, never on it
+        top = max(c.speedup_vs_vanilla, c.speedup_high if c.interval_shown else 0.0)
+        fig.add_annotation(
+            x=c.label, y=top, text=_bar_text(c, w), showarrow=False, yanchor="bottom", yshift=6
+        )
     fig.add_hline(y=1.0, line_dash="dot", annotation_text="vanilla", annotation_position="top left")
     fig.update_layout(
         title="Speedup vs vanilla (ratio of median latencies, whiskers: bootstrap 95% interval)<br>"
@@ -151,7 +155,7 @@ def _interpreter(c: ContenderResult) -> str:
     # a recorded race names the Python of the machine it ran on: the app's own environment is the folder ".venv"
     if not c.python or ".venv" in Path(c.python).parts or Path(c.python) == Path(sys.executable):
         return "this app's Python"
-    return "a side environment with its own pinned versions"
+    return "a side environment (pinned)"
 
 
 def verdict_rows(result: RaceResult) -> list[dict]:
@@ -170,12 +174,10 @@ def verdict_rows(result: RaceResult) -> list[dict]:
 def _status_rows(result: RaceResult) -> list[dict]:
     return [
         {
-            "group": c.group,
             "contender": c.label,
             "status": c.status,
             "engine": f"{c.engine} {c.engine_version or ''}".strip(),
             "precision": c.precision or c.dtype or "-",
-            "device": c.device or "-",
             "conversion": _conversion(c),
             "kernel injection": "yes" if c.kernel_inject else ("pass-through" if c.deepspeed_mode else "-"),
             "KV cache": "on" if c.use_cache else "off",
@@ -258,7 +260,6 @@ def _quality_rows(result: RaceResult) -> list[dict]:
                     else (c.bits_per_byte_note or "n/a")
                 ),
                 "perplexity (reference text)": f"{c.perplexity:.2f}" if is_number(c.perplexity) else "n/a",
-                "first prompt's output": (c.texts[0][:160] if c.texts else ""),
             }
         )
     return rows
@@ -281,9 +282,9 @@ def show_result(result: RaceResult, *, key: str) -> None:
     # worded again from the lanes' numbers (a recorded file's stored line may predate the one verdict rule)
     st.markdown(f"**Winner.** {verdict.winner_line(result.contenders)}")
     st.markdown("**Verdict per lane** (engines: whole inference engines; levers: one change to vanilla)")
-    st.dataframe(verdict_rows(result), hide_index=True, width="stretch")
+    word_table(st, verdict_rows(result))
     st.markdown("**What ran** (a contender that could not run says why; the race went on without it)")
-    st.dataframe(_status_rows(result), hide_index=True, width="stretch")
+    word_table(st, _status_rows(result))
     lines = _reasons(result)
     if lines:
         st.markdown("\n".join(lines))
@@ -294,7 +295,7 @@ def show_result(result: RaceResult, *, key: str) -> None:
         st.error("No contender ran. The reasons are in the table above.")
         return
     st.markdown("**Speed** (measured in each lane's own worker process)")
-    st.dataframe(_speed_rows(result), hide_index=True, width="stretch")
+    word_table(st, _speed_rows(result))
     st.markdown(
         "**Quality beside speed.** Greedy decoding is deterministic, so a contender computing the same function "
         "as vanilla gives the same tokens. *First divergence*: the first generated token that differs from "
@@ -303,7 +304,12 @@ def show_result(result: RaceResult, *, key: str) -> None:
         "(lm-eval's definition; independent of the tokenizer), where the engine exposes log-probabilities. "
         "*Perplexity* of a fixed reference text (teacher-forced; torch lanes only)."
     )
-    st.dataframe(_quality_rows(result), hide_index=True, width="stretch")
+    word_table(st, _quality_rows(result))
+    with st.expander("Each lane's output on the first prompt"):
+        for c in _ordered(result):
+            if c.ran and c.texts:
+                st.markdown(f"**{c.label}**")
+                st.text(c.texts[0])
     st.plotly_chart(latency_figure(result), key=f"{key}.latency")
     st.plotly_chart(speedup_figure(result), key=f"{key}.speedup")
     cols = st.columns(2)

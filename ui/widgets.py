@@ -193,6 +193,12 @@ def button_why(container, label: str, *, key: str, why: str = "", **kwargs) -> b
     return pressed and not why
 
 
+def word_table(container, rows) -> None:
+    """A table whose cells hold words (verdicts, reasons, statuses): drawn as a static table whose cells wrap,
+    where st.dataframe's fixed-width columns would cut a sentence short at 1280 px."""
+    container.table(rows, hide_index=True, border="horizontal")
+
+
 def note_metric(container, label: str, value, note=None, **kwargs) -> None:
     """A metric whose second line is a note (a range, a unit, a limit), not a change: drawn without colour or
     arrow, so it never reads as better or worse."""
