@@ -256,5 +256,7 @@ def _user_row(k: int, h, session: str | None) -> dict:
 def show_users_result(result: dict) -> None:
     from ui.narrative import users_sentence
 
+    from ui.widgets import word_table
+
     st.markdown(users_sentence(result["n"], result["rows"]))
-    st.dataframe(result["rows"], hide_index=True, width="stretch")
+    word_table(st, result["rows"])  # each request's text wraps instead of being cut
