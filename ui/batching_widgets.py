@@ -255,7 +255,6 @@ def _user_row(k: int, h, session: str | None) -> dict:
 
 def show_users_result(result: dict) -> None:
     from ui.narrative import users_sentence
-
     from ui.widgets import word_table
 
     st.markdown(users_sentence(result["n"], result["rows"]))
