@@ -62,7 +62,7 @@ VERDICT_COLOURS = {
 VERDICT_WORDS = {
     "faster": "faster",
     "slower": "slower",
-    "same": "no measurable difference",
+    "same": core_verdict.NO_DIFFERENCE.split(" (")[0],  # "no measurable difference"
     "unknown": "no interval",
 }
 
@@ -113,8 +113,8 @@ def speedup_figure(result: RaceResult) -> go.Figure:
     fig.add_hline(y=1.0, line_dash="dot", annotation_text="vanilla", annotation_position="top left")
     fig.update_layout(
         title="Speedup vs vanilla (ratio of median latencies, whiskers: bootstrap 95% interval)<br>"
-        "<sup>green: faster, red: slower, grey: no measurable difference (the interval includes 1×), "
-        "pale: too few runs for an interval</sup>",
+        f"<sup>green: faster, red: slower, grey: {VERDICT_WORDS['same']}, pale: too few runs for an interval "
+        "(the verdict's own rule)</sup>",
         yaxis_title="× faster than vanilla",
         height=380,
         margin={"t": 70, "b": 40},
