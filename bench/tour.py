@@ -85,7 +85,9 @@ STOPS = (
     ),
     Stop("Memory and cost", "Memory_and_cost"),
     Stop("Roofline", "Roofline"),
-    Stop("Batching", "Batching", (Action("Simulate", "across"),)),
+    Stop(
+        "Batching", "Batching", (Action("Simulate", "across"), Action("Run both policies", "The trade-off"))
+    ),
     Stop("Latency race", "Latency_race", (Action("Run the race", "Winner."),)),
     Stop(
         "Quantization and speculative decoding",

@@ -196,6 +196,8 @@ def button_why(container, label: str, *, key: str, why: str = "", **kwargs) -> b
 def word_table(container, rows) -> None:
     """A table whose cells hold words (verdicts, reasons, statuses): drawn as a static table whose cells wrap,
     where st.dataframe's fixed-width columns would cut a sentence short at 1280 px."""
+    # a cell holding a lone "-" would be drawn as a Markdown bullet: say "none" with a dash that is not one
+    rows = [{k: ("—" if v == "-" else v) for k, v in r.items()} for r in rows]
     container.table(rows, hide_index=True, border="horizontal")
 
 
