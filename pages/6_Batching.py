@@ -281,7 +281,7 @@ if pair is not None and pair["static"].model == lm.name:
             f"{ratio:.2f}× is {ratio / bound.throughput_ratio:.0%} of that. With every slot busy every step it "
             f"would be {bound.full_slots_ratio:.2f}× ({bound.full_slots_steps} steps): the gap is the long requests "
             "admitted last, which decode with few companions at the end. Computed from the workload's output "
-            "lengths (engine.batching.workload.policy_bound). The bound takes every step to cost the same; on a "
+            "lengths alone. The bound takes every step to cost the same; on a "
             "CPU a step of one row can cost far less than a step of two or more (a matrix-vector product instead "
             "of a matrix product), and static batching keeps computing its finished rows, so the measured ratio "
             "can pass the bound."

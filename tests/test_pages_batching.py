@@ -137,3 +137,45 @@ def test_the_sweep_chart_marks_what_its_sentence_says(tps, said, marked):
     assert said in sweep_sentence(points)
     notes = [a.text for a in sweep_figure(sweep).layout.annotations]
     assert marked in notes
+
+
+def test_a_shown_replay_and_users_table_name_no_module_and_keep_each_text_as_text():
+    """After a replay the bound's caption named `engine.batching.workload.policy_bound` on the page; a simulated
+    user's text that began '1. ' was drawn as a numbered list, and each text was cut at 80 characters."""
+    from engine.batching.workload import PolicyBound
+    from tests.test_pages_plain_words import internals, on_screen
+
+    at = _page()
+    at.session_state["batching.bound"] = PolicyBound(
+        static_steps=126, inflight_steps=100, full_slots_steps=90
+    )
+    long = "1. Supercomputer: a GPU runs high-performance computing tasks, such as weather models and " * 2
+    row = {"user": 1, "queued (s)": 0.0, "TTFT (s)": 0.5, "latency (s)": 2.0, "tokens": 24, "tokens/s": 12.0}
+    at.session_state["batching.users"] = {
+        "n": 1,
+        "rows": [{**row, "batch seen": 1, "stop": "length", "text": long.strip()}],
+    }
+    at = _inject_compare(at, 120.0, 1.5)
+    assert not at.exception
+    assert internals(on_screen(at)) == []
+    assert at.table[0].value["text"][0] == "1\\" + long.strip()[1:]  # its '1.' escaped: text, not a list
+    from types import SimpleNamespace
+
+    from tests.factories import synthetic_run
+    from ui.batching_widgets import _user_row
+    from ui.widgets import word_table
+
+    done = SimpleNamespace(
+        text=long, stop_reason="length", measurement=synthetic_run("tiny-gpt-neo", "fp32", 0.1, 0.01)
+    )
+    assert (
+        _user_row(0, SimpleNamespace(completion=done), None)["text"] == long.strip()
+    )  # whole, not cut at 80
+
+    class Box:
+        def table(self, rows, **_):
+            self.rows = rows
+
+    box = Box()
+    word_table(box, [{"text": "1. Supercomputer", "n": 3}, {"text": "- a dash", "n": 4}])
+    assert [r["text"] for r in box.rows] == ["1\\. Supercomputer", "\\- a dash"]  # Markdown marks escaped

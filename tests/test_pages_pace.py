@@ -128,3 +128,9 @@ def test_a_long_run_shows_the_clock_while_it_runs():
     assert at.session_state["got"] == 7 and not at.exception
     stored = runlog.last_result("test-clock")
     assert stored is not None and stored.wall_s >= 1.2 and stored.session is not None
+
+
+def test_a_stored_date_reads_as_a_person_reads_it():
+    assert runlog.readable_date("2026-12-02T09:24:32+00:00") == "2026-12-02 09:24 UTC"
+    assert runlog.readable_date("2026-12-02T10:24:32+01:00") == "2026-12-02 09:24 UTC"
+    assert runlog.readable_date("not a date") == "not a date"

@@ -108,6 +108,8 @@ def test_recorded_gpu_results_are_shown_labelled(tmp_path, monkeypatch):
         for label in labels
     ), labels
     assert "No recorded GPU results exist yet" not in _text(at)
+    # the start time as a person reads it (it was '2026-12-01T10:00:00+00:00')
+    assert any("started 2026-12-01 10:00 UTC" in c.value for c in at.caption)
 
 
 def test_an_empty_contender_list_shows_a_clear_error():

@@ -111,18 +111,20 @@ def gantt_figure(result: PolicyResult, title: str, x_max: float | None = None) -
             hovertemplate="%{y}: " + phase + " %{base:.2f}s → +%{x:.2f}s<extra></extra>",
         )
     n = result.n_requests
+    height, top, bottom = max(260, 18 * n + 100), 40, 75
     fig.update_layout(
         title=title,
         barmode="overlay",
-        height=max(260, 18 * n + 100),
-        margin={"t": 40, "b": 10},
+        height=height,
+        margin={"t": top, "b": bottom},
         xaxis={"title": "seconds since the first request", "range": [0, x_max] if x_max else None},
         yaxis={
             "autorange": "reversed",
             "categoryorder": "array",
             "categoryarray": [f"req {i}" for i in range(n)],
         },
-        legend={"orientation": "h", "y": -0.15},
+        # below the axis title, in pixels turned into the plot's own units (it sat on the title)
+        legend={"orientation": "h", "yanchor": "top", "y": -52 / (height - top - bottom)},
     )
     return fig
 
@@ -249,7 +251,7 @@ def _user_row(k: int, h, session: str | None) -> dict:
         "tokens/s": round(m.tokens_per_s, 1),
         "batch seen": m.batch_size,
         "stop": c.stop_reason,
-        "text": c.text.strip()[:80],
+        "text": c.text.strip(),  # whole: word_table wraps it (it was cut at 80 characters, unmarked)
     }
 
 

@@ -16,6 +16,7 @@ from engine.core.jsonsafe import is_number
 from engine.core.paths import scrub
 from engine.race import compat, serialise, verdict
 from engine.race.record import ContenderResult, RaceResult
+from engine.runtime import runlog
 from ui.widgets import word_table
 
 GROUPS = ("engines", "levers")
@@ -275,7 +276,7 @@ def show_result(result: RaceResult, *, key: str) -> None:
     st.caption(
         f"{result.model} · {where} · {precision} · "
         f"{result.runs} timed runs after {result.warmup} warm-up · {result.max_new_tokens} new tokens, greedy · "
-        f"{result.started_at}{load}"
+        f"started {runlog.readable_date(result.started_at)}{load}"
     )
     for note in result.notes:
         (st.caption if note.startswith("baseline steady") else st.warning)(scrub(note))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import streamlit as st
 
 from engine.core import dtypes
@@ -196,9 +198,27 @@ def button_why(container, label: str, *, key: str, why: str = "", **kwargs) -> b
 def word_table(container, rows) -> None:
     """A table whose cells hold words (verdicts, reasons, statuses): drawn as a static table whose cells wrap,
     where st.dataframe's fixed-width columns would cut a sentence short at 1280 px."""
-    # a cell holding a lone "-" would be drawn as a Markdown bullet: say "none" with a dash that is not one
-    rows = [{k: ("—" if v == "-" else v) for k, v in r.items()} for r in rows]
+    rows = [{k: _plain_cell(v) for k, v in r.items()} for r in rows]
     container.table(rows, hide_index=True, border="horizontal")
+
+
+# st.table draws a text cell as Markdown: a cell starting with a list, heading or quote mark ("1. ...", "- ...",
+# "# ...") became a list or a heading inside the cell. Escaped, the mark reads as itself.
+_BLOCK_MARK = re.compile(r"^(\s*)(\d+)([.)])(?=\s|$)|^(\s*)([-*+#>])(?=\s|$)")
+
+
+def _plain_cell(value):
+    if not isinstance(value, str):
+        return value
+    if value == "-":
+        return "—"  # 'none': a dash that is not an empty bullet
+    return _BLOCK_MARK.sub(_escape_mark, value, count=1)
+
+
+def _escape_mark(m: re.Match) -> str:
+    if m.group(2) is not None:  # "1." -> "1\."
+        return f"{m.group(1)}{m.group(2)}\\{m.group(3)}"
+    return f"{m.group(4)}\\{m.group(5)}"  # "-" -> "\-"
 
 
 def note_metric(container, label: str, value, note=None, **kwargs) -> None:

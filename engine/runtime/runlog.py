@@ -113,7 +113,18 @@ class StoredResult:
     @property
     def when(self) -> str:
         """The date as a person reads it: '2026-12-02 10:31 UTC'."""
-        return self.date[:16].replace("T", " ") + " UTC"
+        return readable_date(self.date)
+
+
+def readable_date(iso: str) -> str:
+    """An ISO 8601 time as a person reads it, in UTC: '2026-12-02T09:24:32+00:00' -> '2026-12-02 09:24 UTC'
+    (a time without a zone is taken as UTC, as this log writes them; text that is not a date comes back as is)."""
+    try:
+        t = datetime.fromisoformat(str(iso))
+    except ValueError:
+        return str(iso)
+    t = t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+    return t.strftime("%Y-%m-%d %H:%M UTC")
 
 
 def results_path(experiment: str) -> Path:
