@@ -34,7 +34,7 @@ from ui.widgets import sidebar_model, spec_number
 NS = "playground"
 D = GenerationConfig()  # widget defaults come from the engine's dataclass: one source with the CLI
 
-page_setup("Playground", ":material/chat:", measures=True)
+page_setup("Playground", measures=True)
 init_state(NS, history=[], last=None, running=None, curve={})
 st.title("Playground")
 st.caption(

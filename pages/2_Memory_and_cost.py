@@ -37,13 +37,13 @@ from ui.calc_widgets import (
     precision_inputs,
     price_input,
 )
-from ui.common import page_setup
+from ui.common import page_setup, show_error
 from ui.plots_calc import batch_curve, comparison_chart, memory_bar, serving_bar
 from ui.simulate_widgets import solvers_section
 from ui.trackrecord_view import launch_commands, speed_caption, track_record_section
 from ui.widgets import note_metric
 
-page_setup("Memory and cost", ":material/calculate:")
+page_setup("Memory and cost")
 NS = "calc"
 
 st.title("Memory and cost")
@@ -128,7 +128,7 @@ try:
     est = estimate(spec, gpu, inputs, eff)
 except EngineError as exc:
     with right:
-        st.error(str(exc), icon=":material/error:")
+        show_error(exc)
     st.stop()
 
 m, t, plan = est.memory, est.timing, est.plan

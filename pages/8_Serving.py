@@ -45,10 +45,10 @@ from ui.serving_widgets import (
     vllm_status,
 )
 from ui.simulate_widgets import simulated_section
-from ui.widgets import spec_number
+from ui.widgets import button_why, spec_number
 
 NS = "serving"
-page_setup("Serving", ":material/dns:", measures=True)
+page_setup("Serving", measures=True)
 init_state(NS, sweep=None, sbs=None, models=None)
 
 st.title("Serving")
@@ -170,7 +170,13 @@ rounds = (
     if both
     else 1
 )
-if st.button("Run sweep", key=f"{NS}.go", type="primary", disabled=not ((url or urls) and model)):
+if button_why(
+    st,
+    "Run sweep",
+    key=f"{NS}.go",
+    type="primary",
+    why="" if (url or urls) and model else "start a server or give a server URL and a model first",
+):
     bar = st.progress(0.0, text="starting…")
     try:
         if both and mode != "concurrency":

@@ -75,7 +75,10 @@ def test_memory_page_answers_the_longest_context_that_fits():
 def test_knee_words_follow_the_numbers():
     from ui.simulate_widgets import knee_words
 
-    assert knee_words({"low": None, "central": None, "high": None}, "users") == "No simulated level met the SLOs."
+    assert (
+        knee_words({"low": None, "central": None, "high": None}, "users")
+        == "No simulated level met the SLOs."
+    )
     same = knee_words({"low": 16.0, "central": 16.0, "high": 16.0}, "users")
     assert "**16 users**" in same and "the same" in same
     spread = knee_words({"low": None, "central": 4.0, "high": 16.0}, "users")

@@ -179,7 +179,7 @@ def _count_caption(spec: ModelSpec) -> str:
         and spec.source not in ("config.json", "raw numbers")
         and spec.params_override is None
     ):
-        how = "formula (for every preset it equals the real class's count on the meta device; tests/test_calc_params.py)"
+        how = "formula (for every preset it equals the real class's count on the meta device, checked by the tests)"
     return f"{spec.attention_kind}; {pc.total:,} parameters{active}, counted by the {how}"
 
 
@@ -287,7 +287,9 @@ def model_input(key: str, *, default: str = "gpt-neo-2.7b") -> ModelSpec | None:
         st.caption(_count_caption(spec))
         return spec
     except EngineError as exc:
-        st.error(str(exc), icon=":material/error:")
+        from ui.common import show_error  # the one scrubbed error path
+
+        show_error(exc)
         return None
 
 

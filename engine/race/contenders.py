@@ -90,7 +90,7 @@ CONTENDERS: dict[str, Contender] = {
         Contender(
             "deepspeed-pinned",
             "DeepSpeed (pinned env)",
-            "the same as `deepspeed`, run by the side environment from scripts/make_ds_env.sh "
+            "the same as DeepSpeed, run by its pinned side environment "
             "(transformers 4.42.4, DeepSpeed's last known good for kernel injection)",
             deepspeed=True,
             kernel_inject=True,
