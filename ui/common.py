@@ -16,7 +16,6 @@ import streamlit as st
 
 from engine.calc import format as fmt
 from engine.calibration import machine
-from engine.core.errors import EngineError
 from engine.core.load import cores, is_busy, loadavg_1m
 from engine.core.paths import scrub
 from engine.runtime import hardware, models
@@ -234,9 +233,10 @@ def init_state(namespace: str, **defaults) -> None:
         st.session_state.setdefault(f"{namespace}.{key}", value)
 
 
-def show_error(exc: EngineError | ValueError) -> None:
-    """An engine error on the page: its message, with any server path scrubbed (engine.core.paths.scrub)."""
-    st.error(scrub(str(exc)), icon=":material/error:")
+def show_error(exc: Exception, prefix: str = "") -> None:
+    """An engine error on the page: its message (after `prefix`, if given), with any server path scrubbed
+    (engine.core.paths.scrub)."""
+    st.error(scrub(f"{prefix}: {exc}" if prefix else str(exc)), icon=":material/error:")
 
 
 # The pages' short names for the one formatting module (engine.calc.format: decimal units, 1 GB = 1e9 bytes).

@@ -14,6 +14,7 @@ from engine.calc.capacity import CapacityPrediction
 from engine.loadgen.sweep import SweepResult
 from engine.serving.process import ServerProcess
 from ui.charts import Series, two_panels
+from ui.common import show_error
 
 
 class ServerSlot:
@@ -359,7 +360,9 @@ def local_servers(target: str, ns: str) -> tuple[dict[str, str], str]:
     if missing:
         st.warning(missing, icon=":material/block:")
     elif label:
-        st.caption(f"vLLM here: {label}, started eager (`--enforce-eager`) on a CPU, from `.venv-vllm`.")
+        st.caption(
+            f"vLLM here: {label}, started eager (`--enforce-eager`) on a CPU, from its own environment."
+        )
     slots = {b: server_slot(b) for b in backends}
     b1, b2 = st.columns(2)
     can_start = not missing and not all(s.running for s in slots.values())
@@ -376,7 +379,7 @@ def local_servers(target: str, ns: str) -> tuple[dict[str, str], str]:
                 with st.spinner(f"Starting {NAMES[b]}'s server for {model} and waiting until it serves…"):
                     slot.start(model, batch, dtype=dtype, threads=threads, kv_gb=kv_gb)
             except RuntimeError as exc:
-                st.error(f"{TITLES[b]}'s server did not start: {exc}")
+                show_error(exc, prefix=f"{TITLES[b]}'s server did not start")
                 break
     if b2.button(
         f"Stop {'both' if len(slots) > 1 else 'server'}",

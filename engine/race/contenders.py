@@ -182,7 +182,7 @@ CONTENDERS: dict[str, Contender] = {
         Contender(
             "vllm",
             "vLLM",
-            "vLLM's offline LLM in its own environment (.venv-vllm), the race's precision, greedy; its engine "
+            "vLLM's offline LLM in its own environment, the race's precision, greedy; its engine "
             "stepped by hand for per-token times; eager on a CPU",
             group="engines",
             peer="vllm",

@@ -34,7 +34,7 @@ class SimulateSpec(Spec):
     )
     engine: str = option(
         "vllm",
-        "the engine class whose fitted step times are used (engine.calc.efficiency)",
+        "the engine class whose step times, fitted on its published runs, are used",
         choices=ENGINE_CHOICES,
     )
     mode: str = option("concurrency", "fixed users (concurrency) or Poisson arrivals (rate)", choices=MODES)
@@ -116,5 +116,5 @@ class SimulateSpec(Spec):
         return tuple(sorted(set(levels)))
 
     @property
-    def label(self) -> str:
+    def title(self) -> str:
         return f"{self.model or self.config} on {self.gpu} x {self.n_gpus}, {self.engine}"

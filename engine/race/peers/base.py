@@ -10,8 +10,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Protocol
 
-from engine.core import paths
-
 INSTALL_HINT = "install the peer engines with `bash scripts/install_peers.sh`"
 
 
@@ -129,7 +127,7 @@ def installed() -> list[dict]:
         note = "" if v else INSTALL_HINT
         if name == "openvino":
             cli, why = export_cli()
-            note = note or (f"exporter: {paths.public(cli)}" if cli else why)
+            note = note or ("its exporter is installed, in its own environment" if cli else why)
         rows.append({"engine": b.label, "lane": name, "version": v or "not installed", "note": note})
     return rows
 
