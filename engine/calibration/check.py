@@ -20,8 +20,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from engine.arch.resolve import spec_for_run_model
 from engine.calc import format as fmt
-from engine.calibration import RunSample, predict, predict_interval, spec_for_run_model
+from engine.calibration.fit import RunSample
+from engine.calibration.prediction import predict, predict_interval
 from engine.core import stats
 
 RECENT = 10  # the newest runs of a shape that count: older ones may predate a change of load or code
