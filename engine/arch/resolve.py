@@ -46,7 +46,15 @@ def hub_preset_spec(hub_id: str) -> ModelSpec:
 
     preset = hub_presets()[hub_id]
     spec = exact_spec(preset.config, name=hub_id)
-    return replace(spec, hub_id=hub_id, source=f"{spec.source}; config.json from {preset.source}")
+    return replace(
+        spec, hub_id=hub_id, source=f"{spec.source}; config.json as published in {_repository(preset.source)}"
+    )
+
+
+def _repository(source: str) -> str:
+    """github.com/owner/name of a `repository@commit:path` citation (the page names the repository, the data
+    file keeps the commit and path)."""
+    return "/".join(source.split("@")[0].split(":")[0].split("/")[:3])
 
 
 def spec_for_run_model(name: str) -> ModelSpec | None:

@@ -47,12 +47,14 @@ def _serving_note(note: str) -> str:
     return _sentence(note)
 
 
-def _speed_notes(speed: SpeedEstimate, batch: int) -> list[str]:
+def _speed_notes(speed: SpeedEstimate, batch: int, tp: int) -> list[str]:
     engine = ENGINES.get(speed.engine, speed.engine)
     out = []
-    if speed.fit.borrowed:
+    # the all-reduce factor only matters with tensor parallel
+    borrowed = [b for b in speed.fit.borrowed if tp > 1 or "all-reduce" not in b]
+    if borrowed:
         out.append(
-            f"Few published {engine}-class runs measure its {', '.join(speed.fit.borrowed)}: the estimate borrows "
+            f"Few published {engine}-class runs measure its {', '.join(borrowed)}: the estimate borrows "
             "those from every engine's runs together, so read the times that rest on them as rougher than their "
             "interval."
         )
@@ -118,7 +120,7 @@ def assumptions(
                 "communication dominates; fewer GPUs per replica (or replicas) would be faster."
             )
     if speed is not None:
-        out += _speed_notes(speed, i.batch)
+        out += _speed_notes(speed, i.batch, tp)
     if fit.serving is not None:
         out += [_serving_note(n) for n in fit.serving.notes]
     return [s for s in out if s]

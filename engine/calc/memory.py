@@ -238,7 +238,7 @@ def weights_bytes(
     scope: str | None = None,
 ) -> float:
     """weights = P x bytes per parameter (fp32 4, fp16/bf16 2, fp8 1); with a quantized format, the sum over the
-    weight matrices it covers of ceil(n / g) x (g x bits / 8 + scale + zero) (engine.calc.quant) + every other
+    weight matrices it covers of ceil(n / g) x (g x bits / 8 + scale + zero) (each format's own layout) + every other
     parameter at 16 bits (F32 for GGUF).
 
     Without a format, int8/int4 are bare storage sizes (1 and 0.5 B, no scales)."""
