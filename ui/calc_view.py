@@ -15,9 +15,11 @@ import streamlit as st
 from engine.calc import format as fmt
 from engine.calc import memory, paged, timing
 from engine.calc.cost import estimate_cost
+from engine.calc.efficiency import INTERVAL_LEVEL, SpeedEstimate
 from engine.calc.explain import efficiency_of, reasoning
 from engine.calc.report import BatchPoint, Estimate, batch_sweep, estimate
 from engine.calc.timing import Efficiency
+from engine.core.interval import Interval
 from ui.calc_widgets import CalcRequest
 from ui.plots_calc import batch_curve, batch_sentence, memory_bar, paged_chart, serving_bar
 from ui.widgets import note_metric
@@ -137,41 +139,41 @@ def _where(est: Estimate) -> str:
 
 
 def speed_tiles(est: Estimate) -> None:
-    """TPOT, the first token and throughput: the calibrated fit, an engine's fitted estimate with its 95%
-    interval, or the physical bound; TTFT as a user sees it (the estimate's parts where it has them), the batch's
-    prefill as its own figure."""
+    """TPOT, the first token and throughput: the calibrated fit, an engine's fitted estimate with its interval,
+    or the physical bound. With a serving engine's estimate TTFT is one request's at the load asked (in parts)
+    and the batch's prefill its own figure; without one it is the whole batch prefilled together."""
     t, sp, cal, i = est.timing, est.speed, est.calibrated, est.inputs
     kind = (", calibrated" if cal else f", {i.engine} estimate" if sp else ", physical bound") + _where(est)
-    tpot_iv = sp.tpot_s if sp else (cal.tpot if cal else None)
-    prefill_iv = sp.ttft_s if sp else (cal.ttft if cal else None)
     users = est.fit.layout.batch_per_replica if est.fit.layout else i.batch
+    level = INTERVAL_LEVEL if sp else "95%"  # the engine fit's nominal band; a calibration's own 95%
 
-    def band(iv, bound: str) -> str:
-        return f"95%: {fmt.seconds(iv.low)}–{fmt.seconds(iv.high)}" if iv else f"{bound}-bound"
+    def band(iv: Interval | None, bound: str) -> str:
+        return f"{level}: {fmt.seconds(iv.low)}–{fmt.seconds(iv.high)}" if iv else f"{bound}-bound"
 
     k = st.columns(3)
+    tpot = sp.tpot_s if sp else (cal.tpot if cal else None)
     note_metric(
         k[0],
         "TPOT" + kind,
-        fmt.seconds(t.decode_s_per_token),
-        band(tpot_iv, t.decode_step.bound),
+        fmt.seconds(tpot.central if sp and tpot else t.decode_s_per_token),
+        band(tpot, t.decode_step.bound),
         help=memory.formula_of(timing.estimate_timing),
     )
-    parts = getattr(sp, "ttft_parts", None) if sp else None
-    one = getattr(sp, "ttft_one_s", None) if sp else None
-    if parts and one is not None:  # one request's first token at this load: queue + prefill + fixed cost
+    if sp is not None:
         note_metric(
             k[1],
             "TTFT, one request" + kind,
-            fmt.seconds(one.central),
-            " + ".join(f"{name} {fmt.seconds(v)}" for name, v in parts.items()),
+            fmt.seconds(sp.ttft_s.central),
+            band(sp.ttft_s, t.prefill.bound),
+            help=f"One request's first token with {users} users in flight: its fixed cost, its own prompt's "
+            "prefill, and the wait for the step it joins, as a serving engine schedules them.",
         )
     else:
         note_metric(
             k[1],
             f"TTFT, all {users} arrive together" + kind,
             fmt.seconds(t.prefill_s),
-            band(prefill_iv, t.prefill.bound),
+            band(cal.ttft if cal else None, t.prefill.bound),
             help="The first token of every request when the whole batch arrives at once: one prefill of all "
             f"{users} prompts. " + memory.formula_of(timing.phase_time),
         )
@@ -180,26 +182,39 @@ def speed_tiles(est: Estimate) -> None:
         k[2],
         "Throughput" + kind,
         f"{est.tokens_per_s:,.0f} tok/s",
-        f"95%: {rate.low * est.replicas:,.0f}–{rate.high * est.replicas:,.0f}"
+        f"{level}: {rate.low * est.replicas:,.0f}–{rate.high * est.replicas:,.0f}"
         if rate
         else f"{est.tokens_per_s / i.batch:,.1f} per user",
         help="batch x output tokens / generation time, over every replica",
     )
-    bounds = []
-    if sp:
-        bounds = [
-            f"TPOT ≥ {fmt.seconds(sp.tpot_s.bound)}",
-            f"prefill ≥ {fmt.seconds(sp.ttft_s.bound)}",
-            f"throughput ≤ {sp.output_tokens_per_s.bound * est.replicas:,.0f} tok/s",
-        ]
-    if bounds:
-        st.caption("Physical bounds (every roof reached): " + ", ".join(bounds) + ".")
+    if sp is not None:
+        st.caption(ttft_sentence(sp, users))
+        st.caption(
+            f"Physical bounds (every roof reached): TPOT ≥ {fmt.seconds(sp.tpot_s.bound)}, first token ≥ "
+            f"{fmt.seconds(sp.ttft_s.bound)}, throughput ≤ {sp.output_tokens_per_s.bound * est.replicas:,.0f} tok/s."
+        )
     if cal is not None:
         st.caption(
             f"Calibrated on this machine ({cal.basis}): the times above are the fit's predictions for this shape; "
             "throughput and cost follow from them; the batch sweep below reuses this shape's efficiency at other "
             "batches (an approximation)." + "".join(f" {n[0].upper()}{n[1:]}." for n in cal.notes)
         )
+
+
+def ttft_sentence(sp: SpeedEstimate, users: int) -> str:
+    """The first token in its parts, and the batch's prefill said apart from it: the two figures people mix up."""
+    p, b = sp.ttft_parts, sp.prefill_batch_s
+    wait = (
+        f" + {fmt.seconds(p['queue'])} waiting for the step it joins and sharing it with the other {users - 1}"
+        if users > 1
+        else ""
+    )
+    return (
+        f"First token of one request = {fmt.seconds(p['fixed'])} fixed cost (tokenize, schedule, respond) + "
+        f"{fmt.seconds(p['prefill'])} prefilling its own prompt{wait}. If all {users} send at the same moment, "
+        f"prefilling their prompts together takes {fmt.seconds(b.central)} ({INTERVAL_LEVEL}: "
+        f"{fmt.seconds(b.low)}–{fmt.seconds(b.high)}) before anyone's first token."
+    )
 
 
 def cost_and_plan_tiles(est: Estimate) -> None:

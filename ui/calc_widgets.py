@@ -287,7 +287,11 @@ ENGINE_LABELS = {
     "vllm": "vLLM",
     "sglang": "SGLang",
     "tensorrt-llm": "TensorRT-LLM",
+    "tgi": "TGI",
+    "mlc": "MLC LLM",
     "llama.cpp": "llama.cpp",
+    "exllamav2": "ExLlamaV2",
+    "deepspeed-mii": "DeepSpeed-MII / FastGen",
 }
 
 

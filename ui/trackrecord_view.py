@@ -8,7 +8,7 @@ import streamlit as st
 
 from engine import trackrecord as T
 from engine.calc import format as fmt
-from engine.calc.efficiency import ENGINE_CLASSES
+from engine.calc.efficiency import ENGINE_CLASSES, INTERVAL_METHOD
 
 
 def speed_caption(est) -> str:
@@ -27,13 +27,12 @@ def speed_caption(est) -> str:
             f"its {', '.join(f.borrowed)})"
         )
     else:
-        compute += f", fitted on {f.prefill_rows} published first-token and throughput measurements"
+        compute += f", fitted on {f.prefill_rows} published first-token and {f.throughput_rows} throughput measurements"
     return (
         f"**Estimates, not bounds.** {ENGINE_CLASSES[f.engine_class]} reach {f.bandwidth:.0%} of the memory bandwidth "
-        f"in decode{fixed}, fitted on {f.decode_rows} published decode measurements; {compute}. The interval spans "
-        "the 2.5th–97.5th percentile of published / predicted when each source is predicted by a fit that never saw "
-        "it; 'physics' is the bound with every roof reached. How well this held on published runs: the track "
-        "record below."
+        f"in decode{fixed}, fitted on {f.decode_rows} published decode measurements; {compute}. The interval is "
+        f"{INTERVAL_METHOD}; 'physics' is the bound with every roof reached. How well this held on published runs: "
+        "the track record below."
     )
 
 
@@ -77,6 +76,8 @@ def _cached_record() -> dict:
                 "unit": r.unit,
                 "predicted": r.predicted,
                 "interval": f"{r.low:.4g}–{r.high:.4g}" if r.low is not None else "",
+                "width": r.width,
+                "interval from": f"{r.band_rows} rows, {r.band_level}" if r.band_level else "",
                 "error": r.error,
                 "held back": r.held_back,
                 "why not scored": r.why,
@@ -99,6 +100,7 @@ def _summary_frame(summaries: list[dict]) -> pd.DataFrame:
                 "median |error|": fmt.number(s["median_abs_error"] * 100, ".1f", missing="–") + " %",
                 "worst |error|": fmt.number(s["worst_abs_error"] * 100, ".1f", missing="–") + " %",
                 "inside the interval": "–" if s["coverage"] is None else f"{s['coverage']:.0%}",
+                "median width": "–" if s["median_width"] is None else f"{s['median_width']:.2f}×",
                 "target": s["target"],
                 "met": {True: "yes", False: "no", None: "no rows"}[s["met"]],
             }
@@ -111,11 +113,13 @@ def track_record_section(key: str) -> None:
     st.header("Track record: the calculator against published measurements")
     st.caption(
         "Every published GPU measurement the calculator keeps (vLLM/SGLang startup logs, gpt-fast, TensorRT-LLM, "
-        "llama.cpp, MLC, vLLM, SGLang, TGI, DeepSpeed), each with its source and the quoted text, beside the "
+        "llama.cpp, MLC, ExLlamaV2, vLLM, SGLang, TGI, DeepSpeed), each with its source and the quoted text, beside the "
         "calculator's prediction for the same setup. About 30% of the rows were held back before any fit (chosen by "
-        "a hash of their id): the targets are judged on those. Rerun it: `python -m engine trackrecord`."
+        "a hash of their id): neither the fits nor the intervals saw them, and the targets are judged on them. An "
+        "interval's width is high / low; its rows are the published rows it was read from. Rerun it: "
+        "`python -m engine trackrecord`."
     )
-    if not st.toggle("Show the track record (about 15 s the first time on this server)", key=f"{key}.tr"):
+    if not st.toggle("Show the track record (a few seconds the first time on this server)", key=f"{key}.tr"):
         return
     rec = _cached_record()
     st.subheader("On the held-back rows")
@@ -139,6 +143,7 @@ def track_record_section(key: str) -> None:
             "error": st.column_config.NumberColumn("error (predicted / published - 1)", format="percent"),
             "published": st.column_config.NumberColumn(format="%.4g"),
             "predicted": st.column_config.NumberColumn(format="%.4g"),
+            "width": st.column_config.NumberColumn("width (high / low)", format="%.2f×"),
         },
     )
     st.download_button(

@@ -8,6 +8,7 @@ import math
 from typing import Any
 
 from engine.calc import format as fmt
+from engine.calc.cells import BORROW_WIDENING
 from engine.calc.efficiency import ENGINES, SpeedEstimate
 from engine.calc.memory import param_count, weight_storage_note
 from engine.calc.plan import MemoryAnswer
@@ -47,7 +48,7 @@ def _serving_note(note: str) -> str:
     return _sentence(note)
 
 
-def _speed_notes(speed: SpeedEstimate, batch: int, tp: int) -> list[str]:
+def _speed_notes(speed: SpeedEstimate, tp: int) -> list[str]:
     engine = ENGINES.get(speed.engine, speed.engine)
     out = []
     # the all-reduce factor only matters with tensor parallel
@@ -58,11 +59,15 @@ def _speed_notes(speed: SpeedEstimate, batch: int, tp: int) -> list[str]:
             "those from every engine's runs together, so read the times that rest on them as rougher than their "
             "interval."
         )
-    if batch > 1 and speed.fit.throughput_ratio == speed.fit.decode_ratio:
-        out.append(
-            f"No published batched run of this engine class: the throughput interval at batch {batch} is the "
-            "single-sequence one, likely too narrow."
-        )
+    wider = {1: f"{engine}-class runs on any GPU of this family", 2: f"{engine}-class runs on any GPU"}
+    what = {"decode": "time per token", "ttft": "first-token", "throughput": "throughput"}
+    for name, b in speed.bands.items():
+        if b.levels_up:
+            out.append(
+                f"Few published runs are like this one (same engine class, GPU family and load), so the "
+                f"{what.get(name, name)} interval comes from {b.rows} {wider.get(b.levels_up, 'runs of every engine')} "
+                f"and its spread is made {BORROW_WIDENING * b.levels_up:.0%} wider for that: read it as rough."
+            )
     return out
 
 
@@ -120,7 +125,7 @@ def assumptions(
                 "communication dominates; fewer GPUs per replica (or replicas) would be faster."
             )
     if speed is not None:
-        out += _speed_notes(speed, i.batch, tp)
+        out += _speed_notes(speed, tp)
     if fit.serving is not None:
         out += [_serving_note(n) for n in fit.serving.notes]
     return [s for s in out if s]

@@ -86,10 +86,16 @@ class MemoryAnswer:
 
 def setup_for(setup: Setup, layout: GpuPlan) -> Setup:
     """The setup one replica of `layout` runs: its tensor-parallel group and its share of the batch. Pipeline
-    stages run one after another, so a step costs what the whole model costs on one stage's GPUs."""
+    stages run one after another, so a step costs what the whole model costs on one stage's GPUs plus the
+    hand-overs between stages (engine.calc.timing)."""
     from dataclasses import replace
 
-    return replace(setup, n_gpus=max(1, layout.tensor_parallel), batch=layout.batch_per_replica)
+    return replace(
+        setup,
+        n_gpus=max(1, layout.tensor_parallel),
+        pipeline=max(1, layout.pipeline_parallel),
+        batch=layout.batch_per_replica,
+    )
 
 
 def memory_answer(setup: Setup, *, overhead: float, seq_len: int, server: Server | None) -> MemoryAnswer:
@@ -189,9 +195,8 @@ def allocation(setup: Setup, server: Server, tp: int, pp: int) -> ServingMemory:
     from dataclasses import replace
 
     return serving_memory_of(
-        replace(setup, n_gpus=tp),
+        replace(setup, n_gpus=tp, pipeline=pp),
         server.engine,
-        pipeline_parallel=pp,
         gpu_memory_utilization=server.gpu_memory_utilization,
         max_model_len=server.max_model_len,
         max_num_seqs=server.max_num_seqs,

@@ -20,7 +20,7 @@ from typing import Protocol
 
 from engine.calc import quant
 from engine.calc.cost import CostEstimate, estimate_cost
-from engine.calc.efficiency import SpeedEstimate, estimate_speed
+from engine.calc.efficiency import ENGINES, SpeedEstimate, estimate_speed
 from engine.calc.efficiency import timing as timing_of
 from engine.calc.explain import assumptions, launch_note
 from engine.calc.launch import LaunchPlan, multi_node_steps, sglang_command, vllm_command
@@ -34,6 +34,7 @@ from engine.calc.memory import (
     param_count,
     quant_format_name,
 )
+from engine.calc.observations import parallel
 from engine.calc.paged import PagedComparison, compare_paged
 from engine.calc.plan import MemoryAnswer, Server, allocation, memory_answer, setup_for
 from engine.calc.serving_memory import SERVING_ENGINES, ServingMemory
@@ -51,7 +52,7 @@ from engine.core.errors import InvalidParameterError
 from engine.core.interval import Interval
 from engine.core.spec import Spec, option
 
-ENGINE_CHOICES = ("hf", "hf-compiled", "vllm", "sglang", "tensorrt-llm", "llama.cpp")
+ENGINE_CHOICES = tuple(ENGINES)  # every engine the efficiency fit names (engine.calc.efficiency)
 
 
 @dataclass(frozen=True)
@@ -377,7 +378,8 @@ def speed_of(
         return timing_of(at, cal.efficiency), replicas, None, cal
     if i.engine is not None and setup.gpu.key != THIS_MACHINE:
         s = estimate_speed(at, i.engine)
-        return timing_of(at, s.fit.efficiency(setup.gpu)), replicas, s, None
+        # the GPUs as the class uses them (layer-split engines: pipeline stages), so the times equal its centrals
+        return timing_of(parallel(at, s.engine_class), s.fit.efficiency(setup.gpu)), replicas, s, None
     return timing_of(at, DATASHEET), replicas, None, None
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import tomllib
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -34,7 +35,15 @@ from typing import Any
 from engine.calc import published
 from engine.calc.memory import kv_bytes_per_token, weights_bytes
 from engine.calc.roofline import activation_bytes
-from engine.calc.specs import GPUSpec, ModelSpec, positive_float, positive_int
+from engine.calc.specs import (
+    DATA_DIR,
+    GPUSpec,
+    ModelSpec,
+    gpu_spec,
+    load_gpu_catalog,
+    positive_float,
+    positive_int,
+)
 from engine.calc.timing import Setup
 from engine.core.errors import InvalidParameterError
 
@@ -55,16 +64,54 @@ def sglang_fraction(total_bytes: float, tp: int) -> float:
     return 0.88
 
 
-def vllm_batched_tokens(total_bytes: float, max_model_len: int, era: str) -> int:
+def _large_gpu(total_bytes: float, gpu_name: str) -> bool:
+    """vLLM V1's larger defaults: 'For GPUs like H100, H200, and MI300x with >= 70GB memory', A100s excepted
+    (vllm/engine/arg_utils.py, `device_memory >= 70 * GiB_bytes and "a100" not in device_name`, since PR #17885:
+    larger batches cost A100 throughput)."""
+    return total_bytes >= 70 * GIB and "a100" not in gpu_name.lower()
+
+
+def vllm_batched_tokens(total_bytes: float, max_model_len: int, era: str, gpu_name: str = "") -> int:
     """The profile run's tokens: V0 without chunked prefill max(max_model_len, 2048) (512 with it, which V0 turns on
-    past 32768 tokens); V1's OpenAI server 2048 on GPUs under 70 GiB and 8192 from 70 GiB."""
+    past 32768 tokens); V1's OpenAI server 2048, 8192 on the large GPUs of `_large_gpu`."""
     if era == "v0":
         return 512 if max_model_len > 32768 else max(max_model_len, 2048)
-    return 8192 if total_bytes >= 70 * GIB else 2048
+    return 8192 if _large_gpu(total_bytes, gpu_name) else 2048
 
 
-def vllm_max_num_seqs(total_bytes: float, era: str) -> int:
-    return 1024 if era == "v1" and total_bytes >= 70 * GIB else 256
+def vllm_max_num_seqs(total_bytes: float, era: str, gpu_name: str = "") -> int:
+    return 1024 if era == "v1" and _large_gpu(total_bytes, gpu_name) else 256
+
+
+@cache
+def _cuda_totals() -> dict[str, float]:
+    with (DATA_DIR / "gpus.toml").open("rb") as f:
+        raw = tomllib.load(f)
+    return {k: float(v["cuda_total_gib"]) * GIB for k, v in raw.items() if "cuda_total_gib" in v}
+
+
+@cache
+def cuda_gap_bytes() -> float:
+    """The median of (driver total - CUDA total) over the catalogue's GPUs that have both."""
+    gaps = [gpu_spec(k).memory_bytes - v for k, v in _cuda_totals().items()]
+    return statistics.median(gaps) if gaps else 0.0
+
+
+def cuda_total_bytes(gpu: GPUSpec) -> float:
+    """The total a serving engine budgets from: what CUDA reports (torch.cuda.mem_get_info), as a vLLM startup log
+    on that card prints it (engine/data/gpus.toml `cuda_total_gib`); else the driver's total less the median gap
+    of the cards that have both (a custom GPU's figure is taken as given)."""
+    known = _cuda_totals().get(gpu.key)
+    if known is not None:
+        return known
+    if gpu.key in _catalog_keys():
+        return gpu.memory_bytes - cuda_gap_bytes()
+    return gpu.memory_bytes
+
+
+@cache
+def _catalog_keys() -> frozenset[str]:
+    return frozenset(load_gpu_catalog())
 
 
 @dataclass(frozen=True)
@@ -89,28 +136,43 @@ def activation_terms(spec: ModelSpec, tp: int, dtype: str, tokens: int, seqs: in
 @cache
 def activation_model() -> ActivationModel:
     """Fit c_t, c_s on the startup logs that print the activation peak (least squares on the relative error)."""
-    from engine.calc.efficiency import held_back, setup_of
+    from engine.calc.observations import held_back, setup_of
 
     fit_rows: list[tuple[tuple[float, float], float, str, str]] = []
     non_one: list[float] = []
     non_tp: list[float] = []
     by_id = {r.id: r for r in published.rows()}
+    unscored = published.aliases().get("unscored", {})
     for r in published.rows():
         if r.kind != "memory" or r.engine != "vllm":
             continue
         if r.metric == "non_torch_gib" and not held_back(r.id):
             (non_one if r.tensor_parallel <= 1 else non_tp).append(r.value * GIB)
-        if r.metric != "activation_peak_gib" or held_back(r.id):
+        if r.metric not in ("activation_peak_gib", "peak_torch_gib") or held_back(r.id) or r.id in unscored:
             continue
         s = setup_of(r)
-        total_row = by_id.get(r.id.replace("-activation", "-total"))
+        suffix = "-" + r.id.rsplit("-", 1)[1]
+        total_row = by_id.get(r.id.replace(suffix, "-total"))
+        weights_row = next(  # the same run's weights (a source states them once for all its runs)
+            (
+                w
+                for w in by_id.values()
+                if w.metric == "weights_gib" and w.source == r.source and w.model == r.model
+            ),
+            None,
+        )
         if isinstance(s, str) or not r.max_model_len:
             continue
-        total = total_row.value * GIB if total_row else s.gpu.memory_bytes
+        peak = r.value * GIB
+        if r.metric == "peak_torch_gib":  # the profile run's torch peak holds the weights too
+            if weights_row is None:
+                continue
+            peak -= weights_row.value * GIB
+        total = total_row.value * GIB if total_row else cuda_total_bytes(s.gpu)
         era = vllm_era(r)
-        t = vllm_batched_tokens(total, r.max_model_len, era)
-        x = activation_terms(s.spec, r.tensor_parallel, s.dtype, t, vllm_max_num_seqs(total, era))
-        fit_rows.append((x, r.value * GIB, r.id, era))
+        t = vllm_batched_tokens(total, r.max_model_len, era, s.gpu.name)
+        x = activation_terms(s.spec, r.tensor_parallel, s.dtype, t, vllm_max_num_seqs(total, era, s.gpu.name))
+        fit_rows.append((x, peak, r.id, era))
     per_era: dict[str, float] = {}
     assumed: list[str] = []
     for era in ("v0", "v1"):
@@ -204,7 +266,7 @@ def serving_memory(
     tp = positive_int("tensor parallel size", tensor_parallel)
     pp = positive_int("pipeline parallel size", pipeline_parallel)
     L = positive_int("max model length", max_model_len or spec.context_length)
-    total = gpu.memory_bytes
+    total = cuda_total_bytes(gpu)
     if engine == "vllm":
         util = gpu_memory_utilization if gpu_memory_utilization is not None else VLLM_UTILIZATION
     else:
@@ -234,8 +296,8 @@ def serving_memory(
     budget = total * util
     if engine == "vllm":
         model = activation_model()
-        seqs = max_num_seqs or vllm_max_num_seqs(total, era)
-        batched = max_num_batched_tokens or vllm_batched_tokens(total, L, era)
+        seqs = max_num_seqs or vllm_max_num_seqs(total, era, gpu.name)
+        batched = max_num_batched_tokens or vllm_batched_tokens(total, L, era, gpu.name)
         x_t, x_s = activation_terms(spec, tp, dtype, batched, seqs)
         act = model.per_token * x_t + model.per_sequence[era] * x_s
         if era in model.assumed:
@@ -289,5 +351,6 @@ def serving_memory_of(s: Setup, engine: str = "vllm", **server: Any) -> ServingM
         scope=s.scope,
         kv_dtype=s.kv_dtype,
         tensor_parallel=s.n_gpus,
+        pipeline_parallel=s.pipeline,
         **server,
     )

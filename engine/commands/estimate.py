@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from engine.arch.resolve import resolve_gpu, resolve_model_spec
 from engine.calc import format as fmt
+from engine.calc.efficiency import INTERVAL_METHOD
 from engine.calc.hf_config import read_config_file
 from engine.calc.prices import price_for
 from engine.calc.report import Estimate, Inputs, estimate, split_prompt_output
@@ -207,16 +208,28 @@ def flatten(est: Estimate) -> dict:
         s = est.speed
         out |= {
             "decode_tokens_per_s": _interval(s.decode_tokens_per_s),
-            "ttft_s": _interval(s.ttft_s),
+            # one request's first token with `batch` users in flight, in parts (engine.calc.serving_time)
+            "ttft_s": _interval(s.ttft_s) | {"parts": dict(s.ttft_parts)},
+            "prefill_batch_s": _interval(s.prefill_batch_s),
+            "tpot_s": _interval(s.tpot_s),
             "output_tokens_per_s": _interval(s.output_tokens_per_s),
             "efficiency": {
                 "engine_class": s.engine_class,
                 "decode_bandwidth_utilisation": s.fit.bandwidth,
                 "prefill_compute_utilisation": s.fit.flops,
                 "overhead_s_per_layer": s.fit.overhead_s_per_layer,
+                "request_fixed_s": s.fit.request_fixed_s,
+                "gpu_family_time_factors": {
+                    f"{kind} on {fam}": f for (kind, fam), f in s.fit.family_factors.items()
+                },
                 "decode_rows": s.fit.decode_rows,
                 "prefill_rows": s.fit.prefill_rows,
-                "interval": "2.5th-97.5th percentile of published / predicted, leave one source out",
+                "throughput_rows": s.fit.throughput_rows,
+                "interval": INTERVAL_METHOD,
+                "interval_from": {
+                    name: {"level": b.level, "rows": b.rows, "sources": b.sources}
+                    for name, b in s.bands.items()
+                },
             },
         }
         if est.cost_interval is not None:
@@ -279,9 +292,12 @@ def format_text(r: dict) -> str:
         lines.append(f"  times and cost    at the {r['priced_gpus']} GPUs it needs")
     if isinstance(r["ttft_s"], dict):
         t = r["ttft_s"]
+        parts = t.get("parts", {})
         lines += [
             f"  first token       {fmt.seconds(t['central'])} (interval {fmt.seconds(t['low'])}-{fmt.seconds(t['high'])}; "
-            f"at least {fmt.seconds(t['bound'])}: physics)",
+            f"at least {fmt.seconds(t['bound'])}: physics) = "
+            + " + ".join(f"{fmt.seconds(v)} {k}" for k, v in parts.items()),
+            f"  batch prefill     {fmt.seconds(r['prefill_batch_s']['central'])} for all {i.batch} prompts at once",
             f"  decode            {_rate(r['decode_tokens_per_s'], 'tok/s per sequence')}",
             f"  throughput        {_rate(r['output_tokens_per_s'], 'output tok/s')}",
         ]
