@@ -189,7 +189,18 @@ def test_presets_cover_every_published_config_and_the_common_families():
 
     presets = hub_presets()
     assert set(published.configs()) <= set(presets)
-    for family in ("Llama-3.1", "Llama-3.2", "Llama-3.3", "Qwen2.5", "Qwen3-", "Mistral", "gemma-2", "Phi-3"):
+    for family in (
+        "Llama-3.1",
+        "Llama-3.2",
+        "Llama-3.3",
+        "Qwen2.5",
+        "Qwen3-",
+        "Mistral",
+        "gemma-2",
+        "Phi-3",
+        "DeepSeek-R1-Distill-Llama",
+        "DeepSeek-R1-Distill-Qwen",
+    ):
         assert any(family.lower() in hub.lower() for hub in presets), family
     assert all(p.source and "/" in p.hub_id for p in presets.values())
 
@@ -199,6 +210,20 @@ def test_a_hub_preset_serves_its_own_id_even_when_it_shares_a_config():
 
     spec = hub_preset_spec("meta-llama/Llama-3.3-70B-Instruct")  # stands for Llama-3.1-70B-Instruct's config
     assert spec.hub_id == "meta-llama/Llama-3.3-70B-Instruct" and spec.checkpoint_dtype == "bf16"
+
+
+def test_deepseek_distills_are_presets_with_their_bases_shapes_and_their_own_id():
+    from engine.arch.resolve import hub_preset_spec
+
+    distill = hub_preset_spec("deepseek-ai/DeepSeek-R1-Distill-Llama-8B")
+    base = hub_preset_spec("meta-llama/Llama-3.1-8B")
+    assert (distill.n_layer, distill.hidden, distill.n_kv_head) == (base.n_layer, base.hidden, base.n_kv_head)
+    assert distill.hub_id == "deepseek-ai/DeepSeek-R1-Distill-Llama-8B"
+    assert "fine-tuned from it, as github.com/deepseek-ai/DeepSeek-R1 says" in distill.source
+    est = estimate(distill, gpu_spec("a100-80gb"), Inputs(dtype="bf16", batch=4, engine="vllm"))
+    assert est.launch is not None and est.launch.vllm.startswith(
+        "vllm serve deepseek-ai/DeepSeek-R1-Distill-Llama-8B"
+    )
 
 
 # ---------------------------------------------------------------- an estimate beside a measurement

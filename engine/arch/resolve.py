@@ -26,6 +26,8 @@ class HubPreset:
     hub_id: str
     config: dict[str, Any]
     source: str
+    base: str | None = None  # a fine-tune using its base model's config (model_presets.toml [[same_shapes]])
+    base_source: str = ""  # where its publisher names that base
 
 
 @cache
@@ -34,8 +36,14 @@ def hub_presets() -> dict[str, HubPreset]:
     families' configs (engine/data/model_presets.toml), by hub id, sorted."""
     out = {m: HubPreset(m, cfg, published.config_source(m)) for m, cfg in published.configs().items()}
     with PRESETS_FILE.open("rb") as f:
-        for entry in tomllib.load(f)["config"]:
-            out[entry["model"]] = HubPreset(entry["model"], json.loads(entry["config"]), entry["source"])
+        data = tomllib.load(f)
+    for entry in data["config"]:
+        out[entry["model"]] = HubPreset(entry["model"], json.loads(entry["config"]), entry["source"])
+    for entry in data.get("same_shapes", ()):  # a fine-tune of a preset: its base's config under its own id
+        base = out[entry["base"]]
+        out[entry["model"]] = HubPreset(
+            entry["model"], base.config, base.source, base.hub_id, entry["source"]
+        )
     return dict(sorted(out.items(), key=lambda kv: kv[0].lower()))
 
 
@@ -46,9 +54,10 @@ def hub_preset_spec(hub_id: str) -> ModelSpec:
 
     preset = hub_presets()[hub_id]
     spec = exact_spec(preset.config, name=hub_id)
-    return replace(
-        spec, hub_id=hub_id, source=f"{spec.source}; config.json as published in {_repository(preset.source)}"
-    )
+    where = f"config.json as published in {_repository(preset.source)}"
+    if preset.base:
+        where = f"{preset.base}'s {where}: {hub_id} is fine-tuned from it, as {_repository(preset.base_source)} says"
+    return replace(spec, hub_id=hub_id, source=f"{spec.source}; {where}")
 
 
 def _repository(source: str) -> str:
