@@ -18,15 +18,14 @@ from engine.runtime.metrics import token_latencies
 from ui import export
 from ui.batching_widgets import cached_scheduler
 from ui.common import fmt_bytes, fmt_count, fmt_seconds, init_state, page_setup, show_error
+from ui.forecast_view import show_run_forecast
 from ui.narrative import latency_sentence
 from ui.playground_widgets import (
     compile_advice,
     compile_status_text,
-    forecast,
     latency_figure,
     progress_text,
     show_decode_path,
-    show_forecast,
     show_recorded_gpu_decode,
 )
 from ui.widgets import sidebar_model, spec_number
@@ -117,7 +116,7 @@ prompt = st.text_area(
     key=f"{NS}.prompt.{batch_mode}",
 )
 if lm is not None and not batch_mode:
-    show_forecast(forecast(lm, prompt, int(max_new), use_cache))
+    show_run_forecast(lm, prompt, int(max_new), use_cache)
 go = st.button("Generate", type="primary", disabled=lm is None, key=f"{NS}.go")
 if lm is not None:
     snap = cached_scheduler(lm).snapshot()

@@ -345,7 +345,8 @@ def test_the_reasoning_states_the_efficiency_that_made_its_times():
     so the sentence's arithmetic gives the figure beside it (the datasheet bandwidth alone would not)."""
     import re
 
-    from engine.calc.report import Inputs, estimate, reasoning
+    from engine.calc.explain import reasoning
+    from engine.calc.report import Inputs, estimate
     from engine.calc.specs import gpu_spec, model_preset
 
     spec, gpu = model_preset("gpt-neo-2.7b"), gpu_spec("t4")

@@ -28,8 +28,8 @@ class LaunchPlan:
     pipeline_parallel: int
     max_model_len: int
     gpu_memory_utilization: float
-    max_num_seqs: int
-    dtype: str  # fp16 | bf16 | fp32 (the activations' precision)
+    max_num_seqs: int  # 0: leave it to the server
+    dtype: str  # fp16 | bf16 | fp32 (the activations' precision) | auto (the checkpoint's, from its config)
     weight_format: str | None
     kv_dtype: str | None  # None or the weights' precision: "auto"
 
@@ -60,7 +60,9 @@ def _command(engine: str, plan: LaunchPlan, memory_fraction: float) -> str:
         args += [tp, str(plan.tensor_parallel)]
     if plan.pipeline_parallel > 1:
         args += [pp, str(plan.pipeline_parallel)]
-    args += [length, str(plan.max_model_len), memory, f"{memory_fraction:g}", seqs, str(plan.max_num_seqs)]
+    args += [length, str(plan.max_model_len), memory, f"{memory_fraction:g}"]
+    if plan.max_num_seqs:  # 0: the server's own default
+        args += [seqs, str(plan.max_num_seqs)]
     args += ["--dtype", _DTYPES.get(plan.dtype, "auto")]
     q = weight_format_info(plan.weight_format).vllm_quantization if plan.weight_format else None
     if q and q != "gguf":

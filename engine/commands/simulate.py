@@ -95,12 +95,13 @@ def solve(args) -> dict:
     except LoadSpecError as exc:
         raise InvalidParameterError(str(exc)) from None
     if args.solve == "max-context":
-        from engine.calibration import resolve_gpu
+        from engine.arch.resolve import resolve_gpu
+        from engine.calibration import this_machine_gpu
         from engine.simulate.sweep import model_spec
 
         answer = solver.max_context(
             model_spec(spec),
-            resolve_gpu(spec.gpu),
+            resolve_gpu(spec.gpu, this_machine=this_machine_gpu),
             dtype=spec.dtype,
             kv_dtype=spec.kv_dtype,
             n_gpus=spec.n_gpus,
