@@ -1,7 +1,8 @@
 """Streamlit-only helpers shared by every page: page setup, the one cached engine, formatting.
 
-Caching lives here and only here: `st.cache_resource` wraps the engine's loader, so one loaded model
-serves every browser session in this server process.
+The engine's loader is cached here (`st.cache_resource`), so one loaded model serves every browser session in this
+server process; the other caches sit beside what they hold: the shared scheduler (ui.batching_widgets), parsed
+configs (ui.model_inputs), the server slot (ui.serving_widgets), the track record (ui.trackrecord_view).
 """
 
 from __future__ import annotations
