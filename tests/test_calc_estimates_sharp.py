@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 
 from engine.calc import cells, published
 from engine.calc import efficiency as E
 from engine.calc.cells import Bands, Residual
-from engine.calc.observations import parallel
+from engine.calc.fitting import fit_all, predicted_seconds
+from engine.calc.observations import Observation, held_back, observations, parallel
 from engine.calc.serving_memory import GIB, cuda_gap_bytes, cuda_total_bytes, serving_memory
 from engine.calc.serving_time import closed_loop
 from engine.calc.specs import gpu_spec, model_preset
@@ -162,6 +164,41 @@ def test_a_serving_engine_pays_a_fixed_cost_per_request_fitted_on_first_token_ro
     assert 0 < fit.request_fixed_s < 0.1
     t = timing_from(timing_inputs(_setup()), fit.efficiency(gpu_spec("a100-80gb")))
     assert t.ttft_s == pytest.approx(t.prefill_s + fit.efficiency(gpu_spec("a100-80gb")).request_fixed_s)
+
+
+def _served_ttft_rows(train, fit, extra_s):
+    """Two served first-token rows made from one of vLLM's load rows (one user, 128 and 1024 prompt tokens), each
+    `extra_s` slower than the fit predicts with no fixed cost."""
+    template = next(o for o in train if o.row.engine_class == "vllm" and o.kind == "load_throughput")
+    made = []
+    for p in (128, 1024):
+        s = replace(template.setup, batch=1, prompt_tokens=p)
+        row = replace(template.row, id=f"made-served-ttft-{p}", metric="ttft_ms", batch=1, prompt_tokens=p)
+        o = Observation(row, s, "load_ttft", 1.0, timing_inputs(s), concurrency=1)
+        made.append(replace(o, seconds=predicted_seconds(o, replace(fit, request_fixed_s=0.0)) + extra_s))
+    return made
+
+
+def test_a_server_class_fits_its_own_fixed_cost_on_its_served_first_token_rows():
+    train = [o for o in observations()[0] if not held_back(o.row.id)]
+    classes, pooled = fit_all(train)
+    assert "request fixed cost" in classes["vllm"].borrowed  # no served TTFT row of its own yet: borrowed
+    refit, refit_pooled = fit_all(train + _served_ttft_rows(train, classes["vllm"], 0.040))
+    vllm = refit["vllm"]
+    assert "request fixed cost" not in vllm.borrowed and vllm.prefill_rows == 2
+    # c is fitted before the GPU-family factors (which move the prefill a little): near, not exactly, 40 ms
+    assert vllm.request_fixed_s == pytest.approx(0.040, rel=0.02)
+    # the static, server-less classes that borrow from the pooled fit keep a fixed cost measured without a server
+    assert refit_pooled.request_fixed_s == pytest.approx(pooled.request_fixed_s)
+    assert refit["mlc"].request_fixed_s == pytest.approx(classes["mlc"].request_fixed_s)
+
+
+def test_one_served_first_token_row_is_too_few_and_the_class_keeps_borrowing():
+    train = [o for o in observations()[0] if not held_back(o.row.id)]
+    classes, _ = fit_all(train)
+    refit, _ = fit_all(train + _served_ttft_rows(train, classes["vllm"], 0.040)[:1])
+    assert "request fixed cost" in refit["vllm"].borrowed
+    assert refit["vllm"].request_fixed_s == pytest.approx(classes["vllm"].request_fixed_s)
 
 
 # ---------------------------------------------------------------- the per-step model for the simulator

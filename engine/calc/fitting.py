@@ -251,6 +251,22 @@ def _fit_decode(dec: list[Observation], pooled: ClassFit | None, borrowed: list[
     return (min(1.0, 1.0 / inv_e) if inv_e > 0 else 1.0), o_layer, k, h
 
 
+def _served_first_tokens(obs: list[Observation], pooled: ClassFit | None) -> list[Observation]:
+    """A class's first-token times measured under a load (a server's TTFT at c users, or a burst): each carries
+    the class's own fixed cost per request. The pooled fit leaves them out, so the classes that borrow from it
+    (static, server-less runs) keep a fixed cost measured without a server."""
+    return [o for o in obs if o.kind == "load_ttft"] if pooled is not None else []
+
+
+def _fit_request_fixed(base: ClassFit, served: list[Observation]) -> float:
+    """c by least squares on the relative error of served first-token rows, given the class's prefill: a load's
+    TTFT is c + prefill + queue, with the queue free of c (engine.calc.serving_time), so c has a closed form."""
+    no_fixed = replace(base, request_fixed_s=0.0)
+    num = sum((o.seconds - predicted_seconds(o, no_fixed)) / o.seconds**2 for o in served)
+    den = sum(1 / o.seconds**2 for o in served)
+    return max(0.0, num / den)
+
+
 def _fit_prefill(
     base: ClassFit, pre: list[Observation], half: float | None = None
 ) -> tuple[float, float, float]:
@@ -258,17 +274,12 @@ def _fit_prefill(
     time is not linear in 1/e where operators change bound) and the fixed cost c in closed form for each e_f (least
     squares on the relative error, c >= 0); the T_half whose best fit errs least."""
 
+    requests = [o for o in pre if o.request]
+
     def fixed_for(e: float, t_half: float) -> float:
-        if not any(o.request for o in pre):
+        if not requests:
             return 0.0
-        no_fixed = replace(base, flops=e, request_fixed_s=0.0, prefill_half_tokens=t_half)
-        num = den = 0.0
-        for o in pre:
-            if o.request:
-                x = predicted_seconds(o, no_fixed)
-                num += (o.seconds - x) / o.seconds**2
-                den += 1 / o.seconds**2
-        return max(0.0, num / den)
+        return _fit_request_fixed(replace(base, flops=e, prefill_half_tokens=t_half), requests)
 
     def fitted(e: float, t_half: float) -> ClassFit:
         return replace(base, flops=e, request_fixed_s=fixed_for(e, t_half), prefill_half_tokens=t_half)
@@ -317,6 +328,7 @@ def _fit_class(cls: str, obs: list[Observation], pooled: ClassFit | None) -> Cla
     borrowed: list[str] = []
     dec = [o for o in obs if o.kind == "decode" or (o.kind == "load_tpot" and o.burst and _memory_bound(o))]
     pre = [o for o in obs if o.kind == "prefill"]
+    served = _served_first_tokens(obs, pooled)
     thr = [
         o for o in obs if o.kind == "throughput" or (o.kind in ("load_tpot", "load_throughput") and o.burst)
     ]
@@ -334,10 +346,16 @@ def _fit_class(cls: str, obs: list[Observation], pooled: ClassFit | None) -> Cla
         borrowed.append("request fixed cost")
     elif pooled is not None:
         e_f, fixed, t_half = pooled.flops, pooled.request_fixed_s, pooled.prefill_half_tokens
-        borrowed += ["prefill utilisation", "prefill ramp", "request fixed cost"]
+        borrowed += ["prefill utilisation", "prefill ramp"]
+        if len(served) < MIN_ROWS:
+            borrowed.append("request fixed cost")
     else:
         e_f, fixed, t_half = 0.5, 0.0, 0.0
     base = replace(base, flops=e_f, decode_flops=e_f, request_fixed_s=fixed, prefill_half_tokens=t_half)
+    if len(served) >= MIN_ROWS:
+        # the class's own served first tokens, with the batch-1 prefill rows that measure a request (if any)
+        own = served + [o for o in pre if o.request and len(pre) >= MIN_ROWS]
+        base = replace(base, request_fixed_s=_fit_request_fixed(base, own))
     if len(thr) >= MIN_ROWS:
         e_fd = golden_search_log(lambda e: _rel_sq(thr, replace(base, decode_flops=e)), 0.02, 1.0)
     elif pooled is not None:
@@ -349,7 +367,7 @@ def _fit_class(cls: str, obs: list[Observation], pooled: ClassFit | None) -> Cla
         base,
         decode_flops=e_fd,
         decode_rows=len(dec),
-        prefill_rows=len(pre),
+        prefill_rows=len(pre) + len(served),
         throughput_rows=len(thr),
         sources=len({o.row.source_key for o in obs}),
         borrowed=tuple(borrowed),
