@@ -48,6 +48,7 @@ COMMANDS = (
     "quant",
     "speculate",
     "trackrecord",
+    "simulate",
 )
 
 
@@ -112,6 +113,11 @@ def json_only_stdout(enabled: bool = True) -> Iterator[Any]:
     os.dup2(2, 1)  # C libraries and streams already bound to stdout
     sys.stdout = sys.stderr  # loggers and prints that look sys.stdout up from now on
     try:
+        if not _on_fd_1(
+            python_stdout
+        ):  # a caller's own stdout (a test's capture, redirect_stdout) gets the document
+            yield python_stdout
+            return
         with open(real, "w", encoding="utf-8", closefd=False) as out:
             yield out
             out.flush()
@@ -120,6 +126,13 @@ def json_only_stdout(enabled: bool = True) -> Iterator[Any]:
         sys.stdout.flush()
         os.dup2(real, 1)
         os.close(real)
+
+
+def _on_fd_1(stream: Any) -> bool:
+    try:
+        return stream.fileno() == 1
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation: an in-memory stream
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from engine.calc import efficiency as E
 from engine.calc import published
+from engine.calc.cells import COVERAGE, gpu_family
 from engine.calc.serving_memory import GIB, activation_model, serving_memory_of, vllm_era
 from engine.core import stats
 
@@ -43,6 +44,9 @@ class TrackRow:
     source: str
     quote: str
     note: str = ""  # what the prediction assumed that the source does not say
+    cell: str = ""  # speed rows: engine class x GPU family x regime
+    band_level: str = ""  # the level of the hierarchy its interval came from (engine.calc.cells)
+    band_rows: int = 0  # the out-of-sample residuals that interval rests on
 
     @property
     def error(self) -> float | None:
@@ -50,6 +54,13 @@ class TrackRow:
         if self.predicted is None or not self.published:
             return None
         return self.predicted / self.published - 1
+
+    @property
+    def width(self) -> float | None:
+        """high / low of the interval."""
+        if self.low is None or self.high is None or self.low <= 0:
+            return None
+        return self.high / self.low
 
     @property
     def inside(self) -> bool | None:
@@ -65,15 +76,16 @@ class Target:
     median_max: float  # |error| the median may not exceed
     worst_max: float | None = None
     coverage_min: float | None = None  # share of rows inside the interval
+    width_max: float | None = None  # median interval width (high / low)
 
 
 TARGETS: tuple[Target, ...] = (
     Target("weights", "weights per GPU (vLLM/SGLang 'model weights take')", 0.01, 0.03),
     Target("kv capacity", "vLLM KV capacity: blocks, tokens, GiB, maximum concurrency", 0.03, 0.10),
-    Target("decode", "batch-1 decode tokens/s", 0.15, None, 0.80),
+    Target("decode", "batch-1 decode tokens/s and TPOT", 0.12, None, 0.80, 1.6),
     Target("tp scaling", "tensor-parallel speed-up 1 -> N GPUs (batch-1 decode)", 0.25),
-    Target("ttft", "first-token latency", 0.25),
-    Target("throughput", "batched output throughput", 0.25),
+    Target("ttft", "first-token latency (one request, at the load stated)", 0.25, None, 0.80, 2.0),
+    Target("throughput", "output throughput of a batch or at a concurrency", 0.20),
 )
 
 
@@ -85,6 +97,7 @@ class Summary:
     median_abs_error: float
     worst_abs_error: float
     coverage: float | None  # share inside the interval (None: rows without one)
+    median_width: float | None  # median high / low of the intervals (None: rows without one)
     target: str
     met: bool | None  # None: no rows to judge
 
@@ -98,6 +111,9 @@ class TrackRecord:
     classes: dict[str, E.ClassFit]
     activation: dict[str, float]  # the vLLM activation model's constants
     this_machine: tuple[dict, ...]  # the lab's own runs against the calculator (engine.calibration.check)
+    calibration: dict[str, dict[str, float]] = field(
+        default_factory=dict
+    )  # band kind -> `interval_calibration`
 
 
 T = TypeVar("T")
@@ -119,47 +135,54 @@ def _scorable(
             yield row, base, prepared
 
 
+# metrics stated as a rate (the time is their inverse); the others are times
+RATES = frozenset(
+    {
+        "decode_tokens_per_s",
+        "prefill_tokens_per_s",
+        "output_tokens_per_s",
+        "output_tokens_per_s_per_gpu",
+        "requests_per_s",
+    }
+)
+
+
 def _speed_rows() -> list[TrackRow]:
     fits = E.fits()
     out: list[TrackRow] = []
     for row, base, obs in _scorable("speed", E.observation, out):
-        fit = fits.classes.get(obs.row.engine_class or "", fits.pooled)
-        central = E.predicted_seconds(obs, fit)
-        bound_fit = replace(
-            fit, bandwidth=1.0, flops=1.0, decode_flops=1.0, overhead_s_per_layer=0.0, allreduce_factor=0.0
-        )
-        bound = E.predicted_seconds(obs, bound_fit)
-        ratio = {
-            "decode": fit.decode_ratio,
-            "prefill": fit.prefill_ratio,
-            "throughput": fit.throughput_ratio,
-        }[obs.kind]
+        cls = obs.row.engine_class or "pooled"
+        fit = fits.classes.get(cls, replace(fits.pooled, engine_class=cls))
+        pred = E.predict(obs, fit.efficiency(obs.setup.gpu))
+        bound = E.predict(obs, E.bound_efficiency()).seconds
+        kind, cell = E.BAND_KIND[obs.kind], (cls, gpu_family(obs.setup.gpu), pred.regime)
+        band = fits.band(kind, cell)
         to_value = _to_value(row, obs)
-        lo, hi = sorted((to_value(central * ratio[0]), to_value(central * ratio[1])))
-        group = {"decode": "decode", "prefill": "ttft", "throughput": "throughput"}[obs.kind]
+        lo, hi = sorted((to_value(pred.seconds * band.low), to_value(pred.seconds * band.high)))
         out.append(
             replace(
                 base,
-                group=group,
-                predicted=to_value(central),
+                group=kind,  # the band kinds are the target groups: decode, ttft, throughput
+                predicted=to_value(pred.seconds),
                 low=lo,
                 high=hi,
                 bound=to_value(bound),
+                cell=f"{cell[0]} x {cell[1]} x {cell[2]}",
+                band_level=band.level,
+                band_rows=band.rows,
             )
         )
     return out
 
 
 def _to_value(row: published.PublishedRow, obs: E.Observation) -> Callable[[float], float]:
-    """A predicted time in the row's own unit."""
-    if row.metric in ("tpot_s", "ttft_s"):
-        return lambda t: t
-    if obs.kind == "decode":
-        return lambda t: 1.0 / t
-    if obs.kind == "prefill":
-        return lambda t: t * 1e3
-    per_gpu = row.metric == "output_tokens_per_s_per_gpu"
-    return lambda t: obs.setup.batch / t / (row.gpu_count if per_gpu else 1)
+    """A predicted time in the row's own unit: the observation's time is the published value times a constant
+    (a time) or a constant over it (a rate), so the same constant turns a predicted time back."""
+    if row.metric in RATES:
+        k = obs.seconds * row.value
+        return lambda t: k / t
+    k = obs.seconds / row.value
+    return lambda t: t / k
 
 
 def _base(row: published.PublishedRow) -> TrackRow:
@@ -300,21 +323,30 @@ def summarize(rows: Sequence[TrackRow], *, held_back_only: bool) -> tuple[Summar
         ]
         errs = [abs(r.error) for r in chosen if r.error is not None]
         inside = [r.inside for r in chosen if r.inside is not None]
+        widths = [w for r in chosen if (w := r.width) is not None]
+        width = stats.median(widths) if widths else None
         med = stats.median(errs) if errs else math.nan
         worst = max(errs) if errs else math.nan
         cov = sum(inside) / len(inside) if inside else None
         parts = [f"median |error| <= {target.median_max:.0%}"]
+        parts += [f"worst <= {target.worst_max:.0%}"] if target.worst_max is not None else []
+        parts += (
+            [f"inside the interval >= {target.coverage_min:.0%}"] if target.coverage_min is not None else []
+        )
+        parts += [f"median width <= {target.width_max:g}x"] if target.width_max is not None else []
         met = None
         if errs:
             met = med <= target.median_max
             if target.worst_max is not None:
-                parts.append(f"worst <= {target.worst_max:.0%}")
                 met = met and worst <= target.worst_max
             if target.coverage_min is not None:
-                parts.append(f"inside the interval >= {target.coverage_min:.0%}")
                 met = met and cov is not None and cov >= target.coverage_min
+            if target.width_max is not None:
+                met = met and width is not None and width <= target.width_max
         out.append(
-            Summary(target.group, target.description, len(errs), med, worst, cov, ", ".join(parts), met)
+            Summary(
+                target.group, target.description, len(errs), med, worst, cov, width, ", ".join(parts), met
+            )
         )
     return tuple(out)
 
@@ -379,6 +411,52 @@ def this_machine() -> tuple[dict, ...]:
     return tuple(out)
 
 
+def interval_calibration() -> dict[str, dict[str, float]]:
+    """Per band kind, the interval rule on the fitted rows' own out-of-fold residuals (engine.calc.cells
+    `Bands.calibration`): the nominal level, and the share inside and median width when each residual's band is read
+    without it and without its whole source. The held-back rows' coverage is in the summaries; this is what chose
+    the rule."""
+    out = {}
+    for kind, bands in E.fits().bands.items():
+        row, src = bands.calibration("row"), bands.calibration("source")
+        out[kind] = {
+            "nominal": COVERAGE,
+            "residuals": row.rows,
+            "inside_leaving_out_the_row": row.inside,
+            "median_width_leaving_out_the_row": row.median_width,
+            "inside_leaving_out_its_source": src.inside,
+            "median_width_leaving_out_its_source": src.median_width,
+        }
+    return out
+
+
+def vllm_kv_rows() -> tuple[dict, ...]:
+    """vLLM's KV pool as each start the lab made logged it (engine/backends/vllm.py), beside the calculator's CPU
+    branch of vLLM's memory model: this machine's rows of the KV-capacity record (0 tokens off is the target)."""
+    from engine.backends.vllm import kv_records
+
+    out = []
+    for r in kv_records():
+        logged, pred = r.get("logged") or {}, r.get("predicted") or {}
+        out.append(
+            {
+                "shape": f"vLLM KV pool: {r.get('model')} {r.get('dtype')}, {logged.get('max_model_len')} tokens per "
+                f"request, {(r.get('kv_space_bytes') or 0) / GIB:g} GiB ({r.get('started_by')})",
+                "build": r.get("build"),
+                "at": r.get("at"),
+                "kv_cache_tokens_logged": logged.get("kv_cache_tokens"),
+                "kv_cache_tokens_predicted": pred.get("kv_cache_tokens"),
+                "max_concurrency_logged": logged.get("max_concurrency"),
+                "max_concurrency_predicted": pred.get("max_concurrency"),
+                "block_size_logged": logged.get("block_size"),
+                "block_size_predicted": pred.get("block_size"),
+                "tokens_off": r.get("tokens_off"),
+                "quote": logged.get("line"),
+            }
+        )
+    return tuple(out)
+
+
 def track_record(*, include_machine: bool = True) -> TrackRecord:
     speed = _speed_rows()
     rows = [*_memory_rows(), *speed, *_tp_rows(speed)]
@@ -395,5 +473,6 @@ def track_record(*, include_machine: bool = True) -> TrackRecord:
             "non_torch_one_gpu_bytes": act.non_torch_one_gpu,
             "non_torch_parallel_bytes": act.non_torch_parallel,
         },
-        this_machine=this_machine() if include_machine else (),
+        this_machine=this_machine() + vllm_kv_rows() if include_machine else (),
+        calibration=interval_calibration(),
     )

@@ -15,17 +15,16 @@ from engine.runtime import run
 from ui import export
 from ui.batching_widgets import cached_scheduler
 from ui.common import fmt_bytes, fmt_count, fmt_seconds, init_state, page_setup, show_error
+from ui.forecast_view import show_run_forecast
 from ui.narrative import latency_sentence
 from ui.playground_widgets import (
     MEANING,
-    forecast,
     generation_settings,
     history_row,
     latency_figure,
     live_line,
     metrics_row,
     show_decode_path,
-    show_forecast,
     show_recorded_gpu_decode,
 )
 from ui.widgets import sidebar_model
@@ -33,7 +32,7 @@ from ui.widgets import sidebar_model
 NS = "playground"
 CHAT_SWITCH = "**Use the chat template** (sidebar)"
 
-page_setup("Playground", ":material/chat:", measures=True)
+page_setup("Playground", measures=True)
 init_state(NS, history=[], last=None, running=None, curve={})
 st.title("Playground")
 st.caption(
@@ -73,7 +72,7 @@ prompt = st.text_area(
     key=f"{NS}.prompt.{batch_mode}",
 )
 if lm is not None and not batch_mode:
-    show_forecast(forecast(lm, prompt, cfg.max_new_tokens, use_cache))
+    show_run_forecast(lm, prompt, cfg.max_new_tokens, use_cache)
 go = st.button("Generate", type="primary", disabled=lm is None, key=f"{NS}.go")
 if lm is not None:
     snap = cached_scheduler(lm).snapshot()

@@ -7,7 +7,7 @@ import streamlit as st
 
 from engine.calc import format as fmt
 from engine.calc.memory import formula_of
-from engine.calc.roofline import Roof, analyse, measured_point, operators, roof_for
+from engine.calc.roofline import Roof, RooflineSpec, analyse, measured_point, operators, roof_for
 from engine.calc.specs import PRECISIONS, THIS_MACHINE, load_gpu_catalog
 from engine.core.errors import EngineError
 from ui import export
@@ -20,9 +20,10 @@ from ui.calc_widgets import (
 )
 from ui.common import page_setup, show_error
 from ui.plots_calc import roofline_figure
-from ui.roofline_view import reading, ridge_note, seq_cap_note, split_measured
+from ui.roofline_view import BATCHES, SEQ_LENS, reading, ridge_note, seq_cap_note, split_measured
+from ui.widgets import SELECT_SLIDER, spec_input
 
-page_setup("Roofline", ":material/show_chart:")
+page_setup("Roofline")
 NS = "roof"
 
 st.title("Roofline")
@@ -42,14 +43,9 @@ with left:
         key=f"{NS}.gpus",
         format_func=lambda k: catalog[k].name if k in catalog else "this machine (measured)",
     )
-    dtype = st.select_slider("Precision", PRECISIONS, value="fp16", key=f"{NS}.dtype")
-    seq = st.select_slider(
-        "s: prompt length (prefill) / cached tokens (decode)",
-        [16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768],
-        value=512,
-        key=f"{NS}.s",
-    )
-    batch = st.select_slider("b: batch", [1, 2, 4, 8, 16, 32, 64, 128, 256, 512], value=1, key=f"{NS}.b")
+    dtype = spec_input(st, RooflineSpec, "dtype", key=f"{NS}.dtype", widget=SELECT_SLIDER, choices=PRECISIONS)
+    seq = spec_input(st, RooflineSpec, "seq_len", key=f"{NS}.s", widget=SELECT_SLIDER, choices=SEQ_LENS)
+    batch = spec_input(st, RooflineSpec, "batch", key=f"{NS}.b", widget=SELECT_SLIDER, choices=BATCHES)
     show_measured = st.checkbox("Measured runs of this machine", value=True, key=f"{NS}.measured")
 
 if spec is None:

@@ -19,7 +19,7 @@ from ui.widgets import sidebar_model
 NS = "lab"
 MAX_UPLOAD_BYTES = fewshot.MAX_CSV_BYTES
 
-page_setup("Few-shot, code and eval", ":material/science:", measures=True)
+page_setup("Few-shot, code and eval", measures=True)
 init_state(NS, sweep=None, classified=None, code=None, eval_runs=[], last_eval=None)
 state = st.session_state
 

@@ -6,18 +6,20 @@ from __future__ import annotations
 
 import streamlit as st
 
-from engine.batching.sweep import DEFAULT_SIZES, run_sweep
+from engine.batching.spec import BatchSpec, SweepSpec, UsersSpec, WorkloadSpec
+from engine.batching.sweep import Sweep, run_sweep
 from engine.batching.workload import (
-    OUTPUT_DISTRIBUTIONS,
-    WorkloadSpec,
+    PolicyBound,
+    PolicyResult,
     compare,
     generate_workload,
     policy_bound,
     throughput_headline,
 )
 from engine.core.errors import EngineError
+from engine.core.jsonsafe import from_jsonable
 from engine.core.load import cores, is_busy, loadavg_1m
-from ui import export
+from ui import export, pace
 from ui.batching_widgets import (
     cached_scheduler,
     gantt_figure,
@@ -28,15 +30,17 @@ from ui.batching_widgets import (
     sweep_figure,
 )
 from ui.calc_widgets import machine_known, machine_matmul, machine_provenance
-from ui.common import fmt_bytes, fmt_seconds, init_state, page_setup, show_error
+from ui.common import browser_session, fmt_bytes, fmt_seconds, init_state, page_setup, show_error
 from ui.narrative import sweep_sentence, tradeoff_sentences, users_sentence
-from ui.widgets import load_with_progress, model_picker
+from ui.widgets import button_why, load_with_progress, model_picker, refused, spec_input
 
 NS = "batching"
-page_setup("Batching", ":material/stacks:", measures=True)
+page_setup("Batching", measures=True)
 init_state(NS, sweep=None, compare=None, bound=None, users=None, load=None)
 report: list = []
-_W = WorkloadSpec()
+# The page's own starting workload, sized for a live demo on a 2-core CPU (bench/tour.py measures it): 8 requests
+# of 8 to 48 tokens. The command line keeps the spec's larger defaults.
+PAGE_REQUESTS, PAGE_OUT_MAX, PAGE_MAX_BATCH = 8, 48, 4
 
 st.title("Batching")
 st.caption("Static versus in-flight batching, measured on this machine.")
@@ -58,20 +62,25 @@ if lm is None:
 # ---------------------------------------------------------------- 1. static batching, batch sizes
 st.header("1 · Static batching: what a bigger batch buys")
 c1, c2, c3 = st.columns([3, 1, 1])
-sizes = c1.multiselect(
-    "Batch sizes", [1, 2, 4, 8, 16, 32, 64], default=list(DEFAULT_SIZES), key=f"{NS}.sizes"
+sizes = spec_input(c1, SweepSpec, "sizes", key=f"{NS}.sizes")
+sweep_tokens = spec_input(c2, SweepSpec, "max_new_tokens", key=f"{NS}.sweep_tokens")
+why_not = "choose at least one batch size" if not sizes else ""
+why_not = why_not or ("New tokens each is out of range" if refused(sweep_tokens) else "")
+if button_why(c3, "Measure", key=f"{NS}.sweep_go", why=why_not, type="primary"):
+    matmul = machine_matmul(lm)
+    st.session_state[f"{NS}.sweep"] = pace.run_experiment(
+        "batching-sweep",
+        "One padded batch per size",
+        lambda report: run_sweep(lm, sizes, max_new_tokens=int(sweep_tokens), matmul_flops_per_s=matmul),
+        size=sum(sizes) * sweep_tokens,
+        settings={"model": lm.name, "sizes": sizes, "max_new_tokens": sweep_tokens},
+    )
+shown = pace.shown_result(
+    "batching-sweep", st.session_state[f"{NS}.sweep"], lambda p: from_jsonable(Sweep, p)
 )
-sweep_tokens = c2.number_input("New tokens each", 4, 256, 32, key=f"{NS}.sweep_tokens")
-if c3.button("Measure", key=f"{NS}.sweep_go", type="primary"):
-    try:
-        with st.spinner("Running one padded batch per size (the CPU takes a while for 32)…"):
-            st.session_state[f"{NS}.sweep"] = run_sweep(
-                lm, sizes, max_new_tokens=int(sweep_tokens), matmul_flops_per_s=machine_matmul(lm)
-            )
-    except EngineError as exc:
-        show_error(exc)
-sweep = st.session_state[f"{NS}.sweep"]
+sweep = shown.result if shown else None
 if sweep is not None and sweep.model == lm.name:
+    pace.note(shown)
     fig = sweep_figure(sweep)
     st.plotly_chart(fig, width="stretch")
     report += [
@@ -93,8 +102,8 @@ if sweep is not None and sweep.model == lm.name:
     )
     st.info(
         f"**Largest batch that fits** ({sweep.prompt_tokens} prompt + {sweep.max_new_tokens} new tokens each): "
-        f"**{fits:,}** sequences in {fmt_bytes(sweep.memory_bytes)} (free memory + the weights), from "
-        f"engine.calc.memory.max_batch: (memory / 1.2 − weights) / (tokens × KV bytes per token) — {where}."
+        f"**{fits:,}** sequences in {fmt_bytes(sweep.memory_bytes)} (free memory + the weights), from the "
+        f"calculator's rule (memory / 1.2 − weights) / (tokens × KV bytes per token): {where}."
         + (" The sweep stopped when the device ran out of memory." if sweep.stopped_by_memory else "")
     )
     st.dataframe(
@@ -118,19 +127,46 @@ if sweep is not None and sweep.model == lm.name:
 st.header("2 · Static versus in-flight on the same workload")
 with st.form(f"{NS}.wl"):
     c = st.columns(4)
-    n_req = c[0].number_input("Requests", 1, 200, 12, key=f"{NS}.n")
-    rate = c[1].number_input(
-        "Arrivals per second (0 = all at once)", 0.0, 100.0, _W.arrival_rate_per_s, key=f"{NS}.rate"
+    n_req = spec_input(
+        c[0], WorkloadSpec, "n_requests", key=f"{NS}.n", label="Requests", hi=200, value=PAGE_REQUESTS
     )
-    max_batch = c[2].number_input("Max batch (both policies)", 1, 64, 4, key=f"{NS}.max_batch")
-    seed = c[3].number_input("Seed", 0, 10**6, _W.seed, key=f"{NS}.seed")
+    rate = spec_input(
+        c[1],
+        WorkloadSpec,
+        "arrival_rate_per_s",
+        key=f"{NS}.rate",
+        label="Arrivals per second (0 = all at once)",
+        hi=100.0,
+    )
+    max_batch = spec_input(
+        c[2],
+        BatchSpec,
+        "max_batch",
+        key=f"{NS}.max_batch",
+        label="Max batch (both policies)",
+        hi=64,
+        value=PAGE_MAX_BATCH,
+    )
+    seed = spec_input(c[3], WorkloadSpec, "seed", key=f"{NS}.seed", label="Seed", lo=0, hi=10**6)
     c = st.columns(4)
-    out_min = c[0].number_input("Output tokens min", 1, 1024, _W.output_tokens_min, key=f"{NS}.out_min")
-    out_max = c[1].number_input("Output tokens max", 1, 1024, 64, key=f"{NS}.out_max")
-    dist = c[2].selectbox("Output lengths", OUTPUT_DISTRIBUTIONS, key=f"{NS}.dist")
-    p_max = c[3].number_input("Prompt tokens max", 1, 512, _W.prompt_tokens_max, key=f"{NS}.p_max")
+    out_min = spec_input(
+        c[0], WorkloadSpec, "output_tokens_min", key=f"{NS}.out_min", label="Output tokens min", hi=1024
+    )
+    out_max = spec_input(
+        c[1],
+        WorkloadSpec,
+        "output_tokens_max",
+        key=f"{NS}.out_max",
+        label="Output tokens max",
+        hi=1024,
+        value=PAGE_OUT_MAX,
+    )
+    dist = spec_input(c[2], WorkloadSpec, "output_distribution", key=f"{NS}.dist", label="Output lengths")
+    p_max = spec_input(
+        c[3], WorkloadSpec, "prompt_tokens_max", key=f"{NS}.p_max", label="Prompt tokens max", hi=512
+    )
     go = st.form_submit_button("Run both policies", type="primary")
-if go:
+if go and not refused(n_req, rate, max_batch, seed, out_min, out_max, p_max):
     try:
         spec = WorkloadSpec(
             n_requests=int(n_req),
@@ -141,22 +177,47 @@ if go:
             output_tokens_max=int(out_max),
             output_distribution=dist,
             seed=int(seed),
-        )
+        ).validate()
         workload = generate_workload(spec, lm.tokenizer)
-        load_start = loadavg_1m()
-        with st.spinner("Replaying the workload under static, then in-flight batching…"):
-            results = compare(lm, workload, int(max_batch))
-        st.session_state[f"{NS}.load"] = (load_start, loadavg_1m(), cores())
-        st.session_state[f"{NS}.compare"] = results
-        # the step-count bound holds when every request waits at the start (arrival rate 0)
-        st.session_state[f"{NS}.bound"] = (
-            policy_bound(workload, int(max_batch)) if spec.arrival_rate_per_s == 0 else None
-        )
     except EngineError as exc:
         show_error(exc)
-compare = st.session_state[f"{NS}.compare"]
-if compare is not None and compare["static"].model == lm.name:
-    s, i = compare["static"], compare["inflight"]
+    else:
+        # the step-count bound holds when every request waits at the start (arrival rate 0)
+        bound = policy_bound(workload, int(max_batch)) if spec.arrival_rate_per_s == 0 else None
+        load_start = loadavg_1m()
+        results = pace.run_experiment(
+            "batching-compare",
+            "Replaying the workload under static, then in-flight batching",
+            lambda report: compare(lm, workload, int(max_batch)),
+            size=sum(r.max_new_tokens for r in workload),
+            settings={"model": lm.name, "requests": n_req, "max_batch": max_batch},
+            store=lambda res: {**res, "bound": bound, "load": (load_start, loadavg_1m(), cores())},
+        )
+        if results is not None:
+            st.session_state[f"{NS}.load"] = (load_start, loadavg_1m(), cores())
+            st.session_state[f"{NS}.compare"] = results
+            st.session_state[f"{NS}.bound"] = bound
+elif go:
+    st.error("Nothing ran: a field above is out of range (it says what is allowed).", icon=":material/block:")
+
+
+def _stored_compare(p: dict) -> dict:
+    return {
+        "static": from_jsonable(PolicyResult, p["static"]),
+        "inflight": from_jsonable(PolicyResult, p["inflight"]),
+        "bound": from_jsonable(PolicyBound | None, p.get("bound")),
+        "load": tuple(p["load"]) if p.get("load") else None,
+    }
+
+
+live = st.session_state[f"{NS}.compare"]
+if live is not None:
+    live = {**live, "bound": st.session_state[f"{NS}.bound"], "load": st.session_state[f"{NS}.load"]}
+shown = pace.shown_result("batching-compare", live, _stored_compare)
+pair = shown.result if shown else None
+if pair is not None and pair["static"].model == lm.name:
+    pace.note(shown)
+    s, i = pair["static"], pair["inflight"]
     st.dataframe(
         [
             {
@@ -174,7 +235,7 @@ if compare is not None and compare["static"].model == lm.name:
         hide_index=True,
         width="stretch",
     )
-    bound = st.session_state[f"{NS}.bound"]
+    bound = pair["bound"]
     headline = throughput_headline(s, i, bound)
     ratio = headline.ratio
     dp95 = i.latency_s_p95 - s.latency_s_p95
@@ -196,7 +257,7 @@ if compare is not None and compare["static"].model == lm.name:
         f"{1 - s.slot_utilization:.0%}",
         help="row-steps computed for rows already finished",
     )
-    load = st.session_state[f"{NS}.load"]
+    load = pair["load"]
     if load is not None:
         start, end, cores = load
         busy = is_busy(start, cores)
@@ -220,7 +281,7 @@ if compare is not None and compare["static"].model == lm.name:
             f"{ratio:.2f}× is {ratio / bound.throughput_ratio:.0%} of that. With every slot busy every step it "
             f"would be {bound.full_slots_ratio:.2f}× ({bound.full_slots_steps} steps): the gap is the long requests "
             "admitted last, which decode with few companions at the end. Computed from the workload's output "
-            "lengths (engine.batching.workload.policy_bound). The bound takes every step to cost the same; on a "
+            "lengths alone. The bound takes every step to cost the same; on a "
             "CPU a step of one row can cost far less than a step of two or more (a matrix-vector product instead "
             "of a matrix product), and static batching keeps computing its finished rows, so the measured ratio "
             "can pass the bound."
@@ -279,19 +340,23 @@ st.caption(
 )
 with st.form(f"{NS}.users_form"):
     c = st.columns(3)
-    n_users = c[0].number_input("Users (concurrent requests)", 1, 32, 6, key=f"{NS}.users_n")
-    user_tokens = c[1].number_input("New tokens each", 1, 256, 24, key=f"{NS}.users_tokens")
-    stagger = c[2].number_input("Seconds between arrivals", 0.0, 5.0, 0.0, 0.1, key=f"{NS}.users_stagger")
+    n_users = spec_input(c[0], UsersSpec, "users", key=f"{NS}.users_n")
+    user_tokens = spec_input(c[1], UsersSpec, "max_new_tokens", key=f"{NS}.users_tokens")
+    stagger = spec_input(c[2], UsersSpec, "stagger_s", key=f"{NS}.users_stagger", step=0.1)
     simulate = st.form_submit_button("Simulate", type="primary")
-if simulate:
+if simulate and not refused(n_users, user_tokens, stagger):
     try:
         st.session_state[f"{NS}.users"] = simulate_users(
-            sched, lm, int(n_users), int(user_tokens), float(stagger)
+            sched, lm, int(n_users), int(user_tokens), float(stagger), session=browser_session()
         )
     except EngineError as exc:
         show_error(exc)
-if st.session_state.get(f"{NS}.users"):
-    users = st.session_state[f"{NS}.users"]
+elif simulate:
+    st.error("Nothing ran: a field above is out of range (it says what is allowed).", icon=":material/block:")
+shown = pace.shown_result("batching-users", st.session_state.get(f"{NS}.users"), lambda p: p)
+if shown is not None:
+    pace.note(shown)
+    users = shown.result
     show_users_result(users)
     report += [
         export.Heading(f"Simulated {users['n']} users"),

@@ -7,13 +7,22 @@ from __future__ import annotations
 import streamlit as st
 
 from engine.core.errors import EngineError
+from engine.core.jsonsafe import from_jsonable
 from engine.levers import kvquant, quant, speculative
-from ui import levers_widgets
+from ui import levers_widgets, pace
 from ui.common import init_state, page_setup, show_error
-from ui.widgets import model_picker, spec_number
+from ui.widgets import model_picker, refused, spec_input
 
 NS = "levers"
-page_setup("Quantization and speculative decoding", ":material/compress:", measures=True)
+# The page's own starting runs, sized for a live demo on a 2-core CPU (bench/tour.py measures them): int8 against
+# fp32, prompt lookup against plain greedy, a short KV-cache generation. Every scheme and method is one click away.
+PAGE_SCHEMES = ("fp32", "int8")
+PAGE_Q_TOKENS, PAGE_Q_DOCS = 16, 2
+PAGE_METHODS, PAGE_WORKLOADS, PAGE_S_TOKENS = ("prompt_lookup",), ("input_grounded",), 24
+PAGE_KV_TOKENS = 64
+QS, KS = quant.QuantSpec, kvquant.KVSpec
+NOT_RUN = "Nothing ran: a field above is out of range (it says what is allowed)."
+page_setup("Quantization and speculative decoding", measures=True)
 init_state(NS, quant=None, kv=None, spec=None)
 
 st.title("Quantization and speculative decoding")
@@ -32,28 +41,30 @@ with tab_q:
     st.markdown(
         "Each scheme quantizes a copy of the fp32 model (every linear layer except the output layer). Weight "
         "bytes are read from the quantized tensors themselves (scales and zero points included) and set beside "
-        "the calculator's bytes for the same shapes (engine/calc/quant.py). Speedup = median fp32 time per "
+        "the calculator's bytes for the same shapes. Speedup = median fp32 time per "
         "token / median scheme time per token, with a bootstrap 95% interval. Quality: "
         + quant.QUALITY_METHOD.format(n="N")
     )
     with st.form(f"{NS}.qform"):
-        c = st.columns(4)
-        schemes = c[0].multiselect(
-            "Schemes",
-            list(quant.SCHEMES),
-            default=list(quant.QuantSpec.default("schemes")),
-            key=f"{NS}.schemes",
+        c = st.columns([2, 1, 1, 1])  # the chosen schemes' tags need the room
+        schemes = spec_input(
+            c[0], quant.QuantSpec, "schemes", key=f"{NS}.schemes", label="Schemes", value=PAGE_SCHEMES
         )
-        q_tokens = spec_number(c[1], quant.QuantSpec, "max_new_tokens", "New tokens", f"{NS}.qtok")
-        q_runs = spec_number(c[2], quant.QuantSpec, "runs", "Timed runs", f"{NS}.qruns")
-        q_docs = spec_number(c[3], quant.QuantSpec, "eval_docs", "Documents for bits/byte (N)", f"{NS}.qdocs")
+        q_tokens = spec_input(c[1], QS, "max_new_tokens", key=f"{NS}.qtok", value=PAGE_Q_TOKENS)
+        q_runs = spec_input(c[2], QS, "runs", key=f"{NS}.qruns", label="Timed runs")
+        q_docs = spec_input(
+            c[3], QS, "eval_docs", key=f"{NS}.qdocs", label="Bits/byte documents", value=PAGE_Q_DOCS
+        )
         go_q = st.form_submit_button("Quantize and measure", type="primary")
-    if go_q:
+    if go_q and refused(q_tokens, q_runs, q_docs):
+        st.error(NOT_RUN, icon=":material/block:")
+    elif go_q:
         levers_widgets.measure_into(
             f"{NS}.quant",
+            "quant",
             name,
             "fp32",
-            "weight quantization",
+            "Weight quantization",
             lambda lm, report: quant.run_quant(
                 lm,
                 quant.QuantSpec(
@@ -61,9 +72,15 @@ with tab_q:
                 ),
                 progress=report,
             ),
+            size=len(set(schemes) | {"fp32"}) * (q_tokens * (q_runs + 1) + 100 * q_docs),
+            settings={"model": name, "schemes": schemes, "max_new_tokens": q_tokens, "runs": q_runs},
         )
-    result = st.session_state[f"{NS}.quant"]
-    if result is not None:
+    shown = pace.shown_result(
+        "quant", st.session_state[f"{NS}.quant"], lambda p: from_jsonable(quant.QuantReport, p)
+    )
+    if shown is not None:
+        result = shown.result
+        pace.note(shown)
         st.caption(
             f"{result.model} on {result.device}: {result.runs} timed runs of {result.max_new_tokens} tokens "
             f"per scheme; quality over {result.eval_documents} documents (measured)."
@@ -75,33 +92,35 @@ with tab_q:
         levers_widgets.downloads(result.rows, "quantization", f"{NS}.qdl")
     else:
         st.info(
-            "Choose schemes and press **Quantize and measure** (SmolLM2: about a minute per scheme on 2 cores)."
+            "Choose schemes and press **Quantize and measure**: a progress bar shows the time so far and what is "
+            "left, estimated from the last run on this machine."
         )
 
 with tab_kv:
     st.markdown(
         "transformers' `QuantizedCache` (KIVI, Liu et al. 2024) keeps the newest tokens in full precision and "
         f"stores older ones in 2–8 bits with a scale and a zero point per group of {kvquant.GROUP}. Bytes are read from "
-        "the cache after one greedy generation and set beside the calculator's (engine.calc.quant.kv_quant_bytes); "
+        "the cache after one greedy generation and set beside the calculator's; "
         "quality is the greedy continuation compared with the plain cache's."
     )
     status = {b: kvquant.backend_status(b) for b in kvquant.BACKENDS}
     for b, (ok, why) in status.items():
         (st.caption if ok else st.warning)(f"backend **{b}**: {why}")
     with st.form(f"{NS}.kvform"):
-        c = st.columns(4)
-        backends = c[0].multiselect(
-            "Backends", list(kvquant.BACKENDS), default=list(kvquant.BACKENDS), key=f"{NS}.backends"
+        c = st.columns([2, 1, 1, 1])
+        backends = spec_input(c[0], kvquant.KVSpec, "backends", key=f"{NS}.backends", label="Backends")
+        nbits = spec_input(
+            c[1], kvquant.KVSpec, "nbits", key=f"{NS}.nbits", label="Bits (quanto: 2/4; HQQ: 2/4/8)"
         )
-        nbits = c[1].selectbox("Bits (quanto: 2/4; HQQ: 2/4/8)", [4, 2, 8], key=f"{NS}.nbits")
-        kv_tokens = c[2].number_input("New tokens", 8, 1024, 256, key=f"{NS}.kvtok")
-        budget_gb = c[3].number_input(
-            "Memory budget for the cache (GB)", 0.01, 1000.0, 1.0, key=f"{NS}.budget"
-        )
+        kv_tokens = spec_input(c[2], KS, "max_new_tokens", key=f"{NS}.kvtok", value=PAGE_KV_TOKENS)
+        budget_gb = spec_input(c[3], kvquant.KVSpec, "budget_gb", key=f"{NS}.budget")
         go_kv = st.form_submit_button("Measure the KV cache", type="primary")
-    if go_kv:
+    if go_kv and refused(kv_tokens, budget_gb):
+        st.error(NOT_RUN, icon=":material/block:")
+    elif go_kv:
         levers_widgets.measure_into(
             f"{NS}.kv",
+            "kv-cache",
             name,
             "fp32",
             "KV cache",
@@ -113,9 +132,15 @@ with tab_kv:
                 budget_bytes=float(budget_gb) * 1e9,
                 progress=report,
             ),
+            size=(len(backends) + 1) * kv_tokens,
+            settings={"model": name, "backends": backends, "nbits": nbits, "max_new_tokens": kv_tokens},
         )
-    rows = st.session_state[f"{NS}.kv"]
+    shown = pace.shown_result(
+        "kv-cache", st.session_state[f"{NS}.kv"], lambda p: from_jsonable(list[kvquant.KVResult], p)
+    )
+    rows = shown.result if shown else None
     if rows:
+        pace.note(shown)
         st.dataframe(levers_widgets.kv_table(rows), hide_index=True, width="stretch")
         for row in rows:
             st.markdown(f"- {kvquant.verdict(row, rows[0])}")
@@ -136,27 +161,27 @@ with tab_s:
         "same tokenizer); `bf16` = a bf16 copy of the target; or a model with the same tokenizer."
     )
     with st.form(f"{NS}.sform"):
-        c = st.columns(5)
-        methods = c[0].multiselect(
-            "Methods", list(speculative.METHODS), default=list(speculative.METHODS), key=f"{NS}.methods"
+        SS = speculative.SpeculateSpec
+        c = st.columns(2)
+        methods = spec_input(c[0], SS, "methods", key=f"{NS}.methods", label="Methods", value=PAGE_METHODS)
+        workloads = spec_input(c[1], SS, "workloads", key=f"{NS}.wl", label="Workloads", value=PAGE_WORKLOADS)
+        c = st.columns(4)
+        draft = spec_input(c[0], SS, "draft", key=f"{NS}.draft", label="Draft model")
+        gamma = spec_input(c[1], SS, "draft_length", key=f"{NS}.gamma", label="Draft length γ")
+        s_tokens = spec_input(
+            c[2], SS, "max_new_tokens", key=f"{NS}.stok", label="New tokens", value=PAGE_S_TOKENS
         )
-        workloads = c[1].multiselect(
-            "Workloads", list(speculative.WORKLOADS), default=list(speculative.WORKLOADS), key=f"{NS}.wl"
-        )
-        draft = c[2].text_input("Draft model", speculative.SpeculateSpec.default("draft"), key=f"{NS}.draft")
-        gamma = c[3].number_input(
-            "Draft length γ", 0, 1000, speculative.SpeculateSpec.default("draft_length"), key=f"{NS}.gamma"
-        )  # wider than the spec's bounds on purpose: the engine's message says what is allowed
-        s_tokens = spec_number(c[4], speculative.SpeculateSpec, "max_new_tokens", "New tokens", f"{NS}.stok")
-        s_runs = spec_number(st, speculative.SpeculateSpec, "runs", "Timed runs", f"{NS}.sruns")
+        s_runs = spec_input(c[3], SS, "runs", key=f"{NS}.sruns", label="Timed runs")
         go_s = st.form_submit_button("Measure speculative decoding", type="primary")
     for w in speculative.WORKLOADS:
         st.caption(
             f"**{w}**: {speculative.WORKLOAD_DESCRIPTIONS[w]} ({len(speculative.WORKLOADS[w])} prompts)"
         )
-    if go_s:
+    if go_s and refused(gamma, s_tokens, s_runs):
+        st.error(NOT_RUN, icon=":material/block:")
+    elif go_s:
         try:
-            spec = speculative.SpeculateSpec(
+            spec = SS(
                 model=name,
                 dtype=dtype if dtype != "auto" else "fp32",
                 methods=tuple(methods),
@@ -169,16 +194,23 @@ with tab_s:
         except EngineError as exc:
             show_error(exc)
         else:
+            prompts = sum(len(speculative.WORKLOADS[w]) for w in spec.workloads)
             levers_widgets.measure_into(
                 f"{NS}.spec",
+                "speculative",
                 name,
                 spec.dtype,
-                "speculative decoding",
+                "Speculative decoding",
                 lambda lm, report: speculative.run_speculate(lm, spec, progress=report),
+                size=prompts * (1 + len(spec.methods)) * s_tokens * s_runs,
+                settings={"model": name, "methods": spec.methods, "workloads": spec.workloads},
             )
-    spec = st.session_state[f"{NS}.spec"]
-    if spec is not None:
-        st.dataframe(levers_widgets.spec_table(spec.rows), hide_index=True, width="stretch")
-        for row in spec.rows:
+    shown = pace.shown_result(
+        "speculative", st.session_state[f"{NS}.spec"], lambda p: from_jsonable(speculative.SpecReport, p)
+    )
+    if shown is not None:
+        pace.note(shown)
+        st.dataframe(levers_widgets.spec_table(shown.result.rows), hide_index=True, width="stretch")
+        for row in shown.result.rows:
             st.markdown(f"- {speculative.verdict(row)}")
-        levers_widgets.downloads(spec.rows, "speculative", f"{NS}.sdl")
+        levers_widgets.downloads(shown.result.rows, "speculative", f"{NS}.sdl")

@@ -1,39 +1,55 @@
-"""Serving lab: load-test an OpenAI-compatible endpoint (this engine's own server, started here, or any vLLM, TGI,
-SGLang or cloud URL), sweep the load, find the knee under SLOs, and put the calculator's max users beside it."""
+"""Serving lab: load-test an OpenAI-compatible endpoint (this engine's own server or vLLM's, started here, both side
+by side, or any vLLM, TGI, SGLang or cloud URL), sweep the load, find the knee under SLOs, and put the calculator's
+max users (and vLLM's KV pool) beside it."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import streamlit as st
 
+from engine.backends.compare import run_side_by_side
+from engine.backends.vllm import latest_kv_row
 from engine.calc.capacity import predict_from_run
 from engine.calc.specs import load_model_presets
 from engine.core.errors import EngineError
 from engine.loadgen.sweep import check_server, run_sweep, to_json
 from engine.loadgen.workload import ENDPOINTS, SLO, LoadSpec, LoadSpecError, parse_levels
-from engine.runtime.models import DEFAULT_MODEL, PRESETS
+from engine.runtime.models import PRESETS
 from ui.common import init_state, page_setup, show_error
 from ui.serving_widgets import (
+    BACKENDS_OF,
+    COMPARE_KEYS,
+    TARGETS,
     at_level,
     breakdown_figure,
     breakdown_rows,
     breakdown_sentence,
+    calculator_beside,
     failed_requests,
     knee_sentence,
+    kv_rows,
     latency_figure,
     level_unit,
+    local_servers,
     per_user_figure,
-    server_slot,
+    sbs_dtype,
+    side_by_side_figure,
+    side_by_side_rows,
+    side_by_side_sentence,
     table_rows,
     throughput_figure,
     to_csv,
+    vllm_parallel_section,
+    vllm_status,
 )
-from ui.widgets import spec_number
+from ui.simulate_widgets import simulated_section
+from ui.widgets import button_why, spec_number
 
 NS = "serving"
-page_setup("Serving", ":material/dns:", measures=True)
-init_state(NS, sweep=None, models=None)
+page_setup("Serving", measures=True)
+init_state(NS, sweep=None, sbs=None, models=None)
 
 st.title("Serving")
 st.subheader("How many users does a deployment hold within the SLOs?")
@@ -48,51 +64,21 @@ st.markdown(
 
 # ---------------------------------------------------------------- 1. target
 st.header("1 · Target")
-target = st.radio(
-    "Endpoint", ["This engine's server", "Any OpenAI-compatible URL"], horizontal=True, key=f"{NS}.target"
-)
-slot = server_slot()
+target = st.radio("Endpoint", TARGETS, horizontal=True, key=f"{NS}.target")
 api_key: str | None = None
-if target == "This engine's server":
-    c1, c2, c3, c4 = st.columns([2, 1, 1, 1])
-    names = list(PRESETS)
-    engine_model = c1.selectbox("Model", names, index=names.index(DEFAULT_MODEL), key=f"{NS}.engine_model")
-    batch = int(
-        c2.number_input(
-            "Max batch",
-            1,
-            64,
-            8,
-            key=f"{NS}.max_batch",
-            help="requests decoded together by the server's in-flight scheduler",
+both = target == "Both, side by side"
+if target in BACKENDS_OF:
+    urls, model = local_servers(target, NS)
+    url = None if both else next(iter(urls.values()), None)
+    if both and len(urls) < 2:
+        urls = {}
+    if both:
+        st.caption(
+            "Side by side: the same sweep on each server, level by level in turn (the order flips every round), so a "
+            "machine whose speed drifts touches both alike; the table compares medians over the rounds."
         )
-    )
-    if c3.button("Start server", key=f"{NS}.start", type="primary", disabled=slot.running):
-        try:
-            with st.spinner(
-                f"Starting `python -m engine serve --model {engine_model}` and waiting for /health…"
-            ):
-                slot.start(engine_model, batch)
-        except RuntimeError as exc:
-            st.error(str(exc))
-    if c4.button("Stop server", key=f"{NS}.stop", disabled=not slot.running):
-        slot.stop()
-        st.rerun()
-    if slot.running:
-        proc = slot.proc
-        st.success(
-            f"Running: `{proc.base_url}` serving **{proc.model}** (process {proc.proc.pid}, bound to "
-            "127.0.0.1 only). It runs until you stop it here or the dashboard stops.",
-            icon=":material/dns:",
-        )
-        url, model = proc.base_url, proc.model
-    else:
-        st.info(
-            "The engine's server is not running. Start it here (a child process of the dashboard), or run "
-            "`python -m engine serve` yourself and choose *Any OpenAI-compatible URL*."
-        )
-        url, model = None, engine_model
 else:
+    urls = {}
     c1, c2 = st.columns([3, 2])
     url = c1.text_input(
         "Base URL",
@@ -179,12 +165,27 @@ keep_going = st.checkbox(
     help="by default the sweep stops at the first level that misses them (more load only queues more)",
 )
 
-if st.button("Run sweep", key=f"{NS}.go", type="primary", disabled=not (url and model)):
+rounds = (
+    int(st.number_input("Rounds (side by side)", 1, 5, 1, key=f"{NS}.rounds", help="medians over the rounds"))
+    if both
+    else 1
+)
+if button_why(
+    st,
+    "Run sweep",
+    key=f"{NS}.go",
+    type="primary",
+    why="" if (url or urls) and model else "start a server or give a server URL and a model first",
+):
     bar = st.progress(0.0, text="starting…")
     try:
+        if both and mode != "concurrency":
+            raise LoadSpecError(
+                "The side-by-side sweep compares fixed users: choose fixed users (concurrency)."
+            )
         levels = parse_levels(levels_text)
         spec = LoadSpec(
-            base_url=url,
+            base_url=url or next(iter(urls.values())),
             model=model,
             api_key=api_key,
             endpoint=endpoint,
@@ -197,18 +198,61 @@ if st.button("Run sweep", key=f"{NS}.go", type="primary", disabled=not (url and 
             turns=turns,
         ).validate()
         slo = SLO(ttft_s=slo_ttft, tpot_s=slo_tpot / 1e3, min_attainment=attain / 100).validate()
-        st.session_state[f"{NS}.sweep"] = None
-        check_server(url, api_key)  # a dead or wrong URL fails here, with what went wrong, before any run
-        st.session_state[f"{NS}.sweep"] = run_sweep(
-            spec, slo, levels, keep_going=keep_going, progress=lambda f, msg: bar.progress(f, text=msg)
-        )
+        st.session_state[f"{NS}.sweep"] = st.session_state[f"{NS}.sbs"] = None
+        for u in urls.values() if both else [url]:
+            check_server(u, api_key)  # a dead or wrong URL fails here, with what went wrong, before any run
+        if both:
+            specs = {COMPARE_KEYS[b]: replace(spec, base_url=u) for b, u in urls.items()}
+            st.session_state[f"{NS}.sbs"] = run_side_by_side(
+                specs, levels, rounds=rounds, slo=slo, progress=lambda f, msg: bar.progress(f, text=msg)
+            )
+            st.session_state[f"{NS}.sbs_dtype"] = sbs_dtype()  # what both ran, for the calculator beside them
+        else:
+            st.session_state[f"{NS}.sweep"] = run_sweep(
+                spec, slo, levels, keep_going=keep_going, progress=lambda f, msg: bar.progress(f, text=msg)
+            )
     except (LoadSpecError, ValueError, EngineError) as exc:
         show_error(exc)
     bar.empty()
 
+simulated_section(st.session_state[f"{NS}.sweep"])  # a GPU this machine lacks (ui.simulate_widgets)
+
 # ---------------------------------------------------------------- 3. results
+sbs = st.session_state[f"{NS}.sbs"]
+if both and sbs is not None:
+    st.header("3 · This engine beside vLLM (measured)")
+    st.caption(
+        f"Model `{sbs.specs['lab'].model}`, {sbs.specs['lab'].n_requests} requests per level × "
+        f"{sbs.specs['lab'].output_tokens} output tokens, {sbs.rounds} round(s), started {sbs.started_at}; "
+        f"vLLM: {vllm_status()[0] or 'not installed'}."
+    )
+    st.markdown(side_by_side_sentence(sbs))
+    st.dataframe(side_by_side_rows(sbs), hide_index=True, width="stretch")
+    st.plotly_chart(side_by_side_figure(sbs), width="stretch")
+    st.subheader("The calculator's prediction for this machine beside them")
+    predicted_rows, predicted_words = calculator_beside(
+        sbs, st.session_state.get(f"{NS}.sbs_dtype") or sbs_dtype()
+    )
+    st.markdown(predicted_words)
+    if predicted_rows:
+        st.dataframe(predicted_rows, hide_index=True, width="stretch")
+    st.subheader("vLLM's KV pool beside the calculator's prediction for this machine")
+    kv = kv_rows(latest_kv_row(sbs.specs["vllm"].model))
+    if kv:
+        st.markdown(
+            "vLLM prints its KV pool when it starts; the calculator sizes it the way vLLM does on a CPU (the pool "
+            "asked for, blocks of 128 tokens, concurrency = blocks / blocks per request of max-model-len)."
+        )
+        st.dataframe(kv, hide_index=True, width="stretch")
+    else:
+        st.caption("vLLM's start-up log held no KV line to compare (see the server's log).")
+    vllm_parallel_section()
+    # room for the "simulated for <GPU>" section (its own ui module)
+    st.stop()
 sweep = st.session_state[f"{NS}.sweep"]
 if sweep is None:
+    if target in BACKENDS_OF and "vllm" in BACKENDS_OF[target]:
+        vllm_parallel_section()
     st.caption("Run a sweep to see latency percentiles, throughput and the knee.")
     st.stop()
 st.header("3 · Results (measured)")

@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh --browser
 bash scripts/install_peers.sh  # the race's peer engines, so CI proves their lanes (stamped: a second run is instant)
+bash scripts/make_vllm_env.sh  # vLLM's side environment, so CI proves its backend and lane (stamped, as above)
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .

@@ -85,3 +85,57 @@ def test_playground_stop_keeps_partial_text_marked_cancelled(dashboard, browser)
     body = page.inner_text("body")
     assert "Paris" in body  # the partial text survived the rerun
     page.close()
+
+
+def _paths() -> list[str]:
+    from ui.common import PAGES
+
+    return ["", *(p.url_path for p in PAGES)]
+
+
+def test_every_page_at_1280_px_clips_no_value(dashboard, browser, tmp_path):
+    """Each page (first view, and the race in presenter mode on a stored run) screenshotted at 1280 px: no tile,
+    select or link is cut with an ellipsis or drawn wider than its box ('451,280 ...', '145.41 GI',
+    'Hugging Face transformers (eage', '6. Quantization and specul', 'T4 (boo...')."""
+    from bench.tour import CLIPPED_JS, idle, screenshot
+    from engine.runtime import runlog
+    from tests.test_pages_race import _recorded_race
+
+    runlog.save_result("race", _recorded_race(0.5, None), wall_s=40.0, session="dddddddddddd")
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.set_default_timeout(300_000)  # guards against a hang on a busy machine, not speed claims
+    clipped = {}
+    for path in [*_paths(), "Latency_race?presenter=1"]:
+        page.goto(f"{dashboard}/{path}")
+        idle(page, 300)
+        screenshot(page, tmp_path / f"{path.split('?')[0] or 'home'}.png")
+        cut = [c for c in page.evaluate(CLIPPED_JS) if not c.startswith(LEFT_TO_OWNERS.get(path, ()))]
+        if cut:
+            clipped[path or "Home"] = cut
+        assert page.locator('[data-testid="stException"]').count() == 0, path
+    page.close()
+    assert clipped == {}
+
+
+# Selects cut on pages others are rewriting (a select's value is an input: it cannot wrap, the page must give it
+# room or shorter words): left to them, named here so nothing else may clip.
+LEFT_TO_OWNERS = {
+    "Memory_and_cost": ("select: Hugging Face transformers (eager)",),
+    "Serving": ("select: fixed users (concurrency)",),
+}
+
+
+def test_a_race_run_shows_its_clock_and_survives_a_reload(dashboard, browser):
+    """The race's live run draws a progress bar with the elapsed time and what is left; the result stays after a
+    reload of the page (the browser session's key is in the URL)."""
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.set_default_timeout(600_000)
+    page.goto(f"{dashboard}/Latency_race?model=tiny-gpt-neo")  # the tiny random model: seconds, not minutes
+    page.get_by_role("button", name="Run the race").wait_for()
+    page.get_by_role("button", name="Run the race").click()
+    page.get_by_text("elapsed").first.wait_for()
+    page.get_by_text("Winner.").first.wait_for()
+    page.reload()
+    page.get_by_text("kept across the page reload").first.wait_for()
+    page.get_by_role("heading", name="Race (this machine)").wait_for()
+    page.close()

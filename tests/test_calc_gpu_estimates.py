@@ -158,11 +158,15 @@ def test_qwen3_moe_int8_quantizes_its_experts():
 # ---------------------------------------------------------------- memory as vLLM allocates it
 
 
-def test_vllm_kv_budget_is_utilisation_of_the_driver_total_minus_what_the_profile_run_holds():
+def test_vllm_kv_budget_is_utilisation_of_the_cuda_total_minus_what_the_profile_run_holds():
+    from engine.calc.serving_memory import cuda_total_bytes
+
     spec = model_preset("llama-3-8b")
     h100 = gpu_spec("h100-sxm")
     m = serving_memory(spec, h100, dtype="bf16", max_model_len=8192)
-    assert m.budget_bytes == pytest.approx(0.9 * 81559 * 2**20)
+    # CUDA's total (what vLLM budgets from) sits a few hundred MiB under the driver's 81559 MiB
+    assert m.budget_bytes == pytest.approx(0.9 * cuda_total_bytes(h100))
+    assert 0.9 * 78.5 * 2**30 < m.budget_bytes < 0.9 * 81559 * 2**20
     assert m.kv_bytes == pytest.approx(
         m.budget_bytes - m.weights_bytes - m.activation_bytes - m.non_torch_bytes
     )
@@ -186,7 +190,9 @@ def test_qwen25_72b_on_two_h100s_fits_as_vllm_served_it():
         gpu_spec("h100-sxm"),
         Inputs(dtype="bf16", batch=1, prompt_tokens=1024, output_tokens=1024, n_gpus=2, engine="vllm"),
     )
-    assert est.fits and est.serving is not None and est.serving.kv_cache_tokens > 10_000
+    assert (
+        est.fits and est.serving is not None and est.serving.max_concurrency >= 1
+    )  # a 2048-token request fits
 
 
 def test_bad_utilisation_is_a_clear_message():
@@ -339,7 +345,8 @@ def test_the_reasoning_states_the_efficiency_that_made_its_times():
     so the sentence's arithmetic gives the figure beside it (the datasheet bandwidth alone would not)."""
     import re
 
-    from engine.calc.report import Inputs, estimate, reasoning
+    from engine.calc.explain import reasoning
+    from engine.calc.report import Inputs, estimate
     from engine.calc.specs import gpu_spec, model_preset
 
     spec, gpu = model_preset("gpt-neo-2.7b"), gpu_spec("t4")

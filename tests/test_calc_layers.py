@@ -1,4 +1,4 @@
-"""engine/calc is pure: standard library plus engine.calc, engine.core.dtypes, errors, interval and spec; never torch or streamlit."""
+"""engine/calc is pure: standard library plus engine.calc, engine.core.dtypes, errors, interval, spec and stats; never torch or streamlit."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ ALLOWED_ENGINE = (
     "engine.core.errors",
     "engine.core.interval",
     "engine.core.spec",
+    "engine.core.stats",
 )
 
 

@@ -55,6 +55,18 @@ CHEAPEST: dict[str, tuple[str, ...]] = {
     "quant": (*TINY, "--schemes", "fp32", "--runs", "1", "--max-new-tokens", "4", "--eval-docs", "1"),
     "speculate": (*TINY, "--methods", "prompt_lookup", "--runs", "1", "--max-new-tokens", "4"),
     "trackrecord": ("--no-machine",),
+    "simulate": (
+        "--model",
+        "smollm2-135m",
+        "--gpu",
+        "l4",
+        "--sweep",
+        "1",
+        "--requests",
+        "2",
+        "--output-tokens",
+        "4",
+    ),
 }
 NOT_A_DOCUMENT = {"serve"}
 

@@ -20,7 +20,7 @@ HOMES = {
     "gb": "engine/calc/format.py",
     "seconds": "engine/calc/format.py",
     "to_jsonable": "engine/core/jsonsafe.py",
-    "spec_for_run_model": "engine/calibration/__init__.py",
+    "spec_for_run_model": "engine/arch/resolve.py",
     "sync": "engine/runtime/hardware.py",
     "greedy_kwargs": "engine/runtime/generation.py",
     "next_tokens": "engine/runtime/sampling.py",

@@ -117,3 +117,65 @@ def test_a_headline_above_the_workloads_bound_is_marked_invalid_with_why():
     at = _inject_compare(at, 120.0, 1.5)  # 1.20x: within the bound, a plain headline
     headline = next(m for m in at.metric if m.label == "In-flight / static throughput")
     assert headline.value == "1.20×" and not any("not valid" in w.value for w in at.warning)
+
+
+@pytest.mark.parametrize(("tps", "said", "marked"), [
+    ((100, 300, 700), "batch 16 **700 tokens/s** (7.0×)", "best: batch 16, 7.0× batch 1"),
+    ((100, 98, 97), "did **not** raise throughput", "no batch beat batch 1 by more than 5%"),
+])  # fmt: skip
+def test_the_sweep_chart_marks_what_its_sentence_says(tps, said, marked):
+    """The sweep's sentence and its chart read the same numbers the same way: flip them, both flip."""
+    from engine.batching.sweep import Sweep, SweepPoint
+    from ui.batching_widgets import sweep_figure
+    from ui.narrative import sweep_sentence
+
+    points = tuple(
+        SweepPoint(b, float(t), 0.5 * b, 0.01, 0.1, float(t), 0.5 * b, 1)
+        for b, t in zip((1, 4, 16), tps, strict=True)
+    )
+    sweep = Sweep("m", 8, 32, points, 1000, 1e9, False, 1e9, 1e10)
+    assert said in sweep_sentence(points)
+    notes = [a.text for a in sweep_figure(sweep).layout.annotations]
+    assert marked in notes
+
+
+def test_a_shown_replay_and_users_table_name_no_module_and_keep_each_text_as_text():
+    """After a replay the bound's caption named `engine.batching.workload.policy_bound` on the page; a simulated
+    user's text that began '1. ' was drawn as a numbered list, and each text was cut at 80 characters."""
+    from engine.batching.workload import PolicyBound
+    from tests.test_pages_plain_words import internals, on_screen
+
+    at = _page()
+    at.session_state["batching.bound"] = PolicyBound(
+        static_steps=126, inflight_steps=100, full_slots_steps=90
+    )
+    long = "1. Supercomputer: a GPU runs high-performance computing tasks, such as weather models and " * 2
+    row = {"user": 1, "queued (s)": 0.0, "TTFT (s)": 0.5, "latency (s)": 2.0, "tokens": 24, "tokens/s": 12.0}
+    at.session_state["batching.users"] = {
+        "n": 1,
+        "rows": [{**row, "batch seen": 1, "stop": "length", "text": long.strip()}],
+    }
+    at = _inject_compare(at, 120.0, 1.5)
+    assert not at.exception
+    assert internals(on_screen(at)) == []
+    assert at.table[0].value["text"][0] == "1\\" + long.strip()[1:]  # its '1.' escaped: text, not a list
+    from types import SimpleNamespace
+
+    from tests.factories import synthetic_run
+    from ui.batching_widgets import _user_row
+    from ui.widgets import word_table
+
+    done = SimpleNamespace(
+        text=long, stop_reason="length", measurement=synthetic_run("tiny-gpt-neo", "fp32", 0.1, 0.01)
+    )
+    assert (
+        _user_row(0, SimpleNamespace(completion=done), None)["text"] == long.strip()
+    )  # whole, not cut at 80
+
+    class Box:
+        def table(self, rows, **_):
+            self.rows = rows
+
+    box = Box()
+    word_table(box, [{"text": "1. Supercomputer", "n": 3}, {"text": "- a dash", "n": 4}])
+    assert [r["text"] for r in box.rows] == ["1\\. Supercomputer", "\\- a dash"]  # Markdown marks escaped

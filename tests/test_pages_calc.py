@@ -35,6 +35,12 @@ def _metric(at: AppTest, label: str) -> str:
     return next(m.value for m in at.metric if m.label == label)
 
 
+def _assumptions(at: AppTest) -> str:
+    """The text of the one Assumptions expander."""
+    box = next(e for e in at.expander if e.label.startswith("Assumptions"))
+    return " ".join(m.value for m in box.markdown)
+
+
 @pytest.mark.parametrize("path", [CALC, ROOF], ids=["memory_and_cost", "roofline"])
 def test_page_runs(path):
     _run(path)
@@ -53,13 +59,12 @@ def test_default_answers_t4_gpt_neo_2_7b_8_users_1024_tokens():
     assert any("AWS" in c.value for c in at.caption)  # the T4's published price, with its provider
     at = _bound(at)
     # 24, not the 23 of 16e9 decimal bytes: the driver reports 15,360 MiB for a T4
-    assert "Fits" in at.success[0].value and "**24** users" in at.success[0].value
+    assert "Fits" in at.success[0].value and _metric(at, "Max batch at 1,024 tokens") == "24"
     assert _metric(at, "Weights") == "5.30 GB"
-    assert _metric(at, "KV cache") == "2.68 GB"
+    assert _metric(at, "KV cache of this load") == "2.68 GB"
     assert _metric(at, "Total with overhead") == "9.58 GB"
     assert _metric(at, "TPOT, physical bound") == "24.6 ms"
     assert _metric(at, "$ per million output tokens") == "$0.31"
-    assert _metric(at, "Max batch at 1,024 tokens") == "24"
     reasoning = (
         at.markdown[0].value
         if "Weights" in at.markdown[0].value
@@ -94,17 +99,17 @@ def test_precision_changes_weights():
     at.number_input(key="calc.group.int4").set_value(32).run()
     assert _metric(at, "Weights") == fmt.gb(weights_bytes(model_preset("gpt-neo-2.7b"), "int4", "int4", 32))
     at.selectbox(key="calc.kv_dtype").set_value("int8").run()
-    assert _metric(at, "KV cache") == "1.34 GB"
+    assert _metric(at, "KV cache of this load") == "1.34 GB"
 
 
 def test_int4_weights_keep_a_16_bit_kv_cache():
     """int8 and int4 are weight-only; the KV cache stays 16-bit unless asked."""
     at = _run(CALC)
-    assert _metric(at, "KV cache") == "2.68 GB"
+    assert _metric(at, "KV cache of this load") == "2.68 GB"
     for weights in ("int8", "int4", "Q4_0"):
         at.selectbox(key="calc.dtype.gpu").set_value(weights).run()
-        assert _metric(at, "KV cache") == "2.68 GB", weights
-        assert any(weights in w.value for w in at.warning)  # the storage assumption is on the page
+        assert _metric(at, "KV cache of this load") == "2.68 GB", weights
+        assert weights.lower() in _assumptions(at).lower()  # the storage assumption is on the page
 
 
 def test_this_machine_defaults_to_a_precision_a_cpu_runs(monkeypatch):
@@ -133,21 +138,18 @@ def test_this_machine_defaults_to_a_precision_a_cpu_runs(monkeypatch):
 
 
 def test_cost_is_priced_at_the_gpus_needed_when_it_does_not_fit():
-    """At batch 64 on one T4 the cost cards priced one GPU for a load that needs more."""
+    """At batch 64 on one T4 the cost cards priced one GPU for a load that needs more: now the times, the price
+    and the tiles all speak of the GPUs it needs."""
     at = _run(CALC)
     at.number_input(key="calc.batch").set_value(64).run()
     assert "Does not fit" in at.error[0].value
     labels = [m.label for m in at.metric]
     assert "$ per million output tokens" not in labels
-    priced = next(m for m in at.metric if m.label.startswith("$/M output tokens at "))
+    priced = next(m for m in at.metric if m.label.startswith("$ per million output tokens at "))
     n = int(priced.label.split(" at ")[1].split()[0])
-    assert f"GPUs needed: **{n}**" in at.error[0].value and n > 1
-    assert "if it fitted" in priced.delta
-    # the time tiles say they are the one GPU's "if it fitted", and the plan's times (what the price is computed
-    # from) are given beside them, so no tile mixes one GPU's time with n GPUs' dollars unlabelled
+    assert f"GPUs needed: {n}." in at.error[0].value and n > 1 and _metric(at, "GPUs needed") == str(n)
     tpot = next(m for m in at.metric if m.label.startswith("TPOT"))
-    assert tpot.label.endswith("if it fitted on 1"), tpot.label
-    assert any(f"At the {n} GPUs the load needs" in c.value and "price below" in c.value for c in at.caption)
+    assert tpot.label.endswith(f"at the {n} GPUs it needs"), tpot.label
 
 
 def test_past_the_head_count_says_tensor_parallel_stops():
@@ -156,9 +158,9 @@ def test_past_the_head_count_says_tensor_parallel_stops():
     at.number_input(key="calc.batch").set_value(4096).run()
     verdict = at.error[0].value
     assert "cannot split 20 heads over more than 20 GPUs" in verdict and "replicas" in verdict
-    n = int(verdict.split("GPUs needed: **")[1].split("**")[0])
+    n = int(verdict.split("GPUs needed: ")[1].split(".")[0])
     tp = int(verdict.split("replicas of ")[1].split(" GPUs")[0])
-    assert 20 % tp == 0 and n % tp == 0
+    assert 20 % tp == 0 and n % tp == 0 and _metric(at, "GPUs needed") == str(n)
 
 
 def test_breakdown_table_and_batch_curve_are_shown():
@@ -297,10 +299,7 @@ def test_raw_numbers_take_a_layer_layout_and_say_the_count_is_a_formula():
         )
     ).total
     assert any(f"{want:,} parameters" in c.value for c in at.caption)
-    assert any(
-        "raw numbers: parameters from the formula with the gpt_neox layer layout" in w.value
-        for w in at.warning
-    )
+    assert "Raw numbers: parameters from the formula with the gpt_neox layer layout" in _assumptions(at)
 
 
 def test_tensor_parallel_share_is_shown_with_its_interconnect():
@@ -309,7 +308,7 @@ def test_tensor_parallel_share_is_shown_with_its_interconnect():
     at.number_input(key="calc.gpus").set_value(4).run()
     assert _metric(at, "Tensor-parallel share of prefill") == "57%"  # GPT-Neo 2.7B, 4 T4s over PCIe Gen3
     assert _metric(at, "Interconnect") == "PCIe Gen3 x16"
-    assert any("communication dominates" in w.value for w in at.warning)
+    assert "communication dominates" in _assumptions(at)
 
 
 def test_a_serving_engine_sizes_the_cache_as_it_allocates_and_gives_the_launch_command():
@@ -318,15 +317,16 @@ def test_a_serving_engine_sizes_the_cache_as_it_allocates_and_gives_the_launch_c
     at.selectbox(key="calc.engine").set_value("vllm").run()
     assert not at.exception
     verdict = at.success[0].value
-    assert (
-        "as vllm allocates memory" in verdict and "tokens**" in verdict and "Maximum concurrency" in verdict
-    )
+    assert "as vllm allocates memory" in verdict and "tokens at once" in verdict
+    assert _metric(at, "KV cache vllm allocates").endswith(" tokens")
     codes = [c.value for c in at.code]
     assert any(c.startswith("vllm serve EleutherAI/gpt-neo-2.7B") for c in codes)
     assert any("sglang.launch_server" in c for c in codes)
     tpot = next(m for m in at.metric if m.label.startswith("TPOT, vllm estimate"))
     # the interval beside the central estimate (a tile's note is cut at its width: the bound has its own line)
-    assert tpot.delta.startswith("95%: ")
+    from engine.calc.efficiency import INTERVAL_LEVEL
+
+    assert tpot.delta.startswith(f"{INTERVAL_LEVEL}: ")  # the interval's nominal level, as the fit states it
     assert any(c.value.startswith("Physical bounds (every roof reached): TPOT ≥ ") for c in at.caption)
 
 
@@ -347,7 +347,184 @@ def test_track_record_section_shows_targets_on_held_back_rows():
     at.toggle(key="calc.tr").set_value(True).run(timeout=300)
     assert not at.exception
     summary = at.dataframe[-3].value
-    assert "batch-1 decode tokens/s" in list(summary["what"])
+    assert any(w.startswith("batch-1 decode tokens/s") for w in summary["what"])
+    assert "median width" in summary.columns
     assert set(summary["met"]) <= {"yes", "no", "no rows"}
     rows = at.dataframe[-1].value
     assert len(rows) >= 60 and {"published", "predicted", "source", "quote"} <= set(rows.columns)
+
+
+# ---------------------------------------------------------------- one answer per plan, said plainly
+
+
+def test_72b_on_two_a100s_with_vllm_reads_as_one_answer():
+    """The issue: 'Fits ... 14,768 tokens', 'GPUs needed 4' priced at 4, 'The weights alone fill the GPU' and a
+    launch command for 2, on one page."""
+    at = _run(CALC)
+    at.selectbox(key="calc.preset").set_value("Qwen/Qwen2-72B").run()
+    at.selectbox(key="calc.gpu").set_value("a100-80gb").run()
+    at.selectbox(key="calc.dtype.gpu").set_value("bf16").run()
+    at.selectbox(key="calc.engine").set_value("vllm").run()
+    at.number_input(key="calc.gpus").set_value(2).run()
+    assert not at.exception
+    assert at.success and "Fits" in at.success[0].value and not at.error
+    assert _metric(at, "GPUs needed") == "2"
+    assert "$ per million output tokens" in [m.label for m in at.metric]  # priced at the 2 asked
+    assert not any("weights alone" in i.value for i in at.info)
+    command = next(c.value for c in at.code if c.value.startswith("vllm serve"))
+    assert command.startswith("vllm serve Qwen/Qwen2-72B ") and "--tensor-parallel-size 2" in command
+    tokens = _metric(at, "KV cache vllm allocates")
+    assert tokens in at.success[0].value  # the verdict and the tile give the cache one size
+    assert f"{_metric(at, 'Max batch at 1,024 tokens')} sequences" in at.success[0].value
+
+
+def test_sglang_memory_fraction_follows_the_engines_rule_for_the_gpu_count():
+    """The page sent 0.88 whatever the count; SGLang keeps 0.87 on 2 GPUs, 0.85 on 4."""
+    at = _run(CALC)
+    at.selectbox(key="calc.gpu").set_value("a100-80gb").run()
+    at.selectbox(key="calc.engine").set_value("sglang").run()
+    for n, fraction in ((2, "0.87"), (4, "0.85")):
+        at.number_input(key="calc.gpus").set_value(n).run()
+        command = next(c.value for c in at.code if "sglang.launch_server" in c.value)
+        assert f"--mem-fraction-static {fraction}" in command, (n, command)
+
+
+def test_the_header_names_the_model_and_the_command_takes_the_model_id_field():
+    import json
+
+    from engine.calc import published
+
+    at = _run(CALC)
+    at.selectbox(key="calc.preset").set_value("meta-llama/Llama-3.1-8B-Instruct").run()
+    assert at.subheader[1].value.startswith("meta-llama/Llama-3.1-8B-Instruct · ")
+    cfg = dict(published.configs()["meta-llama/Llama-3.1-8B-Instruct"])
+    cfg.pop("_name_or_path")
+    at.radio(key="calc.source").set_value("config.json").run()
+    at.text_area(key="calc.paste").set_value(json.dumps(cfg)).run()
+    at.selectbox(key="calc.engine").set_value("vllm").run()
+    assert not at.exception
+    assert at.subheader[1].value.startswith("your config.json (LlamaForCausalLM")  # not the class alone
+    assert any("<model-id>" in w.value for w in at.warning)  # the command's placeholder is said
+    at.text_input(key="calc.model_id.").set_value("acme/llama-ft").run()
+    assert any(c.value.startswith("vllm serve acme/llama-ft ") for c in at.code)
+    assert at.subheader[1].value.startswith("acme/llama-ft · ")
+
+
+def test_assumptions_are_one_expander_of_plain_sentences_and_no_file_or_module_names():
+    import re
+
+    at = _run(CALC)
+    at.selectbox(key="calc.gpu").set_value("a100-80gb").run()
+    at.selectbox(key="calc.engine").set_value("vllm").run()
+    at.number_input(key="calc.gpus").set_value(2).run()
+    assert not at.warning  # no yellow box above the answer: the assumptions live in one expander
+    text = _assumptions(at)
+    assert "published set" not in text and "fit over every engine" not in text
+    shown = [
+        *(m.value for m in at.markdown),
+        *(c.value for c in at.caption),
+        *(x.value for x in (*at.success, *at.error, *at.info)),
+        *(m.label for m in at.metric),
+    ]
+    internal = re.compile(
+        r"\b(engine|ui|pages|tests|bench)/[\w/]+\.(py|toml)\b|\bengine\.[a-z_]+\.[a-z_]+|\.py\b"
+    )
+    assert not [s for s in shown if internal.search(s)]
+    gpus = next(c.value for c in at.caption if c.value.startswith("vLLM keeps") or "GPUs needed: " in c.value)
+    assert "GPUs needed: " in gpus and "=" not in gpus  # one sentence with the numbers, no formula dump
+
+
+def test_the_first_token_tile_says_whose_first_token_it_is():
+    """The tile showed the whole batch's prefill as 'TTFT': with an engine's estimate it is one request's first
+    token at the load asked, in its parts, and the batch's prefill is its own figure; the bound says the batch
+    arrives together."""
+    from engine.calc import format as fmt
+    from engine.calc.report import Inputs, estimate
+    from engine.calc.specs import gpu_spec, model_preset
+
+    at = _run(CALC)
+    labels = [m.label for m in at.metric]
+    assert "TTFT, one request, hf estimate" in labels
+    assert not [label for label in labels if label == "TTFT, hf estimate"]
+    tile = next(m for m in at.metric if m.label == "TTFT, one request, hf estimate")
+    est = estimate(
+        model_preset("gpt-neo-2.7b"),
+        gpu_spec("t4"),
+        Inputs(batch=8, prompt_tokens=512, output_tokens=512, engine="hf"),
+    )
+    sp = est.speed
+    assert sp is not None and tile.value == fmt.seconds(sp.ttft_s.central)
+    assert sp.prefill_batch_s.central > sp.ttft_parts["prefill"]  # 8 prompts take longer than one
+    line = next(c.value for c in at.caption if c.value.startswith("First token of one request = "))
+    assert fmt.seconds(sp.ttft_parts["prefill"]) in line and fmt.seconds(sp.prefill_batch_s.central) in line
+    assert "If all 8 send at the same moment" in line
+    bound = _bound(at)
+    assert "TTFT, all 8 arrive together, physical bound" in [m.label for m in bound.metric]
+
+
+def _curve(at):
+    import json as _json
+
+    fig = None
+    for chart in at.get("plotly_chart"):
+        spec = _json.loads(chart.proto.spec)
+        if any(t.get("name", "").startswith("TPOT (ms)") for t in spec["data"]):
+            fig = spec
+    assert fig is not None, "the cost curve is drawn"
+    hollow = sorted({x for t in fig["data"] if t.get("name", "").endswith("does not fit") for x in t["x"]})
+    solid = sorted({x for t in fig["data"] if t.get("name", "").endswith(": fits") for x in t["x"]})
+    sentence = next(m.value for m in at.markdown if "time per output token goes from" in m.value)
+    return hollow, solid, sentence
+
+
+def test_the_cost_chart_draws_hollow_points_where_its_sentence_says_and_flips_with_the_numbers():
+    """The sentence promised hollow points past the fit limit and the chart drew them solid, to 4096."""
+    at = _bound(_run(CALC))
+    hollow, solid, sentence = _curve(at)
+    assert hollow == [32, 64] and max(solid) == 16
+    assert "Past batch 24" in sentence and "(batch 32 and up)" in sentence
+    at.selectbox(key="calc.gpu").set_value("a100-80gb").run()  # more memory: the limit moves, and both follow
+    at.selectbox(key="calc.engine").set_value("vllm").run()
+    hollow2, solid2, sentence2 = _curve(at)
+    limit = int(_metric(at, "Max batch at 1,024 tokens").replace(",", ""))
+    assert all(b <= limit for b in solid2) and all(b > limit for b in hollow2)
+    assert (f"Past batch {limit:,}" in sentence2) == bool(hollow2)
+    assert max(hollow2 or solid2) <= 4 * max(limit, 1)  # the axis ends where the sentence's points do
+
+
+def test_the_calibration_is_read_once_per_render(monkeypatch):
+    from engine.calc import model_preset
+    from engine.calc.timing import Efficiency
+    from engine.calibration import (
+        RunSample,
+        build_calibration,
+        machine_spec,
+        predict,
+        save_calibration,
+        store,
+    )
+
+    machine = machine_spec(50e9, {"fp32": 200e9, "bf16": 300e9}, memory_bytes=24e9)
+    smol = model_preset("smollm2-135m")
+    samples = [
+        RunSample(
+            "fp32",
+            1,
+            40,
+            32,
+            *predict(smol, RunSample("fp32", 1, 40, 32, 0, 0), machine, Efficiency(0.2, 0.5, 3e-4)),
+        )
+    ]
+    save_calibration(build_calibration(smol, samples, machine, model="smollm2-135m-instruct"))
+    reads = []
+    real = store.calibration_path
+    monkeypatch.setattr(store, "calibration_path", lambda *a: reads.append(1) or real(*a))
+    at = AppTest.from_file(CALC, default_timeout=TIMEOUT)
+    at.run()
+    at.selectbox(key="calc.gpu").set_value("this-machine").run()
+    at.radio(key="calc.mode").set_value("calibrated").run()
+    assert not at.exception, [e.value for e in at.exception]
+    reads.clear()
+    at.run()  # one render in calibrated mode on this machine
+    assert len(reads) == 1, f"the calibration was read {len(reads)} times in one render"
+    assert any(m.label.startswith("TPOT, calibrated") for m in at.metric)

@@ -29,7 +29,7 @@ def test_draft_length_zero_is_a_clear_error():
     at.number_input(key="levers.gamma").set_value(0)
     next(b for b in at.button if "speculative" in str(b.label)).click().run()
     assert not at.exception
-    assert any("draft length" in e.value for e in at.error)
+    assert any("draft length" in e.value.lower() for e in at.error)
 
 
 @pytest.mark.slow
@@ -62,3 +62,31 @@ def test_small_speculative_run():
     assert any(
         "plain greedy's speed" in m.value and "not called faster or slower" in m.value for m in at.markdown
     )
+
+
+def test_the_fp32_row_reads_as_the_reference_not_as_missing_runs():
+    """fp32 is the 1x every other scheme is measured against: its interval cell names it the reference (it said
+    'fewer than 3 runs' beside 3 runs), while a scheme without an interval still says so."""
+    from engine.levers.quant import SchemeResult
+    from ui.levers_widgets import quant_table
+
+    rows = (
+        SchemeResult("fp32", "ok", speedup_vs_fp32=1.0, runs=3),
+        SchemeResult("int8", "ok", speedup_vs_fp32=1.4, speedup_ci=(1.1, 1.7), runs=3),
+        SchemeResult("bf16", "ok", speedup_vs_fp32=0.9, runs=1),
+    )
+    ci = list(quant_table(rows)["95% CI"])
+    assert ci == ["the reference", "1.10–1.70", "n/a (fewer than 3 runs)"]
+
+
+def test_a_word_table_cell_holding_a_lone_dash_is_not_a_markdown_bullet():
+    """st.table renders cells as Markdown: a lone '-' became an empty bullet, so the cell looked blank."""
+    from ui.widgets import word_table
+
+    class Box:
+        def table(self, rows, **_):
+            self.rows = rows
+
+    box = Box()
+    word_table(box, [{"engine": "vanilla", "note": "-"}, {"engine": "ct2", "note": "a - b"}])
+    assert [r["note"] for r in box.rows] == ["—", "a - b"]

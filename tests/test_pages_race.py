@@ -51,7 +51,7 @@ def test_race_page_runs_a_small_race_from_the_widgets():
     assert status["vanilla"]["status"] == "ran" and status["no-kv-cache"]["status"] == "ran"
     assert status["static-compile"]["status"] == "skipped"
     assert status["deepspeed"]["status"] == "ran" and status["deepspeed"]["kernel_inject"] is False
-    assert len(at.dataframe) >= 4  # verdicts, statuses, speed, quality
+    assert len(at.table) >= 4  # verdicts, statuses, speed, quality
     assert any("Live run" in s.value for s in at.subheader)
     assert any(
         "no interval" in i.value for i in at.info
@@ -108,6 +108,8 @@ def test_recorded_gpu_results_are_shown_labelled(tmp_path, monkeypatch):
         for label in labels
     ), labels
     assert "No recorded GPU results exist yet" not in _text(at)
+    # the start time as a person reads it (it was '2026-12-01T10:00:00+00:00')
+    assert any("started 2026-12-01 10:00 UTC" in c.value for c in at.caption)
 
 
 def test_an_empty_contender_list_shows_a_clear_error():
@@ -178,7 +180,7 @@ def _recorded_race(fast_latency: float, diverge_at: int | None):
 
 
 def _verdicts(at: AppTest) -> dict[str, str]:
-    frame = next(d.value for d in at.dataframe if "verdict" in d.value.columns)
+    frame = next(d.value for d in at.table if "verdict" in d.value.columns)
     return dict(zip(frame["lane"], frame["verdict"], strict=True))
 
 
@@ -206,7 +208,7 @@ def _all_text(at: AppTest) -> str:
     parts = [m.value for m in at.markdown] + [c.value for c in at.caption]
     parts += [x.value for kind in (at.info, at.warning, at.error, at.success, at.code) for x in kind]
     parts += [e.label for e in at.expander]
-    parts += [d.value.to_csv() for d in at.dataframe]
+    parts += [d.value.to_csv() for d in [*at.dataframe, *at.table]]
     return "\n".join(str(p) for p in parts)
 
 
@@ -234,3 +236,51 @@ def test_a_recorded_failed_lane_shows_one_line_and_no_traceback_or_server_path()
     assert (
         "No winner: every other lane (DeepSpeed, DeepSpeed (pinned env)) failed, so there is nothing" in text
     )
+
+
+@pytest.mark.parametrize(
+    ("latencies", "way", "words"),
+    [
+        ((0.5, 0.505, 0.495), "faster", "faster"),
+        ((2.0, 2.02, 1.98), "slower", "slower"),
+        ((0.3, 1.6, 0.9), "same", "no measurable difference"),
+    ],
+)
+def test_the_speedup_bars_carry_the_verdicts_colour_and_interval(latencies, way, words):
+    """The recorded CPU race drew DeepSpeed pass-through as a 2.04x bar beside 'no measurable difference
+    (0.71x-2.69x)'. Each bar now takes the verdict's own direction (colour and words) and its interval."""
+    from engine.race import serialise, verdict
+    from ui.race_widgets import VERDICT_COLOURS, speedup_figure
+
+    race = serialise.from_dict(_recorded_race(1.0, None))
+    lane = next(c for c in race.contenders if c.name == "ctranslate2")
+    lane.latencies_s = list(latencies)
+    from engine.race import runner
+
+    runner.compare(race.contenders)
+    fig = speedup_figure(race)
+    bar, said = fig.data[0], _bar_words(fig, "CTranslate2 float32")
+    assert list(bar.x) == ["CTranslate2 float32"]  # vanilla is the dotted 1x line, not a bar
+    assert bar.marker.color[0] == VERDICT_COLOURS[way]
+    assert words in said and words in verdict.lane_verdict(lane)
+    assert f"({lane.speedup_low:.2f}–{lane.speedup_high:.2f})" in said
+    assert bar.error_y.array[0] > 0 and bar.error_y.arrayminus[0] > 0
+
+
+def test_a_pass_through_bar_is_never_drawn_as_a_win():
+    from engine.race import runner, serialise, verdict
+    from ui.race_widgets import VERDICT_COLOURS, speedup_figure
+
+    race = serialise.from_dict(_recorded_race(0.5, None))
+    lane = next(c for c in race.contenders if c.name == "ctranslate2")
+    lane.deepspeed_mode = "pass-through (no CUDA)"
+    runner.compare(race.contenders)
+    fig = speedup_figure(race)
+    assert "noise" in verdict.lane_verdict(lane)
+    assert fig.data[0].marker.color[0] == VERDICT_COLOURS["same"]
+    assert "no measurable difference" in _bar_words(fig, "CTranslate2 float32")
+
+
+def _bar_words(fig, label: str) -> str:
+    """The words drawn above a bar (an annotation over its whisker)."""
+    return next(a.text for a in fig.layout.annotations if a.x == label)

@@ -6,15 +6,19 @@ model, so concurrent browser sessions share decode steps instead of queueing beh
 
 from __future__ import annotations
 
+import math
+
 import plotly.graph_objects as go
 import streamlit as st
 
 from engine.batching.scheduler import Scheduler, SchedulerSnapshot
 from engine.batching.sweep import Sweep
 from engine.batching.workload import PolicyResult
+from engine.core.paths import scrub
 from engine.runtime.models import LoadedModel
 from ui.charts import Series, two_panels
 from ui.common import fmt_bytes
+from ui.narrative import sweep_gain, sweep_mark
 
 PHASE_COLOURS = {"queued": "#c9c9c9", "prefill": "#f2a541", "decode": "#3a7ca5", "idle slot": "#e4572e"}
 SHARED_MAX_BATCH = 8
@@ -29,12 +33,15 @@ def _scheduler(name: str, dtype: str, lm_id: int, _lm: LoadedModel) -> Scheduler
     return Scheduler(_lm, max_batch=SHARED_MAX_BATCH, record=False)
 
 
-def record_completion(completion, source: str) -> None:
-    """Log a finished request to the machine's run log with where it came from and how it ended."""
+def record_completion(completion, source: str, session: str | None = None) -> None:
+    """Log a finished request to the machine's run log with where it came from, how it ended and the browser
+    session that asked for it."""
     from engine.runtime import runlog
 
     if completion is not None:
-        runlog.record(completion.measurement, source=source, stop_reason=completion.stop_reason)
+        runlog.record(
+            completion.measurement, source=source, stop_reason=completion.stop_reason, session=session
+        )
 
 
 def cached_scheduler(lm: LoadedModel) -> Scheduler:
@@ -70,6 +77,17 @@ def sweep_figure(sweep: Sweep) -> go.Figure:
         height=380,
     )
     fig.update_xaxes(type="log", title="batch size", tickvals=b)
+    # the sentence's reading (ui.narrative.sweep_gain), marked on the chart: the best batch, or none
+    best = sweep_gain(pts)
+    fig.add_annotation(
+        x=math.log10(best.batch if best else pts[0].batch),
+        y=best.tokens_per_s if best else pts[0].tokens_per_s,
+        text=sweep_mark(pts),
+        showarrow=True,
+        arrowhead=2,
+        row=1,
+        col=1,
+    )
     if sweep.max_batch_fits <= 4 * max(b):
         for col in (1, 2):
             fig.add_vline(x=max(1, sweep.max_batch_fits), line_dash="dot", line_color="red", row=1, col=col)
@@ -93,18 +111,20 @@ def gantt_figure(result: PolicyResult, title: str, x_max: float | None = None) -
             hovertemplate="%{y}: " + phase + " %{base:.2f}s → +%{x:.2f}s<extra></extra>",
         )
     n = result.n_requests
+    height, top, bottom = max(260, 18 * n + 100), 40, 75
     fig.update_layout(
         title=title,
         barmode="overlay",
-        height=max(260, 18 * n + 100),
-        margin={"t": 40, "b": 10},
+        height=height,
+        margin={"t": top, "b": bottom},
         xaxis={"title": "seconds since the first request", "range": [0, x_max] if x_max else None},
         yaxis={
             "autorange": "reversed",
             "categoryorder": "array",
             "categoryarray": [f"req {i}" for i in range(n)],
         },
-        legend={"orientation": "h", "y": -0.15},
+        # below the axis title, in pixels turned into the plot's own units (it sat on the title)
+        legend={"orientation": "h", "yanchor": "top", "y": -52 / (height - top - bottom)},
     )
     return fig
 
@@ -158,29 +178,41 @@ USER_PROMPTS = (
 
 
 def simulate_users(
-    sched: Scheduler, lm: LoadedModel, n: int, max_new_tokens: int, stagger_s: float = 0.0
+    sched: Scheduler,
+    lm: LoadedModel,
+    n: int,
+    max_new_tokens: int,
+    stagger_s: float = 0.0,
+    *,
+    session: str | None = None,
 ) -> dict:
     """Replay `n` concurrent requests through the shared scheduler, drawing its queue and batch live (every
-    LIVE_REDRAW_S) until all finish; returns {"n": n, "rows": per-request results} for show_users_result.
-    A rerun or a closed tab stops the script mid-loop: the finally cancels what is still running."""
+    LIVE_REDRAW_S) with the clock (ui.pace) until all finish; returns {"n": n, "rows": per-request results} for
+    show_users_result, stored for a reload and presenter mode. A rerun or a closed tab stops the script
+    mid-loop: the finally cancels what is still running."""
     import time
 
+    from engine.runtime import runlog
     from engine.runtime.generation import GenerationConfig
+    from ui import pace
 
     cfg = GenerationConfig(max_new_tokens=max_new_tokens, chat_template=lm.has_chat_template)
-    handles, errors = [], {}
+    handles = []
+    guess = pace.expected(USERS_EXPERIMENT, n * max_new_tokens)
     live = st.empty()
+    t0 = time.perf_counter()
     try:
-        t0 = time.perf_counter()
         for k in range(n):
             if stagger_s and k:
                 time.sleep(stagger_s)
             handles.append(sched.submit(USER_PROMPTS[k % len(USER_PROMPTS)], cfg))
         while not all(h.done for h in handles):
+            elapsed = time.perf_counter() - t0
             with live.container():
-                st.caption(
-                    f"Live: {sum(h.done for h in handles)} of {n} finished, "
-                    f"{time.perf_counter() - t0:.1f} s elapsed."
+                done = sum(h.done for h in handles)
+                st.progress(
+                    done / n,
+                    text=pace.clock_line(f"{done} of {n} finished", "", elapsed, done / n, guess),
                 )
                 show_snapshot(sched.snapshot())
             time.sleep(LIVE_REDRAW_S)
@@ -189,33 +221,43 @@ def simulate_users(
             if not h.done:
                 h.cancel()
     live.empty()
-    rows = []
-    for k, h in enumerate(handles):
-        c = h.completion
-        if c is None:
-            errors[k] = str(h.error)
-            rows.append({"user": k + 1, "stop": "error", "text": str(h.error)})
-            continue
-        record_completion(c, "batching")
-        m = c.measurement
-        rows.append(
-            {
-                "user": k + 1,
-                "queued (s)": round(m.queue_s, 3),
-                "TTFT (s)": round(m.ttft_s, 3),
-                "latency (s)": round(m.latency_s, 3),
-                "tokens": m.output_tokens,
-                "tokens/s": round(m.tokens_per_s, 1),
-                "batch seen": m.batch_size,
-                "stop": c.stop_reason,
-                "text": c.text.strip()[:80],
-            }
-        )
-    return {"n": n, "rows": rows}
+    result = {"n": n, "rows": [_user_row(k, h, session) for k, h in enumerate(handles)]}
+    runlog.save_result(
+        USERS_EXPERIMENT,
+        result,
+        wall_s=time.perf_counter() - t0,
+        work=n * max_new_tokens,
+        session=session,
+        settings={"model": lm.name, "users": n, "max_new_tokens": max_new_tokens},
+    )
+    return result
+
+
+USERS_EXPERIMENT = "batching-users"
+
+
+def _user_row(k: int, h, session: str | None) -> dict:
+    c = h.completion
+    if c is None:
+        return {"user": k + 1, "stop": "error", "text": scrub(str(h.error))}
+    record_completion(c, "batching", session)
+    m = c.measurement
+    return {
+        "user": k + 1,
+        "queued (s)": round(m.queue_s, 3),
+        "TTFT (s)": round(m.ttft_s, 3),
+        "latency (s)": round(m.latency_s, 3),
+        "tokens": m.output_tokens,
+        "tokens/s": round(m.tokens_per_s, 1),
+        "batch seen": m.batch_size,
+        "stop": c.stop_reason,
+        "text": c.text.strip(),  # whole: word_table wraps it (it was cut at 80 characters, unmarked)
+    }
 
 
 def show_users_result(result: dict) -> None:
     from ui.narrative import users_sentence
+    from ui.widgets import word_table
 
     st.markdown(users_sentence(result["n"], result["rows"]))
-    st.dataframe(result["rows"], hide_index=True, width="stretch")
+    word_table(st, result["rows"])  # each request's text wraps instead of being cut

@@ -6,6 +6,8 @@ serves every browser session in this server process.
 
 from __future__ import annotations
 
+import re
+import uuid
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +16,6 @@ import streamlit as st
 
 from engine.calc import format as fmt
 from engine.calibration import machine
-from engine.core.errors import EngineError
 from engine.core.load import cores, is_busy, loadavg_1m
 from engine.core.paths import scrub
 from engine.runtime import hardware, models
@@ -56,7 +57,6 @@ PAGES = (
     ),
     NavPage("pages/8_Serving.py", "Serving", ":material/dns:"),
 )
-NAV_ICONS = {p.title: p.icon for p in PAGES}
 
 
 def navigation(home) -> st.navigation:
@@ -82,16 +82,93 @@ def _leave_pages_folder_mode() -> None:
         st.rerun()
 
 
-def page_setup(title: str, icon: str | None = None, *, layout: str = "wide", measures: bool = False) -> None:
+def page_setup(title: str, *, layout: str = "wide", measures: bool = False) -> None:
     """Every page calls this first: one place owns page config. The navigation is app.py's st.navigation; a page
-    run on its own (AppTest.from_file, `streamlit run pages/x.py`) simply has none. `icon` is the page's
-    navigation icon (kept for the callers; the tab shows the bundled favicon on every page). A page that times
-    runs on this machine (`measures`) warns when the machine is busy."""
-    del icon
+    run on its own (AppTest.from_file, `streamlit run pages/x.py`) simply has none. Here too: the browser
+    session's key in the URL (a reload keeps the session's runs), the presenter-mode switch, and the one style
+    rule that keeps tiles and selects legible. A page that times runs on this machine (`measures`) warns when the
+    machine is busy."""
     _leave_pages_folder_mode()
     st.set_page_config(page_title=f"{title} · {APP_TITLE}", page_icon=FAVICON, layout=layout)
+    legible()
+    browser_session()
+    presenter_switch()
     if measures:
         busy_warning()
+
+
+SESSION_PARAM = "session"  # the browser session's key in the page's URL: a reload keeps it, so its runs too
+PRESENTER_PARAM = "presenter"
+_SESSION_KEY = "lab.session"
+_PRESENTER_KEY = "lab.presenter"
+
+
+def browser_session() -> str:
+    """This browser session's key: made once, kept in the session and in the URL (`?session=...`), so a page
+    reload, which starts a new Streamlit session, finds the session's stored runs again (engine.runtime.runlog).
+    A key from the URL is taken only in the shape this function makes (12 hex digits)."""
+    sid = st.session_state.get(_SESSION_KEY)
+    if sid is None:
+        given = str(st.query_params.get(SESSION_PARAM, ""))
+        sid = given if re.fullmatch(r"[0-9a-f]{12}", given) else uuid.uuid4().hex[:12]
+        st.session_state[_SESSION_KEY] = sid
+    if st.query_params.get(SESSION_PARAM) != sid:
+        st.query_params[SESSION_PARAM] = sid  # a page switch drops the URL's parameters: put it back
+    return sid
+
+
+def presenter_mode() -> bool:
+    """Presenter mode: each page opens on the last run recorded on this machine (dated) until one runs live."""
+    if _PRESENTER_KEY not in st.session_state:
+        st.session_state[_PRESENTER_KEY] = st.query_params.get(PRESENTER_PARAM) == "1"
+    return bool(st.session_state[_PRESENTER_KEY])
+
+
+def presenter_switch() -> None:
+    """The sidebar switch for presenter mode, on every page (kept in the URL, so a reload keeps it too)."""
+    on = presenter_mode()
+
+    def flip() -> None:
+        st.session_state[_PRESENTER_KEY] = st.session_state["lab.presenter_switch"]
+
+    st.sidebar.toggle(
+        "Presenter mode",
+        value=on,
+        key="lab.presenter_switch",
+        on_change=flip,
+        help="Each page opens on the last run recorded on this machine, with its date, so a tour can be shown "
+        "before anything runs; a live run replaces it.",
+    )
+    if on:
+        st.query_params[PRESENTER_PARAM] = "1"
+    elif PRESENTER_PARAM in st.query_params:
+        del st.query_params[PRESENTER_PARAM]
+
+
+# Tiles (st.metric), selects and links wrap instead of cutting a value with an ellipsis ("451,280 ...",
+# "145.41 GI", "Hugging Face transformers (eage", "6. Quantization and specul"); a long tile value also steps
+# down in size. One rule for every page; tests/test_browser.py checks it at 1280 px.
+LEGIBLE_CSS = """
+[data-testid="stMetricValue"] > div, [data-testid="stMetricValue"] {
+  white-space: normal !important; overflow: visible !important; text-overflow: clip !important;
+  overflow-wrap: anywhere; line-height: 1.15;
+  font-size: clamp(1.1rem, 2.1vw, 2.25rem);
+}
+[data-testid="stMetricLabel"] *, [data-testid="stMetricDelta"] * {
+  white-space: normal !important; overflow: visible !important; text-overflow: clip !important;
+}
+[data-baseweb="select"] div { white-space: normal !important; text-overflow: clip !important; }
+[data-baseweb="select"] [value], [data-baseweb="select"] > div > div:first-child {
+  overflow: visible !important; height: auto !important;
+}
+[data-testid="stPageLink"] *, [data-testid="stSidebarNavLink"] * {
+  white-space: normal !important; overflow: visible !important; text-overflow: clip !important;
+}
+"""
+
+
+def legible() -> None:
+    st.html(f"<style>{LEGIBLE_CSS}</style>")
 
 
 def busy_warning() -> None:
@@ -156,9 +233,10 @@ def init_state(namespace: str, **defaults) -> None:
         st.session_state.setdefault(f"{namespace}.{key}", value)
 
 
-def show_error(exc: EngineError | ValueError) -> None:
-    """An engine error on the page: its message, with any server path scrubbed (engine.core.paths.scrub)."""
-    st.error(scrub(str(exc)), icon=":material/error:")
+def show_error(exc: Exception, prefix: str = "") -> None:
+    """An engine error on the page: its message (after `prefix`, if given), with any server path scrubbed
+    (engine.core.paths.scrub)."""
+    st.error(scrub(f"{prefix}: {exc}" if prefix else str(exc)), icon=":material/error:")
 
 
 # The pages' short names for the one formatting module (engine.calc.format: decimal units, 1 GB = 1e9 bytes).

@@ -112,6 +112,9 @@ def build_html(title: str, sections: Sequence[Section], *, subtitle: str = "") -
     )
 
 
+NOTHING_YET = "Nothing to export yet: run something on this page first."
+
+
 def download_button(title: str, sections: Sequence[Section], key: str, *, subtitle: str = "") -> None:
     """A 'Download report (HTML)' button for this page's results; disabled with a reason when there are none."""
     has_results = any(not isinstance(s, Heading) for s in sections)
@@ -133,5 +136,7 @@ def download_button(title: str, sections: Sequence[Section], key: str, *, subtit
         disabled=not has_results,
         help="One self-contained file (plots included, works offline) to share after a demo."
         if has_results
-        else "Nothing to export yet: run something on this page first.",
+        else NOTHING_YET,
     )
+    if not has_results:  # a disabled button says why beside it, not only in a tooltip
+        st.caption(f"Download report (HTML): {NOTHING_YET[0].lower()}{NOTHING_YET[1:]}")

@@ -67,12 +67,18 @@ TOUR = (
         "Under *Simulate N users*, send 6 requests at once and watch them share decode steps.",
         "4.3.2",
     ),
-    ("Latency race", {}, "Vanilla generation against the levers, each timed in its own process.", "4.3.4"),
+    (
+        "Latency race",
+        {},
+        "Press **Run the race**: vanilla generation against CTranslate2, each timed in its own process; the "
+        "chapter's DeepSpeed and every other engine and lever are one click away.",
+        "4.3.4",
+    ),
     (
         "Quantization and speculative decoding",
         {},
-        "Run int8 against fp32 and prompt lookup against plain greedy: each verdict calls a lever faster only "
-        "when its 95% interval lies above 1×.",
+        "Run int8 against fp32, then (second tab) prompt lookup against plain greedy: each verdict calls a lever "
+        "faster only when its 95% interval lies above 1×.",
         "4.2; the NVIDIA article's quantization and speculative decoding",
     ),
     (
@@ -96,7 +102,7 @@ def tour_panel() -> None:
     st.subheader("Start here: a tour of every page")
     pages = {p.title: p for p in PAGES}
     for n, (title, params, what, section) in enumerate(TOUR, 1):
-        c1, c2 = st.columns([1, 3], vertical_alignment="center")
+        c1, c2 = st.columns([2, 5], vertical_alignment="center")
         with c1:
             try:
                 st.page_link(
@@ -108,6 +114,11 @@ def tour_panel() -> None:
             except StreamlitAPIException:
                 st.markdown(f"**{n}. {title}**")  # run on its own (a test), outside the app's navigation
         c2.markdown(f"{what} *(chapter section {section})*")
+    st.caption(
+        "Each live run shows a progress bar with the time so far and what is left. Presenting? Switch on "
+        "**Presenter mode** in the sidebar: every page then opens on the last run recorded on this machine, with "
+        "its date, so the tour can be shown before anything runs. A page reload keeps this session's runs."
+    )
     st.caption(
         'What the lab follows: **chapter 4, "Running inference"**, of the Manning book this lab accompanies '
         "(GPT-Neo as the reference model; generating, few-shot prompting, code and evaluation in 4.1; memory and "
@@ -175,7 +186,7 @@ def models_panel() -> None:
 
 
 def render() -> None:
-    page_setup("Home", ":material/home:")
+    page_setup("Home")
     st.title("Inference Lab")
     st.markdown(
         "See LLM inference: **what a model costs to run, why it is slow, and what makes it faster.** "

@@ -10,36 +10,26 @@ import pandas as pd
 import streamlit as st
 
 from engine.calc.format import gb
-from engine.core.errors import EngineError
 from engine.core.paths import scrub
 
 
-def progress_bar(label: str):
-    """(callback for the engine's progress(fraction, message), the bar) ."""
-    bar = st.progress(0.0, text=label)
-
-    def report(fraction: float, message: str) -> None:
-        bar.progress(min(max(fraction, 0.0), 1.0), text=f"{label}: {message}")
-
-    return report, bar
-
-
-def measure_into(state_key: str, model: str, dtype: str, label: str, run) -> None:
-    """Load the model, run `run(lm, progress)` with a progress bar, and keep its result under `state_key`; an
-    engine error is shown on the page (the three levers' buttons all do this)."""
-    from ui.common import show_error
+def measure_into(
+    state_key: str, experiment: str, model: str, dtype: str, label: str, run, *, size: float, settings: dict
+) -> None:
+    """Load the model, run `run(lm, progress)` with the clock (ui.pace: elapsed, what is left), keep its result
+    under `state_key` and store it for a reload and presenter mode; an engine error is shown on the page in one
+    sentence (the three levers' buttons all do this)."""
+    from ui import pace
     from ui.widgets import load_with_progress
 
     lm = load_with_progress(model, dtype)
     if lm is None:
         return
-    report, bar = progress_bar(label)
-    try:
-        st.session_state[state_key] = run(lm, report)
-    except EngineError as exc:
-        show_error(exc)
-    finally:
-        bar.empty()
+    result = pace.run_experiment(
+        experiment, label, lambda report: run(lm, report), size=size, settings=settings
+    )
+    if result is not None:
+        st.session_state[state_key] = result
 
 
 def _table(rows, columns) -> pd.DataFrame:
@@ -56,25 +46,26 @@ def _ci(ci) -> str:
 
 
 def quant_table(rows) -> pd.DataFrame:
+    # what the verdict rests on first (speed with its interval, quality, bytes), so it shows without scrolling
     return _table(
         rows,
         lambda r: {
             "scheme": r.scheme,
             "status": r.status,
+            "speedup vs fp32": _r(r.speedup_vs_fp32, 2),
+            "95% CI": "the reference" if r.scheme == "fp32" else _ci(r.speedup_ci),  # 1x by definition
+            "TPOT (ms)": _r(r.tpot_s and r.tpot_s * 1e3, 1),
+            "Δ bits/byte": _r(r.bits_per_byte_delta, 4),
+            "exact match": _r(r.exact_match_rate, 2),
             "weights (measured)": gb(r.weights_bytes) if r.weights_bytes else "n/a",
             "weights (calculator)": gb(r.predicted_weights_bytes) if r.predicted_weights_bytes else "n/a",
             "measured / calculator": _r(r.predicted_ratio, 4),
+            "tok/s": _r(r.tokens_per_s, 1),
+            "TTFT (s)": _r(r.ttft_s),
+            "bits/byte": _r(r.bits_per_byte, 4),
+            "first divergence": r.first_divergence_token,
             "peak RSS": gb(r.rss_bytes) if r.rss_bytes else "n/a",
             "quantize (s)": _r(r.quantize_s, 2),
-            "TTFT (s)": _r(r.ttft_s),
-            "TPOT (ms)": _r(r.tpot_s and r.tpot_s * 1e3, 1),
-            "tok/s": _r(r.tokens_per_s, 1),
-            "speedup vs fp32": _r(r.speedup_vs_fp32, 2),
-            "95% CI": _ci(r.speedup_ci),
-            "bits/byte": _r(r.bits_per_byte, 4),
-            "Δ bits/byte": _r(r.bits_per_byte_delta, 4),
-            "exact match": _r(r.exact_match_rate, 2),
-            "first divergence": r.first_divergence_token,
         },
     )
 
@@ -107,17 +98,17 @@ def spec_table(rows) -> pd.DataFrame:
             "method": r.method,
             "workload": r.workload,
             "status": r.status,
-            "draft": r.draft,
-            "γ": r.draft_length,
-            "acceptance α": _r(r.acceptance_rate),
-            "tokens / target forward": _r(r.tokens_per_target_forward, 2),
             "speedup vs plain": _r(r.speedup_vs_plain, 2),
             "95% CI": _ci(r.speedup_ci),
             "expected (Leviathan)": _r(r.expected_speedup, 2),
+            "acceptance α": _r(r.acceptance_rate),
+            "identical to greedy": r.identical_to_greedy,
+            "tokens / target forward": _r(r.tokens_per_target_forward, 2),
+            "draft": r.draft,
+            "γ": r.draft_length,
             "cost ratio c": _r(r.cost_ratio, 2),
             "verify / 1-token forward": _r(r.verify_ratio, 2),
             "answer quotes prompt": _r(r.prompt_overlap, 2),
-            "identical to greedy": r.identical_to_greedy,
         },
     )
 

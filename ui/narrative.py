@@ -27,13 +27,29 @@ def compare_word(a: float, b: float, *, higher: str, lower: str, same: str = "ab
     return same
 
 
+def sweep_gain(points: Sequence[Any]) -> Any | None:
+    """The batch that raised throughput over the first by more than SAME_BAND (the best one), or None: the one
+    reading the sweep's sentence and its chart both show."""
+    one = points[0]
+    best = max(points, key=lambda p: p.tokens_per_s)
+    if best.batch == one.batch or best.tokens_per_s <= one.tokens_per_s * (1 + SAME_BAND):
+        return None
+    return best
+
+
+def sweep_mark(points: Sequence[Any]) -> str:
+    """The chart's label for the same reading: where the best batch is, or that none beat the first."""
+    best, one = sweep_gain(points), points[0]
+    if best is None:
+        return f"no batch beat batch {one.batch} by more than {SAME_BAND:.0%}"
+    return f"best: batch {best.batch}, {best.tokens_per_s / one.tokens_per_s:.1f}× batch {one.batch}"
+
+
 def sweep_sentence(points: Sequence[Any]) -> str:
     """Section 1: what a bigger static batch bought, from the sweep's measured points (batch, tokens_per_s,
     latency_s)."""
-    one = points[0]
-    best = max(points, key=lambda p: p.tokens_per_s)
-    last = points[-1]
-    if best.batch == one.batch or best.tokens_per_s <= one.tokens_per_s * (1 + SAME_BAND):
+    one, last, best = points[0], points[-1], sweep_gain(points)
+    if best is None:
         gain = (
             f"a bigger batch did **not** raise throughput here: batch {one.batch} made "
             f"**{one.tokens_per_s:.0f} tokens/s** and no larger batch did better by more than "
@@ -180,7 +196,7 @@ def compile_advice_sentence(advice: Any, default_tokens: int, payback_limit: int
     (engine.runtime.recorded.compile_advice): its speedup, its compile time and the tokens it takes to pay back."""
     if advice.speedup is None:
         return (
-            "No compiled-decode measurement is recorded for this device yet (`bench/decode.py --compile`), so "
+            "No compiled-decode measurement is recorded for this device yet (the decode benchmark with --compile), so "
             "compiled decode starts **off**. Its first run per model compiles the step (25-65 s on a 2-core CPU)."
         )
     where = f"{advice.model} on {advice.machine}, {advice.date[:10]}"

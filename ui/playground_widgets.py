@@ -78,22 +78,6 @@ def progress_text(tokens: int, max_new: int, elapsed: float) -> str:
     )
 
 
-def show_forecast(fc) -> None:
-    if fc is None:
-        return
-    text = (
-        f"Predicted for this run: **{fmt.seconds(fc.seconds)}** (TTFT {fmt.seconds(fc.ttft_s)}, "
-        f"{fmt.seconds(fc.tpot_s)} per token) — {fc.basis}."
-    )
-    if fc.seconds >= LONG_RUN_S:
-        st.warning(
-            text + " That is minutes: you can press **Stop** at any time and keep the text made so far.",
-            icon=":material/hourglass_top:",
-        )
-    else:
-        st.caption(text)
-
-
 def compile_advice(lm):
     """Compiled decode's default for this model's device, decided by the recorded measurement
     (engine.runtime.recorded.compile_advice), and the sentence that says why."""

@@ -337,7 +337,8 @@ def batch_curve(points: Sequence, fit_limit: int, *, priced: bool) -> go.Figure:
                     col=1,
                 )
         fig.update_yaxes(title_text=title, row=row, col=1)
-    if fit_limit >= 1:
+    if 1 <= fit_limit < max((p.batch for p in points), default=0):
+        # the limit inside the points drawn (past the last one it would stretch the axis beyond the sentence's);
         # a shape on a log axis takes the data value; an annotation takes its log10
         for row in range(1, rows + 1):
             fig.add_vline(x=fit_limit, line_dash="dash", line_color="#E45756", row=row, col=1)
@@ -355,3 +356,31 @@ def batch_curve(points: Sequence, fit_limit: int, *, priced: bool) -> go.Figure:
     fig.update_xaxes(type="log", dtick=math.log10(2))
     fig.update_xaxes(title_text="batch (concurrent sequences)", row=rows, col=1)
     return _style(fig, height=460 if priced else 300, top=60, legend=dict(y=1.12, x=0))
+
+
+def batch_sentence(points: Sequence, fit_limit: int, where: str, priced: bool) -> str:
+    """The sentence under the cost curve, from the same points the chart draws: what batching buys while the
+    cache fits, and which points are hollow (priced as if they fitted)."""
+    fitting = [p for p in points if p.fits]
+    over = [p for p in points if not p.fits]
+    if not fitting:
+        return f"Not even batch 1 fits on {where}: every point is priced as if it did (hollow)."
+    cheapest = min(
+        fitting, key=lambda p: p.usd_per_million_tokens if priced else p.decode_s_per_token / p.batch
+    )
+    first = fitting[0]
+    text = (
+        f"On {where}, batch {first.batch} → {cheapest.batch}: time per output token goes from "
+        f"{fmt.seconds(first.decode_s_per_token)} to {fmt.seconds(cheapest.decode_s_per_token)}"
+    )
+    if priced:
+        text += (
+            f", and the price of a million output tokens from {fmt.usd(first.usd_per_million_tokens)} to "
+            f"{fmt.usd(cheapest.usd_per_million_tokens)}"
+        )
+    if over:
+        return text + (
+            f". Past batch {fit_limit:,} the KV cache no longer fits: the hollow points (batch {over[0].batch:,} and "
+            "up) are priced as if it did."
+        )
+    return text + f". Every batch drawn, up to {points[-1].batch:,}, fits (the limit is batch {fit_limit:,})."

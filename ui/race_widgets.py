@@ -4,23 +4,23 @@ record, engine.race.verdict writes the sentences); nothing is recomputed here.""
 
 from __future__ import annotations
 
-import math
+import sys
+from pathlib import Path
 
 import plotly.graph_objects as go
 import streamlit as st
 
 from engine.calc import format as fmt
-from engine.core.paths import public, scrub
+from engine.core import verdict as core_verdict
+from engine.core.jsonsafe import is_number
+from engine.core.paths import scrub
 from engine.race import compat, serialise, verdict
 from engine.race.record import ContenderResult, RaceResult
+from engine.runtime import runlog
+from ui.widgets import word_table
 
 GROUPS = ("engines", "levers")
 GREY = "#b0b0b0"
-BLUE = "#636efa"  # plotly's first colour
-
-
-def _ok(v) -> bool:
-    return v is not None and not (isinstance(v, float) and not math.isfinite(v))
 
 
 def _ordered(result: RaceResult) -> list[ContenderResult]:
@@ -52,14 +52,46 @@ def latency_figure(result: RaceResult) -> go.Figure:
     return fig
 
 
+# One colour per verdict (engine.core.verdict.direction decides, the same rule the verdict's words use): a bar
+# never looks like a win the verdict does not call one.
+VERDICT_COLOURS = {
+    "faster": "#2ca02c",  # green: the 95% interval lies above 1x
+    "slower": "#d62728",  # red: below 1x
+    "same": GREY,  # the interval includes 1x: no measurable difference, whatever the point
+    "unknown": "#dddddd",  # no interval (too few runs): a point, neither faster nor slower
+}
+VERDICT_WORDS = {
+    "faster": "faster",
+    "slower": "slower",
+    "same": core_verdict.NO_DIFFERENCE.split(" (")[0],  # "no measurable difference"
+    "unknown": "no interval",
+}
+
+
+def bar_verdict(c: ContenderResult) -> str:
+    """The bar's verdict: the lane's own (faster, slower, same or unknown); a pass-through engine is 'same'
+    whatever was measured (it runs vanilla's modules: the verdict calls the difference noise)."""
+    if verdict.is_pass_through(c):
+        return "same"
+    return core_verdict.direction(
+        c.speedup_vs_vanilla, (c.speedup_low, c.speedup_high) if c.interval_shown else None
+    )
+
+
 def speedup_figure(result: RaceResult) -> go.Figure:
-    """Bars with their bootstrap 95% interval; a lane without an interval (too few runs) is grey, no bars."""
-    ran = [c for c in _ordered(result) if c.ran and _ok(c.speedup_vs_vanilla)]
+    """Bars with their bootstrap 95% interval, coloured and labelled by the lane's verdict; a lane without an
+    interval (too few runs) is a pale bar labelled so."""
+    ran = [
+        c
+        for c in _ordered(result)
+        if c.ran and is_number(c.speedup_vs_vanilla) and c.name != verdict.BASELINE
+    ]
+    ways = [bar_verdict(c) for c in ran]
     fig = go.Figure(
         go.Bar(
             x=[c.label for c in ran],
             y=[c.speedup_vs_vanilla for c in ran],
-            marker_color=[BLUE if c.interval_shown else GREY for c in ran],
+            marker_color=[VERDICT_COLOURS[w] for w in ways],
             error_y={
                 "type": "data",
                 "symmetric": False,
@@ -70,24 +102,34 @@ def speedup_figure(result: RaceResult) -> go.Figure:
                     max(0.0, c.speedup_vs_vanilla - c.speedup_low) if c.interval_shown else 0 for c in ran
                 ],
             },
-            text=[f"{c.speedup_vs_vanilla:.2f}×" for c in ran],
-            textposition="outside",
-            hovertemplate="%{y:.2f}× vs vanilla<extra></extra>",
+            customdata=ways,
+            hovertemplate="%{y:.2f}× vs vanilla: %{customdata}<extra></extra>",
         )
     )
+    for c, w in zip(ran, ways, strict=True):  # each bar's words above its whisker, never on it
+        top = max(c.speedup_vs_vanilla, c.speedup_high if c.interval_shown else 0.0)
+        fig.add_annotation(
+            x=c.label, y=top, text=_bar_text(c, w), showarrow=False, yanchor="bottom", yshift=6
+        )
     fig.add_hline(y=1.0, line_dash="dot", annotation_text="vanilla", annotation_position="top left")
     fig.update_layout(
-        title="Speedup vs vanilla (ratio of median latencies; bars: bootstrap 95% interval; "
-        "grey: too few runs for an interval)",
+        title="Speedup vs vanilla (ratio of median latencies, whiskers: bootstrap 95% interval)<br>"
+        f"<sup>green: faster, red: slower, grey: {VERDICT_WORDS['same']}, pale: too few runs for an interval "
+        "(the verdict's own rule)</sup>",
         yaxis_title="× faster than vanilla",
-        height=360,
-        margin={"t": 50, "b": 40},
+        height=380,
+        margin={"t": 70, "b": 40},
     )
     return fig
 
 
+def _bar_text(c: ContenderResult, way: str) -> str:
+    span = f" ({c.speedup_low:.2f}–{c.speedup_high:.2f})" if c.interval_shown else ""
+    return f"{c.speedup_vs_vanilla:.2f}×{span}<br>{VERDICT_WORDS[way]}"
+
+
 def metric_figure(result: RaceResult, attr: str, title: str, scale: float, unit: str) -> go.Figure:
-    ran = [c for c in _ordered(result) if c.ran and _ok(getattr(c, attr))]
+    ran = [c for c in _ordered(result) if c.ran and is_number(getattr(c, attr))]
     fig = go.Figure(
         go.Bar(
             x=[c.label for c in ran],
@@ -109,6 +151,14 @@ def _conversion(c: ContenderResult) -> str:
     )
 
 
+def _interpreter(c: ContenderResult) -> str:
+    """Which Python ran the lane, in words (a server path or an environment's folder name is not for the page)."""
+    # a recorded race names the Python of the machine it ran on: the app's own environment is the folder ".venv"
+    if not c.python or ".venv" in Path(c.python).parts or Path(c.python) == Path(sys.executable):
+        return "this app's Python"
+    return "a side environment (pinned)"
+
+
 def verdict_rows(result: RaceResult) -> list[dict]:
     return [
         {
@@ -125,16 +175,14 @@ def verdict_rows(result: RaceResult) -> list[dict]:
 def _status_rows(result: RaceResult) -> list[dict]:
     return [
         {
-            "group": c.group,
             "contender": c.label,
             "status": c.status,
             "engine": f"{c.engine} {c.engine_version or ''}".strip(),
             "precision": c.precision or c.dtype or "-",
-            "device": c.device or "-",
             "conversion": _conversion(c),
             "kernel injection": "yes" if c.kernel_inject else ("pass-through" if c.deepspeed_mode else "-"),
             "KV cache": "on" if c.use_cache else "off",
-            "interpreter": public(c.python) if c.python else "this app's Python",
+            "interpreter": _interpreter(c),
             "wall time": fmt.seconds(c.wall_s),
         }
         for c in _ordered(result)
@@ -167,7 +215,7 @@ def _speed_rows(result: RaceResult) -> list[dict]:
     for c in _ordered(result):
         if not c.ran:
             continue
-        if not _ok(c.speedup_vs_vanilla):
+        if not is_number(c.speedup_vs_vanilla):
             sp = "n/a"
         elif c.interval_shown:
             sp = f"{c.speedup_vs_vanilla:.2f}× [{c.speedup_low:.2f}–{c.speedup_high:.2f}]"
@@ -177,11 +225,13 @@ def _speed_rows(result: RaceResult) -> list[dict]:
             {
                 "contender": c.label,
                 "latency (median)": fmt.seconds(c.latency_s_median),
-                "latency IQR": fmt.seconds(c.latency_s_q3 - c.latency_s_q1) if _ok(c.latency_s_q1) else "n/a",
+                "latency IQR": fmt.seconds(c.latency_s_q3 - c.latency_s_q1)
+                if is_number(c.latency_s_q1)
+                else "n/a",
                 "TTFT": fmt.seconds(c.ttft_s_median),
                 "TPOT": fmt.seconds(c.tpot_s_median),
-                "tokens/s": f"{c.tokens_per_s_median:.1f}" if _ok(c.tokens_per_s_median) else "n/a",
-                "tokens": f"{c.output_tokens_median:g}" if _ok(c.output_tokens_median) else "n/a",
+                "tokens/s": f"{c.tokens_per_s_median:.1f}" if is_number(c.tokens_per_s_median) else "n/a",
+                "tokens": f"{c.output_tokens_median:g}" if is_number(c.output_tokens_median) else "n/a",
                 "peak RSS (worker)": fmt.gb(c.peak_rss_bytes),
                 "speedup vs vanilla [95% CI]": sp,
             }
@@ -202,12 +252,15 @@ def _quality_rows(result: RaceResult) -> list[dict]:
             {
                 "contender": c.label,
                 "first divergence": divergence,
-                "exact match (prompts)": f"{c.exact_match_rate:.0%}" if _ok(c.exact_match_rate) else "n/a",
+                "exact match (prompts)": f"{c.exact_match_rate:.0%}"
+                if is_number(c.exact_match_rate)
+                else "n/a",
                 "bits per byte (pydoc_topics)": (
-                    f"{c.bits_per_byte:.3f}" if _ok(c.bits_per_byte) else (c.bits_per_byte_note or "n/a")
+                    f"{c.bits_per_byte:.3f}"
+                    if is_number(c.bits_per_byte)
+                    else (c.bits_per_byte_note or "n/a")
                 ),
-                "perplexity (reference text)": f"{c.perplexity:.2f}" if _ok(c.perplexity) else "n/a",
-                "first prompt's output": (c.texts[0][:160] if c.texts else ""),
+                "perplexity (reference text)": f"{c.perplexity:.2f}" if is_number(c.perplexity) else "n/a",
             }
         )
     return rows
@@ -223,16 +276,16 @@ def show_result(result: RaceResult, *, key: str) -> None:
     st.caption(
         f"{result.model} · {where} · {precision} · "
         f"{result.runs} timed runs after {result.warmup} warm-up · {result.max_new_tokens} new tokens, greedy · "
-        f"{result.started_at}{load}"
+        f"started {runlog.readable_date(result.started_at)}{load}"
     )
     for note in result.notes:
         (st.caption if note.startswith("baseline steady") else st.warning)(scrub(note))
     # worded again from the lanes' numbers (a recorded file's stored line may predate the one verdict rule)
     st.markdown(f"**Winner.** {verdict.winner_line(result.contenders)}")
     st.markdown("**Verdict per lane** (engines: whole inference engines; levers: one change to vanilla)")
-    st.dataframe(verdict_rows(result), hide_index=True, width="stretch")
+    word_table(st, verdict_rows(result))
     st.markdown("**What ran** (a contender that could not run says why; the race went on without it)")
-    st.dataframe(_status_rows(result), hide_index=True, width="stretch")
+    word_table(st, _status_rows(result))
     lines = _reasons(result)
     if lines:
         st.markdown("\n".join(lines))
@@ -243,7 +296,7 @@ def show_result(result: RaceResult, *, key: str) -> None:
         st.error("No contender ran. The reasons are in the table above.")
         return
     st.markdown("**Speed** (measured in each lane's own worker process)")
-    st.dataframe(_speed_rows(result), hide_index=True, width="stretch")
+    word_table(st, _speed_rows(result))
     st.markdown(
         "**Quality beside speed.** Greedy decoding is deterministic, so a contender computing the same function "
         "as vanilla gives the same tokens. *First divergence*: the first generated token that differs from "
@@ -252,7 +305,12 @@ def show_result(result: RaceResult, *, key: str) -> None:
         "(lm-eval's definition; independent of the tokenizer), where the engine exposes log-probabilities. "
         "*Perplexity* of a fixed reference text (teacher-forced; torch lanes only)."
     )
-    st.dataframe(_quality_rows(result), hide_index=True, width="stretch")
+    word_table(st, _quality_rows(result))
+    with st.expander("Each lane's output on the first prompt"):
+        for c in _ordered(result):
+            if c.ran and c.texts:
+                st.markdown(f"**{c.label}**")
+                st.text(c.texts[0])
     st.plotly_chart(latency_figure(result), key=f"{key}.latency")
     st.plotly_chart(speedup_figure(result), key=f"{key}.speedup")
     cols = st.columns(2)
@@ -283,15 +341,17 @@ def show_result(result: RaceResult, *, key: str) -> None:
         )
 
 
-def contender_picker(col, group: str, label: str) -> list[str]:
-    """The contenders of one group (engines or levers), the race's defaults preselected."""
+def contender_picker(col, group: str, label: str, preselected=None) -> list[str]:
+    """The contenders of one group (engines or levers); `preselected` (default: the race's own defaults) are
+    ticked."""
     from engine.race import contenders
 
     names = [n for n, c in contenders.CONTENDERS.items() if c.group == group]
+    chosen = contenders.DEFAULT_CONTENDERS if preselected is None else preselected
     return col.multiselect(
         label,
         names,
-        default=[n for n in contenders.DEFAULT_CONTENDERS if n in names],
+        default=[n for n in chosen if n in names],
         key=f"race.{group}",
         format_func=lambda n: contenders.CONTENDERS[n].label,
     )

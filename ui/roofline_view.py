@@ -9,6 +9,10 @@ import plotly.graph_objects as go
 from engine.calc import format as fmt
 from engine.calc.roofline import diagnose
 
+# The page's steps along each axis of the shape (powers of two: a roofline moves in ratios)
+SEQ_LENS = tuple(2**k for k in range(4, 16))  # 16 ... 32,768
+BATCHES = tuple(2**k for k in range(10))  # 1 ... 512
+
 MEASURED_STYLE = {
     # phase -> (trace name, marker): prefill a filled star, decode an open diamond, different colours, so the two
     # read apart in print and for colour-blind viewers alike

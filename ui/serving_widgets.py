@@ -14,32 +14,69 @@ from engine.calc.capacity import CapacityPrediction
 from engine.loadgen.sweep import SweepResult
 from engine.serving.process import ServerProcess
 from ui.charts import Series, two_panels
+from ui.common import show_error
 
 
 class ServerSlot:
-    """The one engine server this dashboard may run (started from the page, stopped from it)."""
+    """The one server of a backend this dashboard may run (started from the page, stopped from it): the engine's
+    own (`python -m engine serve`) or vLLM's (`--backend vllm`, engine/backends/vllm.py), both as that command in a
+    child process, so the command stops whatever it started."""
 
-    def __init__(self) -> None:
+    def __init__(self, backend: str = "engine") -> None:
+        self.backend = backend
         self.proc: ServerProcess | None = None
+        self.settings: dict = {}
 
     @property
     def running(self) -> bool:
         return self.proc is not None and self.proc.alive
 
-    def start(self, model: str, max_batch: int) -> ServerProcess:
+    def start(
+        self,
+        model: str,
+        max_batch: int,
+        *,
+        dtype: str = "auto",
+        threads: int | None = None,
+        kv_gb: float | None = None,
+    ) -> ServerProcess:
+        """Start and wait until it serves; a failure raises RuntimeError with the command's own one-line reason."""
+        from engine.backends.vllm import command_reason, wait_command_ready
+
         self.stop()
-        self.proc = ServerProcess(model, max_batch=max_batch)
-        return self.proc.wait_ready()
+        extra = ["--dtype", dtype]
+        if threads:
+            extra += ["--threads", str(threads)]
+        if kv_gb:
+            extra += ["--kv-budget-bytes", str(int(kv_gb * 1e9))]
+        if self.backend == "vllm":
+            extra += ["--backend", "vllm"]
+        self.proc = ServerProcess(model, max_batch=max_batch, extra=tuple(extra))
+        self.settings = {
+            "model": model,
+            "max_batch": max_batch,
+            "dtype": dtype,
+            "threads": threads,
+            "kv_gb": kv_gb,
+        }
+        try:
+            if self.backend == "vllm":
+                return wait_command_ready(self.proc)
+            return self.proc.wait_ready(300.0)
+        except RuntimeError:
+            reason = command_reason(self.proc.log_tail(200_000))
+            self.stop()
+            raise RuntimeError(reason) from None
 
     def stop(self) -> None:
         if self.proc is not None:
-            self.proc.stop()
+            self.proc.stop(60.0 if self.backend == "vllm" else 10.0)  # vLLM's teardown takes seconds
             self.proc = None
 
 
 @st.cache_resource(show_spinner=False)
-def server_slot() -> ServerSlot:
-    return ServerSlot()
+def server_slot(backend: str = "engine") -> ServerSlot:
+    return ServerSlot(backend)
 
 
 def level_unit(mode: str) -> str:
@@ -264,3 +301,309 @@ def failed_requests(errors: dict[str, int]) -> str:
     return ", ".join(
         f"{n} {FAILURE_WORDS.get(kind, kind.replace('_', ' '))}" for kind, n in sorted(errors.items())
     )
+
+
+# ---------------------------------------------------------------- this engine's server and vLLM's, side by side
+
+TARGETS = (
+    "This engine's server",
+    "vLLM's server",
+    "Both, side by side",
+    "Any OpenAI-compatible URL",
+)
+BACKENDS_OF = {TARGETS[0]: ("engine",), TARGETS[1]: ("vllm",), TARGETS[2]: ("engine", "vllm")}
+NAMES = {"engine": "this engine", "vllm": "vLLM"}
+TITLES = {"engine": "This engine", "vllm": "vLLM"}  # at the start of a sentence
+COMPARE_KEYS = {"engine": "lab", "vllm": "vllm"}  # the side-by-side's names (engine.backends.compare)
+
+
+def vllm_status() -> tuple[str | None, str]:
+    """(vLLM's build in words, "") or (None, the one sentence saying how to make its environment)."""
+    from engine.backends.vllm import availability
+
+    build, why = availability()
+    return (build.label, "") if build else (None, why)
+
+
+def local_servers(target: str, ns: str) -> tuple[dict[str, str], str]:
+    """The controls that start and stop the local servers a target needs, with the same model, precision, batch,
+    threads and KV space for each; returns ({backend: base URL} of those running, the model)."""
+    from engine.core.load import cores
+    from engine.runtime.models import DEFAULT_MODEL, PRESETS
+
+    backends = BACKENDS_OF[target]
+    label, missing = vllm_status() if "vllm" in backends else (None, "")
+    c = st.columns([2, 1, 1, 1, 1])
+    names = list(PRESETS)
+    model = c[0].selectbox("Model", names, index=names.index(DEFAULT_MODEL), key=f"{ns}.engine_model")
+    batch = int(
+        c[1].number_input("Max batch", 1, 64, 8, key=f"{ns}.max_batch", help="requests decoded together")
+    )
+    dtype = c[2].selectbox(
+        "Precision", ["auto", "fp32", "bf16"], key=f"{ns}.dtype", help="auto: fp32 on a CPU"
+    )
+    threads = int(
+        c[3].number_input(
+            "Compute threads",
+            1,
+            max(1, cores()),
+            max(1, cores() - 1),
+            key=f"{ns}.threads",
+            help="torch threads of each server (one core is left to HTTP, the default of both)",
+        )
+    )
+    kv_gb = float(
+        c[4].number_input(
+            "KV space (GB)", 0.1, 64.0, 2.0, key=f"{ns}.kv_gb", help="each server's KV cache budget"
+        )
+    )
+    if missing:
+        st.warning(missing, icon=":material/block:")
+    elif label:
+        st.caption(
+            f"vLLM here: {label}, started eager (`--enforce-eager`) on a CPU, from its own environment."
+        )
+    slots = {b: server_slot(b) for b in backends}
+    b1, b2 = st.columns(2)
+    can_start = not missing and not all(s.running for s in slots.values())
+    if b1.button(
+        f"Start {'both' if len(slots) > 1 else 'server'}",
+        key=f"{ns}.start",
+        type="primary",
+        disabled=not can_start,
+    ):
+        for b, slot in slots.items():
+            if slot.running:
+                continue
+            try:
+                with st.spinner(f"Starting {NAMES[b]}'s server for {model} and waiting until it serves…"):
+                    slot.start(model, batch, dtype=dtype, threads=threads, kv_gb=kv_gb)
+            except RuntimeError as exc:
+                show_error(exc, prefix=f"{TITLES[b]}'s server did not start")
+                break
+    if b2.button(
+        f"Stop {'both' if len(slots) > 1 else 'server'}",
+        key=f"{ns}.stop",
+        disabled=not any(s.running for s in slots.values()),
+    ):
+        for slot in slots.values():
+            slot.stop()
+        st.rerun()
+    urls = {}
+    for b, slot in slots.items():
+        if slot.running and slot.proc is not None:
+            urls[b] = slot.proc.base_url
+            st.success(
+                f"{TITLES[b]}'s server: `{slot.proc.base_url}` serving **{slot.proc.model}** "
+                f"({slot.settings.get('dtype')}, {slot.settings.get('threads')} thread(s), "
+                f"{slot.settings.get('kv_gb'):g} GB KV; process {slot.proc.proc.pid}, 127.0.0.1 only).",
+                icon=":material/dns:",
+            )
+    if len(urls) < len(slots):
+        st.info(
+            "Start the server(s) here (child processes of the dashboard, stopped from here or when it stops), or run "
+            "`python -m engine serve [--backend vllm]` yourself and choose *Any OpenAI-compatible URL*."
+        )
+    return urls, model
+
+
+def _ms(x: float | None) -> float | None:
+    return None if x is None else round(x * 1e3, 1)
+
+
+def side_by_side_rows(sbs) -> list[dict]:
+    """The side-by-side table in the page's units: tok/s, TTFT/ITL/TPOT p50 in ms, ratios this engine / vLLM."""
+    rows = []
+    for r in sbs.rows():
+        rows.append(
+            {
+                "users": r["users"],
+                "this engine tok/s": round(r["lab output tok/s"] or 0, 1),
+                "vLLM tok/s": round(r["vllm output tok/s"] or 0, 1),
+                "tok/s engine / vLLM": round(r["lab / vllm output tok/s"] or 0, 2),
+                "TTFT p50 engine (ms)": _ms(r["lab TTFT p50"]),
+                "TTFT p50 vLLM (ms)": _ms(r["vllm TTFT p50"]),
+                "ITL p50 engine (ms)": _ms(r["lab ITL p50"]),
+                "ITL p50 vLLM (ms)": _ms(r["vllm ITL p50"]),
+                "ITL engine / vLLM": None
+                if r["lab / vllm ITL p50"] is None
+                else round(r["lab / vllm ITL p50"], 2),
+                "TPOT p50 engine (ms)": _ms(r["lab TPOT p50"]),
+                "TPOT p50 vLLM (ms)": _ms(r["vllm TPOT p50"]),
+            }
+        )
+    return rows
+
+
+def side_by_side_sentence(sbs) -> str:
+    """Who made more output tokens per second at each level, by how much: words from the numbers in the table."""
+    parts = []
+    for r in sbs.rows():
+        ratio = r["lab / vllm output tok/s"]
+        if ratio is None:
+            continue
+        who = "this engine" if ratio > 1 else "vLLM"
+        times = ratio if ratio > 1 else 1 / ratio
+        parts.append(
+            f"at {at_level(r['users'], 'users')} {who} made {times:.2f}× the output tokens per second"
+        )
+    if not parts:
+        return "No level completed on both servers, so there is nothing to compare."
+    return "Measured, same workload, interleaved: " + "; ".join(parts) + "."
+
+
+def side_by_side_figure(sbs) -> go.Figure:
+    levels = list(sbs.levels)
+    series = []
+    for name, words, color in (("lab", "this engine", "#3a7ca5"), ("vllm", "vLLM", "#e4572e")):
+        series.append(
+            Series([sbs.median_of(name, lv, "output_tokens_per_s") for lv in levels], f"{words} tok/s", color)
+        )
+        itl = [sbs.median_of(name, lv, "itl_s_p50") for lv in levels]
+        series.append(Series([None if v is None else v * 1e3 for v in itl], f"{words} ITL p50", color, col=2))
+    fig = two_panels(levels, ("Output tokens/s (all users)", "ITL p50 (ms)"), series, height=340)
+    fig.update_xaxes(title="users")
+    return fig
+
+
+def sbs_dtype() -> str:
+    """The precision both local servers run (the engine's rule for auto, on the device vLLM's build runs on)."""
+    from engine.backends.vllm import availability
+    from engine.runtime.models import resolve_dtype
+
+    build, _ = availability()
+    return resolve_dtype(
+        server_slot("engine").settings.get("dtype", "auto"), build.device if build else "cpu"
+    )
+
+
+def calculator_beside(sbs, dtype: str) -> tuple[list[dict], str]:
+    """The calibrated calculator's prediction for this machine at each level, beside both servers' medians, and a
+    sentence from those numbers; ([], why) where there is no calibration or the model is not one it knows."""
+    from engine.backends.compare import predicted
+    from engine.calibration import load_calibration, resolve_model_spec
+    from engine.core.errors import EngineError
+
+    cal = load_calibration()
+    if cal is None:
+        return [], (
+            "No calibration on this machine yet, so the calculator has no prediction to put beside them: run "
+            "`python -m engine calibrate` (a few minutes)."
+        )
+    try:
+        preds = predicted(sbs, cal, resolve_model_spec(sbs.specs["lab"].model), dtype, first="lab")
+    except EngineError as exc:
+        return [], f"The calculator has no prediction for this model: {exc}"
+    rows, inside = [], {"lab": 0, "vllm": 0}
+    for p in preds:
+        row: dict = {"users": p.users, "calculator tok/s": round(p.output_tokens_per_s.central, 1)}
+        row["95% interval tok/s"] = f"{p.output_tokens_per_s.low:.1f} to {p.output_tokens_per_s.high:.1f}"
+        for name, words in (("lab", "this engine"), ("vllm", "vLLM")):
+            got = sbs.median_of(name, p.users, "output_tokens_per_s")
+            row[f"{words} tok/s"] = None if got is None else round(got, 1)
+            inside[name] += bool(p.holds("output_tokens_per_s", got))
+        row["calculator TPOT (ms)"] = _ms(p.tpot_s.central)
+        row["95% interval TPOT (ms)"] = f"{p.tpot_s.low * 1e3:.0f} to {p.tpot_s.high * 1e3:.0f}"
+        for name, words in (("lab", "this engine"), ("vllm", "vLLM")):
+            row[f"{words} TPOT (ms)"] = _ms(sbs.median_of(name, p.users, "tpot_s_p50"))
+        rows.append(row)
+    n = len(preds)
+    sentence = (
+        f"Predicted by the calculator calibrated on this machine ({cal.model}, {cal.created_at[:10]}; the "
+        f"engine's own runs, {dtype}) for {preds[0].prompt_tokens}-token prompts and {preds[0].output_tokens} "
+        "output tokens; throughput = users × output tokens / (TTFT + (output tokens − 1) × TPOT). "
+        f"This engine's measured throughput is inside the 95% interval at {inside['lab']} of {n} levels, vLLM's at "
+        f"{inside['vllm']} of {n}: the fit describes this engine's scheduler, not vLLM's."
+    )
+    return rows, sentence
+
+
+def kv_rows(row: dict | None) -> list[dict]:
+    """vLLM's KV pool as it logged it beside the calculator's prediction for this machine."""
+    if not row:
+        return []
+    logged, pred = row["logged"], row.get("predicted") or {}
+    return [
+        {
+            "": "vLLM logged (measured)",
+            "KV tokens": logged["kv_cache_tokens"],
+            "max concurrency": logged["max_concurrency"],
+            "block size": logged.get("block_size"),
+            "blocks": logged.get("blocks"),
+        },
+        {
+            "": "calculator (engine.calc.serving_memory, vLLM's CPU pool)",
+            "KV tokens": pred.get("kv_cache_tokens"),
+            "max concurrency": None
+            if pred.get("max_concurrency") is None
+            else round(pred["max_concurrency"], 2),
+            "block size": pred.get("block_size"),
+            "blocks": pred.get("blocks"),
+        },
+    ]
+
+
+def parallel_rows(recorded: dict | None) -> list[dict]:
+    """Each way past one rank that was tried here, its outcome and vLLM's own error (bench/vllm_parallel.py)."""
+    if not recorded:
+        return []
+    return [
+        {
+            "attempt": a["what"],
+            "flags": " ".join(a["flags"]),
+            "outcome": a["outcome"],
+            "vLLM said": a.get("error") or a.get("text", ""),
+        }
+        for a in recorded.get("attempts", [])
+    ]
+
+
+def parallel_sentence(recorded: dict) -> str:
+    """What the recorded attempts past one rank came to, from their outcomes."""
+    attempts = recorded.get("attempts", [])
+    served = [a["what"] for a in attempts if a["outcome"] == "served"]
+    when = f"Tried here on {recorded.get('date', '?')[:10]} with {recorded.get('build', 'vLLM')} ({recorded.get('cores', '?')} cores)"
+    if not attempts:
+        return f"{when}: nothing was recorded."
+    if not served:
+        return f"{when}: none of the {len(attempts)} ways past one rank served a request; each row quotes vLLM's own error."
+    return (
+        f"{when}: {len(served)} of {len(attempts)} served a request ({'; '.join(served)}); the other rows quote vLLM's "
+        "own error."
+    )
+
+
+def vllm_parallel_section() -> None:
+    """Past one node: what vLLM's multi-rank paths did on this machine (recorded by bench/vllm_parallel.py), and
+    the multi-node steps as vLLM documents them for a GPU cluster."""
+    from engine.backends.vllm import recorded_parallel
+    from engine.calc.launch import LaunchPlan, multi_node_steps
+
+    st.subheader("Past one node: vLLM's Ray and parallel paths on this machine")
+    rec = recorded_parallel()
+    if rec is None:
+        st.caption(
+            "Not tried on this machine yet: `.venv/bin/python bench/vllm_parallel.py` starts vLLM with Ray, pipeline "
+            "parallel 2 and tensor parallel 2 (a few minutes) and records what happened and what vLLM said."
+        )
+    else:
+        st.markdown(
+            parallel_sentence(rec)
+            + " Recorded, not live; rerun with `.venv/bin/python bench/vllm_parallel.py`."
+        )
+        st.dataframe(parallel_rows(rec), hide_index=True, width="stretch")
+    with st.expander("The multi-node steps vLLM documents (for a GPU cluster)"):
+        plan = LaunchPlan(
+            model="meta-llama/Llama-3.1-405B-Instruct",
+            tensor_parallel=8,
+            pipeline_parallel=2,
+            max_model_len=8192,
+            gpu_memory_utilization=0.9,
+            max_num_seqs=256,
+            dtype="bf16",
+            weight_format=None,
+            kv_dtype=None,
+        )
+        st.caption("An example plan of 16 GPUs on two nodes of 8, as the Memory and cost page prints it:")
+        for step in multi_node_steps(plan):
+            st.markdown(f"- {step}")

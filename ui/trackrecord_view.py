@@ -8,35 +8,44 @@ import streamlit as st
 
 from engine import trackrecord as T
 from engine.calc import format as fmt
-from engine.calc.efficiency import ENGINE_CLASSES
+from engine.calc.efficiency import ENGINE_CLASSES, INTERVAL_METHOD
 
 
 def speed_caption(est) -> str:
-    """One paragraph under the time metrics: which class, what it reaches, how the interval was made."""
-    s = est.speed
-    f = s.fit
-    borrowed = (
-        f" ({', '.join(f.borrowed)} taken from the fit over every engine: too few rows of its own)"
-        if f.borrowed
-        else ""
-    )
+    """One paragraph under the time metrics: which class, what it reaches, what each share was fitted on, and how
+    the interval was made."""
+    f = est.speed.fit
     fixed = (
         f" plus {f.overhead_s_per_layer * 1e6:.0f} µs per layer per step"
         if f.overhead_s_per_layer >= 1e-6
         else ""
     )
+    compute = f"{f.flops:.0%} of the peak FLOP/s in prefill and {f.decode_flops:.0%} in a batched decode step's matmuls"
+    if f.borrowed:
+        compute += (
+            f", borrowed from every engine's runs together (this class has too few published runs of its own for "
+            f"its {', '.join(f.borrowed)})"
+        )
+    else:
+        compute += f", fitted on {f.prefill_rows} published first-token and {f.throughput_rows} throughput measurements"
     return (
         f"**Estimates, not bounds.** {ENGINE_CLASSES[f.engine_class]} reach {f.bandwidth:.0%} of the memory bandwidth "
-        f"in decode{fixed}, {f.flops:.0%} of the peak FLOP/s in prefill and {f.decode_flops:.0%} in a batched "
-        f"decode step's matmuls, fitted on {f.decode_rows} published decode and {f.prefill_rows} first-token and "
-        f"throughput measurements{borrowed}. The interval spans the 2.5th–97.5th percentile of published / predicted when each "
-        f"source is predicted by a fit that never saw it; 'physics' is the bound with every roof reached. "
-        f"How well this held on published runs: the track record below."
+        f"in decode{fixed}, fitted on {f.decode_rows} published decode measurements; {compute}. The interval is "
+        f"{INTERVAL_METHOD}; 'physics' is the bound with every roof reached. How well this held on published runs: "
+        "the track record below."
     )
 
 
 def launch_commands(est) -> None:
+    """The commands for the layout the memory answer settled on, with the sentence that says which GPUs they are
+    for (the ones asked, or the ones it needs) and what to do about the model id; or why there is none."""
+    if est.inputs.engine not in ("vllm", "sglang"):
+        return
     with st.expander("Launch it: the command for this plan", expanded=True):
+        if est.launch is None:
+            st.info(f"No command: {est.fit.sentence}")
+            return
+        (st.caption if est.fits and est.model_id else st.warning)(est.launch.note)
         st.caption("vLLM")
         st.code(est.launch.vllm, language="bash")
         st.caption("SGLang")
@@ -67,6 +76,8 @@ def _cached_record() -> dict:
                 "unit": r.unit,
                 "predicted": r.predicted,
                 "interval": f"{r.low:.4g}–{r.high:.4g}" if r.low is not None else "",
+                "width": r.width,
+                "interval from": f"{r.band_rows} rows, {r.band_level}" if r.band_level else "",
                 "error": r.error,
                 "held back": r.held_back,
                 "why not scored": r.why,
@@ -89,6 +100,7 @@ def _summary_frame(summaries: list[dict]) -> pd.DataFrame:
                 "median |error|": fmt.number(s["median_abs_error"] * 100, ".1f", missing="–") + " %",
                 "worst |error|": fmt.number(s["worst_abs_error"] * 100, ".1f", missing="–") + " %",
                 "inside the interval": "–" if s["coverage"] is None else f"{s['coverage']:.0%}",
+                "median width": "–" if s["median_width"] is None else f"{s['median_width']:.2f}×",
                 "target": s["target"],
                 "met": {True: "yes", False: "no", None: "no rows"}[s["met"]],
             }
@@ -100,12 +112,14 @@ def _summary_frame(summaries: list[dict]) -> pd.DataFrame:
 def track_record_section(key: str) -> None:
     st.header("Track record: the calculator against published measurements")
     st.caption(
-        "Every published GPU measurement in engine/data/published (vLLM/SGLang startup logs, gpt-fast, TensorRT-LLM, "
-        "llama.cpp, MLC, vLLM, SGLang, TGI, DeepSpeed), each with its source and the quoted text, beside the "
+        "Every published GPU measurement the calculator keeps (vLLM/SGLang startup logs, gpt-fast, TensorRT-LLM, "
+        "llama.cpp, MLC, ExLlamaV2, vLLM, SGLang, TGI, DeepSpeed), each with its source and the quoted text, beside the "
         "calculator's prediction for the same setup. About 30% of the rows were held back before any fit (chosen by "
-        "a hash of their id): the targets are judged on those. Rerun it: `python -m engine trackrecord`."
+        "a hash of their id): neither the fits nor the intervals saw them, and the targets are judged on them. An "
+        "interval's width is high / low; its rows are the published rows it was read from. Rerun it: "
+        "`python -m engine trackrecord`."
     )
-    if not st.toggle("Show the track record (about 15 s the first time on this server)", key=f"{key}.tr"):
+    if not st.toggle("Show the track record (a few seconds the first time on this server)", key=f"{key}.tr"):
         return
     rec = _cached_record()
     st.subheader("On the held-back rows")
@@ -129,6 +143,7 @@ def track_record_section(key: str) -> None:
             "error": st.column_config.NumberColumn("error (predicted / published - 1)", format="percent"),
             "published": st.column_config.NumberColumn(format="%.4g"),
             "predicted": st.column_config.NumberColumn(format="%.4g"),
+            "width": st.column_config.NumberColumn("width (high / low)", format="%.2f×"),
         },
     )
     st.download_button(

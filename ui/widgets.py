@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import streamlit as st
 
 from engine.core import dtypes
@@ -12,8 +14,8 @@ from ui.common import cached_hardware, cached_model, show_error
 CUSTOM = "other (hub id or local folder)…"
 REMOTE_CODE_HELP = (
     "Safetensors weights only, from the hub or a folder under the server's allowed model roots. "
-    "Remote code is off: a model's own Python code never runs unless the server operator enables "
-    "INFERENCE_LAB_TRUST_REMOTE_CODE=1; nothing in the browser can turn it on."
+    "Remote code is off: a model's own Python code never runs unless the server's operator allows it in the "
+    "server's environment (the README says how); nothing in the browser can turn it on."
 )
 
 
@@ -70,9 +72,8 @@ def load_with_progress(name: str, dtype: str) -> models.LoadedModel | None:
 
 
 def spec_number(container, spec, name: str, label: str, key: str, *, value=None, lo=None, **kwargs):
-    """A number input whose default and bounds come from an experiment's spec (engine.core.spec), so a page
-    never restates them; whole numbers stay ints. `value` / `lo`: a page's own starting value or a higher
-    floor (a workload's length that 0 would switch off)."""
+    """The first spec-driven number (kept for pages 1, 2 and 8 until they move to spec_input, which also refuses
+    an out-of-range value with a sentence instead of Streamlit's silent red field)."""
     spec_lo, hi = spec.bounds(name)
     lo = spec_lo if lo is None else lo
     default = spec.default(name) if value is None else value
@@ -81,6 +82,143 @@ def spec_number(container, spec, name: str, label: str, key: str, *, value=None,
     return container.number_input(
         label, min_value=lo, max_value=hi, value=default, key=key, help=spec.help(name), **kwargs
     )
+
+
+NUMBER, SLIDER, SELECT, SELECT_SLIDER, RADIO = "number", "slider", "select", "select_slider", "radio"
+
+
+def spec_input(
+    container,
+    spec,
+    name: str,
+    *,
+    key: str,
+    label: str | None = None,
+    widget: str | None = None,
+    value=None,
+    lo=None,
+    hi=None,
+    choices=None,
+    **kwargs,
+):
+    """One widget for one spec field (engine.core.spec): its default, bounds, choices, label and help come from
+    the field, so a page never restates them. The widget follows the field's kind: a bool is a toggle, a tuple
+    with choices a multiselect, a field with choices a select (or `widget=` radio / select_slider), a number a
+    number box (or `widget="slider"`), text a text box.
+
+    A page may narrow (never widen) the field: `lo`/`hi` for numbers, `choices` for a select, `value` for its
+    own starting value, `label` for its own words. A number box takes any number and checks it against the
+    field's rule (Spec.problem): out of range, the field says what is allowed in one sentence and this returns
+    None, so the page does not run with it (Streamlit's own bounds only turn the field red and keep the old
+    value). `refused(*values)` tells a page whether any input was refused."""
+    kind = spec.kind(name)
+    label = label or spec.label(name).capitalize()
+    help_text = kwargs.pop("help", None) or spec.help(name)
+    options = _options(spec, name, choices)
+    default = spec.default(name) if value is None else value
+    if kind is bool:
+        return container.toggle(label, value=bool(default), key=key, help=help_text, **kwargs)
+    if kind is tuple:
+        picked = container.multiselect(
+            label,
+            list(options or ()),
+            default=[d for d in default if d in (options or ())],
+            key=key,
+            help=help_text,
+            **kwargs,
+        )
+        return tuple(picked)
+    if options is not None:
+        index = options.index(default) if default in options else 0
+        if widget == SELECT_SLIDER:
+            return container.select_slider(
+                label, options, value=options[index], key=key, help=help_text, **kwargs
+            )
+        draw = container.radio if widget == RADIO else container.selectbox
+        return draw(label, options, index=index, key=key, help=help_text, **kwargs)
+    if kind not in (int, float):
+        return container.text_input(label, value=default, key=key, help=help_text, **kwargs)
+    span = spec.span(name, lo, hi)
+    if widget == SLIDER:
+        low, high = _narrowed(spec, name, lo, hi)
+        cast = int if kind is int else float
+        return container.slider(
+            label, cast(low), cast(high), cast(default), key=key, help=f"{help_text} ({span})", **kwargs
+        )
+    number = container.number_input(
+        label,
+        value=int(default) if kind is int else float(default),
+        key=key,
+        help=f"{help_text} ({span})",
+        **kwargs,
+    )
+    why = spec.problem(name, number, label=label, lo=lo, hi=hi)
+    if why:
+        container.error(f"{why}: nothing runs with it until it is changed.", icon=":material/block:")
+        return None
+    return number
+
+
+def _narrowed(spec, name: str, lo, hi) -> tuple:
+    flo, fhi = spec.bounds(name)
+    low, high = (flo if lo is None else lo), (fhi if hi is None else hi)
+    if low is None or high is None:
+        raise ValueError(f"a slider needs both bounds: {spec.__name__}.{name} has {low}..{high}")
+    spec.span(name, lo, hi)  # raises when the page's range is wider than the spec's
+    return low, high
+
+
+def _options(spec, name: str, choices) -> list | None:
+    """The field's choices, or the page's narrower list: each of them a valid value of the field."""
+    own = spec.choices(name)
+    if choices is None:
+        return None if own is None else list(own)
+    bad = [c for c in choices if spec.problem(name, (c,) if spec.kind(name) is tuple else c)]
+    if bad:
+        raise ValueError(f"{spec.__name__}.{name}: {bad} are not valid values of the field")
+    return list(choices)
+
+
+def refused(*values) -> bool:
+    """Whether any of a page's spec inputs was refused (spec_input returned None and said why)."""
+    return any(v is None for v in values)
+
+
+def button_why(container, label: str, *, key: str, why: str = "", **kwargs) -> bool:
+    """A button that, when it cannot be pressed, says why beside it (Streamlit's disabled button says nothing):
+    disabled while `why` is non-empty, with `why` as its tooltip and as a caption under it. True when pressed."""
+    pressed = container.button(
+        label, key=key, disabled=bool(why), help=why or kwargs.pop("help", None), **kwargs
+    )
+    if why:
+        container.caption(f"{label}: {why}")
+    return pressed and not why
+
+
+def word_table(container, rows) -> None:
+    """A table whose cells hold words (verdicts, reasons, statuses): drawn as a static table whose cells wrap,
+    where st.dataframe's fixed-width columns would cut a sentence short at 1280 px."""
+    rows = [{k: _plain_cell(v) for k, v in r.items()} for r in rows]
+    container.table(rows, hide_index=True, border="horizontal")
+
+
+# st.table draws a text cell as Markdown: a cell starting with a list, heading or quote mark ("1. ...", "- ...",
+# "# ...") became a list or a heading inside the cell. Escaped, the mark reads as itself.
+_BLOCK_MARK = re.compile(r"^(\s*)(\d+)([.)])(?=\s|$)|^(\s*)([-*+#>])(?=\s|$)")
+
+
+def _plain_cell(value):
+    if not isinstance(value, str):
+        return value
+    if value == "-":
+        return "—"  # 'none': a dash that is not an empty bullet
+    return _BLOCK_MARK.sub(_escape_mark, value, count=1)
+
+
+def _escape_mark(m: re.Match) -> str:
+    if m.group(2) is not None:  # "1." -> "1\."
+        return f"{m.group(1)}{m.group(2)}\\{m.group(3)}"
+    return f"{m.group(4)}\\{m.group(5)}"  # "-" -> "\-"
 
 
 def note_metric(container, label: str, value, note=None, **kwargs) -> None:

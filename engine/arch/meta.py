@@ -173,15 +173,15 @@ def exact_spec(cfg: Mapping[str, Any], name: str | None = None) -> ModelSpec:
     spec = spec_from_hf_config(cfg, name=name)  # validates sizes before anything is built
     if text_config(cfg) is not cfg:  # a multimodal config: count its text decoder, as the formula does
         counted = exact_spec(text_config(cfg), name=name)
-        return replace(counted, assumptions=spec.assumptions)
+        return replace(counted, assumptions=spec.assumptions, **identity(cfg))
     try:
         full = hf_config(cfg).to_dict()
         spec = spec_from_hf_config({**full, "model_type": cfg["model_type"]}, name=name)
         model = meta_model(cfg)
     except EngineError as exc:
-        return _fallback(spec, str(exc))
+        return _fallback(spec, str(exc), cfg)
     except Exception as exc:  # transformers raises many types for configs it cannot build
-        return _fallback(spec, f"{type(exc).__name__}: {str(exc)[:200]}")
+        return _fallback(spec, f"{type(exc).__name__}: {str(exc)[:200]}", cfg)
     exact = components(
         model, experts_per_token=spec.experts_per_token, n_experts=spec.n_experts, formula=count_params(spec)
     )
@@ -197,12 +197,30 @@ def exact_spec(cfg: Mapping[str, Any], name: str | None = None) -> ModelSpec:
         exact=exact,
         notes=notes,
         source=f"config.json; counted on the meta device ({type(model).__name__})",
+        **identity(cfg),
     )
 
 
-def _fallback(spec: ModelSpec, why: str) -> ModelSpec:
+DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+def identity(cfg: Mapping[str, Any]) -> dict[str, str]:
+    """What a config says about the checkpoint itself: its hub id (`_name_or_path`, what `vllm serve` loads) and
+    its precision (`torch_dtype`, or `dtype` in newer transformers). Empty where it says nothing."""
+    out = {}
+    path = cfg.get("_name_or_path")
+    if isinstance(path, str) and path.strip():
+        out["hub_id"] = path.strip()
+    dtype = cfg.get("torch_dtype") or cfg.get("dtype")
+    if isinstance(dtype, str) and dtype in DTYPES:
+        out["checkpoint_dtype"] = DTYPES[dtype]
+    return out
+
+
+def _fallback(spec: ModelSpec, why: str, cfg: Mapping[str, Any] | None = None) -> ModelSpec:
     return replace(
         spec,
+        **identity(cfg or {}),
         assumptions=(
             *spec.assumptions,
             f"the model class could not be built offline ({why}); parameters come from the formula",

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.batching import kv
+from engine.batching import kv, policy
 from engine.batching.sequence import Request, RequestTimes, choose_tokens
 from engine.core.errors import (
     CancelledError,
@@ -416,25 +416,33 @@ class Scheduler:
         self._spent[part] += now - t0
         return now
 
-    def _fits(self, req: Request) -> bool:
-        """Padded KV at the worst moment if `req` joins: rows x (window + longest remaining) x bytes/token.
-        Rows never shrink the window before the longest finishes, so this bounds the real peak."""
-        rows = [s for s, _ in self._running + self._prefilling] + [req]
-        length = max([self._cache.length, req.prompt_len] + [s.prompt_len for s, _ in self._prefilling])
-        longest_left = max(s.remaining for s in rows)
-        return len(rows) * (length + longest_left) * self.kv_bytes_per_token <= self.kv_budget_bytes
+    @property
+    def limits(self) -> policy.Limits:
+        """The knobs the policy (engine.batching.policy) reads: the simulator builds the same Limits."""
+        return policy.Limits(
+            self.max_batch,
+            self.kv_budget_bytes,
+            self.kv_bytes_per_token,
+            self.prefill_chunk_tokens,
+            self.mixed_prompt_tokens,
+        )
 
     def _admit(self) -> bool:
-        """Admit every waiting request that has a slot and fits (first come, first served): with rows running and
-        short enough prompts, in this iteration's decode step (`_mixed_step`; returns True: the step is done);
-        otherwise as one batched prefill, run in chunks by `_prefill_chunk`."""
+        """Admit every waiting request that has a slot and fits (first come, first served: policy.take): with rows
+        running and short enough prompts, in this iteration's decode step (`_mixed_step`; returns True: the step
+        is done); otherwise as one batched prefill, run in chunks by `_prefill_chunk` (policy.plan_admission)."""
         if self._prefill is not None:
             return False
         taken = self._take()
         if not taken:
             return False
-        keep = self._within_mixed_budget(taken)
-        if self._running and self._can_mix(taken[:keep]):
+        keep = policy.plan_admission(
+            [r.prompt_len for r, _ in taken],
+            len(self._running),
+            self.limits,
+            lambda k: self._can_mix(taken[:k]),
+        )
+        if keep:
             with self._cond:  # the rest wait at the head of the queue for the next steps, in order
                 self._waiting.extendleft(reversed(taken[keep:]))
                 self._prefilling = taken = taken[:keep]
@@ -444,47 +452,32 @@ class Scheduler:
             return True
         for req, _ in taken:
             req.mark_admitted()
-        chunk = max(1, self.prefill_chunk_tokens // len(taken))
+        chunk = policy.prefill_chunk_columns(len(taken), self.limits)
         self._prefill = kvcache.Prefill(self.lm, [r.prompt_ids for r, _ in taken], self._pad_id, chunk)
         return False
 
-    def _within_mixed_budget(self, taken: Sequence[tuple[Request, RequestHandle]]) -> int:
-        """How many of the first newcomers one decode step carries: their prompts within `mixed_prompt_tokens`
-        together (one at least). Each prompt token costs the step real compute (about 2.5 ms per token for
-        smollm2-135m fp32 on one core, against ~106 ms for a 4-row decode step), so a step carrying three 12-token
-        prompts was 1.5-1.7x a plain step; one at a time keeps it near 1.25x."""
-        keep, total = 0, 0
-        for req, _ in taken:
-            if keep and total + req.prompt_len > self.mixed_prompt_tokens:
-                break
-            keep, total = keep + 1, total + req.prompt_len
-        return keep
-
     def _can_mix(self, taken: Sequence[tuple[Request, RequestHandle]]) -> bool:
-        """The newcomers' prompts ride in the running rows' decode step when they fit one prefill chunk (longer
-        ones are chunked so the running rows never wait for a whole long prompt), no row runs compiled (static
-        shapes), and the model's attention takes the step's mask (kv.mixed_reason)."""
-        lengths = [r.prompt_len for r, _ in taken]
-        if sum(lengths) > self.prefill_chunk_tokens:
-            return False
+        """What the policy cannot know about a mixed step: no row runs compiled (static shapes), and the model's
+        attention takes the step's mask (kv.mixed_reason)."""
         if self.compile_decode or any(r.cfg.compile for r, _ in [*self._running, *taken]):
             return False
-        return not kv.mixed_reason(self.lm, self._cache, lengths)
+        return not kv.mixed_reason(self.lm, self._cache, [r.prompt_len for r, _ in taken])
 
     def _take(self) -> list[tuple[Request, RequestHandle]]:
-        """Move the waiting requests that have a slot and fit into `_prefilling` (first come, first served)."""
-        taken: list[tuple[Request, RequestHandle]] = []
+        """Move the waiting requests that have a slot and fit into `_prefilling` (policy.take)."""
+
+        def cancelled(item: tuple[Request, RequestHandle]) -> bool:
+            req, handle = item
+            if req.cancel_event.is_set():
+                handle._finish(None, CancelledError("the request was cancelled while queued"))
+                return True
+            return False
+
         with self._cond:
-            while self._waiting and len(self._running) + len(taken) < self.max_batch:
-                req, handle = self._waiting[0]
-                if req.cancel_event.is_set():
-                    self._waiting.popleft()
-                    handle._finish(None, CancelledError("the request was cancelled while queued"))
-                    continue
-                self._prefilling = taken
-                if (self._running or taken) and not self._fits(req):
-                    break  # wait for memory rather than skip ahead
-                taken.append(self._waiting.popleft())
+            running = [s for s, _ in self._running]
+            taken = policy.take(
+                self._waiting, running, self._cache.length, self.limits, lambda t: t[0], cancelled
+            )
             self._prefilling = taken
         return taken
 

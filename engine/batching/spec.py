@@ -66,3 +66,27 @@ class BatchSpec(ModelArgs):
     max_batch: int = option(
         8, "most sequences decoded together (both policies)", lo=1, hi=256, label="max batch"
     )
+
+
+SWEEP_SIZES = (1, 2, 4, 8, 16, 32, 64)
+
+
+@dataclass(frozen=True)
+class SweepSpec(Spec):
+    """The Batching page's static sweep: one padded batch per size, each decoding the same number of tokens."""
+
+    sizes: tuple[int, ...] = option(
+        (1, 2, 4, 8, 16, 32), "batch sizes, one padded batch each", choices=SWEEP_SIZES, label="batch sizes"
+    )
+    max_new_tokens: int = option(32, "new tokens per sequence", lo=4, hi=256, label="new tokens each")
+
+
+@dataclass(frozen=True)
+class UsersSpec(Spec):
+    """'Simulate N users': N requests sent to the shared scheduler, as N people pressing Generate together."""
+
+    users: int = option(6, "concurrent requests", lo=1, hi=32, label="users (concurrent requests)")
+    max_new_tokens: int = option(24, "new tokens per request", lo=1, hi=256, label="new tokens each")
+    stagger_s: float = option(
+        0.0, "seconds between two arrivals", lo=0.0, hi=5.0, label="seconds between arrivals"
+    )

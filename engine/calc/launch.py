@@ -28,8 +28,8 @@ class LaunchPlan:
     pipeline_parallel: int
     max_model_len: int
     gpu_memory_utilization: float
-    max_num_seqs: int
-    dtype: str  # fp16 | bf16 | fp32 (the activations' precision)
+    max_num_seqs: int  # 0: leave it to the server
+    dtype: str  # fp16 | bf16 | fp32 (the activations' precision) | auto (the checkpoint's, from its config)
     weight_format: str | None
     kv_dtype: str | None  # None or the weights' precision: "auto"
 
@@ -60,7 +60,9 @@ def _command(engine: str, plan: LaunchPlan, memory_fraction: float) -> str:
         args += [tp, str(plan.tensor_parallel)]
     if plan.pipeline_parallel > 1:
         args += [pp, str(plan.pipeline_parallel)]
-    args += [length, str(plan.max_model_len), memory, f"{memory_fraction:g}", seqs, str(plan.max_num_seqs)]
+    args += [length, str(plan.max_model_len), memory, f"{memory_fraction:g}"]
+    if plan.max_num_seqs:  # 0: the server's own default
+        args += [seqs, str(plan.max_num_seqs)]
     args += ["--dtype", _DTYPES.get(plan.dtype, "auto")]
     q = weight_format_info(plan.weight_format).vllm_quantization if plan.weight_format else None
     if q and q != "gguf":
@@ -73,6 +75,17 @@ def _command(engine: str, plan: LaunchPlan, memory_fraction: float) -> str:
 def vllm_command(plan: LaunchPlan) -> str:
     """One `vllm serve` command line (tensor x pipeline GPUs; pipeline stages are nodes past one node)."""
     return _command("vllm", plan, plan.gpu_memory_utilization)
+
+
+def vllm_cpu_command(plan: LaunchPlan, kv_space_gib: int | None) -> str:
+    """vLLM on a CPU as the lab starts it (`python -m engine serve --backend vllm`): the pool from
+    VLLM_CPU_KVCACHE_SPACE (GiB), eager (a compiled start takes minutes on a CPU), and the API server as a module
+    (vllm-cpu's `vllm` console script fails: its distribution is not named vllm); no memory fraction, no parallel."""
+    args = ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", plan.model]
+    args += ["--max-model-len", str(plan.max_model_len), "--max-num-seqs", str(plan.max_num_seqs)]
+    args += ["--dtype", _DTYPES.get(plan.dtype, "auto"), "--enforce-eager"]
+    space = [f"VLLM_CPU_KVCACHE_SPACE={kv_space_gib}"] if kv_space_gib is not None else []
+    return " ".join([*space, shlex.join(args)])
 
 
 def sglang_command(plan: LaunchPlan, mem_fraction: float) -> str:

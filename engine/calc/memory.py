@@ -11,6 +11,7 @@ Each public function's docstring begins with its formula; pages show it with `fo
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from engine.calc import quant
@@ -237,7 +238,7 @@ def weights_bytes(
     scope: str | None = None,
 ) -> float:
     """weights = P x bytes per parameter (fp32 4, fp16/bf16 2, fp8 1); with a quantized format, the sum over the
-    weight matrices it covers of ceil(n / g) x (g x bits / 8 + scale + zero) (engine.calc.quant) + every other
+    weight matrices it covers of ceil(n / g) x (g x bits / 8 + scale + zero) (each format's own layout) + every other
     parameter at 16 bits (F32 for GGUF).
 
     Without a format, int8/int4 are bare storage sizes (1 and 0.5 B, no scales)."""
@@ -412,17 +413,38 @@ def gpus_needed(total_bytes: float, gpu_memory_bytes: float, n_heads: int | None
 
 @dataclass(frozen=True)
 class GpuPlan:
-    """How many GPUs a load needs and how they would be used: tensor parallel within a replica (a count
-    that divides the attention heads, at most the head count), replicas for the rest of the batch."""
+    """How many GPUs a load needs and how they would be used: tensor parallel within a replica, pipeline stages
+    (layers on different GPUs) where a serving engine needs more than tensor parallel gives, replicas for the
+    rest of the batch."""
 
     memory_gpus: int  # ceil(total / memory per GPU): memory alone, ignoring how the model splits
-    tensor_parallel: (
-        int  # GPUs per replica (divides the heads); 0 when not even one sequence fits on n_heads GPUs
-    )
+    tensor_parallel: int  # GPUs per pipeline stage; 0 when not even one sequence fits on any layout tried
     replicas: int  # copies of the model, each serving batch_per_replica sequences
     batch_per_replica: int
-    gpus: int  # tensor_parallel x replicas (or memory_gpus when only pipeline stages can help)
-    pipeline_needed: bool  # the weights + one sequence do not fit even split over every head
+    gpus: (
+        int  # tensor_parallel x pipeline_parallel x replicas (or memory_gpus when only more stages can help)
+    )
+    pipeline_needed: bool  # no layout tried holds the weights and one sequence
+    pipeline_parallel: int = 1  # stages per replica
+
+    @property
+    def replica_gpus(self) -> int:
+        return self.tensor_parallel * self.pipeline_parallel
+
+    def layout(self) -> str:
+        """'2 GPUs in tensor parallel', '8 GPUs in tensor parallel x 2 pipeline stages', 'one GPU'."""
+        if self.replica_gpus <= 1:
+            return "one GPU"
+        tp = f"{self.tensor_parallel} GPUs in tensor parallel" if self.tensor_parallel > 1 else "one GPU"
+        if self.pipeline_parallel == 1:
+            return tp
+        return f"{tp} x {self.pipeline_parallel} pipeline stages ({self.replica_gpus} GPUs)"
+
+    def describe(self) -> str:
+        """The layout and its replicas: '3 replicas of one GPU, 5 sequences each'."""
+        if self.replicas == 1:
+            return self.layout()
+        return f"{self.replicas} replicas of {self.layout()}, each serving up to {self.batch_per_replica} sequences"
 
     def sentence(self, n_heads: int) -> str:
         if self.pipeline_needed:
@@ -431,43 +453,64 @@ class GpuPlan:
                 f"it takes pipeline stages (layers on different GPUs) on top, about {self.gpus} GPUs in all."
             )
         if self.replicas == 1:
-            if self.gpus == 1:
-                return "One GPU holds it all."
-            return f"{self.gpus} GPUs in tensor parallel ({self.gpus} divides the {n_heads} heads)."
-        capped = self.memory_gpus > n_heads
-        each = "one GPU" if self.tensor_parallel == 1 else f"{self.tensor_parallel} GPUs in tensor parallel"
-        return (
-            (
-                f"Tensor parallel cannot split {n_heads} heads over more than {n_heads} GPUs. "
-                if capped
-                else ""
+            return (
+                "One GPU holds it all."
+                if self.gpus == 1
+                else f"{self.layout()[0].upper()}{self.layout()[1:]}."
             )
-            + f"{self.replicas} replicas of {each}, each serving up to {self.batch_per_replica} sequences: "
-            f"{self.gpus} GPUs."
-        )
+        capped = self.memory_gpus > n_heads
+        return (
+            f"Tensor parallel cannot split {n_heads} heads over more than {n_heads} GPUs. " if capped else ""
+        ) + f"{self.describe()}: {self.gpus} GPUs."
+
+
+def best_layout(
+    holds: Callable[[int, int], int], layouts: Iterable[tuple[int, int]], *, batch: int, memory_gpus: int
+) -> GpuPlan | None:
+    """replicas = ceil(batch / sequences one replica holds), GPUs = tensor x pipeline x replicas; the plan is the
+    layout with the fewest GPUs (on a tie fewer pipeline stages, then the smaller tensor parallel: less
+    communication). `holds(tp, pp)`: sequences one replica of that layout holds at once (0: not even one)."""
+    best: GpuPlan | None = None
+    for tp, pp in layouts:
+        fit = holds(tp, pp)
+        if fit < 1:
+            continue
+        replicas = math.ceil(batch / min(batch, fit))
+        per_replica = math.ceil(batch / replicas)
+        plan = GpuPlan(memory_gpus, tp, replicas, per_replica, tp * pp * replicas, False, pp)
+        if best is None or (plan.gpus, pp, tp) < (best.gpus, best.pipeline_parallel, best.tensor_parallel):
+            best = plan
+    return best
+
+
+def head_divisors(spec: ModelSpec) -> list[int]:
+    """Tensor-parallel sizes that split the attention heads evenly (t divides the heads, so t <= heads)."""
+    return [d for d in range(1, spec.n_head + 1) if spec.n_head % d == 0]
+
+
+def sequences_held(p: Placement, gpus: int, *, seq_len: int) -> int:
+    """sequences = floor((GPUs x memory / (1 + overhead) - weights) / KV per sequence): what one replica on
+    `gpus` GPUs holds at once (0 when the weights alone do not fit)."""
+    room = gpus * p.gpu_memory_bytes / (1 + p.overhead) - p.weights_bytes()
+    per_seq = kv_cache_bytes(p.spec, p.cache_dtype, 1, seq_len)
+    return int(room // per_seq) if room > 0 else 0
 
 
 def plan_gpus(p: Placement, *, batch: int, seq_len: int) -> GpuPlan:
-    """For each t dividing the heads (tensor parallel splits heads evenly, so t <= heads): sequences per
-    replica = floor((t x memory / (1 + overhead) - weights) / KV per sequence), replicas = ceil(batch /
-    that), GPUs = t x replicas; the plan is the t with the fewest GPUs (the smaller t on a tie: less
-    communication). With no t that holds one sequence, pipeline stages are needed. The placement's own
-    GPU count is what the plan replaces, so it is not read."""
-    spec, gpu_memory_bytes, overhead = p.spec, p.gpu_memory_bytes, p.overhead
-    w = p.weights_bytes()
+    """For each t dividing the heads (tensor parallel splits heads evenly, so t <= heads): sequences per replica =
+    floor((t x memory / (1 + overhead) - weights) / KV per sequence), replicas = ceil(batch / that), GPUs =
+    t x replicas; the plan is the t with the fewest GPUs (the smaller t on a tie: less communication). With no t
+    that holds one sequence, pipeline stages are needed. The placement's own GPU count is what the plan
+    replaces, so it is not read."""
+    spec = p.spec
     per_seq = kv_cache_bytes(spec, p.cache_dtype, 1, seq_len)
-    total = (w + batch * per_seq) * (1 + overhead)
-    memory_gpus = gpus_needed(total, gpu_memory_bytes)
-    best: GpuPlan | None = None
-    for t in (d for d in range(1, spec.n_head + 1) if spec.n_head % d == 0):
-        room = t * gpu_memory_bytes / (1 + overhead) - w
-        fit = int(room // per_seq) if room > 0 else 0
-        if fit >= 1:
-            per_replica = min(batch, fit)
-            replicas = math.ceil(batch / per_replica)
-            plan = GpuPlan(memory_gpus, t, replicas, per_replica, t * replicas, False)
-            if best is None or plan.gpus < best.gpus:
-                best = plan
+    memory_gpus = gpus_needed((p.weights_bytes() + batch * per_seq) * (1 + p.overhead), p.gpu_memory_bytes)
+    best = best_layout(
+        lambda t, _pp: sequences_held(p, t, seq_len=seq_len),
+        ((t, 1) for t in head_divisors(spec)),
+        batch=batch,
+        memory_gpus=memory_gpus,
+    )
     if best is not None:
         return best
     return GpuPlan(memory_gpus, 0, 1, batch, max(memory_gpus, spec.n_head + 1), True)

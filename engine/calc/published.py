@@ -40,6 +40,7 @@ MEMORY_METRICS = (
     "kv_cache_gib",
     "max_concurrency",
     "activation_peak_gib",
+    "peak_torch_gib",
     "non_torch_gib",
     "total_gpu_memory_gib",
     "sglang_weights_gb",
@@ -85,12 +86,20 @@ class PublishedRow:
     max_model_len: int | None = None
     block_size: int | None = None
     max_num_seqs: int | None = None
+    requests: int | None = None  # requests a load test sent (a closed loop's total; == batch: one burst)
+    split_mode: str | None = (
+        None  # "row": llama.cpp's old split of each matrix over the GPUs (tensor parallel)
+    )
     log_text: str = ""  # every quote of the startup log this row comes from (its other rows' too)
 
     @property
     def source_key(self) -> str:
-        """The source without its path: rows of one table or one issue share it (leave-one-source-out)."""
-        return self.source.split(":")[0] if self.source.startswith("github.com/") else self.source
+        """Who measured: the repository without its commit and path (rows of one README at two commits, or of two
+        files of one repository, come from the same people, harness and machines, so they share their bias), or
+        the issue thread without the comment's author and date."""
+        if self.source.startswith("github.com/"):
+            return self.source.split(":")[0].split("@")[0]
+        return self.source.split(" (")[0]
 
 
 @dataclass(frozen=True)
@@ -189,6 +198,8 @@ def _row(kind: str, r: dict[str, Any]) -> PublishedRow:
         max_model_len=r.get("max_model_len") or r.get("tokens_per_request"),
         block_size=r.get("block_size"),
         max_num_seqs=r.get("max_num_seqs"),
+        requests=r.get("requests"),
+        split_mode=r.get("split_mode"),
     )
 
 

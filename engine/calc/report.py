@@ -1,4 +1,12 @@
-"""The calculator in one call: memory, fit, timing, cost and paging for one set of inputs.
+"""The calculator in one call: `estimate` reads as its steps, resolve -> memory -> speed -> cost -> serving.
+
+- resolve: the inputs validated and filled (`Inputs.resolved`), one `Setup` to time;
+- memory: one memory answer (engine.calc.plan): the serving engine's allocation with vLLM/SGLang, the overhead
+  model otherwise; it settles the layout (the GPUs asked when the load fits, else the GPUs needed);
+- speed: the times at that layout: this machine's calibration when one is passed (the `Calibrated` protocol,
+  implemented by engine.calibration), else the engine class's estimate fitted on published runs, else the bound;
+- cost: the price at that layout's GPUs;
+- serving: the launch command for that layout, naming the model by its hub id.
 
 The CLI (`python -m engine estimate`) and the Memory & cost page both call `estimate`, so they show the
 same numbers. Every field is in base units (bytes, seconds, dollars).
@@ -8,31 +16,28 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from engine.calc import quant
 from engine.calc.cost import CostEstimate, estimate_cost
-from engine.calc.efficiency import Setup, SpeedEstimate, estimate_speed
+from engine.calc.efficiency import ENGINES, SpeedEstimate, estimate_speed
 from engine.calc.efficiency import timing as timing_of
-from engine.calc.launch import GPUS_PER_NODE, LaunchPlan, multi_node_steps, sglang_command, vllm_command
+from engine.calc.explain import assumptions, launch_note
+from engine.calc.launch import LaunchPlan, multi_node_steps, sglang_command, vllm_command, vllm_cpu_command
 from engine.calc.memory import (
     DEFAULT_OVERHEAD,
     WEIGHT_FORMATS,
     GpuPlan,
     MaxSeqLen,
     MemoryEstimate,
-    Placement,
-    estimate_memory,
     format_scope,
-    kv_budget_bytes,
-    max_batch,
-    max_seq_len,
     param_count,
-    plan_gpus,
     quant_format_name,
-    weight_storage_note,
 )
+from engine.calc.observations import parallel
 from engine.calc.paged import PagedComparison, compare_paged
-from engine.calc.serving_memory import SERVING_ENGINES, ServingMemory, serving_memory_of, sglang_fraction
+from engine.calc.plan import MemoryAnswer, Server, allocation, memory_answer, setup_for
+from engine.calc.serving_memory import SERVING_ENGINES, ServingMemory
 from engine.calc.specs import (
     PRECISIONS,
     THIS_MACHINE,
@@ -42,11 +47,12 @@ from engine.calc.specs import (
     check_precision,
     positive_int,
 )
-from engine.calc.timing import DATASHEET, Efficiency, TimingEstimate
+from engine.calc.timing import DATASHEET, Efficiency, Setup, TimingEstimate
 from engine.core.errors import InvalidParameterError
+from engine.core.interval import Interval
 from engine.core.spec import Spec, option
 
-ENGINE_CHOICES = ("hf", "hf-compiled", "vllm", "sglang", "tensorrt-llm", "llama.cpp")
+ENGINE_CHOICES = tuple(ENGINES)  # every engine the efficiency fit names (engine.calc.efficiency)
 
 
 @dataclass(frozen=True)
@@ -116,6 +122,21 @@ class Inputs(Spec):
         None, "the server's --max-model-len (default: prompt + output)", kind=int, lo=1
     )
     max_num_seqs: int | None = option(None, "the server's --max-num-seqs (default: vLLM's)", kind=int, lo=1)
+    model_id: str | None = option(
+        None,
+        "the Hugging Face id the launch command serves (default: the preset's id or the config's _name_or_path)",
+        kind=str,
+        flag="--model-id",
+        label="model id",
+    )
+    cpu_kvcache_space: int | None = option(
+        None,
+        "vLLM on this machine's CPU: its KV pool in GiB, VLLM_CPU_KVCACHE_SPACE (default: that variable, else "
+        "vLLM's own default)",
+        kind=int,
+        lo=0,
+        label="VLLM_CPU_KVCACHE_SPACE",
+    )
 
     def resolved(self) -> Inputs:
         """Validate and fill seq_len; prompt + output must fit in seq_len."""
@@ -170,37 +191,29 @@ def default_precision(gpu: GPUSpec) -> str:
     return "fp16" if "fp16" in gpu.peak_flops else "fp32"
 
 
-@dataclass(frozen=True)
-class Estimate:
-    model: str
-    gpu: str
-    inputs: Inputs
-    memory: MemoryEstimate
-    max_batch: int
-    max_seq_len: MaxSeqLen
-    gpus_needed: int
-    timing: TimingEstimate
-    cost: CostEstimate  # at the GPUs asked for, as if the load fitted
-    paged: PagedComparison | None  # None when the weights alone leave no room for a cache
-    params: ParamCount  # per component; source "meta device" or "formula"
-    plan: GpuPlan  # the GPUs the load needs, and how they would be used
-    cost_at_plan: CostEstimate | None  # priced at plan.gpus when the load does not fit on the GPUs asked for
-    warnings: tuple[str, ...]  # every assumption a figure rests on
-    speed: SpeedEstimate | None = None  # with an engine: central, interval and bound of every rate and time
-    serving: ServingMemory | None = None  # vllm / sglang: memory as the server allocates it
-    launch: Launch | None = None  # the commands that serve this plan (serving engines)
-    cost_interval: tuple[float, float] | None = None  # $/M output tokens at the throughput interval's ends
-    # when the load does not fit: one replica's times at the plan (its tensor parallel and batch per replica),
-    # the times `cost_at_plan` is priced from
-    timing_at_plan: TimingEstimate | None = None
+# ---------------------------------------------------------------- this machine's calibration, as the estimate asks it
 
-    @property
-    def fits(self) -> bool:
-        """Serving engines: the server starts with room for one request of its max model length; otherwise the
-        weights, the batch's KV cache and the overhead fit on the GPUs asked for."""
-        if self.serving is not None:
-            return self.serving.fits
-        return self.memory.fits
+
+@dataclass(frozen=True)
+class CalibratedSpeed:
+    """A calibration's answer for one setup: the Efficiency whose calculator times equal the fit's points, and the
+    fit's own 95% intervals (None where the fit describes another shape, e.g. several GPUs)."""
+
+    efficiency: Efficiency
+    ttft: Interval | None
+    tpot: Interval | None
+    basis: str  # what it was calibrated on, and when
+    notes: tuple[str, ...] = ()
+
+
+class Calibrated(Protocol):
+    """This machine's calibration (engine.calibration.prediction.Calibrated implements it): the calculator stays
+    pure, the calibration is passed in."""
+
+    def speed_at(self, setup: Setup) -> CalibratedSpeed: ...
+
+
+# ---------------------------------------------------------------- the answer
 
 
 @dataclass(frozen=True)
@@ -208,6 +221,68 @@ class Launch:
     vllm: str
     sglang: str
     multi_node: tuple[str, ...]
+    gpus: int  # tensor x pipeline x replicas: the GPUs the commands run on
+    note: str  # which GPUs the command is for, and the model id's origin
+
+
+@dataclass(frozen=True)
+class Estimate:
+    model: str  # the model as people name it (its hub id when known)
+    model_id: str | None  # what the launch command serves; None: a <model-id> placeholder
+    gpu: str
+    inputs: Inputs
+    params: ParamCount  # per component; source "meta device" or "formula"
+    fit: MemoryAnswer  # the one memory answer: fit, max batch, KV, GPUs needed, the layout
+    timing: TimingEstimate  # one replica at fit.layout (the GPUs asked, as if it fitted, when there is none)
+    replicas: int  # copies of the model the price and throughput count
+    cost: CostEstimate  # at fit.layout's GPUs; NaN without a price or a layout
+    paged: PagedComparison | None  # None when the weights alone leave no room for a cache
+    warnings: tuple[str, ...]  # every assumption a figure rests on
+    speed: SpeedEstimate | None = None  # with an engine: central, interval and bound of every rate and time
+    calibrated: CalibratedSpeed | None = None  # this machine's calibration, when one was passed
+    launch: Launch | None = None  # serving engines: the commands for fit.layout
+    cost_interval: tuple[float, float] | None = None  # $/M output tokens at the throughput interval's ends
+
+    @property
+    def fits(self) -> bool:
+        return self.fit.fits
+
+    @property
+    def gpus_needed(self) -> int:
+        return self.fit.gpus_needed
+
+    @property
+    def plan(self) -> GpuPlan:
+        return self.fit.plan
+
+    @property
+    def max_batch(self) -> int:
+        return self.fit.max_batch
+
+    @property
+    def max_seq_len(self) -> MaxSeqLen:
+        return self.fit.max_seq_len
+
+    @property
+    def memory(self) -> MemoryEstimate:
+        """The load's bytes (weights, its KV cache) and the overhead model's totals (a comparison beside a
+        serving engine's allocation)."""
+        return self.fit.overhead
+
+    @property
+    def serving(self) -> ServingMemory | None:
+        return self.fit.serving
+
+    @property
+    def priced_gpus(self) -> int:
+        """The GPUs the times, the price and the launch command are for."""
+        layout = self.fit.layout
+        return layout.gpus if layout is not None else self.inputs.n_gpus
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Output tokens per second over every replica."""
+        return self.timing.tokens_per_s * self.replicas
 
 
 def split_prompt_output(
@@ -224,11 +299,50 @@ def split_prompt_output(
     return int(prompt_tokens), int(output_tokens)
 
 
-def estimate(spec: ModelSpec, gpu: GPUSpec, inputs: Inputs, eff: Efficiency = DATASHEET) -> Estimate:
-    """Memory (weights + KV + overhead), fit, max batch at s, max s at batch, the GPU plan, timing and cost
-    (priced at the planned GPUs when the load does not fit), and the assumptions behind them. With an engine
-    on a GPU, every time is that engine class's fitted estimate (engine.calc.efficiency) with its interval and
-    the bound; with vllm/sglang the KV cache is sized as the server allocates it (engine.calc.serving_memory)."""
+def estimate(
+    spec: ModelSpec, gpu: GPUSpec, inputs: Inputs, calibration: Calibrated | None = None
+) -> Estimate:
+    """resolve -> memory -> speed -> cost -> serving (the module's docstring). `calibration` applies to this
+    machine only; on a catalogue GPU an engine's fitted estimate (or the bound) gives the times."""
+    i, setup = resolve(spec, gpu, inputs)
+    fit = memory(setup, i)
+    timing, replicas, speed, calibrated = speed_of(setup, fit, i, calibration)
+    cost, cost_interval = cost_of(i, fit, timing.tokens_per_s * replicas, speed, replicas)
+    model_id = i.model_id or spec.hub_id or None
+    launch = serving(setup, fit, i, model_id)
+    budget = fit.kv_budget_bytes
+    paged = (
+        compare_paged(
+            spec,
+            kv_dtype=setup.kv_dtype,
+            prompt_tokens=i.prompt_tokens,
+            max_output_tokens=i.output_tokens,
+            kv_budget_bytes=budget,
+        )
+        if budget > 0
+        else None
+    )
+    return Estimate(
+        model=model_id or spec.name,
+        model_id=model_id,
+        gpu=gpu.name,
+        inputs=i,
+        params=param_count(spec),
+        fit=fit,
+        timing=timing,
+        replicas=replicas,
+        cost=cost,
+        paged=paged,
+        warnings=tuple(assumptions(spec, gpu, i, timing, speed, fit)),
+        speed=speed,
+        calibrated=calibrated,
+        launch=launch,
+        cost_interval=cost_interval,
+    )
+
+
+def resolve(spec: ModelSpec, gpu: GPUSpec, inputs: Inputs) -> tuple[Inputs, Setup]:
+    """The inputs validated and filled, and the one Setup (the GPUs asked) every later step starts from."""
     i = inputs.resolved()
     assert i.seq_len is not None and i.kv_dtype is not None
     setup = Setup(
@@ -244,145 +358,103 @@ def estimate(spec: ModelSpec, gpu: GPUSpec, inputs: Inputs, eff: Efficiency = DA
         i.prompt_tokens,
         i.output_tokens,
     )
-    speed = serving = launch = None
-    if i.engine is not None and gpu.key != THIS_MACHINE and eff == DATASHEET:
-        speed = estimate_speed(setup, i.engine)
-        eff = speed.fit.efficiency(gpu)
-    if i.engine in SERVING_ENGINES:
-        serving = serving_memory_of(
-            setup,
-            i.engine,
-            gpu_memory_utilization=i.gpu_memory_utilization,
-            max_model_len=i.max_model_len or i.seq_len,
-            max_num_seqs=i.max_num_seqs,
-        )
-    place = Placement(
-        spec,
-        i.dtype,
-        gpu.memory_bytes,
-        i.kv_dtype,
-        i.overhead,
-        i.n_gpus,
-        i.weight_format,
-        i.group_size,
-        i.scope,
-    )
-    mem = estimate_memory(place, batch=i.batch, seq_len=i.seq_len)
-    mb = max_batch(place, seq_len=i.seq_len)
-    ms = max_seq_len(place, batch=i.batch)
-    timing = timing_of(setup, eff)
-    cost = (
-        estimate_cost(timing.tokens_per_s, i.usd_per_gpu_hour, i.n_gpus)
-        if i.usd_per_gpu_hour is not None
-        else CostEstimate(math.nan, math.nan, timing.tokens_per_s * 3600.0)
-    )
-    budget = kv_budget_bytes(place)
-    paged = (
-        compare_paged(
-            spec,
-            kv_dtype=i.kv_dtype,
-            prompt_tokens=i.prompt_tokens,
-            max_output_tokens=i.output_tokens,
-            kv_budget_bytes=budget,
-        )
-        if budget > 0
-        else None
-    )
-    plan = plan_gpus(place, batch=i.batch, seq_len=i.seq_len)
-    cost_at_plan = t_rep = None
-    timeable = plan.tensor_parallel == 1 or gpu.interconnect_bytes_per_s > 0  # TP needs a known interconnect
-    if not mem.fits and not plan.pipeline_needed and i.usd_per_gpu_hour is not None and timeable:
-        t_rep = timing_of(replace(setup, n_gpus=plan.tensor_parallel, batch=plan.batch_per_replica), eff)
-        cost_at_plan = estimate_cost(t_rep.tokens_per_s * plan.replicas, i.usd_per_gpu_hour, plan.gpus)
-    cost_interval = None
-    if speed is not None and i.usd_per_gpu_hour is not None:
-        rate = speed.output_tokens_per_s
-        cost_interval = (
-            estimate_cost(rate.high, i.usd_per_gpu_hour, i.n_gpus).usd_per_million_tokens,
-            estimate_cost(rate.low, i.usd_per_gpu_hour, i.n_gpus).usd_per_million_tokens,
-        )
-    if serving is not None:  # the server's own cache decides how many sequences and how long
-        mb = min(int(serving.kv_cache_tokens // i.seq_len), serving.max_num_seqs or mb)
-        longest = min(spec.context_length, serving.kv_cache_tokens // i.batch)
-        ms = MaxSeqLen(longest, "context" if longest == spec.context_length else "memory")
-        plan_launch = LaunchPlan(
-            model=spec.hub_id or spec.name,
-            tensor_parallel=min(i.n_gpus, GPUS_PER_NODE),
-            pipeline_parallel=max(1, math.ceil(i.n_gpus / GPUS_PER_NODE)),
-            max_model_len=serving.max_model_len,
-            gpu_memory_utilization=serving.utilization,
-            max_num_seqs=max(1, min(serving.max_num_seqs or i.batch, max(i.batch, 1))),
-            dtype=inputs.dtype if inputs.dtype in ("fp16", "bf16", "fp32") else "fp16",
-            weight_format=i.weight_format,
-            kv_dtype=i.kv_dtype,
-        )
-        launch = Launch(
-            vllm_command(plan_launch),
-            sglang_command(plan_launch, sglang_fraction(gpu.memory_bytes, i.n_gpus)),
-            tuple(multi_node_steps(plan_launch)),
-        )
-    return Estimate(
-        model=spec.name,
-        gpu=gpu.name,
-        inputs=i,
-        memory=mem,
-        max_batch=mb,
-        max_seq_len=ms,
-        gpus_needed=plan.gpus,
-        timing=timing,
-        cost=cost,
-        paged=paged,
-        params=param_count(spec),
-        plan=plan,
-        cost_at_plan=cost_at_plan,
-        timing_at_plan=t_rep,
-        warnings=tuple(warnings_for(spec, gpu, i, timing))
-        + (speed.notes if speed else ())
-        + (serving.notes if serving else ()),
-        speed=speed,
-        serving=serving,
-        launch=launch,
-        cost_interval=cost_interval,
+    return i, setup
+
+
+def server_of(i: Inputs) -> Server:
+    """The serving engine's own memory options from the inputs."""
+    assert i.seq_len is not None and i.engine is not None
+    space = None if i.cpu_kvcache_space is None else i.cpu_kvcache_space * 2**30
+    return Server(i.engine, i.gpu_memory_utilization, i.max_model_len or i.seq_len, i.max_num_seqs, space)
+
+
+def memory(setup: Setup, i: Inputs) -> MemoryAnswer:
+    """The one memory answer: the serving engine's allocation (vllm, sglang) or the overhead model."""
+    assert i.seq_len is not None
+    server = server_of(i) if i.engine in SERVING_ENGINES else None
+    return memory_answer(setup, overhead=i.overhead, seq_len=i.seq_len, server=server)
+
+
+def speed_of(
+    setup: Setup, fit: MemoryAnswer, i: Inputs, calibration: Calibrated | None
+) -> tuple[TimingEstimate, int, SpeedEstimate | None, CalibratedSpeed | None]:
+    """One replica's times at the layout the memory answer settled on (the GPUs asked as if it fitted when no
+    layout holds the load): this machine's calibration, else the engine class's fitted estimate, else the bound.
+    Returns the times, the replicas, the engine estimate (with its interval) and the calibrated figures."""
+    layout = fit.layout
+    at = setup_for(setup, layout) if layout is not None else setup
+    replicas = layout.replicas if layout is not None else 1
+    if calibration is not None and setup.gpu.key == THIS_MACHINE:
+        cal = calibration.speed_at(at)
+        return timing_of(at, cal.efficiency), replicas, None, cal
+    if i.engine is not None and setup.gpu.key != THIS_MACHINE:
+        s = estimate_speed(at, i.engine)
+        # the GPUs as the class uses them (layer-split engines: pipeline stages), so the times equal its centrals
+        return timing_of(parallel(at, s.engine_class), s.fit.efficiency(setup.gpu)), replicas, s, None
+    return timing_of(at, DATASHEET), replicas, None, None
+
+
+def cost_of(
+    i: Inputs, fit: MemoryAnswer, tokens_per_s: float, speed: SpeedEstimate | None, replicas: int
+) -> tuple[CostEstimate, tuple[float, float] | None]:
+    """$/hour and $/M output tokens at the layout's GPUs, and at the throughput interval's ends; no price (NaN)
+    without a price per GPU-hour or when no layout holds the load."""
+    layout = fit.layout
+    if i.usd_per_gpu_hour is None or layout is None:
+        return CostEstimate(math.nan, math.nan, tokens_per_s * 3600.0), None
+    cost = estimate_cost(tokens_per_s, i.usd_per_gpu_hour, layout.gpus)
+    if speed is None:
+        return cost, None
+    rate = speed.output_tokens_per_s
+    return cost, (
+        estimate_cost(rate.high * replicas, i.usd_per_gpu_hour, layout.gpus).usd_per_million_tokens,
+        estimate_cost(rate.low * replicas, i.usd_per_gpu_hour, layout.gpus).usd_per_million_tokens,
     )
 
 
-TP_DOMINATES = 0.5  # all-reduces above half of a step: tensor parallel costs more than it saves
+MODEL_ID_PLACEHOLDER = "<model-id>"
 
 
-def warnings_for(spec: ModelSpec, gpu: GPUSpec, i: Inputs, timing: TimingEstimate) -> list[str]:
-    """Every assumption behind the figures, in words: the spec's own, the count's source, the weight format,
-    and tensor-parallel communication that dominates a step."""
-    out = list(spec.assumptions)
-    pc = param_count(spec)
-    if pc.source == "formula" and spec.source == "config.json":
-        t = spec.traits
-        out.append(
-            "parameters from the formula (the model class could not be built here): "
-            f"{'gated' if t.gated_mlp else 'plain'} MLP, {'parallel' if t.parallel_attn else 'sequential'} "
-            f"attention and MLP, biases q/k/v {'yes' if t.qkv_bias else 'no'}, output {'yes' if t.out_bias else 'no'}, "
-            f"MLP {'yes' if t.mlp_bias else 'no'}, head {'tied' if spec.tied_embeddings else 'untied'}"
-        )
-    if i.weight_format:
-        out.append(weight_storage_note(i.weight_format, i.group_size, i.scope))
-    if spec.is_moe:
-        out.append(
-            f"mixture of experts: memory holds all {pc.total:,} parameters; a decode step reads the experts its "
-            f"{i.batch} sequence(s) visit, assuming uniform routing ({spec.experts_per_token} of {spec.n_experts} "
-            "per token)"
-        )
-    if i.n_gpus > 1:
-        out.append(
-            f"tensor parallel over {i.n_gpus} GPUs: all-reduce time counts bandwidth only (ring, "
-            f"{gpu.interconnect or 'interconnect'}); each of the {2 * spec.n_layer} all-reduces per step also pays a "
-            "fixed launch and sync latency, which decode's small messages feel most"
-        )
-    for phase, pt in (("prefill", timing.prefill), ("decode", timing.decode_step)):
-        if pt.comm_share > TP_DOMINATES:
-            out.append(
-                f"tensor-parallel all-reduces take {pt.comm_share:.0%} of each {phase} step over {gpu.interconnect}: "
-                f"communication dominates; fewer GPUs per replica (or replicas) would be faster"
-            )
-    return out
+def serving(setup: Setup, fit: MemoryAnswer, i: Inputs, model_id: str | None) -> Launch | None:
+    """The vLLM and SGLang commands for the layout the memory answer settled on (serving engines only), with
+    the sentence saying which GPUs they are for and where the model id came from."""
+    if i.engine not in SERVING_ENGINES or fit.serving is None:
+        return None
+    layout = fit.layout
+    if layout is None:
+        return None
+    assert i.seq_len is not None
+    server = server_of(i)
+    vllm = allocation(setup, replace(server, engine="vllm"), layout.tensor_parallel, layout.pipeline_parallel)
+    sglang = allocation(
+        setup, replace(server, engine="sglang"), layout.tensor_parallel, layout.pipeline_parallel
+    )
+    plan = LaunchPlan(
+        model=model_id or MODEL_ID_PLACEHOLDER,
+        tensor_parallel=layout.tensor_parallel,
+        pipeline_parallel=layout.pipeline_parallel,
+        max_model_len=vllm.max_model_len,
+        gpu_memory_utilization=vllm.utilization,
+        max_num_seqs=vllm.max_num_seqs,
+        dtype=launch_dtype(setup.spec, i),
+        weight_format=i.weight_format,
+        kv_dtype=i.kv_dtype,
+    )
+    return Launch(
+        vllm_command(plan) if vllm.device != "cpu" else vllm_cpu_command(plan, i.cpu_kvcache_space),
+        sglang_command(replace(plan, max_num_seqs=i.max_num_seqs or 0), sglang.utilization),
+        tuple(multi_node_steps(plan)),
+        layout.gpus,
+        launch_note(fit, i.n_gpus, model_id),
+    )
+
+
+def launch_dtype(spec: ModelSpec, i: Inputs) -> str:
+    """The activations' precision the server runs: the plain precision asked, else (quantized weights) the
+    model's own dtype from its config, else "auto" (vLLM then reads it from the config)."""
+    if i.weight_format is None and i.dtype in ("fp16", "bf16", "fp32"):
+        return i.dtype
+    return spec.checkpoint_dtype or "auto"
 
 
 @dataclass(frozen=True)
@@ -392,101 +464,35 @@ class BatchPoint:
     tokens_per_s: float
     decode_s_per_token: float
     generation_s: float
-    usd_per_million_tokens: float  # at the GPUs asked for
+    usd_per_million_tokens: float  # on the GPUs asked, priced as if the batch fitted there
 
 
 def batch_sweep(
-    spec: ModelSpec, gpu: GPUSpec, inputs: Inputs, eff: Efficiency = DATASHEET, max_batch_: int = 4096
+    spec: ModelSpec,
+    gpu: GPUSpec,
+    inputs: Inputs,
+    eff: Efficiency = DATASHEET,
+    max_batch_: int = 4096,
 ) -> list[BatchPoint]:
-    """Latency and $/M tokens at batch 1, 2, 4, ... up to `max_batch_` and a little past the fit limit, with
-    every other input as given: the curve behind "batching lowers the cost until memory runs out"."""
+    """Latency and $/M tokens on the GPUs asked at batch 1, 2, 4, ... up to `max_batch_` and two points past the
+    fit limit, with every other input as given: the curve behind "batching lowers the cost until memory runs
+    out". A point fits when the plan's one memory answer holds that batch on those GPUs; points past the limit
+    are priced as if it did (the chart draws them hollow). `eff`: the asked estimate's (`efficiency_of`), so a
+    calibrated or fitted efficiency is reused at every batch (an approximation for a calibration)."""
     i = inputs.resolved()
-    points = []
+    points: list[BatchPoint] = []
     b = 1
     while b <= max_batch_:
-        est = estimate(spec, gpu, replace(i, batch=b), eff)
-        points.append(
-            BatchPoint(
-                b,
-                est.fits,
-                est.timing.tokens_per_s,
-                est.timing.decode_s_per_token,
-                est.timing.generation_s,
-                est.cost.usd_per_million_tokens,
-            )
+        ib, setup = resolve(spec, gpu, replace(i, batch=b))
+        fits = memory(setup, ib).fits
+        t = timing_of(setup, eff)  # the GPUs asked, as if it fitted: the curve stays on one set of GPUs
+        price = (
+            estimate_cost(t.tokens_per_s, i.usd_per_gpu_hour, i.n_gpus).usd_per_million_tokens
+            if i.usd_per_gpu_hour is not None
+            else math.nan
         )
-        if not est.fits and len([p for p in points if not p.fits]) >= 2:
+        points.append(BatchPoint(b, fits, t.tokens_per_s, t.decode_s_per_token, t.generation_s, price))
+        if not fits and len([p for p in points if not p.fits]) >= 2:
             break
         b *= 2
     return points
-
-
-def reasoning(est: Estimate, spec: ModelSpec, gpu: GPUSpec, eff: Efficiency = DATASHEET) -> list[str]:
-    """The estimate's reasoning as Markdown bullets, each sentence built from the numbers beside it."""
-    from engine.calc import format as fmt
-
-    m, t, i = est.memory, est.timing, est.inputs
-    if est.speed is not None:  # the times below are the engine's central estimate: its fitted efficiency
-        eff = est.speed.fit.efficiency(gpu)
-
-    def _share(e: float) -> str:
-        return "" if e >= 1 else f" ({e:.0%} of the datasheet's, as fitted for {i.engine})"
-
-    def _parts(phase) -> str:
-        """The phase's time as the sum it is: memory-bound and compute-bound operators, fixed cost, all-reduces."""
-        named = (
-            (phase.memory_s, "memory-bound operators"),
-            (phase.compute_s, "compute-bound operators"),
-            (phase.overhead_s, "fixed per-step cost"),
-            (phase.comm_s, "all-reduces"),
-        )
-        shown = [f"{fmt.seconds(v)} {what}" for v, what in named if v > 0]
-        return " + ".join(shown) + " = " if len(shown) > 1 else ""
-
-    kv_elem = (
-        m.kv_bytes_per_token / (2 * spec.kv_layers * spec.n_kv_head * spec.head_dim) if spec.kv_layers else 0
-    )
-    layers = (
-        f"{spec.kv_layers} attention layers" if spec.kv_layers != spec.n_layer else f"{spec.n_layer} layers"
-    )
-    n = i.n_gpus
-    lines = [
-        f"**Weights** = {m.params:,} parameters ({est.params.source}) × {m.weights_bytes / m.params:.4g} B "
-        f"({i.weights_label}) = **{fmt.gb(m.weights_bytes)}**.",
-        f"**KV cache** = 2 × {layers} × {spec.n_kv_head} KV heads × {spec.head_dim} head dim × {kv_elem:g} B = "
-        f"{m.kv_bytes_per_token:,.0f} B per token ({i.kv_dtype}); × {i.batch} users × {i.seq_len:,} tokens = "
-        f"**{fmt.gb(m.kv_cache_bytes)}**"
-        + (
-            f" (capped at the {spec.sliding_window}-token window the model evicts beyond)"
-            if spec.window_evicts
-            else ""
-        )
-        + ".",
-        f"**Overhead** {i.overhead:.0%} of both = {fmt.gb(m.overhead_bytes)}; total {fmt.gb(m.total_bytes)} / {n} GPU(s)"
-        f" = {fmt.gb(m.per_gpu_bytes)} against {fmt.gb(m.gpu_memory_bytes)}.",
-        f"**Decode**: each step reads {fmt.gb(t.decode_step.weights_bytes)} of weights + {fmt.gb(t.decode_step.kv_bytes)} "
-        f"of KV cache at {fmt.gb(gpu.bandwidth_bytes_per_s * n * eff.bandwidth)}/s{_share(eff.bandwidth)}: "
-        f"{_parts(t.decode_step)}{fmt.seconds(t.decode_s_per_token)} per step, for all {i.batch} users at once: "
-        f"{t.decode_step.bound}-bound.",
-        f"**Prefill**: {fmt.flops(t.prefill.flops)} at {fmt.flops(gpu.flops_for(i.dtype) * n * eff.flops, 'FLOP/s')}"
-        f"{_share(eff.flops)}: {_parts(t.prefill)}{fmt.seconds(t.prefill_s)}: {t.prefill.bound}-bound.",
-    ]
-    if spec.is_moe:
-        lines.append(
-            f"**Experts**: memory holds all {est.params.total:,} parameters; a token uses {est.params.active:,} "
-            f"({spec.experts_per_token} of {spec.n_experts} experts + the router), which is what decode streams at batch 1."
-        )
-    if n > 1:
-        lines.append(
-            f"**Tensor parallel** over {gpu.interconnect or 'the interconnect'} "
-            f"({fmt.gb(gpu.interconnect_bytes_per_s)}/s each way): 2 all-reduces per layer cost "
-            f"{fmt.seconds(t.prefill.comm_s)} of prefill ({t.prefill.comm_share:.0%}) and "
-            f"{fmt.seconds(t.decode_step.comm_s)} per decode step ({t.decode_step.comm_share:.0%})."
-        )
-    if i.usd_per_gpu_hour is not None and math.isfinite(est.cost.usd_per_million_tokens):
-        lines.append(
-            f"**Cost**: ${i.usd_per_gpu_hour:g}/GPU-hour × {n} = {fmt.usd(est.cost.usd_per_hour)}/hour ÷ "
-            f"({t.tokens_per_s:,.0f} tok/s × 3600) × 10⁶ = **{fmt.usd(est.cost.usd_per_million_tokens)} per million "
-            "output tokens**" + ("" if est.fits else " if it fitted") + "."
-        )
-    return lines

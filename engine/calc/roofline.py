@@ -23,9 +23,27 @@ from engine.calc.memory import attention_weights, cached_tokens, kv_bytes_per_to
 from engine.calc.specs import GPUSpec, ModelSpec, check_precision, positive_int
 from engine.core.dtypes import BYTES_PER_ELEMENT
 from engine.core.errors import InvalidParameterError
+from engine.core.spec import Spec, option
 
 SOFTMAX_FLOPS_PER_ELEMENT = 5  # max, subtract, exp, sum, divide
 PHASES = ("prefill", "decode")
+
+
+@dataclass(frozen=True)
+class RooflineSpec(Spec):
+    """What a roofline analyses besides the model and the GPU: the shape and the precision (the page's inputs)."""
+
+    dtype: str = option(
+        "fp16", "precision of weights and activations", choices=tuple(BYTES_PER_ELEMENT), label="precision"
+    )
+    seq_len: int = option(
+        512,
+        "prompt length (prefill) or cached tokens (decode)",
+        lo=1,
+        hi=1 << 20,
+        label="s: prompt length (prefill) / cached tokens (decode)",
+    )
+    batch: int = option(1, "sequences processed together", lo=1, hi=65_536, label="b: batch")
 
 
 @dataclass(frozen=True)

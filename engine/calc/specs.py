@@ -131,6 +131,9 @@ class ModelSpec:
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
     hub_id: str = ""  # the Hugging Face repository (what `vllm serve` loads), when known
+    checkpoint_dtype: str = (
+        ""  # the checkpoint's precision as its config states it (torch_dtype): "bf16", ...
+    )
 
     @property
     def traits(self) -> ArchTraits:

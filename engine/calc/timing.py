@@ -14,7 +14,9 @@ Metric definitions are vLLM's: TTFT = request to first token; TPOT excludes the 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from engine.calc import quant
 from engine.calc.memory import params_of, weights_bytes
@@ -33,9 +35,21 @@ class Efficiency:
     label: str = "datasheet"
     allreduce_latency_s: float = 0.0  # fixed cost of one tensor-parallel all-reduce (launch, synchronisation)
     decode_flops: float | None = None  # a decode step's compute-bound matmuls (large batches); None: `flops`
+    request_fixed_s: float = 0.0  # a request's fixed cost before its first token (tokenize, schedule, HTTP)
+    stage_hop_s: float = 0.0  # fixed cost of handing activations to the next pipeline stage (layer split)
+    # tokens in a prefill forward at which its compute-bound operators reach half of `flops` (0: no ramp): a short
+    # prompt's matrix products are too small to fill the GPU (few output tiles per streaming multiprocessor)
+    prefill_half_tokens: float = 0.0
 
 
 DATASHEET = Efficiency()
+
+
+def ramped(eff: Efficiency, tokens: int) -> Efficiency:
+    """The utilisation a prefill of `tokens` tokens in one forward reaches: flops x T / (T + T_half)."""
+    if eff.prefill_half_tokens <= 0:
+        return eff
+    return replace(eff, flops=eff.flops * tokens / (tokens + eff.prefill_half_tokens))
 
 
 @dataclass(frozen=True)
@@ -91,29 +105,43 @@ def tp_comm_s(
 
 
 def phase_time(
-    ops: list[Operator], roof: Roof, n_layer: int, eff: Efficiency = DATASHEET, comm_s: float = 0.0
+    ops: Sequence[Operator], roof: Roof, n_layer: int, eff: Efficiency = DATASHEET, comm_s: float = 0.0
 ) -> PhaseTime:
     """t = sum over operators of count x max(FLOPs / (peak x e_flops), bytes / (BW x e_bw)) + L x overhead per
-    layer + tensor-parallel all-reduces (not overlapped with compute: a conservative bound)."""
-    derated = Roof(roof.peak_flops_per_s * eff.flops, roof.bandwidth_bytes_per_s * eff.bandwidth, roof.label)
+    layer + tensor-parallel all-reduces (not overlapped with compute: a conservative bound). An operator is
+    memory-bound when its bytes take longer than its FLOPs (intensity below the derated ridge)."""
+    peak = roof.peak_flops_per_s * eff.flops
+    bw = roof.bandwidth_bytes_per_s * eff.bandwidth
     mem = comp = 0.0
-    for op in ops:
-        t = derated.time_s(op.flops, op.bytes) * op.count
-        if derated.bound(op.intensity) == "memory":
-            mem += t
+    for op in ops:  # the fit evaluates this thousands of times: plain arithmetic, no objects per operator
+        tf, tb = op.flops / peak, op.bytes / bw
+        if tb > tf:
+            mem += tb * op.count
         else:
-            comp += t
+            comp += tf * op.count
     overhead = n_layer * eff.step_overhead_s_per_layer
+    flops, nbytes, weights, kv = _totals(tuple(ops))
     return PhaseTime(
         seconds=mem + comp + overhead + comm_s,
         memory_s=mem,
         compute_s=comp,
         overhead_s=overhead,
-        flops=sum(op.total_flops for op in ops),
-        bytes=sum(op.total_bytes for op in ops),
-        weights_bytes=sum(op.weight_bytes * op.count for op in ops),
-        kv_bytes=sum(op.kv_bytes * op.count for op in ops),
+        flops=flops,
+        bytes=nbytes,
+        weights_bytes=weights,
+        kv_bytes=kv,
         comm_s=comm_s,
+    )
+
+
+@lru_cache(maxsize=4096)
+def _totals(ops: tuple[Operator, ...]) -> tuple[float, float, float, float]:
+    """(FLOPs, bytes, weight bytes, KV bytes) of a forward: the same whatever the efficiency."""
+    return (
+        sum(op.total_flops for op in ops),
+        sum(op.total_bytes for op in ops),
+        sum(op.weight_bytes * op.count for op in ops),
+        sum(op.kv_bytes * op.count for op in ops),
     )
 
 
@@ -144,6 +172,10 @@ class TimingInputs:
     prefill_comm_s: float  # all-reduce bytes / link bandwidth, latency excluded
     decode_comm_s: float
     allreduces: int  # per forward (2 x layers with tensor parallel, else 0)
+    hops: int = 0  # pipeline-stage boundaries a forward crosses (layer split over GPUs: stages - 1)
+    prefill_hop_s: float = 0.0  # activation bytes / link bandwidth, summed over the boundaries
+    decode_hop_s: float = 0.0
+    prompt_tokens: int = 1  # per sequence: the prefill forward carries batch x prompt tokens
 
 
 @dataclass(frozen=True)
@@ -162,6 +194,9 @@ class Setup:
     batch: int
     prompt_tokens: int
     output_tokens: int
+    pipeline: int = (
+        1  # layer split: the model's layers in `pipeline` consecutive stages, one GPU (or TP group) each
+    )
 
 
 def timing_inputs(s: Setup) -> TimingInputs:
@@ -179,13 +214,14 @@ def timing_inputs(s: Setup) -> TimingInputs:
     p = positive_int("prompt tokens", s.prompt_tokens)
     o = positive_int("output tokens", s.output_tokens)
     n = positive_int("GPUs", s.n_gpus)
+    stages = positive_int("pipeline stages", s.pipeline)
     if p + o > spec.context_length:
         raise InvalidParameterError(
             f"prompt + output = {p + o} tokens exceed {spec.name}'s context of {spec.context_length}; shorten them"
         )
     base = roof_for(gpu, dtype)
     roof = Roof(base.peak_flops_per_s * n, base.bandwidth_bytes_per_s * n, base.label)
-    if n > 1 and gpu.interconnect_bytes_per_s <= 0:
+    if (n > 1 or stages > 1) and gpu.interconnect_bytes_per_s <= 0:
         raise InvalidParameterError(
             f"{gpu.name} has no interconnect bandwidth in the catalog; tensor parallel over {n} GPUs cannot be "
             "timed. Pick a catalog GPU, or 1 GPU"
@@ -216,6 +252,11 @@ def timing_inputs(s: Setup) -> TimingInputs:
         kv_dtype=kv_dtype,
         weight_bytes_per_param=wpp,
     )
+
+    def hop(tokens: int) -> float:
+        """A stage boundary sends the activations b x tokens x h once (point to point)."""
+        return b * tokens * spec.hidden * act / gpu.interconnect_bytes_per_s if stages > 1 else 0.0
+
     return TimingInputs(
         tuple(pre_ops),
         tuple(dec_ops),
@@ -226,23 +267,43 @@ def timing_inputs(s: Setup) -> TimingInputs:
         comm(p),
         comm(1),
         2 * spec.n_layer if n > 1 else 0,
+        stages - 1,
+        (stages - 1) * hop(p),
+        (stages - 1) * hop(1),
+        p,
     )
 
 
 def timing_from(inputs: TimingInputs, eff: Efficiency = DATASHEET) -> TimingEstimate:
-    """TTFT = prefill(P); TPOT = decode step at the mean context; generation = TTFT + (O - 1) x TPOT;
-    throughput = b x O / generation. All-reduces add their latency (eff) to their byte time."""
+    """TTFT = the request's fixed cost + prefill(P); TPOT = decode step at the mean context; generation = TTFT +
+    (O - 1) x TPOT; throughput = b x O / generation. All-reduces add their latency (eff) to their byte time. The
+    prefill's compute utilisation ramps with its b x P tokens (`ramped`).
+
+    Pipeline stages (a layer split, as llama.cpp's default `--split-mode layer` and accelerate's device map do)
+    run one after another for a sequence: the phase costs the operators' time at one stage's roof (the layers
+    of every stage, in turn) plus, per boundary, the activations' transfer and a fixed hand-over cost. A split
+    adds memory, not speed, for one sequence."""
     i = inputs
     latency = i.allreduces * eff.allreduce_latency_s
-    prefill = phase_time(list(i.prefill_ops), i.roof, i.n_layer, eff, i.prefill_comm_s + latency)
+    hops = i.hops * eff.stage_hop_s
+    prefill = phase_time(
+        i.prefill_ops,
+        i.roof,
+        i.n_layer,
+        ramped(eff, i.batch * i.prompt_tokens),
+        i.prefill_comm_s + latency + i.prefill_hop_s + hops,
+    )
     dec_eff = eff if eff.decode_flops is None else replace(eff, flops=eff.decode_flops)
-    decode = phase_time(list(i.decode_ops), i.roof, i.n_layer, dec_eff, i.decode_comm_s + latency)
-    generation = prefill.seconds + (i.output_tokens - 1) * decode.seconds
+    decode = phase_time(
+        i.decode_ops, i.roof, i.n_layer, dec_eff, i.decode_comm_s + latency + i.decode_hop_s + hops
+    )
+    ttft = eff.request_fixed_s + prefill.seconds
+    generation = ttft + (i.output_tokens - 1) * decode.seconds
     return TimingEstimate(
         prefill=prefill,
         decode_step=decode,
         prefill_s=prefill.seconds,
-        ttft_s=prefill.seconds,
+        ttft_s=ttft,
         decode_s_per_token=decode.seconds,
         generation_s=generation,
         tokens_per_s=i.batch * i.output_tokens / generation,
@@ -287,3 +348,118 @@ def simple_prefill_s(
 ) -> float:
     """t_prefill = (2 x params x prompt tokens + attention score FLOPs) / peak FLOP/s."""
     return (2 * params * prompt_tokens + attention_flops) / positive_float("FLOP/s", flops_per_s)
+
+
+def merge_forward(a: Sequence[Operator], b: Sequence[Operator]) -> list[Operator]:
+    """One forward over two sets of tokens (a decode batch and a prefill chunk, as vLLM's chunked prefill and
+    SGLang's mixed batches run them): each weight is read once for both, so an operator with weights keeps the
+    FLOPs and activation bytes of both sides and the weight bytes of one (the larger: MoE sides may visit
+    different experts); attention stays per side (each reads its own cache)."""
+    by_name = {op.name: op for op in b}
+    out: list[Operator] = []
+    for op in a:
+        other = by_name.pop(op.name, None)
+        if other is None:
+            out.append(op)
+        elif op.weight_bytes or other.weight_bytes:
+            w = max(op.weight_bytes, other.weight_bytes)
+            out.append(
+                replace(
+                    op,
+                    flops=op.flops + other.flops,
+                    bytes=op.bytes + other.bytes - min(op.weight_bytes, other.weight_bytes),
+                    weight_bytes=w,
+                    kv_bytes=op.kv_bytes + other.kv_bytes,
+                )
+            )
+        else:
+            out += [op, other]
+    return out + list(by_name.values())
+
+
+def step_inputs(
+    s: Setup, *, decode_rows: int, context_tokens: int, prefill_tokens: int
+) -> tuple[list[Operator], Roof, float, int, float]:
+    """(operators, roof, communication byte time, all-reduces per forward, hand-over byte time) of one scheduler
+    step: `decode_rows` sequences each decoding one token against `context_tokens` cached tokens in all, plus
+    `prefill_tokens` prompt tokens in the same forward. KV bytes and attention FLOPs are linear in the context,
+    so the rows are timed at their mean context."""
+    rows = max(0, int(decode_rows))
+    chunk = max(0, int(prefill_tokens))
+    if rows == 0 and chunk == 0:
+        raise InvalidParameterError("a step needs decode rows or prefill tokens")
+    probe = replace(
+        s,
+        batch=max(rows, 1),
+        prompt_tokens=max(chunk, 1),
+        output_tokens=1,
+        spec=replace(s.spec, context_length=max(s.spec.context_length, chunk + 2)),
+    )
+    base = timing_inputs(probe)  # validates the setup and gives the roof and precision
+    dtype = quant.weight_format(s.weight_format).compute if s.weight_format else s.dtype
+    wpp = (
+        weights_bytes(s.spec, s.dtype, s.weight_format, s.group_size, s.scope) / params_of(s.spec)
+        if s.weight_format
+        else None
+    )
+    ops: list[Operator] = []
+    if rows:
+        ctx = max(1, round(max(0, int(context_tokens)) / rows))
+        ops = operators(
+            s.spec,
+            phase="decode",
+            seq_len=ctx,
+            batch=rows,
+            dtype=dtype,
+            kv_dtype=s.kv_dtype,
+            weight_bytes_per_param=wpp,
+        )
+    if chunk:
+        pre = operators(
+            s.spec,
+            phase="prefill",
+            seq_len=chunk,
+            batch=1,
+            dtype=dtype,
+            kv_dtype=s.kv_dtype,
+            weight_bytes_per_param=wpp,
+        )
+        ops = merge_forward(ops, pre) if ops else pre
+    tokens = rows + chunk
+    act = activation_bytes(dtype)
+    n = max(1, s.n_gpus)
+    comm = (
+        tp_comm_s(
+            s.spec,
+            batch=1,
+            tokens=tokens,
+            act_bytes=act,
+            n_gpus=n,
+            link_bytes_per_s=s.gpu.interconnect_bytes_per_s,
+        )
+        if n > 1
+        else 0.0
+    )
+    hop = (
+        (s.pipeline - 1) * tokens * s.spec.hidden * act / s.gpu.interconnect_bytes_per_s
+        if s.pipeline > 1
+        else 0.0
+    )
+    return ops, base.roof, comm, base.allreduces, hop
+
+
+def step_seconds(
+    s: Setup, eff: Efficiency, *, decode_rows: int, context_tokens: int, prefill_tokens: int
+) -> PhaseTime:
+    """One scheduler step's time: the merged forward's operators at the derated roofs (decode's compute
+    utilisation when the step is all decode rows, prefill's otherwise), the per-layer fixed cost, all-reduces
+    and pipeline hand-overs."""
+    ops, roof, comm, allreduces, hop = step_inputs(
+        s, decode_rows=decode_rows, context_tokens=context_tokens, prefill_tokens=prefill_tokens
+    )
+    if prefill_tokens:
+        step_eff = ramped(eff, max(0, int(decode_rows)) + int(prefill_tokens))
+    else:
+        step_eff = eff if eff.decode_flops is None else replace(eff, flops=eff.decode_flops)
+    fixed = allreduces * eff.allreduce_latency_s + (s.pipeline - 1) * eff.stage_hop_s
+    return phase_time(ops, roof, s.spec.n_layer, step_eff, comm + hop + fixed)

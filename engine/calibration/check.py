@@ -20,9 +20,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from engine.arch.resolve import spec_for_run_model
 from engine.calc import format as fmt
-from engine.calibration import RunSample, predict, predict_interval, spec_for_run_model
+from engine.calibration.beside import Beside, beside, run_load
+from engine.calibration.fit import RunSample
+from engine.calibration.prediction import predict, predict_interval
 from engine.core import stats
+from engine.core.interval import Interval
+from engine.core.load import cores, is_busy, loadavg_1m
 
 RECENT = 10  # the newest runs of a shape that count: older ones may predate a change of load or code
 
@@ -50,6 +55,8 @@ class ShapeComparison:
     calibrated_ttft_s: float | None
     calibrated_tpot_interval: tuple[float, float] | None = None  # 95%, from the calibration's fit
     calibrated_ttft_interval: tuple[float, float] | None = None
+    loadavg_1m: float = math.nan  # median 1-minute load average of the runs that recorded one
+    busy_runs: int = 0  # runs measured busy (engine.core.load.is_busy, or their own flag)
 
     @property
     def label(self) -> str:
@@ -68,8 +75,28 @@ class ShapeComparison:
     def source_text(self) -> str:
         return ", ".join(f"{k} ×{v}" for k, v in sorted(self.sources.items()))
 
+    def beside(self) -> Beside:
+        """The median measured TPOT beside the calibrated estimate (engine.calibration.beside): not comparable when
+        most of the shape's runs were measured busy."""
+        predicted = None
+        if self.calibrated_tpot_s is not None and self.calibrated_tpot_interval is not None:
+            lo, hi = self.calibrated_tpot_interval
+            predicted = Interval(lo, self.calibrated_tpot_s, hi, self.datasheet_tpot_s)
+        return beside(
+            "TPOT",
+            measured_s=self.tpot.median,
+            predicted=predicted,
+            bound_s=self.datasheet_tpot_s,
+            loadavg_1m=self.loadavg_1m,
+            busy=self.busy_runs * 2 > self.n or is_busy(self.loadavg_1m, cores()),
+        )
+
     def explanation(self) -> str:
-        """One sentence built from this comparison's numbers (flip them and it flips)."""
+        """One sentence built from this comparison's numbers (flip them and it flips): the estimate beside the
+        measurement, then what an efficiency above 1 means when the run beat the roof."""
+        return self.beside().sentence() + " " + self._roof_note()
+
+    def _roof_note(self) -> str:
         e = self.tpot_efficiency
         spread = (
             f"median of {self.n} run(s) ({self.source_text}), middle half "
@@ -81,15 +108,11 @@ class ShapeComparison:
             return f"No usable TPOT: {spread}."
         if e > 1:
             return (
-                f"Measured TPOT {fmt.seconds(self.tpot.median)} is faster than the roof allows "
-                f"(efficiency {e:.2f} > 1; {spread}). The roof is a measured DRAM streaming read; weights that "
-                f"stay in the CPU's caches between steps, or a quieter machine than when the roof was measured, "
-                f"beat it. Recalibrate (`python -m engine calibrate`) to fold this in."
+                f"It is faster than the roof allows (efficiency {e:.2f} > 1; {spread}). The roof is a measured "
+                "DRAM streaming read; weights that stay in the CPU's caches between steps, or a quieter machine than "
+                "when the roof was measured, beat it. Recalibrate (python -m engine calibrate) to fold this in."
             )
-        return (
-            f"Measured TPOT {fmt.seconds(self.tpot.median)} reached {e:.0%} of the roof's "
-            f"{fmt.seconds(self.datasheet_tpot_s)} ({spread})."
-        )
+        return f"({spread}.)"
 
 
 def summarize(
@@ -126,6 +149,11 @@ def summarize(
         p = max(1, round(stats.median([m.prompt_tokens / b for m in ms])))
         o = max(1, round(stats.median([m.output_tokens / b for m in ms])))
         sample = RunSample(dtype, b, p, o, math.nan, math.nan)
+        loads = [run_load(m) for m in ms]
+        recorded = [load for load, _, _ in loads if math.isfinite(load)]
+        busy_runs = sum(
+            1 for load, share, flag in loads if (flag if flag is not None else is_busy(load, cores(), share))
+        )
         d_ttft, d_tpot = predict(spec, sample, machine)
         c_ttft = c_tpot = None
         c_tpot_iv = c_ttft_iv = None
@@ -151,6 +179,8 @@ def summarize(
                 c_ttft,
                 c_tpot_iv,
                 c_ttft_iv,
+                stats.median(recorded) if recorded else math.nan,
+                busy_runs,
             )
         )
     return sorted(out, key=lambda c: c.newest)
@@ -165,6 +195,23 @@ class RunForecast:
     tpot_s: float  # with the KV cache; without it, the mean step
     calibrated: bool
     basis: str  # one line: what the figure was computed from
+    interval: Interval | None = None  # the run's wall time, 95% (calibrated, KV cache on); None otherwise
+    bound_s: float | None = None  # the measured roofs' bound on the wall time (no per-step cost)
+
+    def beside(self, loadavg: float | None = None) -> Beside:
+        """This forecast beside the machine's load now (a busy machine makes the run not comparable with it)."""
+        predicted = self.interval
+        if predicted is None and self.calibrated:  # calibrated, without an interval (the KV cache off)
+            predicted = Interval.exact(self.seconds)
+        # uncalibrated, the forecast is the measured roofs' bound itself
+        bound = self.bound_s if self.bound_s is not None else (None if self.calibrated else self.seconds)
+        return beside(
+            "run time",
+            measured_s=None,
+            predicted=predicted,
+            bound_s=bound,
+            loadavg_1m=loadavg_1m() if loadavg is None else loadavg,
+        )
 
 
 def forecast_run(
@@ -191,6 +238,16 @@ def forecast_run(
         return predict(spec, RunSample(dtype, 1, prompt, out, math.nan, math.nan), machine)
 
     ttft, tpot = at(p, n)
+    b_ttft, b_tpot = predict(spec, RunSample(dtype, 1, p, n, math.nan, math.nan), machine)
+    interval = None
+    if cal is not None and use_cache:  # both ends from the fit's own interval (the two errors taken together)
+        pi = predict_interval(cal, spec, dtype=dtype, prompt_tokens=p, output_tokens=max(2, n))
+        interval = Interval(
+            pi.ttft.low + (n - 1) * pi.tpot.low,
+            pi.ttft.central + (n - 1) * pi.tpot.central,
+            pi.ttft.high + (n - 1) * pi.tpot.high,
+            b_ttft + (n - 1) * b_tpot,
+        )
     if use_cache:
         total = ttft + (n - 1) * tpot
         step = tpot
@@ -212,4 +269,6 @@ def forecast_run(
         cal is not None,
         f"{spec.name}, {dtype}, {p} prompt + {n} new tokens, KV cache {'on' if use_cache else 'off'}, "
         f"on {machine.name} ({mode})",
+        interval,
+        b_ttft + (n - 1) * b_tpot if use_cache else None,
     )

@@ -1,18 +1,26 @@
 """`python -m engine estimate`: will it fit, how fast, how much (the Memory & cost page's numbers).
 
 With `--engine`, every GPU time and rate is that class of engine's estimate fitted on published measurements,
-with its interval and the physical bound ({"low", "central", "high", "bound"}); with `--engine vllm|sglang` the
-KV cache is sized as the server allocates it and the launch command comes with it."""
+with its interval and the physical bound ({"low", "central", "high", "bound"}); with `--engine vllm|sglang` memory
+is what the server allocates (the one memory answer: fit, max batch, KV tokens, GPUs needed) and the launch
+command comes with it, for the GPUs asked when the load fits there, else for the GPUs it needs.
+
+`run` reads as the request's steps: the model and GPU by name (engine.arch.resolve), the inputs (`inputs_from`),
+the calibration when asked (read once), then one `estimate`."""
 
 from __future__ import annotations
 
+import os
+
+from engine.arch.resolve import resolve_gpu, resolve_model_spec
 from engine.calc import format as fmt
+from engine.calc.efficiency import INTERVAL_METHOD
 from engine.calc.hf_config import read_config_file
 from engine.calc.prices import price_for
 from engine.calc.report import Estimate, Inputs, estimate, split_prompt_output
+from engine.calc.serving_memory import GIB, VLLM_CPU_KV_ENV, cpu_kv_space_bytes
 from engine.calc.specs import THIS_MACHINE, custom_gpu_from_figures
-from engine.calc.timing import DATASHEET
-from engine.calibration import efficiency_at, require_calibration, resolve_gpu, resolve_model_spec
+from engine.commands import simulate
 from engine.core.errors import InvalidParameterError
 from engine.core.interval import Interval
 
@@ -49,6 +57,13 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--calibrated", action="store_true", help=f"apply this machine's calibration ({THIS_MACHINE} only)"
     )
+    simulate.add_solve_arguments(parser)  # --solve max-context|max-users|cheapest (engine.simulate.solve)
+
+
+def _this_machine():
+    from engine.calibration import this_machine_gpu
+
+    return this_machine_gpu()
 
 
 def gpu_from_args(args):
@@ -59,7 +74,7 @@ def gpu_from_args(args):
             raise InvalidParameterError(
                 f"--gpu-memory-gib / --gpu-bandwidth-gbs / --gpu-tflops go with --gpu {CUSTOM}"
             )
-        return resolve_gpu(args.gpu)
+        return resolve_gpu(args.gpu, this_machine=_this_machine)
     missing = [f for f in ("gpu_memory_gib", "gpu_bandwidth_gbs", "gpu_tflops") if getattr(args, f) is None]
     if missing:
         raise InvalidParameterError(
@@ -73,22 +88,19 @@ def gpu_from_args(args):
     )
 
 
-def run(args) -> dict:
+def spec_from_args(args):
     if args.config:
         from engine.arch.meta import (
             exact_spec,  # the real class on the meta device; the formula where it cannot
         )
 
-        spec = exact_spec(read_config_file(args.config))
-    else:
-        spec = resolve_model_spec(args.model)
-    if args.calibrated and args.gpu != THIS_MACHINE:
-        raise InvalidParameterError(
-            f"a calibration describes this machine; use --gpu {THIS_MACHINE} with --calibrated, "
-            "or drop --calibrated for the datasheet estimate of another GPU"
-        )
-    cal = require_calibration() if args.calibrated else None  # before measuring: a missing one fails fast
-    gpu = gpu_from_args(args)
+        return exact_spec(read_config_file(args.config))
+    return resolve_model_spec(args.model)
+
+
+def inputs_from(args, gpu) -> tuple[Inputs, str | None]:
+    """The spec's inputs from the flags: prompt and output split a --seq-len, and the GPU's listed price where
+    none is given (with where it was listed)."""
     if args.seq_len is not None:
         seq = args.seq_len
         p, o = split_prompt_output(seq, args.prompt_tokens, args.output_tokens)
@@ -96,32 +108,47 @@ def run(args) -> dict:
         p = args.prompt_tokens or Inputs.default("prompt_tokens")
         o = args.output_tokens or Inputs.default("output_tokens")
         seq = p + o
-    price = args.usd_per_gpu_hour
-    price_note = None
-    if price is None:
-        listed = price_for(gpu.key)
-        if listed is not None:
-            price, price_note = listed.usd_per_gpu_hour, listed.label
-    inputs = Inputs.from_args(args, seq_len=seq, prompt_tokens=p, output_tokens=o, usd_per_gpu_hour=price)
-    eff, interval = DATASHEET, None
-    if cal is not None:  # the fit's own TTFT and TPOT at this shape, and their interval
-        eff, interval = efficiency_at(
-            cal,
-            spec,
-            gpu,
-            dtype=args.dtype,
-            prompt_tokens=p,
-            output_tokens=o,
-            batch=args.batch,
-            n_gpus=args.n_gpus,
+    price, price_note = args.usd_per_gpu_hour, None
+    if price is None and (listed := price_for(gpu.key)) is not None:
+        price, price_note = listed.usd_per_gpu_hour, listed.label
+    space = args.cpu_kvcache_space
+    if space is None and (env := cpu_kv_space_bytes(os.environ.get(VLLM_CPU_KV_ENV))) is not None:
+        space = env // GIB  # vLLM on a CPU reads its pool from the environment, as it will at start-up
+    inputs = Inputs.from_args(
+        args, seq_len=seq, prompt_tokens=p, output_tokens=o, usd_per_gpu_hour=price, cpu_kvcache_space=space
+    )
+    return inputs, price_note
+
+
+def calibration_from(args):
+    """This machine's calibration as the estimate takes it, read once; None unless --calibrated."""
+    if not args.calibrated:
+        return None
+    if args.gpu != THIS_MACHINE:
+        raise InvalidParameterError(
+            f"a calibration describes this machine; use --gpu {THIS_MACHINE} with --calibrated, "
+            "or drop --calibrated for the datasheet estimate of another GPU"
         )
-    out = flatten(estimate(spec, gpu, inputs, eff))
+    from engine.calibration import Calibrated, require_calibration
+
+    return Calibrated(require_calibration())  # before measuring: a missing one fails fast
+
+
+def run(args) -> dict:
+    if args.solve:
+        return simulate.solve(args)  # the inverse questions (engine.simulate.solve)
+    spec = spec_from_args(args)
+    calibration = calibration_from(args)
+    gpu = gpu_from_args(args)
+    inputs, price_note = inputs_from(args, gpu)
+    est = estimate(spec, gpu, inputs, calibration)
+    out = flatten(est)
     if price_note:
         out["price_source"] = price_note
-    if interval is not None:
+    if est.calibrated is not None and est.calibrated.ttft is not None and est.calibrated.tpot is not None:
         out["calibrated_interval_95"] = {
-            "ttft_s": [interval.ttft.low, interval.ttft.high],
-            "tpot_s": [interval.tpot.low, interval.tpot.high],
+            "ttft_s": [est.calibrated.ttft.low, est.calibrated.ttft.high],
+            "tpot_s": [est.calibrated.tpot.low, est.calibrated.tpot.high],
         }
     return out
 
@@ -132,34 +159,46 @@ def _interval(i: Interval) -> dict:
 
 def flatten(est: Estimate) -> dict:
     """The issue's keys at the top level, the full breakdown beside them."""
-    m, t = est.memory, est.timing
-    n = est.inputs.n_gpus
+    m, t, fit = est.memory, est.timing, est.fit
+    layout = fit.layout
     out = {
         "model": est.model,
+        "model_id": est.model_id,
         "gpu": est.gpu,
         "mode": t.mode,
         "engine": est.inputs.engine,
         "params": m.params,
         "weights_bytes": m.weights_bytes,
-        "weights_bytes_per_gpu": (est.serving.weights_bytes if est.serving else m.weights_bytes / n),
+        "weights_bytes_per_gpu": (
+            est.serving.weights_bytes if est.serving else m.weights_bytes / max(1, fit.asked.tensor_parallel)
+        ),
         "kv_bytes_per_token": m.kv_bytes_per_token,
         "kv_cache_bytes": m.kv_cache_bytes,
         "overhead_bytes": m.overhead_bytes,
         "total_bytes": m.total_bytes,
         "per_gpu_bytes": m.per_gpu_bytes,
         "gpu_memory_bytes": m.gpu_memory_bytes,
+        "memory_model": fit.model,
         "fits": est.fits,
+        "fit_refusal": fit.refusal or None,
+        "gpus_needed_sentence": fit.sentence,
         "max_batch": est.max_batch,
         "max_seq_len": est.max_seq_len.tokens,
         "max_seq_len_limited_by": est.max_seq_len.limited_by,
         "gpus_needed": est.gpus_needed,
+        # what the times, the price and the launch command are for: the GPUs asked when it fits, else the plan's
+        "priced_gpus": est.priced_gpus,
+        "tensor_parallel": layout.tensor_parallel if layout else None,
+        "pipeline_parallel": layout.pipeline_parallel if layout else None,
+        "replicas": est.replicas,
         "decode_s_per_token": t.decode_s_per_token,
         "decode_bound": t.decode_step.bound,
         "prefill_s": t.prefill_s,
         "prefill_bound": t.prefill.bound,
         "ttft_s": t.ttft_s,
+        "prefill_batch_s": t.prefill_s,  # the whole batch's prefill (the times are one replica's)
         "generation_s": t.generation_s,
-        "tokens_per_s": t.tokens_per_s,
+        "tokens_per_s": est.tokens_per_s,
         "usd_per_hour": est.cost.usd_per_hour,
         "usd_per_million_tokens": est.cost.usd_per_million_tokens,
         "paged_extra_sequences": est.paged.extra_seqs if est.paged else 0,
@@ -167,9 +206,6 @@ def flatten(est: Estimate) -> dict:
         "params_source": est.params.source,
         "params_breakdown": {name: n for name, n in est.params.rows() if n},
         "gpu_plan": est.plan,
-        "usd_per_million_tokens_at_plan": est.cost_at_plan.usd_per_million_tokens
-        if est.cost_at_plan
-        else None,
         "tp_comm_share_prefill": t.prefill.comm_share,
         "tp_comm_share_decode": t.decode_step.comm_share,
         "warnings": list(est.warnings),
@@ -179,16 +215,28 @@ def flatten(est: Estimate) -> dict:
         s = est.speed
         out |= {
             "decode_tokens_per_s": _interval(s.decode_tokens_per_s),
-            "ttft_s": _interval(s.ttft_s),
+            # one request's first token with `batch` users in flight, in parts (engine.calc.serving_time)
+            "ttft_s": _interval(s.ttft_s) | {"parts": dict(s.ttft_parts)},
+            "prefill_batch_s": _interval(s.prefill_batch_s),
+            "tpot_s": _interval(s.tpot_s),
             "output_tokens_per_s": _interval(s.output_tokens_per_s),
             "efficiency": {
                 "engine_class": s.engine_class,
                 "decode_bandwidth_utilisation": s.fit.bandwidth,
                 "prefill_compute_utilisation": s.fit.flops,
                 "overhead_s_per_layer": s.fit.overhead_s_per_layer,
+                "request_fixed_s": s.fit.request_fixed_s,
+                "gpu_family_time_factors": {
+                    f"{kind} on {fam}": f for (kind, fam), f in s.fit.family_factors.items()
+                },
                 "decode_rows": s.fit.decode_rows,
                 "prefill_rows": s.fit.prefill_rows,
-                "interval": "2.5th-97.5th percentile of published / predicted, leave one source out",
+                "throughput_rows": s.fit.throughput_rows,
+                "interval": INTERVAL_METHOD,
+                "interval_from": {
+                    name: {"level": b.level, "rows": b.rows, "sources": b.sources}
+                    for name, b in s.bands.items()
+                },
             },
         }
         if est.cost_interval is not None:
@@ -200,9 +248,17 @@ def flatten(est: Estimate) -> dict:
             "max_concurrency": sm.max_concurrency,
             "serving_memory": sm,
         }
-    if est.launch is not None:
-        out["launch_command"] = est.launch.vllm if est.inputs.engine == "vllm" else est.launch.sglang
-        out["launch"] = est.launch
+    if est.inputs.engine in ("vllm", "sglang"):
+        launch = est.launch
+        out["launch_command"] = (
+            None if launch is None else launch.vllm if est.inputs.engine == "vllm" else launch.sglang
+        )
+        out["launch"] = launch
+        out["launch_note"] = (
+            launch.note
+            if launch is not None
+            else f"No command: {fit.sentence}"  # no layout holds even one request
+        )
     return out
 
 
@@ -213,6 +269,8 @@ def _rate(r: dict | float, unit: str) -> str:
 
 
 def format_text(r: dict) -> str:
+    if "solve" in r:
+        return simulate.solve_text(r)
     i: Inputs = r["inputs"]
     verdict = "FITS" if r["fits"] else "DOES NOT FIT"
     lines = [
@@ -224,8 +282,10 @@ def format_text(r: dict) -> str:
     ]
     if "kv_cache_tokens" in r:
         sm = r["serving_memory"]
+        where = "on this CPU (VLLM_CPU_KVCACHE_SPACE)" if sm.device == "cpu" else "per GPU"
         lines.append(
-            f"  {i.engine} allocates {fmt.gb(sm.kv_bytes)} per GPU for the cache: {r['kv_cache_tokens']:,} tokens; "
+            f"  {i.engine} allocates {fmt.gb(sm.kv_bytes)} {where} for the cache: {r['kv_cache_tokens']:,} tokens "
+            f"({sm.blocks:,} blocks of {sm.block_size}); "
             f"maximum concurrency for {sm.max_model_len:,} tokens per request: {r['max_concurrency']:.2f}x: {verdict}"
         )
     else:
@@ -238,11 +298,17 @@ def format_text(r: dict) -> str:
         f"  max batch at {i.seq_len} tokens: {r['max_batch']}; max tokens at batch {i.batch}: {r['max_seq_len']} "
         f"({r['max_seq_len_limited_by']}); GPUs needed: {r['gpus_needed']}"
     )
+    lines.append(f"  GPUs needed       {r['gpus_needed_sentence']}")
+    if r["priced_gpus"] != i.n_gpus:
+        lines.append(f"  times and cost    at the {r['priced_gpus']} GPUs it needs")
     if isinstance(r["ttft_s"], dict):
         t = r["ttft_s"]
+        parts = t.get("parts", {})
         lines += [
             f"  first token       {fmt.seconds(t['central'])} (interval {fmt.seconds(t['low'])}-{fmt.seconds(t['high'])}; "
-            f"at least {fmt.seconds(t['bound'])}: physics)",
+            f"at least {fmt.seconds(t['bound'])}: physics) = "
+            + " + ".join(f"{fmt.seconds(v)} {k}" for k, v in parts.items()),
+            f"  batch prefill     {fmt.seconds(r['prefill_batch_s']['central'])} for all {i.batch} prompts at once",
             f"  decode            {_rate(r['decode_tokens_per_s'], 'tok/s per sequence')}",
             f"  throughput        {_rate(r['output_tokens_per_s'], 'output tok/s')}",
         ]
@@ -266,5 +332,7 @@ def format_text(r: dict) -> str:
     if r.get("launch_command"):
         lines.append(f"  launch            {r['launch_command']}")
         lines += [f"                    {step}" for step in r["launch"].multi_node]
-    lines += [f"  WARNING           {w}" for w in r["warnings"]]
+    if r.get("launch_note"):
+        lines.append(f"                    {r['launch_note']}")
+    lines += [f"  ASSUMPTION        {w}" for w in r["warnings"]]
     return "\n".join(lines)

@@ -9,7 +9,7 @@ from engine.core.errors import InvalidParameterError
 from engine.race import contenders, runner, serialise
 
 HELP = (
-    "race vanilla generation against peer engines (OpenVINO GenAI, ONNX Runtime GenAI, CTranslate2), DeepSpeed, "
+    "race vanilla generation against peer engines (OpenVINO GenAI, ONNX Runtime GenAI, CTranslate2, vLLM), DeepSpeed, "
     "KV cache off, precisions, SDPA and static cache + compile"
 )
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from engine.arch.resolve import resolve_gpu, resolve_model_spec
 from engine.calc import format as fmt
 from engine.calc.hf_config import load_config_file
 from engine.calc.roofline import PHASES, RooflineResult, analyse, diagnose, roof_for
 from engine.calc.specs import PRECISIONS, THIS_MACHINE
-from engine.calibration import resolve_gpu, resolve_model_spec
 
 HELP = "roofline of a model's operators (prefill or decode) on a GPU, with a diagnosis"
 
@@ -28,7 +28,9 @@ def add_arguments(parser) -> None:
 
 def run(args) -> RooflineResult | dict:
     spec = load_config_file(args.config) if args.config else resolve_model_spec(args.model)
-    gpu = resolve_gpu(args.gpu)
+    from engine.calibration import this_machine_gpu  # this machine's roofs: its calibration, else measured
+
+    gpu = resolve_gpu(args.gpu, this_machine=this_machine_gpu)
     result = analyse(
         spec,
         roof_for(gpu, args.dtype),

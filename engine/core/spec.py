@@ -102,6 +102,38 @@ class Spec:
         return cls._field(name).metadata["help"]
 
     @classmethod
+    def label(cls, name: str) -> str:
+        """The words a message or a widget uses for the option ("max new tokens")."""
+        f = cls._field(name)
+        return f.metadata["label"] or f.name.replace("_", " ")
+
+    @classmethod
+    def kind(cls, name: str) -> type:
+        return _kind(cls._field(name))
+
+    @classmethod
+    def span(cls, name: str, lo: float | None = None, hi: float | None = None) -> str:
+        """What a valid number is, in words ("from 1 to 20", "a positive whole number up to 64"); `lo`/`hi`
+        narrow the field's own bounds (a page that allows less than the command line)."""
+        f = cls._field(name)
+        return _span(_kind(f), *_narrowed(f, lo, hi))
+
+    @classmethod
+    def problem(
+        cls,
+        name: str,
+        value: Any,
+        *,
+        label: str | None = None,
+        lo: float | None = None,
+        hi: float | None = None,
+    ) -> str:
+        """'' when `value` is valid for the option (its kind, its bounds narrowed by lo/hi, its choices); else the
+        one sentence that says what is allowed. validate() and the pages' inputs use this one rule."""
+        f = cls._field(name)
+        return _problem(f, value, label or cls.label(name), *_narrowed(f, lo, hi))
+
+    @classmethod
     def flag(cls, name: str) -> str:
         f = cls._field(name)
         return f.metadata["flag"] or "--" + name.replace("_", "-")
@@ -164,34 +196,50 @@ class Spec:
     def validate(self) -> Self:
         """Every option against its kind, bounds and choices; subclasses add cross-field rules and call this."""
         for f in self._options():
-            value = getattr(self, f.name)
-            label = f.metadata["label"] or f.name.replace("_", " ")
-            if value is None and f.default is None:
-                continue
-            kind = _kind(f)
-            if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-                raise InvalidParameterError(f"{label} must be a whole number, got {value!r}")
-            if kind is float and (
-                isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
-            ):
-                raise InvalidParameterError(f"{label} must be a finite number, got {value!r}")
-            lo, hi = f.metadata["lo"], f.metadata["hi"]
-            if kind in (int, float) and ((lo is not None and value < lo) or (hi is not None and value > hi)):
-                if kind is int and lo == 1:
-                    span = "a positive whole number" + (f" up to {hi:,}" if hi is not None else "")
-                elif lo is not None and hi is not None:
-                    span = f"from {lo} to {hi}"
-                else:
-                    span = f"at least {lo}" if lo is not None else f"at most {hi}"
-                raise InvalidParameterError(f"{label} must be {span}, got {value!r}")
-            choices = _choices(f)
-            if choices:
-                bad = [v for v in (value if isinstance(value, tuple) else (value,)) if v not in choices]
-                if bad:
-                    raise InvalidParameterError(
-                        f"unknown {label} {bad[0]!r}; choose from {', '.join(map(str, choices))}"
-                    )
+            why = _problem(f, getattr(self, f.name), self.label(f.name), f.metadata["lo"], f.metadata["hi"])
+            if why:
+                raise InvalidParameterError(why)
         return self
+
+
+def _narrowed(f: dataclasses.Field, lo: float | None, hi: float | None) -> tuple[Any, Any]:
+    """The field's bounds, narrowed (never widened: a page may allow less than the spec, not more)."""
+    flo, fhi = f.metadata["lo"], f.metadata["hi"]
+    wider_lo = lo is not None and flo is not None and lo < flo
+    wider_hi = hi is not None and fhi is not None and hi > fhi
+    if wider_lo or wider_hi:
+        raise ValueError(f"{f.name}: {lo}..{hi} is wider than the spec's {flo}..{fhi}")
+    return (flo if lo is None else lo), (fhi if hi is None else hi)
+
+
+def _span(kind: type, lo: Any, hi: Any) -> str:
+    if kind is int and lo == 1:
+        return "a positive whole number" + (f" up to {hi:,}" if hi is not None else "")
+    if lo is not None and hi is not None:
+        return f"from {lo} to {hi}"
+    if lo is None and hi is None:
+        return "a whole number" if kind is int else "a finite number"
+    return f"at least {lo}" if lo is not None else f"at most {hi}"
+
+
+def _problem(f: dataclasses.Field, value: Any, label: str, lo: Any, hi: Any) -> str:
+    if value is None and f.default is None:
+        return ""
+    kind = _kind(f)
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        return f"{label} must be a whole number, got {value!r}"
+    if kind is float and (
+        isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
+    ):
+        return f"{label} must be a finite number, got {value!r}"
+    if kind in (int, float) and ((lo is not None and value < lo) or (hi is not None and value > hi)):
+        return f"{label} must be {_span(kind, lo, hi)}, got {value!r}"
+    choices = _choices(f)
+    if choices:
+        bad = [v for v in (value if isinstance(value, tuple) else (value,)) if v not in choices]
+        if bad:
+            return f"unknown {label} {bad[0]!r}; choose from {', '.join(map(str, choices))}"
+    return ""
 
 
 def _comma_list(text: str) -> tuple[str, ...]:

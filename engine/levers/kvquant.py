@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from engine.calc import quant as qcalc
 from engine.core.errors import InvalidParameterError
 from engine.core.paths import scrub
+from engine.core.spec import Spec, option
 from engine.levers import runs as R
 from engine.levers.speculative import _encode
 from engine.race import quality
@@ -34,6 +35,35 @@ BACKENDS: dict[str, str] = {"quanto": "optimum.quanto", "hqq": "hqq", "fp8": ""}
 DEFAULT_NBITS = 4
 GROUP = 64  # transformers' default q_group_size
 RESIDUAL = 128  # transformers' default residual_length
+
+
+@dataclass(frozen=True)
+class KVSpec(Spec):
+    """KV-cache quantization against the plain cache: the page's inputs and run_kv's arguments, each declared
+    once (default, bounds, help)."""
+
+    backends: tuple[str, ...] = option(
+        tuple(BACKENDS),
+        "quantized caches to measure against the plain one",
+        choices=tuple(BACKENDS),
+        label="backend",
+    )
+    nbits: int = option(
+        DEFAULT_NBITS,
+        "bits per cached value (quanto: 2 or 4; HQQ: 2, 4 or 8)",
+        choices=(4, 2, 8),
+        label="bits",
+    )
+    max_new_tokens: int = option(
+        256, "new tokens of the one greedy generation", lo=1, hi=4096, label="new tokens"
+    )
+    budget_gb: float = option(
+        1.0,
+        "memory set aside for the cache: how many sequences fit in it",
+        lo=0.01,
+        hi=1000.0,
+        label="memory budget for the cache (GB)",
+    )
 
 
 def backend_status(backend: str) -> tuple[bool, str]:

@@ -376,7 +376,7 @@ class QuantReport:
 
 QUALITY_METHOD = (
     "bits per byte: the engine's own rolling log-likelihood over the first {n} pydoc_topics documents "
-    "(engine.lab.evaluation.engine_perplexity, which the lm-eval run cross-checks within 1%); exact match and "
+    "(the lm-eval run cross-checks it within 1%); exact match and "
     "first divergence: greedy continuations of the race's prompts against fp32's"
 )
 

@@ -90,7 +90,7 @@ CONTENDERS: dict[str, Contender] = {
         Contender(
             "deepspeed-pinned",
             "DeepSpeed (pinned env)",
-            "the same as `deepspeed`, run by the side environment from scripts/make_ds_env.sh "
+            "the same as DeepSpeed, run by its pinned side environment "
             "(transformers 4.42.4, DeepSpeed's last known good for kernel injection)",
             deepspeed=True,
             kernel_inject=True,
@@ -179,6 +179,14 @@ CONTENDERS: dict[str, Contender] = {
                 ("ctranslate2-int8", "CTranslate2 int8", "CTranslate2, int8 weights", "ctranslate2", "int8"),
             )
         ),
+        Contender(
+            "vllm",
+            "vLLM",
+            "vLLM's offline LLM in its own environment, the race's precision, greedy; its engine "
+            "stepped by hand for per-token times; eager on a CPU",
+            group="engines",
+            peer="vllm",
+        ),
     )
 }
 PEERS: tuple[str, ...] = ("openvino", "onnxruntime-genai", "ctranslate2")
@@ -240,6 +248,22 @@ def resolve(names: list[str] | tuple[str, ...], pythons: dict[str, str] | None =
             c = replace(c, python=str(PEERS_VENV / "bin" / "python"))
         elif n == "deepspeed-pinned":
             path, _ = ds_python()
-            c = replace(c, python=path or "")  # "" makes the runner skip it with ds_python()'s reason
+            c = replace(c, python=path or "")  # "" makes the runner skip it with missing_reason()
+        elif n == "vllm":
+            path, _ = vllm_python()
+            c = replace(c, python=path or "")
         out.append(c)
     return out
+
+
+def vllm_python() -> tuple[str | None, str]:
+    """.venv-vllm's interpreter (engine.backends.vllm), or None and the sentence saying how to make it."""
+    from engine.backends.vllm import availability
+
+    build, why = availability()
+    return (build.python, build.label) if build else (None, why)
+
+
+def missing_reason(c: Contender) -> str:
+    """Why a lane that needs its own environment has none."""
+    return vllm_python()[1] if c.peer == "vllm" else ds_python()[1]

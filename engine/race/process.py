@@ -17,7 +17,7 @@ from typing import Any
 
 from engine.core import stats
 from engine.core.load import loadavg_1m
-from engine.race.contenders import Contender, ds_python
+from engine.race.contenders import Contender, missing_reason
 from engine.race.record import ContenderResult
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,7 +63,7 @@ def run_worker(c: Contender, job: dict[str, Any], timeout_s: float) -> Contender
     """Run one contender's worker process; never raises for a worker's failure."""
     python = c.interpreter()
     if c.python == "":
-        return base_result(c, "skipped", ds_python()[1], python="(none)")
+        return base_result(c, "skipped", missing_reason(c), python="(none)")
     load_before = loadavg_1m()
     try:
         proc = subprocess.Popen(

@@ -164,6 +164,10 @@ def _hardware_summary() -> dict[str, Any]:
 
 
 def _starting(c: Contender, spec: RaceSpec) -> str:
+    if c.peer == "vllm" and c.python:
+        return f"{c.label}: starting vLLM in its own environment (import, load and KV pool before the timed runs)"
+    if c.peer == "vllm":
+        return f"{c.label}: no vLLM environment is set up for this lane"
     if c.peer:
         return f"{c.label}: starting (converts the model on its first race, then uses the cached conversion)"
     if c.python == "":

@@ -1,4 +1,4 @@
-"""What every peer backend provides, and the registry of the three."""
+"""What every peer backend provides, and the registry of the peers (three converting engines and vLLM)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Protocol
-
-from engine.core import paths
 
 INSTALL_HINT = "install the peer engines with `bash scripts/install_peers.sh`"
 
@@ -59,7 +57,13 @@ def backend(name: str) -> Backend:
     return module.BACKEND
 
 
-BACKENDS: dict[str, str] = {"openvino": "ov", "onnxruntime-genai": "ort", "ctranslate2": "ct2"}
+BACKENDS: dict[str, str] = {
+    "openvino": "ov",
+    "onnxruntime-genai": "ort",
+    "ctranslate2": "ct2",
+    "vllm": "vllm",
+}
+SIDE_ENV = ("vllm",)  # installed in their own environment (engine.backends.vllm finds it), not in this one
 
 
 def version(dist: str) -> str | None:
@@ -115,11 +119,29 @@ def installed() -> list[dict]:
     or how to install it, and whether OpenVINO's exporter environment exists."""
     rows = []
     for name in BACKENDS:
+        if name in SIDE_ENV:
+            rows.append(_side_env_row())
+            continue
         b = backend(name)
         v = version(b.dist)
         note = "" if v else INSTALL_HINT
         if name == "openvino":
             cli, why = export_cli()
-            note = note or (f"exporter: {paths.public(cli)}" if cli else why)
+            note = note or ("its exporter is installed, in its own environment" if cli else why)
         rows.append({"engine": b.label, "lane": name, "version": v or "not installed", "note": note})
     return rows
+
+
+def _side_env_row() -> dict:
+    """vLLM lives in .venv-vllm: its build (read from that environment's metadata) or how to make it."""
+    from engine.backends.vllm import availability
+
+    build, why = availability()
+    if build is None:
+        return {"engine": "vLLM", "lane": "vllm", "version": "not installed", "note": why}
+    return {
+        "engine": "vLLM",
+        "lane": "vllm",
+        "version": f"{build.dist} {build.version}",
+        "note": f"{build.label}, in its own environment",
+    }

@@ -1,4 +1,5 @@
-"""One peer lane inside the race worker: check, convert (cached), load, then the same work as vanilla.
+"""One peer lane inside the race worker: check, convert (cached; vLLM loads the folder itself), load, then the
+same work as vanilla.
 
 Same work: the race's prompts rendered and tokenized by the model's own HF tokenizer exactly as vanilla's
 generate() does (chat template when the race uses it), greedy decoding, the race's max new tokens, the same
@@ -59,8 +60,12 @@ def run(job: dict, contender: dict, result: dict[str, Any], notes: list[str]) ->
     """Fill `result` (the worker's reply) for a peer contender; raises base.Skip-like errors via status."""
     from transformers import AutoTokenizer
 
-    name, precision = contender["peer"], contender.get("precision") or "fp32"
+    name = contender["peer"]
     b = base.backend(name)
+    # a converting engine's lane names its weight format; vLLM runs the race's own precision
+    precision = contender.get("precision") or (
+        b.race_precision(job) if hasattr(b, "race_precision") else "fp32"
+    )
     ok, version, why = base.availability(name)
     result.update(engine=name, engine_version=version, precision=precision, device="cpu", dtype=precision)
     if not ok:
@@ -93,24 +98,30 @@ def run(job: dict, contender: dict, result: dict[str, Any], notes: list[str]) ->
     if cuda_why:
         notes.append(cuda_why)
     result["device"] = device
-    target = cache.target_dir(name, version or "unknown", source, precision)
-    try:
-        record, now = cache.ensure_converted(target, lambda tmp: b.convert(source.folder, tmp, precision))
-    except RuntimeError as exc:  # a converter that names the family as unsupported: a clear lane, not a crash
-        if "support" not in str(exc).lower():
-            raise
-        result.update(status="skipped", reason=f"not supported by {b.label} {version}: {exc}")
-        return
-    result.update(
-        conversion_s=record.get("seconds"),
-        converted_now=now,
-        conversion_dir=str(target),
-        conversion_command=" ".join(record.get("command", [])),
-    )
-    notes.append(
-        f"converted {'now' if now else 'earlier (cached)'} in {record.get('seconds', 0):.1f} s "
-        f"from {source.folder.name}: {' '.join(record.get('command', [])[:3])}"
-    )
+    if getattr(b, "converts", True):
+        target = cache.target_dir(name, version or "unknown", source, precision)
+        try:
+            record, now = cache.ensure_converted(target, lambda tmp: b.convert(source.folder, tmp, precision))
+        except (
+            RuntimeError
+        ) as exc:  # a converter that names the family as unsupported: a clear lane, not a crash
+            if "support" not in str(exc).lower():
+                raise
+            result.update(status="skipped", reason=f"not supported by {b.label} {version}: {exc}")
+            return
+        result.update(
+            conversion_s=record.get("seconds"),
+            converted_now=now,
+            conversion_dir=str(target),
+            conversion_command=" ".join(record.get("command", [])),
+        )
+        notes.append(
+            f"converted {'now' if now else 'earlier (cached)'} in {record.get('seconds', 0):.1f} s "
+            f"from {source.folder.name}: {' '.join(record.get('command', [])[:3])}"
+        )
+    else:  # the engine loads the HF folder itself
+        target = source.folder
+        notes.append(f"{b.label} loads {source.folder.name} as it is (no conversion)")
     tokenizer = AutoTokenizer.from_pretrained(source.folder)
     eos = _eos_ids(source.folder)
     chat = bool(tokenizer.chat_template) if job.get("chat_template") is None else bool(job["chat_template"])
@@ -118,6 +129,14 @@ def run(job: dict, contender: dict, result: dict[str, Any], notes: list[str]) ->
     t0 = time.perf_counter()
     session = b.open(target, precision, base.threads(), device, eos, tokenizer)
     result["load_s"] = time.perf_counter() - t0
+    kv = getattr(
+        session, "kv_row", None
+    )  # an engine that logs its KV pool (vLLM): logged beside the calculator
+    if kv:
+        result["kv_cache"] = kv
+        notes.append(
+            f"{kv['logged']['line']} (the calculator: {kv.get('predicted', {}).get('kv_cache_tokens')} tokens)"
+        )
     max_new = int(job["max_new_tokens"])
     for _ in range(int(job.get("warmup", 1))):
         t0 = time.perf_counter()

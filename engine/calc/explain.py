@@ -1,0 +1,241 @@
+"""The estimate in words: its assumptions as sentences a user can act on, the sentence beside the launch
+command, and the reasoning bullets. Every sentence is built from the numbers beside it. Standard library only.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from engine.calc import format as fmt
+from engine.calc.cells import BORROW_WIDENING
+from engine.calc.efficiency import ENGINES, SpeedEstimate
+from engine.calc.memory import param_count, weight_storage_note
+from engine.calc.plan import MemoryAnswer
+from engine.calc.specs import THIS_MACHINE, GPUSpec, ModelSpec
+from engine.calc.timing import DATASHEET, Efficiency, TimingEstimate
+
+TP_DOMINATES = 0.5  # all-reduces above half of a step: tensor parallel costs more than it saves
+FP8_DOCS = "vLLM's FP8 guide (docs.vllm.ai, features/quantization/fp8)"
+
+# A serving-memory note's start -> the sentence a user can act on (engine.calc.serving_memory words them for
+# the record; here they say what to do).
+_SERVING_NOTES = {
+    "latent attention": "Latent attention: every tensor-parallel GPU keeps the whole latent cache, so adding GPUs "
+    "adds no room for more tokens per GPU.",
+    "sliding-window layers": "Sliding-window layers are counted as full attention, as vLLM 0.8 sizes them; vLLM "
+    "0.11 and later keep only the window for them and hold more tokens than shown.",
+    "no vLLM": "The memory vLLM's profile run takes is fitted on its older startup logs; for the current version the "
+    "sampler's logits are counted once in fp32. If the server reports less cache than this, lower "
+    "--gpu-memory-utilization a little or shorten --max-model-len.",
+}
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    if not text:
+        return ""
+    text = text[0].upper() + text[1:]
+    return text if text.endswith((".", "!", "?")) else text + "."
+
+
+def _serving_note(note: str) -> str:
+    for start, sentence in _SERVING_NOTES.items():
+        if note.startswith(start):
+            return sentence
+    if "KV heads over" in note:
+        return _sentence(note + ": past that many GPUs the cache per GPU stops shrinking")
+    return _sentence(note)
+
+
+def _speed_notes(speed: SpeedEstimate, tp: int) -> list[str]:
+    engine = ENGINES.get(speed.engine, speed.engine)
+    out = []
+    # the all-reduce factor only matters with tensor parallel
+    borrowed = [b for b in speed.fit.borrowed if tp > 1 or "all-reduce" not in b]
+    if borrowed:
+        out.append(
+            f"Few published {engine}-class runs measure its {', '.join(borrowed)}: the estimate borrows "
+            "those from every engine's runs together, so read the times that rest on them as rougher than their "
+            "interval."
+        )
+    wider = {1: f"{engine}-class runs on any GPU of this family", 2: f"{engine}-class runs on any GPU"}
+    what = {"decode": "time per token", "ttft": "first-token", "throughput": "throughput"}
+    for name, b in speed.bands.items():
+        if b.levels_up:
+            out.append(
+                f"Few published runs are like this one (same engine class, GPU family and load), so the "
+                f"{what.get(name, name)} interval comes from {b.rows} {wider.get(b.levels_up, 'runs of every engine')} "
+                f"and its spread is made {BORROW_WIDENING * b.levels_up:.0%} wider for that: read it as rough."
+            )
+    return out
+
+
+def fp8_weight_only(gpu: GPUSpec, weight_format: str | None) -> bool:
+    """fp8 weights on a GPU without fp8 tensor cores (A100, T4, ...): stored in fp8, computed in 16 bits."""
+    return weight_format == "fp8" and gpu.key != THIS_MACHINE and "fp8" not in gpu.peak_flops
+
+
+def assumptions(
+    spec: ModelSpec,
+    gpu: GPUSpec,
+    i: Any,  # engine.calc.report.Inputs, resolved
+    timing: TimingEstimate,
+    speed: SpeedEstimate | None,
+    fit: MemoryAnswer,
+) -> list[str]:
+    """Every assumption behind the figures, as a sentence that says what it means for the user."""
+    out = [_sentence(a) for a in spec.assumptions]
+    pc = param_count(spec)
+    if pc.source == "formula" and spec.source == "config.json":
+        t = spec.traits
+        out.append(
+            "Parameters come from the formula, not the model's own class (it could not be built here): "
+            f"{'gated' if t.gated_mlp else 'plain'} MLP, {'parallel' if t.parallel_attn else 'sequential'} "
+            f"attention and MLP, biases q/k/v {'yes' if t.qkv_bias else 'no'}, output {'yes' if t.out_bias else 'no'}, "
+            f"MLP {'yes' if t.mlp_bias else 'no'}, head {'tied' if spec.tied_embeddings else 'untied'}. Check these "
+            "against the model card if the size looks off."
+        )
+    if i.weight_format:
+        out.append(_sentence(weight_storage_note(i.weight_format, i.group_size, i.scope)))
+    if fp8_weight_only(gpu, i.weight_format):
+        out.append(
+            f"The {gpu.name} has no fp8 tensor cores, so fp8 there is weight-only (W8A16 through vLLM's FP8 Marlin "
+            f"kernel, as {FP8_DOCS} says): the weights take half the memory and decode reads half the bytes, but "
+            "the math runs in 16 bits, so prefill is no faster; the launch command keeps the model's --dtype."
+        )
+    if spec.is_moe:
+        out.append(
+            f"Mixture of experts: memory holds all {pc.total:,} parameters; a decode step reads the experts its "
+            f"{i.batch} sequence(s) visit, assuming tokens spread evenly over them ({spec.experts_per_token} of "
+            f"{spec.n_experts} per token)."
+        )
+    layout = fit.layout
+    tp = layout.tensor_parallel if layout is not None else i.n_gpus
+    if tp > 1:
+        out.append(
+            f"Tensor parallel over {tp} GPUs: the all-reduces' time counts the link's bandwidth "
+            f"({gpu.interconnect or 'interconnect'}) plus a fixed latency each; {2 * spec.n_layer} of them per step "
+            "weigh most on decode's small messages."
+        )
+    for phase, pt in (("prefill", timing.prefill), ("decode", timing.decode_step)):
+        if pt.comm_share > TP_DOMINATES:
+            out.append(
+                f"Tensor-parallel all-reduces take {pt.comm_share:.0%} of each {phase} step over {gpu.interconnect}: "
+                "communication dominates; fewer GPUs per replica (or replicas) would be faster."
+            )
+    if speed is not None:
+        out += _speed_notes(speed, tp)
+    if fit.serving is not None:
+        out += [_serving_note(n) for n in fit.serving.notes]
+    return [s for s in out if s]
+
+
+def launch_note(fit: MemoryAnswer, n_gpus: int, model_id: str | None) -> str:
+    """Which GPUs the launch command is for, and what to do about the model id."""
+    layout = fit.layout
+    assert layout is not None
+    replica = layout.tensor_parallel * layout.pipeline_parallel
+    if fit.fits:
+        where = f"For the {n_gpus} GPU(s) asked ({layout.layout()})."
+    else:
+        where = (
+            f"Does not fit on the {n_gpus} GPU(s) asked ({fit.refusal}): this command is for the "
+            f"{fit.gpus_needed} GPUs it needs ({layout.describe()})."
+        )
+    if layout.replicas > 1:
+        where += f" Run {layout.replicas} copies, one per group of {replica} GPU(s), behind a load balancer."
+    if model_id is None:
+        where += (
+            " No model id is known (the config names none): replace <model-id> with the model's Hugging Face id, "
+            "or give it in the Model id field (--model-id on the command line)."
+        )
+    return where
+
+
+def efficiency_of(est: Any, gpu: GPUSpec) -> Efficiency:
+    """The Efficiency an estimate's times were computed with: calibrated, the engine class's fit, or the bound."""
+    if est.calibrated is not None:
+        return est.calibrated.efficiency
+    if est.speed is not None:
+        return est.speed.fit.efficiency(gpu)
+    return DATASHEET
+
+
+def reasoning(est: Any, spec: ModelSpec, gpu: GPUSpec) -> list[str]:
+    """The estimate's (engine.calc.report.Estimate) reasoning as Markdown bullets, each sentence built from the
+    numbers beside it."""
+    m, t, i, fit = est.memory, est.timing, est.inputs, est.fit
+    eff = efficiency_of(est, gpu)
+    layout = fit.layout
+    n = layout.tensor_parallel if layout is not None else i.n_gpus
+
+    def _share(e: float) -> str:
+        if e >= 1:
+            return ""
+        by = "this machine's calibration" if est.calibrated else f"as fitted for {i.engine}"
+        return f" ({e:.0%} of the datasheet's, {by})"
+
+    def _parts(phase) -> str:
+        """The phase's time as the sum it is: memory-bound and compute-bound operators, fixed cost, all-reduces."""
+        named = (
+            (phase.memory_s, "memory-bound operators"),
+            (phase.compute_s, "compute-bound operators"),
+            (phase.overhead_s, "fixed per-step cost"),
+            (phase.comm_s, "all-reduces"),
+        )
+        shown = [f"{fmt.seconds(v)} {what}" for v, what in named if v > 0]
+        return " + ".join(shown) + " = " if len(shown) > 1 else ""
+
+    kv_elem = (
+        m.kv_bytes_per_token / (2 * spec.kv_layers * spec.n_kv_head * spec.head_dim) if spec.kv_layers else 0
+    )
+    layers = (
+        f"{spec.kv_layers} attention layers" if spec.kv_layers != spec.n_layer else f"{spec.n_layer} layers"
+    )
+    users = layout.batch_per_replica if layout is not None else i.batch
+    lines = [
+        f"**Weights** = {m.params:,} parameters ({est.params.source}) × {m.weights_bytes / m.params:.4g} B "
+        f"({i.weights_label}) = **{fmt.gb(m.weights_bytes)}**.",
+        f"**KV cache** = 2 × {layers} × {spec.n_kv_head} KV heads × {spec.head_dim} head dim × {kv_elem:g} B = "
+        f"{m.kv_bytes_per_token:,.0f} B per token ({i.kv_dtype}); × {i.batch} users × {i.seq_len:,} tokens = "
+        f"**{fmt.gb(m.kv_cache_bytes)}** for this load"
+        + (
+            f" (capped at the {spec.sliding_window}-token window the model evicts beyond)"
+            if spec.window_evicts
+            else ""
+        )
+        + ".",
+        f"**Memory** ({_memory_model(fit)}): {fit.sentence}",
+        f"**Decode**: each step reads {fmt.gb(t.decode_step.weights_bytes)} of weights + {fmt.gb(t.decode_step.kv_bytes)} "
+        f"of KV cache at {fmt.gb(gpu.bandwidth_bytes_per_s * n * eff.bandwidth)}/s{_share(eff.bandwidth)}: "
+        f"{_parts(t.decode_step)}{fmt.seconds(t.decode_s_per_token)} per step, for all {users} users at once: "
+        f"{t.decode_step.bound}-bound.",
+        f"**Prefill**: {fmt.flops(t.prefill.flops)} at {fmt.flops(gpu.flops_for(i.dtype) * n * eff.flops, 'FLOP/s')}"
+        f"{_share(eff.flops)}: {_parts(t.prefill)}{fmt.seconds(t.prefill_s)}: {t.prefill.bound}-bound.",
+    ]
+    if spec.is_moe:
+        lines.append(
+            f"**Experts**: memory holds all {est.params.total:,} parameters; a token uses {est.params.active:,} "
+            f"({spec.experts_per_token} of {spec.n_experts} experts + the router), which is what decode streams at batch 1."
+        )
+    if n > 1:
+        lines.append(
+            f"**Tensor parallel** over {gpu.interconnect or 'the interconnect'} "
+            f"({fmt.gb(gpu.interconnect_bytes_per_s)}/s each way): 2 all-reduces per layer cost "
+            f"{fmt.seconds(t.prefill.comm_s)} of prefill ({t.prefill.comm_share:.0%}) and "
+            f"{fmt.seconds(t.decode_step.comm_s)} per decode step ({t.decode_step.comm_share:.0%})."
+        )
+    if i.usd_per_gpu_hour is not None and math.isfinite(est.cost.usd_per_million_tokens):
+        lines.append(
+            f"**Cost**: ${i.usd_per_gpu_hour:g}/GPU-hour × {est.priced_gpus} = {fmt.usd(est.cost.usd_per_hour)}/hour ÷ "
+            f"({est.tokens_per_s:,.0f} tok/s × 3600) × 10⁶ = **{fmt.usd(est.cost.usd_per_million_tokens)} per million "
+            "output tokens**" + ("" if est.fits else f" on the {est.priced_gpus} GPUs it needs") + "."
+        )
+    return lines
+
+
+def _memory_model(fit: MemoryAnswer) -> str:
+    if fit.serving is not None:
+        return f"as {fit.model} allocates it"
+    return f"weights + KV + {fit.overhead.overhead_bytes / max(fit.overhead.weights_bytes + fit.overhead.kv_cache_bytes, 1):.0%} overhead"

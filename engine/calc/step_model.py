@@ -1,0 +1,46 @@
+"""The per-step time model a serving simulator drives: how long one scheduler step takes on a GPU the machine does
+not have, for an engine class fitted on published runs (engine.calc.efficiency), and the fixed cost a request pays
+before its first token.
+
+    step_time(setup, engine, decode_rows, context_tokens, prefill_tokens) -> Interval   seconds of one step
+    request_fixed_s(setup, engine) -> float                                                seconds per request
+
+A step is one forward over `decode_rows` sequences decoding a token each (against `context_tokens` cached tokens
+in all: KV bytes and attention FLOPs are linear in it) and `prefill_tokens` prompt tokens in the same forward
+(chunked prefill); its central value uses the class's utilisation on the setup's GPU family, its interval the
+residual band of published rows like it (engine.calc.cells), its bound every roof reached. Only the setup's
+model, GPU, precision, weight format, KV precision and GPU count matter; its batch and lengths are ignored.
+"""
+
+from __future__ import annotations
+
+from engine.calc.cells import gpu_family, regime_of
+from engine.calc.efficiency import bound_efficiency, fits
+from engine.calc.observations import parallel
+from engine.calc.timing import Setup, step_seconds
+from engine.core.interval import Interval
+
+
+def step_time(
+    setup: Setup, engine: str, decode_rows: int, context_tokens: int, prefill_tokens: int
+) -> Interval:
+    """Seconds of one scheduler step (central, interval, physical bound, rows behind the interval)."""
+    all_fits = fits()
+    fit = all_fits.for_engine(engine)
+    s = parallel(setup, fit.engine_class)
+    eff = fit.efficiency(s.gpu)
+    kw = {"decode_rows": decode_rows, "context_tokens": context_tokens, "prefill_tokens": prefill_tokens}
+    t = step_seconds(s, eff, **kw)
+    bound = step_seconds(s, bound_efficiency(), **kw).seconds
+    fixed = t.overhead_s + (t.seconds - t.memory_s - t.compute_s - t.overhead_s)
+    regime = regime_of(fixed_s=fixed, memory_s=t.memory_s, compute_s=t.compute_s)
+    kind = "decode" if not prefill_tokens else ("ttft" if not decode_rows else "throughput")
+    band = all_fits.band(kind, (fit.engine_class, gpu_family(s.gpu), regime))
+    return Interval(max(t.seconds * band.low, bound), t.seconds, t.seconds * band.high, bound, band.rows)
+
+
+def request_fixed_s(setup: Setup, engine: str) -> float:
+    """A request's fixed cost before its first token (tokenize, schedule, the first step's launch, detokenize,
+    HTTP), fitted per engine class on published first-token rows, at the setup's GPU family."""
+    fit = fits().for_engine(engine)
+    return fit.efficiency(setup.gpu).request_fixed_s

@@ -1,0 +1,122 @@
+"""`python -m engine simulate`: a load sweep simulated for a GPU this machine lacks (or this machine, from its
+calibration): the server's scheduler policy on a virtual clock with predicted step times; the load generator's
+JSON (points, knee) plus "simulated" (GPU, engine, step model, scheduler, intervals)."""
+
+from __future__ import annotations
+
+from engine.commands import loadgen
+from engine.core.errors import InvalidParameterError
+from engine.loadgen.workload import SLO, LoadSpecError
+from engine.simulate.spec import SimulateSpec
+from engine.simulate.sweep import simulate
+
+HELP = (
+    "simulate a load sweep on a GPU you do not have: TTFT/TPOT/ITL/E2E percentiles, throughput, the SLO knee"
+)
+
+
+def add_arguments(parser) -> None:
+    SimulateSpec.add_arguments(parser)
+    SLO.add_arguments(parser)
+
+
+def run(args) -> dict:
+    try:
+        spec = SimulateSpec.from_args(args)
+        slo = SLO.from_args(args)
+    except LoadSpecError as exc:
+        raise InvalidParameterError(str(exc)) from None
+    return simulate(spec, slo).to_json()
+
+
+def format_text(out: dict) -> str:
+    sim = out["simulated"]
+    step = sim["step_model"]
+    lines = [
+        f"{sim['label']}: {sim['model']}, {out['spec']['n_requests']} requests per level, "
+        f"{sim['prompt_tokens']} prompt + {out['spec']['output_tokens']} output tokens",
+        f"step times: {step.get('what', step.get('kind'))}",
+    ]
+    lines += loadgen.format_text(out).splitlines()[1:]  # the load generator's table, without its URL line
+    k = sim["knee_interval"]
+    if k["central"] is not None:
+        lines.append(f"knee interval (step times at their interval's ends): {k['low']} .. {k['high']}")
+    lines += [f"note: {n}" for n in sim["notes"]]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- `python -m engine estimate ... --solve Q`
+
+
+def add_solve_arguments(parser) -> None:
+    """The inverse questions' flags on the estimate command (which owns the model, GPU, precision and lengths)."""
+    from engine.simulate.solve import QUESTIONS
+
+    group = parser.add_argument_group("--solve: the inverse questions (engine.simulate.solve)")
+    group.add_argument(
+        "--solve",
+        choices=QUESTIONS,
+        default=None,
+        help="max-context: the longest context that fits (vLLM's --max-model-len auto); max-users: the most users "
+        "at the SLOs (the simulator's knee); cheapest: the cheapest GPU type and count for --batch users at the SLOs",
+    )
+    group.add_argument(
+        "--solve-requests",
+        type=int,
+        default=SimulateSpec.default("n_requests"),
+        help="simulated requests per probe of max-users and cheapest (at least twice the users)",
+    )
+    SLO.add_arguments(group)
+
+
+def solve(args) -> dict:
+    """Answer `args.solve` from the estimate command's flags; the JSON of an engine.simulate.solve.Answer."""
+    from engine.calc.report import Inputs
+    from engine.simulate import solve as solver
+
+    prompt = args.prompt_tokens or Inputs.default("prompt_tokens")
+    output = args.output_tokens or Inputs.default("output_tokens")
+    try:
+        slo = SLO.from_args(args)
+        spec = SimulateSpec(
+            model=args.model,
+            config=args.config,
+            gpu=args.gpu,
+            n_gpus=args.n_gpus,
+            dtype=args.dtype,
+            kv_dtype=args.kv_dtype,
+            engine=args.engine or "vllm",
+            n_requests=args.solve_requests,
+            prompt_tokens=prompt,
+            output_tokens=output,
+            gpu_memory_utilization=args.gpu_memory_utilization,
+            max_batch=args.max_num_seqs,
+        ).validate()
+    except LoadSpecError as exc:
+        raise InvalidParameterError(str(exc)) from None
+    if args.solve == "max-context":
+        from engine.arch.resolve import resolve_gpu
+        from engine.calibration import this_machine_gpu
+        from engine.simulate.sweep import model_spec
+
+        answer = solver.max_context(
+            model_spec(spec),
+            resolve_gpu(spec.gpu, this_machine=this_machine_gpu),
+            dtype=spec.dtype,
+            kv_dtype=spec.kv_dtype,
+            n_gpus=spec.n_gpus,
+            engine=spec.engine,
+            gpu_memory_utilization=spec.gpu_memory_utilization,
+            max_num_seqs=spec.max_batch,
+        )
+    elif args.solve == "max-users":
+        answer = solver.max_users(spec, slo)
+    else:
+        answer = solver.cheapest(spec, slo, args.batch)
+    return answer.to_json()
+
+
+def solve_text(r: dict) -> str:
+    a = r["answer"]
+    width = f", width {a['width']:.2f}x" if a.get("width") else ""
+    return f"{r['sentence']}\n  answer {a['central']:,} {r['unit']} (interval {a['low']:,} to {a['high']:,}{width})"

@@ -1,0 +1,399 @@
+"""The inverse questions, each answered with its interval:
+
+- max-context: the longest context that fits, as vLLM's `--max-model-len auto` (-1) finds it: after the profile
+  run sizes the KV cache (engine.calc.serving_memory), vllm/v1/core/kv_cache_utils.py `_auto_fit_max_model_len`
+  binary-searches the largest length L in [1, the model's context] whose blocks, ceil(L / block size) x bytes per
+  block, fit the KV memory less one block (the null block the pool holds back). The interval scales that memory by
+  how far vLLM's published KV capacities landed from this calculator's (the track record's kv_cache_tokens rows).
+- max-users: the most users at the SLOs on this deployment: the simulator's knee (engine.simulate), found by
+  doubling the users until a level misses the SLOs and bisecting between; once per end of the step-time interval.
+- cheapest: the cheapest GPU type and count for a load of N users at the SLOs: every catalogue GPU with a published
+  price (engine/data/prices.toml) at 1, 2, 4 and 8 GPUs in tensor parallel, with as many replicas as the load
+  needs (each replica serving its share of the users); cheapest first, so a configuration whose one replica already
+  costs more than the best found is never simulated.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from functools import cache
+
+from engine.calc.prices import price_for
+from engine.calc.serving_memory import serving_memory
+from engine.calc.specs import GPUSpec, ModelSpec, load_gpu_catalog
+from engine.core.errors import InvalidParameterError
+from engine.core.interval import Interval
+from engine.core.stats import quantile
+from engine.loadgen.workload import SLO
+from engine.simulate.spec import SimulateSpec
+from engine.simulate.sweep import Deployment, deployment, model_spec, requests_of, run_level, workload
+from engine.simulate.sweep import prompt_lengths as lengths_of
+
+QUESTIONS = ("max-context", "max-users", "cheapest")
+TP_COUNTS = (1, 2, 4, 8)
+MAX_USERS = 4096  # the search's ceiling: past it the answer reads "at least"
+Progress = Callable[[float, str], None]
+
+
+@dataclass(frozen=True)
+class Answer:
+    question: str
+    value: Interval  # the answer, its low and high ends
+    unit: str
+    sentence: str  # built from the numbers beside it
+    details: dict
+
+    def to_json(self) -> dict:
+        from engine.core.jsonsafe import to_jsonable
+
+        return to_jsonable(
+            {
+                "solve": self.question,
+                "answer": self.value.to_json(),
+                "unit": self.unit,
+                "sentence": self.sentence,
+            }
+            | {"details": self.details}
+        )
+
+
+# ---------------------------------------------------------------- the longest context that fits
+
+
+def auto_fit_max_model_len(kv_bytes: float, bytes_per_block: float, block_size: int, model_max: int) -> int:
+    """vLLM's `_estimate_max_model_len_from_groups` for one full-attention group: the largest L in [1, model_max]
+    with ceil(L / block_size) x bytes_per_block <= kv_bytes - bytes_per_block, by the same binary search;
+    0 when not even one token fits."""
+    check = kv_bytes - bytes_per_block  # the null block
+
+    def fits(n: int) -> bool:
+        return math.ceil(n / block_size) * bytes_per_block <= check
+
+    left, right = 1, model_max
+    if not fits(left):
+        return 0
+    result = 1
+    while left <= right:
+        mid = (left + right) // 2
+        if fits(mid):
+            result, left = mid, mid + 1
+        else:
+            right = mid - 1
+    return result
+
+
+@cache
+def kv_capacity_ratios() -> tuple[float, ...]:
+    """published / predicted vLLM KV capacity (blocks, tokens, GiB, maximum concurrency: each proportional to the
+    cache) over the track record's memory rows (engine.trackrecord, its "kv capacity" group). Only the memory rows
+    are built: a fraction of a second, where the whole track record also predicts every speed row (seconds)."""
+    from engine.trackrecord import _memory_rows
+
+    return tuple(
+        r.published / r.predicted
+        for r in _memory_rows()
+        if r.group == "kv capacity" and r.predicted and r.published
+    )
+
+
+def max_context(
+    spec: ModelSpec,
+    gpu: GPUSpec,
+    *,
+    dtype: str,
+    kv_dtype: str | None = None,
+    n_gpus: int = 1,
+    engine: str = "vllm",
+    gpu_memory_utilization: float | None = None,
+    max_num_seqs: int | None = None,
+) -> Answer:
+    if engine not in ("vllm", "sglang"):
+        raise InvalidParameterError(
+            "the longest context that fits is how vLLM (--max-model-len auto) or SGLang size their cache: choose "
+            "--engine vllm or sglang"
+        )
+    sm = serving_memory(
+        spec,
+        gpu,
+        engine=engine,
+        dtype=dtype,
+        kv_dtype=kv_dtype,
+        tensor_parallel=n_gpus,
+        gpu_memory_utilization=gpu_memory_utilization,
+        max_num_seqs=max_num_seqs,
+    )
+    per_block = sm.block_size * sm.kv_bytes_per_token
+    ratios = kv_capacity_ratios()
+    lo, hi = (quantile(ratios, 0.025), quantile(ratios, 0.975)) if len(ratios) >= 2 else (1.0, 1.0)
+    top = spec.context_length
+
+    def at(scale: float) -> int:
+        if engine == "sglang":  # no auto mode: the pool's tokens, capped at the model's context
+            return max(0, min(top, math.floor(max(0.0, sm.kv_bytes) * scale / sm.kv_bytes_per_token)))
+        return auto_fit_max_model_len(max(0.0, sm.kv_bytes) * scale, per_block, sm.block_size, top)
+
+    value = Interval(at(min(lo, 1.0)), at(1.0), at(max(hi, 1.0)), bound=top, rows=len(ratios))
+    where = f"{n_gpus} x {gpu.name}" if n_gpus > 1 else gpu.name
+    if value.central == 0:
+        sentence = (
+            f"Not even one token of KV cache fits on {where}: the weights ({sm.weights_bytes / 1e9:.1f} GB per GPU), "
+            f"the profile run and the runtime need more than the {sm.budget_bytes / 1e9:.1f} GB vLLM may use ({sm.utilization:.0%} of "
+            "the memory). vLLM refuses to start; add GPUs or raise the utilisation."
+        )
+    elif value.central >= top:
+        low = (
+            f" At the low end of the KV-capacity interval it would be cut to {value.low:,}."
+            if value.low < top
+            else ""
+        )
+        sentence = (
+            f"The model's whole context of {top:,} tokens fits on {where} ({sm.kv_cache_tokens:,} tokens of KV cache "
+            f"at {sm.utilization:.0%} utilisation); vLLM's auto fit keeps it.{low}"
+        )
+    else:
+        sentence = (
+            f"The longest context that fits on {where} is {value.central:,} tokens (interval {value.low:,} to "
+            f"{value.high:,}), below the model's {top:,}: {sm.kv_bytes / 2**30:.2f} GiB per GPU is left for the KV "
+            f"cache after {sm.weights_bytes / 2**30:.2f} GiB of weights and {sm.activation_bytes / 2**30:.2f} GiB "
+            "for the profile run's activations, as vLLM's --max-model-len auto would find it."
+        )
+    return Answer(
+        "max-context",
+        value,
+        "tokens",
+        sentence,
+        {
+            "kv_cache_tokens": sm.kv_cache_tokens,
+            "kv_bytes_per_gpu": sm.kv_bytes,
+            "bytes_per_block": per_block,
+            "block_size": sm.block_size,
+            "model_context": top,
+            "kv_capacity_ratio_interval": [lo, hi],
+            "method": "vLLM's --max-model-len auto: binary search over ceil(L / block) x bytes per block <= KV "
+            "memory - one block (vllm/v1/core/kv_cache_utils.py); interval: published / predicted KV capacity",
+            "notes": list(sm.notes),
+        },
+    )
+
+
+# ---------------------------------------------------------------- the most users at the SLOs
+
+
+def _meets(s: SimulateSpec, d, users: int, slo: SLO, which: str, lengths: Sequence[int]) -> bool:
+    probe = replace(s, mode="concurrency", n_requests=max(s.n_requests, 2 * users))
+    load, planned = workload(probe, users)
+    longer = list(lengths) + lengths_of(probe)[len(lengths) :]
+    return run_level(d, load, requests_of(planned, longer), slo, which).meets_slo
+
+
+def knee_search(meets: Callable[[int], bool], ceiling: int = MAX_USERS) -> int:
+    """The most users that meet the SLOs: double until a level misses, then bisect (0: even one user misses)."""
+    if not meets(1):
+        return 0
+    good = 1
+    while good < ceiling:
+        nxt = min(ceiling, good * 2)
+        if not meets(nxt):
+            bad = nxt
+            break
+        good = nxt
+    else:
+        return good
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        good, bad = (mid, bad) if meets(mid) else (good, mid)
+    return good
+
+
+def _need_slo(slo: SLO) -> None:
+    if slo.ttft_s is None and slo.tpot_s is None and slo.e2e_s is None:
+        raise InvalidParameterError("give an objective to meet: --slo-ttft and/or --slo-tpot (seconds)")
+
+
+def max_users(
+    s: SimulateSpec, slo: SLO, *, progress: Progress | None = None, deploy: Deployment | None = None
+) -> Answer:
+    """`deploy`: a resolved deployment (tests and bench/simulate.py pass their own step times)."""
+    s.validate()
+    slo.validate()
+    _need_slo(slo)
+    d = deploy or deployment(s)
+    lengths = lengths_of(s)
+    knees = {}
+    for i, which in enumerate(("central", "high", "low")):  # a slow step (high) gives the low end
+        if progress:
+            progress(i / 3, f"searching the knee with {which} step times")
+        knees[which] = knee_search(lambda u, w=which: _meets(s, d, u, slo, w, lengths))
+    value = Interval(knees["high"], knees["central"], knees["low"], rows=d.steps.describe().get("rows"))
+    objectives = _objectives(slo)
+    at_least = " at least" if value.central >= MAX_USERS else ""
+    sentence = (
+        f"{d.label}: at most{at_least} {value.central} concurrent users (interval {value.low} to {value.high}) meet "
+        f"{objectives} for {slo.min_attainment:.0%} of their requests ({s.prompt_tokens} prompt + "
+        f"{s.output_tokens} output tokens each)."
+        if value.central
+        else f"{d.label}: even one user misses {objectives}; relax them or pick a faster deployment."
+    )
+    return Answer(
+        "max-users",
+        value,
+        "users",
+        sentence,
+        {
+            "label": d.label,
+            "step_model": d.steps.describe(),
+            "max_batch": d.limits.max_batch,
+            "search_ceiling": MAX_USERS,
+        },
+    )
+
+
+def _objectives(slo: SLO) -> str:
+    parts = []
+    if slo.ttft_s is not None:
+        parts.append(f"TTFT <= {slo.ttft_s:g} s")
+    if slo.tpot_s is not None:
+        parts.append(f"TPOT <= {slo.tpot_s * 1e3:g} ms")
+    if slo.e2e_s is not None:
+        parts.append(f"E2E <= {slo.e2e_s:g} s")
+    return " and ".join(parts)
+
+
+# ---------------------------------------------------------------- the cheapest GPU type and count
+
+
+@dataclass(frozen=True)
+class Option:
+    gpu: str  # catalogue key
+    name: str
+    gpus: int  # per replica (tensor parallel)
+    replicas: int
+    usd_per_gpu_hour: float
+    users_per_replica: int
+
+    @property
+    def usd_per_hour(self) -> float:
+        return self.replicas * self.gpus * self.usd_per_gpu_hour
+
+
+def _replicas(meets: Callable[[int], bool], users: int) -> int | None:
+    """Fewest replicas r whose share ceil(users / r) meets the SLOs (None: one user per replica still misses)."""
+    if meets(users):
+        return 1
+    if not meets(1):
+        return None
+    lo, hi = 1, users  # replicas: lo fails, hi meets (one user each)
+    r = 2
+    while r < users and not meets(math.ceil(users / r)):
+        lo, r = r, r * 2
+    hi = min(r, users)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if meets(math.ceil(users / mid)) else (mid, hi)
+    return hi
+
+
+def candidates(
+    spec: ModelSpec, s: SimulateSpec, gpus: Sequence[str] | None = None
+) -> list[tuple[float, str, int]]:
+    """(dollars per hour of one replica, GPU key, GPUs) for every priced GPU and count the model splits into and
+    fits on, cheapest first."""
+    from engine.simulate.sweep import check_split
+
+    out = []
+    for key, gpu in load_gpu_catalog().items():
+        if gpus is not None and key not in gpus:
+            continue
+        price = price_for(key)
+        if price is None:
+            continue
+        for n in TP_COUNTS:
+            try:
+                check_split(spec, n)
+                sm = serving_memory(
+                    spec, gpu, dtype=s.dtype, kv_dtype=s.kv_dtype, tensor_parallel=n,
+                    gpu_memory_utilization=s.gpu_memory_utilization,
+                    max_model_len=(s.prompt_tokens_max or s.prompt_tokens) + (s.output_tokens_max or s.output_tokens),
+                )  # fmt: skip
+            except InvalidParameterError:
+                continue
+            if sm.fits:
+                out.append((n * price.usd_per_gpu_hour, key, n))
+    return sorted(out)
+
+
+def cheapest(
+    s: SimulateSpec,
+    slo: SLO,
+    users: int,
+    *,
+    gpus: Sequence[str] | None = None,
+    progress: Progress | None = None,
+    model: ModelSpec | None = None,
+) -> Answer:
+    """`model`: a model shape given directly (the Memory-and-cost page's); default: the spec's preset or config."""
+    s.validate()
+    slo.validate()
+    _need_slo(slo)
+    if not isinstance(users, int) or users < 1:
+        raise InvalidParameterError(f"the load is a whole number of users >= 1, got {users!r}")
+    spec = model or model_spec(s)
+    cands = candidates(spec, s, gpus)
+    if not cands:
+        raise InvalidParameterError(f"{spec.name} fits no priced GPU of the catalogue at 1 to 8 GPUs")
+    lengths = lengths_of(s)
+    best: Option | None = None
+    tried: list[Option] = []
+    for i, (one, key, n) in enumerate(cands):
+        if best is not None and one >= best.usd_per_hour:
+            break  # every later option costs at least this much per replica
+        if progress:
+            progress(i / len(cands), f"{key} x {n}")
+        d = deployment(replace(s, gpu=key, n_gpus=n), spec)
+        r = _replicas(lambda u, d=d: _meets(s, d, u, slo, "central", lengths), users)
+        if r is None:
+            continue
+        price = price_for(key)
+        assert price is not None
+        opt = Option(key, d.gpu.name, n, r, price.usd_per_gpu_hour, math.ceil(users / r))
+        tried.append(opt)
+        if best is None or opt.usd_per_hour < best.usd_per_hour:
+            best = opt
+    if best is None:
+        raise InvalidParameterError(
+            f"no priced GPU meets {_objectives(slo)} even with one user per replica; relax the objectives"
+        )
+    d = deployment(replace(s, gpu=best.gpu, n_gpus=best.gpus), spec)
+    ends = {}
+    for which in ("low", "high"):
+        r = _replicas(lambda u, w=which: _meets(s, d, u, slo, w, lengths), users)
+        ends[which] = math.inf if r is None else r * best.gpus * best.usd_per_gpu_hour
+    value = Interval(ends["low"], best.usd_per_hour, ends["high"], rows=d.steps.describe().get("rows"))
+    each = f"{best.replicas} replicas of " if best.replicas > 1 else ""
+    slow = (
+        f"${value.high:,.2f}"
+        if math.isfinite(value.high)
+        else "no replica count meeting them when every step takes its interval's high end"
+    )
+    sentence = (
+        f"Cheapest for {users} users at {_objectives(slo)}: {each}{best.gpus} x {best.name} at "
+        f"${best.usd_per_hour:,.2f}/hour, {best.users_per_replica} users per replica (interval ${value.low:,.2f} to "
+        f"{slow}, the step times at their interval's ends); {len(tried)} of the {len(cands)} priced options that "
+        "fit were simulated, the rest cost more per replica than this."
+    )
+    return Answer(
+        "cheapest",
+        value,
+        "USD per hour",
+        sentence,
+        {
+            "best": best.__dict__ | {"usd_per_hour": best.usd_per_hour},
+            "price_source": price_for(best.gpu).label,  # type: ignore[union-attr]
+            "simulated": sorted(
+                ({**o.__dict__, "usd_per_hour": o.usd_per_hour} for o in tried),
+                key=lambda o: o["usd_per_hour"],
+            ),
+        },
+    )

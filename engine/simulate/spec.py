@@ -1,0 +1,120 @@
+"""What a simulated sweep is asked: the model, the GPUs and engine, the scheduler's knobs and the load generator's
+workload. One Spec (engine.core.spec): `python -m engine simulate`'s flags, the Serving page's widgets and
+bench/simulate.py read its defaults and bounds. The SLOs are the load generator's own Spec (engine.loadgen.SLO)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.calc.report import ENGINE_CHOICES
+from engine.calc.specs import PRECISIONS, THIS_MACHINE
+from engine.core.errors import InvalidParameterError
+from engine.core.spec import Spec, option
+from engine.loadgen.workload import LoadSpecError, parse_levels
+
+MODES = ("concurrency", "rate")  # the command's words; the load generator's are "concurrency" and "poisson"
+DEFAULT_GPU_BATCH = (
+    256  # vLLM's default --max-num-seqs (vllm/engine/arg_utils.py), and the lab's MAX_BATCH_LIMIT
+)
+
+
+@dataclass(frozen=True)
+class SimulateSpec(Spec):
+    model: str | None = option(
+        None, "a calculator or engine preset (python -m engine gpus --models); or give --config", kind=str
+    )
+    config: str | None = option(None, "path of a Hugging Face config.json (or its folder)", kind=str)
+    gpu: str = option(
+        "h100-sxm", f"a GPU catalogue key (python -m engine gpus), or {THIS_MACHINE} (its calibration)"
+    )
+    n_gpus: int = option(1, "GPUs in tensor parallel", lo=1, hi=1024, flag="--gpus", label="GPUs")
+    dtype: str = option("bf16", "weight precision", choices=PRECISIONS)
+    kv_dtype: str | None = option(
+        None, "KV cache precision (default: the weights')", kind=str, choices=PRECISIONS
+    )
+    engine: str = option(
+        "vllm",
+        "the engine class whose step times, fitted on its published runs, are used",
+        choices=ENGINE_CHOICES,
+    )
+    mode: str = option("concurrency", "fixed users (concurrency) or Poisson arrivals (rate)", choices=MODES)
+    sweep: str = option("1,4,16", "load levels: users, or requests per second with --mode rate")
+    n_requests: int = option(200, "requests per level", lo=1, hi=100_000, flag="--requests", label="requests")
+    prompt_tokens: int = option(512, "prompt tokens per request", lo=1, hi=1_000_000)
+    prompt_tokens_max: int | None = option(
+        None, "draw prompt lengths uniformly up to this (seeded)", kind=int, lo=1, hi=1_000_000
+    )
+    output_tokens: int = option(128, "output tokens per request (ignore_eos: every request makes them)", lo=1)
+    output_tokens_max: int | None = option(None, "draw output lengths uniformly up to this", kind=int, lo=1)
+    burstiness: float = option(1.0, "Gamma arrivals as vLLM's bench serve: 1 = Poisson, < 1 burstier")
+    seed: int = option(0, "seed of the workload (lengths and arrival times), the load generator's")
+    max_batch: int | None = option(
+        None,
+        f"the scheduler's max batch (default: {DEFAULT_GPU_BATCH} on a GPU, vLLM's max-num-seqs; the server's 8 on "
+        f"{THIS_MACHINE})",
+        kind=int,
+        lo=1,
+        hi=DEFAULT_GPU_BATCH,
+    )
+    prefill_chunk_tokens: int | None = option(
+        None,
+        "tokens of one prefill chunk (default: vLLM's max-num-batched-tokens on a GPU; the server's 256 on "
+        f"{THIS_MACHINE})",
+        kind=int,
+        lo=1,
+    )
+    mixed_prompt_tokens: int | None = option(
+        None,
+        "prompt tokens a decode step may carry (default: the chunk on a GPU, as vLLM's chunked prefill; the "
+        f"server's 16 on {THIS_MACHINE})",
+        kind=int,
+        lo=1,
+    )
+    gpu_memory_utilization: float | None = option(
+        None,
+        "vLLM's --gpu-memory-utilization: sizes the KV budget (default: vLLM's)",
+        kind=float,
+        lo=0.01,
+        hi=1,
+    )
+    keep_going: bool = option(False, "simulate every level even after one misses the SLOs")
+
+    def validate(self) -> SimulateSpec:
+        if bool(self.model) == bool(self.config):
+            raise InvalidParameterError(
+                "give the model as --model (a preset) or --config (a config.json), one of them"
+            )
+        super().validate()
+        self.levels()
+        for lo_name, hi_name in (
+            ("prompt_tokens", "prompt_tokens_max"),
+            ("output_tokens", "output_tokens_max"),
+        ):
+            hi = getattr(self, hi_name)
+            if hi is not None and hi < getattr(self, lo_name):
+                raise InvalidParameterError(
+                    f"{hi_name.replace('_', ' ')} ({hi}) is below {lo_name.replace('_', ' ')} "
+                    f"({getattr(self, lo_name)}); raise it or leave it out"
+                )
+        if self.burstiness <= 0:
+            raise InvalidParameterError(
+                f"burstiness must be a positive number (1 = Poisson), got {self.burstiness}"
+            )
+        return self
+
+    def levels(self) -> tuple[float, ...]:
+        """The sweep's levels as numbers (users must be whole)."""
+        try:
+            levels = parse_levels(self.sweep)
+        except LoadSpecError as exc:
+            raise InvalidParameterError(str(exc)) from None
+        if self.mode == "concurrency" and any(v != int(v) for v in levels):
+            bad = next(v for v in levels if v != int(v))
+            raise InvalidParameterError(
+                f"users are whole numbers; {bad:g} is not (use --mode rate for a rate)"
+            )
+        return tuple(sorted(set(levels)))
+
+    @property
+    def title(self) -> str:
+        return f"{self.model or self.config} on {self.gpu} x {self.n_gpus}, {self.engine}"

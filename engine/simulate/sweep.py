@@ -1,0 +1,353 @@
+"""A simulated load sweep: the load generator's workload (engine.loadgen.workload.plan: the same seeded lengths and
+arrival times a real sweep sends) through the virtual scheduler (engine.simulate.clock) at each level, summarised
+by the load generator's own metrics (engine.loadgen.metrics.summarize) into its SweepResult, so the JSON, the table
+and the charts are those of a measured sweep. The sweep runs three times, with every step at the low end, the
+centre and the high end of its interval (engine.simulate.steps), and each figure carries the spread of the three.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+from engine.batching import policy
+from engine.calc.efficiency import ENGINES, Setup
+from engine.calc.hf_config import read_config_file, spec_from_hf_config
+from engine.calc.memory import kv_bytes_per_token
+from engine.calc.serving_memory import ServingMemory, serving_memory
+from engine.calc.specs import THIS_MACHINE, GPUSpec, ModelSpec, gpu_spec
+from engine.core.errors import InvalidParameterError
+from engine.core.interval import Interval
+from engine.core.jsonsafe import to_jsonable
+from engine.loadgen.metrics import RunMetrics, summarize
+from engine.loadgen.sweep import SweepResult, to_json
+from engine.loadgen.workload import SLO, LoadSpec, PlannedRequest, plan
+from engine.simulate.clock import SimRequest, run
+from engine.simulate.spec import DEFAULT_GPU_BATCH, SimulateSpec
+from engine.simulate.steps import CalibratedSteps, StepModel, published_steps
+
+ENDS = ("low", "central", "high")
+SIMULATED_URL = "http://simulated/v1"  # LoadSpec wants a URL; nothing is sent
+Progress = Callable[[float, str], None]
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What the simulator runs: the model on its GPUs, the scheduler's limits and the step-time model."""
+
+    spec: ModelSpec
+    gpu: GPUSpec
+    n_gpus: int
+    engine: str
+    limits: policy.Limits
+    steps: StepModel
+    memory: ServingMemory | None  # the KV budget as the engine allocates it (None: this machine's scheduler)
+    notes: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        return f"simulated for {self.gpu.name} x {self.n_gpus}, {self.engine}"
+
+
+def model_spec(s: SimulateSpec) -> ModelSpec:
+    """The model's shape from a preset or a config.json (the calculator's formula counts)."""
+    if s.config:
+        cfg = read_config_file(s.config)
+        return spec_from_hf_config(cfg)
+    from engine.calibration import resolve_model_spec
+
+    assert s.model is not None
+    return resolve_model_spec(s.model)
+
+
+def check_split(spec: ModelSpec, n_gpus: int) -> None:
+    """Tensor parallel splits the attention heads evenly (vLLM refuses otherwise: 'Total number of attention heads
+    must be divisible by tensor parallel size'); KV heads too, or are replicated when fewer than the GPUs."""
+    if n_gpus == 1:
+        return
+    if spec.n_head % n_gpus:
+        ok = [d for d in range(1, min(spec.n_head, 64) + 1) if spec.n_head % d == 0 and d > 1][:6]
+        raise InvalidParameterError(
+            f"{spec.name} has {spec.n_head} attention heads, which {n_gpus} GPUs cannot split evenly; choose a "
+            f"GPU count that divides them ({', '.join(map(str, ok))}, ...)"
+        )
+    kv = spec.n_kv_head
+    if kv >= n_gpus and kv % n_gpus:
+        raise InvalidParameterError(
+            f"{spec.name} has {kv} KV heads, which {n_gpus} GPUs cannot split evenly; choose a count that divides them"
+        )
+
+
+def deployment(s: SimulateSpec, spec: ModelSpec | None = None, gpu: GPUSpec | None = None) -> Deployment:
+    """Resolve the spec into a model, GPUs, the scheduler's limits and the step model; clear errors otherwise.
+    `spec`, `gpu`: a model shape or GPU figures given directly (the Memory-and-cost page's, edited or uploaded)."""
+    spec = spec or model_spec(s)
+    prompt_max = s.prompt_tokens_max or s.prompt_tokens
+    output_max = s.output_tokens_max or s.output_tokens
+    longest = prompt_max + output_max
+    if longest > spec.context_length:
+        raise InvalidParameterError(
+            f"prompt + output up to {longest} tokens exceed {spec.name}'s context of {spec.context_length}; shorten them"
+        )
+    kv_dtype = s.kv_dtype or s.dtype
+    per_token = math.ceil(kv_bytes_per_token(spec, kv_dtype))
+    if s.gpu == THIS_MACHINE:
+        return _this_machine(s, spec, per_token)
+    gpu = gpu or gpu_spec(s.gpu)
+    check_split(spec, s.n_gpus)
+    notes = []
+    allocator = s.engine if s.engine in ("vllm", "sglang") else "vllm"
+    if allocator != s.engine:
+        notes.append(f"the KV budget is sized as vLLM allocates it ({s.engine} has no allocation model here)")
+    sm = serving_memory(
+        spec,
+        gpu,
+        engine=allocator,
+        dtype=s.dtype,
+        kv_dtype=kv_dtype,
+        tensor_parallel=s.n_gpus,
+        gpu_memory_utilization=s.gpu_memory_utilization,
+        max_model_len=longest,
+        max_num_seqs=s.max_batch,
+    )
+    if not sm.fits:
+        raise InvalidParameterError(
+            f"{spec.name} in {s.dtype} leaves no room for a KV cache on {s.n_gpus} x {gpu.name} "
+            f"({sm.weights_bytes / 1e9:.1f} GB of weights per GPU of {sm.total_bytes / 1e9:.1f} GB): add GPUs, "
+            "pick a larger GPU or a smaller format"
+        )
+    chunk = s.prefill_chunk_tokens or sm.max_num_batched_tokens or 2048
+    limits = policy.Limits(
+        max_batch=s.max_batch or DEFAULT_GPU_BATCH,
+        kv_budget_bytes=int(sm.kv_cache_tokens * per_token),
+        kv_bytes_per_token=per_token,
+        prefill_chunk_tokens=chunk,
+        mixed_prompt_tokens=s.mixed_prompt_tokens or chunk,
+    )
+    setup = Setup(
+        spec, gpu, s.dtype, None, None, None, kv_dtype, s.n_gpus, 1, s.prompt_tokens, s.output_tokens
+    )
+    return Deployment(
+        spec, gpu, s.n_gpus, s.engine, limits, published_steps(setup, s.engine), sm, tuple(notes)
+    )
+
+
+def _this_machine(s: SimulateSpec, spec: ModelSpec, per_token: int) -> Deployment:
+    """This CPU with its stored calibration and the server's own scheduler defaults (engine serve)."""
+    from engine.batching.scheduler import (  # torch: only for this machine
+        DEFAULT_KV_FRACTION,
+        DEFAULT_MAX_BATCH,
+        DEFAULT_MIXED_PROMPT_TOKENS,
+        DEFAULT_PREFILL_CHUNK_TOKENS,
+        free_memory_bytes,
+    )
+    from engine.calibration import require_calibration
+
+    if s.n_gpus != 1:
+        raise InvalidParameterError(f"{THIS_MACHINE} is one device: use --gpus 1")
+    cal = require_calibration()
+    gpu = cal.machine_gpu()
+    limits = policy.Limits(
+        max_batch=s.max_batch or DEFAULT_MAX_BATCH,
+        kv_budget_bytes=int(free_memory_bytes("cpu") * DEFAULT_KV_FRACTION),
+        kv_bytes_per_token=per_token,
+        prefill_chunk_tokens=s.prefill_chunk_tokens or DEFAULT_PREFILL_CHUNK_TOKENS,
+        mixed_prompt_tokens=s.mixed_prompt_tokens or DEFAULT_MIXED_PROMPT_TOKENS,
+    )
+    notes = ("the KV budget is the server's: a quarter of the memory free now",)
+    if ENGINES.get(s.engine) != "hf":
+        notes += (f"{THIS_MACHINE} runs this engine's own scheduler; --engine {s.engine} is not used",)
+    return Deployment(spec, gpu, 1, "this engine", limits, CalibratedSteps(cal, spec, s.dtype), None, notes)
+
+
+def workload(s: SimulateSpec, level: float) -> tuple[LoadSpec, list[PlannedRequest]]:
+    """The load generator's spec and plan at one level: the same seeded output lengths and arrival times."""
+    load = LoadSpec(
+        base_url=SIMULATED_URL,
+        model=s.model or s.config,
+        mode="poisson" if s.mode == "rate" else "concurrency",
+        rate=float(level) if s.mode == "rate" else 1.0,
+        burstiness=s.burstiness,
+        concurrency=int(level) if s.mode == "concurrency" else 1,
+        n_requests=s.n_requests,
+        output_tokens=s.output_tokens,
+        output_tokens_max=s.output_tokens_max,
+        seed=s.seed,
+    ).validate()
+    return load, plan(load)
+
+
+def prompt_lengths(s: SimulateSpec) -> list[int]:
+    """Prompt tokens per request: fixed, or drawn uniformly from [P, P max] with a seed of their own (vLLM bench's
+    random dataset draws input lengths the same way)."""
+    if s.prompt_tokens_max is None:
+        return [s.prompt_tokens] * s.n_requests
+    rng = random.Random(f"prompt-{s.seed}")
+    return [rng.randint(s.prompt_tokens, s.prompt_tokens_max) for _ in range(s.n_requests)]
+
+
+def requests_of(reqs: Sequence[PlannedRequest], lengths: Sequence[int]) -> list[SimRequest]:
+    return [SimRequest(r.index, lengths[r.index], r.max_tokens, r.send_at_s) for r in reqs]
+
+
+def run_level(
+    d: Deployment, load: LoadSpec, reqs: Sequence[SimRequest], slo: SLO, which: str = "central"
+) -> RunMetrics:
+    """One level of the sweep: the workload through the virtual scheduler, summarised as the load generator does."""
+    records = run(
+        reqs,
+        d.limits,
+        d.steps,
+        concurrency=load.concurrency if load.mode == "concurrency" else None,
+        which=which,
+    )
+    return summarize(records, level=load.level, mode=load.mode, slo=slo)
+
+
+@dataclass(frozen=True)
+class SimulatedSweep:
+    spec: SimulateSpec
+    deployment: Deployment
+    runs: dict[str, SweepResult]  # "low" / "central" / "high": every step at that end of its interval
+
+    @property
+    def result(self) -> SweepResult:
+        return self.runs["central"]
+
+    def knee_interval(self) -> dict:
+        """The knee of each run: the fast run's is the high end (None where a run met no level)."""
+        return {"low": self.runs["high"].knee, "central": self.result.knee, "high": self.runs["low"].knee}
+
+    def intervals(self) -> list[dict]:
+        """Per level, each figure as an Interval over the three runs (low = the smaller value); `rows`: the
+        observations behind the step times' interval (published rows, calibration shapes or measured steps)."""
+        rows = self.deployment.steps.describe().get("rows")
+        out = []
+        for i, p in enumerate(self.result.points):
+            trio = [self.runs[e].points[i] for e in ENDS]
+            row: dict = {"level": p.level}
+            for name in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
+                row[name] = {
+                    q: _spread([getattr(getattr(t, name), q) for t in trio], rows)
+                    for q in ("p50", "p90", "p99")
+                }
+            for name in ("output_tokens_per_s", "request_throughput", "goodput_rps", "slo_attainment"):
+                row[name] = _spread([getattr(t, name) for t in trio], rows)
+            out.append(row)
+        return out
+
+    def to_json(self) -> dict:
+        """The load generator's JSON (spec, slo, levels, points, knee, ...) for the central run, plus `simulated`."""
+        out = to_json(self.result)
+        d = self.deployment
+        out["simulated"] = to_jsonable(
+            {
+                "gpu": d.gpu.name,
+                "gpu_key": self.spec.gpu,
+                "gpus": d.n_gpus,
+                "engine": d.engine,
+                "model": d.spec.name,
+                "label": d.label,
+                "step_model": d.steps.describe(),
+                "scheduler": {
+                    "max_batch": d.limits.max_batch,
+                    "kv_budget_bytes": d.limits.kv_budget_bytes,
+                    "kv_bytes_per_token": d.limits.kv_bytes_per_token,
+                    "kv_budget_tokens": d.limits.kv_budget_bytes // d.limits.kv_bytes_per_token,
+                    "prefill_chunk_tokens": d.limits.prefill_chunk_tokens,
+                    "mixed_prompt_tokens": d.limits.mixed_prompt_tokens,
+                    "policy": "engine.batching.policy (the server's scheduler policy)",
+                },
+                "prompt_tokens": self.spec.prompt_tokens,
+                "prompt_tokens_max": self.spec.prompt_tokens_max,
+                "knee_interval": self.knee_interval(),
+                "intervals": [
+                    {
+                        k: (_json(v) if isinstance(v, Interval) else {q: _json(x) for q, x in v.items()})
+                        if k != "level"
+                        else v
+                        for k, v in row.items()
+                    }
+                    for row in self.intervals()
+                ],
+                "notes": list(d.notes),
+            }
+        )
+        return out
+
+
+def _spread(values: Sequence[float], rows: int | None) -> Interval:
+    c = values[1]  # the runs with low, central and high step times
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    if not finite or c is None or not math.isfinite(c):
+        return Interval(math.nan, math.nan, math.nan, rows=rows)
+    return Interval(min(finite), c, max(finite), rows=rows)
+
+
+def _json(i: Interval) -> dict:
+    return to_jsonable(i.to_json())
+
+
+def simulate(
+    s: SimulateSpec,
+    slo: SLO,
+    *,
+    progress: Progress | None = None,
+    lengths: Sequence[int] | None = None,
+    deploy: Deployment | None = None,
+) -> SimulatedSweep:
+    """The sweep at every level of `s` (stopping after the first that misses the SLOs unless keep_going), three
+    times over the step-time interval. `lengths`: prompt tokens per request (default: prompt_lengths(s));
+    `deploy`: a resolved deployment (bench/simulate.py passes measured step times)."""
+    s.validate()
+    slo.validate()
+    d = deploy or deployment(s)
+    lengths = list(lengths) if lengths is not None else prompt_lengths(s)
+    if len(lengths) < s.n_requests:
+        raise InvalidParameterError(f"{len(lengths)} prompt lengths for {s.n_requests} requests")
+    levels = s.levels()
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    runs: dict[str, SweepResult] = {}
+    ran: list[float] = []
+    total = len(levels) * len(ENDS)
+    for j, which in enumerate(("central", "low", "high")):
+        points: list[RunMetrics] = []
+        stopped = False
+        todo = levels if which == "central" else ran
+        for i, level in enumerate(todo):
+            if progress:
+                progress((j * len(levels) + i) / total, f"{which} step times: {s.mode} {level:g}")
+            load, planned = workload(s, level)
+            m = run_level(d, load, requests_of(planned, lengths), slo, which)
+            points.append(m)
+            if which == "central" and not m.meets_slo and not s.keep_going:
+                stopped = i < len(levels) - 1
+                break
+        if which == "central":
+            ran = [p.level for p in points]
+        knee = _knee(points, s.keep_going)
+        runs[which] = SweepResult(
+            workload(s, levels[0])[0], slo, levels, tuple(points), knee, stopped, started
+        )
+    if progress:
+        progress(1.0, "done")
+    return SimulatedSweep(s, d, runs)
+
+
+def _knee(points: Sequence[RunMetrics], keep_going: bool) -> float | None:
+    """run_sweep's knee: the highest level meeting the SLOs before the first that misses (any, with keep_going)."""
+    knee = None
+    for p in points:
+        if p.meets_slo:
+            knee = p.level
+        elif not keep_going:
+            break
+    return knee
+
+
+def with_steps(d: Deployment, steps: StepModel, notes: Sequence[str] = ()) -> Deployment:
+    """The same deployment with another step-time model (bench/simulate.py: the scheduler's measured steps)."""
+    return replace(d, steps=steps, notes=d.notes + tuple(notes))

@@ -1,0 +1,264 @@
+"""One answer per plan: fit, GPUs needed, the plan's tensor x pipeline size, the price and the launch command agree
+over a grid of models, GPUs, counts and engines; the launch command names the model by its hub id; an estimate
+beside a measurement is compared only when it may be."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import replace
+
+import pytest
+
+from engine.calc import published
+from engine.calc.hf_config import spec_from_hf_config
+from engine.calc.report import Inputs, estimate
+from engine.calc.specs import gpu_spec, model_preset
+from engine.cli import main
+from engine.commands.estimate import flatten
+
+PRICE = 2.0  # $ per GPU-hour, so the price says how many GPUs it was computed for
+
+
+def _qwen72b():
+    return spec_from_hf_config(published.configs()["Qwen/Qwen2-72B"], name="Qwen/Qwen2-72B")
+
+
+MODELS = {
+    "gpt-neo-2.7b": lambda: model_preset("gpt-neo-2.7b"),
+    "llama-3-8b": lambda: model_preset("llama-3-8b"),
+    "qwen2-72b": _qwen72b,
+}
+
+
+def _size(cmd: str, *flags: str) -> int:
+    for flag in flags:
+        m = re.search(rf"{flag} (\d+)", cmd)
+        if m:
+            return int(m.group(1))
+    return 1
+
+
+def _gpus_in(cmd: str) -> int:
+    """tensor x pipeline GPUs of a vLLM or SGLang command line."""
+    return _size(cmd, "--tensor-parallel-size", "--tp-size") * _size(
+        cmd, "--pipeline-parallel-size", "--pp-size"
+    )
+
+
+@pytest.mark.parametrize("engine", [None, "hf", "vllm", "sglang"])
+@pytest.mark.parametrize("model", list(MODELS))
+def test_fit_gpus_needed_price_and_launch_command_agree_over_the_grid(model, engine):
+    """The issue: 72B bf16 on 2 x 80 GB with vLLM said 'fits', 'GPUs needed 4' priced at 4, and a command for 2."""
+    spec = MODELS[model]()
+    contradictions = []
+    for gpu_key in ("t4", "a100-80gb", "h100-sxm"):
+        gpu = gpu_spec(gpu_key)
+        for n in (1, 2, 3, 8):
+            for batch in (1, 64):
+                inputs = Inputs(
+                    dtype="bf16" if gpu_key != "t4" else "fp16",
+                    batch=batch,
+                    prompt_tokens=512,
+                    output_tokens=512,
+                    n_gpus=n,
+                    engine=engine,
+                    usd_per_gpu_hour=PRICE,
+                )
+                r = flatten(estimate(spec, gpu, inputs))
+                where = f"{model} {engine} {gpu_key} x{n} batch {batch}"
+                cmd = r.get("launch_command") if engine in ("vllm", "sglang") else None
+                replicas = r.get("replicas", 1)
+                priced = r["usd_per_hour"] / PRICE if math.isfinite(r["usd_per_hour"]) else None
+                if r["fits"]:
+                    if r["gpus_needed"] > n:
+                        contradictions.append(f"{where}: fits, but needs {r['gpus_needed']}")
+                    if cmd and _gpus_in(cmd) * replicas != n:
+                        contradictions.append(f"{where}: fits on {n}, command for {_gpus_in(cmd)}")
+                    if priced is not None and round(priced) != n:
+                        contradictions.append(f"{where}: fits on {n}, priced at {priced:g}")
+                else:
+                    if cmd and _gpus_in(cmd) * replicas != r["gpus_needed"]:
+                        contradictions.append(
+                            f"{where}: needs {r['gpus_needed']}, command for {_gpus_in(cmd)}"
+                        )
+                    if priced is not None and round(priced) != r["gpus_needed"]:
+                        contradictions.append(f"{where}: needs {r['gpus_needed']}, priced at {priced:g}")
+                if engine in ("vllm", "sglang") and r["fits"] != (r["max_batch"] >= batch):
+                    contradictions.append(f"{where}: fits {r['fits']} but max batch {r['max_batch']}")
+    assert not contradictions, "\n".join(contradictions[:12])
+
+
+def test_qwen_72b_on_two_a100s_with_vllm_is_one_answer():
+    est = estimate(
+        _qwen72b(),
+        gpu_spec("a100-80gb"),
+        Inputs(dtype="bf16", batch=8, prompt_tokens=512, output_tokens=512, n_gpus=2, engine="vllm"),
+    )
+    assert est.fits and est.gpus_needed == 2 and est.priced_gpus == 2
+    assert "--tensor-parallel-size 2" in est.launch.vllm
+    # the paged comparison sits in the cache vLLM allocates, not in the 20%-overhead model's (which has none)
+    assert est.paged is not None
+    assert est.paged.kv_budget_bytes == pytest.approx(est.fit.kv_cache_tokens * est.memory.kv_bytes_per_token)
+    assert (
+        f"{est.fit.kv_cache_tokens:,} tokens" in est.fit.sentence
+        and f"{est.max_batch:,} sequences" in est.fit.sentence
+    )
+    one = replace(est.inputs, n_gpus=1)
+    alone = estimate(_qwen72b(), gpu_spec("a100-80gb"), one)
+    assert not alone.fits and alone.gpus_needed == 2 and "--tensor-parallel-size 2" in alone.launch.vllm
+    assert (
+        "Does not fit on the 1 GPU(s) asked" in alone.launch.note
+        and "for the 2 GPUs it needs" in alone.launch.note
+    )
+
+
+def test_a_serving_engine_decides_memory_the_overhead_model_is_only_a_comparison():
+    """On an 8B model the page gave the KV memory three sizes and the max batch three values (195, 192, 182)."""
+    spec, h100 = model_preset("llama-3-8b"), gpu_spec("h100-sxm")
+    i = Inputs(dtype="bf16", batch=8, prompt_tokens=512, output_tokens=512, engine="vllm")
+    est = estimate(spec, h100, i)
+    held = est.fit.serving.blocks // math.ceil(1024 / est.fit.serving.block_size)
+    assert est.max_batch == min(held, est.fit.serving.max_num_seqs)
+    assert est.fit.model == "vllm" and est.paged.kv_budget_bytes == pytest.approx(
+        est.fit.kv_cache_tokens * est.memory.kv_bytes_per_token
+    )
+    hf = estimate(spec, h100, replace(i, engine="hf"))
+    assert hf.fit.model == "overhead" and hf.fit.serving is None
+
+
+def test_sglang_keeps_its_own_fraction_per_gpu_count():
+    spec, h100 = model_preset("llama-3-8b"), gpu_spec("h100-sxm")
+    for n, fraction in ((1, 0.88), (2, 0.87), (4, 0.85), (8, 0.81)):
+        est = estimate(spec, h100, Inputs(dtype="bf16", batch=8, n_gpus=n, engine="sglang"))
+        assert f"--mem-fraction-static {fraction:g}" in est.launch.sglang, n
+
+
+# ---------------------------------------------------------------- the launch command names the model
+
+
+def _cli(capsys, argv):
+    assert main(argv) == 0, capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)
+
+
+BASE = ["estimate", "--gpu", "h100-sxm", "--dtype", "bf16", "--engine", "vllm", "--json"]
+
+
+def test_model_id_flag_and_defaults_give_a_command_that_pastes(capsys, tmp_path):
+    r = _cli(capsys, [*BASE, "--model", "llama-3-8b", "--model-id", "acme/my-llama"])
+    assert r["launch_command"].startswith("vllm serve acme/my-llama ")
+    r = _cli(capsys, [*BASE, "--model", "llama-3-8b"])  # the preset's own hub id
+    assert r["launch_command"].startswith("vllm serve meta-llama/Meta-Llama-3-8B ")
+    cfg = dict(published.configs()["meta-llama/Llama-3.1-8B-Instruct"])
+    named = tmp_path / "named.json"
+    named.write_text(json.dumps(cfg))
+    r = _cli(capsys, [*BASE, "--config", str(named)])  # the config's _name_or_path
+    assert r["launch_command"].startswith(f"vllm serve {cfg['_name_or_path']} ")
+    cfg.pop("_name_or_path")
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(cfg))
+    r = _cli(capsys, [*BASE, "--config", str(bare)])
+    assert r["launch_command"].startswith("vllm serve '<model-id>' ") and "<model-id>" in r["launch_note"]
+    assert r["model"] != "LlamaForCausalLM" or r["model_id"] is None
+
+
+def test_a_plan_that_does_not_fit_gets_a_command_for_the_gpus_it_needs(capsys):
+    r = _cli(capsys, [*BASE, "--model", "meta-llama/Llama-3.1-70B-Instruct", "--gpus", "1"])
+    assert not r["fits"] and r["gpus_needed"] > 1
+    assert _gpus_in(r["launch_command"]) * r["replicas"] == r["gpus_needed"] == r["priced_gpus"]
+    assert f"for the {r['gpus_needed']} GPUs it needs" in r["launch_note"]
+
+
+def test_fp8_on_a_gpu_without_fp8_tensor_cores_is_weight_only_and_keeps_the_models_dtype():
+    spec = replace(model_preset("llama-3-8b"), checkpoint_dtype="bf16")
+    a100 = gpu_spec("a100-80gb")
+    # the page sends fp16 activations with a quantized format
+    est = estimate(spec, a100, Inputs(dtype="fp16", weight_format="fp8", batch=4, engine="vllm"))
+    assert any("weight-only" in w for w in est.warnings)
+    assert "--dtype bfloat16" in est.launch.vllm and "--quantization fp8" in est.launch.vllm
+    h100 = estimate(
+        spec, gpu_spec("h100-sxm"), Inputs(dtype="fp16", weight_format="fp8", batch=4, engine="vllm")
+    )
+    assert not any("weight-only" in w for w in h100.warnings)
+
+
+def test_presets_cover_every_published_config_and_the_common_families():
+    from engine.arch.resolve import hub_presets
+
+    presets = hub_presets()
+    assert set(published.configs()) <= set(presets)
+    for family in (
+        "Llama-3.1",
+        "Llama-3.2",
+        "Llama-3.3",
+        "Qwen2.5",
+        "Qwen3-",
+        "Mistral",
+        "gemma-2",
+        "Phi-3",
+        "DeepSeek-R1-Distill-Llama",
+        "DeepSeek-R1-Distill-Qwen",
+    ):
+        assert any(family.lower() in hub.lower() for hub in presets), family
+    assert all(p.source and "/" in p.hub_id for p in presets.values())
+
+
+def test_a_hub_preset_serves_its_own_id_even_when_it_shares_a_config():
+    from engine.arch.resolve import hub_preset_spec
+
+    spec = hub_preset_spec("meta-llama/Llama-3.3-70B-Instruct")  # stands for Llama-3.1-70B-Instruct's config
+    assert spec.hub_id == "meta-llama/Llama-3.3-70B-Instruct" and spec.checkpoint_dtype == "bf16"
+
+
+def test_deepseek_distills_are_presets_with_their_bases_shapes_and_their_own_id():
+    from engine.arch.resolve import hub_preset_spec
+
+    distill = hub_preset_spec("deepseek-ai/DeepSeek-R1-Distill-Llama-8B")
+    base = hub_preset_spec("meta-llama/Llama-3.1-8B")
+    assert (distill.n_layer, distill.hidden, distill.n_kv_head) == (base.n_layer, base.hidden, base.n_kv_head)
+    assert distill.hub_id == "deepseek-ai/DeepSeek-R1-Distill-Llama-8B"
+    assert "fine-tuned from it, as github.com/deepseek-ai/DeepSeek-R1 says" in distill.source
+    est = estimate(distill, gpu_spec("a100-80gb"), Inputs(dtype="bf16", batch=4, engine="vllm"))
+    assert est.launch is not None and est.launch.vllm.startswith(
+        "vllm serve deepseek-ai/DeepSeek-R1-Distill-Llama-8B"
+    )
+
+
+# ---------------------------------------------------------------- an estimate beside a measurement
+
+
+def test_a_measurement_taken_busy_is_not_compared():
+    from engine.calibration.beside import beside
+    from engine.core.interval import Interval
+
+    predicted = Interval(0.020, 0.025, 0.031, 0.010)
+    quiet = beside("TPOT", measured_s=0.027, predicted=predicted, loadavg_1m=0.5, n_cores=2)
+    assert quiet.comparable and quiet.inside and quiet.ratio == pytest.approx(0.025 / 0.027)
+    assert "inside the calibrated estimate" in quiet.sentence()
+    busy = replace(quiet, loadavg_1m=20.3, busy=True)
+    assert busy.ratio is None and "measured under load 20.3 on 2 cores: not comparable" in busy.sentence()
+    flipped = beside("TPOT", measured_s=1.33, predicted=predicted, loadavg_1m=20.3, n_cores=2)
+    assert flipped.busy and "not comparable" in flipped.sentence()
+    bound_only = beside("TPOT", measured_s=1.33, predicted=None, bound_s=0.0254, loadavg_1m=0.5, n_cores=2)
+    assert bound_only.ratio is None and "bound" in bound_only.sentence() and "%" not in bound_only.sentence()
+
+
+def test_the_forecast_carries_the_calibrated_interval_and_says_when_the_machine_is_busy():
+    from engine.calibration import RunSample, build_calibration, machine_spec, predict
+    from engine.calibration.check import forecast_run
+
+    spec = model_preset("smollm2-135m")
+    machine = machine_spec(20e9, {"fp32": 2e11, "bf16": 5e10})
+    samples = [
+        RunSample("fp32", b, p, o, *predict(spec, RunSample("fp32", b, p, o, math.nan, math.nan), machine))
+        for b, p, o in ((1, 32, 8), (1, 128, 6), (4, 32, 6), (1, 64, 16))
+    ]
+    cal = build_calibration(spec, samples, machine, model="smollm2-135m-instruct")
+    fc = forecast_run(spec, "fp32", 20, 300, True, machine, cal)
+    assert fc.interval is not None and fc.interval.low <= fc.seconds <= fc.interval.high
+    assert "Forecast run time" in fc.beside(loadavg=0.1).sentence()
+    assert "busy now (load 50.0" in fc.beside(loadavg=50.0).sentence()
+    uncalibrated = forecast_run(spec, "fp32", 20, 300, True, machine, None)
+    assert uncalibrated.interval is None and "at least" in uncalibrated.beside(loadavg=0.1).sentence()

@@ -1,0 +1,136 @@
+"""Demo pace (issue 33 item 6): a long run's clock (elapsed and what is left, from the engine's pace or the last
+run here), runs that survive a page reload (the run log keyed by the browser session), and presenter mode (a page
+opens on the last run recorded on this machine, dated)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from engine.runtime import runlog
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_clock_says_what_is_left_and_where_the_estimate_comes_from():
+    from ui.pace import Expected, clock_line, left_s
+
+    guess = Expected(60.0, "the last run here, 2026-12-02 10:31 UTC, took 1 min")
+    # early on the recorded run decides; later the run's own pace does
+    assert left_s(10.0, 0.05, guess) == 50.0
+    assert left_s(30.0, 0.5, guess) == 30.0
+    line = clock_line("Racing", "1/4 · vanilla", 10.0, 0.05, guess)
+    assert "elapsed" in line and "left" in line and "the last run here" in line
+    assert "at the pace so far" in clock_line("Racing", "", 30.0, 0.5, guess)
+    # past the recorded time with little done: said, not a negative 'left'
+    assert "longer than expected" in clock_line("Racing", "", 90.0, 0.05, guess)
+    # nothing to go by: said so
+    assert "no earlier run" in clock_line("Racing", "", 3.0, 0.0, None)
+
+
+def test_the_estimate_scales_the_last_run_by_the_work_asked():
+    from ui.pace import expected
+
+    runlog.save_result("test-scale", {"x": 1}, wall_s=40.0, work=4)
+    e = expected("test-scale", 2)
+    assert e is not None and abs(e.seconds - 20.0) < 1e-9 and "took 40 s" in e.source
+    assert expected("test-never-run", 1) is None
+
+
+def test_the_run_log_is_keyed_by_the_browser_session():
+    from tests.factories import synthetic_run
+
+    runlog.record(synthetic_run("sess-model", "fp32", 0.1, 0.01), source="playground", session="aaaaaaaaaaaa")
+    runlog.record(synthetic_run("sess-model", "fp32", 0.2, 0.02), source="playground", session="bbbbbbbbbbbb")
+    mine = runlog.load("sess-model", session="aaaaaaaaaaaa")
+    assert [m.ttft_s for m in mine] == [0.1]
+    assert len(runlog.load("sess-model")) == 2
+    runlog.save_result("test-sess", {"n": 1}, wall_s=1.0, session="aaaaaaaaaaaa")
+    runlog.save_result("test-sess", {"n": 2}, wall_s=1.0, session="bbbbbbbbbbbb")
+    assert runlog.last_result("test-sess", session="aaaaaaaaaaaa").payload == {"n": 1}
+    assert runlog.last_result("test-sess").payload == {"n": 2}
+
+
+def test_a_stored_dataclass_comes_back_whole():
+    from engine.batching.sweep import Sweep, SweepPoint
+    from engine.core.jsonsafe import from_jsonable
+
+    sweep = Sweep(
+        "m", 8, 32, (SweepPoint(1, 10.0, 2.0, float("nan"), 0.1, 9.0, 2.1, 5),), 3, 1e9, False, 1.0, 2.0
+    )
+    runlog.save_result("test-sweep", sweep, wall_s=3.0)
+    back = runlog.last_result("test-sweep").decoded(Sweep)
+    assert back.points[0].batch == 1 and back.points[0].tokens_per_s == 10.0
+    assert back.points[0].tpot_s != back.points[0].tpot_s  # NaN (stored as null) comes back as NaN
+    assert from_jsonable(tuple[int, ...], [1, 2]) == (1, 2)
+
+
+def _race(started: str):
+    from tests.test_pages_race import _recorded_race
+
+    d = _recorded_race(0.5, None)
+    d["started_at"] = started
+    return d
+
+
+def _this_machines_race(at: AppTest) -> bool:
+    """The page's own race section (the recorded benchmark races below it are drawn in every case)."""
+    return any(s.value in ("Live run (this machine)", "Race (this machine)") for s in at.subheader)
+
+
+def test_a_reload_keeps_the_sessions_race():
+    """A reload is a new Streamlit session with the same URL: the session's key in it finds its race again."""
+    at = AppTest.from_file(str(ROOT / "pages/5_Latency_race.py"), default_timeout=120).run()
+    sid = at.session_state["lab.session"]
+    assert len(sid) == 12
+    runlog.save_result("race", _race("2026-12-02T09:00:00+00:00"), wall_s=42.0, session=sid)
+    reloaded = AppTest.from_file(str(ROOT / "pages/5_Latency_race.py"), default_timeout=120)
+    reloaded.query_params["session"] = sid
+    reloaded.run()
+    assert not reloaded.exception
+    assert any("kept across the page reload" in i.value for i in reloaded.info)
+    assert _this_machines_race(reloaded)
+    # another browser gets nothing of it (presenter mode off)
+    other = AppTest.from_file(str(ROOT / "pages/5_Latency_race.py"), default_timeout=120).run()
+    assert not _this_machines_race(other)
+
+
+def test_presenter_mode_opens_on_the_last_recorded_run_with_its_date():
+    runlog.save_result("race", _race("2026-12-02T09:30:00+00:00"), wall_s=55.0, session="cccccccccccc")
+    at = AppTest.from_file(str(ROOT / "pages/5_Latency_race.py"), default_timeout=120)
+    at.query_params["presenter"] = "1"
+    at.run()
+    assert not at.exception
+    note = next(i.value for i in at.info if i.value.startswith("Presenter mode"))
+    assert "the last run recorded on this machine" in note and " UTC" in note and "not live" in note
+    assert _this_machines_race(at)
+    assert at.sidebar.toggle(key="lab.presenter_switch").value is True
+
+
+def test_a_long_run_shows_the_clock_while_it_runs():
+    def script():
+        import time
+
+        import streamlit as st
+
+        from ui import pace
+
+        def work(report):
+            for k in range(4):
+                report(k / 4, f"step {k}")
+                time.sleep(0.4)
+            return 7
+
+        st.session_state["got"] = pace.run_experiment("test-clock", "Working", work, size=1)
+
+    at = AppTest.from_function(script, default_timeout=30).run()
+    assert at.session_state["got"] == 7 and not at.exception
+    stored = runlog.last_result("test-clock")
+    assert stored is not None and stored.wall_s >= 1.2 and stored.session is not None
+
+
+def test_a_stored_date_reads_as_a_person_reads_it():
+    assert runlog.readable_date("2026-12-02T09:24:32+00:00") == "2026-12-02 09:24 UTC"
+    assert runlog.readable_date("2026-12-02T10:24:32+01:00") == "2026-12-02 09:24 UTC"
+    assert runlog.readable_date("not a date") == "not a date"

@@ -1,0 +1,85 @@
+"""The simulator on the pages: the Serving page simulates a sweep for a GPU with the page's own table, and says a
+bad input in one sentence; the Memory-and-cost page answers the inverse questions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parents[1]
+SERVING = str(ROOT / "pages/8_Serving.py")
+MEMORY = str(ROOT / "pages/2_Memory_and_cost.py")
+
+
+def _serving() -> AppTest:
+    at = AppTest.from_file(SERVING, default_timeout=300).run()
+    assert not at.exception
+    at.selectbox(key="simulate.model").set_value("smollm2-135m")
+    at.selectbox(key="simulate.gpu").set_value("l4")
+    at.number_input(key="simulate.requests").set_value(16)
+    at.number_input(key="simulate.prompt").set_value(64)
+    at.number_input(key="simulate.output").set_value(8)
+    return at
+
+
+def test_serving_page_simulates_a_sweep_for_a_gpu():
+    at = _serving()
+    at.text_input(key="simulate.levels").set_value("1,4").run()
+    at.button(key="simulate.go").click().run()
+    assert not at.exception and not at.error
+    sim = at.session_state["simulate.result"]
+    assert [p.level for p in sim.result.points] == [1.0, 4.0]
+    assert any(s.value == "simulated for L4 x 1, vllm" for s in at.subheader)
+    text = " ".join(m.value for m in at.markdown)
+    assert "simulated knee" in text.lower()
+    assert any("TTFT p50 (s)" in df.value.columns for df in at.dataframe)
+
+
+@pytest.mark.parametrize(
+    ("widget", "value", "words"),
+    [
+        ("simulate.levels", "a,b", "not a number"),
+        ("simulate.gpus", 2, "cannot split evenly"),
+        ("simulate.slo_ttft", 0.0, "positive number of seconds"),
+    ],
+)
+def test_serving_page_says_a_bad_input_in_one_sentence(widget, value, words):
+    at = _serving()
+    if widget == "simulate.levels":
+        at.text_input(key=widget).set_value(value)
+    else:
+        at.number_input(key=widget).set_value(value)
+    at.run()
+    if not at.error:  # some inputs are only refused when the run resolves the deployment
+        at.button(key="simulate.go").click().run()
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and words in errors[0] and "Traceback" not in errors[0] and "\n" not in errors[0]
+
+
+def test_memory_page_answers_the_longest_context_that_fits():
+    at = AppTest.from_file(MEMORY, default_timeout=300).run()
+    assert not at.exception
+    at.selectbox(key="calc.preset").set_value("mistral-7b").run()
+    at.selectbox(key="calc.gpu").set_value("l4").run()
+    at.radio(key="calc.solve.q").set_value("max-context").run()
+    at.button(key="calc.solve.go").click().run()
+    assert not at.exception and not at.error
+    answer = at.session_state["calc.solve.answer"]
+    assert answer.question == "max-context" and answer.value.central > 0
+    assert any(answer.sentence == m.value for m in at.markdown)
+
+
+def test_knee_words_follow_the_numbers():
+    from ui.simulate_widgets import knee_words
+
+    assert (
+        knee_words({"low": None, "central": None, "high": None}, "users")
+        == "No simulated level met the SLOs."
+    )
+    same = knee_words({"low": 16.0, "central": 16.0, "high": 16.0}, "users")
+    assert "**16 users**" in same and "the same" in same
+    spread = knee_words({"low": None, "central": 4.0, "high": 16.0}, "users")
+    assert "**4 users**" in spread and "no level to 16 users" in spread

@@ -1,0 +1,149 @@
+"""The inverse questions against cases computed by hand: vLLM's --max-model-len auto (its binary search against a
+scan), the most users at a TPOT objective with linear step times, the fewest replicas and the cheapest option,
+and the estimate command's --solve."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import pytest
+
+from engine.calc.serving_memory import serving_memory
+from engine.calc.specs import gpu_spec, model_preset
+from engine.core.errors import InvalidParameterError
+from engine.loadgen.workload import SLO
+from engine.simulate import solve
+from engine.simulate.spec import SimulateSpec
+from engine.simulate.steps import LinearSteps
+from engine.simulate.sweep import deployment
+
+
+def _scan(kv: float, per_block: float, block: int, top: int) -> int:
+    return max(
+        (n for n in range(1, top + 1) if math.ceil(n / block) * per_block <= kv - per_block), default=0
+    )
+
+
+@pytest.mark.parametrize(
+    ("kv", "top", "expected"),
+    [(10 * 4096 + 100, 10_000, 144), (10 * 4096, 100, 100), (1.5 * 4096, 1000, 0), (2 * 4096, 1000, 16)],
+)
+def test_auto_fit_is_vllms_binary_search(kv, top, expected):
+    # 10 blocks of 16 tokens: one is the null block, 9 x 16 = 144 tokens; the model's own limit caps it
+    assert solve.auto_fit_max_model_len(kv, 4096, 16, top) == expected == _scan(kv, 4096, 16, top)
+
+
+def test_max_context_is_the_kv_memory_in_whole_blocks_less_one():
+    spec, gpu = model_preset("llama-3-8b"), gpu_spec("l4")
+    spec = replace(spec, context_length=1_000_000)  # so memory, not the model, sets the answer
+    a = solve.max_context(spec, gpu, dtype="bf16")
+    sm = serving_memory(spec, gpu, dtype="bf16")
+    per_block = 16 * sm.kv_bytes_per_token
+    assert a.value.central == (math.floor(sm.kv_bytes / per_block) - 1) * 16
+    assert a.value.low <= a.value.central <= a.value.high and a.value.rows
+    assert f"{a.value.central:,} tokens" in a.sentence and "below the model's" in a.sentence
+    whole = solve.max_context(model_preset("llama-3-8b"), gpu_spec("h100-sxm"), dtype="bf16")
+    assert whole.value.central == 8192 and "whole context" in whole.sentence
+    none = solve.max_context(model_preset("llama-3-8b"), gpu_spec("t4"), dtype="bf16")
+    assert none.value.central == 0 and "Not even one token" in none.sentence
+
+
+def test_knee_search_finds_the_threshold():
+    assert solve.knee_search(lambda u: u <= 37) == 37
+    assert solve.knee_search(lambda u: False) == 0
+    assert solve.knee_search(lambda u: True, ceiling=100) == 100
+
+
+def test_max_users_with_linear_steps_by_hand():
+    # every forward 10 ms + 1 ms per decode row; equal requests keep u rows in every step, so TPOT = 10 + u ms:
+    # at most 10 users within 20.55 ms; twice as slow (the high end) none, half as slow (the low end) 31
+    spec = SimulateSpec(model="llama-3-8b", gpu="h100-sxm", n_requests=40, prompt_tokens=64, output_tokens=8)
+    d = deployment(spec)
+    d = replace(
+        d, steps=LinearSteps(0.010, 0.001, spread=(0.5, 2.0)), limits=replace(d.limits, max_batch=256)
+    )
+    a = solve.max_users(spec, SLO(ttft_s=None, tpot_s=0.02055), deploy=d)
+    assert (a.value.low, a.value.central, a.value.high) == (0, 10, 31)
+    assert "at most 10 concurrent users (interval 0 to 31)" in a.sentence
+
+
+def test_fewest_replicas_by_hand():
+    assert solve._replicas(lambda u: u <= 5, 23) == 5  # ceil(23 / 5) = 5 users each; 4 replicas would need 6
+    assert solve._replicas(lambda u: u <= 100, 23) == 1
+    assert solve._replicas(lambda u: False, 23) is None
+
+
+def test_cheapest_picks_the_cheaper_gpu_that_meets_the_load():
+    from engine.calc.prices import price_for
+
+    spec = SimulateSpec(
+        model="smollm2-135m", gpu="h100-sxm", n_requests=16, prompt_tokens=64, output_tokens=8
+    )
+    a = solve.cheapest(spec, SLO(ttft_s=5.0, tpot_s=1.0), 4, gpus=["l4", "h100-sxm"])
+    assert a.details["best"]["gpu"] == "l4" and a.details["best"]["replicas"] == 1
+    assert a.value.central == pytest.approx(price_for("l4").usd_per_gpu_hour)
+    assert "1 x L4" in a.sentence
+
+
+def test_solvers_refuse_what_they_cannot_answer():
+    spec = SimulateSpec(model="llama-3-8b", n_requests=4)
+    with pytest.raises(InvalidParameterError, match="give an objective"):
+        solve.max_users(spec, SLO(ttft_s=None, tpot_s=None))
+    with pytest.raises(InvalidParameterError, match="vLLM"):
+        solve.max_context(model_preset("llama-3-8b"), gpu_spec("l4"), dtype="bf16", engine="hf")
+    with pytest.raises(InvalidParameterError, match="whole number of users"):
+        solve.cheapest(spec, SLO(), 0)
+
+
+def test_estimate_solve_prints_the_answer_with_its_interval(capsys):
+    from engine.cli import main
+
+    assert (
+        main(
+            [
+                "estimate",
+                "--model",
+                "mistral-7b",
+                "--gpu",
+                "l4",
+                "--dtype",
+                "bf16",
+                "--solve",
+                "max-context",
+                "--json",
+            ]
+        )
+        == 0
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert out["solve"] == "max-context" and out["unit"] == "tokens"
+    assert {"low", "central", "high", "width", "rows"} <= set(out["answer"])
+    assert (
+        main(
+            ["estimate", "--model", "mistral-7b", "--gpu", "l4", "--dtype", "bf16", "--solve", "max-context"]
+        )
+        == 0
+    )
+    text = capsys.readouterr().out
+    assert "answer 32,768 tokens (interval" in text
+    assert (
+        main(
+            [
+                "estimate",
+                "--model",
+                "llama-3-8b",
+                "--gpu",
+                "h100-sxm",
+                "--solve",
+                "max-users",
+                "--slo-ttft",
+                "0",
+                "--slo-tpot",
+                "0",
+            ]
+        )
+        == 2
+    )
+    assert "give an objective" in capsys.readouterr().err

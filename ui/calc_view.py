@@ -1,0 +1,459 @@
+"""The Memory & cost page's answer: one call computes it (`calc_answer`), the functions below only draw it.
+
+Every figure comes from the one Estimate (engine.calc.report): one memory model per plan, and the times, the
+price and the launch command at the layout that model settled on; the words are built from those numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+import streamlit as st
+
+from engine.calc import format as fmt
+from engine.calc import memory, paged, timing
+from engine.calc.cost import estimate_cost
+from engine.calc.efficiency import INTERVAL_LEVEL, SpeedEstimate
+from engine.calc.explain import efficiency_of, reasoning
+from engine.calc.report import BatchPoint, Estimate, batch_sweep, estimate
+from engine.calc.timing import Efficiency
+from engine.core.interval import Interval
+from ui.calc_widgets import CalcRequest
+from ui.plots_calc import batch_curve, batch_sentence, memory_bar, paged_chart, serving_bar
+from ui.widgets import note_metric
+
+
+@dataclass(frozen=True)
+class CalcAnswer:
+    request: CalcRequest
+    est: Estimate
+    eff: Efficiency  # what the times were computed with (calibrated, fitted or the bound)
+    sweep: list[BatchPoint]  # cost and latency against batch on the GPUs asked
+
+    @property
+    def label(self) -> str:
+        """The model as people name it: its hub id, else the name its config gives, said to be a config's."""
+        est, spec = self.est, self.request.spec
+        if est.model_id:
+            return est.model_id
+        if spec.source.startswith("config.json") and spec.name[:1].isupper() and "/" not in spec.name:
+            return f"your config.json ({spec.name}, {est.params.total / 1e9:.1f} B parameters)"
+        return spec.name
+
+
+def calc_answer(req: CalcRequest) -> CalcAnswer:
+    """The estimate (with this machine's calibration in calibrated mode) and the batch sweep from the same
+    efficiency."""
+    est = estimate(req.spec, req.gpu, req.inputs, req.calibration)
+    eff = efficiency_of(est, req.gpu)
+    return CalcAnswer(req, est, eff, batch_sweep(req.spec, req.gpu, req.inputs, eff))
+
+
+def header(a: CalcAnswer) -> str:
+    i = a.est.inputs
+    return (
+        f"{a.label} · {i.weights_label} · {i.n_gpus} × {a.request.gpu.name} · {i.batch} users × {i.seq_len:,} tokens"
+        + (" · calibrated" if a.est.calibrated else "")
+    )
+
+
+def verdict(a: CalcAnswer, key: str) -> None:
+    """Fits or not, in one sentence with the numbers (the memory model the engine decides), and its bar."""
+    est, fit = a.est, a.est.fit
+    model = f"as {fit.model} allocates memory" if fit.serving is not None else "weights + KV cache + overhead"
+    (st.success if est.fits else st.error)(
+        f"**{'Fits' if est.fits else 'Does not fit'}** ({model}). {fit.sentence}"
+    )
+    if fit.serving is not None:
+        st.plotly_chart(serving_bar(fit.serving), width="stretch", key=f"{key}.servbar")
+    else:
+        st.plotly_chart(memory_bar(est.memory), width="stretch", key=f"{key}.membar")
+
+
+def breakdown_frame(est: Estimate) -> pd.DataFrame:
+    """Per component: parameters and bytes (at the weight precision; the average bytes per weight for a
+    quantized format), skipping empty components, with the total."""
+    per = est.memory.weights_bytes / est.params.total
+    rows = [
+        {"component": name, "parameters": f"{n:,}", "bytes": fmt.gb(n * per)}
+        for name, n in est.params.rows()
+        if n
+    ]
+    rows.append(
+        {
+            "component": "total",
+            "parameters": f"{est.params.total:,}",
+            "bytes": fmt.gb(est.memory.weights_bytes),
+        }
+    )
+    if est.params.active != est.params.total:
+        rows.append(
+            {
+                "component": "active per token",
+                "parameters": f"{est.params.active:,}",
+                "bytes": fmt.gb(est.params.active * per),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def memory_tiles(est: Estimate) -> None:
+    m, fit = est.memory, est.fit
+    k = st.columns(3)
+    k[0].metric("Weights", fmt.gb(m.weights_bytes), help=memory.formula_of(memory.weights_bytes))
+    note_metric(
+        k[1],
+        "KV cache of this load",
+        fmt.gb(m.kv_cache_bytes),
+        f"{m.kv_bytes_per_token:,.0f} B per token",
+        help=memory.formula_of(memory.kv_cache_bytes),
+    )
+    if fit.serving is not None:
+        sm = fit.serving
+        note_metric(
+            k[2],
+            f"KV cache {fit.model} allocates",
+            f"{sm.kv_cache_tokens:,} tokens",
+            f"{fmt.gb(max(sm.kv_bytes, 0))} per GPU",
+            help="(total x utilisation - weights - profile-run activations - runtime) / KV bytes per token per GPU",
+        )
+    else:
+        note_metric(
+            k[2],
+            "Total with overhead",
+            fmt.gb(m.total_bytes),
+            f"{fmt.gb(m.overhead_bytes)} overhead",
+            help=memory.formula_of(memory.estimate_memory),
+        )
+
+
+def _where(est: Estimate) -> str:
+    """Which GPUs the times are for: the ones asked, or (not fitting) the ones it needs."""
+    if est.fits:
+        return ""
+    if est.fit.layout is None:
+        return f" if it fitted on {est.inputs.n_gpus}"
+    return f" at the {est.priced_gpus} GPUs it needs"
+
+
+def speed_tiles(est: Estimate) -> None:
+    """TPOT, the first token and throughput: the calibrated fit, an engine's fitted estimate with its interval,
+    or the physical bound. With a serving engine's estimate TTFT is one request's at the load asked (in parts)
+    and the batch's prefill its own figure; without one it is the whole batch prefilled together."""
+    t, sp, cal, i = est.timing, est.speed, est.calibrated, est.inputs
+    kind = (", calibrated" if cal else f", {i.engine} estimate" if sp else ", physical bound") + _where(est)
+    users = est.fit.layout.batch_per_replica if est.fit.layout else i.batch
+    level = INTERVAL_LEVEL if sp else "95%"  # the engine fit's nominal band; a calibration's own 95%
+
+    def band(iv: Interval | None, bound: str) -> str:
+        return f"{level}: {fmt.seconds(iv.low)}–{fmt.seconds(iv.high)}" if iv else f"{bound}-bound"
+
+    k = st.columns(3)
+    tpot = sp.tpot_s if sp else (cal.tpot if cal else None)
+    note_metric(
+        k[0],
+        "TPOT" + kind,
+        fmt.seconds(tpot.central if sp and tpot else t.decode_s_per_token),
+        band(tpot, t.decode_step.bound),
+        help=memory.formula_of(timing.estimate_timing),
+    )
+    if sp is not None:
+        note_metric(
+            k[1],
+            "TTFT, one request" + kind,
+            fmt.seconds(sp.ttft_s.central),
+            band(sp.ttft_s, t.prefill.bound),
+            help=f"One request's first token with {users} users in flight: its fixed cost, its own prompt's "
+            "prefill, and the wait for the step it joins, as a serving engine schedules them.",
+        )
+    else:
+        note_metric(
+            k[1],
+            f"TTFT, all {users} arrive together" + kind,
+            fmt.seconds(t.prefill_s),
+            band(cal.ttft if cal else None, t.prefill.bound),
+            help="The first token of every request when the whole batch arrives at once: one prefill of all "
+            f"{users} prompts. " + memory.formula_of(timing.phase_time),
+        )
+    rate = sp.output_tokens_per_s if sp else None
+    note_metric(
+        k[2],
+        "Throughput" + kind,
+        f"{est.tokens_per_s:,.0f} tok/s",
+        f"{level}: {rate.low * est.replicas:,.0f}–{rate.high * est.replicas:,.0f}"
+        if rate
+        else f"{est.tokens_per_s / i.batch:,.1f} per user",
+        help="batch x output tokens / generation time, over every replica",
+    )
+    if sp is not None:
+        st.caption(ttft_sentence(sp, users))
+        st.caption(
+            f"Physical bounds (every roof reached): TPOT ≥ {fmt.seconds(sp.tpot_s.bound)}, first token ≥ "
+            f"{fmt.seconds(sp.ttft_s.bound)}, throughput ≤ {sp.output_tokens_per_s.bound * est.replicas:,.0f} tok/s."
+        )
+    if cal is not None:
+        st.caption(
+            f"Calibrated on this machine ({cal.basis}): the times above are the fit's predictions for this shape; "
+            "throughput and cost follow from them; the batch sweep below reuses this shape's efficiency at other "
+            "batches (an approximation)." + "".join(f" {n[0].upper()}{n[1:]}." for n in cal.notes)
+        )
+
+
+def ttft_sentence(sp: SpeedEstimate, users: int) -> str:
+    """The first token in its parts, and the batch's prefill said apart from it: the two figures people mix up."""
+    p, b = sp.ttft_parts, sp.prefill_batch_s
+    wait = (
+        f" + {fmt.seconds(p['queue'])} waiting for the step it joins and sharing it with the other {users - 1}"
+        if users > 1
+        else ""
+    )
+    return (
+        f"First token of one request = {fmt.seconds(p['fixed'])} fixed cost (tokenize, schedule, respond) + "
+        f"{fmt.seconds(p['prefill'])} prefilling its own prompt{wait}. If all {users} send at the same moment, "
+        f"prefilling their prompts together takes {fmt.seconds(b.central)} ({INTERVAL_LEVEL}: "
+        f"{fmt.seconds(b.low)}–{fmt.seconds(b.high)}) before anyone's first token."
+    )
+
+
+def cost_and_plan_tiles(est: Estimate) -> None:
+    """$/M tokens and $/hour at the GPUs the answer settled on, generation time, max batch and sequence, and GPUs
+    needed: every tile from the same memory answer."""
+    i, fit = est.inputs, est.fit
+    at = "" if est.priced_gpus == i.n_gpus else f" at {est.priced_gpus} GPUs"
+    k = st.columns(3)
+    if math.isfinite(est.cost.usd_per_million_tokens):
+        note_metric(
+            k[0],
+            "$ per million output tokens" + at,
+            fmt.usd(est.cost.usd_per_million_tokens),
+            f"{fmt.usd(est.cost_interval[0])}–{fmt.usd(est.cost_interval[1])}" if est.cost_interval else None,
+            help=memory.formula_of(estimate_cost),
+        )
+        k[1].metric("$ per hour" + at, fmt.usd(est.cost.usd_per_hour))
+    else:
+        why = "no layout holds it" if fit.layout is None else "no price per GPU-hour"
+        note_metric(k[0], "$ per million output tokens", "—", why)
+        note_metric(k[1], "$ per hour", "—", why)
+    k[2].metric("Generation time", fmt.seconds(est.timing.generation_s), help="TTFT + (output - 1) x TPOT")
+    k = st.columns(3)
+    k[0].metric(
+        f"Max batch at {i.seq_len:,} tokens", f"{est.max_batch:,}", help=f"On the {i.n_gpus} GPU(s) asked."
+    )
+    note_metric(
+        k[1],
+        f"Max tokens at batch {i.batch}",
+        f"{est.max_seq_len.tokens:,}",
+        f"limited by {est.max_seq_len.limited_by}",
+    )
+    note_metric(k[2], "GPUs needed", f"{est.gpus_needed}", est.plan.layout())
+    st.caption(fit.sentence)
+
+
+def tensor_parallel_tiles(est: Estimate, gpu) -> None:
+    t = est.timing
+    k = st.columns(3)
+    for col, (label, phase, formula) in zip(
+        k,
+        (
+            ("Tensor-parallel share of prefill", t.prefill, timing.tp_comm_s),
+            ("Tensor-parallel share of a decode step", t.decode_step, timing.allreduce_s),
+        ),
+        strict=False,
+    ):
+        note_metric(
+            col, label, f"{phase.comm_share:.0%}", fmt.seconds(phase.comm_s), help=memory.formula_of(formula)
+        )
+    note_metric(
+        k[2],
+        "Interconnect",
+        gpu.interconnect or "unknown",
+        f"{fmt.gb(gpu.interconnect_bytes_per_s)}/s each way",
+    )
+
+
+def assumptions(est: Estimate) -> None:
+    """Every assumption behind the figures, in one expander of sentences a user can act on."""
+    if not est.warnings:
+        return
+    with st.expander(f"Assumptions ({len(est.warnings)})", expanded=False, icon=":material/info:"):
+        st.markdown("\n".join(f"- {w}" for w in est.warnings))
+
+
+def paged_section(est: Estimate, key: str) -> None:
+    """Static against paged KV cache in the memory the answer gives the cache: a labelled comparison of how
+    many sequences each allocation fits when requests stop at different lengths."""
+    st.subheader("Static vs paged KV cache: how many sequences fit")
+    p, i = est.paged, est.inputs
+    if p is None:
+        st.info(f"No room for a KV cache on the {i.n_gpus} GPU(s) asked: {est.fit.refusal}.")
+        return
+    where = (
+        f"the {fmt.gb(p.kv_budget_bytes)} {est.fit.model} gives the cache"
+        if est.serving
+        else (f"the {fmt.gb(p.kv_budget_bytes)} left for the cache")
+    )
+    st.markdown(
+        f"Requests stop at different lengths. A static cache reserves {i.seq_len:,} tokens for every sequence: "
+        f"**{p.static_waste_fraction:.0%}** of it is never used across this spread of outputs. In {where}, "
+        f"static allocation fits **{p.static_max_seqs}** sequences; paging (16-token blocks) fits "
+        f"**{p.paged_max_seqs}**: **{p.extra_seqs:+d}**. (The max batch above is at the full "
+        f"{i.seq_len:,} tokens each.)"
+    )
+    st.plotly_chart(paged_chart(p), width="stretch", key=f"{key}.paged")
+    formula_expander("Formula: paged KV", paged.compare_paged, paged.output_spread)
+
+
+def formula_expander(title: str, *fns: object, extra: str = "") -> None:
+    with st.expander(title):
+        for fn in fns:
+            st.markdown(f"`{getattr(fn, '__name__', '')}`: {memory.formula_of(fn)}")
+        if extra:
+            st.markdown(extra)
+
+
+def why(a: CalcAnswer) -> list[str]:
+    return reasoning(a.est, a.request.spec, a.request.gpu)
+
+
+def formulas() -> None:
+    formula_expander(
+        "Formulas: memory",
+        memory.count_params,
+        memory.weights_bytes,
+        memory.kv_bytes_per_token,
+        memory.cached_tokens,
+        memory.kv_cache_bytes,
+        memory.overhead_bytes,
+        memory.estimate_memory,
+        memory.max_batch,
+        memory.max_seq_len,
+        memory.plan_gpus,
+    )
+    formula_expander(
+        "Formulas: time and cost",
+        timing.phase_time,
+        timing.estimate_timing,
+        timing.simple_decode_s,
+        timing.simple_prefill_s,
+        timing.allreduce_s,
+        timing.tp_comm_s,
+        estimate_cost,
+        extra="TTFT: request to first token. TPOT: (latency − TTFT) / (output tokens − 1), vLLM's definition.",
+    )
+
+
+def cost_curve(a: CalcAnswer, key: str) -> None:
+    """Cost and latency against batch on the GPUs asked; the sentence and the hollow points from the same points."""
+    priced = bool(a.sweep) and math.isfinite(a.sweep[0].usd_per_million_tokens)
+    st.plotly_chart(batch_curve(a.sweep, a.est.max_batch, priced=priced), width="stretch", key=f"{key}.curve")
+    st.markdown(
+        batch_sentence(a.sweep, a.est.max_batch, f"{a.est.inputs.n_gpus} × {a.request.gpu.name}", priced)
+    )
+
+
+def measured_section(a: CalcAnswer, key: str) -> None:
+    """Runs measured here beside the calculator's estimate for their shape, by the one rule
+    (engine.calibration.beside): the calibrated model with its interval, and no ratio for a run measured busy."""
+    from engine.calibration import check as estimate_check
+    from ui.machine_view import cached_machine, load_runs, machine_known, machine_provenance
+    from ui.plots_calc import comparison_chart
+
+    cal = a.request.cal
+    st.caption(
+        "Runs the engine measured here (Playground, benchmarks, calibration), each beside the calibrated model's "
+        "estimate for its own shape, with its 95% interval. A run measured while the machine was busy is not "
+        "compared; without a calibration only the measured roofs' bound is shown, which no real run reaches."
+    )
+    runs = [r for r in load_runs() if r.use_cache]
+    if runs or machine_known(cal):
+        st.caption(machine_provenance(cal))  # the roofs every prediction here uses, with their date and load
+    shapes = estimate_check.summarize(runs, cached_machine(cal), cal) if runs else []
+    if not runs:
+        st.info(
+            "No measured runs on this machine yet. Generate in the Playground; the comparison appears here."
+        )
+        return
+    if not shapes:
+        st.info("The runs logged here are of models the calculator has no shape for.")
+        return
+    st.caption(
+        f"Each row is one shape (model, precision, batch, prompt and output length bucket): the median and middle "
+        f"half of its last {estimate_check.RECENT} comparable runs, never one run. Cancelled runs are left out."
+    )
+    best = shapes[-3:]
+    for col, c in zip(st.columns(len(best)), best, strict=True):
+        b = c.beside()
+        note_metric(
+            col,
+            c.label,
+            f"measured {fmt.seconds(c.tpot.median)}",
+            "not comparable (busy)"
+            if b.busy
+            else (
+                f"estimate {fmt.seconds(b.predicted.central)} ({b.ratio:.2f}×)"
+                if b.predicted
+                else "no calibration"
+            ),
+            help="median measured TPOT of the shape's recent runs, beside the calibrated estimate",
+        )
+    for c in best:
+        st.caption(f"**{c.label}**: {c.explanation()}")
+    chart = [
+        {
+            "label": c.label,
+            "measured": c.tpot.median,
+            "datasheet": c.datasheet_tpot_s,
+            "calibrated": c.calibrated_tpot_s,
+        }
+        for c in shapes[-6:]
+    ]
+    st.plotly_chart(comparison_chart(chart), width="stretch", key=f"{key}.cmp")
+    st.dataframe(_shape_rows(shapes), hide_index=True, width="stretch")
+    if cal is None:
+        st.caption("Calibrated estimates appear after `python -m engine calibrate` (a few minutes).")
+
+
+def _shape_rows(shapes) -> pd.DataFrame:
+    def ms(x: float | None) -> str:
+        return "" if x is None or not math.isfinite(x) else f"{x * 1e3:,.2f}"
+
+    return pd.DataFrame(
+        [
+            {
+                "shape": c.label,
+                "prompt": c.prompt_tokens,
+                "output": c.output_tokens,
+                "runs": c.n,
+                "from": c.source_text,
+                "newest": c.newest[:16].replace("T", " "),
+                "TPOT measured (ms)": ms(c.tpot.median),
+                "estimate (ms)": ms(c.calibrated_tpot_s),
+                "95% (ms)": f"{ms(c.calibrated_tpot_interval[0])}–{ms(c.calibrated_tpot_interval[1])}"
+                if c.calibrated_tpot_interval
+                else "",
+                "roofs' bound (ms)": ms(c.datasheet_tpot_s),
+                "comparable": "no: busy" if c.beside().busy else "yes",
+            }
+            for c in reversed(shapes)
+        ]
+    )
+
+
+def export_parts(a: CalcAnswer) -> list:
+    from ui import export
+
+    est = a.est
+    return [
+        export.Heading(header(a)),
+        export.Text(est.fit.sentence),
+        export.Text("\n".join(f"- {line}" for line in why(a))),
+        *(export.Text(f"Assumption: {w}") for w in est.warnings),
+        export.Table(breakdown_frame(est), "parameters and bytes per component"),
+        export.Figure(serving_bar(est.serving) if est.serving else memory_bar(est.memory)),
+        export.Figure(
+            batch_curve(a.sweep, est.max_batch, priced=math.isfinite(est.cost.usd_per_million_tokens)),
+            "cost and latency against batch size",
+        ),
+    ]

@@ -1,0 +1,167 @@
+"""The model a calculator page asks about: a preset (the chapter's models, and every model with a published
+config.json by its Hugging Face id), a config.json uploaded or pasted, a hub id, or raw numbers."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from engine.arch.resolve import hub_presets
+from engine.calc.memory import param_count
+from engine.calc.specs import ARCH_TRAITS, ModelSpec, load_model_presets, spec_from_numbers
+from engine.core.errors import EngineError
+
+
+@st.cache_data(show_spinner="Fetching config.json…", max_entries=32)
+def cached_hub_spec(repo_id: str) -> ModelSpec:
+    from engine.arch.hub import spec_from_hub
+
+    return spec_from_hub(repo_id)
+
+
+@st.cache_data(
+    show_spinner="Building the model class on the meta device to count its parameters…", max_entries=64
+)
+def cached_preset_spec(hub_id: str) -> ModelSpec:
+    """A published config's spec by its hub id, counted with the real class on the meta device."""
+    from engine.arch.resolve import hub_preset_spec
+
+    return hub_preset_spec(hub_id)
+
+
+@st.cache_data(
+    show_spinner="Building the model class on the meta device to count its parameters…", max_entries=32
+)
+def cached_config_spec(content: bytes) -> ModelSpec:
+    """An uploaded config.json's spec, counted with the real class on the meta device (engine.arch.meta)."""
+    from engine.arch.meta import exact_spec
+    from engine.calc.hf_config import parse_config_json
+
+    return exact_spec(parse_config_json(content))
+
+
+def _count_caption(spec: ModelSpec) -> str:
+    pc = param_count(spec)
+    active = f" ({pc.active:,} active per token)" if pc.active != pc.total else ""
+    how = pc.source
+    if (
+        pc.source == "formula"
+        and spec.source not in ("config.json", "raw numbers")
+        and spec.params_override is None
+    ):
+        how = "formula (for every preset it equals the real class's count on the meta device, checked by the tests)"
+    return f"{spec.attention_kind}; {pc.total:,} parameters{active}, counted by the {how}"
+
+
+def preset_input(key: str, default: str) -> ModelSpec:
+    """The calculator's presets (the chapter's models and their shapes), then every model with a published
+    config.json, by its Hugging Face id (Llama 3.1-3.3, Qwen 2.5 and 3, Mistral, Mixtral, Gemma 2, Phi-3, ...)."""
+    presets = load_model_presets()
+    names = [*presets, *(n for n in hub_presets() if n not in presets)]
+    name = st.selectbox(
+        "Model",
+        names,
+        index=names.index(default) if default in names else 0,
+        key=f"{key}.preset",
+        help="The chapter's models by short name, then models by their Hugging Face id, each from its "
+        "config.json (the source is under the box).",
+    )
+    spec = presets[name] if name in presets else cached_preset_spec(name)
+    st.caption(f"{_count_caption(spec)}. Source: {spec.source}")
+    return spec
+
+
+def config_input(key: str) -> ModelSpec | None:
+    """A config.json uploaded or pasted (parsed as JSON only, nothing executed)."""
+    up = st.file_uploader(
+        "A Hugging Face config.json (≤ 5 MB; read as JSON, nothing executed)",
+        type=["json"],
+        key=f"{key}.upload",
+    )
+    pasted = st.text_area(
+        "…or paste its text",
+        key=f"{key}.paste",
+        height=120,
+        placeholder='{"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, ...}',
+    ).strip()
+    if up is None and not pasted:
+        st.info("Upload a config.json or paste it, e.g. from a model's 'Files' tab on the hub.")
+        return None
+    spec = cached_config_spec(up.getvalue() if up is not None else pasted.encode())
+    st.caption(_count_caption(spec))
+    for note in spec.notes:
+        st.caption(note)
+    return spec
+
+
+def model_input(key: str, *, default: str = "gpt-neo-2.7b") -> ModelSpec | None:
+    """A preset, a config.json (uploaded or pasted; parsed with json only), a hub id or raw numbers. None (with
+    st.error) on bad input."""
+    source = st.radio(
+        "Model from", ["preset", "config.json", "hub id", "raw numbers"], horizontal=True, key=f"{key}.source"
+    )
+    try:
+        if source == "preset":
+            return preset_input(key, default)
+        if source == "config.json":
+            return config_input(key)
+        if source == "hub id":
+            repo = st.text_input(
+                "Hub id (config.json only)", placeholder="EleutherAI/gpt-neo-125m", key=f"{key}.hub"
+            ).strip()
+            if not repo:
+                st.info("Type a hub id; only its config.json is fetched (or read from the local cache).")
+                return None
+            spec = cached_preset_spec(repo) if repo in hub_presets() else cached_hub_spec(repo)
+            st.caption(_count_caption(spec))
+            return spec
+        c1, c2, c3 = st.columns(3)
+        n_layer = c1.number_input("layers", 1, 1000, 32, key=f"{key}.L")
+        hidden = c2.number_input("hidden size", 1, 100_000, 4096, key=f"{key}.h")
+        heads = c3.number_input("heads", 1, 1000, 32, key=f"{key}.H")
+        kv = c1.number_input("KV heads", 1, 1000, 8, key=f"{key}.kv", help="= heads for MHA, 1 for MQA")
+        head_dim = c2.number_input("head dim (0 = hidden/heads)", 0, 4096, 0, key=f"{key}.d")
+        vocab = c3.number_input("vocabulary", 1, 2_000_000, 32000, key=f"{key}.V")
+        ctx = c1.number_input("context length", 1, 10_000_000, 8192, key=f"{key}.ctx")
+        window = c2.number_input(
+            "sliding window (0 = none)",
+            0,
+            10_000_000,
+            0,
+            key=f"{key}.w",
+            help="A window that evicts (rolling cache, as Mistral's) caps the KV cache.",
+        )
+        params = c3.number_input("parameters (0 = from shape)", 0, 10**13, 0, key=f"{key}.P")
+        inter = c1.number_input("MLP intermediate size (0 = 4 x hidden)", 0, 1_000_000, 14336, key=f"{key}.I")
+        layouts = list(ARCH_TRAITS)
+        arch = c2.selectbox(
+            "layer layout",
+            layouts,
+            index=layouts.index("llama"),
+            key=f"{key}.arch",
+            help="Whose layer: biases, LayerNorm or RMSNorm, gated MLP or not, parallel block (each family's modelling code).",
+        )
+        experts = c3.number_input("MLP experts (1 = dense)", 1, 1024, 1, key=f"{key}.E")
+        per_token = c3.number_input("experts per token", 1, 1024, 1, key=f"{key}.k") if experts > 1 else 1
+        spec = spec_from_numbers(
+            arch=arch,
+            n_experts=experts,
+            experts_per_token=per_token,
+            name="custom",
+            n_layer=n_layer,
+            hidden=hidden,
+            n_head=heads,
+            n_kv_head=kv,
+            head_dim=head_dim or None,
+            intermediate=inter or None,
+            vocab=vocab,
+            context_length=ctx,
+            sliding_window=window or None,
+            params=params or None,
+        )
+        st.caption(_count_caption(spec))
+        return spec
+    except EngineError as exc:
+        from ui.common import show_error  # the one scrubbed error path
+
+        show_error(exc)
+        return None

@@ -1,0 +1,191 @@
+"""Demo pace: a clock on every long run, runs that survive a page reload, and a presenter mode.
+
+- `run_with_clock(label, work, expected)`: the work runs on a thread of its own (engine.core.threads' rule: model
+  work does not keep a long-lived thread's OpenMP team) while the page's own thread redraws one progress bar every
+  half second with the elapsed time and an estimate of what is left: from the engine's own progress (fraction
+  done so far) once it reports one, else from the last run of that experiment on this machine, scaled by the work
+  asked (lanes x runs x tokens, requests...).
+- `run_experiment(...)`: that, plus the engine's error on the page (engine.core.paths.scrub via show_error) and the
+  result stored with its date, wall time and browser session (engine.runtime.runlog.save_result).
+- `shown_result(...)`: what a page draws: this session's result; after a reload, the session's last stored one;
+  in presenter mode, the last run recorded on this machine, with its date, until something runs live.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import streamlit as st
+
+from engine.calc import format as fmt
+from engine.core.errors import EngineError
+from engine.runtime import runlog
+from ui.common import browser_session, presenter_mode, show_error
+
+T = TypeVar("T")
+Report = Callable[[float, str], None]  # the engine's progress(fraction done, message)
+REDRAW_S = 0.5
+# Below this share done, the engine's own pace says little (a model load, a first conversion): the last recorded
+# run's time says more.
+TRUST_FRACTION = 0.15
+
+
+@dataclass(frozen=True)
+class Expected:
+    """How long a run should take: seconds, and the words for where that comes from."""
+
+    seconds: float
+    source: str
+
+
+def expected(experiment: str, work: float) -> Expected | None:
+    """The last run of this experiment on this machine, scaled by the work asked (None: never run here)."""
+    last = runlog.last_result(experiment)
+    if last is None or last.work <= 0 or last.wall_s <= 0:
+        return None
+    seconds = last.wall_s * work / last.work
+    return Expected(seconds, f"the last run here, {last.when}, took {fmt.seconds(last.wall_s)}")
+
+
+def left_s(elapsed: float, fraction: float, guess: Expected | None) -> float | None:
+    """Seconds still to go: the engine's own pace once it has done enough to go by, else the recorded run's
+    time less what has passed; None when neither is known."""
+    if fraction >= TRUST_FRACTION and elapsed > 0:
+        return elapsed * (1 - fraction) / fraction
+    if guess is not None:
+        return max(guess.seconds - elapsed, 0.0)
+    if fraction > 0:
+        return elapsed * (1 - fraction) / fraction
+    return None
+
+
+def clock_line(label: str, message: str, elapsed: float, fraction: float, guess: Expected | None) -> str:
+    """The bar's words: what is happening, the time so far and what is left, and where the estimate comes from."""
+    left = left_s(elapsed, fraction, guess)
+    head = f"{label}: {message}" if message else label
+    clock = f"{fmt.seconds(elapsed)} elapsed"
+    if left is None:
+        return f"{head} · {clock} · no earlier run on this machine to estimate from"
+    if guess is not None and fraction < TRUST_FRACTION and elapsed > guess.seconds:
+        return f"{head} · {clock} · longer than expected ({guess.source})"
+    basis = (
+        "at the pace so far"
+        if fraction >= TRUST_FRACTION
+        else guess.source
+        if guess
+        else "at the pace so far"
+    )
+    return f"{head} · {clock} · about {fmt.seconds(left)} left ({basis})"
+
+
+def _bar_fraction(elapsed: float, fraction: float, guess: Expected | None) -> float:
+    if fraction > 0 or guess is None or guess.seconds <= 0:
+        return min(max(fraction, 0.0), 1.0)
+    return min(elapsed / guess.seconds, 0.95)  # a guess never fills the bar: the run is not done until it is
+
+
+def run_with_clock(label: str, work: Callable[[Report], T], guess: Expected | None = None) -> T:
+    """work(report) on its own thread, a progress bar with the clock redrawn while it runs; its result returned,
+    its exception raised here. A rerun or a closed tab stops this loop, not the thread: the run finishes (or
+    fails) on its own and is simply not shown."""
+    state = {"fraction": 0.0, "message": ""}
+    box: list = []
+
+    def report(fraction: float, message: str) -> None:
+        state["fraction"], state["message"] = float(fraction), str(message)
+
+    def target() -> None:
+        try:
+            box.append((True, work(report)))
+        except BaseException as exc:  # re-raised on the page's thread
+            box.append((False, exc))
+
+    bar = st.progress(0.0, text=clock_line(label, "starting", 0.0, 0.0, guess))
+    t0 = time.perf_counter()
+    thread = threading.Thread(target=target, name="inference-lab-page-run", daemon=True)
+    thread.start()
+    try:
+        while thread.is_alive():
+            thread.join(REDRAW_S)
+            elapsed = time.perf_counter() - t0
+            f = state["fraction"]
+            bar.progress(
+                _bar_fraction(elapsed, f, guess), text=clock_line(label, state["message"], elapsed, f, guess)
+            )
+    finally:
+        bar.empty()
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value
+
+
+def run_experiment(
+    experiment: str,
+    label: str,
+    work: Callable[[Report], T],
+    *,
+    size: float = 1.0,
+    settings: dict | None = None,
+    store: Callable[[T], Any] | None = None,
+) -> T | None:
+    """Run one experiment with the clock, show an engine error in one sentence (None then), and store the result
+    for a reload and for presenter mode. `size`: the work in the experiment's own unit, so the next run's estimate
+    scales; `store`: what to keep of the result when it is not a plain dataclass."""
+    t0 = time.perf_counter()
+    try:
+        result = run_with_clock(label, work, expected(experiment, size))
+    except (EngineError, ValueError) as exc:
+        show_error(exc)
+        return None
+    wall = time.perf_counter() - t0
+    runlog.save_result(
+        experiment,
+        store(result) if store else result,
+        wall_s=wall,
+        work=size,
+        session=browser_session(),
+        settings=settings,
+    )
+    st.session_state[f"pace.{experiment}.live"] = True
+    return result
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A result to draw and the words that say what it is (empty for this session's live run)."""
+
+    result: Any
+    note: str
+
+
+def shown_result(experiment: str, live: Any, decode: Callable[[Any], Any]) -> Shown | None:
+    """What the page draws: `live` (this session's result, kept in session state) when there is one; else the
+    session's last stored run (a reload lost the session state, not the run); else, in presenter mode, the last
+    run recorded on this machine, dated. `decode` turns a stored payload back into the page's result."""
+    if live is not None:
+        return Shown(live, "")
+    stored = runlog.last_result(experiment, session=browser_session())
+    if stored is not None:
+        return Shown(
+            decode(stored.payload), f"This session's run of {stored.when}, kept across the page reload."
+        )
+    if presenter_mode():
+        stored = runlog.last_result(experiment)
+        if stored is not None:
+            return Shown(
+                decode(stored.payload),
+                f"Presenter mode: the last run recorded on this machine, {stored.when} "
+                f"(took {fmt.seconds(stored.wall_s)}); not live. Press the button to run it now.",
+            )
+    return None
+
+
+def note(shown: Shown | None) -> None:
+    """The line above a result that is not this session's live run."""
+    if shown is not None and shown.note:
+        st.info(shown.note, icon=":material/history:")

@@ -1,0 +1,296 @@
+"""Streamlit sections for the serving simulator (engine.simulate): a simulated sweep on the Serving page, beside the
+measured one when there is one, drawn with the page's own table and charts (ui.serving_widgets); and the inverse
+questions on the Memory-and-cost page (engine.simulate.solve). Each page calls one function."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import streamlit as st
+
+from engine.calc.report import ENGINE_CHOICES
+from engine.calc.specs import THIS_MACHINE, GPUSpec, ModelSpec, load_gpu_catalog, load_model_presets
+from engine.core.errors import EngineError
+from engine.loadgen.sweep import SweepResult
+from engine.loadgen.workload import SLO, LoadSpecError
+from engine.simulate import solve
+from engine.simulate.spec import SimulateSpec
+from engine.simulate.sweep import SimulatedSweep, deployment, simulate
+from ui.common import init_state, show_error
+from ui.serving_widgets import at_level, latency_figure, level_unit, table_rows, throughput_figure
+from ui.widgets import spec_number
+
+NS = "simulate"
+SLOW_S = 5.0  # a run past this shows its progress with the elapsed time
+
+
+class _Progress:
+    """A progress bar whose text carries the elapsed seconds (a run can take tens of seconds here)."""
+
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+        self.bar = st.progress(0.0, text="starting…")
+
+    def __call__(self, fraction: float, message: str) -> None:
+        self.bar.progress(
+            min(1.0, fraction), text=f"{message} · {time.perf_counter() - self.t0:.0f} s elapsed"
+        )
+
+    def done(self) -> None:
+        self.bar.empty()
+        took = time.perf_counter() - self.t0
+        if took > SLOW_S:
+            st.caption(f"Simulated in {took:.0f} s.")
+
+
+def _gpu_label(key: str) -> str:
+    catalog = load_gpu_catalog()
+    return catalog[key].name if key in catalog else "this machine (its calibration)"
+
+
+def _defaults(measured: SweepResult | None) -> dict:
+    """The measured sweep's workload, so the simulated one is the same (when there is one)."""
+    if measured is None or not measured.points:
+        return {}
+    first = measured.points[0]
+    prompt = first.prompt_tokens_median
+    return {
+        "mode": "concurrency" if measured.spec.mode == "concurrency" else "rate",
+        "sweep": ",".join(f"{p.level:g}" for p in measured.points),
+        "n_requests": measured.spec.n_requests,
+        "output_tokens": measured.spec.output_tokens,
+        "prompt_tokens": int(prompt) if prompt and math.isfinite(prompt) else None,
+    }
+
+
+def _inputs(measured: SweepResult | None) -> tuple[SimulateSpec, SLO] | None:
+    """The section's widgets as a SimulateSpec and the SLOs; None (with one sentence on the page) on bad input."""
+    same = _defaults(measured)
+    c = st.columns(4)
+    presets = list(load_model_presets())
+    model = c[0].selectbox(
+        "Model (calculator preset)", presets, index=presets.index("llama-3-8b"), key=f"{NS}.model"
+    )
+    keys = [*load_gpu_catalog(), THIS_MACHINE]
+    gpu = c[1].selectbox("GPU", keys, index=keys.index("h100-sxm"), key=f"{NS}.gpu", format_func=_gpu_label)
+    n_gpus = int(spec_number(c[2], SimulateSpec, "n_gpus", "GPUs (tensor parallel)", f"{NS}.gpus"))
+    engine = c[3].selectbox(
+        "Engine class", ENGINE_CHOICES, index=ENGINE_CHOICES.index("vllm"), key=f"{NS}.engine",
+        help=SimulateSpec.help("engine"),
+    )  # fmt: skip
+    c = st.columns(4)
+    dtype = c[0].selectbox("Precision", ["bf16", "fp16", "fp32", "fp8"], key=f"{NS}.dtype")
+    modes = list(SimulateSpec.choices("mode") or ())
+    mode = c[1].selectbox(
+        "Load", modes, index=modes.index(same.get("mode", "concurrency")), key=f"{NS}.mode",
+        format_func=lambda m: "fixed users" if m == "concurrency" else "Poisson rate",
+    )  # fmt: skip
+    levels = c[2].text_input(
+        f"Levels ({level_unit('poisson' if mode == 'rate' else 'concurrency')})",
+        same.get("sweep", SimulateSpec.default("sweep")),
+        key=f"{NS}.levels",
+    )
+    requests = int(spec_number(c[3], SimulateSpec, "n_requests", "Requests per level", f"{NS}.requests",
+                               value=same.get("n_requests")))  # fmt: skip
+    c = st.columns(4)
+    prompt = int(spec_number(c[0], SimulateSpec, "prompt_tokens", "Prompt tokens", f"{NS}.prompt",
+                             value=same.get("prompt_tokens")))  # fmt: skip
+    output = int(spec_number(c[1], SimulateSpec, "output_tokens", "Output tokens", f"{NS}.output",
+                             value=same.get("output_tokens")))  # fmt: skip
+    ttft = c[2].number_input("TTFT SLO (s)", 0.0, 600.0, float(SLO.default("ttft_s")), key=f"{NS}.slo_ttft")
+    tpot = c[3].number_input(
+        "TPOT SLO (ms)", 0.0, 60000.0, float(SLO.default("tpot_s")) * 1e3, key=f"{NS}.slo_tpot"
+    )
+    try:
+        slo = SLO(ttft_s=ttft, tpot_s=tpot / 1e3).validate()
+        spec = SimulateSpec(
+            model=model, gpu=gpu, n_gpus=n_gpus, dtype=dtype, engine=engine, mode=mode, sweep=levels,
+            n_requests=requests, prompt_tokens=prompt, output_tokens=output, keep_going=True,
+        ).validate()  # fmt: skip
+    except (EngineError, LoadSpecError) as exc:
+        show_error(exc)
+        return None
+    return spec, slo
+
+
+def interval_rows(sim: SimulatedSweep) -> list[dict]:
+    """Per level: TTFT p50, TPOT p50 and output tok/s from the fast run to the slow one."""
+    unit = level_unit(sim.result.spec.mode)
+    return [
+        {
+            unit: row["level"],
+            "TTFT p50 (s)": f"{row['ttft_s']['p50'].low:.3f} to {row['ttft_s']['p50'].high:.3f}",
+            "TPOT p50 (ms)": f"{row['tpot_s']['p50'].low * 1e3:.1f} to {row['tpot_s']['p50'].high * 1e3:.1f}",
+            "output tok/s": f"{row['output_tokens_per_s'].low:.1f} to {row['output_tokens_per_s'].high:.1f}",
+            "SLO attainment": f"{row['slo_attainment'].low:.0%} to {row['slo_attainment'].high:.0%}",
+        }
+        for row in sim.intervals()
+    ]
+
+
+def comparison_rows(measured: SweepResult, sim: SimulatedSweep) -> list[dict]:
+    """Measured beside simulated per level both ran: TTFT p50 and output tok/s with the simulated interval."""
+    unit = level_unit(measured.spec.mode)
+    by_level = {p.level: (p, iv) for p, iv in zip(sim.result.points, sim.intervals(), strict=True)}
+    rows = []
+    for m in measured.points:
+        if m.level not in by_level:
+            continue
+        s, iv = by_level[m.level]
+        t, o = iv["ttft_s"]["p50"], iv["output_tokens_per_s"]
+        rows.append(
+            {
+                unit: m.level,
+                "TTFT p50 measured (s)": round(m.ttft_s.p50, 3),
+                "TTFT p50 simulated (s)": round(s.ttft_s.p50, 3),
+                "simulated interval (s)": f"{t.low:.3f} to {t.high:.3f}",
+                "output tok/s measured": round(m.output_tokens_per_s, 1),
+                "output tok/s simulated": round(s.output_tokens_per_s, 1),
+                "simulated interval": f"{o.low:.1f} to {o.high:.1f}",
+            }
+        )
+    return rows
+
+
+def knee_words(k: dict, unit: str) -> str:
+    """The simulated knee and what it is with every step at its interval's ends, from the numbers."""
+    if k["central"] is None:
+        return "No simulated level met the SLOs."
+
+    def at(x: float | None) -> str:
+        return "no level" if x is None else at_level(x, unit)
+
+    ends = (
+        "the same with every step at either end of its interval"
+        if k["low"] == k["central"] == k["high"]
+        else f"{at(k['low'])} to {at(k['high'])} with every step at its interval's slow and fast ends"
+    )
+    return f"The simulated knee is **{at_level(k['central'], unit)}**: {ends}."
+
+
+def simulated_section(measured: SweepResult | None = None) -> None:
+    """The Serving page's simulated sweep: a GPU this machine lacks (or this machine from its calibration) under the
+    same scheduler policy, with the page's table and charts; beside the measured sweep when there is one."""
+    init_state(NS, result=None)
+    st.header("Simulated sweep: a GPU you do not have")
+    st.markdown(
+        "The server's own in-flight scheduler policy (admission, batching, the KV budget) runs on a virtual clock, "
+        "each step's duration predicted for the chosen GPU, GPU count, engine class and batch composition "
+        "(decode rows, their context, prompt tokens in the step): the calculator's operators with the engine "
+        "class's utilisation fitted on published runs. The workload is the load generator's. Each figure comes "
+        "three times, with every step at the low end, the centre and the high end of its interval."
+        + (" The inputs start at the measured sweep's workload." if measured is not None else "")
+    )
+    got = _inputs(measured)
+    if got is None:
+        return
+    spec, slo = got
+    if st.button("Simulate", key=f"{NS}.go", type="primary"):
+        progress = _Progress()
+        try:
+            st.session_state[f"{NS}.result"] = simulate(spec, slo, progress=progress)
+        except (EngineError, LoadSpecError) as exc:
+            st.session_state[f"{NS}.result"] = None  # an older sweep under these inputs would mislead
+            show_error(exc)
+        progress.done()
+    sim: SimulatedSweep | None = st.session_state[f"{NS}.result"]
+    if sim is None:
+        st.caption(
+            "Press Simulate for the sweep; a first run also fits the engine classes on published runs."
+        )
+        return
+    st.subheader(sim.deployment.label)
+    unit = level_unit(sim.result.spec.mode)
+    st.markdown(knee_words(sim.knee_interval(), unit))
+    st.dataframe(table_rows(sim.result), hide_index=True, width="stretch")
+    st.caption(
+        "The central run above; each figure again with every step at its interval's fast and slow ends "
+        f"({sim.deployment.steps.describe().get('what', 'the step model')}; "
+        f"{sim.deployment.steps.describe().get('rows')} observations behind the interval):"
+    )
+    st.dataframe(interval_rows(sim), hide_index=True, width="stretch")
+    if measured is not None and measured.points:
+        rows = comparison_rows(measured, sim)
+        if rows:
+            st.caption(
+                f"Measured ({measured.spec.model}) beside {sim.deployment.label}, at the levels both ran. Measured "
+                "and simulated agree only where the simulated hardware is the measured one (this machine)."
+            )
+            st.dataframe(rows, hide_index=True, width="stretch")
+    st.plotly_chart(latency_figure(sim.result), width="stretch", key=f"{NS}.latency")
+    st.plotly_chart(throughput_figure(sim.result), width="stretch", key=f"{NS}.throughput")
+    for note in sim.deployment.notes:
+        st.caption(note)
+
+
+# ---------------------------------------------------------------- the inverse questions
+
+
+QUESTIONS = {
+    "max-context": "the longest context that fits",
+    "max-users": "the most users at my SLOs on this GPU",
+    "cheapest": "the cheapest GPU type and count for my load and SLOs",
+}
+
+
+def _answer(
+    q: str, spec: ModelSpec, gpu: GPUSpec, sim: SimulateSpec, slo: SLO, users: int, progress
+) -> solve.Answer:
+    if q == "max-context":
+        return solve.max_context(
+            spec, gpu, dtype=sim.dtype, kv_dtype=sim.kv_dtype, n_gpus=sim.n_gpus,
+            engine=sim.engine if sim.engine in ("vllm", "sglang") else "vllm",
+            gpu_memory_utilization=sim.gpu_memory_utilization,
+        )  # fmt: skip
+    if q == "max-users":
+        return solve.max_users(sim, slo, progress=progress, deploy=deployment(sim, spec, gpu))
+    return solve.cheapest(sim, slo, users, progress=progress, model=spec)
+
+
+def solvers_section(key: str, spec: ModelSpec, gpu: GPUSpec, inputs) -> None:
+    """The Memory-and-cost page's inverse questions for its model, GPU and inputs (engine.calc.report.Inputs)."""
+    st.subheader("The inverse questions")
+    c = st.columns([2, 1, 1])
+    q = c[0].radio("Ask", list(QUESTIONS), format_func=QUESTIONS.get, key=f"{key}.solve.q")
+    ttft = c[1].number_input(
+        "TTFT SLO (s)", 0.0, 600.0, float(SLO.default("ttft_s")), key=f"{key}.solve.ttft"
+    )
+    tpot = c[2].number_input(
+        "TPOT SLO (ms)", 0.0, 60000.0, float(SLO.default("tpot_s")) * 1e3, key=f"{key}.solve.tpot"
+    )
+    if gpu.key not in load_gpu_catalog() and q != "cheapest":
+        st.info(
+            f"The simulator times catalogue GPUs; {gpu.name} has edited or measured figures. Pick a catalogue GPU "
+            "(the cheapest option searches them all)."
+        )
+        return
+    if st.button("Answer", key=f"{key}.solve.go"):
+        progress = _Progress()
+        try:
+            slo = SLO(ttft_s=ttft, tpot_s=tpot / 1e3).validate()
+            sim = SimulateSpec(
+                model=spec.name, gpu=gpu.key, n_gpus=inputs.n_gpus, dtype=inputs.dtype, kv_dtype=inputs.kv_dtype,
+                engine=inputs.engine or "vllm", prompt_tokens=inputs.prompt_tokens, output_tokens=inputs.output_tokens,
+                gpu_memory_utilization=inputs.gpu_memory_utilization,
+            ).validate()  # fmt: skip
+            st.session_state[f"{key}.solve.answer"] = _answer(q, spec, gpu, sim, slo, inputs.batch, progress)
+        except (EngineError, LoadSpecError) as exc:
+            st.session_state[f"{key}.solve.answer"] = None
+            show_error(exc)
+        progress.done()
+    answer: solve.Answer | None = st.session_state.get(f"{key}.solve.answer")
+    if answer is None or answer.question != q:
+        st.caption(
+            "max-context reproduces vLLM's --max-model-len auto; max-users is the simulator's knee; cheapest searches "
+            f"every priced catalogue GPU at 1, 2, 4 and 8 GPUs for {inputs.batch} users (the batch above)."
+        )
+        return
+    v = answer.value
+    width = f", {v.width:.2f}x wide" if math.isfinite(v.width) else ""
+    st.metric(QUESTIONS[q].capitalize(), f"{v.central:,.2f}" if q == "cheapest" else f"{v.central:,}",
+              f"{v.low:,.4g} to {v.high:,.4g} {answer.unit}{width}", delta_color="off", delta_arrow="off")  # fmt: skip
+    st.markdown(answer.sentence)
+    if q == "cheapest":
+        st.dataframe(answer.details["simulated"], hide_index=True, width="stretch")
+        st.caption(answer.details["price_source"])
