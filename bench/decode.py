@@ -45,6 +45,7 @@ from engine.core.threads import run_in_thread  # noqa: E402
 from engine.race import compat  # noqa: E402
 from engine.runtime import generation, hardware, models  # noqa: E402
 from engine.runtime.generation import GenerationConfig  # noqa: E402
+from engine.runtime.sampling import eos_ids  # noqa: E402
 
 PROMPTS = (  # row i of a batch of B takes PROMPTS[i]; batch 1 is the first
     "The history of the printing press begins",
@@ -89,7 +90,7 @@ def plain_generate(lm, prompts: tuple[str, ...], cfg: GenerationConfig) -> Run:
     hardware.sync(lm.device)
     seconds = time.perf_counter() - t0
     width = enc["input_ids"].shape[1]
-    eos = generation.eos_ids(lm)
+    eos = eos_ids(lm)
     rows = []
     for row in out[:, width:].tolist():
         cut = next((i + 1 for i, t in enumerate(row) if t in eos), len(row))

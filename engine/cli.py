@@ -6,14 +6,26 @@ Each command lives in engine/commands/<name>.py and exposes:
     run(args) -> object                     a dataclass, dict or list; printed as JSON with --json
     format_text(result) -> str  (optional)  a human-readable rendering
 Commands translate argparse values into typed engine calls; no engine function takes a Namespace.
+
+Under `--json` stdout is one JSON document, whatever the libraries print: from before the command's module is
+imported until its result is written, file descriptor 1 points at stderr (`json_only_stdout`), so a library's
+print, its logger's StreamHandler(sys.stdout) and a C library's printf all land on stderr, and the document alone
+is written to the real stdout. Library noise is cut where it starts (`quiet_libraries`): DeepSpeed's accelerator
+is named (cpu) where no NVIDIA GPU exists, so it never probes ("Setting accelerator to CPU"), and torchao's
+missing optional CUDA kernels become one line on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
+import logging
+import os
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from engine.core.errors import EngineError
@@ -60,26 +72,89 @@ def build_parser(only: str | None = None) -> tuple[argparse.ArgumentParser, dict
     return parser, modules
 
 
+class _OneLine(logging.Filter):
+    """torchao logs one warning per optional kernel library it cannot load (CUDA builds: _C_mxfp8, _C_cutlass_90a,
+    ...); say it once, on stderr, and drop the rest."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.said = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith("Failed to load"):
+            return True
+        if not self.said:
+            self.said = True
+            print(
+                "torchao: its optional CUDA kernels are not loaded here (CPU); nothing the lab runs needs them",
+                file=sys.stderr,
+            )
+        return False
+
+
+def quiet_libraries() -> None:
+    """Cut library noise at its source, before any of them is imported (see the module docstring)."""
+    if "DS_ACCELERATOR" not in os.environ and not any(Path("/dev").glob("nvidia[0-9]*")):
+        os.environ["DS_ACCELERATOR"] = "cpu"  # DeepSpeed's own override: no probe, no warning
+    logger = logging.getLogger("torchao")
+    if not any(isinstance(f, _OneLine) for f in logger.filters):
+        logger.addFilter(_OneLine())
+
+
+@contextlib.contextmanager
+def json_only_stdout(enabled: bool = True) -> Iterator[Any]:
+    """Within the block, whatever is written to stdout (file descriptor 1) goes to stderr; yields a writer for the
+    real stdout, where the one JSON document goes."""
+    if not enabled:
+        yield sys.stdout
+        return
+    sys.stdout.flush()
+    real, python_stdout = os.dup(1), sys.stdout
+    os.dup2(2, 1)  # C libraries and streams already bound to stdout
+    sys.stdout = sys.stderr  # loggers and prints that look sys.stdout up from now on
+    try:
+        if not _on_fd_1(
+            python_stdout
+        ):  # a caller's own stdout (a test's capture, redirect_stdout) gets the document
+            yield python_stdout
+            return
+        with open(real, "w", encoding="utf-8", closefd=False) as out:
+            yield out
+            out.flush()
+    finally:
+        sys.stdout = python_stdout
+        sys.stdout.flush()
+        os.dup2(real, 1)
+        os.close(real)
+
+
+def _on_fd_1(stream: Any) -> bool:
+    try:
+        return stream.fileno() == 1
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation: an in-memory stream
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     chosen = (
         argv[0] if argv and argv[0] in COMMANDS else None
     )  # anything else: the full parser (help, errors)
-    parser, modules = build_parser(chosen)
-    args = parser.parse_args(argv)
-    module = modules[args.command]
-    try:
-        result = module.run(args)
-    except EngineError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    if args.json:
-        print(json.dumps(to_jsonable(result), indent=2, allow_nan=False))
-    elif hasattr(module, "format_text"):
-        print(module.format_text(result))
-    else:
-        print(json.dumps(to_jsonable(result), indent=2, allow_nan=False))
+    quiet_libraries()
+    with json_only_stdout("--json" in argv) as out:
+        parser, modules = build_parser(chosen)
+        args = parser.parse_args(argv)
+        module = modules[args.command]
+        try:
+            result = module.run(args)
+        except EngineError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return 130
+        if args.json or not hasattr(module, "format_text"):
+            print(json.dumps(to_jsonable(result), indent=2, allow_nan=False), file=out, flush=True)
+        else:
+            print(module.format_text(result), file=out, flush=True)
     return 0

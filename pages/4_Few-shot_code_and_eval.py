@@ -10,7 +10,7 @@ import streamlit as st
 
 from engine.core.errors import EngineError
 from engine.lab import codegen, evaluation, fewshot
-from engine.runtime import generation, runlog
+from engine.runtime import run
 from engine.runtime.generation import GenerationConfig
 from ui import export, lab_widgets
 from ui.common import fmt_seconds, init_state, page_setup, show_error
@@ -120,9 +120,12 @@ with tab_fs:
                 scores = fewshot.score_labels(lm, prompt, ds.labels, delimiter=template.target_delimiter)
                 free = None
                 if show_free:
-                    free = generation.generate(
-                        lm, prompt, GenerationConfig(max_new_tokens=8, stop=("\n",), include_prompt=True)
-                    )
+                    free = run.run(
+                        lm,
+                        prompt,
+                        GenerationConfig(max_new_tokens=8, stop=("\n",), include_prompt=True),
+                        source="lab",
+                    ).completion
                 state[f"{NS}.classified"] = {"prompt": prompt, "scores": scores, "free": free, "k": k_one}
             except EngineError as exc:
                 show_error(exc)
@@ -268,20 +271,18 @@ with tab_code:
         stops = tuple(s.strip().replace("\\n", "\n") for s in stop_text.split(",") if s.strip())
         try:
             # streamed as it is written; the review (syntax, lint) runs on the finished text
-            stream = generation.stream(lm, prompt, codegen.code_config(max_new, mode, stops), record=False)
+            code_run = run.start(lm, prompt, codegen.code_config(max_new, mode, stops), source="lab")
             live, shown = st.empty(), prompt if mode == "complete" else ""
             try:
-                for chunk in stream:
-                    shown += chunk
-                    live.code(shown, language="python")
+                for ev in code_run.events():
+                    if ev.text:
+                        shown += ev.text
+                        live.code(shown, language="python")
+                done_run = code_run.report()  # measured and logged once, with its source
             finally:
-                stream.cancel()  # a rerun or a closed tab stops generating for nobody
+                code_run.cancel()  # a rerun or a closed tab stops generating for nobody
             live.empty()
-            if stream.completion is not None:
-                runlog.record(
-                    stream.completion.measurement, source="lab", stop_reason=stream.completion.stop_reason
-                )
-                state[f"{NS}.code"] = codegen.review(stream.completion, mode)
+            state[f"{NS}.code"] = codegen.review(done_run.completion, mode)
         except EngineError as exc:
             show_error(exc)
     result: codegen.CodeResult | None = state[f"{NS}.code"]

@@ -99,8 +99,8 @@ def test_generate_code_passes_stop_sequences_and_keeps_the_prompt(tiny_lm, monke
 
     real = generation.generate
 
-    def fake(lm, prompt, cfg):
-        c = real(lm, prompt, cfg)
+    def fake(lm, prompt, cfg, **kw):
+        c = real(lm, prompt, cfg, **kw)
         assert cfg.stop == ("\ndef ",) and cfg.include_prompt
         return c
 

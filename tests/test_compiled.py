@@ -1,4 +1,4 @@
-"""Compiled decode (engine.batching.kv.CompiledDecode): the static slot cache and the torch.compile'd step give the
+"""Compiled decode (engine.runtime.compiled.CompiledDecode): the static slot cache and the torch.compile'd step give the
 eager path's greedy tokens through generate, generate_batch, stream and the shared scheduler, for GPT-Neo (its
 local-attention layers too) and a Llama; cancellation and concurrent requests behave as in eager decoding; where
 compiling is impossible the run decodes eagerly and says why. No timings are asserted here (bench/decode.py
@@ -11,10 +11,9 @@ import threading
 
 import pytest
 
-from engine.batching import kv
 from engine.batching.scheduler import Scheduler
 from engine.core.errors import CancelledError, CompileUnavailableError, InvalidParameterError
-from engine.runtime import generation
+from engine.runtime import compiled, generation, kvcache
 from engine.runtime.generation import GenerationConfig
 
 PROMPTS = ["def add(a, b):", "The GPU is", "Once upon a time, in a small village by the sea,"]
@@ -215,7 +214,7 @@ def test_a_failing_compile_decodes_eagerly_and_says_why(monkeypatch):
     def broken(fn, mode):
         raise RuntimeError("simulated: InvalidCxxCompiler: No working C++ compiler found")
 
-    monkeypatch.setattr(kv, "_compile", broken)
+    monkeypatch.setattr(compiled, "_compile", broken)
     c = generation.generate(lm, PROMPTS[0], COMPILED, record=False)
     assert c.decode == "eager" and "No working C++ compiler" in c.decode_note
     assert c.token_ids == generation.generate(lm, PROMPTS[0], EAGER, record=False).token_ids
@@ -230,9 +229,9 @@ def test_a_failing_compile_decodes_eagerly_and_says_why(monkeypatch):
 
 
 def test_no_cpp_compiler_is_a_clear_reason(monkeypatch, tiny_lm):
-    monkeypatch.setattr(kv.shutil, "which", lambda name: None)
+    monkeypatch.setattr(compiled.shutil, "which", lambda name: None)
     with pytest.raises(CompileUnavailableError, match="C\\+\\+ compiler"):
-        kv.compiled_decode(tiny_lm)
+        compiled.compiled_decode(tiny_lm)
     c = generation.generate(tiny_lm, "Hello", GenerationConfig(max_new_tokens=4, compile=True), record=False)
     assert c.decode == "eager" and "needs a C++ compiler" in c.decode_note
     assert (
@@ -243,7 +242,9 @@ def test_no_cpp_compiler_is_a_clear_reason(monkeypatch, tiny_lm):
 
 def test_unsupported_family_is_refused_with_its_name(tiny_lm, monkeypatch):
     monkeypatch.setattr(tiny_lm.model.config, "model_type", "bloom")
-    assert "bloom" in kv.unsupported_reason(tiny_lm) and "GPT-Neo and Llama" in kv.unsupported_reason(tiny_lm)
+    assert "bloom" in compiled.unsupported_reason(
+        tiny_lm
+    ) and "GPT-Neo and Llama" in compiled.unsupported_reason(tiny_lm)
 
 
 def test_compile_needs_the_kv_cache():
@@ -266,13 +267,13 @@ def test_static_step_eager_matches_the_sliding_window_step(tiny_lm):
             return columns > self.window
 
         def __call__(self, cache, input_ids, position_ids, mask):
-            return kv.static_step(tiny_lm.model, torch.float32, cache, input_ids, position_ids, mask)
+            return compiled.static_step(tiny_lm.model, torch.float32, cache, input_ids, position_ids, mask)
 
     def run(step, columns: int) -> list[int]:
         with torch.inference_mode():
-            job = kv.Prefill(tiny_lm, [ids], 0)
+            job = kvcache.Prefill(tiny_lm, [ids], 0)
             logits = job.run()
-            cache = kv.SlotCache(1, slack=False)
+            cache = kvcache.SlotCache(1, slack=False)
             cache.insert(job, [0], columns)
             out = [int(logits.argmax())]
             for i in range(20):
@@ -290,10 +291,10 @@ def test_slot_cache_reuses_its_buffers_when_empty(tiny_lm):
     import torch
 
     ids = tiny_lm.tokenizer("reuse me")["input_ids"]
-    cache = kv.SlotCache(1, slack=False)
+    cache = kvcache.SlotCache(1, slack=False)
     with torch.inference_mode():
         for _ in range(2):
-            job = kv.Prefill(tiny_lm, [ids], 0)
+            job = kvcache.Prefill(tiny_lm, [ids], 0)
             job.run()
             cache.reset()
             cache.insert(job, [0], 16)

@@ -90,3 +90,39 @@ def test_no_import_cycles():
         if v not in index:
             visit(v)
     assert not cycles
+
+
+# The engine's floors, lowest first (docs/CONTRACTS.md): a module imports only from its own folder or a lower floor.
+FLOORS = (
+    ("core", "data"),
+    ("calc",),
+    ("runtime",),
+    ("batching", "lab", "arch"),
+    # trackrecord reads the calibration and vLLM's records, and the simulator's solver reads it: one floor
+    ("calibration", "race", "serving", "loadgen", "backends", "simulate", "trackrecord"),
+    ("levers",),
+    ("commands", "cli", "__main__"),
+)
+FLOOR = {part: i for i, parts in enumerate(FLOORS) for part in parts}
+
+
+def _part(module: str) -> str:
+    """engine.<part>...: the folder (or root module) a module lives in."""
+    return module.split(".")[1] if module.count(".") else module
+
+
+def test_engine_imports_point_down_its_floors():
+    """core < calc < runtime < batching/lab/arch < calibration/race/serving < levers < commands: no engine module
+    imports from a floor above its own (lazily inside a function alike). The compiled decode step once lived in
+    batching/kv.py, so runtime/generation.py reached up into batching for it."""
+    graph = _import_graph()
+    unplaced = sorted({_part(m) for m in graph if m.startswith("engine.") and _part(m) not in FLOOR})
+    assert not unplaced, f"place these engine folders on a floor in FLOORS: {unplaced}"
+    up = sorted(
+        f"{m} -> {d}"
+        for m, deps in graph.items()
+        if m.startswith("engine.")
+        for d in deps
+        if d.startswith("engine.") and FLOOR[_part(d)] > FLOOR[_part(m)]
+    )
+    assert not up, up

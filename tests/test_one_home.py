@@ -23,9 +23,10 @@ HOMES = {
     "spec_for_run_model": "engine/arch/resolve.py",
     "sync": "engine/runtime/hardware.py",
     "greedy_kwargs": "engine/runtime/generation.py",
-    "next_tokens": "engine/runtime/generation.py",
-    "penalize": "engine/runtime/generation.py",
+    "next_tokens": "engine/runtime/sampling.py",
+    "penalize": "engine/runtime/sampling.py",
     "parse_stops": "engine/runtime/generation.py",
+    "eos_ids": "engine/runtime/sampling.py",
     "is_busy": "engine/core/load.py",
     "predict_from_run": "engine/calc/capacity.py",
 }

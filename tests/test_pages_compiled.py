@@ -53,13 +53,13 @@ def test_compiled_playground_run_reports_its_compile_once():
 def test_a_machine_that_cannot_compile_says_why_and_still_generates(monkeypatch):
     import weakref
 
-    from engine.batching import kv
+    from engine.runtime import compiled
     from ui import batching_widgets
 
-    monkeypatch.setattr(kv.shutil, "which", lambda name: None)  # no C++ compiler on PATH
+    monkeypatch.setattr(compiled.shutil, "which", lambda name: None)  # no C++ compiler on PATH
     # A machine without a compiler never compiled anything: forget the steps and shared schedulers that tests
     # before this one (in the same process) made, so the check runs as it would on that machine.
-    monkeypatch.setattr(kv, "_DECODERS", weakref.WeakKeyDictionary())
+    monkeypatch.setattr(compiled, "_DECODERS", weakref.WeakKeyDictionary())
     batching_widgets._scheduler.clear()
     at = playground()
     compile_toggle(at).set_value(True).run()

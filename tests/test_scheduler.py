@@ -13,6 +13,7 @@ from engine.batching.sequence import Request
 from engine.batching.static import run_static_batch
 from engine.batching.workload import WorkloadSpec, generate_workload, replay, replay_inflight
 from engine.core.errors import CancelledError, InvalidParameterError, OutOfMemoryError
+from engine.runtime import kvcache
 from engine.runtime.generation import GenerationConfig, generate
 
 PROMPTS = [
@@ -249,14 +250,14 @@ def test_slot_cache_reuses_rows_without_copying_the_batch(tiny_lm):
 
     pad = tiny_lm.tokenizer.pad_token_id
     with torch.inference_mode():
-        cache = kv.SlotCache(4)
-        first = kv.Prefill(tiny_lm, [[5, 6, 7, 8, 9], [5, 6]], pad)
+        cache = kvcache.SlotCache(4)
+        first = kvcache.Prefill(tiny_lm, [[5, 6, 7, 8, 9], [5, 6]], pad)
         first.run()
         cache.insert(first, [0, 1], remaining=8)
         assert cache.n == 2 and cache.length == 5
         buffers = [la.keys.data_ptr() for la in cache.layers]
         copied = cache.copied_bytes
-        late = kv.Prefill(tiny_lm, [[11, 12, 13]], pad, chunk=2)  # chunked: two steps
+        late = kvcache.Prefill(tiny_lm, [[11, 12, 13]], pad, chunk=2)  # chunked: two steps
         assert late.step() is None and late.step() is not None
         cache.insert(late, [0], remaining=8)
         assert (
@@ -387,17 +388,19 @@ def test_mixed_step_places_newcomers_like_insert(tiny_lm):
 
     pad = tiny_lm.tokenizer.pad_token_id
     with torch.inference_mode():
-        a, b = kv.SlotCache(4), kv.SlotCache(4)
+        a, b = kvcache.SlotCache(4), kvcache.SlotCache(4)
         for cache in (a, b):
-            first = kv.Prefill(tiny_lm, [[5, 6, 7, 8, 9], [5, 6]], pad)
+            first = kvcache.Prefill(tiny_lm, [[5, 6, 7, 8, 9], [5, 6]], pad)
             first.run()
             cache.insert(first, [0, 1], remaining=8)
         tokens, positions = torch.tensor([20, 21]), torch.tensor([5, 2])
         prompts = [[11, 12, 13], [14, 15, 16, 17, 18, 19, 30]]  # the second is longer than the window
         assert kv.mixed_reason(tiny_lm, a, [len(p) for p in prompts]) == ""
-        mixed = a.mixed(tiny_lm, tokens, positions, prompts, remaining=8)  # [4, V]
+        mixed = kv.mixed_step(a, tiny_lm, tokens, positions, prompts, remaining=8)  # [4, V]
         step = b.decode(tiny_lm, tokens, positions)  # the running rows' step ...
-        late = kv.Prefill(tiny_lm, prompts, pad)  # ... then the newcomers' prefill, inserted at the new end
+        late = kvcache.Prefill(
+            tiny_lm, prompts, pad
+        )  # ... then the newcomers' prefill, inserted at the new end
         first_logits = late.run()
         b.insert(late, [0, 1], remaining=8)
         assert (a.n, a.window.start, a.window.end) == (b.n, b.window.start, b.window.end)
@@ -414,6 +417,6 @@ def test_mixed_step_places_newcomers_like_insert(tiny_lm):
 def test_long_windows_on_gpt_neo_are_not_mixed(tiny_lm):
     """GPT-Neo masks by position in the key sequence (a local window every other layer): a mixed step whose
     flattened keys exceed that window is refused with the reason, and the scheduler prefills separately."""
-    cache = kv.SlotCache(4)
+    cache = kvcache.SlotCache(4)
     window = tiny_lm.model.config.window_size
     assert kv.mixed_reason(tiny_lm, cache, [window + 1]) != ""

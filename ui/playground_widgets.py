@@ -1,4 +1,5 @@
-"""Playground helpers: the live progress line, the per-token latency chart, and the pre-run forecast."""
+"""Playground helpers: the sidebar's generation settings, the live progress line, the measured figures of a run,
+the per-token latency chart, and the pre-run forecast. The run itself is the engine's (engine.runtime.run)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import streamlit as st
 
 from engine.calc import format as fmt
 from engine.core.errors import EngineError
+from engine.runtime.generation import GenerationConfig, parse_stops
 from ui.charts import log_ticks
+from ui.widgets import spec_number
 
 # A run predicted to take longer than this gets a warning before it starts.
 LONG_RUN_S = 60.0
@@ -75,22 +78,6 @@ def progress_text(tokens: int, max_new: int, elapsed: float) -> str:
     )
 
 
-def show_forecast(fc) -> None:
-    if fc is None:
-        return
-    text = (
-        f"Predicted for this run: **{fmt.seconds(fc.seconds)}** (TTFT {fmt.seconds(fc.ttft_s)}, "
-        f"{fmt.seconds(fc.tpot_s)} per token) — {fc.basis}."
-    )
-    if fc.seconds >= LONG_RUN_S:
-        st.warning(
-            text + " That is minutes: you can press **Stop** at any time and keep the text made so far.",
-            icon=":material/hourglass_top:",
-        )
-    else:
-        st.caption(text)
-
-
 def compile_advice(lm):
     """Compiled decode's default for this model's device, decided by the recorded measurement
     (engine.runtime.recorded.compile_advice), and the sentence that says why."""
@@ -115,16 +102,151 @@ def compile_status_text(status: dict | None) -> str:
 
 
 def show_decode_path(c) -> None:
-    """Say once how the decode ran: the compile this run paid, or why it decoded eagerly."""
+    """Say once how the decode ran: the compile this run paid (left out of its figures), or why it decoded eagerly."""
     if c.decode_note:
         st.warning(c.decode_note, icon=":material/build:")
     elif c.decode == "compiled" and c.compile_s:
+        wall = f" (the run took {fmt.seconds(c.wall_s)} of wall time with it)" if c.wall_s else ""
         st.info(
-            f"This run compiled the decode step: **{fmt.seconds(c.compile_s)}** of its latency, spent in its first "
-            "decode step (so its TPOT, an average over the steps, includes it). Later compiled runs of this model "
-            "on this server reuse it.",
+            f"This run compiled the decode step first: **{fmt.seconds(c.compile_s)}**{wall}, spent in its first "
+            "decode step and left out of its latency, TPOT and tokens/s, which are the decode's own. Later compiled "
+            "runs of this model on this server reuse it.",
             icon=":material/build:",
         )
+
+
+def generation_settings(ns: str, lm) -> tuple[GenerationConfig, bool]:
+    """The sidebar's decoding settings as the engine's spec (its defaults and bounds are GenerationConfig's, one
+    source with the CLI) and whether the KV cache is on; invalid values raise when the run validates them."""
+    d = GenerationConfig()
+    st.header("Generation")
+    max_new = spec_number(st, GenerationConfig, "max_new_tokens", "Max new tokens", key=f"{ns}.max_new")
+    sample = st.toggle("Sample (off = greedy)", d.do_sample, key=f"{ns}.sample")
+    temperature = st.slider(
+        "Temperature", 0.05, 2.0, d.temperature, 0.05, disabled=not sample, key=f"{ns}.temp"
+    )
+    top_p = st.slider("Top-p", 0.05, 1.0, d.top_p, 0.05, disabled=not sample, key=f"{ns}.top_p")
+    top_k = spec_number(
+        st, GenerationConfig, "top_k", "Top-k (0 = off)", key=f"{ns}.top_k", disabled=not sample
+    )
+    rep = st.slider("Repetition penalty", 1.0, 2.0, d.repetition_penalty, 0.05, key=f"{ns}.rep")
+    seed = st.number_input("Seed", 0, 2**31 - 1, d.seed or 0, disabled=not sample, key=f"{ns}.seed")
+    stops = st.text_input("Stop sequences (comma-separated; \\n for newline)", "", key=f"{ns}.stop")
+    use_cache = st.toggle(
+        "Use KV cache",
+        d.use_cache,
+        key=f"{ns}.cache",
+        help="Off recomputes every past token's keys and values at every step: watch TPOT grow.",
+    )
+    advice, advice_text = compile_advice(lm) if lm is not None else (None, "")
+    compiled = st.toggle(
+        "Compiled decode",
+        advice.on if advice is not None else d.compile,
+        key=f"{ns}.compile.{lm.device if lm is not None else 'none'}",  # its default is per device
+        disabled=lm is None or not use_cache,
+        help="A static (preallocated) KV cache and a torch.compile'd decode step, CUDA graphs on a GPU: the same "
+        "greedy tokens, faster steps. The first run per model compiles the step; later runs reuse it. It runs on "
+        "the KV cache.",
+    )
+    if advice_text:
+        st.caption(advice_text)
+    chat = st.toggle(
+        "Use the chat template",
+        False,
+        key=f"{ns}.chat",
+        disabled=lm is None or not lm.has_chat_template,
+        help="Wraps the prompt as a user message (only for models that ship a template).",
+    )
+    include_prompt = st.toggle(
+        "Show the prompt in the output",
+        False,
+        key=f"{ns}.incl",
+        help="`generate` returns prompt + completion: the chapter's point. Off shows the completion only.",
+    )
+    cfg = GenerationConfig(
+        max_new_tokens=int(max_new),
+        do_sample=sample,
+        temperature=float(temperature),
+        top_p=float(top_p),
+        top_k=int(top_k),
+        repetition_penalty=float(rep),
+        seed=int(seed),
+        stop=parse_stops(stops),
+        use_cache=use_cache,
+        chat_template=chat,
+        include_prompt=include_prompt,
+        compile=compiled and use_cache,
+    )
+    return cfg, use_cache
+
+
+def live_line(tokens: int, max_new: int, elapsed: float, compiling: dict | None) -> str:
+    """The progress line under a running single prompt: tokens / max, elapsed, tok/s, and what it waits for."""
+    waiting = compile_status_text(compiling) or ("" if tokens else "waiting for the first token (prefill)")
+    return progress_text(tokens, max_new, elapsed) + (f" · {waiting}" if waiting else "")
+
+
+def metrics_row(m, load: float | None = None, busy: bool | None = None, cores: int | None = None) -> None:
+    """The run's measured figures, in two rows of three (six in a row cut their numbers), with the load the
+    machine was under when it finished (a busy machine's TPOT is not this machine's TPOT: the calculator's bound
+    and the race's figure are for a quiet one)."""
+    c = [*st.columns(3), *st.columns(3)]
+    c[0].metric("TTFT", fmt.seconds(m.ttft_s), help="request → first generated token")
+    c[1].metric(
+        "TPOT",
+        fmt.seconds(m.tpot_s),
+        help="(latency − TTFT) / (output tokens − 1): first token excluded (vLLM)",
+    )
+    c[2].metric("Latency", fmt.seconds(m.latency_s), help="request → last token")
+    c[3].metric("Throughput", f"{m.tokens_per_s:.1f} tok/s", help="output tokens / latency (all sequences)")
+    c[4].metric("Tokens in → out", f"{m.prompt_tokens} → {m.output_tokens}")
+    c[5].metric("Peak memory", fmt.gb(m.peak_memory_bytes), help=m.peak_memory_kind)
+    if load is not None and load == load:
+        st.caption(
+            f"All measured on this run, on this machine: load average {load:.1f} on {cores} cores when it finished"
+            + (": busy, so slower than it runs when quiet." if busy else " (quiet).")
+        )
+
+
+def history_row(m, mode: str, stop_reason: str, decode: str = "eager") -> dict:
+    """One row of the session's run table."""
+    return {
+        "time (UTC)": m.started_at,
+        "model": m.model,
+        "dtype": m.dtype,
+        "device": m.device,
+        "mode": mode,
+        "batch": m.batch_size,
+        "kv cache": m.use_cache,
+        "decode": decode,
+        "prompt tokens": m.prompt_tokens,
+        "output tokens": m.output_tokens,
+        "TTFT (ms)": round(m.ttft_s * 1e3, 1),
+        "TPOT (ms)": None if math.isnan(m.tpot_s) else round(m.tpot_s * 1e3, 2),
+        "latency (s)": round(m.latency_s, 3),
+        "tokens/s": round(m.tokens_per_s, 2),
+        "peak memory (MB)": round(m.peak_memory_bytes / 1e6, 1),
+        "stop": stop_reason,
+    }
+
+
+MEANING = (
+    "- **TTFT** (time to first token): from the request to the first generated token. It is dominated by "
+    "*prefill*, one forward pass over the whole prompt, and by any wait for the shared model.\n"
+    "- **TPOT** (time per output token): (latency − TTFT) / (output tokens − 1), as vLLM defines it; it "
+    "excludes the first token and measures *decode*, one forward pass per token, which reads every weight "
+    "once per step: that is why decode is memory-bandwidth bound.\n"
+    "- **Latency**: request to last token. **Throughput**: output tokens / latency, summed over a batch.\n"
+    "- **Peak memory**: on a GPU, `torch.cuda.max_memory_allocated`; on the CPU, the server process's "
+    "resident memory (it includes every loaded model).\n"
+    "- **KV cache**: with it, each step attends over stored keys/values of past tokens; without it, each "
+    "step re-runs the whole sequence, so TPOT grows with length.\n"
+    "- **Compiled decode**: the KV cache preallocated (static shapes) and the decode step compiled by "
+    "`torch.compile`, which fuses the many small operations of a layer and, on a GPU, replays the whole step "
+    "as one CUDA graph instead of launching each kernel from Python. The greedy tokens are the same. The first "
+    "compiled run per model (and batch shape) compiles the step in its first decode step: that compile is "
+    "reported once, beside the run's wall time, and left out of its latency, TPOT and throughput."
+)
 
 
 def show_recorded_gpu_decode() -> None:

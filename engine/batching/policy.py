@@ -4,7 +4,7 @@ rows' lengths. No torch, no threads, no clock.
 The server's scheduler (engine.batching.scheduler.Scheduler) calls them at every loop on its real requests; the
 serving simulator (engine.simulate) calls the same functions on a virtual clock with predicted step times, as
 SGLang's CPU scheduler simulator and Vidur (Agrawal et al., MLSys 2024) drive a real scheduler's policy without a
-GPU. Keeping the policy here, apart from the torch step (kv.Prefill, SlotCache.decode / mixed), is the seam: a
+GPU. Keeping the policy here, apart from the torch step (kvcache.Prefill, SlotCache.decode, kv.mixed_step), is the seam: a
 change to admission or the KV budget changes what the server does and what the simulator predicts alike.
 
 One loop iteration of the scheduler (and of the simulator) is: admission (`take`, then `plan_admission`: the

@@ -4,13 +4,13 @@ decode step (Orca's iteration-level scheduling; TensorRT-LLM's "in-flight batchi
 Each loop of the thread: (1) when no prefill is under way, take every waiting request that has a free slot
 (`max_batch`) and fits the KV budget, first come first served. With rows running and prompts of at most
 `prefill_chunk_tokens` together, the newcomers' prompts ride in the running rows' decode step: one forward
-(engine.batching.kv.SlotCache.mixed, vLLM's mixed prefill-decode batch), so a running stream's gap at an
+(engine.batching.kv.mixed_step, vLLM's mixed prefill-decode batch), so a running stream's gap at an
 admission is one slightly longer step, not a prefill plus a step (bench/serving_itl.py measured the two
 forwards as the tail of inter-token latency). Otherwise (nothing running, longer prompts, compiled steps, a
 model the mixed mask does not cover) they go into one batched, left-padded prefill; (2) run the next chunk of
 that prefill (at most `prefill_chunk_tokens` tokens, so the running rows wait for one chunk, not a whole prompt:
 Sarathi-Serve's chunked prefill); when its last chunk is done, the first tokens are chosen and the rows join the
-slot table (engine.batching.kv.SlotCache: no copy of the running rows' cache); (3) one decode step for every
+slot table (engine.runtime.kvcache.SlotCache: no copy of the running rows' cache); (3) one decode step for every
 running row (unless (1) was a mixed step); (4) retire finished rows at once (EOS, stop string,
 max_new_tokens, cancel) by moving the last row into the hole.
 `breakdown()` reports where the thread's time went: prefill, decode forward, sampling, cache surgery and the
@@ -49,7 +49,7 @@ from engine.core.errors import (
     InvalidParameterError,
     OutOfMemoryError,
 )
-from engine.runtime import hardware, runlog
+from engine.runtime import compiled, hardware, kvcache, runlog
 from engine.runtime.generation import Completion, GenerationConfig, _render, check_context, clean_prompt
 from engine.runtime.metrics import memory_now
 from engine.runtime.models import LoadedModel
@@ -82,9 +82,7 @@ def free_memory_bytes(device: str) -> int:
     if device.startswith("cuda"):
         free, _total = torch.cuda.mem_get_info()
         return int(free)
-    import psutil
-
-    return int(psutil.virtual_memory().available)
+    return hardware.available_memory_bytes()
 
 
 def encode_prompt(lm: LoadedModel, prompt: str, cfg: GenerationConfig) -> tuple[str, list[int]]:
@@ -103,6 +101,7 @@ class RequestHandle:
         self._req = req
         self._chunks: queue.Queue = queue.Queue()
         self._done = threading.Event()
+        self._ended = False  # the reader has seen the end
         self.error: BaseException | None = None
         self.completion: Completion | None = None
 
@@ -118,20 +117,35 @@ class RequestHandle:
     def done(self) -> bool:
         return self._done.is_set()
 
+    @property
+    def tokens(self) -> int:
+        """Tokens generated so far (read from another thread: a list's length)."""
+        return len(self._req.generated)
+
     def cancel(self) -> None:
         self._req.cancel_event.set()
 
-    def __iter__(self) -> Iterator[str]:
-        while True:
+    def poll(self, timeout: float) -> str | None:
+        """The next text chunk, waiting at most `timeout` seconds: "" when none came in time, None once the request
+        has ended (then `.completion` is set, or its error is raised here)."""
+        if self._ended:
+            item = _END
+        else:
             try:
-                item = self._chunks.get(timeout=0.5)
+                item = self._chunks.get(timeout=timeout)
             except queue.Empty:
-                continue
-            if item is _END:
-                break
-            yield item
+                return ""
+        if item is not _END:
+            return item
+        self._ended = True
         if self.error is not None:
             raise self.error
+        return None
+
+    def __iter__(self) -> Iterator[str]:
+        while (chunk := self.poll(0.5)) is not None:
+            if chunk:
+                yield chunk
 
     def result(self, timeout: float | None = None) -> Completion:
         """Wait for the completion; raise what the request failed with."""
@@ -231,18 +245,17 @@ class Scheduler:
         self.idle_exit_s = float(idle_exit_s)
         # Every decode step through the compiled step (the server's --compile-decode); otherwise a step is compiled
         # when a request in it asked for it (GenerationConfig.compile). Same tokens either way; the first compiled
-        # step per shape class compiles (kv.CompiledDecode).
+        # step per shape class compiles (engine.runtime.compiled.CompiledDecode).
         self.compile_decode = bool(compile_decode)
-        self._decoder: kv.CompiledDecode | None = None
+        self._decoder: compiled.CompiledDecode | None = None
         self.compile_note = ""  # why compiled steps were asked for but decoded eagerly
-        self._compile_paid: dict[int, float] = {}  # request id -> seconds of compiling it waited through
         self._pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
         self._ids = itertools.count(1)
         self._cond = threading.Condition()
         self._waiting: deque[tuple[Request, RequestHandle]] = deque()
         self._running: list[tuple[Request, RequestHandle]] = []  # row i of the slot cache is _running[i]
-        self._cache = kv.SlotCache(max_batch)
-        self._prefill: kv.Prefill | None = None
+        self._cache = kvcache.SlotCache(max_batch)
+        self._prefill: kvcache.Prefill | None = None
         self._prefilling: list[tuple[Request, RequestHandle]] = []
         self._spent = dict.fromkeys(BREAKDOWN, 0.0)
         self._loop_s = 0.0
@@ -337,7 +350,7 @@ class Scheduler:
             self._running.clear()
             self._prefilling.clear()
             self._prefill = None
-            self._cache = kv.SlotCache(self.max_batch)
+            self._cache = kvcache.SlotCache(self.max_batch)
         for _, h in leftovers:
             if not h.done:
                 h._finish(None, CancelledError("the scheduler was shut down; submit the request again"))
@@ -440,7 +453,7 @@ class Scheduler:
         for req, _ in taken:
             req.mark_admitted()
         chunk = policy.prefill_chunk_columns(len(taken), self.limits)
-        self._prefill = kv.Prefill(self.lm, [r.prompt_ids for r, _ in taken], self._pad_id, chunk)
+        self._prefill = kvcache.Prefill(self.lm, [r.prompt_ids for r, _ in taken], self._pad_id, chunk)
         return False
 
     def _can_mix(self, taken: Sequence[tuple[Request, RequestHandle]]) -> bool:
@@ -526,14 +539,14 @@ class Scheduler:
             if step is None
             else sum(v for k, v in step.status.compile_s.items() if k not in compiled_before)
         )
-        for seq in seqs if paid else ():  # every row of the step waited for the compile
-            self._compile_paid[seq.id] = self._compile_paid.get(seq.id, 0.0) + paid
+        for seq in seqs if paid else ():  # every row of the step waited for the compile: its next token's gap
+            seq.compile_steps.append(len(seq.generated))
         memory = memory_now(self.lm.device)
         with self._cond:
             self._deliver(chosen, now, memory)
 
     def _mixed_step(self, taken: list[tuple[Request, RequestHandle]]) -> None:
-        """One forward for the running rows' next tokens and the newcomers' prompts (kv.SlotCache.mixed): the
+        """One forward for the running rows' next tokens and the newcomers' prompts (kv.mixed_step): the
         newcomers' first tokens come out of the same step, and they join the slot table at once. Its time counts
         as decode_forward. A failure fails the running rows and the newcomers together (`_fail_running`)."""
         seqs = [s for s, _ in self._running]
@@ -544,7 +557,9 @@ class Scheduler:
         t0 = time.perf_counter()
         with self.lm.lock:
             prompts = [r.prompt_ids for r in new]
-            logits = self._cache.mixed(self.lm, tokens, positions, prompts, longest_left)  # [B + k, V]
+            logits = kv.mixed_step(
+                self._cache, self.lm, tokens, positions, prompts, longest_left
+            )  # [B + k, V]
             t1 = self._timed("decode_forward", t0)
             chosen = choose_tokens(logits, seqs + new)
             self._timed("sampling", t1)
@@ -577,33 +592,29 @@ class Scheduler:
             self._running = [self._running[i] for i in order]
             self._timed("cache_surgery", t2)
 
-    def _compiled_step(self, seqs: Sequence[Request]) -> kv.CompiledDecode | None:
+    def _compiled_step(self, seqs: Sequence[Request]) -> compiled.CompiledDecode | None:
         """The compiled step when this decode step should run it (see compile_decode), else None."""
         if not (self.compile_decode or any(s.cfg.compile for s in seqs)):
             return None
         if self._decoder is None and not self.compile_note:
             try:
-                self._decoder = kv.compiled_decode(self.lm)
+                self._decoder = compiled.compiled_decode(self.lm)
             except CompileUnavailableError as exc:  # decode eagerly; each completion says why
                 self.compile_note = f"compiled decode unavailable: {exc}; decoded eagerly"
         return self._decoder
 
     def _decode_path(self, req: Request, completion: Completion) -> Completion:
         """The completion with how its decode steps ran (compiled or eager, and why) and the compile it waited for."""
-        paid = self._compile_paid.pop(req.id, None)
         if not (self.compile_decode or req.cfg.compile):
             return completion
         failed = self._decoder is not None and self._decoder.status.state == "failed"
         note = self.compile_note or (self._decoder.status.reason if failed and self._decoder else "")
-        return dataclasses.replace(
-            completion, decode="eager" if note else "compiled", decode_note=note, compile_s=paid
-        )
+        return dataclasses.replace(completion, decode="eager" if note else "compiled", decode_note=note)
 
     def _retire(self, req: Request, handle: RequestHandle) -> None:
         self._finished += 1
         handle._emit(req.take_chunk())
         if req.stop_reason == "cancelled" and not req.generated:
-            self._compile_paid.pop(req.id, None)
             handle._finish(None, CancelledError("the request was cancelled before its first token"))
             return
         completion = self._decode_path(req, req.completion())
@@ -616,9 +627,7 @@ class Scheduler:
         with self._cond:
             failed = self._running + self._prefilling
             self._running, self._prefilling, self._prefill = [], [], None
-            for req, _ in failed:
-                self._compile_paid.pop(req.id, None)
-            self._cache = kv.SlotCache(self.max_batch)
+            self._cache = kvcache.SlotCache(self.max_batch)
         for _, h in failed:
             h._finish(None, err)
 

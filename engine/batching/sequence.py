@@ -19,8 +19,9 @@ from datetime import UTC, datetime
 
 import torch
 
-from engine.runtime.generation import Completion, GenerationConfig, next_tokens
-from engine.runtime.metrics import PeakMemory, run_metrics
+from engine.runtime.generation import Completion, GenerationConfig
+from engine.runtime.metrics import PeakMemory, run_metrics, without_compile
+from engine.runtime.sampling import eos_ids, next_tokens
 
 
 @dataclass
@@ -60,6 +61,9 @@ class Request:
         self.times = RequestTimes(arrival=time.perf_counter() if arrival is None else arrival)
         self.generated: list[int] = []
         self.token_times: list[float] = []  # when each generated token existed
+        self.compile_steps: list[
+            int
+        ] = []  # tokens whose step compiled the decode step first (their gap holds it)
         self.stop_reason: str | None = None
         self.text = ""
         self.emitted = 0  # characters of `text` already streamed
@@ -67,8 +71,7 @@ class Request:
         self.started_at = ""
         self.peak: PeakMemory | None = None  # the largest memory seen while the request held a slot
         self.cancel_event = threading.Event()
-        eos = lm.model.generation_config.eos_token_id
-        self.eos: set[int] = set() if ignore_eos else set(eos if isinstance(eos, list) else [eos]) - {None}
+        self.eos: set[int] = set() if ignore_eos else eos_ids(lm)
         self.generator: torch.Generator | None = None
         if cfg.do_sample:
             self.generator = torch.Generator(device=lm.model.device)
@@ -140,11 +143,13 @@ class Request:
         if self.peak is None:
             self.peak = PeakMemory(self.lm.device)
         self.peak.sample(force=True)
+        # a step that compiled is left out of the figures (reported once, as compile_s): see generation._run
+        times, cut = without_compile(self.token_times, self.compile_steps)
         m = run_metrics(
             self.lm,
             request_t=t.arrival,
             first_token_t=t.first_token,
-            last_token_t=t.finished,
+            last_token_t=times[-1] if times else t.finished,
             output_tokens=[max(1, len(self.generated))],
             prompt_tokens=self.prompt_len,
             batch_size=self.max_batch_seen,
@@ -161,7 +166,9 @@ class Request:
             tuple(self.generated),
             self.stop_reason or "length",
             m,
-            token_times=tuple(self.token_times),
+            compile_s=cut or None,
+            token_times=tuple(times),
+            wall_s=t.finished - t.arrival if cut else None,
         )
 
 

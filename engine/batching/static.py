@@ -13,10 +13,9 @@ from collections.abc import Sequence
 
 import torch
 
-from engine.batching import kv
 from engine.batching.scheduler import BREAKDOWN
 from engine.batching.sequence import Request, choose_tokens
-from engine.runtime import hardware
+from engine.runtime import hardware, kvcache
 from engine.runtime.metrics import memory_now
 from engine.runtime.models import LoadedModel
 
@@ -43,12 +42,12 @@ def run_static_batch(lm: LoadedModel, seqs: Sequence[Request], spent: dict[str, 
     with torch.inference_mode():
         with lm.lock:
             t0 = time.perf_counter()
-            job = kv.Prefill(lm, [s.prompt_ids for s in seqs], pad_id)
+            job = kvcache.Prefill(lm, [s.prompt_ids for s in seqs], pad_id)
             logits = job.run()  # [B, V]
             t1 = tick("prefill", t0)
             chosen = choose_tokens(logits, seqs)
             t2 = tick("sampling", t1)
-            cache = kv.SlotCache(b)
+            cache = kvcache.SlotCache(b)
             cache.insert(job, list(range(b)), max(s.cfg.max_new_tokens for s in seqs))
             tick("cache_surgery", t2)
         now = time.perf_counter()

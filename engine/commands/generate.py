@@ -10,6 +10,7 @@ import sys
 import threading
 
 from engine.runtime import generation
+from engine.runtime import run as one_run
 from engine.runtime.generation import GenerationConfig
 from engine.runtime.models import ModelArgs
 
@@ -39,21 +40,22 @@ def run(args) -> dict | list[dict]:
     lm = ModelArgs.from_args(args).load()
     watcher = _CompileWatcher(lm) if cfg.compile else None
     try:
+        if len(args.prompt) == 1 and args.stream and not args.json:
+            live = one_run.start(lm, args.prompt[0], cfg, source="cli")
+            for event in live.events():
+                print(event.text, end="", flush=True)
+            print(file=sys.stdout)
+            report = live.report()
+        else:
+            report = one_run.run(lm, args.prompt, cfg, source="cli")
+        note = one_run.ended_at_once_note(report, lm, cfg, "--chat")
         if len(args.prompt) == 1:
-            if args.stream and not args.json:
-                s = generation.stream(lm, args.prompt[0], cfg)
-                for chunk in s:
-                    print(chunk, end="", flush=True)
-                print(file=sys.stdout)
-                completion = s.completion
-            else:
-                completion = generation.generate(lm, args.prompt[0], cfg)
-            return _row(completion, cfg)
-        batch = generation.generate_batch(lm, args.prompt, cfg)
+            return {**_row(report.completion, cfg), "note": note}
         return {
-            "batch": batch.measurement,
-            **_decode_fields(batch),
-            "completions": [_row(c, cfg) for c in batch.completions],
+            "batch": report.measurement,
+            **_decode_fields(report),
+            "note": note,
+            "completions": [_row(c, cfg) for c in report.completions],
         }
     finally:
         if watcher is not None:
@@ -85,7 +87,8 @@ class _CompileWatcher:
 
 
 def _decode_fields(c) -> dict:
-    return {"decode": c.decode, "decode_note": c.decode_note, "compile_s": c.compile_s}
+    """How the decode ran; with a compile, its seconds (left out of the timings above) and the run's real wall."""
+    return {"decode": c.decode, "decode_note": c.decode_note, "compile_s": c.compile_s, "wall_s": c.wall_s}
 
 
 def _row(c: generation.Completion, cfg: GenerationConfig) -> dict:
@@ -111,10 +114,11 @@ def _row(c: generation.Completion, cfg: GenerationConfig) -> dict:
 def decode_line(r: dict) -> str:
     """How the decode steps ran, in words: compiled (and what the compile cost this run) or eager and why."""
     if r.get("decode") == "compiled":
-        paid = r.get("compile_s")
+        paid, wall = r.get("compile_s"), r.get("wall_s")
         return "compiled decode" + (
-            f" (this run compiled the step: {paid:.1f} s, once per model and shape)"
-            if paid
+            f" (this run compiled the step first: {paid:.1f} s, once per model and shape, left out of the figures "
+            f"above; the run's wall time with it {wall:.2f} s)"
+            if paid and wall
             else " (already compiled: no wait)"
         )
     return r.get("decode_note") or ""
@@ -133,4 +137,6 @@ def format_text(result) -> str:
     line = decode_line(rows[0])
     if line:
         out.append(f"-- {line}")
+    if result.get("note"):
+        out.append(f"-- {result['note']}")
     return "\n".join(out)

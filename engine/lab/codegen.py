@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.core.errors import InvalidParameterError
-from engine.runtime import generation
+from engine.runtime import run
 from engine.runtime.generation import Completion, GenerationConfig
 from engine.runtime.models import LoadedModel
 
@@ -290,4 +290,4 @@ def generate_code(
     model's chat template; the code under review is the first fenced block of the reply.
     """
     cfg = code_config(max_new_tokens, mode, stop)
-    return review(generation.generate(lm, prompt, cfg), mode)
+    return review(run.run(lm, prompt, cfg, source="lab").completion, mode)

@@ -239,6 +239,7 @@ def run_job(job: dict) -> dict:
 
     from engine.race import compat, quality
     from engine.runtime import generation, models
+    from engine.runtime.run import run as run_once
 
     notes: list[str] = []
     contender = job["contender"]
@@ -301,7 +302,7 @@ def run_job(job: dict) -> dict:
         phase = "warm-up"
         for _ in range(int(job.get("warmup", 1))):
             t0 = time.perf_counter()
-            warm = generation.generate(lm, prompts[0], cfg, record=False)
+            warm = run_once(lm, prompts[0], cfg, source="race", record=False).completion
             result["warmup_s"].append(time.perf_counter() - t0)
             _check_decode(cfg, warm, result)
         if result.get("compile_s"):  # the lane's one-time setup, as init_inference is DeepSpeed's
@@ -310,7 +311,7 @@ def run_job(job: dict) -> dict:
         phase = "timed runs"
         timed_ids = []
         for _ in range(int(job["runs"])):
-            c = generation.generate(lm, prompts[0], cfg, record=False)
+            c = run_once(lm, prompts[0], cfg, source="race", record=False).completion
             _check_decode(cfg, c, result)
             result["runs"].append(c.measurement.to_dict())
             timed_ids.append(list(c.token_ids))
@@ -318,7 +319,7 @@ def run_job(job: dict) -> dict:
         phase = "quality"
         others = [] if job.get("timing_only") else prompts[1:]  # the baseline re-check needs only timings
         result["token_ids"] = [timed_ids[0]] + [
-            list(generation.generate(lm, p, cfg, record=False).token_ids) for p in others
+            list(run_once(lm, p, cfg, source="race", record=False).completion.token_ids) for p in others
         ]
         result["texts"] = [lm.tokenizer.decode(ids, skip_special_tokens=True) for ids in result["token_ids"]]
         if not job.get("timing_only"):  # the baseline re-check needs only timings

@@ -8,8 +8,9 @@ Streaming uses transformers' TextIteratorStreamer with `generate` in a worker th
 
 `GenerationConfig(compile=True)` decodes through the compiled path instead (gpt-fast's recipe, PyTorch's
 "Accelerating generative AI" posts): the same prefill, then a static (preallocated) KV slot cache and a
-torch.compile'd decode step, CUDA graphs on a GPU (engine.batching.kv.CompiledDecode), with this module's own
-loop choosing tokens as `generate` does. Greedy tokens equal `generate`'s; where the model or machine cannot
+torch.compile'd decode step, CUDA graphs on a GPU (engine.runtime.compiled, beside this module as gpt-fast keeps
+its decode step beside `generate`), with this module's own loop choosing tokens as `generate` does
+(engine.runtime.sampling). Greedy tokens equal `generate`'s; where the model or machine cannot
 compile, the run decodes eagerly and its Completion says why (`decode`, `decode_note`).
 """
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -26,7 +27,6 @@ from typing import Any
 from engine.core.errors import (
     CancelledError,
     CompileUnavailableError,
-    EngineError,
     InvalidParameterError,
     OutOfMemoryError,
     PromptTooLongError,
@@ -34,8 +34,9 @@ from engine.core.errors import (
 from engine.core.spec import Spec, option
 from engine.runtime import hardware, runlog
 from engine.runtime.measurement import Measurement
-from engine.runtime.metrics import PeakMemory, run_metrics
+from engine.runtime.metrics import PeakMemory, run_metrics, without_compile
 from engine.runtime.models import LoadedModel
+from engine.runtime.sampling import eos_ids, next_tokens
 
 MAX_NEW_TOKENS_LIMIT = 4096
 MAX_PROMPT_CHARS = 200_000  # far beyond any context window; guards the tokenizer against pathological input
@@ -124,12 +125,15 @@ class Completion:
     measurement: Measurement
     decode: str = "eager"  # "compiled" when the decode steps ran the compiled step
     decode_note: str = ""  # why a run asked to compile decoded eagerly; empty otherwise
-    compile_s: float | None = (
-        None  # seconds this run spent compiling the step (first use); None when it paid none
-    )
+    # seconds this run spent compiling the step (first use), beyond what that step took to run: left out of the
+    # measurement and of token_times (engine.runtime.metrics.without_compile); None when it paid none
+    compile_s: float | None = None
     # time.perf_counter() when each generated token existed (after the device finished its step): the real
     # per-step timings, which a streamed text's chunks only approximate (a detokenizer holds tokens back)
     token_times: tuple[float, ...] = ()
+    wall_s: float | None = (
+        None  # with a compile: the run's real request-to-last-token seconds (compile included)
+    )
 
     def shown(self, include_prompt: bool) -> str:
         """The chapter's point: what `generate` returns includes the prompt; show it or not."""
@@ -152,6 +156,12 @@ class BatchResult:
     @property
     def compile_s(self) -> float | None:
         return self.completions[0].compile_s
+
+    @property
+    def wall_s(self) -> float | None:
+        """With a compile: the batch's real request-to-last-token seconds."""
+        walls = [c.wall_s for c in self.completions if c.wall_s is not None]
+        return max(walls) if walls else None
 
 
 def parse_stops(text: str | Sequence[str]) -> tuple[str, ...]:
@@ -180,14 +190,28 @@ def clean_prompt(prompt: Any) -> str:
     return prompt
 
 
+class Progress:
+    """A run seen from another thread while it decodes: `cancel` stops it at the next token, `times` grows by one
+    perf_counter time per generated token (so `tokens` is the engine's own count, never a re-tokenized text's)."""
+
+    def __init__(self) -> None:
+        self.cancel = threading.Event()
+        self.times: list[float] = []
+
+    @property
+    def tokens(self) -> int:
+        return len(self.times)
+
+
 class _StepTimer:
     """StoppingCriteria that timestamps every decode step, tracks peak memory and honours cancellation.
     Called by `generate` after each new token has been appended (transformers' StoppingCriteria contract)."""
 
-    def __init__(self, device: str, cancel: threading.Event | None) -> None:
+    def __init__(self, device: str, progress: Progress | None) -> None:
         self.device = device
-        self.cancel = cancel
-        self.times: list[float] = []
+        self.progress = progress or Progress()
+        self.cancel = self.progress.cancel
+        self.times = self.progress.times
         self.peak: PeakMemory | None = None  # started with the run, under the model's lock
 
     def start(self) -> None:
@@ -201,7 +225,7 @@ class _StepTimer:
         self.times.append(time.perf_counter())
         if self.peak is not None:
             self.peak.sample()
-        return bool(self.cancel is not None and self.cancel.is_set())
+        return self.cancel.is_set()
 
     def __call__(self, input_ids, scores, **kwargs):
         import torch
@@ -311,61 +335,6 @@ def _split(
     return generated, text, reason
 
 
-def eos_ids(lm: LoadedModel) -> set[int]:
-    """The model's end-of-sequence token ids (its generation config may list several)."""
-    eos = lm.model.generation_config.eos_token_id
-    return set(eos if isinstance(eos, list) else [eos]) - {None}
-
-
-def penalize(scores, seen: Sequence[int], penalty: float):
-    """transformers' RepetitionPenaltyLogitsProcessor for one row, in place: scores [V]; `seen`: the row's
-    prompt and output ids."""
-    import torch
-
-    idx = torch.tensor(list(seen), dtype=torch.long, device=scores.device)
-    s = scores.gather(0, idx)
-    scores.scatter_(0, idx, torch.where(s < 0, s * penalty, s / penalty))
-    return scores
-
-
-def sample(scores, cfg: GenerationConfig, generator=None) -> int:
-    """Temperature, then top-k, then top-p (transformers' warper order), then one draw: scores [V]. `generator`
-    None draws from the process-wide RNG (what `generate` does after `torch.manual_seed(cfg.seed)`)."""
-    import torch
-
-    scores = scores / cfg.temperature
-    if cfg.top_k and cfg.top_k < scores.shape[-1]:
-        kth = torch.topk(scores, cfg.top_k).values[-1]
-        scores = scores.masked_fill(scores < kth, -math.inf)
-    if cfg.top_p < 1.0:
-        sorted_scores, order = torch.sort(scores, descending=True)
-        cum = sorted_scores.softmax(-1).cumsum(-1)
-        drop = cum - sorted_scores.softmax(-1) > cfg.top_p  # keep the smallest set whose mass reaches top_p
-        scores = scores.scatter(0, order, sorted_scores.masked_fill(drop, -math.inf))
-    probs = scores.softmax(-1)
-    return int(torch.multinomial(probs, 1, generator=generator))
-
-
-def next_tokens(
-    logits, cfgs: Sequence[GenerationConfig], seen: Callable[[int], Sequence[int]], generators=None
-) -> list[int]:
-    """The next token of every row, as `generate` chooses it: logits [B, V] fp32; `cfgs[i]`: row i's settings;
-    `seen(i)`: row i's prompt and output ids (asked only for a repetition penalty); `generators[i]`: row i's RNG
-    (None: the process-wide one). The scheduler's rows and a `generate` batch choose with this one function."""
-    greedy = logits.argmax(dim=-1).tolist()  # [B]: one batched argmax serves every plain greedy row
-    out: list[int] = []
-    for i, cfg in enumerate(cfgs):
-        if not cfg.do_sample and cfg.repetition_penalty == 1.0:
-            out.append(int(greedy[i]))
-            continue
-        scores = logits[i].clone()
-        if cfg.repetition_penalty != 1.0:
-            penalize(scores, seen(i), cfg.repetition_penalty)
-        gen = generators[i] if generators is not None else None
-        out.append(sample(scores, cfg, gen) if cfg.do_sample else int(scores.argmax()))
-    return out
-
-
 @dataclass(frozen=True)
 class _Decoded:
     out: Any  # [B, prompt columns + generated] token ids, what `generate` returns (pads after a finished row)
@@ -379,12 +348,12 @@ def _decode_eager(lm: LoadedModel, enc: dict, cfg: GenerationConfig, timer: _Ste
 
 
 def _decode_compiled(lm: LoadedModel, enc: dict, cfg: GenerationConfig, timer: _StepTimer, streamer, decoder):
-    """`generate`'s loop over the compiled step: the eager prefill (engine.batching.kv.Prefill), then one
+    """`generate`'s loop over the compiled step: the eager prefill (engine.runtime.kvcache.Prefill), then one
     compiled decode step per token through a static slot cache; tokens chosen, stopped and streamed as
     `generate` does (finished rows are fed the pad token until every row is done)."""
     import torch
 
-    from engine.batching import kv
+    from engine.runtime import kvcache
 
     pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
     input_ids, mask = enc["input_ids"], enc["attention_mask"]  # [B, L]
@@ -394,7 +363,7 @@ def _decode_compiled(lm: LoadedModel, enc: dict, cfg: GenerationConfig, timer: _
     ):  # as `generate` does: the prompt first (a streamer that skips the prompt drops it)
         streamer.put(input_ids.cpu())
     compiled_before = dict(decoder.status.compile_s)
-    job = kv.Prefill(lm, rows, pad)
+    job = kvcache.Prefill(lm, rows, pad)
     logits = job.run()  # [B, V] fp32
     cache = decoder.slot_cache(len(rows), job.columns + cfg.max_new_tokens + 1)
     cache.insert(job, list(range(len(rows))), cfg.max_new_tokens)
@@ -437,25 +406,25 @@ def _stopped(lm: LoadedModel, ids: list[int], cfg: GenerationConfig) -> bool:
 
 
 def compiled_decoder(lm: LoadedModel):
-    """The model's compiled decode step (engine.batching.kv.compiled_decode); raises CompileUnavailableError
+    """The model's compiled decode step (engine.runtime.compiled.compiled_decode); raises CompileUnavailableError
     with the reason where this model or machine cannot compile it."""
     try:
-        from engine.batching import kv
+        from engine.runtime import compiled
     except (
         ImportError
     ) as exc:  # an older transformers (the race's pinned side environment) lacks its cache API
         raise CompileUnavailableError(f"compiled decode needs transformers 5: {exc}") from exc
-    return kv.compiled_decode(lm)
+    return compiled.compiled_decode(lm)
 
 
 def compile_status(lm: LoadedModel) -> dict | None:
     """The compiled step's status for `lm` (state, mode, compile seconds per shape, failure reason), or None
     when nothing asked to compile it yet: what the playground shows while a first run compiles."""
     try:
-        from engine.batching import kv
+        from engine.runtime import compiled
     except ImportError:
         return None
-    status = kv.compile_status(lm)
+    status = compiled.compile_status(lm)
     return None if status is None else status.to_dict()
 
 
@@ -465,7 +434,7 @@ def _run(
     cfg: GenerationConfig,
     *,
     streamer=None,
-    cancel: threading.Event | None = None,
+    progress: Progress | None = None,
     record: bool = True,
     request_t: float | None = None,
 ) -> BatchResult:
@@ -485,7 +454,7 @@ def _run(
             decoder = compiled_decoder(lm)
         except CompileUnavailableError as exc:  # decode eagerly, and say so in the result
             note = f"compiled decode unavailable: {exc}; decoded eagerly"
-    timer = _StepTimer(lm.device, cancel)
+    timer = _StepTimer(lm.device, progress)
     with lm.lock:  # one generation at a time per model: seeds and peak-memory counters are per process
         queue_s = time.perf_counter() - request_t
         started_at = datetime.now(UTC).isoformat(timespec="seconds")
@@ -511,7 +480,7 @@ def _run(
                 raise OutOfMemoryError(_oom_message(lm, len(prompts), cfg)) from exc
             raise
     out = decoded.out
-    cancelled = bool(cancel is not None and cancel.is_set())
+    cancelled = timer.cancel.is_set()
     if cancelled and not timer.times:
         raise CancelledError("the request was cancelled before its first token")
     prompt_len = enc["input_ids"].shape[1]
@@ -519,9 +488,12 @@ def _run(
     out_lengths = [max(1, len(ids)) for ids, _, _ in rows]
     assert timer.peak is not None
     timer.peak.sample(force=True)
+    # A compiled run's first decode step compiled the step: its figures leave that out (reported once, as
+    # compile_s, beside the run's real wall time), so a one-off compiled run reads at its decode speed
+    times, compile_s = without_compile(timer.times, [1]) if decoded.compile_s else (list(timer.times), None)
     common = dict(
         request_t=request_t,
-        first_token_t=timer.times[0],
+        first_token_t=times[0],
         peak=timer.peak,
         started_at=started_at,
         queue_s=queue_s,
@@ -530,7 +502,7 @@ def _run(
     )
     batch_m = run_metrics(
         lm,
-        last_token_t=timer.times[-1],
+        last_token_t=times[-1],
         output_tokens=out_lengths,
         prompt_tokens=sum(lengths),
         batch_size=len(out_lengths),
@@ -541,7 +513,7 @@ def _run(
         n = len(ids) or 1
         own = run_metrics(
             lm,
-            last_token_t=timer.times[min(n, len(timer.times)) - 1],
+            last_token_t=times[min(n, len(times)) - 1],
             output_tokens=[n],
             prompt_tokens=n_prompt,
             batch_size=len(out_lengths),
@@ -557,8 +529,9 @@ def _run(
                 own,
                 decode=decoded.decode,
                 decode_note=decoded.note,
-                compile_s=decoded.compile_s,
-                token_times=tuple(timer.times[:n]),
+                compile_s=compile_s,
+                token_times=tuple(times[:n]),
+                wall_s=timer.times[min(n, len(timer.times)) - 1] - request_t if compile_s else None,
             )
         )
     if record:
@@ -581,7 +554,7 @@ def generate_batch(
 
 
 class GenerationStream:
-    """Iterate for text chunks as tokens are made; `.completion` holds the measured result afterwards.
+    """Iterate for text chunks as tokens are made (or `poll`); `.completion` holds the measured result afterwards.
 
     Errors raised inside generation (bad parameters, out of memory) are re-raised by the iterator, so a
     page's `try` around its loop catches them like any other call. `cancel()` stops at the next token.
@@ -593,12 +566,13 @@ class GenerationStream:
         self._request_t = time.perf_counter()
         cfg = cfg.validate()
         clean_prompt(prompt)  # fail fast, in the caller's thread, before a worker starts
-        self.cancel_event = threading.Event()
+        self.progress = Progress()
         # A timeout so a generation that dies before its first token cannot hang the reader forever.
         self._streamer = TextIteratorStreamer(
             lm.tokenizer, skip_prompt=True, skip_special_tokens=True, timeout=0.5
         )
         self._error: BaseException | None = None
+        self._ended = False
         self.completion: Completion | None = None
 
         def work() -> None:
@@ -608,7 +582,7 @@ class GenerationStream:
                     [prompt],
                     cfg,
                     streamer=self._streamer,
-                    cancel=self.cancel_event,
+                    progress=self.progress,
                     record=record,
                     request_t=self._request_t,
                 ).completions[0]
@@ -621,28 +595,38 @@ class GenerationStream:
         self._thread = threading.Thread(target=work, name="inference-lab-generate", daemon=True)
         self._thread.start()
 
-    def __iter__(self) -> Iterator[str]:
+    @property
+    def tokens(self) -> int:
+        """Tokens generated so far."""
+        return self.progress.tokens
+
+    def poll(self, timeout: float) -> str | None:
+        """The next text chunk, waiting at most `timeout` seconds: "" when none came in time, None once the run
+        has ended (then `.completion` is set, or its error is raised here)."""
         import queue
 
-        while True:
+        if not self._ended:
             try:
-                chunk = next(self._streamer)
-            except StopIteration:
-                break
+                chunk = self._streamer.text_queue.get(timeout=timeout)
             except queue.Empty:
-                if self._done.is_set():
-                    break
-                continue
-            if chunk:
-                yield chunk
+                if not self._done.is_set():
+                    return ""
+                chunk = self._streamer.stop_signal  # the run ended without closing the stream (it failed)
+            if chunk is not self._streamer.stop_signal:
+                return chunk
+            self._ended = True
         self._thread.join()
         if self._error is not None:
-            if isinstance(self._error, EngineError | ValueError):
-                raise self._error
             raise self._error
+        return None
+
+    def __iter__(self) -> Iterator[str]:
+        while (chunk := self.poll(0.5)) is not None:
+            if chunk:
+                yield chunk
 
     def cancel(self) -> None:
-        self.cancel_event.set()
+        self.progress.cancel.set()
 
 
 def stream(

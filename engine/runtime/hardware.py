@@ -258,3 +258,8 @@ def measure_matmul_flops(
 
 def current_rss_bytes() -> int:
     return int(psutil.Process().memory_info().rss)
+
+
+def available_memory_bytes() -> int:
+    """Memory the OS can give this process now (RAM: psutil's `available`)."""
+    return int(psutil.virtual_memory().available)

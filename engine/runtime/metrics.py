@@ -21,6 +21,7 @@ import math
 from collections.abc import Sequence
 from itertools import pairwise
 
+from engine.core.stats import median
 from engine.runtime.measurement import Measurement
 
 CUDA_KIND = "cuda max_memory_allocated"
@@ -143,3 +144,26 @@ def token_latencies(ttft_s: float, token_times: Sequence[float]) -> list[float]:
     if not token_times:
         return []
     return [ttft_s] + [max(0.0, b - a) for a, b in pairwise(token_times)]
+
+
+def without_compile(token_times: Sequence[float], compile_steps: Sequence[int]) -> tuple[list[float], float]:
+    """A compiled run's token times with its compiles left out: the step that made token k (k in `compile_steps`,
+    k >= 1) compiled the decode step first, so its gap is cut to the median of the run's other steps and every
+    later time moves back by what was cut. Returns (times, seconds cut): the compile's own time beyond an
+    ordinary step, reported once (as `compile_s`) instead of inside every per-token figure. A run with no other
+    step to compare with keeps its times (0 cut)."""
+    times = list(token_times)
+    gaps = [b - a for a, b in pairwise(times)]
+    steps = {k for k in compile_steps if 1 <= k < len(times)}
+    ordinary = [g for i, g in enumerate(gaps, start=1) if i not in steps]
+    if not steps or not ordinary:
+        return times, 0.0
+    typical = median(ordinary)
+    cut = 0.0
+    out = times[:1]
+    for i, gap in enumerate(gaps, start=1):
+        if i in steps and gap > typical:
+            cut += gap - typical
+            gap = typical
+        out.append(out[-1] + gap)
+    return out, cut

@@ -48,7 +48,7 @@ class DecodeRow:
     x_eager: float | None  # a compiled lane's tokens/s over its eager twin's, measured in the same run
     greedy_equal: bool | None  # its greedy tokens equal plain generate's (None: not checked)
     compile_s: float | None  # a compiled lane's first run minus its typical run: the compile it paid once
-    # the model's compile per graph in that run ((shape class, seconds): engine.batching.kv.shape_class)
+    # the model's compile per graph in that run ((shape class, seconds): engine.runtime.compiled.shape_class)
     compile_shapes: tuple[tuple[str, float], ...] = ()
 
 
@@ -184,7 +184,7 @@ def payback_tokens(eager_tokens_per_s: float, compiled_tokens_per_s: float, comp
 def playground_shape() -> str:
     """The graph a playground user's first compiled run compiles: one request in the shared scheduler, whose slot
     table has room for more than one row."""
-    from engine.batching.kv import shape_class
+    from engine.runtime.compiled import shape_class
 
     return shape_class(1, 2, False)
 

@@ -23,8 +23,9 @@ import anyio
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from engine.batching.scheduler import RequestHandle, encode_prompt
+from engine.batching.scheduler import encode_prompt
 from engine.core.errors import CancelledError, EngineError
+from engine.runtime import run
 from engine.runtime.generation import check_context
 from engine.serving.metrics import vllm_finished_reason
 from engine.serving.protocol import (
@@ -149,9 +150,9 @@ async def chat_completions(request: Request) -> Response:
 
 # ---------------------------------------------------------------------------------------------- generation
 class _Pump:
-    """Moves a RequestHandle's chunks (a blocking iterator, fed by the scheduler thread) onto the event loop."""
+    """Moves a run's chunks (engine.runtime.run.Run, fed by the scheduler thread) onto the event loop."""
 
-    def __init__(self, handle: RequestHandle, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, handle: run.Run, loop: asyncio.AbstractEventLoop) -> None:
         self.handle, self.loop = handle, loop
         self.queue: asyncio.Queue = asyncio.Queue()
         threading.Thread(target=self._run, name=f"pump-{handle.id}", daemon=True).start()
@@ -164,9 +165,10 @@ class _Pump:
 
     def _run(self) -> None:
         try:
-            for text in self.handle:
-                self._put(("chunk", text))
-            self._put(("end", self.handle.completion))
+            while (text := self.handle.poll(POLL_S)) is not None:
+                if text:
+                    self._put(("chunk", text))
+            self._put(("end", self.handle.report().completion))
         except BaseException as exc:  # re-raised on the loop side as the request's failure
             self._put(("error", exc))
 
@@ -195,7 +197,7 @@ class _Run:
         self,
         state: ServerState,
         req: ParsedRequest,
-        handle: RequestHandle,
+        handle: run.Run,
         prompt_tokens: int,
         endpoint: str,
         received: float,
@@ -239,7 +241,7 @@ class _Run:
             self.state.metrics.observe_done(self.prompt_tokens, n, t.e2e_s)
 
 
-def _submit(state: ServerState, req: ParsedRequest) -> tuple[RequestHandle, int]:
+def _submit(state: ServerState, req: ParsedRequest) -> tuple[run.Run, int]:
     """Tokenize and queue (in a worker thread); returns the handle and the prompt's token count."""
     with state.tokenizer_lock:
         if req.kind == "chat":
@@ -259,12 +261,20 @@ def _submit(state: ServerState, req: ParsedRequest) -> tuple[RequestHandle, int]
         raise RequestError(
             400, f"the prompt is {len(ids)} tokens; this server accepts at most {cap}", param="prompt"
         )
-    return state.scheduler.submit(rendered, req.cfg, ignore_eos=req.ignore_eos, prompt_ids=ids), len(ids)
+    handle = run.start(
+        state.lm,
+        rendered,
+        req.cfg,
+        scheduler=state.scheduler,
+        source="server",
+        record=False,  # a server's requests are load, not the machine's run log
+        prompt_ids=ids,
+        ignore_eos=req.ignore_eos,
+    )
+    return handle, len(ids)
 
 
-async def _admit(
-    state: ServerState, request: Request, endpoint: str
-) -> tuple[ParsedRequest, RequestHandle, int]:
+async def _admit(state: ServerState, request: Request, endpoint: str) -> tuple[ParsedRequest, run.Run, int]:
     """Check, parse and queue a generation request; raises RequestError (or EngineError) when refused."""
     state.check_key(request)
     body = await _read_json(request, state.limits.max_body_bytes)
