@@ -51,7 +51,7 @@ def _dataset() -> fewshot.LabelledSet | None:
             ds = fewshot.load_shipped(fewshot.DEFAULT_SET)
             st.caption(
                 f"{len(ds)} short sentences written for this project, labelled {' / '.join(ds.labels)} "
-                "(engine/data/fewshot/sentiment.csv)."
+                "(the lab's bundled sentiment set)."
             )
             return ds
         if source == "Upload a CSV":
@@ -367,7 +367,7 @@ with tab_eval:
         st.caption(
             "The same run from a shell: "
             f"`python -m engine eval --model {lm.name} --task {task} --dtype {lm.dtype} --limit {int(limit)} --json`; "
-            "with lm-eval's own CLI (the chapter's `main.py`, `--model hf --model_args pretrained=...`): "
+            "with lm-eval's own CLI (as the chapter runs it, `--model hf --model_args pretrained=...`; the task folder is the lab's own): "
             f"`lm_eval --model hf --model_args pretrained=<model> --tasks {task} --device {lm.device} "
             f"--include_path engine/data/lmeval_tasks --limit {int(limit)}`"
         )

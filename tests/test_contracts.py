@@ -42,19 +42,6 @@ SECTION_BASE = {
 # Attribute paths on values the doc has just named (an Estimate's `fit.layout`, a ModelSpec's `spec.exact`).
 VALUES = {"fit.layout", "spec.assumptions", "spec.exact"}
 
-# Entries being rewritten on branch runtime (one run call, compiled decode beside generation, sampling's one
-# home, the scheduler): checked again once that branch is merged and these entries describe its code.
-BEING_REWRITTEN = (
-    "engine.runtime.generation",
-    "engine.runtime.run",
-    "engine.runtime.compiled",
-    "engine.runtime.sampling",
-    "engine.batching.kv",
-    "engine.batching.scheduler",
-)
-
-REWRITTEN_BULLETS = ("`engine.runtime.generation`", "`Scheduler(", "Compiled decode (`engine.batching.kv`)")
-
 FILE = re.compile(r"\.(py|toml|json|jsonl|md|sh|txt)$")  # `app.py`, `gpus.toml`: files, not names
 NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 IDENT = re.compile(r"[A-Za-z_]\w*")
@@ -65,7 +52,6 @@ class Claim:
     candidates: tuple[str, ...]  # dotted paths, the first that resolves is the claim's object
     params: tuple[str, ...] | None  # None: the doc lists no parentheses
     where: str  # the span as written, for the failure message
-    rewritten: bool = False  # in a bullet being rewritten on branch runtime
 
     def __str__(self) -> str:
         return self.where
@@ -185,14 +171,7 @@ def claims(text: str) -> list[Claim]:
                 candidates = tuple(f"{c}.{name}" for c in context)
             else:
                 continue
-            found.append(
-                Claim(
-                    candidates,
-                    params,
-                    f"{section}: `{span}`",
-                    block.removeprefix("- ").startswith(REWRITTEN_BULLETS),
-                )
-            )
+            found.append(Claim(candidates, params, f"{section}: `{span}`"))
             target = next((c for c in candidates if _resolve(c) is not _MISSING), None)
             home_module = module_of(target) if target else None
             if home_module and home_module not in modules[-1:]:
@@ -219,10 +198,6 @@ def _has(module: str, attr: str) -> bool:
     return hasattr(importlib.import_module(module), attr)
 
 
-def _rewritten(claim: Claim) -> bool:
-    return claim.rewritten or any(c.startswith(BEING_REWRITTEN) for c in claim.candidates)
-
-
 def problems(claim: Claim) -> list[str]:
     for path in claim.candidates:
         obj = _resolve(path)
@@ -245,7 +220,7 @@ def problems(claim: Claim) -> list[str]:
 
 
 def contract_problems(text: str) -> list[str]:
-    return [p for c in claims(text) if not _rewritten(c) for p in problems(c)]
+    return [p for c in claims(text) for p in problems(c)]
 
 
 def test_the_doc_makes_claims():

@@ -66,10 +66,9 @@ def test_the_check_sees_what_the_issue_saw():
     assert internals("upload a config.json; https://github.com/x/y/blob/main/a.py; 2.04× faster") == []
 
 
-# Pages others are rewriting (issue 33 item 7 is theirs to finish there): what they still show when this check was
-# written, a ratchet that may only fall. Page 1: a recorded GPU check's script and result file; page 2: two module
-# paths in its track record and quantization notes; page 4: its data files' paths and an example file name.
-LEFT = {"pages/1_Playground.py": 3, "pages/2_Memory_and_cost.py": 2, "pages/4_Few-shot_code_and_eval.py": 4}
+# What a page may still show, a ratchet that may only fall: page 4's lm-eval command to paste names the lab's task
+# folder (a command must run as pasted). Pages 1 and 2 reached 0.
+LEFT = {"pages/4_Few-shot_code_and_eval.py": 1}
 
 
 @pytest.mark.slow

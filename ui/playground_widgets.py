@@ -259,9 +259,7 @@ def show_recorded_gpu_decode() -> None:
     if not rows:
         return
     first = rows[0]
-    with st.expander(
-        f"Recorded GPU decode, not live: {first.machine} · {first.date[:10]} · {first.source}", expanded=False
-    ):
+    with st.expander(f"Recorded GPU decode, not live: {first.machine} · {first.date[:10]}", expanded=False):
         for sentence in gpu_decode_sentences(rows):
             st.markdown(f"- {sentence}")
         st.dataframe(
@@ -287,5 +285,5 @@ def show_recorded_gpu_decode() -> None:
         st.caption(
             "Bandwidth: weights bytes / time per decode step (each step reads every weight once; the KV cache read "
             "on top is left out, so the share is a lower bound), over the read bandwidth the same run measured. "
-            "Recorded by `scripts/gpu_check.sh` on a lent GPU; the dashboard's own runs are on this machine."
+            "Recorded by the GPU check on a lent GPU; the dashboard's own runs are on this machine."
         )
