@@ -106,7 +106,9 @@ mode = c[0].selectbox(
     "Load",
     ["concurrency", "poisson"],
     key=f"{NS}.mode",
-    format_func=lambda m: "fixed users (concurrency)" if m == "concurrency" else "Poisson arrivals (rate)",
+    format_func=lambda m: "fixed users" if m == "concurrency" else "Poisson arrivals",
+    help="fixed users: each of N users sends its next request when the last one ends (concurrency); Poisson "
+    "arrivals: requests at a mean rate per second, independent of the replies",
 )
 levels_text = c[1].text_input(
     f"Levels to sweep ({level_unit(mode)})",
@@ -181,7 +183,7 @@ if button_why(
     try:
         if both and mode != "concurrency":
             raise LoadSpecError(
-                "The side-by-side sweep compares fixed users: choose fixed users (concurrency)."
+                "The side-by-side sweep compares fixed users: choose fixed users as the load."
             )
         levels = parse_levels(levels_text)
         spec = LoadSpec(

@@ -281,9 +281,10 @@ def gpu_figures(key: str, base: GPUSpec, *, dtype: str) -> GPUSpec:
 
 
 ENGINE_LABELS = {
-    "": "none: the physical bound (every roof reached)",
-    "hf": "Hugging Face transformers (eager)",
-    "hf-compiled": "transformers compiled / gpt-fast (CUDA graphs)",
+    # short enough for the page's input column at 1280 px (a select's value cannot wrap); the help says the rest
+    "": "none: the bound",
+    "hf": "transformers",
+    "hf-compiled": "transformers compiled",
     "vllm": "vLLM",
     "sglang": "SGLang",
     "tensorrt-llm": "TensorRT-LLM",
@@ -312,7 +313,9 @@ def engine_inputs(key: str, gpu: GPUSpec, n_gpus: int) -> dict:
         index=list(ENGINE_LABELS).index("hf"),  # the chapter runs GPT-Neo with transformers
         format_func=ENGINE_LABELS.get,
         key=f"{key}.engine",
-        help="Times become that class of engine's estimate, fitted on published measurements, with an interval; "
+        help="transformers is Hugging Face's eager generate; transformers compiled is torch.compile with CUDA graphs "
+        "(gpt-fast's recipe); none is the physical bound (every roof reached). "
+        "Times become that class of engine's estimate, fitted on published measurements, with an interval; "
         "vLLM and SGLang size the KV cache as they allocate it and give the launch command.",
     )
     out: dict = {"engine": engine or None}
