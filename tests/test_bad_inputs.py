@@ -218,7 +218,9 @@ def calculator_warns_upload(content: bytes, message: str) -> Callable[[Path], No
         at.file_uploader(key="calc.upload").set_value(("config.json", content, "application/json")).run()
         assert not at.exception and not at.error, errors(at)
         assert "Weights" in [m.label for m in at.metric]
-        assert any(message.lower() in w.value.lower() for w in at.warning), [w.value for w in at.warning]
+        # said on the page: a warning, the Assumptions expander's sentences or the model's notes
+        said = [w.value for w in at.warning] + [m.value for m in at.markdown] + [c.value for c in at.caption]
+        assert any(message.lower() in str(t).lower() for t in said), said
 
     return check
 

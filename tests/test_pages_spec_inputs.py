@@ -68,8 +68,8 @@ LEFT = {
     "pages/4_Few-shot_code_and_eval.py": 6,
     "pages/8_Serving.py": 10,
     "ui/calc_widgets.py": 21,
-    "ui/playground_widgets.py": 0,
-    "ui/serving_widgets.py": 0,
+    "ui/playground_widgets.py": 4,  # the sampling sliders (GenerationConfig owns them; not yet through spec_input)
+    "ui/serving_widgets.py": 4,  # the server start row (ServeSpec owns them; not yet through spec_input)
 }
 
 

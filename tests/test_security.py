@@ -72,7 +72,8 @@ def test_playground_custom_model_help_says_remote_code_is_off():
     at.run()
     at.sidebar.selectbox(key="playground.model").set_value(CUSTOM).run()
     help_text = at.sidebar.text_input(key="playground.custom").help
-    assert "INFERENCE_LAB_TRUST_REMOTE_CODE=1" in help_text and "off" in help_text
+    # in plain words (no environment variable on a page): remote code is off, and who can turn it on
+    assert "Remote code is off" in help_text and "operator allows it" in help_text
 
 
 # --- local model folders ------------------------------------------------------------------------------
@@ -216,7 +217,9 @@ def test_codegen_never_runs_generated_code(tiny_lm, monkeypatch, tmp_path):
 
         return wrapper
 
-    monkeypatch.setattr(codegen.generation, "generate", fake_generate)
+    monkeypatch.setattr(
+        codegen.run.generation, "generate", fake_generate
+    )  # the one run call (engine.runtime.run)
     monkeypatch.setattr(builtins, "exec", spy("exec", real_exec))
     monkeypatch.setattr(builtins, "eval", spy("eval", real_eval))
     monkeypatch.setattr(subprocess, "Popen", spy("Popen", real_popen))
