@@ -27,7 +27,7 @@ from ui.playground_widgets import (
     show_decode_path,
     show_recorded_gpu_decode,
 )
-from ui.widgets import sidebar_model
+from ui.widgets import button_why, sidebar_model
 
 NS = "playground"
 CHAT_SWITCH = "**Use the chat template** (sidebar)"
@@ -71,9 +71,12 @@ prompt = st.text_area(
     height=120,
     key=f"{NS}.prompt.{batch_mode}",
 )
-if lm is not None and not batch_mode:
+if lm is not None and cfg is not None and not batch_mode:
     show_run_forecast(lm, prompt, cfg.max_new_tokens, use_cache)
-go = st.button("Generate", type="primary", disabled=lm is None, key=f"{NS}.go")
+why = (
+    "load a model first" if lm is None else "a setting in the sidebar is out of range" if cfg is None else ""
+)
+go = button_why(st, "Generate", type="primary", why=why, key=f"{NS}.go")
 if lm is not None:
     snap = cached_scheduler(lm).snapshot()
     st.caption(

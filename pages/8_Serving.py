@@ -12,6 +12,7 @@ import streamlit as st
 from engine.backends.compare import run_side_by_side
 from engine.backends.vllm import latest_kv_row
 from engine.calc.capacity import predict_from_run
+from engine.calc.report import Inputs
 from engine.calc.specs import load_model_presets
 from engine.core.errors import EngineError
 from engine.loadgen.sweep import check_server, run_sweep, to_json
@@ -45,9 +46,10 @@ from ui.serving_widgets import (
     vllm_status,
 )
 from ui.simulate_widgets import simulated_section
-from ui.widgets import button_why, spec_number
+from ui.widgets import button_why, refused, spec_input
 
 NS = "serving"
+CAPACITY_DTYPES = ("fp32", "bf16", "fp16", "int8")  # the precisions the capacity rule is offered in here
 page_setup("Serving", measures=True)
 init_state(NS, sweep=None, sbs=None, models=None)
 
@@ -102,9 +104,12 @@ else:
 # ---------------------------------------------------------------- 2. workload and SLOs
 st.header("2 · Workload and SLOs")
 c = st.columns(4)
-mode = c[0].selectbox(
-    "Load",
-    ["concurrency", "poisson"],
+mode = spec_input(
+    c[0],
+    LoadSpec,
+    "mode",
+    value="concurrency",
+    label="Load",
     key=f"{NS}.mode",
     format_func=lambda m: "fixed users" if m == "concurrency" else "Poisson arrivals",
     help="fixed users: each of N users sends its next request when the last one ends (concurrency); Poisson "
@@ -112,28 +117,38 @@ mode = c[0].selectbox(
 )
 levels_text = c[1].text_input(
     f"Levels to sweep ({level_unit(mode)})",
-    "1,2,4,8" if mode == "concurrency" else "0.5,1,2,4",
+    "1,4,8" if mode == "concurrency" else "0.5,1,2,4",
     key=f"{NS}.levels.{mode}",
 )
-n_requests = int(spec_number(c[2], LoadSpec, "n_requests", "Requests per level", f"{NS}.requests", value=16))
-out_tokens = int(spec_number(c[3], LoadSpec, "output_tokens", "Output tokens", f"{NS}.out_tokens", value=32))
+# Defaults sized for a demo: the bundled model's sweep ends in about 45 s on a 2-core CPU (a tour stop under a
+# minute with the server's start); more requests per level make the p90/p99 tails mean more.
+n_requests = spec_input(
+    c[2], LoadSpec, "n_requests", value=8, label="Requests per level", key=f"{NS}.requests",
+    help="8 (the demo's size): p90 and p99 are then the slowest requests of 8; use 32 or more for tails to budget on",
+)  # fmt: skip
+out_tokens = spec_input(
+    c[3], LoadSpec, "output_tokens", value=24, label="Output tokens", key=f"{NS}.out_tokens"
+)
 c = st.columns(4)
-slo_ttft = c[0].number_input("TTFT SLO (s)", 0.01, 600.0, float(SLO.default("ttft_s")), key=f"{NS}.slo_ttft")
-slo_tpot = c[1].number_input(
-    "TPOT SLO (ms)", 1.0, 60000.0, float(SLO.default("tpot_s")) * 1e3, key=f"{NS}.slo_tpot"
-)
-attain = c[2].number_input(
-    "Requests meeting them (%)", 1, 100, int(SLO.default("min_attainment") * 100), key=f"{NS}.attain"
-)
+slo_ttft = spec_input(c[0], SLO, "ttft_s", lo=0.01, hi=600.0, label="TTFT SLO (s)", key=f"{NS}.slo_ttft")
+slo_tpot = spec_input(
+    c[1], SLO, "tpot_s", unit=1e-3, value=SLO.default("tpot_s") * 1e3, lo=1.0, hi=60000.0,
+    label="TPOT SLO (ms)", key=f"{NS}.slo_tpot",
+)  # fmt: skip
+attain = spec_input(
+    c[2], SLO, "min_attainment", unit=0.01, value=SLO.default("min_attainment") * 100, lo=1.0, hi=100.0,
+    label="Requests meeting them (%)", key=f"{NS}.attain",
+)  # fmt: skip
 endpoint = c[3].selectbox("Endpoint", ENDPOINTS, key=f"{NS}.endpoint")
 burstiness = (
-    st.number_input(
-        "Burstiness (Gamma arrivals)",
-        0.05,
-        20.0,
-        float(LoadSpec.default("burstiness")),
+    spec_input(
+        st,
+        LoadSpec,
+        "burstiness",
+        lo=0.05,
+        hi=20.0,
+        label="Burstiness (Gamma arrivals)",
         key=f"{NS}.burstiness",
-        help=LoadSpec.help("burstiness"),
     )
     if mode == "poisson"
     else LoadSpec.default("burstiness")
@@ -153,14 +168,20 @@ workload = c[0].selectbox(
 )
 prefix_tokens, num_prefixes, turns = 0, 1, 1
 if workload == "shared-prefix":
-    prefix_tokens = int(
-        spec_number(
-            c[1], LoadSpec, "prefix_tokens", "Prefix length (tokens)", f"{NS}.prefix_tokens", value=256, lo=1
-        )
+    prefix_tokens = spec_input(
+        c[1],
+        LoadSpec,
+        "prefix_tokens",
+        value=256,
+        lo=1,
+        label="Prefix length (tokens)",
+        key=f"{NS}.prefix_tokens",
     )
-    num_prefixes = int(spec_number(c[2], LoadSpec, "num_prefixes", "Distinct prefixes", f"{NS}.num_prefixes"))
+    num_prefixes = spec_input(
+        c[2], LoadSpec, "num_prefixes", label="Distinct prefixes", key=f"{NS}.num_prefixes"
+    )
 elif workload == "multi-turn":
-    turns = int(spec_number(c[1], LoadSpec, "turns", "Turns per session", f"{NS}.turns", value=3, lo=2))
+    turns = spec_input(c[1], LoadSpec, "turns", value=3, lo=2, label="Turns per session", key=f"{NS}.turns")
 keep_going = st.checkbox(
     "Keep going after a level misses the SLOs",
     key=f"{NS}.keep_going",
@@ -177,7 +198,13 @@ if button_why(
     "Run sweep",
     key=f"{NS}.go",
     type="primary",
-    why="" if (url or urls) and model else "start a server or give a server URL and a model first",
+    why="a setting above is out of range (it says which)"
+    if refused(
+        n_requests, out_tokens, slo_ttft, slo_tpot, attain, burstiness, prefix_tokens, num_prefixes, turns
+    )
+    else ""
+    if (url or urls) and model
+    else "start a server or give a server URL and a model first",
 ):
     bar = st.progress(0.0, text="starting…")
     try:
@@ -342,35 +369,32 @@ else:
     calc_name = c[0].selectbox(
         "Architecture for the calculator", calc_names, index=calc_names.index(guess), key=f"{NS}.calc_arch"
     )
-    dtype = c[1].selectbox(
-        "Weights and KV precision", ["fp32", "bf16", "fp16", "int8"], key=f"{NS}.calc_dtype"
-    )
-    slots = int(
-        c[2].number_input(
-            "Batch slots of the deployment",
-            1,
-            4096,
-            int(st.session_state.get(f"{NS}.max_batch", 8)),
-            key=f"{NS}.slots",
+    dtype = spec_input(
+        c[1], Inputs, "dtype", choices=CAPACITY_DTYPES, value="fp32", label="Weights and KV precision",
+        key=f"{NS}.calc_dtype",
+    )  # fmt: skip
+    slots = spec_input(
+        c[2], Inputs, "batch", hi=4096, value=int(st.session_state.get(f"{NS}.max_batch", 8)),
+        label="Batch slots of the deployment", key=f"{NS}.slots",
+    )  # fmt: skip
+    if not refused(slots):  # a refused slot count said why above; nothing is predicted with it
+        run = predict_from_run(
+            load_model_presets()[calc_name],
+            dtype,
+            first.prompt_tokens_median,
+            sweep.spec.output_tokens,
+            first.tpot_s.p50,
+            sweep.slo.tpot_s,
+            slots,
         )
-    )
-    run = predict_from_run(
-        load_model_presets()[calc_name],
-        dtype,
-        first.prompt_tokens_median,
-        sweep.spec.output_tokens,
-        first.tpot_s.p50,
-        sweep.slo.tpot_s,
-        slots,
-    )
-    prediction, w, kv, ctx = run.prediction, run.weights_bytes, run.kv_bytes_per_token, run.context_tokens
-    bw = prediction.bandwidth_bytes_per_s
-    st.markdown(
-        f"Formula (the chapter's memory-bound decode rule): TPOT(b) = (weights + b × context × KV per token) / "
-        f"bandwidth, with weights = {w / 1e9:.3f} GB and KV = {kv / 1e3:.1f} kB per token ({calc_name}, {dtype}), "
-        f"context ≈ {ctx} tokens (median prompt + half the output), and bandwidth **calibrated** so the rule "
-        f"reproduces the measured TPOT p50 at {at_level(first.level, unit)} ({first.tpot_s.p50 * 1e3:.1f} ms → "
-        f"{bw / 1e9:.2f} GB/s effective). Max users = largest b ≤ {slots} slots with TPOT(b) ≤ "
-        f"{sweep.slo.tpot_s * 1e3:.0f} ms. It ignores the TTFT objective and prefill interference."
-    )
+        prediction, w, kv, ctx = run.prediction, run.weights_bytes, run.kv_bytes_per_token, run.context_tokens
+        bw = prediction.bandwidth_bytes_per_s
+        st.markdown(
+            f"Formula (the chapter's memory-bound decode rule): TPOT(b) = (weights + b × context × KV per token) / "
+            f"bandwidth, with weights = {w / 1e9:.3f} GB and KV = {kv / 1e3:.1f} kB per token ({calc_name}, {dtype}), "
+            f"context ≈ {ctx} tokens (median prompt + half the output), and bandwidth **calibrated** so the rule "
+            f"reproduces the measured TPOT p50 at {at_level(first.level, unit)} ({first.tpot_s.p50 * 1e3:.1f} ms → "
+            f"{bw / 1e9:.2f} GB/s effective). Max users = largest b ≤ {slots} slots with TPOT(b) ≤ "
+            f"{sweep.slo.tpot_s * 1e3:.0f} ms. It ignores the TTFT objective and prefill interference."
+        )
 st.markdown(knee_sentence(sweep.knee, unit, prediction, sweep.stopped_early))

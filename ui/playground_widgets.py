@@ -12,7 +12,7 @@ from engine.calc import format as fmt
 from engine.core.errors import EngineError
 from engine.runtime.generation import GenerationConfig, parse_stops
 from ui.charts import log_ticks
-from ui.widgets import spec_number
+from ui.widgets import SLIDER, refused, spec_input
 
 # A run predicted to take longer than this gets a warning before it starts.
 LONG_RUN_S = 60.0
@@ -115,22 +115,33 @@ def show_decode_path(c) -> None:
         )
 
 
-def generation_settings(ns: str, lm) -> tuple[GenerationConfig, bool]:
-    """The sidebar's decoding settings as the engine's spec (its defaults and bounds are GenerationConfig's, one
-    source with the CLI) and whether the KV cache is on; invalid values raise when the run validates them."""
+def generation_settings(ns: str, lm) -> tuple[GenerationConfig | None, bool]:
+    """The sidebar's decoding settings as the engine's spec (every number through spec_input: its default, bounds
+    and help are GenerationConfig's, one source with the CLI; the sliders narrow the range to what a person tries)
+    and whether the KV cache is on. The config is None while a number is refused (the field says why)."""
     d = GenerationConfig()
     st.header("Generation")
-    max_new = spec_number(st, GenerationConfig, "max_new_tokens", "Max new tokens", key=f"{ns}.max_new")
+    max_new = spec_input(st, GenerationConfig, "max_new_tokens", label="Max new tokens", key=f"{ns}.max_new")
     sample = st.toggle("Sample (off = greedy)", d.do_sample, key=f"{ns}.sample")
-    temperature = st.slider(
-        "Temperature", 0.05, 2.0, d.temperature, 0.05, disabled=not sample, key=f"{ns}.temp"
+    off = not sample
+    temperature = spec_input(
+        st, GenerationConfig, "temperature", widget=SLIDER, lo=0.05, hi=2.0, step=0.05, disabled=off,
+        label="Temperature", key=f"{ns}.temp",
+    )  # fmt: skip
+    top_p = spec_input(
+        st, GenerationConfig, "top_p", widget=SLIDER, lo=0.05, step=0.05, disabled=off, label="Top-p",
+        key=f"{ns}.top_p",
+    )  # fmt: skip
+    top_k = spec_input(
+        st, GenerationConfig, "top_k", label="Top-k (0 = off)", key=f"{ns}.top_k", disabled=off
     )
-    top_p = st.slider("Top-p", 0.05, 1.0, d.top_p, 0.05, disabled=not sample, key=f"{ns}.top_p")
-    top_k = spec_number(
-        st, GenerationConfig, "top_k", "Top-k (0 = off)", key=f"{ns}.top_k", disabled=not sample
+    rep = spec_input(
+        st, GenerationConfig, "repetition_penalty", widget=SLIDER, lo=1.0, hi=2.0, step=0.05,
+        label="Repetition penalty", key=f"{ns}.rep",
+    )  # fmt: skip
+    seed = spec_input(
+        st, GenerationConfig, "seed", hi=2**31 - 1, label="Seed", key=f"{ns}.seed", disabled=off
     )
-    rep = st.slider("Repetition penalty", 1.0, 2.0, d.repetition_penalty, 0.05, key=f"{ns}.rep")
-    seed = st.number_input("Seed", 0, 2**31 - 1, d.seed or 0, disabled=not sample, key=f"{ns}.seed")
     stops = st.text_input("Stop sequences (comma-separated; \\n for newline)", "", key=f"{ns}.stop")
     use_cache = st.toggle(
         "Use KV cache",
@@ -163,6 +174,8 @@ def generation_settings(ns: str, lm) -> tuple[GenerationConfig, bool]:
         key=f"{ns}.incl",
         help="`generate` returns prompt + completion: the chapter's point. Off shows the completion only.",
     )
+    if refused(max_new, top_k, seed):
+        return None, use_cache
     cfg = GenerationConfig(
         max_new_tokens=int(max_new),
         do_sample=sample,

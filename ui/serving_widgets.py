@@ -15,6 +15,7 @@ from engine.loadgen.sweep import SweepResult
 from engine.serving.process import ServerProcess
 from ui.charts import Series, two_panels
 from ui.common import show_error
+from ui.widgets import refused, spec_input
 
 
 class ServerSlot:
@@ -329,34 +330,48 @@ def local_servers(target: str, ns: str) -> tuple[dict[str, str], str]:
     """The controls that start and stop the local servers a target needs, with the same model, precision, batch,
     threads and KV space for each; returns ({backend: base URL} of those running, the model)."""
     from engine.core.load import cores
-    from engine.runtime.models import DEFAULT_MODEL, PRESETS
+    from engine.runtime.models import PRESETS
+    from engine.serving.runner import ServeSpec
 
     backends = BACKENDS_OF[target]
     label, missing = vllm_status() if "vllm" in backends else (None, "")
     c = st.columns([2, 1, 1, 1, 1])
-    names = list(PRESETS)
-    model = c[0].selectbox("Model", names, index=names.index(DEFAULT_MODEL), key=f"{ns}.engine_model")
-    batch = int(
-        c[1].number_input("Max batch", 1, 64, 8, key=f"{ns}.max_batch", help="requests decoded together")
+    model = spec_input(
+        c[0], ServeSpec, "model", choices=list(PRESETS), label="Model", key=f"{ns}.engine_model"
     )
-    dtype = c[2].selectbox(
-        "Precision", ["auto", "fp32", "bf16"], key=f"{ns}.dtype", help="auto: fp32 on a CPU"
+    batch = spec_input(c[1], ServeSpec, "max_batch", label="Max batch", key=f"{ns}.max_batch")
+    dtype = spec_input(
+        c[2],
+        ServeSpec,
+        "dtype",
+        choices=[d for d in ServeSpec.choices("dtype") if d != "fp16"],  # fp16: CUDA only
+        label="Precision",
+        key=f"{ns}.dtype",
+        help="auto: fp32 on a CPU",
     )
-    threads = int(
-        c[3].number_input(
-            "Compute threads",
-            1,
-            max(1, cores()),
-            max(1, cores() - 1),
-            key=f"{ns}.threads",
-            help="torch threads of each server (one core is left to HTTP, the default of both)",
-        )
+    threads = spec_input(
+        c[3],
+        ServeSpec,
+        "threads",
+        hi=max(1, cores()),
+        value=max(1, cores() - 1),
+        label="Compute threads",
+        key=f"{ns}.threads",
+        help="torch threads of each server (one core is left to HTTP, the default of both)",
     )
-    kv_gb = float(
-        c[4].number_input(
-            "KV space (GB)", 0.1, 64.0, 2.0, key=f"{ns}.kv_gb", help="each server's KV cache budget"
-        )
+    kv_gb = spec_input(
+        c[4],
+        ServeSpec,
+        "kv_budget_bytes",
+        unit=1e9,
+        value=2.0,
+        lo=0.1,
+        hi=64.0,
+        label="KV space (GB)",
+        key=f"{ns}.kv_gb",
+        help="each server's KV cache budget",
     )
+    refused_why = "a start setting above is out of range" if refused(batch, threads, kv_gb) else ""
     if missing:
         st.warning(missing, icon=":material/block:")
     elif label:
@@ -365,7 +380,7 @@ def local_servers(target: str, ns: str) -> tuple[dict[str, str], str]:
         )
     slots = {b: server_slot(b) for b in backends}
     b1, b2 = st.columns(2)
-    can_start = not missing and not all(s.running for s in slots.values())
+    can_start = not missing and not refused_why and not all(s.running for s in slots.values())
     if b1.button(
         f"Start {'both' if len(slots) > 1 else 'server'}",
         key=f"{ns}.start",

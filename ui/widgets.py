@@ -99,6 +99,7 @@ def spec_input(
     lo=None,
     hi=None,
     choices=None,
+    unit: float = 1,
     **kwargs,
 ):
     """One widget for one spec field (engine.core.spec): its default, bounds, choices, label and help come from
@@ -107,7 +108,8 @@ def spec_input(
     number box (or `widget="slider"`), text a text box.
 
     A page may narrow (never widen) the field: `lo`/`hi` for numbers, `choices` for a select, `value` for its
-    own starting value, `label` for its own words. A number box takes any number and checks it against the
+    own starting value, `label` for its own words, `unit` to ask a number in larger units than the field's (GB
+    for a field in bytes: value, lo and hi are then in those units). A number box takes any number and checks it against the
     field's rule (Spec.problem): out of range, the field says what is allowed in one sentence and this returns
     None, so the page does not run with it (Streamlit's own bounds only turn the field red and keep the old
     value). `refused(*values)` tells a page whether any input was refused."""
@@ -138,6 +140,8 @@ def spec_input(
         return draw(label, options, index=index, key=key, help=help_text, **kwargs)
     if kind not in (int, float):
         return container.text_input(label, value=default, key=key, help=help_text, **kwargs)
+    if unit != 1:
+        return _scaled_number(container, spec, name, label, help_text, default, lo, hi, unit, key, kwargs)
     span = spec.span(name, lo, hi)
     if widget == SLIDER:
         low, high = _narrowed(spec, name, lo, hi)
@@ -155,6 +159,31 @@ def spec_input(
     why = spec.problem(name, number, label=label, lo=lo, hi=hi)
     if why:
         container.error(f"{why}: nothing runs with it until it is changed.", icon=":material/block:")
+        return None
+    return number
+
+
+def _scaled_number(container, spec, name, label, help_text, default, lo, hi, unit, key, kwargs):
+    """A number asked in `unit`s of the field (GB of a field in bytes), checked by the field's rule once scaled
+    back; returns the number in the page's units, or None (refused, with the sentence)."""
+    number = container.number_input(label, value=float(default), key=key, help=help_text, **kwargs)
+    low, high = (None if lo is None else lo * unit), (None if hi is None else hi * unit)
+    value = round(number * unit) if spec.kind(name) is int else number * unit
+    why = spec.problem(name, value, label=label, lo=low, hi=high)
+    if why:  # said in the page's units: the field's own sentence would speak in bytes
+        allowed = " and ".join(
+            w
+            for w in (
+                f"at least {lo:g}" if lo is not None else "",
+                f"at most {hi:g}" if hi is not None else "",
+            )
+            if w
+        )
+        container.error(
+            f"{label} must be {allowed or 'a valid number'}, got {number:g}: nothing runs with it until it is "
+            "changed.",
+            icon=":material/block:",
+        )
         return None
     return number
 
