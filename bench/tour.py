@@ -101,7 +101,7 @@ STOPS = (
         "Serving",
         "Serving",
         (
-            Action("Start server", "running"),
+            Action("Start server", "serving"),
             Action("Run sweep", "knee"),
             Action("Stop server", "Start server"),
         ),
