@@ -193,19 +193,15 @@ rounds = (
     if both
     else 1
 )
-if button_why(
-    st,
-    "Run sweep",
-    key=f"{NS}.go",
-    type="primary",
-    why="a setting above is out of range (it says which)"
-    if refused(
-        n_requests, out_tokens, slo_ttft, slo_tpot, attain, burstiness, prefix_tokens, num_prefixes, turns
-    )
-    else ""
-    if (url or urls) and model
-    else "start a server or give a server URL and a model first",
+if refused(
+    n_requests, out_tokens, slo_ttft, slo_tpot, attain, burstiness, prefix_tokens, num_prefixes, turns
 ):
+    sweep_why = "a setting above is out of range (it says which)"
+elif not ((url or urls) and model):
+    sweep_why = "start a server or give a server URL and a model first"
+else:
+    sweep_why = ""
+if button_why(st, "Run sweep", key=f"{NS}.go", type="primary", why=sweep_why):
     bar = st.progress(0.0, text="starting…")
     try:
         if both and mode != "concurrency":

@@ -371,7 +371,7 @@ def local_servers(target: str, ns: str) -> tuple[dict[str, str], str]:
         key=f"{ns}.kv_gb",
         help="each server's KV cache budget",
     )
-    refused_why = "a start setting above is out of range" if refused(batch, threads, kv_gb) else ""
+    start_refused = refused(batch, threads, kv_gb)  # the refused field says why
     if missing:
         st.warning(missing, icon=":material/block:")
     elif label:
@@ -380,7 +380,7 @@ def local_servers(target: str, ns: str) -> tuple[dict[str, str], str]:
         )
     slots = {b: server_slot(b) for b in backends}
     b1, b2 = st.columns(2)
-    can_start = not missing and not refused_why and not all(s.running for s in slots.values())
+    can_start = not missing and not start_refused and not all(s.running for s in slots.values())
     if b1.button(
         f"Start {'both' if len(slots) > 1 else 'server'}",
         key=f"{ns}.start",

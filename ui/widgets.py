@@ -8,6 +8,7 @@ import streamlit as st
 
 from engine.core import dtypes
 from engine.core.errors import EngineError
+from engine.core.spec import span_words
 from engine.runtime import models
 from ui.common import cached_hardware, cached_model, show_error
 
@@ -171,16 +172,8 @@ def _scaled_number(container, spec, name, label, help_text, default, lo, hi, uni
     value = round(number * unit) if spec.kind(name) is int else number * unit
     why = spec.problem(name, value, label=label, lo=low, hi=high)
     if why:  # said in the page's units: the field's own sentence would speak in bytes
-        allowed = " and ".join(
-            w
-            for w in (
-                f"at least {lo:g}" if lo is not None else "",
-                f"at most {hi:g}" if hi is not None else "",
-            )
-            if w
-        )
         container.error(
-            f"{label} must be {allowed or 'a valid number'}, got {number:g}: nothing runs with it until it is "
+            f"{label} must be {span_words(float, lo, hi)}, got {number:g}: nothing runs with it until it is "
             "changed.",
             icon=":material/block:",
         )

@@ -116,7 +116,7 @@ class Spec:
         """What a valid number is, in words ("from 1 to 20", "a positive whole number up to 64"); `lo`/`hi`
         narrow the field's own bounds (a page that allows less than the command line)."""
         f = cls._field(name)
-        return _span(_kind(f), *_narrowed(f, lo, hi))
+        return span_words(_kind(f), *_narrowed(f, lo, hi))
 
     @classmethod
     def problem(
@@ -212,7 +212,9 @@ def _narrowed(f: dataclasses.Field, lo: float | None, hi: float | None) -> tuple
     return (flo if lo is None else lo), (fhi if hi is None else hi)
 
 
-def _span(kind: type, lo: Any, hi: Any) -> str:
+def span_words(kind: type, lo: Any, hi: Any) -> str:
+    """What a valid number of `kind` between `lo` and `hi` is, in words (either bound may be None): the one
+    phrasing of every refusal, also for a page that asks a field in other units (ui.widgets.spec_input's unit)."""
     if kind is int and lo == 1:
         return "a positive whole number" + (f" up to {hi:,}" if hi is not None else "")
     if lo is not None and hi is not None:
@@ -233,7 +235,7 @@ def _problem(f: dataclasses.Field, value: Any, label: str, lo: Any, hi: Any) -> 
     ):
         return f"{label} must be a finite number, got {value!r}"
     if kind in (int, float) and ((lo is not None and value < lo) or (hi is not None and value > hi)):
-        return f"{label} must be {_span(kind, lo, hi)}, got {value!r}"
+        return f"{label} must be {span_words(kind, lo, hi)}, got {value!r}"
     choices = _choices(f)
     if choices:
         bad = [v for v in (value if isinstance(value, tuple) else (value,)) if v not in choices]

@@ -81,9 +81,8 @@ def build(spec: ServeSpec, lm: LoadedModel | None = None):
     # loaded on a thread that ends, so no OpenMP team stays behind to slow the scheduler's (engine.core.threads)
     if lm is None:
         lm = run_in_thread(lambda: load_model(spec.model, dtype=spec.dtype, device=spec.device))
-        if (
-            spec.packed_weights and not spec.compile_decode
-        ):  # this process owns the model: pack it for its steps
+        # this process owns the model: pack it for its steps (not under --compile-decode: untested with torch.compile)
+        if spec.packed_weights and not spec.compile_decode:
             from engine.runtime.packed import pack_linears
 
             report = pack_linears(lm.model, rows=spec.max_batch)
