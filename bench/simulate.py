@@ -100,7 +100,7 @@ def probe(base_url: str, output_tokens: int) -> tuple[list[tuple[int, int, int, 
 
 def prompt_lengths(spec: LoadSpec) -> list[int]:
     """Each planned prompt's tokens as the server counts a completions prompt (its tokenizer, special tokens
-    added, no chat template: engine.batching.scheduler.encode_prompt)."""
+    added, no chat template: engine.runtime.generation.encode_prompt)."""
     from transformers import AutoTokenizer
 
     from bench.serving import tokenizer_dir

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from engine.batching import kv
-from engine.batching.scheduler import Scheduler, kv_bytes_per_token
+from engine.batching.scheduler import Scheduler
 from engine.batching.sequence import Request
 from engine.batching.static import run_static_batch
 from engine.batching.workload import WorkloadSpec, generate_workload, replay, replay_inflight
@@ -99,6 +99,35 @@ def test_streamed_chunks_make_the_completion(tiny_sched):
     assert 0 <= m.queue_s <= m.ttft_s <= m.latency_s
 
 
+def test_a_listener_gets_every_chunk_once_in_order_then_the_end(tiny_sched):
+    """The server's path (RequestHandle.listen): chunks queued before it listens are handed over first, the rest
+    come from the scheduler's thread, and the end comes once, after the last chunk."""
+    h = tiny_sched.submit("Hello there", GenerationConfig(max_new_tokens=20))
+    first = h.poll(30.0)  # wait for the first chunk, so some text was queued before listening
+    got: list[tuple] = []
+    ended = threading.Event()
+
+    def listener(item: tuple) -> None:
+        got.append(item)
+        if item[0] != "chunk":
+            ended.set()
+
+    h.listen(listener)
+    assert ended.wait(60.0)
+    assert [kind for kind, _ in got[:-1]] == ["chunk"] * (len(got) - 1) and got[-1] == ("end", None)
+    assert (first or "") + "".join(text for _, text in got[:-1]) == h.result(0).text
+    assert h.poll(0.0) is None  # poll still sees the end
+
+
+def test_a_listener_added_after_the_end_gets_the_end_once(tiny_sched):
+    h = tiny_sched.submit("Hello", GenerationConfig(max_new_tokens=4))
+    text = h.result(60.0).text
+    got: list[tuple] = []
+    h.listen(got.append)
+    assert "".join(t for k, t in got if k == "chunk") == text and got[-1] == ("end", None)
+    assert sum(k != "chunk" for k, _ in got) == 1
+
+
 def test_admission_and_retirement_at_token_boundaries(tiny_lm):
     """A short request admitted next to a long one finishes first; a queued one takes its slot at once."""
     sched = Scheduler(tiny_lm, max_batch=2, record=False)
@@ -118,7 +147,7 @@ def test_admission_and_retirement_at_token_boundaries(tiny_lm):
 
 
 def test_caps_on_rows_and_kv_memory(tiny_lm):
-    per_token = kv_bytes_per_token(tiny_lm)
+    per_token = kvcache.kv_bytes_per_token(tiny_lm)
     assert per_token == 2 * 4 * 4 * 16 * 4  # K and V x layers x heads x head_dim x fp32
     sched = Scheduler(tiny_lm, max_batch=2, record=False)
     seen: list[int] = []
@@ -263,7 +292,7 @@ def test_slot_cache_reuses_rows_without_copying_the_batch(tiny_lm):
         assert (
             cache.n == 3 and [la.keys.data_ptr() for la in cache.layers] == buffers
         )  # same buffers, no realloc
-        per_token = kv_bytes_per_token(tiny_lm)
+        per_token = kvcache.kv_bytes_per_token(tiny_lm)
         assert cache.copied_bytes - copied == 3 * per_token  # only the newcomer's 3 tokens were written
         order = cache.retire([0])
         assert order == [2, 1] and cache.n == 2 and cache.length == 3  # last row moved into the hole; trimmed

@@ -11,7 +11,8 @@ import math
 import plotly.graph_objects as go
 import streamlit as st
 
-from engine.batching.scheduler import Scheduler, SchedulerSnapshot
+from engine.batching.handle import SchedulerSnapshot
+from engine.batching.scheduler import Scheduler
 from engine.batching.sweep import Sweep
 from engine.batching.workload import PolicyResult
 from engine.core.paths import scrub

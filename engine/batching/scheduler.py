@@ -31,17 +31,16 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import torch
 
 from engine.batching import kv, policy
-from engine.batching.sequence import Request, RequestTimes, choose_tokens
+from engine.batching.handle import RequestHandle, RowView, SchedulerSnapshot
+from engine.batching.sequence import Request, choose_tokens
 from engine.core.errors import (
     CancelledError,
     CompileUnavailableError,
@@ -50,7 +49,7 @@ from engine.core.errors import (
     OutOfMemoryError,
 )
 from engine.runtime import compiled, hardware, kvcache, runlog
-from engine.runtime.generation import Completion, GenerationConfig, _render, check_context, clean_prompt
+from engine.runtime.generation import Completion, GenerationConfig, clean_prompt, encode_prompt
 from engine.runtime.metrics import memory_now
 from engine.runtime.models import LoadedModel
 
@@ -64,138 +63,7 @@ DEFAULT_KV_FRACTION = 0.25  # of the memory free when the scheduler starts (RAM 
 # with as many cores as one team has threads, libgomp stops spinning between parallel regions and sleeps instead,
 # and every other thread's model work ran about a third slower (bench/threads.py measures it).
 DEFAULT_IDLE_EXIT_S = 1.0
-_END = object()
 BREAKDOWN = ("prefill", "decode_forward", "sampling", "cache_surgery")
-
-
-def kv_bytes_per_token(lm: LoadedModel) -> int:
-    """2 (K, V) x layers x kv_heads x head_dim x bytes per element, from the calculator (engine.calc.memory)
-    with the model's own config."""
-    from engine.calc.hf_config import spec_from_hf_config
-    from engine.calc.memory import kv_bytes_per_token as calc_kv
-
-    spec = spec_from_hf_config(lm.model.config.to_dict(), name=lm.name)
-    return int(calc_kv(spec, lm.dtype))
-
-
-def free_memory_bytes(device: str) -> int:
-    if device.startswith("cuda"):
-        free, _total = torch.cuda.mem_get_info()
-        return int(free)
-    return hardware.available_memory_bytes()
-
-
-def encode_prompt(lm: LoadedModel, prompt: str, cfg: GenerationConfig) -> tuple[str, list[int]]:
-    """(rendered prompt, token ids) exactly as engine.runtime.generation tokenizes a single prompt."""
-    rendered = _render(lm, prompt, cfg)
-    ids = lm.tokenizer(rendered, add_special_tokens=not cfg.chat_template)["input_ids"]
-    check_context(lm, len(ids), cfg.max_new_tokens)
-    return rendered, list(ids)
-
-
-class RequestHandle:
-    """What `submit` returns. Iterate for text chunks as tokens are made (errors re-raised there); `.completion`
-    holds the measured result once done; `.cancel()` stops it at the next token boundary (the batch goes on)."""
-
-    def __init__(self, req: Request) -> None:
-        self._req = req
-        self._chunks: queue.Queue = queue.Queue()
-        self._done = threading.Event()
-        self._ended = False  # the reader has seen the end
-        self.error: BaseException | None = None
-        self.completion: Completion | None = None
-
-    @property
-    def id(self) -> int:
-        return self._req.id
-
-    @property
-    def times(self) -> RequestTimes:
-        return self._req.times
-
-    @property
-    def done(self) -> bool:
-        return self._done.is_set()
-
-    @property
-    def tokens(self) -> int:
-        """Tokens generated so far (read from another thread: a list's length)."""
-        return len(self._req.generated)
-
-    def cancel(self) -> None:
-        self._req.cancel_event.set()
-
-    def poll(self, timeout: float) -> str | None:
-        """The next text chunk, waiting at most `timeout` seconds: "" when none came in time, None once the request
-        has ended (then `.completion` is set, or its error is raised here)."""
-        if self._ended:
-            item = _END
-        else:
-            try:
-                item = self._chunks.get(timeout=timeout)
-            except queue.Empty:
-                return ""
-        if item is not _END:
-            return item
-        self._ended = True
-        if self.error is not None:
-            raise self.error
-        return None
-
-    def __iter__(self) -> Iterator[str]:
-        while (chunk := self.poll(0.5)) is not None:
-            if chunk:
-                yield chunk
-
-    def result(self, timeout: float | None = None) -> Completion:
-        """Wait for the completion; raise what the request failed with."""
-        if not self._done.wait(timeout):
-            raise TimeoutError(f"request {self.id} did not finish within {timeout} s")
-        if self.error is not None:
-            raise self.error
-        assert self.completion is not None
-        return self.completion
-
-    # called by the scheduler thread
-    def _emit(self, chunk: str) -> None:
-        if chunk:
-            self._chunks.put(chunk)
-
-    def _finish(self, completion: Completion | None, error: BaseException | None) -> None:
-        self.completion, self.error = completion, error
-        self._chunks.put(_END)
-        self._done.set()
-
-
-@dataclass(frozen=True)
-class RowView:
-    id: int
-    state: str  # "queued" | "running"
-    prompt_tokens: int
-    generated: int
-    max_new_tokens: int
-    waited_s: float  # time in the queue (so far, or until admission)
-    age_s: float  # since arrival
-    preview: str
-
-
-@dataclass(frozen=True)
-class SchedulerSnapshot:
-    model: str
-    alive: bool  # the model thread is running (it ends after idle_exit_s without work; submit restarts it)
-    max_batch: int
-    kv_budget_bytes: int
-    kv_bytes_per_token: int
-    kv_bytes_in_use: int  # the running rows' window of the slot cache, padding included, measured
-    cache_length: int  # columns of that window
-    running: tuple[RowView, ...]
-    waiting: tuple[RowView, ...]
-    steps: int
-    tokens_generated: int
-    finished: int
-    recent_batch_sizes: tuple[tuple[float, int], ...]  # (seconds ago, rows) of the last decode steps
-    kv_bytes_allocated: int = 0  # the slot cache's preallocated buffers (all slots, all columns)
-    prefilling: int = 0  # rows whose (chunked) prefill is under way
 
 
 class Scheduler:
@@ -213,35 +81,34 @@ class Scheduler:
         compile_decode: bool = False,
         idle_exit_s: float = DEFAULT_IDLE_EXIT_S,
     ) -> None:
-        if not isinstance(max_batch, int) or not 1 <= max_batch <= MAX_BATCH_LIMIT:
-            raise InvalidParameterError(
-                f"max batch must be a whole number from 1 to {MAX_BATCH_LIMIT}, got {max_batch!r}"
-            )
+        _check(
+            isinstance(max_batch, int) and 1 <= max_batch <= MAX_BATCH_LIMIT,
+            f"max batch must be a whole number from 1 to {MAX_BATCH_LIMIT}, got {max_batch!r}",
+        )
         self.lm = lm
         self.max_batch = max_batch
         self.record = record
-        self.kv_bytes_per_token = kv_bytes_per_token(lm)
+        self.kv_bytes_per_token = kvcache.kv_bytes_per_token(lm)
         if kv_budget_bytes is None:
-            kv_budget_bytes = int(free_memory_bytes(lm.device) * DEFAULT_KV_FRACTION)
-        if kv_budget_bytes < self.kv_bytes_per_token:
-            raise InvalidParameterError(
-                f"the KV budget of {kv_budget_bytes} bytes holds less than one token; raise it"
-            )
+            kv_budget_bytes = int(hardware.free_memory_bytes(lm.device) * DEFAULT_KV_FRACTION)
+        _check(
+            kv_budget_bytes >= self.kv_bytes_per_token,
+            f"the KV budget of {kv_budget_bytes} bytes holds less than one token; raise it",
+        )
         self.kv_budget_bytes = int(kv_budget_bytes)
-        if not isinstance(prefill_chunk_tokens, int) or prefill_chunk_tokens < 1:
-            raise InvalidParameterError(
-                f"prefill chunk must be a whole number of tokens >= 1, got {prefill_chunk_tokens!r}"
+        for name, value in (
+            ("prefill chunk", prefill_chunk_tokens),
+            ("mixed prompt tokens", mixed_prompt_tokens),
+        ):
+            _check(
+                isinstance(value, int) and value >= 1, f"{name} must be a whole number >= 1, got {value!r}"
             )
         self.prefill_chunk_tokens = prefill_chunk_tokens
-        if not isinstance(mixed_prompt_tokens, int) or mixed_prompt_tokens < 1:
-            raise InvalidParameterError(
-                f"mixed prompt tokens must be a whole number >= 1, got {mixed_prompt_tokens!r}"
-            )
         self.mixed_prompt_tokens = mixed_prompt_tokens
-        if not math.isfinite(idle_exit_s) or idle_exit_s < 0:
-            raise InvalidParameterError(
-                f"idle_exit_s must be a finite number of seconds >= 0, got {idle_exit_s!r}"
-            )
+        _check(
+            math.isfinite(idle_exit_s) and idle_exit_s >= 0,
+            f"idle_exit_s must be a finite number of seconds >= 0, got {idle_exit_s!r}",
+        )
         self.idle_exit_s = float(idle_exit_s)
         # Every decode step through the compiled step (the server's --compile-decode); otherwise a step is compiled
         # when a request in it asked for it (GenerationConfig.compile). Same tokens either way; the first compiled
@@ -307,8 +174,8 @@ class Scheduler:
     def snapshot(self) -> SchedulerSnapshot:
         now = time.perf_counter()
         with self._cond:
-            running = [self._view(s, "running", now) for s, _ in self._running + self._prefilling]
-            waiting = [self._view(s, "queued", now) for s, _ in self._waiting]
+            running = [RowView.of(s, "running", now) for s, _ in self._running + self._prefilling]
+            waiting = [RowView.of(s, "queued", now) for s, _ in self._waiting]
             log = tuple((now - t, n) for t, n in self._step_log)
             return SchedulerSnapshot(
                 model=self.lm.name,
@@ -363,30 +230,11 @@ class Scheduler:
             self._thread = threading.Thread(target=self._loop, name=f"inflight-{self.lm.name}", daemon=True)
             self._thread.start()
 
-    def _view(self, s: Request, state: str, now: float) -> RowView:
-        t = s.times
-        waited = (t.admitted if not math.isnan(t.admitted) else now) - t.arrival
-        return RowView(
-            s.id,
-            state,
-            s.prompt_len,
-            len(s.generated),
-            s.cfg.max_new_tokens,
-            waited,
-            now - t.arrival,
-            s.text[-60:],
-        )
-
     def _loop(self) -> None:
         while not self._stop.is_set():
             with self._cond:
                 idle_since = time.monotonic()
-                while (
-                    not self._waiting
-                    and not self._running
-                    and not self._prefilling
-                    and not self._stop.is_set()
-                ):
+                while not (self._waiting or self._running or self._prefilling or self._stop.is_set()):
                     left = self.idle_exit_s - (time.monotonic() - idle_since)
                     if left <= 0:  # end the thread, and its OpenMP team with it (see DEFAULT_IDLE_EXIT_S)
                         if self._thread is threading.current_thread():
@@ -535,9 +383,8 @@ class Scheduler:
             self._timed("sampling", t1)
         now = time.perf_counter()
         paid = (
-            0.0
-            if step is None
-            else sum(v for k, v in step.status.compile_s.items() if k not in compiled_before)
+            step is not None
+            and sum(v for k, v in step.status.compile_s.items() if k not in compiled_before) > 0
         )
         for seq in seqs if paid else ():  # every row of the step waited for the compile: its next token's gap
             seq.compile_steps.append(len(seq.generated))
@@ -630,6 +477,11 @@ class Scheduler:
             self._cache = kvcache.SlotCache(self.max_batch)
         for _, h in failed:
             h._finish(None, err)
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise InvalidParameterError(message)
 
 
 def _engine_error(exc: BaseException, lm: LoadedModel) -> BaseException:

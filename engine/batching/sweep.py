@@ -14,9 +14,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine.batching.scheduler import free_memory_bytes
 from engine.core.errors import InvalidParameterError, OutOfMemoryError
 from engine.runtime.generation import GenerationConfig, generate_batch
+from engine.runtime.hardware import free_memory_bytes
 from engine.runtime.models import LoadedModel
 
 DEFAULT_SIZES = (1, 2, 4, 8, 16, 32)

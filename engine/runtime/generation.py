@@ -267,6 +267,14 @@ def check_context(lm: LoadedModel, prompt_tokens: int, max_new_tokens: int) -> N
         )
 
 
+def encode_prompt(lm: LoadedModel, prompt: str, cfg: GenerationConfig) -> tuple[str, list[int]]:
+    """(rendered prompt, token ids) exactly as `generate` tokenizes a single prompt."""
+    rendered = _render(lm, prompt, cfg)
+    ids = lm.tokenizer(rendered, add_special_tokens=not cfg.chat_template)["input_ids"]
+    check_context(lm, len(ids), cfg.max_new_tokens)
+    return rendered, list(ids)
+
+
 def greedy_kwargs(lm: LoadedModel, max_new_tokens: int, *, exact: bool = False) -> dict[str, Any]:
     """`model.generate` keyword arguments for plain greedy decoding: the model's own sampling defaults unset (so
     greedy is greedy, without warnings), its pad token named. `exact`: exactly `max_new_tokens` tokens (EOS does

@@ -263,3 +263,13 @@ def current_rss_bytes() -> int:
 def available_memory_bytes() -> int:
     """Memory the OS can give this process now (RAM: psutil's `available`)."""
     return int(psutil.virtual_memory().available)
+
+
+def free_memory_bytes(device: str) -> int:
+    """Bytes free for a KV budget now: VRAM on a CUDA device, available RAM on a CPU."""
+    if device.startswith("cuda"):
+        import torch
+
+        free, _total = torch.cuda.mem_get_info()
+        return int(free)
+    return available_memory_bytes()

@@ -34,11 +34,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 from transformers.modeling_outputs import CausalLMOutputWithPast
+
+if TYPE_CHECKING:
+    from engine.runtime.models import LoadedModel
 
 _ALIGN = 64  # columns are allocated in multiples of this
 
@@ -355,3 +358,13 @@ def right_aligned(col: torch.Tensor, columns: int) -> torch.Tensor:
     """Buffer column of each of `columns` view columns when the view ends at `col` (the new token's column):
     [columns] long; negative where the view starts before the buffer (masked)."""
     return torch.arange(columns, device=col.device) + (col + 1 - columns)
+
+
+def kv_bytes_per_token(lm: LoadedModel) -> int:
+    """A loaded model's KV bytes per token: 2 (K, V) x layers x kv_heads x head_dim x bytes per element, from
+    the calculator (engine.calc.memory) with the model's own config."""
+    from engine.calc.hf_config import spec_from_hf_config
+    from engine.calc.memory import kv_bytes_per_token as calc_kv
+
+    spec = spec_from_hf_config(lm.model.config.to_dict(), name=lm.name)
+    return int(calc_kv(spec, lm.dtype))

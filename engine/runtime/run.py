@@ -197,6 +197,15 @@ class Run:
         status = generation.compile_status(self.lm)
         return status if status and status.get("state") == "compiling" else None
 
+    def listen(self, fn) -> bool:
+        """On the scheduler route, have its thread hand each chunk and the end to `fn` (see
+        engine.batching.handle.RequestHandle.listen) and return True; False on the other routes (read them with
+        `poll`)."""
+        if self.route != "scheduler":
+            return False
+        self._job.listen(fn)
+        return True
+
     def cancel(self) -> None:
         self._job.cancel()
 

@@ -2,8 +2,8 @@
 two generation endpoints, and the per-request timings a load generator joins to its own measurements.
 
 Generation never runs on the event loop: the scheduler decodes in its own thread, tokenization and submission run
-in a worker thread (anyio.to_thread), and each request's chunks cross into the loop through an asyncio.Queue fed
-by a small pump thread. So /health, /metrics and new requests are answered while every slot is decoding.
+in a worker thread (anyio.to_thread), and each request's chunks cross into the loop through an asyncio.Queue that
+the scheduler's thread feeds (call_soon_threadsafe). So /health, /metrics and new requests are answered while every slot is decoding.
 
 Every generation response carries its id (the body's `id` and the `X-Request-Id` header); when the request ends
 (finished, failed, or its client left) its server-side timings are kept (engine.serving.timings) and fed to the
@@ -23,10 +23,9 @@ import anyio
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from engine.batching.scheduler import encode_prompt
 from engine.core.errors import CancelledError, EngineError
 from engine.runtime import run
-from engine.runtime.generation import check_context
+from engine.runtime.generation import check_context, encode_prompt
 from engine.serving.metrics import vllm_finished_reason
 from engine.serving.protocol import (
     ParsedRequest,
@@ -150,12 +149,14 @@ async def chat_completions(request: Request) -> Response:
 
 # ---------------------------------------------------------------------------------------------- generation
 class _Pump:
-    """Moves a run's chunks (engine.runtime.run.Run, fed by the scheduler thread) onto the event loop."""
+    """Moves a run's chunks (engine.runtime.run.Run) onto the event loop. On the scheduler's route its thread hands
+    them over itself (Run.listen: one call_soon_threadsafe per chunk); otherwise a small thread polls the run."""
 
     def __init__(self, handle: run.Run, loop: asyncio.AbstractEventLoop) -> None:
         self.handle, self.loop = handle, loop
         self.queue: asyncio.Queue = asyncio.Queue()
-        threading.Thread(target=self._run, name=f"pump-{handle.id}", daemon=True).start()
+        if not handle.listen(self._put):
+            threading.Thread(target=self._run, name=f"pump-{handle.id}", daemon=True).start()
 
     def _put(self, item: tuple) -> None:
         try:
@@ -168,26 +169,40 @@ class _Pump:
             while (text := self.handle.poll(POLL_S)) is not None:
                 if text:
                     self._put(("chunk", text))
-            self._put(("end", self.handle.report().completion))
+            self._put(("end", None))
         except BaseException as exc:  # re-raised on the loop side as the request's failure
             self._put(("error", exc))
 
+    def _ended(self) -> tuple:
+        """('end', completion) once the run has ended (its report: no wait by then), or ('error', exc)."""
+        try:
+            return ("end", self.handle.report().completion)
+        except BaseException as exc:
+            return ("error", exc)
+
     async def events(self, request: Request) -> AsyncIterator[tuple]:
-        """('chunk', text)... then ('end', completion) or ('error', exc); cancels the request if the client left."""
+        """('chunk', text)... then ('end', completion) or ('error', exc); cancels the request if the client left
+        (asked at most every POLL_S seconds, not at every chunk)."""
+        checked = time.perf_counter()
         while True:
             try:
-                item = await asyncio.wait_for(self.queue.get(), POLL_S)
-            except TimeoutError:
+                item = self.queue.get_nowait()  # a chunk already here: no timer to arm
+            except asyncio.QueueEmpty:
+                try:
+                    item = await asyncio.wait_for(self.queue.get(), POLL_S)
+                except TimeoutError:
+                    item = None
+            if item is not None and item[0] != "chunk":
+                yield self._ended() if item[0] == "end" else item
+                return
+            if item is not None:
+                yield item
+            now = time.perf_counter()
+            if item is None or now - checked >= POLL_S:
+                checked = now
                 if await request.is_disconnected():
                     self.handle.cancel()
                     return
-                continue
-            yield item
-            if item[0] != "chunk":
-                return
-            if await request.is_disconnected():
-                self.handle.cancel()
-                return
 
 
 class _Run:

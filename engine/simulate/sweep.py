@@ -142,9 +142,9 @@ def _this_machine(s: SimulateSpec, spec: ModelSpec, per_token: int) -> Deploymen
         DEFAULT_MAX_BATCH,
         DEFAULT_MIXED_PROMPT_TOKENS,
         DEFAULT_PREFILL_CHUNK_TOKENS,
-        free_memory_bytes,
     )
     from engine.calibration import require_calibration
+    from engine.runtime.hardware import free_memory_bytes
 
     if s.n_gpus != 1:
         raise InvalidParameterError(f"{THIS_MACHINE} is one device: use --gpus 1")
