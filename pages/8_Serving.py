@@ -9,41 +9,39 @@ from dataclasses import replace
 
 import streamlit as st
 
-from engine.backends.compare import run_side_by_side
+from engine.backends.compare import SideBySideSpec, run_side_by_side
 from engine.backends.vllm import latest_kv_row
 from engine.calc.capacity import predict_from_run
 from engine.calc.report import Inputs
 from engine.calc.specs import load_model_presets
 from engine.core.errors import EngineError
 from engine.loadgen.sweep import check_server, run_sweep, to_json
-from engine.loadgen.workload import ENDPOINTS, SLO, LoadSpec, LoadSpecError, parse_levels
+from engine.loadgen.workload import ENDPOINTS, SLO, LoadSpec, LoadSpecError, PromptsSpec, parse_levels
 from engine.runtime.models import PRESETS
 from ui.common import init_state, page_setup, show_error
-from ui.serving_widgets import (
-    BACKENDS_OF,
-    COMPARE_KEYS,
-    TARGETS,
-    at_level,
-    breakdown_figure,
-    breakdown_rows,
-    breakdown_sentence,
+from ui.serving_server import BACKENDS_OF, COMPARE_KEYS, TARGETS, local_servers, vllm_status
+from ui.serving_vllm_view import (
     calculator_beside,
-    failed_requests,
-    knee_sentence,
     kv_rows,
-    latency_figure,
-    level_unit,
-    local_servers,
-    per_user_figure,
     sbs_dtype,
     side_by_side_figure,
     side_by_side_rows,
     side_by_side_sentence,
+    vllm_parallel_section,
+)
+from ui.serving_widgets import (
+    at_level,
+    breakdown_figure,
+    breakdown_rows,
+    breakdown_sentence,
+    failed_requests,
+    knee_sentence,
+    latency_figure,
+    level_unit,
+    per_user_figure,
     table_rows,
     throughput_figure,
     to_csv,
-    vllm_parallel_section,
-    vllm_status,
 )
 from ui.simulate_widgets import simulated_section
 from ui.widgets import button_why, refused, spec_input
@@ -154,17 +152,16 @@ burstiness = (
     else LoadSpec.default("burstiness")
 )
 c = st.columns(3)
-workload = c[0].selectbox(
-    "Prompts",
-    ["single", "shared-prefix", "multi-turn"],
+workload = spec_input(
+    c[0],
+    PromptsSpec,
+    "workload",
     key=f"{NS}.workload",
     format_func=lambda w: {
         "single": "one prompt per request",
         "shared-prefix": "shared prefix",
         "multi-turn": "multi-turn chat",
     }[w],
-    help="shared prefix: every prompt starts with a common prefix (a prefix cache's best case); multi-turn: each "
-    "user's session sends its conversation so far with each new question (chat endpoint)",
 )
 prefix_tokens, num_prefixes, turns = 0, 1, 1
 if workload == "shared-prefix":
@@ -189,12 +186,12 @@ keep_going = st.checkbox(
 )
 
 rounds = (
-    int(st.number_input("Rounds (side by side)", 1, 5, 1, key=f"{NS}.rounds", help="medians over the rounds"))
+    spec_input(st, SideBySideSpec, "rounds", label="Rounds (side by side)", key=f"{NS}.rounds")
     if both
-    else 1
+    else SideBySideSpec.default("rounds")
 )
 if refused(
-    n_requests, out_tokens, slo_ttft, slo_tpot, attain, burstiness, prefix_tokens, num_prefixes, turns
+    n_requests, out_tokens, slo_ttft, slo_tpot, attain, burstiness, prefix_tokens, num_prefixes, turns, rounds
 ):
     sweep_why = "a setting above is out of range (it says which)"
 elif not ((url or urls) and model):

@@ -181,3 +181,23 @@ def test_a_cpu_defaults_to_a_precision_it_runs():
     cpu = GPUSpec("this-machine", "this machine (CPU)", 64e9, 20e9, {"fp32": 1e11, "bf16": 5e10})
     assert default_precision(cpu) == "fp32"
     assert default_precision(gpu_spec("t4")) == "fp16"
+
+
+def test_zero_group_size_and_max_model_len_mean_the_engines_own_as_the_page_says():
+    """The Memory & cost page's "0 = per output channel" and "0 = prompt + output" are the spec's own values."""
+    q = Inputs(weight_format="int8", group_size=0, max_model_len=0).resolved()
+    assert q.group_size is None and q.max_model_len is None and q.weights_label == "int8 (per channel)"
+    four = Inputs(weight_format="int4", group_size=0).resolved()
+    assert four.weights_label == "int4 (g128)"  # int4's own groups of 128
+    assert Inputs.problem("group_size", 65_537) and Inputs.problem("max_model_len", -1)
+    with pytest.raises(InvalidParameterError, match="group size"):
+        Inputs(weight_format="int4", group_size=-1).resolved()
+
+
+def test_a_gpus_editable_figures_have_a_real_gpus_bounds():
+    from engine.calc.specs import GPUFigures
+
+    assert GPUFigures.problem("memory_bytes", 16e9) == ""
+    assert "GPU memory must be from" in GPUFigures.problem("memory_bytes", 0.0)
+    assert GPUFigures.problem("interconnect_bytes_per_s", 0.0) == ""  # no link: one GPU only
+    assert GPUFigures.problem("peak_flops", 1e18)  # above any accelerator's dense peak

@@ -10,9 +10,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine.backends import vllm as V
-from engine.backends.compare import SideBySide, run_side_by_side
-from engine.loadgen.workload import SLO, LoadSpec
-from ui.serving_widgets import parallel_sentence, side_by_side_sentence
+from engine.backends.compare import SideBySide, SideBySideSpec, run_side_by_side
+from engine.loadgen.workload import SLO, LoadSpec, LoadSpecError
+from ui.serving_vllm_view import parallel_sentence, side_by_side_sentence
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = str(ROOT / "pages/8_Serving.py")
@@ -77,6 +77,25 @@ def test_interleaving_alternates_the_order_and_takes_medians(monkeypatch):
     assert [u[-4] for u, _ in calls] == list("abab" + "baba")  # round 2 flips the order at every level
     assert [c for _, c in calls] == [1, 1, 4, 4, 1, 1, 4, 4]
     assert sbs.median_of("lab", 1.0, "output_tokens_per_s") == (10 + 60) / 2
+
+
+def test_the_rounds_are_the_side_by_side_spec_and_too_many_are_refused(monkeypatch, tmp_path):
+    with pytest.raises(LoadSpecError, match="rounds must be a positive whole number up to 5, got 9"):
+        run_side_by_side({"lab": LoadSpec(model="m")}, [1], rounds=9)
+    monkeypatch.setattr(V, "VENV", tmp_path / "none")
+    monkeypatch.delenv(V.PYTHON_ENV, raising=False)
+    at = AppTest.from_file(PAGE, default_timeout=120).run()
+    at.radio(key="serving.target").set_value("Both, side by side").run()
+    box = at.number_input(key="serving.rounds")
+    assert box.label == "Rounds (side by side)" and box.value == SideBySideSpec.default("rounds")
+    box.set_value(9).run()
+    assert not at.exception
+    assert any(
+        e.value.startswith("Rounds (side by side) must be a positive whole number up to 5, got 9")
+        for e in at.error
+    )
+    go = at.button(key="serving.go")
+    assert go.disabled and "out of range" in (go.help or "")
 
 
 def test_a_missing_vllm_is_one_sentence_and_nothing_starts(monkeypatch, tmp_path):
@@ -179,7 +198,7 @@ def test_the_calculator_predicts_the_closed_loop_of_its_calibrated_times(monkeyp
 
 
 def test_the_side_by_side_shows_the_calculator_beside_both(monkeypatch):
-    from ui.serving_widgets import calculator_beside
+    from ui.serving_vllm_view import calculator_beside
 
     _fake_prediction(monkeypatch)
     rows, words = calculator_beside(_sbs(8, 20), "fp32")  # this engine 8 and 16 tok/s, vLLM 20 and 40

@@ -56,6 +56,7 @@ OWN = [
     "pages/5_Latency_race.py",
     "pages/6_Batching.py",
     "pages/7_Quantization_and_speculative_decoding.py",
+    "pages/8_Serving.py",
     "ui/widgets.py",
     "ui/home.py",
     "ui/race_widgets.py",
@@ -64,12 +65,13 @@ OWN = [
     "ui/roofline_view.py",
     "ui/playground_widgets.py",
     "ui/serving_widgets.py",
+    "ui/serving_server.py",
+    "ui/serving_vllm_view.py",
+    "ui/calc_widgets.py",
 ]
 # What is left elsewhere (a ratchet: it may only fall).
 LEFT = {
     "pages/4_Few-shot_code_and_eval.py": 6,  # the lab's experiments (few-shot, code, eval) have no spec yet
-    "pages/8_Serving.py": 2,  # the side-by-side rounds and the calculator's architecture (no spec field)
-    "ui/calc_widgets.py": 10,
 }
 
 
@@ -198,3 +200,22 @@ def test_playground_refuses_a_seed_past_its_range_and_does_not_run():
         e.value.startswith("Seed must be") and "nothing runs with it" in e.value for e in at.sidebar.error
     )
     assert at.button(key="playground.go").disabled
+
+
+def test_memory_and_cost_refuses_a_negative_price_in_one_sentence_and_estimates_nothing():
+    at = AppTest.from_file(str(ROOT / "pages/2_Memory_and_cost.py"), default_timeout=300).run()
+    assert not at.exception and not at.error and at.metric
+    at.number_input(key="calc.price.t4").set_value(-1.0).run()
+    assert not at.exception
+    assert [e.value for e in at.error] == [
+        "$ per GPU-hour must be from 0 to 1000.0, got -1.0: nothing runs with it until it is changed."
+    ]
+    assert not at.metric and not at.success  # no estimate made with it
+    at.number_input(key="calc.price.t4").set_value(0.35).run()
+    at.number_input(key="calc.t4.mem").set_value(0.0).run()  # GB, a field in bytes (spec_input's unit)
+    assert [e.value for e in at.error] == [
+        "memory (GB) must be from 0.1 to 10000.0, got 0: nothing runs with it until it is changed."
+    ]
+    assert not at.metric
+    at.number_input(key="calc.t4.mem").set_value(16.0).run()
+    assert not at.exception and not at.error and at.metric

@@ -59,3 +59,11 @@ def test_validation_names_the_option_and_what_is_allowed(kwargs, message):
 def test_defaults_must_be_immutable():
     with pytest.raises(TypeError, match="immutable"):
         option([1], "a list")
+
+
+def test_a_field_may_not_hide_a_spec_method():
+    with pytest.raises(TypeError, match="kind would hide"):
+
+        @dataclass(frozen=True)
+        class Bad(Spec):
+            kind: str = option("a", "which kind", choices=("a", "b"))

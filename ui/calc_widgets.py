@@ -2,8 +2,9 @@
 with the Roofline page.
 
 Each picker returns engine types (ModelSpec, GPUSpec, Inputs) built from the widgets; defaults and bounds come from
-the engine's own data (engine/data/*.toml, the estimate's spec engine.calc.report.Inputs), so the CLI and the pages
-agree. This machine's calibration is read once per render and handed to everything that needs it.
+the engine's own data (engine/data/*.toml, the estimate's spec engine.calc.report.Inputs, a GPU's editable figures
+engine.calc.specs.GPUFigures), every number through ui.widgets.spec_input, so the CLI and the pages agree. This
+machine's calibration is read once per render and handed to everything that needs it.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ import streamlit as st
 from engine import calibration
 from engine.calc import format as fmt
 from engine.calc import quant
-from engine.calc.memory import WEIGHT_FORMATS
-from engine.calc.report import Inputs, default_precision
+from engine.calc.memory import WEIGHT_FORMATS, quant_format_name
+from engine.calc.report import CALIBRATED_MODE, Inputs, default_precision
 from engine.calc.serving_memory import VLLM_UTILIZATION, sglang_fraction
 from engine.calc.specs import (
     THIS_MACHINE,
+    GPUFigures,
     GPUSpec,
     ModelSpec,
     custom_gpu,
@@ -37,7 +39,7 @@ from ui.machine_view import (
     measured_roofline_points,
 )
 from ui.model_inputs import model_input
-from ui.widgets import spec_number
+from ui.widgets import RADIO, SLIDER, refused, spec_input, spec_number
 
 # the pages that import these from here (Roofline, Batching, Home) keep working
 __all__ = [
@@ -74,35 +76,39 @@ class CalcRequest:
 
 
 def calc_inputs(key: str) -> CalcRequest | None:
-    """Every input of the calculator, as widgets; None (with the reason on the page) while the model is missing."""
+    """Every input of the calculator, as widgets; None (with the reason on the page) while the model is missing
+    or a number is refused (its field says why). Every widget is drawn either way, so none loses its value."""
     cal = calibration.load_calibration()  # the one read of this render
     spec = model_input(key)
     model_id = model_id_input(key, spec)
     base_gpu = gpu_choice(key, cal=cal)
     weights = precision_inputs(key, base_gpu)
-    gpu = gpu_figures(key, base_gpu, dtype=weights.dtype)
+    # a refused group size is int8/int4's, whose math runs in fp16
+    edited = gpu_figures(key, base_gpu, dtype=weights.dtype if weights else "fp16")
+    gpu = edited or base_gpu  # the widgets below start from the GPU's own figures while an edit is refused
     c1, c2 = st.columns(2)
     batch = spec_number(c1, Inputs, "batch", "Batch (concurrent users)", f"{key}.batch")
     n_gpus = spec_number(c2, Inputs, "n_gpus", "GPUs", f"{key}.gpus")
     prompt = spec_number(c1, Inputs, "prompt_tokens", "Prompt tokens", f"{key}.prompt")
     output = spec_number(c2, Inputs, "output_tokens", "Output tokens", f"{key}.output")
-    serving = engine_inputs(key, gpu, int(n_gpus))
+    serving, serving_ok = engine_inputs(key, gpu, int(n_gpus))
     overhead = DEFAULTS.overhead
     if serving.get("engine") not in ("vllm", "sglang"):  # a serving engine's own allocation replaces the x1.2
-        overhead = (
-            c1.slider(
-                "Overhead (%)",
-                0,
-                100,
-                round(DEFAULTS.overhead * 100),
-                key=f"{key}.overhead",
-                help="Activations, allocator fragmentation, CUDA context: the chapter's x1.2.",
-            )
-            / 100
+        overhead = spec_input(
+            c1,
+            Inputs,
+            "overhead",
+            key=f"{key}.overhead",
+            label="Overhead (%)",
+            widget=SLIDER,
+            hi=1.0,  # the page offers up to 100%; the command line allows more
+            step=0.01,
+            format="percent",  # the fraction, shown as 20%
+            help="Activations, allocator fragmentation, CUDA context: the chapter's x1.2.",
         )
     price = price_input(c2, key, gpu)
     calibrated = calibrated_mode(key, gpu, cal)
-    if spec is None:
+    if spec is None or weights is None or edited is None or not serving_ok or refused(price, overhead):
         return None
     inputs = replace(
         weights,
@@ -114,6 +120,7 @@ def calc_inputs(key: str) -> CalcRequest | None:
         n_gpus=int(n_gpus),
         usd_per_gpu_hour=price,
         model_id=model_id,
+        mode=CALIBRATED_MODE if calibrated else DEFAULTS.mode,
         **serving,
     )
     return CalcRequest(spec, gpu, inputs, cal, calibrated)
@@ -124,19 +131,21 @@ def calibrated_mode(key: str, gpu: GPUSpec, cal: calibration.Calibration | None)
     if gpu.key != THIS_MACHINE:
         return False
     machine_panel(f"{key}.machine", compact=True, cal=cal)
-    mode = st.radio(
-        "Mode",
-        ["datasheet", "calibrated"],
-        horizontal=True,
+    mode = spec_input(
+        st,
+        Inputs,
+        "mode",
         key=f"{key}.mode",
+        widget=RADIO,
+        horizontal=True,
         help="Calibrated: the bandwidth, FLOP/s and per-step cost a real run reached on this machine.",
     )
-    if mode == "calibrated" and cal is None:
+    if mode == CALIBRATED_MODE and cal is None:
         st.warning(
             "No calibration on this machine yet: run `python -m engine calibrate` (about a minute). "
             "Showing datasheet mode."
         )
-    return mode == "calibrated" and cal is not None
+    return mode == CALIBRATED_MODE and cal is not None
 
 
 def model_id_input(key: str, spec: ModelSpec | None) -> str | None:
@@ -156,11 +165,11 @@ KV_AUTO = "auto"
 PLAIN = ("fp32", "fp16", "bf16")
 
 
-def precision_inputs(key: str, gpu: GPUSpec) -> Inputs:
+def precision_inputs(key: str, gpu: GPUSpec) -> Inputs | None:
     """Weights (a precision, or a quantized format with its scales: torchao int8/int4 with a group size, fp8,
     AWQ/GPTQ, NVFP4/MXFP4, bitsandbytes, GGUF blocks), which modules the format covers, and the KV cache's
     precision. The default follows the device (fp32 on a CPU); KV "auto" is the weights' precision, 16-bit for
-    quantized weights."""
+    quantized weights. None while the group size is refused (its field says why)."""
     choices = [*PLAIN, *WEIGHT_FORMATS]
     default = default_precision(gpu)
     device = "gpu" if default == "fp16" else "cpu"
@@ -192,18 +201,19 @@ def precision_inputs(key: str, gpu: GPUSpec) -> Inputs:
             "only; all: everything (GGUF).",
         )
     if weights in ("int8", "int4"):
-        group = (
-            c1.number_input(
-                "Group size (weights per scale; 0 = per output channel)"
-                if weights == "int8"
-                else "Group size",
-                0 if weights == "int8" else 1,
-                65536,
-                0 if weights == "int8" else 128,
-                key=f"{key}.group.{weights}",
-            )
-            or None
+        own = quant_format_name(weights, None)[1]  # the format's own: per output channel (None) / 128
+        group = spec_input(
+            c1,
+            Inputs,
+            "group_size",
+            key=f"{key}.group.{weights}",
+            label="Group size (weights per scale; 0 = per output channel)" if own is None else "Group size",
+            value=own or 0,
+            lo=None if own is None else 1,  # 0 means per channel, which int4's groups of 128 are not
         )
+        if group is None:
+            return None
+        group = group or None
     dtype = weights if weights in PLAIN else "fp16"
     return Inputs(
         dtype=dtype, kv_dtype=None if kv == KV_AUTO else kv, weight_format=fmt, group_size=group, scope=scope
@@ -224,40 +234,70 @@ def gpu_choice(key: str, *, default: str = "t4", cal=_UNREAD) -> GPUSpec:
     return cached_machine(cal) if choice == THIS_MACHINE else catalog[choice]
 
 
-def gpu_figures(key: str, base: GPUSpec, *, dtype: str) -> GPUSpec:
-    """Every figure of `base` editable, its source beside it."""
+GB, TFLOPS = 1e9, 1e12
+LINK = 1e9 / 2  # the page asks the link in GB/s both ways; GPUSpec keeps one direction
+
+
+def figure_input(container, name: str, base: float, unit: float, *, key: str, label: str, **kwargs):
+    """One GPUFigures field asked in `unit`s, from the GPU's own figure, within the field's bounds (in those units);
+    None when refused (the field says why)."""
+    lo, hi = GPUFigures.bounds(name)
+    return spec_input(
+        container,
+        GPUFigures,
+        name,
+        key=key,
+        label=label,
+        unit=unit,
+        value=base / unit,
+        lo=lo / unit,
+        hi=hi / unit,
+        **kwargs,
+    )
+
+
+def gpu_figures(key: str, base: GPUSpec, *, dtype: str) -> GPUSpec | None:
+    """Every figure of `base` editable, its source beside it; None while a figure is refused (it says why)."""
     math_dtype = "fp16" if dtype in ("int8", "int4") else dtype
     with st.expander(f"{base.name}: figures and sources (editable: any GPU from its datasheet)"):
         c1, c2, c3 = st.columns(3)
-        mem = c1.number_input(
-            "memory (GB)",
-            0.1,
-            10_000.0,
-            base.memory_bytes / 1e9,
+        mem = figure_input(
+            c1,
+            "memory_bytes",
+            base.memory_bytes,
+            GB,
             key=f"{key}.{base.key}.mem",
+            label="memory (GB)",
             help="What the driver reports (nvidia-smi's figure x 1,048,576 bytes), in GB of 10^9 bytes: an '80 GB' "
             "H100 reports 85.52 GB.",
         )
-        bw = c2.number_input(
-            "bandwidth (GB/s)", 0.1, 100_000.0, base.bandwidth_bytes_per_s / 1e9, key=f"{key}.{base.key}.bw"
+        bw = figure_input(
+            c2,
+            "bandwidth_bytes_per_s",
+            base.bandwidth_bytes_per_s,
+            GB,
+            key=f"{key}.{base.key}.bw",
+            label="bandwidth (GB/s)",
         )
-        tf = c3.number_input(
-            f"{math_dtype} peak (TFLOP/s)",
-            0.0001,
-            100_000.0,
-            base.flops_for(math_dtype) / 1e12,
-            format="%.4g",
+        tf = figure_input(
+            c3,
+            "peak_flops",
+            base.flops_for(math_dtype),
+            TFLOPS,
             key=f"{key}.{base.key}.{math_dtype}",
+            label=f"{math_dtype} peak (TFLOP/s)",
+            format="%.4g",
         )
         st.caption(f"memory: {base.sources.get('memory', '')}")
         st.caption(f"bandwidth: {base.sources.get('bandwidth', '')}")
         st.caption(f"{math_dtype}: {base.flops_source(math_dtype)}")
-        link = c1.number_input(
-            "GPU-to-GPU link (GB/s, both ways)",
-            0.0,
-            100_000.0,
-            base.interconnect_bytes_per_s * 2 / 1e9,
+        link = figure_input(
+            c1,
+            "interconnect_bytes_per_s",
+            base.interconnect_bytes_per_s,
+            LINK,
             key=f"{key}.{base.key}.link",
+            label="GPU-to-GPU link (GB/s, both ways)",
             help="NVLink 4: 900; PCIe Gen4 x16: 64; Gen5: 128. Tensor parallel needs it.",
         )
         if base.interconnect:
@@ -267,14 +307,16 @@ def gpu_figures(key: str, base: GPUSpec, *, dtype: str) -> GPUSpec:
             )
         if base.notes:
             st.caption(base.notes)
+    if refused(mem, bw, tf, link):
+        return None
     edited = custom_gpu(
-        base, memory_bytes=mem * 1e9, bandwidth_bytes_per_s=bw * 1e9, flops={math_dtype: tf * 1e12}
+        base, memory_bytes=mem * GB, bandwidth_bytes_per_s=bw * GB, flops={math_dtype: tf * TFLOPS}
     )
-    if link * 1e9 / 2 != base.interconnect_bytes_per_s:
+    if link * LINK != base.interconnect_bytes_per_s:
         edited = replace(
             edited,
             interconnect=base.interconnect or "edited",
-            interconnect_bytes_per_s=link * 1e9 / 2,
+            interconnect_bytes_per_s=link * LINK,
             sources={**edited.sources, "interconnect": "edited by the user"},
         )
     return edited
@@ -301,12 +343,12 @@ def default_utilization(engine: str, gpu: GPUSpec, n_gpus: int) -> float:
     return VLLM_UTILIZATION if engine == "vllm" else sglang_fraction(gpu.memory_bytes, n_gpus)
 
 
-def engine_inputs(key: str, gpu: GPUSpec, n_gpus: int) -> dict:
+def engine_inputs(key: str, gpu: GPUSpec, n_gpus: int) -> tuple[dict, bool]:
     """The engine that will serve it (GPUs only: the efficiencies were fitted on GPU runs) and, for vLLM/SGLang,
     the server's memory knobs, starting from the engine's own rule for this GPU and count (left to it unless
-    changed). Returns Inputs fields."""
+    changed). Returns Inputs fields, and False while a knob is refused (it says why)."""
     if gpu.key == THIS_MACHINE:
-        return {"engine": None}
+        return {"engine": None}, True
     engine = st.selectbox(
         "Engine",
         list(ENGINE_LABELS),
@@ -322,43 +364,56 @@ def engine_inputs(key: str, gpu: GPUSpec, n_gpus: int) -> dict:
     if engine in ("vllm", "sglang"):
         c1, c2 = st.columns(2)
         rule = default_utilization(engine, gpu, n_gpus)
-        util = c1.number_input(
-            "GPU memory utilization" if engine == "vllm" else "mem fraction static",
-            0.05,
-            1.0,
-            rule,
-            step=0.01,
+        util = spec_input(
+            c1,
+            Inputs,
+            "gpu_memory_utilization",
             key=f"{key}.util.{engine}.{gpu.key}.{n_gpus}",  # the rule's value for each GPU and count
+            label="GPU memory utilization" if engine == "vllm" else "mem fraction static",
+            value=rule,
+            lo=0.05,  # the page keeps a server at least 5% of the GPU; the command line allows 1%
+            step=0.01,
             help="vLLM's --gpu-memory-utilization (0.9) / SGLang's --mem-fraction-static (0.88 on one GPU, lower on "
             "more: its own rule).",
         )
-        out["gpu_memory_utilization"] = None if util == rule else util
-        mml = c2.number_input(
-            "max model len (0 = prompt + output)",
-            0,
-            10_000_000,
-            0,
+        mml = spec_input(
+            c2,
+            Inputs,
+            "max_model_len",
             key=f"{key}.mml",
+            label="max model len (0 = prompt + output)",
+            value=0,
             help="The server's --max-model-len: 'Maximum concurrency' is for requests of this length.",
         )
+        if refused(util, mml):
+            return out, False
+        out["gpu_memory_utilization"] = None if util == rule else util
         out["max_model_len"] = mml or None
-    return out
+    return out, True
 
 
-def price_input(container, key: str, gpu: GPUSpec) -> float:
-    """The price per GPU-hour: the selected GPU's published on-demand price (with where and when), editable."""
+UNLISTED_PRICE = 1.0  # $ per GPU-hour to start from where no price is published: a round figure to edit
+
+
+def price_input(container, key: str, gpu: GPUSpec) -> float | None:
+    """The price per GPU-hour: the selected GPU's published on-demand price (with where and when), editable;
+    None when refused (the field says why)."""
     from engine.calc.prices import price_for
 
     listed = price_for(gpu.key)
-    value = container.number_input(
-        "$ per GPU-hour",
-        0.0,
-        1000.0,
-        listed.usd_per_gpu_hour if listed else 1.0,
-        step=0.05,
+    value = spec_input(
+        container,
+        Inputs,
+        "usd_per_gpu_hour",
         key=f"{key}.price.{gpu.key}",  # a new GPU starts from its own price
+        label="$ per GPU-hour",
+        value=listed.usd_per_gpu_hour if listed else UNLISTED_PRICE,
+        hi=1000.0,  # the page's own ceiling; the command line refuses only absurd prices (engine.calc.cost)
+        step=0.05,
         help=(listed.label if listed else "No published price for this GPU: enter yours."),
     )
+    if value is None:
+        return None
     if listed is None:
         container.caption("no published price for this GPU: yours")
     elif value == listed.usd_per_gpu_hour:

@@ -2,7 +2,7 @@
 
 The engine's loader is cached here (`st.cache_resource`), so one loaded model serves every browser session in this
 server process; the other caches sit beside what they hold: the shared scheduler (ui.batching_widgets), parsed
-configs (ui.model_inputs), the server slot (ui.serving_widgets), the track record (ui.trackrecord_view).
+configs (ui.model_inputs), the server slot (ui.serving_server), the track record (ui.trackrecord_view).
 """
 
 from __future__ import annotations

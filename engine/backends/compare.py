@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from engine.core import stats
 from engine.core.interval import Interval
 from engine.core.load import loadavg_1m
+from engine.core.spec import Spec, option
 from engine.loadgen.metrics import RunMetrics
 from engine.loadgen.sweep import SweepResult, run_once
 from engine.loadgen.workload import SLO, LoadSpec, LoadSpecError
@@ -28,6 +29,15 @@ METRICS: tuple[tuple[str, str, Callable[[RunMetrics], float]], ...] = (
     ("itl_s_p50", "ITL p50", lambda m: m.itl_s.p50),  # gaps between streamed chunks, pooled over requests
     ("tpot_s_p50", "TPOT p50", lambda m: m.tpot_s.p50),  # per request: (E2E - TTFT) / (tokens - 1)
 )
+
+
+@dataclass(frozen=True)
+class SideBySideSpec(Spec):
+    """How a side-by-side repeats itself: the Serving page's rounds box and run_side_by_side's default read it."""
+
+    rounds: int = option(
+        1, "interleaved rounds: each level once on every endpoint per round (medians over them)", lo=1, hi=5
+    )
 
 
 @dataclass(frozen=True)
@@ -79,7 +89,7 @@ def run_side_by_side(
     specs: Mapping[str, LoadSpec],
     levels: Sequence[float],
     *,
-    rounds: int = 1,
+    rounds: int = SideBySideSpec.default("rounds"),
     slo: SLO | None = None,
     progress: Progress | None = None,
 ) -> SideBySide:
@@ -89,8 +99,9 @@ def run_side_by_side(
     levels = tuple(sorted(set(levels)))
     if not levels or any(v <= 0 for v in levels):
         raise LoadSpecError("give at least one positive load level (numbers of users)")
-    if rounds < 1:
-        raise LoadSpecError(f"rounds must be at least 1, got {rounds}")
+    why = SideBySideSpec.problem("rounds", rounds)
+    if why:
+        raise LoadSpecError(why)
     slo = slo or SLO(ttft_s=None, tpot_s=None)
     names = tuple(specs)
     runs: dict[str, dict[float, list[RunMetrics]]] = {n: {lv: [] for lv in levels} for n in names}

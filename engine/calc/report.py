@@ -53,6 +53,8 @@ from engine.core.interval import Interval
 from engine.core.spec import Spec, option
 
 ENGINE_CHOICES = tuple(ENGINES)  # every engine the efficiency fit names (engine.calc.efficiency)
+DATASHEET_MODE, CALIBRATED_MODE = "datasheet", "calibrated"
+MODES = (DATASHEET_MODE, CALIBRATED_MODE)  # calibrated: this machine only, with a stored calibration
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,11 @@ class Inputs(Spec):
         choices=WEIGHT_FORMATS,
     )
     group_size: int | None = option(
-        None, "weights per scale for int8/int4 (default: per channel / 128)", kind=int, lo=1
+        None,
+        "weights per scale for int8/int4 (default or 0: the format's own, per output channel / 128)",
+        kind=int,
+        lo=0,  # 0 is the format's own, as quant_format_name reads it (the page's "0 = per output channel")
+        hi=65536,
     )
     scope: str | None = option(
         None,
@@ -119,7 +125,11 @@ class Inputs(Spec):
         hi=1,
     )
     max_model_len: int | None = option(
-        None, "the server's --max-model-len (default: prompt + output)", kind=int, lo=1
+        None,
+        "the server's --max-model-len (default or 0: prompt + output)",
+        kind=int,
+        lo=0,  # 0 is prompt + output, as the server plan reads it (`i.max_model_len or i.seq_len`)
+        hi=10_000_000,
     )
     max_num_seqs: int | None = option(None, "the server's --max-num-seqs (default: vLLM's)", kind=int, lo=1)
     model_id: str | None = option(
@@ -136,6 +146,13 @@ class Inputs(Spec):
         kind=int,
         lo=0,
         label="VLLM_CPU_KVCACHE_SPACE",
+    )
+    mode: str = option(
+        DATASHEET_MODE,
+        "the roofs the times come from: the datasheet's, or this machine's calibration (the CLI's --calibrated; "
+        "the estimate takes the calibration itself, as `calibration`)",
+        choices=MODES,
+        cli=False,
     )
 
     def resolved(self) -> Inputs:
@@ -158,7 +175,7 @@ class Inputs(Spec):
         fmt = self.weight_format or None
         if fmt is not None:
             dtype = quant.weight_format(fmt).compute  # an unknown name is refused with the choices
-            if self.group_size is not None:
+            if self.group_size:  # 0 or None: the format's own
                 positive_int("group size", self.group_size)
             format_scope(fmt, self.scope)
             # weight-only: the cache stays 16-bit
@@ -172,8 +189,9 @@ class Inputs(Spec):
             prompt_tokens=p,
             output_tokens=o,
             weight_format=fmt,
-            group_size=self.group_size if fmt in ("int8", "int4") else None,
+            group_size=(self.group_size or None) if fmt in ("int8", "int4") else None,
             scope=format_scope(fmt, self.scope) if fmt else None,
+            max_model_len=self.max_model_len or None,  # 0: prompt + output, as unset
         )
 
     @property

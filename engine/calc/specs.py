@@ -19,6 +19,7 @@ from typing import Any
 
 from engine.core.dtypes import BYTES_PER_ELEMENT
 from engine.core.errors import InvalidParameterError, UnknownModelError
+from engine.core.spec import Spec, option
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 PRECISIONS: tuple[str, ...] = tuple(BYTES_PER_ELEMENT)
@@ -496,6 +497,36 @@ def custom_gpu(
             peaks[dtype] = positive_float(f"{dtype} peak FLOP/s", value)
             sources[f"{dtype}_tflops"] = "edited by the user"
     return replace(base, peak_flops=peaks, sources=sources, **changes)
+
+
+@dataclass(frozen=True)
+class GPUFigures(Spec):
+    """The figures of one GPU a user may edit (`custom_gpu`: any GPU from its datasheet), in GPUSpec's base units,
+    with what a real GPU can be: the one source of the Memory & cost page's bounds. Each default is None, the
+    GPU's own figure (its catalog row, or this machine's measurement)."""
+
+    memory_bytes: float | None = option(
+        None, "memory per GPU, as the driver reports it", kind=float, lo=1e8, hi=1e13, label="GPU memory"
+    )
+    bandwidth_bytes_per_s: float | None = option(
+        None, "memory bandwidth (datasheet)", kind=float, lo=1e8, hi=1e14, label="memory bandwidth"
+    )
+    peak_flops: float | None = option(
+        None,
+        "dense peak FLOP/s in the precision the math runs in (datasheet, not sparse)",
+        kind=float,
+        lo=1e8,
+        hi=1e17,
+        label="peak FLOP/s",
+    )
+    interconnect_bytes_per_s: float | None = option(
+        None,
+        "GPU-to-GPU link, one direction (the datasheet's both-ways figure / 2); 0: none",
+        kind=float,
+        lo=0,
+        hi=5e13,
+        label="GPU-to-GPU link",
+    )
 
 
 INTERCONNECTS = {  # kind -> (name, GB/s both ways) when a custom GPU gives no figure

@@ -73,6 +73,12 @@ def _choices(f: dataclasses.Field) -> tuple[Any, ...] | None:
 class Spec:
     """Mix into a frozen dataclass whose fields are made with `option`."""
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        clash = sorted(set(cls.__dict__.get("__annotations__", {})) & _SPEC_METHODS)
+        if clash:  # a field named `kind` would hide Spec.kind(name), and every page reading it would fail
+            raise TypeError(f"{cls.__name__}: field(s) {', '.join(clash)} would hide Spec's own method(s)")
+
     @classmethod
     def _options(cls) -> list[dataclasses.Field]:
         return [f for f in dataclasses.fields(cls) if "help" in f.metadata]  # type: ignore[arg-type]
@@ -200,6 +206,9 @@ class Spec:
             if why:
                 raise InvalidParameterError(why)
         return self
+
+
+_SPEC_METHODS = frozenset(n for n in vars(Spec) if not n.startswith("_"))
 
 
 def _narrowed(f: dataclasses.Field, lo: float | None, hi: float | None) -> tuple[Any, Any]:

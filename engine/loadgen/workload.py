@@ -17,6 +17,7 @@ from engine.core.spec import Spec, option
 SHIPPED_PROMPTS = Path(__file__).with_name("prompts.jsonl")
 MODES = ("poisson", "concurrency")
 ENDPOINTS = ("completions", "chat")
+WORKLOADS = ("single", "shared-prefix", "multi-turn")  # PromptsSpec.workload
 DEFAULT_URL = "http://127.0.0.1:8000/v1"
 
 
@@ -168,6 +169,22 @@ class LoadSpec(Spec):
     @property
     def level(self) -> float:
         return self.rate if self.mode == "poisson" else float(self.concurrency)
+
+
+@dataclass(frozen=True)
+class PromptsSpec(Spec):
+    """Which kind of prompts a load test sends, as the Serving page offers it: the workload says which LoadSpec fields
+    apply (prefix_tokens and num_prefixes for a shared prefix, turns for multi-turn). Not a LoadSpec field: a
+    result's spec records those fields (its JSON keys), and the command line sets them directly."""
+
+    workload: str = option(
+        "single",
+        "shared prefix: every prompt starts with a common prefix (a prefix cache's best case); multi-turn: each "
+        "user's session sends its conversation so far with each new question (chat endpoint)",
+        choices=WORKLOADS,
+        label="prompts",
+        cli=False,
+    )
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,188 @@
+"""The Serving page's local servers: the target choice and the start/stop row for this engine's server and vLLM's,
+each a child process shared by every session (one per backend and dashboard, with a clear stop)."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from engine.serving.process import ServerProcess
+from ui.common import show_error
+from ui.widgets import refused, spec_input
+
+
+class ServerSlot:
+    """The one server of a backend this dashboard may run (started from the page, stopped from it): the engine's
+    own (`python -m engine serve`) or vLLM's (`--backend vllm`, engine/backends/vllm.py), both as that command in a
+    child process, so the command stops whatever it started."""
+
+    def __init__(self, backend: str = "engine") -> None:
+        self.backend = backend
+        self.proc: ServerProcess | None = None
+        self.settings: dict = {}
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.alive
+
+    def start(
+        self,
+        model: str,
+        max_batch: int,
+        *,
+        dtype: str = "auto",
+        threads: int | None = None,
+        kv_gb: float | None = None,
+    ) -> ServerProcess:
+        """Start and wait until it serves; a failure raises RuntimeError with the command's own one-line reason."""
+        from engine.backends.vllm import command_reason, wait_command_ready
+
+        self.stop()
+        extra = ["--dtype", dtype]
+        if threads:
+            extra += ["--threads", str(threads)]
+        if kv_gb:
+            extra += ["--kv-budget-bytes", str(int(kv_gb * 1e9))]
+        if self.backend == "vllm":
+            extra += ["--backend", "vllm"]
+        self.proc = ServerProcess(model, max_batch=max_batch, extra=tuple(extra))
+        self.settings = {
+            "model": model,
+            "max_batch": max_batch,
+            "dtype": dtype,
+            "threads": threads,
+            "kv_gb": kv_gb,
+        }
+        try:
+            if self.backend == "vllm":
+                return wait_command_ready(self.proc)
+            return self.proc.wait_ready(300.0)
+        except RuntimeError:
+            reason = command_reason(self.proc.log_tail(200_000))
+            self.stop()
+            raise RuntimeError(reason) from None
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop(60.0 if self.backend == "vllm" else 10.0)  # vLLM's teardown takes seconds
+            self.proc = None
+
+
+@st.cache_resource(show_spinner=False)
+def server_slot(backend: str = "engine") -> ServerSlot:
+    return ServerSlot(backend)
+
+
+TARGETS = (
+    "This engine's server",
+    "vLLM's server",
+    "Both, side by side",
+    "Any OpenAI-compatible URL",
+)
+BACKENDS_OF = {TARGETS[0]: ("engine",), TARGETS[1]: ("vllm",), TARGETS[2]: ("engine", "vllm")}
+NAMES = {"engine": "this engine", "vllm": "vLLM"}
+TITLES = {"engine": "This engine", "vllm": "vLLM"}  # at the start of a sentence
+COMPARE_KEYS = {"engine": "lab", "vllm": "vllm"}  # the side-by-side's names (engine.backends.compare)
+
+
+def vllm_status() -> tuple[str | None, str]:
+    """(vLLM's build in words, "") or (None, the one sentence saying how to make its environment)."""
+    from engine.backends.vllm import availability
+
+    build, why = availability()
+    return (build.label, "") if build else (None, why)
+
+
+def local_servers(target: str, ns: str) -> tuple[dict[str, str], str]:
+    """The controls that start and stop the local servers a target needs, with the same model, precision, batch,
+    threads and KV space for each; returns ({backend: base URL} of those running, the model)."""
+    from engine.core.load import cores
+    from engine.runtime.models import PRESETS
+    from engine.serving.runner import ServeSpec
+
+    backends = BACKENDS_OF[target]
+    label, missing = vllm_status() if "vllm" in backends else (None, "")
+    c = st.columns([2, 1, 1, 1, 1])
+    model = spec_input(
+        c[0], ServeSpec, "model", choices=list(PRESETS), label="Model", key=f"{ns}.engine_model"
+    )
+    batch = spec_input(c[1], ServeSpec, "max_batch", label="Max batch", key=f"{ns}.max_batch")
+    dtype = spec_input(
+        c[2],
+        ServeSpec,
+        "dtype",
+        choices=[d for d in ServeSpec.choices("dtype") if d != "fp16"],  # fp16: CUDA only
+        label="Precision",
+        key=f"{ns}.dtype",
+        help="auto: fp32 on a CPU",
+    )
+    threads = spec_input(
+        c[3],
+        ServeSpec,
+        "threads",
+        hi=max(1, cores()),
+        value=max(1, cores() - 1),
+        label="Compute threads",
+        key=f"{ns}.threads",
+        help="torch threads of each server (one core is left to HTTP, the default of both)",
+    )
+    kv_gb = spec_input(
+        c[4],
+        ServeSpec,
+        "kv_budget_bytes",
+        unit=1e9,
+        value=2.0,
+        lo=0.1,
+        hi=64.0,
+        label="KV space (GB)",
+        key=f"{ns}.kv_gb",
+        help="each server's KV cache budget",
+    )
+    start_refused = refused(batch, threads, kv_gb)  # the refused field says why
+    if missing:
+        st.warning(missing, icon=":material/block:")
+    elif label:
+        st.caption(
+            f"vLLM here: {label}, started eager (`--enforce-eager`) on a CPU, from its own environment."
+        )
+    slots = {b: server_slot(b) for b in backends}
+    b1, b2 = st.columns(2)
+    can_start = not missing and not start_refused and not all(s.running for s in slots.values())
+    if b1.button(
+        f"Start {'both' if len(slots) > 1 else 'server'}",
+        key=f"{ns}.start",
+        type="primary",
+        disabled=not can_start,
+    ):
+        for b, slot in slots.items():
+            if slot.running:
+                continue
+            try:
+                with st.spinner(f"Starting {NAMES[b]}'s server for {model} and waiting until it serves…"):
+                    slot.start(model, batch, dtype=dtype, threads=threads, kv_gb=kv_gb)
+            except RuntimeError as exc:
+                show_error(exc, prefix=f"{TITLES[b]}'s server did not start")
+                break
+    if b2.button(
+        f"Stop {'both' if len(slots) > 1 else 'server'}",
+        key=f"{ns}.stop",
+        disabled=not any(s.running for s in slots.values()),
+    ):
+        for slot in slots.values():
+            slot.stop()
+        st.rerun()
+    urls = {}
+    for b, slot in slots.items():
+        if slot.running and slot.proc is not None:
+            urls[b] = slot.proc.base_url
+            st.success(
+                f"{TITLES[b]}'s server: `{slot.proc.base_url}` serving **{slot.proc.model}** "
+                f"({slot.settings.get('dtype')}, {slot.settings.get('threads')} thread(s), "
+                f"{slot.settings.get('kv_gb'):g} GB KV; process {slot.proc.proc.pid}, 127.0.0.1 only).",
+                icon=":material/dns:",
+            )
+    if len(urls) < len(slots):
+        st.info(
+            "Start the server(s) here (child processes of the dashboard, stopped from here or when it stops), or run "
+            "`python -m engine serve [--backend vllm]` yourself and choose *Any OpenAI-compatible URL*."
+        )
+    return urls, model
