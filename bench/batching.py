@@ -37,7 +37,7 @@ from engine.core import paths  # noqa: E402
 from engine.core.load import loadavg, loadavg_1m  # noqa: E402
 from engine.core.threads import run_in_thread  # noqa: E402
 from engine.runtime import models  # noqa: E402
-from engine.runtime.generation import GenerationConfig  # noqa: E402
+from engine.runtime.settings import GenerationConfig  # noqa: E402
 
 
 def hf_continuous_batching(lm, n: int = 4, tokens: int = 32) -> dict:

@@ -43,9 +43,9 @@ from engine.core.jsonsafe import to_jsonable  # noqa: E402
 from engine.core.load import loadavg  # noqa: E402
 from engine.core.threads import run_in_thread  # noqa: E402
 from engine.race import compat  # noqa: E402
-from engine.runtime import generation, hardware, models  # noqa: E402
-from engine.runtime.generation import GenerationConfig  # noqa: E402
+from engine.runtime import generation, hardware, models, streaming  # noqa: E402
 from engine.runtime.sampling import eos_ids  # noqa: E402
+from engine.runtime.settings import GenerationConfig  # noqa: E402
 
 PROMPTS = (  # row i of a batch of B takes PROMPTS[i]; batch 1 is the first
     "The history of the printing press begins",
@@ -109,7 +109,7 @@ def engine_generate(lm, prompts: tuple[str, ...], cfg: GenerationConfig) -> Run:
 
 
 def engine_stream(lm, prompt: str, cfg: GenerationConfig) -> Run:
-    s = generation.stream(lm, prompt, cfg, record=False)
+    s = streaming.stream(lm, prompt, cfg, record=False)
     for _ in s:
         pass
     c = s.completion

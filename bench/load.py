@@ -347,10 +347,10 @@ def run_load(
 def expected_outputs(model: str, prompts: list[str], max_new_tokens: int) -> dict[str, str]:
     """Each prompt's greedy completion when run alone: what every session must get back."""
     sys.path.insert(0, str(ROOT))
-    from engine.runtime import generation, models
+    from engine.runtime import generation, models, settings
 
     lm = models.load_model(model)
-    cfg = generation.GenerationConfig(max_new_tokens=max_new_tokens)
+    cfg = settings.GenerationConfig(max_new_tokens=max_new_tokens)
     return {p: generation.generate(lm, p, cfg, record=False).text for p in prompts}
 
 

@@ -100,10 +100,10 @@ def probe(base_url: str, output_tokens: int) -> tuple[list[tuple[int, int, int, 
 
 def prompt_lengths(spec: LoadSpec) -> list[int]:
     """Each planned prompt's tokens as the server counts a completions prompt (its tokenizer, special tokens
-    added, no chat template: engine.runtime.generation.encode_prompt)."""
+    added, no chat template: engine.runtime.prompt.encode_prompt)."""
     from transformers import AutoTokenizer
 
-    from bench.serving import tokenizer_dir
+    from bench.serving_peers import tokenizer_dir
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir(MODEL)))
     return [len(tok(r.prompt)["input_ids"]) for r in plan(spec)]

@@ -25,12 +25,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import write_result  # noqa: E402
-from engine.backends.vllm import (  # noqa: E402
+from engine.backends.vllm import availability  # noqa: E402
+from engine.backends.vllm_records import recorded_parallel  # noqa: E402
+from engine.backends.vllm_server import (  # noqa: E402
     READY_TIMEOUT_S,
     STOP_TIMEOUT_S,
-    availability,
     command_reason,
-    recorded_parallel,
     wait_command_ready,
 )
 from engine.core import load, paths  # noqa: E402

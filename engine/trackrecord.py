@@ -19,7 +19,9 @@ from typing import TypeVar
 from engine.calc import efficiency as E
 from engine.calc import published
 from engine.calc.cells import COVERAGE, gpu_family
-from engine.calc.serving_memory import GIB, activation_model, serving_memory_of, vllm_era
+from engine.calc.serving_memory import serving_memory_of
+from engine.calc.serving_startup import activation_model, vllm_era
+from engine.calc.specs import GIB
 from engine.core import stats
 
 
@@ -431,9 +433,9 @@ def interval_calibration() -> dict[str, dict[str, float]]:
 
 
 def vllm_kv_rows() -> tuple[dict, ...]:
-    """vLLM's KV pool as each start the lab made logged it (engine/backends/vllm.py), beside the calculator's CPU
-    branch of vLLM's memory model: this machine's rows of the KV-capacity record (0 tokens off is the target)."""
-    from engine.backends.vllm import kv_records
+    """vLLM's KV pool as each start the lab made logged it (engine/backends/vllm_records.py), beside the calculator's
+    CPU branch of vLLM's memory model: this machine's rows of the KV-capacity record (0 tokens off is the target)."""
+    from engine.backends.vllm_records import kv_records
 
     out = []
     for r in kv_records():

@@ -11,13 +11,15 @@ import streamlit as st
 from engine.core.errors import EngineError
 from engine.lab import codegen, evaluation, fewshot
 from engine.runtime import run
-from engine.runtime.generation import GenerationConfig
+from engine.runtime.settings import GenerationConfig
 from ui import export, lab_widgets
 from ui.common import fmt_seconds, init_state, page_setup, show_error
-from ui.widgets import sidebar_model
+from ui.widgets import RADIO, SLIDER, button_why, refused, sidebar_model, spec_input
 
 NS = "lab"
 MAX_UPLOAD_BYTES = fewshot.MAX_CSV_BYTES
+FS, CODE, EVAL = fewshot.FewShotSpec, codegen.CodeSpec, evaluation.EvalSpec
+QUICK_QUERIES, QUICK_LIMIT = 16, 8  # the page's first runs take seconds; the engine's default is all of them
 
 page_setup("Few-shot, code and eval", measures=True)
 init_state(NS, sweep=None, classified=None, code=None, eval_runs=[], last_eval=None)
@@ -39,22 +41,17 @@ tab_fs, tab_code, tab_eval = st.tabs(["Few-shot", "Code generation", "Evaluation
 
 # --- Few-shot ----------------------------------------------------------------------------------------------
 def _dataset() -> fewshot.LabelledSet | None:
-    source = st.radio(
-        "Labelled examples",
-        ["Shipped set", "Upload a CSV", "Paste CSV"],
-        horizontal=True,
-        key=f"{NS}.fs_source",
-        help="A CSV with a header row naming a 'text' column and a 'label' column. It is parsed as data, never run.",
-    )
+    source = spec_input(st, FS, "source", key=f"{NS}.fs_source", widget=RADIO, horizontal=True)
+    shipped, upload, _ = fewshot.SOURCES
     try:
-        if source == "Shipped set":
+        if source == shipped:
             ds = fewshot.load_shipped(fewshot.DEFAULT_SET)
             st.caption(
                 f"{len(ds)} short sentences written for this project, labelled {' / '.join(ds.labels)} "
                 "(the lab's bundled sentiment set)."
             )
             return ds
-        if source == "Upload a CSV":
+        if source == upload:
             up = st.file_uploader("CSV file (at most 1 MB)", type=["csv"], key=f"{NS}.fs_upload")
             if up is None:
                 st.info("Choose a CSV with columns text,label.")
@@ -106,7 +103,15 @@ with tab_fs:
         query = c1.text_input(
             "Text to classify", "The staff were rude and the room was dirty.", key=f"{NS}.fs_query"
         )
-        k_one = c2.slider("k (examples in the prompt)", 0, min(8, len(ds)), 2, key=f"{NS}.fs_k")
+        k_one = spec_input(
+            c2,
+            FS,
+            "k",
+            key=f"{NS}.fs_k",
+            label=FS.label("k"),
+            widget=SLIDER,
+            hi=min(FS.bounds("k")[1], len(ds)),
+        )  # label as the field writes it: a lower-case k
         show_free = st.checkbox(
             "Also generate a free-text completion",
             value=True,
@@ -170,19 +175,22 @@ with tab_fs:
             "k-shot are compared on the same queries; the examples of a smaller k are the first ones of a larger k."
         )
         c1, c2 = st.columns(2)
-        ks = c1.multiselect(
-            "k values",
-            [0, 1, 2, 4, 8, 16],
-            default=[k for k in fewshot.DEFAULT_KS if k < len(ds)],
+        ks = spec_input(
+            c1,
+            FS,
+            "ks",
             key=f"{NS}.fs_ks",
+            label=FS.label("ks"),
+            value=tuple(k for k in FS.default("ks") if k < len(ds)),
         )
-        n_queries = c2.slider(
-            "Queries",
-            1,
-            len(ds),
-            min(len(ds), 16),
+        n_queries = spec_input(
+            c2,
+            FS,
+            "max_queries",
             key=f"{NS}.fs_nq",
-            help="Fewer queries run faster; the shipped set has 48. Each query costs one forward pass per k.",
+            widget=SLIDER,
+            hi=len(ds),
+            value=min(len(ds), QUICK_QUERIES),
         )
         if st.button("Measure accuracy vs k", key=f"{NS}.fs_sweep"):
             bar = st.progress(0.0, text="starting")
@@ -239,31 +247,23 @@ with tab_code:
         "[ruff](https://docs.astral.sh/ruff/). **It is never executed.**"
     )
     modes = {"instruct": "Ask in words (chat template)", "complete": "Continue code (the chapter's way)"}
-    mode = st.radio(
-        "How to ask",
-        list(modes),
-        format_func=modes.get,
-        index=0 if lm.has_chat_template else 1,
-        horizontal=True,
+    mode = spec_input(
+        st,
+        CODE,
+        "mode",
         key=f"{NS}.code_mode",
-        help="Continue code: the prompt is the start of a Python file, as with GPT-Neo in the chapter. "
-        "Ask in words: needs a model with a chat template (the bundled SmolLM2-Instruct has one).",
+        widget=RADIO,
+        value="instruct" if lm.has_chat_template else "complete",
+        format_func=modes.get,
+        horizontal=True,
     )
     default_prompt = codegen.DEFAULT_INSTRUCTION if mode == "instruct" else codegen.DEFAULT_PROMPT
     prompt = st.text_area("Prompt", default_prompt, height=120, key=f"{NS}.code_prompt_{mode}")
     c1, c2 = st.columns(2)
-    max_new = c1.slider(
-        "Max new tokens",
-        16,
-        512,
-        128,
-        step=16,
-        key=f"{NS}.code_max_new",
-        help="The length limit. Hitting it truncates the code, as in the chapter's example.",
-    )
+    max_new = spec_input(c1, CODE, "max_new_tokens", key=f"{NS}.code_max_new", widget=SLIDER, step=16)
     stop_text = c2.text_input(
         "Stop sequences (continue mode; comma-separated, \\n for newline)",
-        ", ".join(s.replace("\n", "\\n") for s in codegen.DEFAULT_STOP),
+        ", ".join(s.replace("\n", "\\n") for s in CODE.default("stop")),
         key=f"{NS}.code_stop",
         disabled=mode == "instruct",
     )
@@ -340,38 +340,38 @@ with tab_eval:
         st.warning(why)
     else:
         c1, c2, c3 = st.columns([2, 1, 1])
-        task = c1.selectbox(
-            "Task",
-            list(evaluation.TASKS),
+        task = spec_input(
+            c1,
+            EVAL,
+            "task",
             key=f"{NS}.eval_task",
             format_func=lambda t: t + ("" if evaluation.TASKS[t].offline else " (needs the hub)"),
         )
         st.caption(evaluation.TASKS[task].description)
-        limit = c2.number_input(
-            "Documents (limit)",
-            1,
-            48 if task == evaluation.LOCAL_TASK else 62,
-            8,
-            key=f"{NS}.eval_limit",
-            help="lm-eval's --limit: only the first N documents. The shipped task has 48.",
-        )
-        check = c3.checkbox(
-            "Cross-check with the engine",
-            True,
-            key=f"{NS}.eval_check",
-            help="Recompute the log-likelihood with the engine's own forward passes.",
-        )
+        docs = evaluation.TASKS[task].documents
+        limit = spec_input(
+            c2, EVAL, "limit", key=f"{NS}.eval_limit", hi=docs, value=min(docs, QUICK_LIMIT)
+        )  # None (refused, with its sentence) when out of range
+        check = spec_input(c3, EVAL, "crosscheck", key=f"{NS}.eval_check")
         runnable, reason = evaluation.task_status(task)
         if not runnable:
             st.warning(reason)
+        eval_why = "" if runnable else "the task's documents cannot be reached (see above)"
+        eval_why = "a setting above is out of range (it says which)" if refused(limit) else eval_why
+        shown_limit = "N" if refused(limit) else int(limit)
         st.caption(
             "The same run from a shell: "
-            f"`python -m engine eval --model {lm.name} --task {task} --dtype {lm.dtype} --limit {int(limit)} --json`; "
-            "with lm-eval's own CLI (as the chapter runs it, `--model hf --model_args pretrained=...`; the task folder is the lab's own): "
-            f"`lm_eval --model hf --model_args pretrained=<model> --tasks {task} --device {lm.device} "
-            f"--include_path engine/data/lmeval_tasks --limit {int(limit)}`"
+            f"`python -m engine eval --model {lm.name} --task {task} --dtype {lm.dtype} --limit {shown_limit} --json`"
+            + (
+                "; with lm-eval's own CLI, as the chapter runs it: "
+                f"`lm_eval --model hf --model_args pretrained=<model> --tasks {task} --device {lm.device} "
+                f"--limit {shown_limit}`"
+                if task
+                == "wikitext"  # lm-eval's own task; the offline one is the lab's, which the command above finds
+                else " (this task ships with the lab, not with lm-eval, so the lab's command is the one that finds it)"
+            )
         )
-        if st.button("Run evaluation", key=f"{NS}.eval_go", type="primary", disabled=not runnable):
+        if button_why(st, "Run evaluation", key=f"{NS}.eval_go", type="primary", why=eval_why):
             bar = st.progress(0.0, text="starting lm-eval")
             try:
                 res = evaluation.run_eval(

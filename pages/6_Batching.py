@@ -317,7 +317,7 @@ with st.form(f"{NS}.try"):
     )
     send = st.form_submit_button("Send")
 if send:
-    from engine.runtime.generation import GenerationConfig
+    from engine.runtime.settings import GenerationConfig
 
     try:
         handle = sched.submit(prompt, GenerationConfig(max_new_tokens=48, chat_template=lm.has_chat_template))

@@ -10,7 +10,7 @@ from dataclasses import replace
 import streamlit as st
 
 from engine.backends.compare import SideBySideSpec, run_side_by_side
-from engine.backends.vllm import latest_kv_row
+from engine.backends.vllm_records import latest_kv_row
 from engine.calc.capacity import predict_from_run
 from engine.calc.report import Inputs
 from engine.calc.specs import load_model_presets

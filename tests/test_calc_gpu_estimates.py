@@ -14,8 +14,8 @@ from engine.calc import published, quant
 from engine.calc.hf_config import spec_from_hf_config
 from engine.calc.memory import weights_bytes
 from engine.calc.report import Inputs, estimate
-from engine.calc.serving_memory import GIB, serving_memory
-from engine.calc.specs import custom_gpu_from_figures, gpu_spec, model_preset
+from engine.calc.serving_memory import serving_memory
+from engine.calc.specs import GIB, custom_gpu_from_figures, gpu_spec, model_preset
 from engine.cli import main
 from engine.core.errors import InvalidParameterError
 
@@ -159,7 +159,7 @@ def test_qwen3_moe_int8_quantizes_its_experts():
 
 
 def test_vllm_kv_budget_is_utilisation_of_the_cuda_total_minus_what_the_profile_run_holds():
-    from engine.calc.serving_memory import cuda_total_bytes
+    from engine.calc.serving_startup import cuda_total_bytes
 
     spec = model_preset("llama-3-8b")
     h100 = gpu_spec("h100-sxm")

@@ -13,8 +13,8 @@ import pytest
 
 from engine.batching.scheduler import Scheduler
 from engine.core.errors import CancelledError, CompileUnavailableError, InvalidParameterError
-from engine.runtime import compiled, generation, kvcache
-from engine.runtime.generation import GenerationConfig
+from engine.runtime import compiled, generation, kvcache, streaming
+from engine.runtime.settings import GenerationConfig
 
 PROMPTS = ["def add(a, b):", "The GPU is", "Once upon a time, in a small village by the sea,"]
 EAGER = GenerationConfig(max_new_tokens=16)
@@ -70,7 +70,7 @@ def _same_tokens(lm, cfg_eager: GenerationConfig, cfg_compiled: GenerationConfig
     assert batch.decode == "compiled"
     assert [c.token_ids for c in batch.completions] == [c.token_ids for c in eager.completions]
     assert [c.text for c in batch.completions] == [c.text for c in eager.completions]
-    s = generation.stream(lm, PROMPTS[2], cfg_compiled, record=False)
+    s = streaming.stream(lm, PROMPTS[2], cfg_compiled, record=False)
     streamed = "".join(s)
     assert s.completion is not None and s.completion.decode == "compiled"
     assert streamed == s.completion.text

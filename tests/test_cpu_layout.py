@@ -92,7 +92,7 @@ def test_compiled_decode_matches_eager_token_for_token(tiny_lm):
     """Scheduler(compile_decode=True): rows joining and leaving a compiled decode step (dynamic rows and
     window) give the same greedy tokens as the eager scheduler."""
     from engine.batching.scheduler import Scheduler
-    from engine.runtime.generation import GenerationConfig
+    from engine.runtime.settings import GenerationConfig
 
     prompts = ["def add(a, b):", "The GPU is", "Once upon a time, in a small village by the sea,"]
     lengths = [12, 5, 9]

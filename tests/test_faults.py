@@ -6,7 +6,7 @@ import pytest
 
 from engine.core.errors import OutOfMemoryError
 from engine.runtime import generation, models, runlog
-from engine.runtime.generation import GenerationConfig
+from engine.runtime.settings import GenerationConfig
 
 
 @pytest.mark.parametrize(

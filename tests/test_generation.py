@@ -8,8 +8,8 @@ import threading
 import pytest
 
 from engine.core.errors import InvalidParameterError, PromptTooLongError
-from engine.runtime import generation, runlog
-from engine.runtime.generation import GenerationConfig
+from engine.runtime import generation, runlog, streaming
+from engine.runtime.settings import GenerationConfig
 
 GREEDY = GenerationConfig(max_new_tokens=12)
 
@@ -52,7 +52,7 @@ def test_batched_greedy_matches_solo(tiny_lm):
 
 
 def test_stream_yields_the_same_text_as_generate(tiny_lm):
-    s = generation.stream(tiny_lm, "Streaming test", GREEDY)
+    s = streaming.stream(tiny_lm, "Streaming test", GREEDY)
     streamed = "".join(s)
     assert s.completion is not None
     assert streamed == s.completion.text == generation.generate(tiny_lm, "Streaming test", GREEDY).text
@@ -142,7 +142,7 @@ def test_concurrent_sessions_do_not_cross_talk(tiny_lm):
 
 
 def test_cancel_stops_a_stream(tiny_lm):
-    s = generation.stream(tiny_lm, "cancel me", GenerationConfig(max_new_tokens=2000))
+    s = streaming.stream(tiny_lm, "cancel me", GenerationConfig(max_new_tokens=2000))
     s.cancel()
     list(s)
     assert s.completion is not None and s.completion.stop_reason == "cancelled"

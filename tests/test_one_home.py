@@ -25,7 +25,7 @@ HOMES = {
     "greedy_kwargs": "engine/runtime/generation.py",
     "next_tokens": "engine/runtime/sampling.py",
     "penalize": "engine/runtime/sampling.py",
-    "parse_stops": "engine/runtime/generation.py",
+    "parse_stops": "engine/runtime/settings.py",
     "eos_ids": "engine/runtime/sampling.py",
     "is_busy": "engine/core/load.py",
     "predict_from_run": "engine/calc/capacity.py",

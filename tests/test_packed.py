@@ -10,8 +10,9 @@ import dataclasses
 import pytest
 import torch
 
-from engine.runtime.generation import GenerationConfig, generate
+from engine.runtime.generation import generate
 from engine.runtime.packed import PackReport, pack_linears, why_not
+from engine.runtime.settings import GenerationConfig
 
 PROMPTS = ("The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,")
 

@@ -111,17 +111,17 @@ def test_evaluation_run_reports_metrics_crosscheck_and_comparison():
 
 
 def test_code_generation_streams(monkeypatch):
-    """The code appears as it is written (engine.runtime.generation.stream), then is reviewed."""
-    from engine.runtime import generation
+    """The code appears as it is written (engine.runtime.streaming.stream), then is reviewed."""
+    from engine.runtime import streaming
 
     calls = []
-    real = generation.stream
+    real = streaming.stream
 
     def spy(lm, prompt, cfg=None, **kw):
         calls.append(cfg)
         return real(lm, prompt, cfg, **kw)
 
-    monkeypatch.setattr(generation, "stream", spy)
+    monkeypatch.setattr(streaming, "stream", spy)
     at = _app()
     at.radio(key="lab.code_mode").set_value("complete").run()
     at.slider(key="lab.code_max_new").set_value(16)

@@ -66,18 +66,13 @@ def test_the_check_sees_what_the_issue_saw():
     assert internals("upload a config.json; https://github.com/x/y/blob/main/a.py; 2.04× faster") == []
 
 
-# What a page may still show, a ratchet that may only fall: page 4's lm-eval command to paste names the lab's task
-# folder (a command must run as pasted). Pages 1 and 2 reached 0.
-LEFT = {"pages/4_Few-shot_code_and_eval.py": 1}
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES)
 def test_no_page_shows_a_file_module_or_environment_name(page):
     at = AppTest.from_file(str(ROOT / page), default_timeout=300).run()
     assert not at.exception, [e.value for e in at.exception]
     found = sorted(set(internals(on_screen(at))))
-    assert len(found) <= LEFT.get(page, 0), found
+    assert found == []
 
 
 def test_the_race_shows_no_internals_on_its_recorded_runs():

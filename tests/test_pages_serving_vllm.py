@@ -10,6 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine.backends import vllm as V
+from engine.backends import vllm_records as R
 from engine.backends.compare import SideBySide, SideBySideSpec, run_side_by_side
 from engine.loadgen.workload import SLO, LoadSpec, LoadSpecError
 from ui.serving_vllm_view import parallel_sentence, side_by_side_sentence
@@ -133,8 +134,8 @@ def test_a_side_by_side_result_is_shown_with_the_kv_pool_and_the_refusals(monkey
             }
         ],
     }
-    monkeypatch.setattr(V, "latest_kv_row", lambda model=None: row)
-    monkeypatch.setattr(V, "recorded_parallel", lambda: recorded)
+    monkeypatch.setattr(R, "latest_kv_row", lambda model=None: row)
+    monkeypatch.setattr(R, "recorded_parallel", lambda: recorded)
     _fake_prediction(monkeypatch)
     at = AppTest.from_file(PAGE, default_timeout=120)
     at.session_state["serving.sbs"] = _sbs(10, 20)

@@ -14,9 +14,9 @@ import pytest
 
 from engine.batching.scheduler import Scheduler
 from engine.runtime import generation, run, runlog
-from engine.runtime.generation import GenerationConfig
 from engine.runtime.metrics import without_compile
 from engine.runtime.sampling import eos_ids
+from engine.runtime.settings import GenerationConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 # Greedy token ids of generate, the shared scheduler and a padded batch at commit 776c069 (the old paths, before

@@ -14,7 +14,8 @@ from engine.batching.static import run_static_batch
 from engine.batching.workload import WorkloadSpec, generate_workload, replay, replay_inflight
 from engine.core.errors import CancelledError, InvalidParameterError, OutOfMemoryError
 from engine.runtime import kvcache
-from engine.runtime.generation import GenerationConfig, generate
+from engine.runtime.generation import generate
+from engine.runtime.settings import GenerationConfig
 
 PROMPTS = [
     "The capital of France is",

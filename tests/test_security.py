@@ -24,7 +24,7 @@ from engine.core import paths
 from engine.core.errors import InvalidParameterError, ModelLoadError, PathNotAllowedError, UnknownModelError
 from engine.lab import codegen
 from engine.runtime import generation, models
-from engine.runtime.generation import GenerationConfig
+from engine.runtime.settings import GenerationConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "hf_secretTOKENdoNotLeak1234567890"

@@ -13,7 +13,8 @@ import httpx2 as httpx
 import openai
 import pytest
 
-from engine.runtime.generation import GenerationConfig, generate
+from engine.runtime.generation import generate
+from engine.runtime.settings import GenerationConfig
 from engine.serving.protocol import Limits, RequestError, parse_chat, parse_completion
 from engine.serving.runner import API_KEY_ENV, ServerThread, ServeSpec, build
 

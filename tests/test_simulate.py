@@ -94,7 +94,7 @@ def test_the_simulator_runs_the_servers_policy_step_for_step(tiny_lm):
     """A closed batch through the real Scheduler (tiny-gpt-neo, greedy, ignore_eos) and through the virtual one:
     the same sequence of decode-step sizes and the same mixed steps, because both call engine.batching.policy."""
     from engine.batching.scheduler import Scheduler
-    from engine.runtime.generation import GenerationConfig
+    from engine.runtime.settings import GenerationConfig
 
     # tuned so that every knob shows: rows finishing together (two newcomers, 16 mixed prompt tokens: one rides,
     # one waits), a 40-token prompt past the 32-token chunk (a chunked prefill), a KV budget that holds back a slot

@@ -15,6 +15,8 @@ import sys
 import pytest
 
 from engine.backends import vllm as V
+from engine.backends import vllm_records as R
+from engine.backends import vllm_server as S
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm")]
 BUILD, MISSING = V.availability()
@@ -39,10 +41,10 @@ def vllm_server(tmp_path_factory):
         log_path=str(tmp_path_factory.mktemp("vllm") / "serve.log"),
     )
     try:
-        V.wait_command_ready(srv)
+        S.wait_command_ready(srv)
         yield srv, psutil.Process(srv.proc.pid).children(recursive=True)
     finally:
-        srv.stop(V.STOP_TIMEOUT_S + 10)
+        srv.stop(S.STOP_TIMEOUT_S + 10)
         os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
 
 
@@ -68,7 +70,8 @@ def _started_eager_under_the_presets_name(srv) -> None:
 
 
 def _greedy_text_equals_the_engines(srv, lm) -> None:
-    from engine.runtime.generation import GenerationConfig, generate
+    from engine.runtime.generation import generate
+    from engine.runtime.settings import GenerationConfig
 
     ours = generate(lm, PROMPT, GenerationConfig(max_new_tokens=24), record=False)
     theirs = _completion(srv, PROMPT, 24)["choices"][0]["text"]
@@ -89,7 +92,7 @@ def _one_loadgen_level(srv) -> None:
 
 
 def _kv_figures_equal_the_calculators() -> None:
-    rows = [r for r in V.kv_records() if r["started_by"] == "serve"]
+    rows = [r for r in R.kv_records() if r["started_by"] == "serve"]
     assert rows, "the command recorded no KV row"
     row = rows[-1]
     assert row["logged"]["kv_cache_tokens"] == 46592 and row["logged"]["max_concurrency"] == 22.75
@@ -114,7 +117,7 @@ def _stops_clean(srv, tree) -> None:
     import psutil
 
     assert tree, "vLLM's processes were not found under the command"
-    srv.stop(V.STOP_TIMEOUT_S + 10)
+    srv.stop(S.STOP_TIMEOUT_S + 10)
     _gone, alive = psutil.wait_procs(tree, timeout=15)
     assert not alive, f"processes left after the stop: {[p.pid for p in alive]}"
     assert srv.proc.returncode == 0, srv.log_tail()  # the command stopped vLLM and exited cleanly
@@ -153,4 +156,4 @@ def test_race_lane_matches_vanilla():
     assert math.isfinite(lane.bits_per_byte) and abs(lane.bits_per_byte / vanilla.bits_per_byte - 1) < 0.01
     assert len(lane.tpots_s) == 1 and lane.tpots_s[0] > 0  # per-token times from the engine's steps
     kv = next(n for n in lane.notes if "KV cache size" in n)  # vLLM's own line, beside the calculator's
-    assert f"(the calculator: {V.parse_kv_line(kv).kv_cache_tokens} tokens)" in kv
+    assert f"(the calculator: {R.parse_kv_line(kv).kv_cache_tokens} tokens)" in kv

@@ -194,7 +194,7 @@ def simulate_users(
     import time
 
     from engine.runtime import runlog
-    from engine.runtime.generation import GenerationConfig
+    from engine.runtime.settings import GenerationConfig
     from ui import pace
 
     cfg = GenerationConfig(max_new_tokens=max_new_tokens, chat_template=lm.has_chat_template)

@@ -14,10 +14,11 @@ import streamlit as st
 
 from engine.calc import format as fmt
 from engine.calc import memory, paged, timing
+from engine.calc.batch_cost import BatchPoint, batch_sweep
 from engine.calc.cost import estimate_cost
 from engine.calc.efficiency import INTERVAL_LEVEL, SpeedEstimate
 from engine.calc.explain import efficiency_of, reasoning
-from engine.calc.report import BatchPoint, Estimate, batch_sweep, estimate
+from engine.calc.report import Estimate, estimate
 from engine.calc.timing import Efficiency
 from engine.core.interval import Interval
 from ui.calc_widgets import CalcRequest

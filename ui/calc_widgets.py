@@ -16,7 +16,7 @@ import streamlit as st
 from engine import calibration
 from engine.calc import format as fmt
 from engine.calc import quant
-from engine.calc.memory import WEIGHT_FORMATS, quant_format_name
+from engine.calc.quant import WEIGHT_FORMATS, quant_format_name
 from engine.calc.report import CALIBRATED_MODE, Inputs, default_precision
 from engine.calc.serving_memory import VLLM_UTILIZATION, sglang_fraction
 from engine.calc.specs import (

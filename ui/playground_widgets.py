@@ -10,7 +10,7 @@ import streamlit as st
 
 from engine.calc import format as fmt
 from engine.core.errors import EngineError
-from engine.runtime.generation import GenerationConfig, parse_stops
+from engine.runtime.settings import GenerationConfig, parse_stops
 from ui.charts import log_ticks
 from ui.widgets import SLIDER, refused, spec_input
 
@@ -82,7 +82,7 @@ def compile_advice(lm):
     """Compiled decode's default for this model's device, decided by the recorded measurement
     (engine.runtime.recorded.compile_advice), and the sentence that says why."""
     from engine.runtime import recorded
-    from engine.runtime.generation import GenerationConfig
+    from engine.runtime.settings import GenerationConfig
     from ui.narrative import compile_advice_sentence
 
     advice = recorded.compile_advice(lm.device, lm.name)

@@ -34,7 +34,7 @@ class ServerSlot:
         kv_gb: float | None = None,
     ) -> ServerProcess:
         """Start and wait until it serves; a failure raises RuntimeError with the command's own one-line reason."""
-        from engine.backends.vllm import command_reason, wait_command_ready
+        from engine.backends.vllm_server import command_reason, wait_command_ready
 
         self.stop()
         extra = ["--dtype", dtype]

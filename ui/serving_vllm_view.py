@@ -180,7 +180,7 @@ def parallel_sentence(recorded: dict) -> str:
 def vllm_parallel_section() -> None:
     """Past one node: what vLLM's multi-rank paths did on this machine (recorded by bench/vllm_parallel.py), and
     the multi-node steps as vLLM documents them for a GPU cluster."""
-    from engine.backends.vllm import recorded_parallel
+    from engine.backends.vllm_records import recorded_parallel
     from engine.calc.launch import LaunchPlan, multi_node_steps
 
     st.subheader("Past one node: vLLM's Ray and parallel paths on this machine")

@@ -6,16 +6,17 @@ from __future__ import annotations
 import math
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.batching.sequence import Request, RequestTimes
 from engine.runtime.generation import Completion
+from engine.runtime.streaming import TextSource
 
 _END = object()
 
 
-class RequestHandle:
+class RequestHandle(TextSource):
     """What `submit` returns. Iterate for text chunks as tokens are made (errors re-raised there); `.completion`
     holds the measured result once done; `.cancel()` stops it at the next token boundary (the batch goes on)."""
 
@@ -65,11 +66,6 @@ class RequestHandle:
         if self.error is not None:
             raise self.error
         return None
-
-    def __iter__(self) -> Iterator[str]:
-        while (chunk := self.poll(0.5)) is not None:
-            if chunk:
-                yield chunk
 
     def result(self, timeout: float | None = None) -> Completion:
         """Wait for the completion; raise what the request failed with."""

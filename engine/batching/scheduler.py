@@ -49,9 +49,11 @@ from engine.core.errors import (
     OutOfMemoryError,
 )
 from engine.runtime import compiled, hardware, kvcache, runlog
-from engine.runtime.generation import Completion, GenerationConfig, clean_prompt, encode_prompt
+from engine.runtime.generation import Completion
 from engine.runtime.metrics import memory_now
 from engine.runtime.models import LoadedModel
+from engine.runtime.prompt import clean_prompt, encode_prompt
+from engine.runtime.settings import GenerationConfig
 
 DEFAULT_MAX_BATCH = 8
 MAX_BATCH_LIMIT = 256

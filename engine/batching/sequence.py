@@ -19,9 +19,10 @@ from datetime import UTC, datetime
 
 import torch
 
-from engine.runtime.generation import Completion, GenerationConfig
+from engine.runtime.generation import Completion
 from engine.runtime.metrics import PeakMemory, run_metrics, without_compile
 from engine.runtime.sampling import eos_ids, next_tokens
+from engine.runtime.settings import GenerationConfig
 
 
 @dataclass

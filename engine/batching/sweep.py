@@ -15,9 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine.core.errors import InvalidParameterError, OutOfMemoryError
-from engine.runtime.generation import GenerationConfig, generate_batch
+from engine.runtime.generation import generate_batch
 from engine.runtime.hardware import free_memory_bytes
 from engine.runtime.models import LoadedModel
+from engine.runtime.settings import GenerationConfig
 
 DEFAULT_SIZES = (1, 2, 4, 8, 16, 32)
 SWEEP_PROMPT = "Batching shares each read of the weights between many sequences, so"

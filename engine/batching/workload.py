@@ -24,8 +24,8 @@ from engine.batching.static import run_static_batch
 from engine.core.errors import InvalidParameterError
 from engine.core.stats import percentile
 from engine.core.threads import run_in_thread
-from engine.runtime.generation import GenerationConfig
 from engine.runtime.models import LoadedModel
+from engine.runtime.settings import GenerationConfig
 
 POLICIES = ("static", "inflight")
 _WORDS = [

@@ -10,8 +10,9 @@ from typing import Any
 from engine.calc import format as fmt
 from engine.calc.cells import BORROW_WIDENING
 from engine.calc.efficiency import ENGINES, SpeedEstimate
-from engine.calc.memory import param_count, weight_storage_note
+from engine.calc.memory import param_count
 from engine.calc.plan import MemoryAnswer
+from engine.calc.quant import weight_storage_note
 from engine.calc.specs import THIS_MACHINE, GPUSpec, ModelSpec
 from engine.calc.timing import DATASHEET, Efficiency, TimingEstimate
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from engine.calc import quant
-from engine.calc.quant import SCOPES, WEIGHT_FORMATS_TABLE
+from engine.calc.quant import format_scope, quant_format_name
 from engine.calc.quant import weight_format as quant_weight_format
 from engine.calc.specs import ModelSpec, ParamCount, check_precision, positive_float, positive_int
 from engine.core.dtypes import BYTES_PER_ELEMENT
@@ -163,28 +163,7 @@ def weight_matrices(spec: ModelSpec) -> list[tuple[str, int, int, int, str]]:
     return mats
 
 
-# Weight formats the calculator offers (engine.calc.quant.WEIGHT_FORMATS_TABLE: torchao int8/int4, checkpoint
-# formats vLLM loads, bitsandbytes, GGUF blocks), each with the modules it covers by default.
-WEIGHT_FORMATS: tuple[str, ...] = tuple(WEIGHT_FORMATS_TABLE)
 GGUF_NORM_BYTES = 4  # GGUF keeps norms and biases in F32 (llama.cpp's convert script)
-
-
-def quant_format_name(weight_format: str, group_size: int | None) -> tuple[str, int | None]:
-    """(engine.calc.quant storage format, group size) for a weight format: int8 is per output channel unless a
-    group size is given; int4 groups 128 weights unless told otherwise; every other format has its own groups."""
-    if weight_format == "int8":
-        return "int8-per-channel", group_size or None
-    if weight_format == "int4":
-        return "int4-g128", group_size or 128
-    return quant_weight_format(weight_format).storage, None
-
-
-def format_scope(weight_format: str, scope: str | None) -> str:
-    """The modules a format quantizes: the one asked for, else the format's default."""
-    chosen = scope or quant_weight_format(weight_format).scope
-    if chosen not in SCOPES:
-        raise InvalidParameterError(f"unknown module scope {chosen!r}; choose one of {', '.join(SCOPES)}")
-    return chosen
 
 
 def _quantized(module: str, scope: str, tied: bool) -> bool:
@@ -200,34 +179,6 @@ def _quantized(module: str, scope: str, tied: bool) -> bool:
     if scope == "mlp":
         return module in ("mlp", "expert")
     return True  # linear, linear+head
-
-
-def weight_storage_note(
-    weight_format: str | None, group_size: int | None = None, scope: str | None = None
-) -> str:
-    """What a quantized weight figure assumes (shown as a warning beside it)."""
-    if not weight_format:
-        return ""
-    fmt = quant_weight_format(weight_format)
-    scope = format_scope(weight_format, scope)
-    covered = {
-        "linear": "every linear layer of the decoder (routers, embeddings and the output head stay 16-bit)",
-        "linear+head": "every linear layer and the output head (embeddings and routers stay 16-bit)",
-        "mlp": "the MLPs and experts only (attention, routers, embeddings and the head stay 16-bit)",
-        "experts": "the MoE experts only (everything else stays 16-bit)",
-        "all": "every matrix, embedding and head included; norms and biases F32",
-    }[scope]
-    if weight_format in ("int8", "int4"):
-        g = quant_format_name(weight_format, group_size)[1]
-        per = f"groups of {g}" if g else "one scale per output channel"
-        return f"{weight_format} weight-only ({per}, torchao's layout) on {covered}; math runs in fp16"
-    extra = (
-        ". llama.cpp often keeps a few tensors (the output head) in a wider type, so a real file can be a few "
-        "percent larger"
-        if scope == "all"
-        else ""
-    )
-    return f"{fmt.description} ({quant.get(fmt.storage).source}) on {covered}{extra}"
 
 
 def weights_bytes(

@@ -259,6 +259,55 @@ def weight_format(name: str) -> WeightFormat:
     return _lookup(WEIGHT_FORMATS_TABLE, name, "weight format")
 
 
+# Weight formats the calculator offers (WEIGHT_FORMATS_TABLE: torchao int8/int4, checkpoint
+# formats vLLM loads, bitsandbytes, GGUF blocks), each with the modules it covers by default.
+WEIGHT_FORMATS: tuple[str, ...] = tuple(WEIGHT_FORMATS_TABLE)
+
+
+def quant_format_name(name: str, group_size: int | None) -> tuple[str, int | None]:
+    """(storage format, a key of FORMATS; group size) for a weight format: int8 is per output channel unless a
+    group size is given; int4 groups 128 weights unless told otherwise; every other format has its own groups."""
+    if name == "int8":
+        return "int8-per-channel", group_size or None
+    if name == "int4":
+        return "int4-g128", group_size or 128
+    return weight_format(name).storage, None
+
+
+def format_scope(name: str, scope: str | None) -> str:
+    """The modules a format quantizes: the one asked for, else the format's default."""
+    chosen = scope or weight_format(name).scope
+    if chosen not in SCOPES:
+        raise InvalidParameterError(f"unknown module scope {chosen!r}; choose one of {', '.join(SCOPES)}")
+    return chosen
+
+
+def weight_storage_note(name: str | None, group_size: int | None = None, scope: str | None = None) -> str:
+    """What a quantized weight figure assumes (shown as a warning beside it)."""
+    if not name:
+        return ""
+    fmt = weight_format(name)
+    scope = format_scope(name, scope)
+    covered = {
+        "linear": "every linear layer of the decoder (routers, embeddings and the output head stay 16-bit)",
+        "linear+head": "every linear layer and the output head (embeddings and routers stay 16-bit)",
+        "mlp": "the MLPs and experts only (attention, routers, embeddings and the head stay 16-bit)",
+        "experts": "the MoE experts only (everything else stays 16-bit)",
+        "all": "every matrix, embedding and head included; norms and biases F32",
+    }[scope]
+    if name in ("int8", "int4"):
+        g = quant_format_name(name, group_size)[1]
+        per = f"groups of {g}" if g else "one scale per output channel"
+        return f"{name} weight-only ({per}, torchao's layout) on {covered}; math runs in fp16"
+    extra = (
+        ". llama.cpp often keeps a few tensors (the output head) in a wider type, so a real file can be a few "
+        "percent larger"
+        if scope == "all"
+        else ""
+    )
+    return f"{fmt.description} ({get(fmt.storage).source}) on {covered}{extra}"
+
+
 def model_bytes(
     tensors: list[tuple[tuple[int, ...], bool, float]], fmt: str, group_size: int | None = None
 ) -> int:

@@ -24,21 +24,14 @@ from engine.calc.efficiency import ENGINES, SpeedEstimate, estimate_speed
 from engine.calc.efficiency import timing as timing_of
 from engine.calc.explain import assumptions, launch_note
 from engine.calc.launch import LaunchPlan, multi_node_steps, sglang_command, vllm_command, vllm_cpu_command
-from engine.calc.memory import (
-    DEFAULT_OVERHEAD,
-    WEIGHT_FORMATS,
-    GpuPlan,
-    MaxSeqLen,
-    MemoryEstimate,
-    format_scope,
-    param_count,
-    quant_format_name,
-)
+from engine.calc.memory import DEFAULT_OVERHEAD, GpuPlan, MaxSeqLen, MemoryEstimate, param_count
 from engine.calc.observations import parallel
 from engine.calc.paged import PagedComparison, compare_paged
 from engine.calc.plan import MemoryAnswer, Server, allocation, memory_answer, setup_for
-from engine.calc.serving_memory import SERVING_ENGINES, ServingMemory
+from engine.calc.quant import WEIGHT_FORMATS, format_scope, quant_format_name
+from engine.calc.serving_memory import SERVING_ENGINES, ServingMemory, utilization_option
 from engine.calc.specs import (
+    GIB,
     PRECISIONS,
     THIS_MACHINE,
     GPUSpec,
@@ -117,12 +110,8 @@ class Inputs(Spec):
         kind=str,
         choices=ENGINE_CHOICES,
     )
-    gpu_memory_utilization: float | None = option(
-        None,
-        "vLLM's --gpu-memory-utilization / SGLang's --mem-fraction-static (default: theirs)",
-        kind=float,
-        lo=0.01,
-        hi=1,
+    gpu_memory_utilization: float | None = utilization_option(
+        "vLLM's --gpu-memory-utilization / SGLang's --mem-fraction-static (default: theirs)"
     )
     max_model_len: int | None = option(
         None,
@@ -382,7 +371,7 @@ def resolve(spec: ModelSpec, gpu: GPUSpec, inputs: Inputs) -> tuple[Inputs, Setu
 def server_of(i: Inputs) -> Server:
     """The serving engine's own memory options from the inputs."""
     assert i.seq_len is not None and i.engine is not None
-    space = None if i.cpu_kvcache_space is None else i.cpu_kvcache_space * 2**30
+    space = None if i.cpu_kvcache_space is None else i.cpu_kvcache_space * GIB
     return Server(i.engine, i.gpu_memory_utilization, i.max_model_len or i.seq_len, i.max_num_seqs, space)
 
 
@@ -473,44 +462,3 @@ def launch_dtype(spec: ModelSpec, i: Inputs) -> str:
     if i.weight_format is None and i.dtype in ("fp16", "bf16", "fp32"):
         return i.dtype
     return spec.checkpoint_dtype or "auto"
-
-
-@dataclass(frozen=True)
-class BatchPoint:
-    batch: int
-    fits: bool
-    tokens_per_s: float
-    decode_s_per_token: float
-    generation_s: float
-    usd_per_million_tokens: float  # on the GPUs asked, priced as if the batch fitted there
-
-
-def batch_sweep(
-    spec: ModelSpec,
-    gpu: GPUSpec,
-    inputs: Inputs,
-    eff: Efficiency = DATASHEET,
-    max_batch_: int = 4096,
-) -> list[BatchPoint]:
-    """Latency and $/M tokens on the GPUs asked at batch 1, 2, 4, ... up to `max_batch_` and two points past the
-    fit limit, with every other input as given: the curve behind "batching lowers the cost until memory runs
-    out". A point fits when the plan's one memory answer holds that batch on those GPUs; points past the limit
-    are priced as if it did (the chart draws them hollow). `eff`: the asked estimate's (`efficiency_of`), so a
-    calibrated or fitted efficiency is reused at every batch (an approximation for a calibration)."""
-    i = inputs.resolved()
-    points: list[BatchPoint] = []
-    b = 1
-    while b <= max_batch_:
-        ib, setup = resolve(spec, gpu, replace(i, batch=b))
-        fits = memory(setup, ib).fits
-        t = timing_of(setup, eff)  # the GPUs asked, as if it fitted: the curve stays on one set of GPUs
-        price = (
-            estimate_cost(t.tokens_per_s, i.usd_per_gpu_hour, i.n_gpus).usd_per_million_tokens
-            if i.usd_per_gpu_hour is not None
-            else math.nan
-        )
-        points.append(BatchPoint(b, fits, t.tokens_per_s, t.decode_s_per_token, t.generation_s, price))
-        if not fits and len([p for p in points if not p.fits]) >= 2:
-            break
-        b *= 2
-    return points

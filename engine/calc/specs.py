@@ -23,6 +23,7 @@ from engine.core.spec import Spec, option
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 PRECISIONS: tuple[str, ...] = tuple(BYTES_PER_ELEMENT)
+GIB = 2**30  # memory as nvidia-smi and the serving engines print it (GiB)
 
 
 @dataclass(frozen=True)
@@ -563,7 +564,7 @@ def custom_gpu_from_figures(
     return GPUSpec(
         key="custom",
         name=name,
-        memory_bytes=memory * 2**30,
+        memory_bytes=memory * GIB,
         bandwidth_bytes_per_s=bandwidth * 1e9,
         peak_flops={"fp16": peak * 1e12, "bf16": peak * 1e12, "fp32": peak * 1e12 / 8},
         sources={

@@ -18,8 +18,8 @@ from engine.calc.efficiency import INTERVAL_METHOD
 from engine.calc.hf_config import read_config_file
 from engine.calc.prices import price_for
 from engine.calc.report import Estimate, Inputs, estimate, split_prompt_output
-from engine.calc.serving_memory import GIB, VLLM_CPU_KV_ENV, cpu_kv_space_bytes
-from engine.calc.specs import THIS_MACHINE, custom_gpu_from_figures
+from engine.calc.serving_memory import VLLM_CPU_KV_ENV, cpu_kv_space_bytes
+from engine.calc.specs import GIB, THIS_MACHINE, custom_gpu_from_figures
 from engine.commands import simulate
 from engine.core.errors import InvalidParameterError
 from engine.core.interval import Interval

@@ -1,7 +1,7 @@
 """`python -m engine generate`: one measured generation, the playground from the shell.
 
 Its flags come from the specs: the model selection from engine.runtime.models.ModelArgs, the decoding settings
-(--max-new-tokens, --sample, --compile, ...) from engine.runtime.generation.GenerationConfig, so a default lives in
+(--max-new-tokens, --sample, --compile, ...) from engine.runtime.settings.GenerationConfig, so a default lives in
 one line of the engine."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import threading
 
 from engine.runtime import generation
 from engine.runtime import run as one_run
-from engine.runtime.generation import GenerationConfig
 from engine.runtime.models import ModelArgs
+from engine.runtime.prompt import clean_prompt
+from engine.runtime.settings import GenerationConfig, parse_stops
 
 HELP = "load a model and generate for one prompt (or several with repeated --prompt), with measurements"
 COMPILE_TICK_S = 5.0  # how often a compile under way prints its elapsed time on stderr
@@ -33,10 +34,10 @@ def add_arguments(parser) -> None:
 
 def run(args) -> dict | list[dict]:
     cfg = GenerationConfig.from_args(
-        args, stop=generation.parse_stops(args.stop)
+        args, stop=parse_stops(args.stop)
     )  # bad values fail before seconds of loading
     for p in args.prompt:
-        generation.clean_prompt(p)
+        clean_prompt(p)
     lm = ModelArgs.from_args(args).load()
     watcher = _CompileWatcher(lm) if cfg.compile else None
     try:

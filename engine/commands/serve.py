@@ -17,7 +17,7 @@ def add_arguments(parser) -> None:
 def run(args) -> dict:
     spec = BackendServeSpec.from_args(args)
     if spec.backend == "vllm":
-        from engine.backends.vllm import serve_until_signal
+        from engine.backends.vllm_server import serve_until_signal
 
         return serve_until_signal(spec)
     serve_forever(spec.engine_spec())

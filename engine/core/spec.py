@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import MISSING, field
@@ -75,7 +76,7 @@ class Spec:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        clash = sorted(set(cls.__dict__.get("__annotations__", {})) & _SPEC_METHODS)
+        clash = sorted(set(inspect.get_annotations(cls)) & _SPEC_METHODS)
         if clash:  # a field named `kind` would hide Spec.kind(name), and every page reading it would fail
             raise TypeError(f"{cls.__name__}: field(s) {', '.join(clash)} would hide Spec's own method(s)")
 

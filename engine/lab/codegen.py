@@ -26,9 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.core.errors import InvalidParameterError
+from engine.core.spec import Spec, option
 from engine.runtime import run
-from engine.runtime.generation import Completion, GenerationConfig
+from engine.runtime.generation import Completion
 from engine.runtime.models import LoadedModel
+from engine.runtime.settings import GenerationConfig
 
 MAX_CODE_CHARS = 100_000
 RUFF_TIMEOUT_S = 20.0
@@ -44,6 +46,32 @@ DEFAULT_PROMPT = (
 DEFAULT_INSTRUCTION = "Write a Python function that returns the n-th Fibonacci number."
 # Stop at the next top-level definition: the completion of *this* function is what was asked for.
 DEFAULT_STOP: tuple[str, ...] = ("\ndef ", "\nclass ", "\nif __name__")
+
+MODES = ("instruct", "complete")
+
+
+@dataclass(frozen=True)
+class CodeSpec(Spec):
+    """The code-generation experiment's options: the Code generation tab of page 4, `code_config` and
+    `generate_code` take their defaults here. The bounds are what the page offers; the engine functions accept
+    any length GenerationConfig does (a test asks for 4 tokens)."""
+
+    mode: str = option(
+        "complete",
+        "Continue code: the prompt is the start of a Python file, as with GPT-Neo in the chapter. Ask in "
+        "words: needs a model with a chat template (the bundled SmolLM2-Instruct has one).",
+        choices=MODES,
+        label="how to ask",
+    )
+    max_new_tokens: int = option(
+        128,
+        "The length limit. Hitting it truncates the code, as in the chapter's example.",
+        lo=16,
+        hi=512,
+        label="max new tokens",
+    )
+    stop: tuple[str, ...] = option(DEFAULT_STOP, "stop sequences (continue mode only)", cli=False)
+
 
 STOP_REASONS: dict[str, str] = {
     "eos": "end of sequence: the model emitted its end-of-text token and chose to stop.",
@@ -248,10 +276,12 @@ def collapse_findings(findings: tuple[LintFinding, ...]) -> list[dict]:
 
 
 def code_config(
-    max_new_tokens: int = 128, mode: str = "complete", stop: tuple[str, ...] = DEFAULT_STOP
+    max_new_tokens: int = CodeSpec.default("max_new_tokens"),
+    mode: str = CodeSpec.default("mode"),
+    stop: tuple[str, ...] = CodeSpec.default("stop"),
 ) -> GenerationConfig:
     """The generation settings of a code request (greedy; stop sequences only when continuing code)."""
-    if mode not in ("complete", "instruct"):
+    if mode not in MODES:
         raise InvalidParameterError(f"mode must be 'complete' or 'instruct', got {mode!r}")
     return GenerationConfig(
         max_new_tokens=max_new_tokens,
@@ -279,9 +309,9 @@ def generate_code(
     lm: LoadedModel,
     prompt: str,
     *,
-    max_new_tokens: int = 128,
-    mode: str = "complete",
-    stop: tuple[str, ...] = DEFAULT_STOP,
+    max_new_tokens: int = CodeSpec.default("max_new_tokens"),
+    mode: str = CodeSpec.default("mode"),
+    stop: tuple[str, ...] = CodeSpec.default("stop"),
 ) -> CodeResult:
     """Generate code greedily and review it (syntax + ruff). The code is only ever treated as text.
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.errors import DependencyMissingError, HubUnreachableError, InvalidParameterError
+from engine.core.spec import Spec, option
 from engine.runtime.models import LoadedModel, hub_reachable
 
 Progress = Callable[[float, str], None]
@@ -49,6 +50,7 @@ class TaskInfo:
     name: str
     description: str
     offline: bool
+    documents: int  # in the task's split: the most a --limit can take
 
 
 TASKS: dict[str, TaskInfo] = {
@@ -57,14 +59,42 @@ TASKS: dict[str, TaskInfo] = {
         "Openings of the 48 Python documentation topics that ship with CPython (pydoc_data, PSF licence); "
         "shipped with the project, works offline.",
         offline=True,
+        documents=48,
     ),
     WIKITEXT: TaskInfo(
         WIKITEXT,
         "lm-eval's wikitext (WikiText-2 raw, document level, test split) - the chapter's example; "
         f"needs {WIKITEXT_DATASET} from the Hugging Face hub or its local cache.",
         offline=False,
+        documents=62,
     ),
 }
+
+
+@dataclass(frozen=True)
+class EvalSpec(Spec):
+    """The evaluation experiment's options: the Evaluation tab of page 4 and `run_eval` take their defaults,
+    bounds and choices here (a page narrows `limit` to the chosen task's documents)."""
+
+    task: str = option(
+        LOCAL_TASK,
+        f"{LOCAL_TASK} works offline; wikitext needs the hub or a cached copy",
+        choices=tuple(TASKS),
+    )
+    limit: int | None = option(
+        None,
+        "lm-eval's --limit: only the first N documents (default: all)",
+        kind=int,
+        lo=1,
+        hi=MAX_LIMIT,
+        label="documents (limit)",
+    )
+    crosscheck: bool = option(
+        True,
+        "Recompute the log-likelihood with the engine's own forward passes.",
+        label="cross-check with the engine",
+    )
+
 
 METRIC_DEFINITIONS: dict[str, str] = {
     "word_perplexity": "exp(-total log-likelihood / number of words): how surprised the model is per word. "
@@ -321,21 +351,18 @@ def _progress_hflm(lm: LoadedModel, batch_size: int, max_length: int | None, pro
 
 
 def _validate_limit(limit: int | None) -> int | None:
-    if limit is None:
-        return None
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
-        raise InvalidParameterError(
-            f"limit must be a whole number of documents from 1 to {MAX_LIMIT}, got {limit!r}"
-        )
+    why = EvalSpec.problem("limit", limit)
+    if why:
+        raise InvalidParameterError(why)
     return limit
 
 
 def run_eval(
     lm: LoadedModel,
-    task: str = LOCAL_TASK,
+    task: str = EvalSpec.default("task"),
     *,
-    limit: int | None = None,
-    crosscheck: bool = True,
+    limit: int | None = EvalSpec.default("limit"),
+    crosscheck: bool = EvalSpec.default("crosscheck"),
     batch_size: int = 1,
     max_length: int | None = None,
     progress: Progress | None = None,

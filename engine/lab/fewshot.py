@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.core.errors import InvalidParameterError, PromptTooLongError
+from engine.core.spec import Spec, option
 from engine.runtime.models import LoadedModel
 
 Progress = Callable[[float, str], None]
@@ -43,6 +44,41 @@ MAX_K = 32
 TEXT_COLUMNS = ("text", "sentence", "input")
 LABEL_COLUMNS = ("label", "class", "category")
 _BATCH_ROWS = 16  # sequences per forward pass: bounds activation memory on long k=8 prompts
+SOURCES = ("Shipped set", "Upload a CSV", "Paste CSV")  # where the page's labelled examples come from
+K_CHOICES: tuple[int, ...] = (0, 1, 2, 4, 8, 16)  # the sweep's menu: doublings, as the chapter compares them
+
+
+@dataclass(frozen=True)
+class FewShotSpec(Spec):
+    """The few-shot experiment's options: the Few-shot tab of page 4 and `accuracy_by_k` take their defaults,
+    bounds and choices here (engine.core.spec)."""
+
+    source: str = option(
+        SOURCES[0],
+        "A CSV with a header row naming a 'text' column and a 'label' column. It is parsed as data, never run.",
+        choices=SOURCES,
+        label="labelled examples",
+        cli=False,  # the command line takes --csv
+    )
+    k: int = option(
+        2,
+        "worked examples shown before the one text to classify (more than 8 leaves a small model's context)",
+        lo=0,
+        hi=8,
+        label="k (examples in the prompt)",
+    )
+    ks: tuple[int, ...] = option(
+        DEFAULT_KS, "the k values compared on the same queries", choices=K_CHOICES, label="k values"
+    )
+    max_queries: int | None = option(
+        None,
+        "only the first N items as queries (default: all). Each query costs one forward pass per k.",
+        kind=int,
+        lo=1,
+        hi=MAX_ROWS,
+        label="queries",
+    )
+    seed: int = option(0, "seed for drawing the examples", lo=0)
 
 
 @dataclass(frozen=True)
@@ -220,7 +256,7 @@ def build_prompt(
 
 
 def select_demonstrations(
-    pool: Sequence[Example], k: int, *, seed: int = 0, exclude: int | None = None
+    pool: Sequence[Example], k: int, *, seed: int = FewShotSpec.default("seed"), exclude: int | None = None
 ) -> list[Example]:
     """k examples from `pool`, seeded, never the query itself; a prefix of the k+1 choice (nested)."""
     if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= MAX_K:
@@ -366,11 +402,11 @@ def confusion_matrix(
 def accuracy_by_k(
     lm: LoadedModel,
     dataset: LabelledSet,
-    ks: Sequence[int] = DEFAULT_KS,
+    ks: Sequence[int] = FewShotSpec.default("ks"),
     *,
     template: PromptTemplate | None = None,
-    seed: int = 0,
-    max_queries: int | None = None,
+    seed: int = FewShotSpec.default("seed"),
+    max_queries: int | None = FewShotSpec.default("max_queries"),
     progress: Progress | None = None,
 ) -> list[KAccuracy]:
     """Accuracy of label-likelihood classification for each k on the same queries (leave-one-out demos)."""

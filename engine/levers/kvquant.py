@@ -28,8 +28,9 @@ from engine.core.spec import Spec, option
 from engine.levers import runs as R
 from engine.levers.speculative import _encode
 from engine.race import quality
-from engine.runtime.generation import check_context, greedy_kwargs
+from engine.runtime.generation import greedy_kwargs
 from engine.runtime.models import LoadedModel
+from engine.runtime.prompt import check_context
 
 BACKENDS: dict[str, str] = {"quanto": "optimum.quanto", "hqq": "hqq", "fp8": ""}
 DEFAULT_NBITS = 4

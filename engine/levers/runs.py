@@ -12,9 +12,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from engine.race import quality
-from engine.runtime.generation import GenerationConfig, generate
+from engine.runtime.generation import generate
 from engine.runtime.measurement import Measurement
 from engine.runtime.models import LoadedModel
+from engine.runtime.settings import GenerationConfig
 
 Progress = Callable[[float, str], None]
 

@@ -38,8 +38,9 @@ from engine.core.spec import option
 from engine.core.verdict import speed_verdict
 from engine.levers import runs as R
 from engine.runtime import hardware
-from engine.runtime.generation import check_context, clean_prompt, greedy_kwargs
+from engine.runtime.generation import greedy_kwargs
 from engine.runtime.models import LoadedModel, ModelArgs, load_model
+from engine.runtime.prompt import check_context, clean_prompt
 
 WORKLOADS_FILE = Path(__file__).resolve().parents[1] / "data" / "speculative_workloads.toml"
 METHODS = ("prompt_lookup", "draft")

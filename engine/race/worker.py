@@ -238,7 +238,7 @@ def run_job(job: dict) -> dict:
     import torch
 
     from engine.race import compat, quality
-    from engine.runtime import generation, models
+    from engine.runtime import models, settings
     from engine.runtime.run import run as run_once
 
     notes: list[str] = []
@@ -290,7 +290,7 @@ def run_job(job: dict) -> dict:
             phase = "deepspeed.init_inference"
             lm.model = _deepspeed(lm, contender, result, notes)
         result["attn_implementation"] = getattr(lm.model.config, "_attn_implementation", None)
-        cfg = generation.GenerationConfig(
+        cfg = settings.GenerationConfig(
             max_new_tokens=int(job["max_new_tokens"]),
             use_cache=bool(contender.get("use_cache", True)),
             compile=bool(contender.get("compiled_decode")),

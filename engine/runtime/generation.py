@@ -1,10 +1,12 @@
-"""Generate from a LoadedModel, one prompt or a batch, streamed or not, and measure every run.
+"""Generate from a LoadedModel, one prompt or a batch, and measure every run.
 
 The chapter's section 4.1.1 workflow (tokenize -> `generate` -> decode) with the serving metrics of
 section 4.2 taken on every call: TTFT, TPOT (vLLM's definition, first token excluded), latency,
 tokens/s and peak memory. Timing: a StoppingCriteria is called once per decode step, after the new
 token exists; on CUDA it synchronises before reading the clock, so the step times are real.
-Streaming uses transformers' TextIteratorStreamer with `generate` in a worker thread.
+The settings are engine.runtime.settings.GenerationConfig; the prompt is checked and tokenized by
+engine.runtime.prompt; engine.runtime.streaming runs this module's `generate` on a worker thread with
+transformers' TextIteratorStreamer (`stream`).
 
 `GenerationConfig(compile=True)` decodes through the compiled path instead (gpt-fast's recipe, PyTorch's
 "Accelerating generative AI" posts): the same prefill, then a static (preallocated) KV slot cache and a
@@ -16,10 +18,9 @@ compile, the run decodes eagerly and its Completion says why (`decode`, `decode_
 
 from __future__ import annotations
 
-import math
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -29,90 +30,14 @@ from engine.core.errors import (
     CompileUnavailableError,
     InvalidParameterError,
     OutOfMemoryError,
-    PromptTooLongError,
 )
-from engine.core.spec import Spec, option
 from engine.runtime import hardware, runlog
 from engine.runtime.measurement import Measurement
 from engine.runtime.metrics import PeakMemory, run_metrics, without_compile
 from engine.runtime.models import LoadedModel
+from engine.runtime.prompt import clean_prompt, encode_batch
 from engine.runtime.sampling import eos_ids, next_tokens
-
-MAX_NEW_TOKENS_LIMIT = 4096
-MAX_PROMPT_CHARS = 200_000  # far beyond any context window; guards the tokenizer against pathological input
-MAX_STOP_SEQUENCES = 8
-
-
-@dataclass(frozen=True)
-class GenerationConfig(Spec):
-    """Decoding settings: the one spec of `generate`. Its fields are the playground's widgets' defaults and the CLI's
-    flags (`GenerationConfig.add_arguments`)."""
-
-    max_new_tokens: int = option(
-        64, "new tokens to generate at most", lo=1, hi=MAX_NEW_TOKENS_LIMIT, label="max new tokens"
-    )
-    # greedy by default: reproducible, and what the race compares
-    do_sample: bool = option(False, "sample instead of greedy decoding", flag="--sample")
-    temperature: float = option(0.7, "sampling temperature (when sampling: above 0)", hi=10.0)
-    top_p: float = option(
-        0.95, "sampling: keep the smallest set of tokens whose probability reaches top-p", hi=1.0
-    )
-    top_k: int = option(50, "sampling: keep the k most likely tokens (0 turns it off)", lo=0, hi=1000)
-    repetition_penalty: float = option(1.0, "repetition penalty (1 = off; above 0)", hi=10.0)
-    seed: int | None = option(0, "seed of the sampling RNG", kind=int, lo=0)
-    # repeatable on the command line (--stop, engine/commands/generate.py): a stop sequence may hold a comma
-    stop: tuple[str, ...] = option((), "stop sequences", cli=False)
-    use_cache: bool = option(
-        True,
-        "keep the KV cache (off recomputes every past token's keys and values each step)",
-        flag="--cache",
-    )
-    chat_template: bool = option(False, "wrap the prompt in the model's chat template", flag="--chat")
-    include_prompt: bool = option(False, "show the prompt with the completion")
-    compile: bool = option(
-        False,
-        "compiled decode: a static KV cache and a torch.compile'd decode step (CUDA graphs on a GPU); the first "
-        "run per model compiles (25-65 s on a 2-core CPU), later runs reuse it",
-    )
-
-    def validate(self) -> GenerationConfig:
-        def finite(name: str, value: float) -> None:
-            if not isinstance(value, int | float) or not math.isfinite(value):
-                raise InvalidParameterError(f"{name} must be a finite number, got {value!r}")
-
-        if not isinstance(self.max_new_tokens, int) or isinstance(self.max_new_tokens, bool):
-            raise InvalidParameterError(f"max_new_tokens must be a whole number, got {self.max_new_tokens!r}")
-        if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS_LIMIT:
-            raise InvalidParameterError(
-                f"max_new_tokens must be between 1 and {MAX_NEW_TOKENS_LIMIT}, got {self.max_new_tokens}"
-            )
-        for name in ("temperature", "top_p", "repetition_penalty"):
-            finite(name, getattr(self, name))
-        if self.do_sample and not 0 < self.temperature <= 10:
-            raise InvalidParameterError(
-                f"temperature must be in (0, 10] when sampling, got {self.temperature}; use greedy for 0"
-            )
-        if not 0 < self.top_p <= 1:
-            raise InvalidParameterError(f"top_p must be in (0, 1], got {self.top_p}")
-        if not isinstance(self.top_k, int) or self.top_k < 0:
-            raise InvalidParameterError(
-                f"top_k must be a whole number >= 0 (0 turns it off), got {self.top_k!r}"
-            )
-        if not 0 < self.repetition_penalty <= 10:
-            raise InvalidParameterError(
-                f"repetition_penalty must be in (0, 10], got {self.repetition_penalty}"
-            )
-        if self.seed is not None and (not isinstance(self.seed, int) or not 0 <= self.seed < 2**63):
-            raise InvalidParameterError(f"seed must be a whole number >= 0, got {self.seed!r}")
-        if len(self.stop) > MAX_STOP_SEQUENCES:
-            raise InvalidParameterError(f"at most {MAX_STOP_SEQUENCES} stop sequences, got {len(self.stop)}")
-        if any(not s for s in self.stop):
-            raise InvalidParameterError("stop sequences must not be empty strings")
-        if self.compile and not self.use_cache:
-            raise InvalidParameterError(
-                "compiled decode runs on the KV cache: turn the KV cache on, or compiled decode off"
-            )
-        return self
+from engine.runtime.settings import GenerationConfig
 
 
 @dataclass(frozen=True)
@@ -140,10 +65,11 @@ class Completion:
         return self.full_text if include_prompt else self.text
 
 
-@dataclass(frozen=True)
-class BatchResult:
+class RowsDecode:
+    """`decode`, `decode_note` and `compile_s` of a result holding several `completions` (a batch, a run's report):
+    its first row's, since the rows of one run decode the same way and pay one compile between them."""
+
     completions: tuple[Completion, ...]
-    measurement: Measurement  # the batch as a whole: tokens/s is the batch's throughput
 
     @property
     def decode(self) -> str:
@@ -157,37 +83,17 @@ class BatchResult:
     def compile_s(self) -> float | None:
         return self.completions[0].compile_s
 
+
+@dataclass(frozen=True)
+class BatchResult(RowsDecode):
+    completions: tuple[Completion, ...]
+    measurement: Measurement  # the batch as a whole: tokens/s is the batch's throughput
+
     @property
     def wall_s(self) -> float | None:
         """With a compile: the batch's real request-to-last-token seconds."""
         walls = [c.wall_s for c in self.completions if c.wall_s is not None]
         return max(walls) if walls else None
-
-
-def parse_stops(text: str | Sequence[str]) -> tuple[str, ...]:
-    """Stop sequences as a person types them: one comma-separated text (the Playground; blank entries dropped) or
-    one value per flag (the CLI's repeated --stop, so a sequence may hold a comma; kept as given, so an empty one
-    is refused by GenerationConfig). "\\n" written out means a newline. The server's JSON `stop` field is
-    validated by its protocol (OpenAI's rules)."""
-    parts = [p.strip() for p in text.split(",") if p.strip()] if isinstance(text, str) else list(text)
-    return tuple(s.replace("\\n", "\n") for s in parts)
-
-
-def clean_prompt(prompt: Any) -> str:
-    """Text as the tokenizer can take it: strict type, no NULs, no lone surrogates (from bad bytes)."""
-    if isinstance(prompt, bytes):
-        prompt = prompt.decode("utf-8", errors="replace")
-    if not isinstance(prompt, str):
-        raise InvalidParameterError(f"the prompt must be text, got {type(prompt).__name__}")
-    if len(prompt) > MAX_PROMPT_CHARS:
-        raise PromptTooLongError(
-            f"the prompt has {len(prompt):,} characters; the limit is {MAX_PROMPT_CHARS:,} and far fewer fit any "
-            "model's context window. Shorten it."
-        )
-    prompt = prompt.replace("\x00", "").encode("utf-8", errors="replace").decode("utf-8")
-    if not prompt.strip():
-        raise InvalidParameterError("the prompt is empty: type some text to continue")
-    return prompt
 
 
 class Progress:
@@ -232,47 +138,6 @@ class _StepTimer:
 
         stop = self.tick()
         return torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)
-
-
-def _render(lm: LoadedModel, prompt: str, cfg: GenerationConfig) -> str:
-    if not cfg.chat_template:
-        return prompt
-    if not lm.has_chat_template:
-        raise InvalidParameterError(
-            f"{lm.name} has no chat template; turn 'use chat template' off to send the raw prompt"
-        )
-    return lm.tokenizer.apply_chat_template(
-        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
-    )
-
-
-def _encode(lm: LoadedModel, prompts: Sequence[str], cfg: GenerationConfig):
-    tok = lm.tokenizer
-    rendered = [_render(lm, p, cfg) for p in prompts]
-    tok.padding_side = "left"  # decoder-only batches pad on the left so every row's last token is real
-    enc = tok(rendered, return_tensors="pt", padding=True, add_special_tokens=not cfg.chat_template)
-    lengths = enc["attention_mask"].sum(dim=1).tolist()
-    longest = int(enc["input_ids"].shape[1])
-    check_context(lm, longest, cfg.max_new_tokens)
-    return enc, rendered, [int(n) for n in lengths]
-
-
-def check_context(lm: LoadedModel, prompt_tokens: int, max_new_tokens: int) -> None:
-    """Prompt plus requested tokens must fit the model's context window (one check for every generation path)."""
-    if prompt_tokens + max_new_tokens > lm.context_length:
-        raise PromptTooLongError(
-            f"the prompt is {prompt_tokens} tokens and {max_new_tokens} new tokens were asked for: "
-            f"{prompt_tokens + max_new_tokens} is more than {lm.name}'s context window of "
-            f"{lm.context_length} tokens. Shorten the prompt or lower max new tokens."
-        )
-
-
-def encode_prompt(lm: LoadedModel, prompt: str, cfg: GenerationConfig) -> tuple[str, list[int]]:
-    """(rendered prompt, token ids) exactly as `generate` tokenizes a single prompt."""
-    rendered = _render(lm, prompt, cfg)
-    ids = lm.tokenizer(rendered, add_special_tokens=not cfg.chat_template)["input_ids"]
-    check_context(lm, len(ids), cfg.max_new_tokens)
-    return rendered, list(ids)
 
 
 def greedy_kwargs(lm: LoadedModel, max_new_tokens: int, *, exact: bool = False) -> dict[str, Any]:
@@ -454,7 +319,7 @@ def _run(
     prompts = [clean_prompt(p) for p in prompts]
     if not prompts:
         raise InvalidParameterError("no prompts given: enter at least one prompt")
-    enc, rendered, lengths = _encode(lm, prompts, cfg)
+    enc, rendered, lengths = encode_batch(lm, prompts, cfg)
     enc = {k: v.to(lm.model.device) for k, v in enc.items()}
     decoder, note = None, ""
     if cfg.compile:
@@ -559,85 +424,3 @@ def generate_batch(
     if isinstance(prompts, str):
         raise InvalidParameterError("generate_batch takes a list of prompts; use generate for one")
     return _run(lm, list(prompts), cfg or GenerationConfig(), **kw)
-
-
-class GenerationStream:
-    """Iterate for text chunks as tokens are made (or `poll`); `.completion` holds the measured result afterwards.
-
-    Errors raised inside generation (bad parameters, out of memory) are re-raised by the iterator, so a
-    page's `try` around its loop catches them like any other call. `cancel()` stops at the next token.
-    """
-
-    def __init__(self, lm: LoadedModel, prompt: str, cfg: GenerationConfig, *, record: bool = True) -> None:
-        from transformers import TextIteratorStreamer
-
-        self._request_t = time.perf_counter()
-        cfg = cfg.validate()
-        clean_prompt(prompt)  # fail fast, in the caller's thread, before a worker starts
-        self.progress = Progress()
-        # A timeout so a generation that dies before its first token cannot hang the reader forever.
-        self._streamer = TextIteratorStreamer(
-            lm.tokenizer, skip_prompt=True, skip_special_tokens=True, timeout=0.5
-        )
-        self._error: BaseException | None = None
-        self._ended = False
-        self.completion: Completion | None = None
-
-        def work() -> None:
-            try:
-                self.completion = _run(
-                    lm,
-                    [prompt],
-                    cfg,
-                    streamer=self._streamer,
-                    progress=self.progress,
-                    record=record,
-                    request_t=self._request_t,
-                ).completions[0]
-            except BaseException as exc:  # handed to the reading thread, which re-raises it
-                self._error = exc
-            finally:
-                self._done.set()
-
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=work, name="inference-lab-generate", daemon=True)
-        self._thread.start()
-
-    @property
-    def tokens(self) -> int:
-        """Tokens generated so far."""
-        return self.progress.tokens
-
-    def poll(self, timeout: float) -> str | None:
-        """The next text chunk, waiting at most `timeout` seconds: "" when none came in time, None once the run
-        has ended (then `.completion` is set, or its error is raised here)."""
-        import queue
-
-        if not self._ended:
-            try:
-                chunk = self._streamer.text_queue.get(timeout=timeout)
-            except queue.Empty:
-                if not self._done.is_set():
-                    return ""
-                chunk = self._streamer.stop_signal  # the run ended without closing the stream (it failed)
-            if chunk is not self._streamer.stop_signal:
-                return chunk
-            self._ended = True
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return None
-
-    def __iter__(self) -> Iterator[str]:
-        while (chunk := self.poll(0.5)) is not None:
-            if chunk:
-                yield chunk
-
-    def cancel(self) -> None:
-        self.progress.cancel.set()
-
-
-def stream(
-    lm: LoadedModel, prompt: str, cfg: GenerationConfig | None = None, *, record: bool = True
-) -> GenerationStream:
-    return GenerationStream(lm, prompt, cfg or GenerationConfig(), record=record)

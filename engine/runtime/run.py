@@ -10,8 +10,9 @@ shared scheduler, and gets back one thing to read.
 The route is chosen here, once (`choose_route`): several prompts run as one padded batch (`generate_batch`:
 static batching); a single prompt with the KV cache on goes through the shared in-flight scheduler when one is given
 (sessions generating at the same time share decode steps: one weight read serves every running request); else it
-is streamed by `generate` on a thread of its own (`GenerationStream`). `run(...)` is the blocking form; without a
-scheduler it calls `generate` in the caller's thread (no streamer, no extra thread: the race times exactly that).
+is streamed by `generate` on a thread of its own (`streaming.GenerationStream`). `run(...)` is the blocking form;
+without a scheduler it calls `generate` in the caller's thread (no streamer, no extra thread: the race times
+exactly that).
 
 `cancel()` stops at the next token: the text so far is kept and the completion says `cancelled`. The run is logged
 to this machine's run log once, with its source and how it ended (engine.runtime.runlog), unless `record=False`.
@@ -20,7 +21,6 @@ Imports nothing above engine.runtime: the scheduler is passed in, whatever its c
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -28,11 +28,12 @@ from typing import Any
 
 from engine.core.errors import CancelledError, InvalidParameterError
 from engine.core.load import cores, is_busy, loadavg_1m
-from engine.runtime import generation, runlog
-from engine.runtime.generation import BatchResult, Completion, GenerationConfig, Progress
+from engine.runtime import generation, runlog, streaming
+from engine.runtime.generation import BatchResult, Completion, Progress, RowsDecode
 from engine.runtime.measurement import Measurement
 from engine.runtime.metrics import token_latencies
 from engine.runtime.models import LoadedModel
+from engine.runtime.settings import GenerationConfig
 
 ROUTES = ("scheduler", "stream", "batch", "direct")
 EVENT_EVERY_S = (
@@ -61,8 +62,9 @@ class RunEvent:
 
 
 @dataclass(frozen=True)
-class RunReport:
-    """One finished run: what a page shows and what the run log keeps."""
+class RunReport(RowsDecode):
+    """One finished run: what a page shows and what the run log keeps (`decode`, `decode_note`, `compile_s`: its
+    rows', engine.runtime.generation.RowsDecode)."""
 
     completions: tuple[Completion, ...]
     measurement: Measurement  # the run as a whole (a batch's own measurement for several prompts)
@@ -93,18 +95,6 @@ class RunReport:
         """Seconds per generated token of the first row: the TTFT, then each decode step's gap (the chart)."""
         c = self.completion
         return token_latencies(c.measurement.ttft_s, c.token_times)
-
-    @property
-    def decode(self) -> str:
-        return self.completion.decode
-
-    @property
-    def decode_note(self) -> str:
-        return self.completion.decode_note
-
-    @property
-    def compile_s(self) -> float | None:
-        return self.completion.compile_s
 
 
 def ended_at_once(lm: LoadedModel, completions: Sequence[Completion]) -> bool:
@@ -162,7 +152,7 @@ class Run:
                 prompts[0], self.cfg, ignore_eos=ignore_eos, prompt_ids=prompt_ids, arrival=self.request_t
             )
         elif self.route == "stream":
-            self._job = generation.stream(lm, prompts[0], self.cfg, record=False)
+            self._job = streaming.stream(lm, prompts[0], self.cfg, record=False)
         else:
             self._job = _BatchJob(lm, prompts, self.cfg)
 
@@ -243,39 +233,22 @@ class Run:
         return (c,), c.measurement, c.wall_s
 
 
-class _BatchJob:
+class _BatchJob(streaming.Worker):
     """`generate_batch` on a thread of its own, so the caller can draw while the batch (or its compile) runs."""
 
     def __init__(self, lm: LoadedModel, prompts: list[str], cfg: GenerationConfig) -> None:
-        self.progress = Progress()
-        self.result: BatchResult | None = None
-        self._error: BaseException | None = None
+        def work(progress: Progress) -> BatchResult:
+            return generation.generate_batch(lm, prompts, cfg, record=False, progress=progress)
 
-        def work() -> None:
-            try:
-                self.result = generation.generate_batch(
-                    lm, prompts, cfg, record=False, progress=self.progress
-                )
-            except BaseException as exc:  # handed to the reading thread
-                self._error = exc
-
-        self._thread = threading.Thread(target=work, name="inference-lab-batch", daemon=True)
-        self._thread.start()
-
-    @property
-    def tokens(self) -> int:
-        return self.progress.tokens
+        super().__init__("inference-lab-batch", work)
 
     def poll(self, timeout: float) -> str | None:
-        self._thread.join(timeout)
-        if self._thread.is_alive():
+        self.thread.join(timeout)
+        if self.thread.is_alive():
             return ""
-        if self._error is not None:
-            raise self._error
+        if self.error is not None:
+            raise self.error
         return None
-
-    def cancel(self) -> None:
-        self.progress.cancel.set()
 
 
 def start(lm: LoadedModel, prompts: str | Sequence[str], cfg: GenerationConfig | None = None, **kw) -> Run:

@@ -14,7 +14,7 @@ from typing import Protocol
 
 
 class Choice(Protocol):
-    """The fields of a GenerationConfig (engine.runtime.generation) that choose a token; named here so this module
+    """The fields of a GenerationConfig (engine.runtime.settings) that choose a token; named here so this module
     needs nothing above it."""
 
     do_sample: bool

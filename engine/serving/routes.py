@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from engine.core.errors import CancelledError, EngineError
 from engine.runtime import run
-from engine.runtime.generation import check_context, encode_prompt
+from engine.runtime.prompt import check_context, encode_prompt
 from engine.serving.metrics import vllm_finished_reason
 from engine.serving.protocol import (
     ParsedRequest,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.calc.report import ENGINE_CHOICES
+from engine.calc.serving_memory import utilization_option
 from engine.calc.specs import PRECISIONS, THIS_MACHINE
 from engine.core.errors import InvalidParameterError
 from engine.core.spec import Spec, option
@@ -70,12 +71,8 @@ class SimulateSpec(Spec):
         kind=int,
         lo=1,
     )
-    gpu_memory_utilization: float | None = option(
-        None,
-        "vLLM's --gpu-memory-utilization: sizes the KV budget (default: vLLM's)",
-        kind=float,
-        lo=0.01,
-        hi=1,
+    gpu_memory_utilization: float | None = utilization_option(
+        "vLLM's --gpu-memory-utilization: sizes the KV budget (default: vLLM's)"
     )
     keep_going: bool = option(False, "simulate every level even after one misses the SLOs")
 

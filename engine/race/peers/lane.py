@@ -30,8 +30,8 @@ def _eos_ids(folder: Path) -> set[int]:
 
 
 def prompt_ids(tokenizer, prompt: str, chat: bool) -> list[int]:
-    """As engine.runtime.generation renders and encodes one prompt (chat template without special tokens added
-    twice; a raw prompt with the tokenizer's own special tokens)."""
+    """As engine.runtime.prompt.encode_prompt renders and encodes one prompt (chat template without special tokens
+    added twice; a raw prompt with the tokenizer's own special tokens)."""
     if chat:
         text = tokenizer.apply_chat_template(
             [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False

@@ -85,22 +85,24 @@ class VllmSession:
 
     def _record_kv(self, kv_bytes: int | None) -> dict | None:
         """vLLM's KV line from its log, beside the calculator's, appended to this machine's track record."""
-        from engine.backends import vllm as V
+        from engine.backends import vllm_records as R
+        from engine.backends.vllm import find_build
+        from engine.calc.serving_memory import cpu_kv_space_bytes
 
         text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        figures = V.parse_kv_line(text)
+        figures = R.parse_kv_line(text)
         if figures is None:
             return None
         space = kv_bytes
         if space is None:
-            space = V.cpu_kv_space_bytes(os.environ.get("VLLM_CPU_KVCACHE_SPACE"))
-        build = V.find_build(sys.executable)
+            space = cpu_kv_space_bytes(os.environ.get("VLLM_CPU_KVCACHE_SPACE"))
+        build = find_build(sys.executable)
         pred = (
-            V.predicted_kv(self.folder, self.precision, space, figures.max_model_len, build.device)
+            R.predicted_kv(self.folder, self.precision, space, figures.max_model_len, build.device)
             if space is not None
             else None
         )
-        row = V.kv_record(
+        row = R.kv_record(
             figures,
             pred,
             build=build,
@@ -109,7 +111,7 @@ class VllmSession:
             kv_space_bytes=space,
             started_by="race",
         )
-        V.append_kv_record(row)
+        R.append_kv_record(row)
         return row
 
     def _params(self, **kw):
