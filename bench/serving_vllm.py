@@ -77,6 +77,22 @@ def print_versus(out: dict) -> None:
     print("  after each run: " + ", ".join(f"{n}@{lv:g}:{la:.1f}" for n, lv, _, la in out["loads"]))
 
 
+# the sweep-and-cross-check mode's arguments, which a --vllm run does not use: recording them would read as if
+# peers or a transformers server had run
+UNUSED_ARGS = frozenset(
+    {
+        "peer",
+        "peer_concurrency",
+        "peer_requests",
+        "peer_repeats",
+        "no_sweep",
+        "third_party",
+        "slo_ttft",
+        "slo_tpot",
+    }
+)
+
+
 def calculator_beside(sbs, args) -> dict | None:
     """The calibrated calculator's throughput and TPOT for this machine at each level (engine.backends.compare
     predicted), None without a calibration."""
@@ -126,7 +142,7 @@ def versus_vllm(args) -> None:
         "benchmark": "serving-vllm",
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": paths.machine_id(),
-        "args": vars(args),
+        "args": {k: v for k, v in vars(args).items() if k not in UNUSED_ARGS},
         "threads": threads,
         "vllm_build": build.label,
         "loadavg_start": loadavg(),

@@ -124,6 +124,7 @@ def test_estimate_text_output(capsys):
     ("argv", "message"),
     [
         (["--model", "gpt-5"], "unknown model"),
+        (["--model", "gpt-5"], "`python -m engine gpus --models` lists all"),
         (["--model", "gpt2", "--gpu", "tpu"], "unknown GPU"),
         (["--model", "gpt2", "--batch", "0"], "batch must be a positive whole number"),
         (["--model", "gpt2", "--seq-len", "-5"], "sequence length must be"),
@@ -305,3 +306,15 @@ def test_estimate_warns_when_it_rests_on_an_assumption(tmp_path, capsys):
     text = " ".join(r["warnings"])
     assert "Llama-like" in text and "could not be built offline" in text and "context length" in text
     assert "Q4_0" in text and r["inputs"]["kv_dtype"] == "fp16"
+
+
+def test_a_published_model_goes_by_its_hub_id_or_its_name_alone(capsys):
+    by_id = _json(capsys, ["estimate", "--model", "Qwen/Qwen2.5-7B-Instruct", "--gpu", "a100-80gb", "--json"])
+    by_name = _json(capsys, ["estimate", "--model", "qwen2.5-7b-instruct", "--gpu", "a100-80gb", "--json"])
+    assert by_id["params"] == by_name["params"] > 7e9
+
+
+def test_gpus_models_lists_the_published_configs_by_hub_id(capsys):
+    r = _json(capsys, ["gpus", "--models", "--json"])
+    names = {m["name"] for m in r["hub_models"]}
+    assert "meta-llama/Llama-3.1-8B-Instruct" in names and all(m["source"] for m in r["hub_models"])

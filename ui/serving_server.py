@@ -170,6 +170,8 @@ def local_servers(target: str, ns: str) -> tuple[dict[str, str], str]:
         for slot in slots.values():
             slot.stop()
         st.rerun()
+    if start_refused:
+        b1.caption("Start waits for the settings above to be in range (the refused one says why).")
     urls = {}
     for b, slot in slots.items():
         if slot.running and slot.proc is not None:

@@ -101,17 +101,33 @@ def resolve_model_spec(name: str) -> ModelSpec:
     hub id (owner/name: its config.json only, from the hub or the local cache)."""
     try:
         return model_preset(name)
-    except UnknownModelError:
+    except UnknownModelError as exc:
         spec = spec_for_run_model(name)
         if spec is not None:
             return spec
-        if name in hub_presets():
-            return hub_preset_spec(name)
+        hub_id = hub_preset_id(name)
+        if hub_id is not None:
+            return hub_preset_spec(hub_id)
         if "/" in name:  # a hub id: config.json only, from the hub or the local cache
             from engine.arch.hub import spec_from_hub
 
             return spec_from_hub(name)
-        raise
+        raise UnknownModelError(
+            f"{exc}; a model with a published config also goes by its Hugging Face id or its name alone "
+            f"(meta-llama/Llama-3.1-8B-Instruct, llama-3.1-8b-instruct): `python -m engine gpus --models` lists all "
+            f"{len(hub_presets())}"
+        ) from None
+
+
+def hub_preset_id(name: str) -> str | None:
+    """The hub preset a name means: its id (any case), or its name after the owner when only one preset has that
+    name (`qwen2.5-7b-instruct` for Qwen/Qwen2.5-7B-Instruct); None if none or several do."""
+    presets = hub_presets()
+    if name in presets:
+        return name
+    low = name.lower()
+    hits = [k for k in presets if low in (k.lower(), k.split("/")[-1].lower())]
+    return hits[0] if len(hits) == 1 else None
 
 
 def resolve_gpu(key: str, *, this_machine: Callable[[], GPUSpec] | None = None) -> GPUSpec:

@@ -288,7 +288,7 @@ def _serving_sentence(
     refusal: str,
 ) -> str:
     on = f"on {asked.layout()}" if asked.gpus > 1 else "on one GPU"
-    kept = f"{engine} keeps {sm.utilization:.0%} of each GPU's {fmt.gb(sm.total_bytes)}"
+    kept = f"The engine ({engine}) keeps {sm.utilization:.0%} of each GPU's {fmt.gb(sm.total_bytes)}"
     if sm.kv_bytes > 0:
         cache = (
             f"; {on} the weights ({fmt.gb(sm.weights_bytes)} per GPU), its profile run and runtime leave "
@@ -304,4 +304,4 @@ def _serving_sentence(
         need = f"GPUs needed: {plan.gpus}."
     else:
         need = f"GPUs needed: {plan.gpus} ({plan.describe()})."
-    return f"{kept[0].upper()}{kept[1:]}{cache}{verdict}. {need}"
+    return f"{kept}{cache}{verdict}. {need}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from engine.arch.resolve import hub_presets
 from engine.calc.format import ridge as fmt_ridge
 from engine.calc.memory import params_of
 from engine.calc.specs import THIS_MACHINE, load_gpu_catalog, load_model_presets
@@ -28,7 +29,9 @@ def run(args) -> dict:
                     "source": s.source,
                 }
                 for k, s in load_model_presets().items()
-            ]
+            ],
+            # by Hugging Face id: each counted on the meta device when asked for (too slow to count them all here)
+            "hub_models": [{"name": k, "source": p.source} for k, p in hub_presets().items()],
         }
     rows = []
     for key, g in load_gpu_catalog().items():
@@ -53,6 +56,9 @@ def format_text(r: dict) -> str:
             f"{m['name']:<16} {m['arch']:<8} {m['params']:>15,} params  L{m['layers']} h{m['hidden']} "
             f"heads {m['heads']}/{m['kv_heads']} kv   {m['source']}"
             for m in r["models"]
+        ) + (
+            f"\n\n{len(r['hub_models'])} more by Hugging Face id (their published config.json; --model takes the id "
+            "or the name after the owner):\n" + "\n".join(f"  {m['name']}" for m in r["hub_models"])
         )
     lines = [f"{'key':<14}{'name':<34}{'mem GB':>7}{'GB/s':>7}{'fp16 TF':>9}{'ridge':>8}  source"]
     for g in r["gpus"]:
