@@ -92,7 +92,7 @@ class EvalSpec(Spec):
     crosscheck: bool = option(
         True,
         "Recompute the log-likelihood with the engine's own forward passes.",
-        label="cross-check with the engine",
+        label="cross-check",  # the help says with what; a longer label is clipped in its column at 1280 px
     )
 
 
