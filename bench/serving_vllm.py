@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 
 from bench.common import write_result
 from bench.serving_common import loadavg, warm_up
+from engine.calc.specs import GIB
 from engine.core import load, paths
 from engine.loadgen.workload import LoadSpec
 from engine.serving.process import ServerProcess
@@ -20,7 +21,6 @@ from engine.serving.process import ServerProcess
 # issue 32's targets, lab / vLLM: output throughput at least these at 1 / 4 / 8 users, ITL p50 at most ITL_TARGET at 4, 8
 THROUGHPUT_TARGETS = {1.0: 0.8, 4.0: 0.6, 8.0: 0.6}
 ITL_TARGET = 1.3
-GIB = 2**30
 
 
 def _ms(x: float | None) -> str:

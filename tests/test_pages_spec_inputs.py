@@ -181,9 +181,14 @@ def test_serving_refuses_out_of_range_start_and_sweep_settings_and_says_why_on_t
     at.number_input(key="serving.kv_gb").set_value(100.0).run()  # GB, a field in bytes (spec_input's unit)
     assert any(e.value.startswith("KV space (GB) must be from 0.1 to 64.0, got 100:") for e in at.error)
     assert at.button(key="serving.start").disabled
-    assert any(c.value.startswith("Start waits for the settings above") for c in at.caption)
+    assert "out of range" in (at.button(key="serving.start").help or "")
+    assert any(
+        c.value == "Start server: a setting above is out of range (the refused one says why)"
+        for c in at.caption
+    )
     at.number_input(key="serving.kv_gb").set_value(2.0).run()
-    assert not any(c.value.startswith("Start waits") for c in at.caption)
+    assert not at.button(key="serving.start").disabled
+    assert not any(c.value.startswith("Start server:") for c in at.caption)
     at.number_input(key="serving.slo_tpot").set_value(0.5).run()  # ms, a field in seconds
     assert any(e.value.startswith("TPOT SLO (ms) must be from 1.0 to 60000.0, got 0.5:") for e in at.error)
     go = at.button(key="serving.go")

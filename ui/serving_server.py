@@ -7,7 +7,7 @@ import streamlit as st
 
 from engine.serving.process import ServerProcess
 from ui.common import show_error
-from ui.widgets import refused, spec_input
+from ui.widgets import button_why, refused, spec_input
 
 
 class ServerSlot:
@@ -146,12 +146,20 @@ def local_servers(target: str, ns: str) -> tuple[dict[str, str], str]:
         )
     slots = {b: server_slot(b) for b in backends}
     b1, b2 = st.columns(2)
-    can_start = not missing and not start_refused and not all(s.running for s in slots.values())
-    if b1.button(
+    if missing:
+        start_why = "vLLM's environment is missing (see above)"
+    elif start_refused:
+        start_why = "a setting above is out of range (the refused one says why)"
+    elif all(s.running for s in slots.values()):
+        start_why = "already serving"
+    else:
+        start_why = ""
+    if button_why(
+        b1,
         f"Start {'both' if len(slots) > 1 else 'server'}",
         key=f"{ns}.start",
         type="primary",
-        disabled=not can_start,
+        why=start_why,
     ):
         for b, slot in slots.items():
             if slot.running:
@@ -170,8 +178,6 @@ def local_servers(target: str, ns: str) -> tuple[dict[str, str], str]:
         for slot in slots.values():
             slot.stop()
         st.rerun()
-    if start_refused:
-        b1.caption("Start waits for the settings above to be in range (the refused one says why).")
     urls = {}
     for b, slot in slots.items():
         if slot.running and slot.proc is not None:
