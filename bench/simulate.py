@@ -6,7 +6,10 @@
     server's steps on probe runs before the scored sweep: closed batches of 1, 2, 4 and 8 requests, fitted
     t = a + b x rows + c x context + d x prompt tokens) and calibrated (the stored calibration, engine.calibration).
     The per-request cost outside the steps (HTTP, tokenizing) is the transport the server's own timings show on
-    the one-request probes. The probes run before and after the scored sweep (the machine is shared; its speed
+    the one-request probes, of which the part before the scheduler (the server's handling, one request at a time)
+    delays arrivals and the rest each token's way back. The workload is the chat endpoint's by default (--endpoint):
+    on a completions prompt this instruct model ends its turn at once about half the time, and with ignore_eos that
+    textless first token makes the client's first-token time a step later than the token made. The probes run before and after the scored sweep (the machine is shared; its speed
     drifts). Target (issue 31): TTFT p50 and output throughput within 20%
     at 1, 4 and 8 users.
 (b) published sweeps (engine/data/published/serving_sweeps.toml): output throughput at a concurrency, simulated;
@@ -14,7 +17,7 @@
 (c) speed: a 500-request sweep at 1, 4, 16 and 64 users for a GPU (three runs over the step interval), timed.
 
     flock -x /tmp/cpu.lock .venv/bin/python bench/simulate.py [--parts this-machine,published,speed]
-        [--levels 1,4,8] [--requests 24] [--output-tokens 32]
+        [--levels 1,4,8] [--requests 24] [--output-tokens 32] [--endpoint chat|completions]
 
 Writes bench/results/simulate-<machine>.json and bench/results/simulate.md; reports the load average before and
 after every part.
@@ -37,10 +40,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench.common import write_result  # noqa: E402
 from engine.core import load  # noqa: E402
-from engine.loadgen.workload import SLO, LoadSpec, plan  # noqa: E402
+from engine.loadgen.workload import ENDPOINTS, SLO, LoadSpec, plan  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
 TARGET = 0.20
+PROBE_BATCHES = (1, 2, 4, 8, 1)  # a 1 is one user's 4 requests in turn
+PROBE_REQUESTS = sum(4 if b == 1 else b for b in PROBE_BATCHES)
+QUEUED_TOGETHER_S = 0.005  # two requests each queued less than this were admitted in one go
 
 
 def loadavg() -> list[float]:
@@ -50,25 +56,28 @@ def loadavg() -> list[float]:
 # ---------------------------------------------------------------- (a) this machine
 
 
-def probe(base_url: str, output_tokens: int) -> tuple[list[tuple[int, int, int, float]], float, dict]:
+def probe(
+    base_url: str, output_tokens: int, endpoint: str
+) -> tuple[list[tuple[int, int, int, float]], float, dict]:
     """The server's own step times, measured on runs of their own: a closed batch of b requests sent together
     (b = 2, 4, 8; the plan's first prompts): its decode steps have b rows, so the median gap between a request's
     chunks is a b-row step; one user's 4 requests in turn give the 1-row step, the prefill of a prompt alone and the
     transport (client TTFT minus the server's queue and prefill: HTTP, tokenizing) from the server's own timings.
     Returns (rows, context, prompt tokens, seconds) observations, the transport, and the runs' figures."""
+    from engine.loadgen.server_side import fetch_timings
     from engine.loadgen.sweep import run_once
 
     obs: list[tuple[int, int, int, float]] = []
     runs: dict = {}
     transports: list[float] = []
-    prefills: dict[int, list[float]] = {}
     prompts: dict[int, int] = {}
-    for b in (1, 2, 4, 8, 1):
+    pair: list[dict] = []
+    for b in PROBE_BATCHES:
         # one user sends 4 requests in turn: the first after a pause pays a cold start (a new connection, the
         # scheduler's thread started again after its idle exit) that back-to-back requests do not
         n = 4 if b == 1 else b
         spec = LoadSpec(base_url=base_url, model=MODEL, mode="concurrency", concurrency=b, n_requests=n,
-                        output_tokens=output_tokens)  # fmt: skip
+                        output_tokens=output_tokens, endpoint=endpoint)  # fmt: skip
         m = run_once(spec, SLO(ttft_s=None, tpot_s=None))
         prompt = int(m.prompt_tokens_median)
         # the context term is left out (0): at ~10-token prompts and 32 outputs it moves with the rows, and the fit
@@ -76,8 +85,9 @@ def probe(base_url: str, output_tokens: int) -> tuple[list[tuple[int, int, int, 
         obs.append((b, 0, 0, m.itl_s.p50))
         split = m.ttft_breakdown
         if split is not None:
-            prefills.setdefault(b, []).append(split.prefill_s)
             prompts[b] = prompt
+        if b == 2:  # the server's timings of its last two requests: this pair's
+            pair = list(fetch_timings(base_url).values())[-2:]
         if b == 1 and split is not None:
             obs.append((0, 0, prompt, split.prefill_s))
             transports.append(split.transport_s)
@@ -86,26 +96,42 @@ def probe(base_url: str, output_tokens: int) -> tuple[list[tuple[int, int, int, 
             "prompt_tokens_median": prompt,
             "ttft_breakdown": split,
         }
-    # two requests sent together: the front end passes them one after the other, so the first is prefilled alone
-    # and the second rides the first's next decode step (a mixed step of 1 row and its prompt); the server's mean
-    # admitted-to-first-token over the two is (alone + mixed) / 2
-    if 1 in prefills and 2 in prefills:
-        alone = sum(prefills[1]) / len(prefills[1])
-        mixed = 2 * prefills[2][0] - alone
-        if mixed > 0:
+    # two requests sent together reach the scheduler a millisecond or two apart (the server tokenizes in a thread
+    # pool): either its thread took both into one batched prefill (both queued under QUEUED_TOGETHER_S), or it took
+    # the first alone and the second rode the first's next decode step (a mixed step of 1 row and its prompt: the
+    # second's admitted-to-first-token). The server's own per-request timings say which.
+    if len(pair) == 2 and 2 in prompts:
+        if max(t["queue_s"] for t in pair) < QUEUED_TOGETHER_S:
+            obs.append((0, 0, 2 * prompts[2], sum(t["prefill_s"] for t in pair) / 2))
+            runs["pair"] = "one batched prefill"
+        else:
+            mixed = max(pair, key=lambda t: t["queue_s"])["prefill_s"]
             obs.append((1, 0, prompts[2], mixed))
-            runs["mixed_step_s"] = mixed
+            runs["pair"], runs["mixed_step_s"] = "prefilled alone, then one mixed step", mixed
+    # what the server spent on each probe request before its scheduler saw it (reading, validating, tokenizing under
+    # one lock): the part of the transport spent one request at a time
+    handled = [t["handling_s"] for t in list(fetch_timings(base_url).values())[-PROBE_REQUESTS:]]
+    runs["handling_s"] = sum(handled) / len(handled) if handled else 0.0
     return obs, sum(transports) / len(transports) if transports else 0.0, runs
 
 
 def prompt_lengths(spec: LoadSpec) -> list[int]:
-    """Each planned prompt's tokens as the server counts a completions prompt (its tokenizer, special tokens
-    added, no chat template: engine.runtime.prompt.encode_prompt)."""
+    """Each planned prompt's tokens as the server counts them: a chat request's message in the model's chat
+    template (engine.serving.routes._submit), a completions prompt with the tokenizer's special tokens
+    (engine.runtime.prompt.encode_prompt)."""
     from transformers import AutoTokenizer
 
     from bench.serving_peers import tokenizer_dir
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir(MODEL)))
+    if spec.endpoint == "chat":
+        rendered = [
+            tok.apply_chat_template(
+                [{"role": "user", "content": r.prompt}], add_generation_prompt=True, tokenize=False
+            )
+            for r in plan(spec)
+        ]
+        return [len(tok(t, add_special_tokens=False)["input_ids"]) for t in rendered]
     return [len(tok(r.prompt)["input_ids"]) for r in plan(spec)]
 
 
@@ -127,6 +153,7 @@ def this_machine(args) -> dict:
         mode="concurrency",
         n_requests=args.requests,
         output_tokens=args.output_tokens,
+        endpoint=args.endpoint,
     )
     lengths = prompt_lengths(spec_load)
     with ServerProcess(MODEL, max_batch=8) as srv:
@@ -135,10 +162,10 @@ def this_machine(args) -> dict:
         t0 = time.perf_counter()
         # the probe brackets the scored sweep (before and after), so a machine that got busier or quieter during the
         # sweep is seen by both the step times and the sweep
-        obs, fixed, runs = probe(srv.base_url, args.output_tokens)
+        obs, fixed, runs = probe(srv.base_url, args.output_tokens, args.endpoint)
         out["loadavg_after_probe"] = loadavg()
         real = run_sweep(run, slo, levels, keep_going=True)
-        obs_after, fixed_after, runs_after = probe(srv.base_url, args.output_tokens)
+        obs_after, fixed_after, runs_after = probe(srv.base_url, args.output_tokens, args.endpoint)
         obs, fixed = obs + obs_after, (fixed + fixed_after) / 2
         out["probe"] = {"seconds": time.perf_counter() - t0, "runs": [runs, runs_after], "observations": obs}
     measured = fit_linear(obs, name="measured", source="the server's own steps on this machine (probe runs)")
@@ -158,11 +185,13 @@ def this_machine(args) -> dict:
         keep_going=True,
     ).validate()
     base = deployment(sim_spec)
-    models = {"measured": replace(measured, fixed_s=Interval.exact(fixed))}
+    handling = (runs["handling_s"] + runs_after["handling_s"]) / 2
+    out["handling_s"] = handling
+    models = {"measured": replace(measured, fixed_s=Interval.exact(fixed), handling_s=handling)}
     cal = load_calibration()
     if cal is not None:
         models["calibrated"] = CalibratedSteps(
-            cal, spec_for_run_model(MODEL), "fp32", fixed_s=Interval.exact(fixed)
+            cal, spec_for_run_model(MODEL), "fp32", fixed_s=Interval.exact(fixed), handling_s=handling
         )
     out["simulated"] = {}
     rows = []
@@ -253,7 +282,9 @@ def markdown(res: dict) -> str:
             f"## (a) this machine: the lab's server vs the simulator ({MODEL} fp32, {a['requests']} requests x "
             f"{a['output_tokens']} tokens per level; load {a['loadavg_before']} -> {a['loadavg_after']})",
             "",
-            f"Per-request transport from the one-request probes: {a['transport_s'] * 1e3:.1f} ms. Measured step fit: "
+            f"Endpoint: {a.get('endpoint', 'completions')}. Per-request transport from the one-request probes: "
+            f"{a['transport_s'] * 1e3:.1f} ms, of which {a.get('handling_s', 0) * 1e3:.1f} ms before the scheduler "
+            "(one request at a time). Measured step fit: "
             f"{json.dumps({k: v for k, v in a['probe']['fit'].items() if k.endswith('_s') or k.startswith(('a_', 'b_', 'c_', 'd_', 'e_'))})}",
             "",
             "| step model | users | TTFT p50 real (s) | sim (s) | error | output tok/s real | sim | error |",
@@ -302,6 +333,14 @@ def main() -> None:
     ap.add_argument("--levels", default="1,4,8")
     ap.add_argument("--requests", type=int, default=24)
     ap.add_argument("--output-tokens", type=int, default=32)
+    ap.add_argument(
+        "--endpoint",
+        default="chat",
+        choices=ENDPOINTS,
+        help="chat (default): the instruct model answers in its template. A completions prompt makes it end its turn "
+        "at once about half the time; with ignore_eos it goes on, but that first token has no text, so the client's "
+        "first-token time waits a step more than the first token made (what the simulator predicts)",
+    )
     args = ap.parse_args()
     parts = set(args.parts.split(","))
     res: dict = {"date": datetime.now(UTC).isoformat(timespec="seconds")}
@@ -312,6 +351,7 @@ def main() -> None:
         res["this_machine"] = this_machine(args) | {
             "requests": args.requests,
             "output_tokens": args.output_tokens,
+            "endpoint": args.endpoint,
         }
     if "published" in parts:
         res["published"] = published()

@@ -7,11 +7,14 @@ carrying newcomers' prompts, or one batched left-padded prefill in policy.prefil
 prefill chunk if a prefill is under way, then one decode step for every running row unless the admission was a
 mixed step. The slot cache's window (what policy.fits reads) is the longest row's cached tokens: each row's
 tokens end at the same column (engine.batching.kv), and retirement trims the leading padding. A forward's tokens
-exist when it ends. A request's cost outside the steps (`fixed_s`: HTTP, tokenizing, the first chunk's way back)
-is spent in the server's front end, one request at a time (one HTTP process beside the model thread): a request
-reaches the scheduler `fixed_s` after the front end is free for it, so requests sent together arrive staggered and
-the transport grows with the load, as this machine's server shows (bench/simulate.py: 70 ms at 1 user, 240 ms at 8). Output is one engine.loadgen.client.RequestRecord per request, as the load generator records a
-real server's, so engine.loadgen.metrics.summarize derives the same figures.
+exist when it ends. A request's cost outside the steps (`fixed_s`: HTTP, tokenizing, detokenizing, the chunk's way
+back) is spent in two places, as this machine's server spends it (its per-request timings on the bench/simulate.py
+workload): `handling_s` before the scheduler sees the request, one request at a time (the server tokenizes under one
+lock: 1-4 ms at 1-8 users), so requests sent together reach the scheduler a few milliseconds apart and the first
+starts its prefill alone; the rest after each step, beside the model (1-5 ms from a token made to its chunk written,
+plus the client's side): every token reaches its client that long after the step that made it. Output is one
+engine.loadgen.client.RequestRecord per request, as the load generator records a real server's, so
+engine.loadgen.metrics.summarize derives the same figures.
 
 Bookkeeping is per step, not per token: every running row gets a token at every decode (or mixed) step, so a row
 keeps the index of the first step it took part in, and its tokens, cached length and remaining count follow from
@@ -217,8 +220,8 @@ class _Prefill:
     done: int = 0
 
 
-def _record(r: Row) -> RequestRecord:
-    times = r.token_times()
+def _record(r: Row, back: float) -> RequestRecord:
+    times = [t + back for t in r.token_times()]  # each token reaches its client `back` after its step
     return RequestRecord(
         index=r.req.index,
         start=r.sent,
@@ -251,6 +254,8 @@ def run(
     ends, else every request at its `send_at_s`. A request whose prompt + output alone exceed the KV budget is
     refused at once, as Scheduler.submit refuses it (the server answers 4xx). Returns records in request order."""
     fixed = end(model.fixed_s, which) if model.fixed_s.central > 0 else 0.0
+    handling = min(model.handling_s, fixed)
+    back = fixed - handling  # a token made -> seen by its client
     front_free = [0.0]  # when the front end can take the next request
     sched = VirtualScheduler(limits, model, which, model_mixes, log)
     seq = itertools.count()
@@ -261,7 +266,7 @@ def run(
     def send(req: SimRequest, at: float) -> None:
         while True:
             if (req.prompt_tokens + req.max_tokens) * limits.kv_bytes_per_token <= limits.kv_budget_bytes:
-                arrives = max(at, front_free[0]) + fixed
+                arrives = max(at, front_free[0]) + handling
                 front_free[0] = arrives
                 heapq.heappush(arrivals, (arrives, next(seq), req, at))
                 return
@@ -286,8 +291,8 @@ def run(
             sched.waiting.append(Row(req, sent, at))
         sched.iterate()
         for r in sched.finished[done:]:
-            records.append(_record(r))
-            if concurrency is not None and todo:
-                send(todo.popleft(), r.token_times()[-1])
+            records.append(_record(r, back))
+            if concurrency is not None and todo:  # its user sends the next one on seeing the last token
+                send(todo.popleft(), r.token_times()[-1] + back)
         done = len(sched.finished)
     return sorted(records, key=lambda x: x.index)

@@ -5,17 +5,18 @@ hold `context_tokens` tokens together) and `prefill_tokens` prompt tokens (a chu
 newcomers riding a decode step). Every model answers `duration(decode_rows, context_tokens, prefill_tokens)` with an
 Interval (low / central / high), so a simulated sweep runs three times and its percentiles carry an interval:
 
-- `published_steps(setup, engine)`: a GPU the machine lacks, through `step_time`, the one adapter over the
-  calculator (engine.calc.timing's operators and engine.calc.efficiency's engine-class fit on published runs);
-  engine.calc.step_model's per-step model (a request's fixed cost with it) is used instead where the tree has it:
-  the switch is in this module only.
+- `published_steps(setup, engine)`: a GPU the machine lacks, through `step_time`: the estimates' own per-step model
+  (engine.calc.step_model: the calculator's operators with the engine class's utilisation fitted on published
+  runs), and its fitted per-request fixed cost.
 - `CalibratedSteps(cal, spec, dtype)`: this machine, from its stored calibration (engine.calibration.fit: bytes /
   achieved bandwidth + per-layer cost + each extra row's FLOPs; prefill FLOPs / achieved FLOP/s + a fixed cost).
 - `LinearSteps`: t = a + b x rows + c x context + d x prefill tokens (+ e for prompts alone); constant step times for hand-checked tests,
   and a fit on the scheduler's own measured steps (bench/simulate.py).
 
 Each also carries `fixed_s`, a per-request cost outside the steps (HTTP, tokenizing, detokenizing): zero unless a
-model knows it (engine.calc.step_model.request_fixed_s where the tree has it; measured on this machine's server).
+model knows it (engine.calc.step_model.request_fixed_s for a GPU; measured on this machine's server), and
+`handling_s`, the part of it spent before the scheduler sees the request, one request at a time (the server
+tokenizes under one lock): measured on this machine's server, 0 for a GPU engine (no published split).
 """
 
 from __future__ import annotations
@@ -26,19 +27,10 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Protocol
 
+from engine.calc import step_model
 from engine.calc.efficiency import Setup, fits
-from engine.calc.roofline import Operator
-from engine.calc.timing import Efficiency, phase_time, timing_inputs
 from engine.core.errors import InvalidParameterError
 from engine.core.interval import Interval
-
-# The estimates' per-step model (engine/calc/step_model.py: step_time, request_fixed_s), where it is in the tree:
-# the one place the simulator switches from its own adapter below to it (the adapter stays for a tree without it).
-try:
-    from engine.calc.step_model import request_fixed_s as fitted_fixed_s  # type: ignore[import-not-found]
-    from engine.calc.step_model import step_time as fitted_step_time  # type: ignore[import-not-found]
-except ImportError:  # not merged yet
-    fitted_step_time = fitted_fixed_s = None
 
 ZERO = Interval.exact(0.0)
 CONTEXT_BUCKET = 16  # tokens: steps whose rows' mean context rounds to the same multiple share one prediction
@@ -47,6 +39,7 @@ CONTEXT_BUCKET = 16  # tokens: steps whose rows' mean context rounds to the same
 class StepModel(Protocol):
     name: str  # what the JSON's "step_model" says
     fixed_s: Interval  # per-request seconds outside the steps
+    handling_s: float  # of which before the scheduler, one request at a time
 
     def duration(
         self, decode_rows: int, context_tokens: int, prefill_tokens: int, prefill_seqs: int = 0
@@ -77,6 +70,7 @@ class LinearSteps:
     e: float = 0.0
     name: str = "linear"
     fixed_s: Interval = ZERO
+    handling_s: float = 0.0
     spread: tuple[float, float] = (1.0, 1.0)
     source: str = ""
     rows: int | None = None  # measured steps behind the fit (None: set by hand)
@@ -146,22 +140,6 @@ def fit_linear(
 # ---------------------------------------------------------------- a GPU from published runs
 
 
-def _merge(decode: Sequence[Operator], prefill: Sequence[Operator]) -> list[Operator]:
-    """One forward over the decode rows' tokens and the prompt tokens together: each weight matrix is read once
-    (its FLOPs and activations add up), attention runs per part (a decode row against its cache, a prompt against
-    itself)."""
-    out = list(decode)
-    index = {op.name: i for i, op in enumerate(out) if op.weight_bytes}
-    for op in prefill:
-        i = index.get(op.name)
-        if i is None:
-            out.append(op)
-            continue
-        d = out[i]
-        out[i] = replace(d, flops=d.flops + op.flops, bytes=d.bytes + op.bytes - op.weight_bytes)
-    return out
-
-
 def step_time(
     setup: Setup,
     engine: str,
@@ -171,53 +149,13 @@ def step_time(
     prefill_seqs: int = 1,
 ) -> Interval:
     """Seconds of one forward of `engine` on the setup's GPUs: `decode_rows` rows reading `context_tokens` cached
-    tokens in all, plus `prefill_tokens` prompt tokens of `prefill_seqs` prompts (equal shares; each attends to
-    its own tokens: a later chunk's attention to the earlier chunks of its prompt is left out). The operators are the calculator's (engine.calc.roofline,
-    through engine.calc.timing.timing_inputs, so quantized formats and tensor parallel count as they do there);
-    each takes max(FLOPs / (peak x e_f), bytes / (bandwidth x e_bw)) with the engine class's fitted utilisation, plus
-    its per-layer step cost and all-reduces (engine.calc.efficiency). The interval applies the class's
-    leave-one-source-out ratios of published / predicted: single-sequence decode rows for one row, batched
-    throughput rows for a batch, first-token rows for a step that is mostly prompt; never below the physical
-    bound (every roof reached)."""
-    seqs = _check(decode_rows, context_tokens, prefill_tokens, prefill_seqs)
-    if (
-        fitted_step_time is not None
-    ):  # the estimates' model: prompts' attention is linear there (no prefill_seqs)
-        return fitted_step_time(setup, engine, decode_rows, context_tokens, prefill_tokens)
-    fit = fits().for_engine(engine)
-    eff = fit.efficiency(setup.gpu)
-    long = replace(setup.spec, context_length=10**9)  # the context limit is checked where requests are made
-    ops: list[Operator] = []
-    comm = 0.0
-    roof = n_layer = allreduces = None
-    if decode_rows:
-        mean = max(1, round(context_tokens / decode_rows))
-        # timing_inputs' decode step at P + O/2 - 1 cached tokens: P = mean, O = 2 gives `mean`
-        d = timing_inputs(replace(setup, spec=long, batch=decode_rows, prompt_tokens=mean, output_tokens=2))
-        ops, comm, roof, n_layer, allreduces = (
-            list(d.decode_ops),
-            d.decode_comm_s,
-            d.roof,
-            d.n_layer,
-            d.allreduces,
-        )
-    if prefill_tokens:
-        each = max(1, round(prefill_tokens / seqs))
-        p = timing_inputs(replace(setup, spec=long, batch=seqs, prompt_tokens=each, output_tokens=1))
-        ops = _merge(ops, p.prefill_ops)
-        comm += p.prefill_comm_s
-        roof, n_layer, allreduces = p.roof, p.n_layer, p.allreduces
-    assert roof is not None and n_layer is not None and allreduces is not None
-    mostly_prompt = prefill_tokens > decode_rows
-    e = eff if mostly_prompt or eff.decode_flops is None else replace(eff, flops=eff.decode_flops)
-    central = phase_time(ops, roof, n_layer, e, comm + allreduces * eff.allreduce_latency_s).seconds
-    bound = phase_time(ops, roof, n_layer, Efficiency(label="physics"), comm).seconds
-    ratio = (
-        fit.prefill_ratio if mostly_prompt else fit.decode_ratio if decode_rows == 1 else fit.throughput_ratio
-    )
-    rows = fit.prefill_rows if mostly_prompt else fit.decode_rows
-    lo, hi = ratio
-    return Interval(max(central * lo, bound), central, max(central * hi, bound), bound, rows)
+    tokens in all, plus `prefill_tokens` prompt tokens (engine.calc.step_model.step_time: the calculator's
+    operators, so quantized formats and tensor parallel count as they do there, at the engine class's fitted
+    utilisation; its interval from the class's leave-one-source-out ratios, never below the physical bound). The
+    prompts' count is checked but not used: the step model counts prompt tokens alone (attention linear in them).
+    """
+    _check(decode_rows, context_tokens, prefill_tokens, prefill_seqs)
+    return step_model.step_time(setup, engine, decode_rows, context_tokens, prefill_tokens)
 
 
 StepFn = Callable[[int, int, int, int], Interval]
@@ -247,6 +185,7 @@ class PublishedSteps:
     engine: str
     name: str = "published"
     fixed_s: Interval = ZERO
+    handling_s: float = 0.0
     _seconds: StepFn = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -262,13 +201,12 @@ class PublishedSteps:
 
     def describe(self) -> dict:
         fit = fits().for_engine(self.engine)
-        source = "engine.calc.step_model" if fitted_step_time is not None else "engine.calc.efficiency"
         read = {k: getattr(fit, k, None) for k in ("bandwidth", "flops", "overhead_s_per_layer", "borrowed")}
         return {
             "kind": self.name,
             "what": (
                 f"the calculator's operators on {self.setup.n_gpus} x {self.setup.gpu.name} with the "
-                f"{fit.engine_class} class's utilisation fitted on published runs ({source})"
+                f"{fit.engine_class} class's utilisation fitted on published runs (engine.calc.step_model)"
             ),
             "engine_class": fit.engine_class,
             "decode_bandwidth_utilisation": read["bandwidth"],
@@ -277,14 +215,14 @@ class PublishedSteps:
             "borrowed": list(read["borrowed"] or ()),
             "interval": "the engine class's published / predicted ratios (2.5-97.5%), applied per step",
             "per_request_fixed_s": self.fixed_s.central,
+            "handling_s": self.handling_s,
             "rows": getattr(fit, "decode_rows", 0) + getattr(fit, "prefill_rows", 0),
         }
 
 
 def published_steps(setup: Setup, engine: str) -> PublishedSteps:
     """A GPU from published runs; a request's fixed cost from the estimates' fit where it is in the tree."""
-    fixed = ZERO if fitted_fixed_s is None else Interval.exact(fitted_fixed_s(setup, engine))
-    return PublishedSteps(setup, engine, fixed_s=fixed)
+    return PublishedSteps(setup, engine, fixed_s=Interval.exact(step_model.request_fixed_s(setup, engine)))
 
 
 # ---------------------------------------------------------------- this machine from its calibration
@@ -302,6 +240,7 @@ class CalibratedSteps:
     dtype: str
     name: str = "calibrated"
     fixed_s: Interval = ZERO
+    handling_s: float = 0.0
     _seconds: StepFn = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -339,6 +278,7 @@ class CalibratedSteps:
             "prefill_fixed_s": fit.prefill_fixed_s,
             "interval": "the fit's residual bootstrap, 95%",
             "per_request_fixed_s": self.fixed_s.central,
+            "handling_s": self.handling_s,
             "rows": fit.shapes,
         }
 
