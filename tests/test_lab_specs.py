@@ -53,3 +53,19 @@ def test_a_limit_out_of_range_is_refused_by_the_specs_sentence():
         with pytest.raises(InvalidParameterError, match="limit"):
             evaluation._validate_limit(bad)
     assert evaluation._validate_limit(None) is None and evaluation._validate_limit(3) == 3
+
+
+def test_the_eval_command_takes_its_flags_from_the_spec():
+    """`python -m engine eval`'s --task, --limit and --no-crosscheck are EvalSpec's fields, so the command refuses
+    what the Evaluation tab refuses, in the same sentence."""
+    import argparse
+
+    from engine.commands import eval as cmd
+
+    parser = argparse.ArgumentParser()
+    cmd.add_arguments(parser)
+    spec = evaluation.EvalSpec.from_args(parser.parse_args(["--limit", "3", "--no-crosscheck"]))
+    assert (spec.task, spec.limit, spec.crosscheck) == (evaluation.EvalSpec.default("task"), 3, False)
+    with pytest.raises(InvalidParameterError) as err:
+        evaluation.EvalSpec.from_args(parser.parse_args(["--limit", "0"]))
+    assert str(err.value) == evaluation.EvalSpec.problem("limit", 0)

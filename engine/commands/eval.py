@@ -11,27 +11,18 @@ HELP = "evaluate a model with lm-evaluation-harness (word/byte perplexity, bits 
 
 def add_arguments(parser) -> None:
     models.ModelArgs.add_arguments(parser)
-    parser.add_argument(
-        "--task",
-        default=evaluation.LOCAL_TASK,
-        choices=list(evaluation.TASKS),
-        help=f"{evaluation.LOCAL_TASK} works offline; wikitext needs the hub or a cached copy",
-    )
-    parser.add_argument("--limit", type=int, default=None, help="only the first N documents (default: all)")
-    parser.add_argument(
-        "--no-crosscheck", action="store_true", help="skip the engine's own log-likelihood check"
-    )
+    evaluation.EvalSpec.add_arguments(parser)  # --task, --limit, --crosscheck / --no-crosscheck
 
 
 def run(args) -> dict:
-    evaluation._validate_limit(args.limit)  # fail before spending seconds on loading
-    ok, reason = evaluation.task_status(args.task)
+    spec = evaluation.EvalSpec.from_args(args)  # fail before spending seconds on loading
+    ok, reason = evaluation.task_status(spec.task)
     if not ok:
         from engine.core.errors import HubUnreachableError
 
         raise HubUnreachableError(reason)
     lm = models.ModelArgs.from_args(args).load()
-    result = evaluation.run_eval(lm, args.task, limit=args.limit, crosscheck=not args.no_crosscheck)
+    result = evaluation.run_eval(lm, spec.task, limit=spec.limit, crosscheck=spec.crosscheck)
     row = result.summary()
     row["limit"] = result.limit
     row["max_length"] = result.max_length
