@@ -35,6 +35,10 @@ def test_serving_page_simulates_a_sweep_for_a_gpu():
     text = " ".join(m.value for m in at.markdown)
     assert "simulated knee" in text.lower()
     assert any("TTFT p50 (s)" in df.value.columns for df in at.dataframe)
+    from tests.test_pages_plain_words import internals, on_screen
+
+    # the step model's words name no module (they named engine.calc.step_model)
+    assert internals(on_screen(at)) == []
 
 
 @pytest.mark.parametrize(

@@ -206,7 +206,7 @@ class PublishedSteps:
             "kind": self.name,
             "what": (
                 f"the calculator's operators on {self.setup.n_gpus} x {self.setup.gpu.name} with the "
-                f"{fit.engine_class} class's utilisation fitted on published runs (engine.calc.step_model)"
+                f"{fit.engine_class} class's utilisation fitted on published runs"
             ),
             "engine_class": fit.engine_class,
             "decode_bandwidth_utilisation": read["bandwidth"],
@@ -271,7 +271,7 @@ class CalibratedSteps:
         fit = cal.fit_for(self.dtype)  # type: ignore[attr-defined]
         return {
             "kind": self.name,
-            "what": f"this machine's calibration ({cal.model}, {cal.created_at}; engine.calibration.fit)",  # type: ignore[attr-defined]
+            "what": f"this machine's calibration ({cal.model}, {cal.created_at})",  # type: ignore[attr-defined]
             "dtype": fit.dtype,
             "achieved_bandwidth_bytes_per_s": fit.achieved_bandwidth,
             "overhead_s_per_layer": fit.overhead_s_per_layer,

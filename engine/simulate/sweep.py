@@ -158,6 +158,12 @@ def _this_machine(s: SimulateSpec, spec: ModelSpec, per_token: int) -> Deploymen
         mixed_prompt_tokens=s.mixed_prompt_tokens or DEFAULT_MIXED_PROMPT_TOKENS,
     )
     notes = ("the KV budget is the server's: a quarter of the memory free now",)
+    if s.dtype == "fp32":
+        notes += (
+            "step times are the calibration's, measured on the model as the pages run it; the server packs its "
+            "linear weights for oneDNN in fp32 (turn its packed weights off to serve that model), so its "
+            "steps with several rows are faster than simulated here",
+        )
     if ENGINES.get(s.engine) != "hf":
         notes += (f"{THIS_MACHINE} runs this engine's own scheduler; --engine {s.engine} is not used",)
     return Deployment(spec, gpu, 1, "this engine", limits, CalibratedSteps(cal, spec, s.dtype), None, notes)
