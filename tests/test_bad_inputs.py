@@ -848,7 +848,14 @@ CASES = [
     ),
     Case(
         "cli-eval-unknown-task",
-        cli_rejects("eval", "--model", TINY, "--task", "no-such-task", message="invalid choice"),
+        cli_rejects(
+            "eval",
+            "--model",
+            TINY,
+            "--task",
+            "no-such-task",
+            message="unknown task 'no-such-task'; choose from",
+        ),
     ),
     Case("cli-eval-zero-limit", cli_rejects("eval", "--model", TINY, "--limit", "0", message="limit")),
     Case(
