@@ -9,9 +9,9 @@
     the one-request probes, of which the part before the scheduler (the server's handling, one request at a time)
     delays arrivals and the rest each token's way back. The workload is the chat endpoint's by default (--endpoint):
     on a completions prompt this instruct model ends its turn at once about half the time, and with ignore_eos that
-    textless first token makes the client's first-token time a step later than the token made. The probes run before and after the scored sweep (the machine is shared; its speed
-    drifts). Target (issue 31): TTFT p50 and output throughput within 20%
-    at 1, 4 and 8 users.
+    textless first token makes the client's first-token time a step later than the token made. The probes run
+    before and after the scored sweep (the machine is shared; its speed drifts). Target (issue 31): TTFT p50 and
+    output throughput within 20% at 1, 4 and 8 users.
 (b) published sweeps (engine/data/published/serving_sweeps.toml): output throughput at a concurrency, simulated;
     target median |error| <= 20%.
 (c) speed: a 500-request sweep at 1, 4, 16 and 64 users for a GPU (three runs over the step interval), timed.

@@ -221,7 +221,7 @@ class PublishedSteps:
 
 
 def published_steps(setup: Setup, engine: str) -> PublishedSteps:
-    """A GPU from published runs; a request's fixed cost from the estimates' fit where it is in the tree."""
+    """A GPU from published runs; a request's fixed cost from the estimates' fit (step_model.request_fixed_s)."""
     return PublishedSteps(setup, engine, fixed_s=Interval.exact(step_model.request_fixed_s(setup, engine)))
 
 
