@@ -2,7 +2,7 @@
 same max batch, measured in the same run and interleaved (static, in-flight, static, in-flight ...) so machine
 noise hits both alike; the median repeat of each policy is reported.
 
-    .venv/bin/python bench/batching.py [--model smollm2-135m-instruct] [--requests 24] [--max-batch 8]
+    .venv/bin/python -m bench.batching [--model smollm2-135m-instruct] [--requests 24] [--max-batch 8]
                                        [--repeats 1] [--hf-check]
 
 Prints a table, the step-time breakdown of each policy (prefill, decode forward, sampling, cache surgery,
@@ -15,29 +15,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.common import write_result  # noqa: E402
-from engine.batching.scheduler import Scheduler  # noqa: E402
-from engine.batching.workload import (  # noqa: E402
+from bench.common import write_result
+from engine.batching.scheduler import Scheduler
+from engine.batching.spec import BatchSpec
+from engine.batching.workload import (
     WorkloadSpec,
     generate_workload,
     policy_bound,
     replay,
     warm_up,
 )
-from engine.cli import to_jsonable  # noqa: E402
-from engine.core import paths  # noqa: E402
-from engine.core.load import loadavg, loadavg_1m  # noqa: E402
-from engine.core.threads import run_in_thread  # noqa: E402
-from engine.runtime import models  # noqa: E402
-from engine.runtime.settings import GenerationConfig  # noqa: E402
+from engine.cli import to_jsonable
+from engine.core import paths
+from engine.core.load import loadavg, loadavg_1m
+from engine.core.threads import run_in_thread
+from engine.runtime import models
+from engine.runtime.settings import GenerationConfig
 
 
 def hf_continuous_batching(lm, n: int = 4, tokens: int = 32) -> dict:
@@ -74,16 +70,16 @@ def hf_continuous_batching(lm, n: int = 4, tokens: int = 32) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=models.DEFAULT_MODEL)
-    ap.add_argument("--requests", type=int, default=24)
-    ap.add_argument("--max-batch", type=int, default=8)
+    BatchSpec.add_arguments(ap, only=("model", "max_batch"))
+    WorkloadSpec.add_arguments(ap, only=("n_requests", "seed"), defaults={"n_requests": 24})
     ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--hf-check", action="store_true")
     args = ap.parse_args(argv)
     # no torch work on the main thread: an OpenMP team left there would slow both policies (engine.core.threads)
     lm = run_in_thread(lambda: models.load_model(args.model))
-    spec = WorkloadSpec(n_requests=args.requests, output_tokens_min=8, output_tokens_max=256, seed=args.seed)
+    spec = WorkloadSpec(
+        n_requests=args.n_requests, output_tokens_min=8, output_tokens_max=256, seed=args.seed
+    )
     workload = generate_workload(spec, lm.tokenizer)
     warm_up(lm, workload, args.max_batch)  # not counted
     runs: dict[str, list] = {"static": [], "inflight": []}
@@ -124,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.hf_check:
         result["transformers_continuous_batching"] = hf_continuous_batching(lm)
     print(
-        f"{lm.name} ({lm.dtype}, {lm.device}); {args.requests} requests, output 8..256 tokens, max batch "
+        f"{lm.name} ({lm.dtype}, {lm.device}); {args.n_requests} requests, output 8..256 tokens, max batch "
         f"{args.max_batch}; median of {args.repeats}; load average {loadavg_1m():.1f}"
     )
     print(

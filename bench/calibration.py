@@ -3,7 +3,7 @@ this machine, then predict shapes the fit never saw and compare with their measu
 GPT-Neo 125M (true shape, random weights) in fp32 and bf16 at batch 1 and 4, and GPT-Neo 1.3B (random
 weights) in fp32 (bf16 with --neo13-bf16). Datasheet mode (this machine's measured roofs) is shown beside it.
 
-    .venv/bin/python bench/calibration.py [--repeats 3] [--no-neo13] [--neo13-bf16]
+    .venv/bin/python -m bench.calibration [--repeats 3] [--no-neo13] [--neo13-bf16]
 
 Robust to a busy machine by construction, and the load is reported: calibration runs and target runs take
 turns in one loop (a load that comes and goes touches both alike), each shape is repeated and its fastest
@@ -23,10 +23,8 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from engine.calibration import (  # noqa: E402
+from bench.common import ROOT
+from engine.calibration import (
     CALIBRATION_SHAPES,
     DEFAULT_MODEL,
     SHORT_DEPTH,
@@ -40,12 +38,12 @@ from engine.calibration import (  # noqa: E402
     save_calibration,
     spec_for_run_model,
 )
-from engine.calibration.runs import Shape, TimedRun, gemm_curve, gemv_curve, timed_run  # noqa: E402
-from engine.core import paths  # noqa: E402
-from engine.core.jsonsafe import to_jsonable  # noqa: E402
-from engine.core.load import cores, loadavg_1m  # noqa: E402
-from engine.core.stats import median  # noqa: E402
-from engine.core.threads import run_in_thread  # noqa: E402
+from engine.calibration.runs import Shape, TimedRun, gemm_curve, gemv_curve, timed_run
+from engine.core import paths
+from engine.core.jsonsafe import to_jsonable
+from engine.core.load import cores, loadavg_1m
+from engine.core.stats import median
+from engine.core.threads import run_in_thread
 
 DTYPES = ("fp32", "bf16")
 NEO125 = "gpt-neo-125m-random"

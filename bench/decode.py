@@ -11,7 +11,7 @@ read bandwidth measured in the same run on the same device, and whether its gree
 the same batch. With --layout the engine lanes run on engine.runtime.cpu_layout's measured weight layout. For an fp32
 model on the CPU, also the floor: the model's weight products alone, per kernel (bench/decode_probe.py).
 
-    .venv/bin/python bench/decode.py [--models smollm2-135m-instruct gpt-neo-125m-random] [--repeats 5]
+    .venv/bin/python -m bench.decode [--models smollm2-135m-instruct gpt-neo-125m-random] [--repeats 5]
                                      [--compile] [--batches 1 8] [--device cuda --dtype fp16] [--layout]
 
 The first compiled run per model and shape compiles (25-65 s per graph on a 2-core CPU; batch 1 and batch > 1 are
@@ -27,25 +27,22 @@ import argparse
 import json
 import math
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from engine.batching.scheduler import Scheduler  # noqa: E402
-from engine.core import paths, stats  # noqa: E402
-from engine.core.jsonsafe import to_jsonable  # noqa: E402
-from engine.core.load import loadavg  # noqa: E402
-from engine.core.threads import run_in_thread  # noqa: E402
-from engine.race import compat  # noqa: E402
-from engine.runtime import generation, hardware, models, streaming  # noqa: E402
-from engine.runtime.sampling import eos_ids  # noqa: E402
-from engine.runtime.settings import GenerationConfig  # noqa: E402
+from bench.common import ROOT
+from engine.batching.scheduler import Scheduler
+from engine.core import paths, stats
+from engine.core.jsonsafe import to_jsonable
+from engine.core.load import loadavg
+from engine.core.threads import run_in_thread
+from engine.race import compat
+from engine.runtime import generation, hardware, models, streaming
+from engine.runtime.sampling import eos_ids
+from engine.runtime.settings import GenerationConfig
 
 PROMPTS = (  # row i of a batch of B takes PROMPTS[i]; batch 1 is the first
     "The history of the printing press begins",

@@ -14,7 +14,7 @@
    (torch.ops.mkldnn._reorder_linear_weight / _linear_pointwise, as inductor's freezing does), against this
    machine's read bandwidth measured in the same run: the fastest a decode step can be with each kernel.
 
-    .venv/bin/python bench/decode_probe.py [--probes profile layouts compile floor] [--tokens 64] [--out F]
+    .venv/bin/python -m bench.decode_probe [--probes profile layouts compile floor] [--tokens 64] [--out F]
 
 Prints what it measured and the load average; writes bench/results/decode-probe-<machine>.json (or --out). A benchmark,
 not a test: run it on a quiet machine. The compile probe compiles for about a minute.
@@ -24,17 +24,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from engine.core import paths  # noqa: E402
-from engine.core.load import loadavg_1m  # noqa: E402
-from engine.runtime import models  # noqa: E402
+from bench.common import ROOT
+from engine.core import paths
+from engine.core.load import loadavg_1m
+from engine.runtime import models
 
 MODEL = "smollm2-135m-instruct"
 PROMPT = "The history of the printing press begins"

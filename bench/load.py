@@ -1,7 +1,7 @@
 """Many sessions on one dashboard server: N browser sessions generate on the playground with different
 prompts while others move the calculator and run an evaluation. Real Chromium (playwright), real server.
 
-    .venv/bin/python bench/load.py [--sessions 8] [--model smollm2-135m-instruct] [--max-new-tokens 24]
+    .venv/bin/python -m bench.load [--sessions 8] [--model smollm2-135m-instruct] [--max-new-tokens 24]
 
 Checks, per session: its own output is the greedy solo output for its prompt (no cross-talk), no
 exception shown anywhere, the server's health endpoint answers throughout, and resident memory grows by
@@ -29,11 +29,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.common import CHROMIUM_ARGS, stop_process  # noqa: E402
-from engine.core import stats  # noqa: E402
+from bench.common import CHROMIUM_ARGS, ROOT, stop_process
+from engine.core import stats
 
 PROMPTS = [
     "The capital of France is",

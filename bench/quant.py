@@ -1,6 +1,6 @@
 """Weight quantization on the bundled model: every scheme against fp32, measured in the same run.
 
-    .venv/bin/python bench/quant.py [--model smollm2-135m-instruct] [--schemes fp32,bf16,int8,int4,bnb-int8,bnb-nf4]
+    .venv/bin/python -m bench.quant [--model smollm2-135m-instruct] [--schemes fp32,bf16,int8,int4,bnb-int8,bnb-nf4]
                                     [--max-new-tokens 32] [--runs 3] [--eval-docs 4]
 
 Prints the table of `python -m engine quant` with the load average before and after, and writes
@@ -9,15 +9,9 @@ bench/results/quant-<machine>.json.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.common import lever_bench  # noqa: E402
-from engine.commands import quant as cmd  # noqa: E402
-from engine.levers import quant as Q  # noqa: E402
+from bench.common import lever_bench
+from engine.commands import quant as cmd
+from engine.levers import quant as Q
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,7 @@
 GenAI and CTranslate2 (fp32 lanes by default; --quantized adds OpenVINO int8, ONNX Runtime GenAI int4 and
 CTranslate2 int8), each lane in its own worker process, vanilla re-run at the end to catch drift.
 
-    .venv/bin/python bench/race.py [--model smollm2-135m-instruct] [--runs 3] [--quantized] [--extra no-kv-cache]
+    .venv/bin/python -m bench.race [--model smollm2-135m-instruct] [--runs 3] [--quantized] [--extra no-kv-cache]
 
 Prints the race table (speedups are ratios against vanilla measured in the same race, with bootstrap 95%
 intervals), the load average before and after, and writes bench/results/race-<model>-<hw>-peers-<time>.json,
@@ -17,12 +17,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from engine.commands.race import format_text  # noqa: E402
-from engine.core.load import cores, loadavg, loadavg_1m  # noqa: E402
-from engine.race import contenders, runner, serialise  # noqa: E402
+from engine.commands.race import format_text
+from engine.core.load import cores, loadavg, loadavg_1m
+from engine.race import contenders, runner, serialise
 
 ENGINES = ("vanilla", "openvino", "onnxruntime-genai", "ctranslate2")
 QUANTIZED = ("openvino-int8", "onnxruntime-genai-int4", "ctranslate2-int8")

@@ -2,12 +2,12 @@
 load generator, find the knee under the SLOs, put the calculator's max-users prediction beside it, and
 cross-check the load generator against GuideLLM (vLLM project) and AIPerf (NVIDIA) on the same server and workload.
 
-    .venv/bin/python bench/serving.py [--model smollm2-135m-instruct] [--levels 1,2,4,8] [--requests 16]
+    .venv/bin/python -m bench.serving [--model smollm2-135m-instruct] [--levels 1,2,4,8] [--requests 16]
                                       [--output-tokens 32] [--slo-ttft 2] [--slo-tpot 0.2]
                                       [--peer guidellm,aiperf|none] [--peer-concurrency 4] [--peer-requests 32]
                                       [--peer-repeats 2] [--no-sweep] [--label NAME]
 
-    .venv/bin/python bench/serving.py --vllm [--levels 1,4,8] [--rounds 2] [--dtype fp32] [--threads 1]
+    .venv/bin/python -m bench.serving --vllm [--levels 1,4,8] [--rounds 2] [--dtype fp32] [--threads 1]
 
 The sweep and the prediction are here; the cross-check with its protocol (and --third-party, Hugging Face's
 `transformers serve` under the same load generator) is bench/serving_peers.py; --vllm, the engine's server
@@ -18,17 +18,12 @@ bench/results/serving[-label]-<machine>.json; prints loadavg beside every figure
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.common import write_result  # noqa: E402
-from bench.serving_common import loadavg, warm_up  # noqa: E402
-from bench.serving_peers import (  # noqa: E402
+from bench.common import write_result
+from bench.serving_common import loadavg, warm_up
+from bench.serving_peers import (
     choose_peers,
     cross_check,
     print_cross_check,
@@ -36,14 +31,15 @@ from bench.serving_peers import (  # noqa: E402
     third_party,
     tokenizer_dir,
 )
-from bench.serving_vllm import versus_vllm  # noqa: E402
-from engine.calc import capacity  # noqa: E402
-from engine.calc.specs import model_preset  # noqa: E402
-from engine.core import paths  # noqa: E402
-from engine.loadgen.sweep import run_sweep, to_json  # noqa: E402
-from engine.loadgen.workload import SLO, LoadSpec  # noqa: E402
-from engine.runtime.models import PRESETS  # noqa: E402
-from engine.serving.process import ServerProcess  # noqa: E402
+from bench.serving_vllm import versus_vllm
+from engine.calc import capacity
+from engine.calc.specs import model_preset
+from engine.core import paths
+from engine.loadgen.sweep import run_sweep, to_json
+from engine.loadgen.workload import SLO, LoadSpec
+from engine.runtime.models import PRESETS
+from engine.serving.process import ServerProcess
+from engine.serving.runner import ServeSpec
 
 
 def prediction(model: str, dtype: str, sweep, slo: SLO, slots: int) -> dict | None:
@@ -78,7 +74,7 @@ def prediction(model: str, dtype: str, sweep, slo: SLO, slots: int) -> dict | No
 
 def print_sweep(args, slo: SLO, sweep, out: dict) -> None:
     print(
-        f"{args.model}, max batch {args.max_batch}, {args.requests} requests x {args.output_tokens} tokens per level; "
+        f"{args.model}, max batch {args.max_batch}, {args.n_requests} requests x {args.output_tokens} tokens per level; "
         f"SLO TTFT <= {slo.ttft_s} s, TPOT <= {slo.tpot_s} s ({slo.min_attainment:.0%} of requests)"
     )
     print(
@@ -100,15 +96,14 @@ def print_sweep(args, slo: SLO, sweep, out: dict) -> None:
         )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ServeSpec.add_arguments(ap, only=("model", "max_batch"), defaults={"model": "smollm2-135m-instruct"})
     ap.add_argument("--levels", default="1,2,4,8", help="users to sweep")
-    ap.add_argument("--requests", type=int, default=16)
-    ap.add_argument("--output-tokens", type=int, default=32)
-    ap.add_argument("--max-batch", type=int, default=8)
-    ap.add_argument("--slo-ttft", type=float, default=2.0)
-    ap.add_argument("--slo-tpot", type=float, default=0.2)
+    LoadSpec.add_arguments(
+        ap, only=("n_requests", "output_tokens"), defaults={"n_requests": 16, "output_tokens": 32}
+    )
+    SLO.add_arguments(ap, only=("ttft_s", "tpot_s"))
     ap.add_argument(
         "--peer",
         default="guidellm,aiperf",
@@ -139,14 +134,14 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None, help="--vllm: both servers' compute threads")
     ap.add_argument("--kv-gib", type=int, default=2, help="--vllm: both servers' KV space, GiB")
     ap.add_argument("--max-model-len", type=int, default=2048, help="--vllm: vLLM's --max-model-len")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.vllm:
         if args.levels == "1,2,4,8":
             args.levels = "1,4,8"  # issue 32's levels
         versus_vllm(args)
         return
 
-    slo = SLO(ttft_s=args.slo_ttft, tpot_s=args.slo_tpot)
+    slo = SLO.from_args(args)
     out: dict = {
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": paths.machine_id(),
@@ -159,7 +154,7 @@ def main() -> None:
             base_url=srv.base_url,
             model=args.model,
             mode="concurrency",
-            n_requests=args.requests,
+            n_requests=args.n_requests,
             output_tokens=args.output_tokens,
         )
         warm_up(spec)
@@ -190,7 +185,7 @@ def main() -> None:
             )
     if args.third_party == "transformers-serve":
         out["third_party"] = third_party(
-            tokenizer_dir(args.model), levels[:2], min(args.requests, 4), args.output_tokens, slo
+            tokenizer_dir(args.model), levels[:2], min(args.n_requests, 4), args.output_tokens, slo
         )
     out["loadavg_end"] = loadavg()
     write_result(f"serving-{args.label}" if args.label else "serving", out)

@@ -1,7 +1,7 @@
 """Inter-token latency of running streams while others are admitted: ITL p50/p90/p99 at 1, 4 and 8 users
 against `python -m engine serve` (a child process), measured on the client by the load generator.
 
-    .venv/bin/python bench/serving_itl.py [--model tiny-gpt-neo] [--levels 1,4,8] [--requests 8]
+    .venv/bin/python -m bench.serving_itl [--model tiny-gpt-neo] [--levels 1,4,8] [--requests 8]
                                           [--output-tokens 16] [--repeats 3] [--label NAME] [--extra "--flag v"]
 
 Each level runs `--repeats` times (after one warm-up run that is dropped); the chunk gaps of every repeat are
@@ -18,18 +18,15 @@ import itertools
 import shlex
 import sys
 from datetime import UTC, datetime
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.common import write_result  # noqa: E402
-from engine.core import paths, stats  # noqa: E402
-from engine.core.load import cores, loadavg, loadavg_1m  # noqa: E402
-from engine.loadgen.client import RequestRecord  # noqa: E402
-from engine.loadgen.sweep import _run_blocking  # noqa: E402
-from engine.loadgen.workload import LoadSpec  # noqa: E402
-from engine.serving.process import ServerProcess  # noqa: E402
+from bench.common import write_result
+from engine.core import paths, stats
+from engine.core.load import cores, loadavg, loadavg_1m
+from engine.loadgen.client import RequestRecord
+from engine.loadgen.sweep import _run_blocking
+from engine.loadgen.workload import LoadSpec
+from engine.serving.process import ServerProcess
+from engine.serving.runner import ServeSpec
 
 TARGET_RATIO = 3.0  # ITL p99 <= 3 x p50 at 4 users
 
@@ -91,18 +88,12 @@ def admission_words(row: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="tiny-gpt-neo")
+    ServeSpec.add_arguments(p, only=("model", "max_batch"), defaults={"model": "tiny-gpt-neo"})
     p.add_argument("--levels", default="1,4,8")
-    p.add_argument("--requests", type=int, default=8)
-    p.add_argument("--output-tokens", type=int, default=16)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--max-batch", type=int, default=8)
-    p.add_argument(
-        "--endpoint",
-        default="completions",
-        choices=("completions", "chat"),
-        help="chat: an instruct model answers in text instead of emitting special tokens after an ignored EOS",
+    LoadSpec.add_arguments(
+        p, only=("n_requests", "output_tokens", "endpoint"), defaults={"n_requests": 8, "output_tokens": 16}
     )
+    p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--label", default="", help="a name for this run in the result file (e.g. before, after)")
     p.add_argument("--extra", default="", help="more flags for `python -m engine serve`")
     args = p.parse_args(argv)
@@ -116,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                 model=args.model,
                 mode="concurrency",
                 concurrency=level,
-                n_requests=args.requests,
+                n_requests=args.n_requests,
                 output_tokens=args.output_tokens,
                 endpoint=args.endpoint,
             ).validate()
@@ -140,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         "label": args.label,
         "machine": paths.machine_id(),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": "python bench/serving_itl.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
+        "command": "python -m bench.serving_itl " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
         "cpu_count": cores(),
         "load_average_before": load_before,
         "load_average_after": loadavg(),

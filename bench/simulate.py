@@ -16,7 +16,7 @@
     target median |error| <= 20%.
 (c) speed: a 500-request sweep at 1, 4, 16 and 64 users for a GPU (three runs over the step interval), timed.
 
-    flock -x /tmp/cpu.lock .venv/bin/python bench/simulate.py [--parts this-machine,published,speed]
+    flock -x /tmp/cpu.lock .venv/bin/python -m bench.simulate [--parts this-machine,published,speed]
         [--levels 1,4,8] [--requests 24] [--output-tokens 32] [--endpoint chat|completions]
 
 Writes bench/results/simulate-<machine>.json and bench/results/simulate.md; reports the load average before and
@@ -28,19 +28,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from dataclasses import replace
 from datetime import UTC, datetime
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from bench.common import ROOT, write_result
+from engine.core import load
+from engine.loadgen.workload import SLO, LoadSpec, plan
 
-from bench.common import write_result  # noqa: E402
-from engine.core import load  # noqa: E402
-from engine.loadgen.workload import ENDPOINTS, SLO, LoadSpec, plan  # noqa: E402
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before anything loads a tokenizer
 
 MODEL = "smollm2-135m-instruct"
 TARGET = 0.20
@@ -122,16 +118,11 @@ def prompt_lengths(spec: LoadSpec) -> list[int]:
     from transformers import AutoTokenizer
 
     from bench.serving_peers import tokenizer_dir
+    from engine.runtime.chat import chat_prompt_ids, user_turn
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir(MODEL)))
     if spec.endpoint == "chat":
-        rendered = [
-            tok.apply_chat_template(
-                [{"role": "user", "content": r.prompt}], add_generation_prompt=True, tokenize=False
-            )
-            for r in plan(spec)
-        ]
-        return [len(tok(t, add_special_tokens=False)["input_ids"]) for t in rendered]
+        return [len(chat_prompt_ids(tok, user_turn(r.prompt))[1]) for r in plan(spec)]
     return [len(tok(r.prompt)["input_ids"]) for r in plan(spec)]
 
 
@@ -151,7 +142,7 @@ def this_machine(args) -> dict:
         base_url="http://x/v1",
         model=MODEL,
         mode="concurrency",
-        n_requests=args.requests,
+        n_requests=args.n_requests,
         output_tokens=args.output_tokens,
         endpoint=args.endpoint,
     )
@@ -179,7 +170,7 @@ def this_machine(args) -> dict:
         dtype="fp32",
         engine="hf",
         sweep=args.levels,
-        n_requests=args.requests,
+        n_requests=args.n_requests,
         output_tokens=args.output_tokens,
         prompt_tokens=max(1, round(sum(lengths) / len(lengths))),
         keep_going=True,
@@ -327,21 +318,19 @@ def markdown(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--parts", default="this-machine,published,speed")
     ap.add_argument("--levels", default="1,4,8")
-    ap.add_argument("--requests", type=int, default=24)
-    ap.add_argument("--output-tokens", type=int, default=32)
-    ap.add_argument(
-        "--endpoint",
-        default="chat",
-        choices=ENDPOINTS,
-        help="chat (default): the instruct model answers in its template. A completions prompt makes it end its turn "
-        "at once about half the time; with ignore_eos it goes on, but that first token has no text, so the client's "
-        "first-token time waits a step more than the first token made (what the simulator predicts)",
+    # chat by default: the instruct model answers in its template. A completions prompt makes it end its turn at
+    # once about half the time; with ignore_eos it goes on, but that first token has no text, so the client's
+    # first-token time waits a step more than the first token made (what the simulator predicts)
+    LoadSpec.add_arguments(
+        ap,
+        only=("n_requests", "output_tokens", "endpoint"),
+        defaults={"n_requests": 24, "output_tokens": 32, "endpoint": "chat"},
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     parts = set(args.parts.split(","))
     res: dict = {"date": datetime.now(UTC).isoformat(timespec="seconds")}
     from engine.core import paths
@@ -349,7 +338,7 @@ def main() -> None:
     res["machine"] = paths.machine_id()
     if "this-machine" in parts:
         res["this_machine"] = this_machine(args) | {
-            "requests": args.requests,
+            "requests": args.n_requests,
             "output_tokens": args.output_tokens,
             "endpoint": args.endpoint,
         }

@@ -1,7 +1,7 @@
 """Speculative decoding on the bundled model: prompt lookup and a draft model against plain greedy, on the
 input-grounded and open-ended workloads, measured in the same run.
 
-    .venv/bin/python bench/speculate.py [--model smollm2-135m-instruct] [--draft bf16] [--draft-length 4]
+    .venv/bin/python -m bench.speculate [--model smollm2-135m-instruct] [--draft bf16] [--draft-length 4]
                                         [--max-new-tokens 48] [--runs 3]
 
 Prints the table of `python -m engine speculate` with the load average, and writes
@@ -10,15 +10,9 @@ bench/results/speculate-<machine>.json.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.common import lever_bench  # noqa: E402
-from engine.commands import speculate as cmd  # noqa: E402
-from engine.levers import speculative as S  # noqa: E402
+from bench.common import lever_bench
+from engine.commands import speculate as cmd
+from engine.levers import speculative as S
 
 
 def main(argv: list[str] | None = None) -> int:

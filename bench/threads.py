@@ -5,7 +5,7 @@ beside another thread that has run one parallel op and then waits, idle, keeping
 (alone, beside, alone, beside ...) so machine noise hits both alike. Reports the median time per new token of
 each, and the ratio beside/alone measured in the same run.
 
-    .venv/bin/python bench/threads.py [--model smollm2-135m-instruct] [--repeats 5] [--tokens 32]
+    .venv/bin/python -m bench.threads [--model smollm2-135m-instruct] [--repeats 5] [--tokens 32]
 
 Writes bench/results/threads-<machine>.json. A benchmark, not a test: run it on a quiet machine.
 """
@@ -13,20 +13,15 @@ Writes bench/results/threads-<machine>.json. A benchmark, not a test: run it on 
 from __future__ import annotations
 
 import argparse
-import sys
 import threading
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.common import write_result  # noqa: E402
-from engine.core import stats  # noqa: E402
-from engine.core.load import cores, loadavg, loadavg_1m  # noqa: E402
-from engine.core.threads import run_in_thread  # noqa: E402
-from engine.runtime import generation, models  # noqa: E402
+from bench.common import write_result
+from engine.core import stats
+from engine.core.load import cores, loadavg, loadavg_1m
+from engine.core.threads import run_in_thread
+from engine.runtime import generation, models
 
 
 class IdleTeam:

@@ -2,8 +2,8 @@
 page opened from its deep link, its live run started with the page's own defaults and waited for, every page
 screenshotted at 1280 px and checked for clipped values. Times each stop (open, live runs) and the whole tour.
 
-    .venv/bin/python bench/tour.py [--url http://127.0.0.1:8606] [--shots /tmp/tour] [--stops Batching,Roofline]
-    .venv/bin/python bench/tour.py --presenter     # presenter mode: every page opens on its recorded run
+    .venv/bin/python -m bench.tour [--url http://127.0.0.1:8606] [--shots /tmp/tour] [--stops Batching,Roofline]
+    .venv/bin/python -m bench.tour --presenter     # presenter mode: every page opens on its recorded run
 
 Without --url it starts its own `streamlit run app.py` on a free port. Writes bench/results/tour-<machine>.json
 (per stop: open and run seconds, clipped values, errors; the load average before and after). Run it under the
@@ -14,17 +14,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.common import CHROMIUM_ARGS, write_result  # noqa: E402
-from engine.core.load import cores, loadavg  # noqa: E402
+from bench.common import CHROMIUM_ARGS, write_result
+from engine.core.load import cores, loadavg
 
 WIDTH = 1280
 RUN_LIMIT_S = 600  # a liveness bound for one live run, not a speed claim

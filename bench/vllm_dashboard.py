@@ -3,7 +3,7 @@ sends a few streamed requests, scrapes /metrics and checks every series the dash
 in tests/data/vllm_overview_dashboard_metrics.json, copied from vLLM's repository at the commit it names): served,
 with the dashboard's metric type and the labels its queries filter or group on, and with samples.
 
-    .venv/bin/python bench/vllm_dashboard.py [--model tiny-gpt-neo] [--requests 4]
+    .venv/bin/python -m bench.vllm_dashboard [--model tiny-gpt-neo] [--requests 4]
 
 Prints one row per series and writes bench/results/vllm-dashboard-<machine>.json.
 """
@@ -12,21 +12,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import httpx2 as httpx
+from prometheus_client.parser import text_string_to_metric_families
 
-import httpx2 as httpx  # noqa: E402
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
-
-from bench.common import write_result  # noqa: E402
-from engine.core.load import loadavg  # noqa: E402
-from engine.loadgen.server_side import metrics_url  # noqa: E402
-from engine.loadgen.sweep import _run_blocking  # noqa: E402
-from engine.loadgen.workload import LoadSpec  # noqa: E402
-from engine.serving.process import ServerProcess  # noqa: E402
+from bench.common import ROOT, write_result
+from engine.core.load import loadavg
+from engine.loadgen.server_side import metrics_url
+from engine.loadgen.sweep import _run_blocking
+from engine.loadgen.workload import LoadSpec
+from engine.serving.process import ServerProcess
+from engine.serving.runner import ServeSpec
 
 DASHBOARD = ROOT / "tests" / "data" / "vllm_overview_dashboard_metrics.json"
 
@@ -50,13 +46,13 @@ def check(want: dict, families: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="tiny-gpt-neo")
-    p.add_argument("--requests", type=int, default=4)
+    ServeSpec.add_arguments(p, only=("model",), defaults={"model": "tiny-gpt-neo"})
+    LoadSpec.add_arguments(p, only=("n_requests",), defaults={"n_requests": 4})
     args = p.parse_args(argv)
     data = json.loads(DASHBOARD.read_text())
     with ServerProcess(args.model) as srv:
         spec = LoadSpec(base_url=srv.base_url, model=args.model, mode="concurrency", concurrency=2,
-                        n_requests=args.requests, output_tokens=8)  # fmt: skip
+                        n_requests=args.n_requests, output_tokens=8)  # fmt: skip
         records = _run_blocking(spec)
         text = httpx.get(metrics_url(srv.base_url), timeout=30).text
     families = {f.name: f for f in text_string_to_metric_families(text)}

@@ -2,7 +2,7 @@
 `python -m engine serve --backend vllm` (engine/backends/vllm.py), with its outcome and, where vLLM refuses, its own
 error quoted in one line (the Serving page shows these).
 
-    .venv/bin/python bench/vllm_parallel.py [--only ray-pp2,mp-tp2-smollm2,...] [--timeout 300]
+    .venv/bin/python -m bench.vllm_parallel [--only ray-pp2,mp-tp2-smollm2,...] [--timeout 300]
 
 Attempts: Ray (the multi-node path: `--distributed-executor-backend ray`, which starts a local Ray cluster) with
 pipeline parallel 2; the multiprocessing executor with pipeline parallel 2; tensor parallel 2 on the bundled SmolLM2
@@ -21,20 +21,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.common import write_result  # noqa: E402
-from engine.backends.vllm import availability  # noqa: E402
-from engine.backends.vllm_records import recorded_parallel  # noqa: E402
-from engine.backends.vllm_server import (  # noqa: E402
+from bench.common import write_result
+from engine.backends.vllm import availability
+from engine.backends.vllm_records import recorded_parallel
+from engine.backends.vllm_server import (
     READY_TIMEOUT_S,
     STOP_TIMEOUT_S,
     command_reason,
     wait_command_ready,
 )
-from engine.core import load, paths  # noqa: E402
-from engine.serving.process import ServerProcess  # noqa: E402
+from engine.core import load, paths
+from engine.serving.process import ServerProcess
 
 TINY_LLAMA = "tiny-llama-tp2"  # a folder under <lab home>/models, made once by tiny_llama()
 PROMPT = "The capital of France is"

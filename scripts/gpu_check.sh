@@ -143,7 +143,7 @@ print("TORCH_CUDA_ARCH_LIST", os.environ.get("TORCH_CUDA_ARCH_LIST"))'
 decode() {  # decode NAME MAX_SECONDS MODEL: bench/decode.py, eager and compiled lanes, batch 1 and 8
     # recompiles and CUDA-graph skips are logged with their reasons (the step's output keeps them)
     step "$1" "$2" env TORCH_LOGS=recompiles,graph_breaks,cudagraphs \
-        $PY bench/decode.py --models "$3" --device "$DEVICE" --dtype "$DTYPE" --batches 1 8 --compile \
+        $PY -m bench.decode --models "$3" --device "$DEVICE" --dtype "$DTYPE" --batches 1 8 --compile \
         --lanes generate scheduler --repeats "$REPEATS" --warmup 1 --max-new-tokens "$TOKENS" \
         --out "$RESULTS/decode-$DEVICE-$3-$STAMP.json"
 }

@@ -69,3 +69,23 @@ def test_the_eval_command_takes_its_flags_from_the_spec():
     with pytest.raises(InvalidParameterError) as err:
         evaluation.EvalSpec.from_args(parser.parse_args(["--limit", "0"]))
     assert str(err.value) == evaluation.EvalSpec.problem("limit", 0)
+
+
+def test_the_fewshot_command_takes_its_flags_from_the_spec():
+    """`python -m engine fewshot`'s --queries and --seed are FewShotSpec's fields and its repeatable --k is checked
+    against the spec's k values, so the command refuses what the Few-shot tab refuses, before loading a model."""
+    import argparse
+
+    from engine.commands import fewshot as cmd
+
+    parser = argparse.ArgumentParser()
+    cmd.add_arguments(parser)
+    spec = cmd.spec_of(parser.parse_args(["--k", "0", "--k", "4", "--queries", "3", "--seed", "2"]))
+    assert (spec.ks, spec.max_queries, spec.seed) == ((0, 4), 3, 2)
+    assert cmd.spec_of(parser.parse_args([])).ks == fewshot.FewShotSpec.default("ks")
+    with pytest.raises(InvalidParameterError) as err:
+        cmd.spec_of(parser.parse_args(["--queries", "0"]))
+    assert str(err.value) == fewshot.FewShotSpec.problem("max_queries", 0)
+    with pytest.raises(InvalidParameterError) as err:
+        cmd.spec_of(parser.parse_args(["--k", "99"]))
+    assert str(err.value) == fewshot.FewShotSpec.problem("ks", (99,))

@@ -41,6 +41,39 @@ def test_flags_and_defaults_come_from_the_fields():
         _parse(["--hidden", "3"])  # not a command-line option
 
 
+def test_a_benchmark_takes_some_flags_with_its_own_defaults_and_the_specs_bounds():
+    p = argparse.ArgumentParser()
+    Toy.add_arguments(p, only=("runs", "fast"), defaults={"runs": 2})
+    args = p.parse_args([])
+    assert (args.runs, args.fast) == (2, False) and not hasattr(args, "rate")
+    assert "1 to 50" in p.format_help()  # the bounds stay the spec's
+    assert Toy.default("runs") == 3  # the spec keeps its own default
+    with pytest.raises(SystemExit):
+        p.parse_args(["--rate", "0.1"])
+    with pytest.raises(KeyError, match="no option"):
+        Toy.add_arguments(argparse.ArgumentParser(), only=("runz",))
+
+
+def test_every_benchmark_parser_reads_the_shared_options_from_their_specs():
+    """The max batch, request count and SLO flags of the serving benchmarks are the specs' (bounds in the help)."""
+    import contextlib
+    import io
+
+    from bench import serving, serving_itl, simulate
+    from engine.serving.runner import ServeSpec
+
+    for mod, flags in ((serving, ("--max-batch", "--requests", "--slo-ttft")), (serving_itl, ("--max-batch",)),
+                       (simulate, ("--requests", "--endpoint"))):  # fmt: skip
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+            mod.main(["--help"])
+        for flag in flags:
+            assert flag in out.getvalue(), (mod.__name__, flag)
+        if "--max-batch" in flags:  # the server's bound, not a number restated in the benchmark
+            lo, hi = ServeSpec.bounds("max_batch")
+            assert f"{lo} to {hi}" in " ".join(out.getvalue().split()), mod.__name__
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

@@ -187,13 +187,13 @@ def vllm_parallel_section() -> None:
     rec = recorded_parallel()
     if rec is None:
         st.caption(
-            "Not tried on this machine yet: `.venv/bin/python bench/vllm_parallel.py` starts vLLM with Ray, pipeline "
+            "Not tried on this machine yet: `.venv/bin/python -m bench.vllm_parallel` starts vLLM with Ray, pipeline "
             "parallel 2 and tensor parallel 2 (a few minutes) and records what happened and what vLLM said."
         )
     else:
         st.markdown(
             parallel_sentence(rec)
-            + " Recorded, not live; rerun with `.venv/bin/python bench/vllm_parallel.py`."
+            + " Recorded, not live; rerun with `.venv/bin/python -m bench.vllm_parallel`."
         )
         st.dataframe(parallel_rows(rec), hide_index=True, width="stretch")
     with st.expander("The multi-node steps vLLM documents (for a GPU cluster)"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 
 import streamlit as st
 
@@ -238,11 +239,8 @@ def _answer(
     q: str, spec: ModelSpec, gpu: GPUSpec, sim: SimulateSpec, slo: SLO, users: int, progress
 ) -> solve.Answer:
     if q == "max-context":
-        return solve.max_context(
-            spec, gpu, dtype=sim.dtype, kv_dtype=sim.kv_dtype, n_gpus=sim.n_gpus,
-            engine=sim.engine if sim.engine in ("vllm", "sglang") else "vllm",
-            gpu_memory_utilization=sim.gpu_memory_utilization,
-        )  # fmt: skip
+        serving = sim if sim.engine in ("vllm", "sglang") else replace(sim, engine="vllm")
+        return solve.max_context_for(serving, spec, gpu)
     if q == "max-users":
         return solve.max_users(sim, slo, progress=progress, deploy=deployment(sim, spec, gpu))
     return solve.cheapest(sim, slo, users, progress=progress, model=spec)

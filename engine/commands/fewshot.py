@@ -17,16 +17,27 @@ def add_arguments(parser) -> None:
         default=None,
         help=f"a CSV with text,label columns (default: the shipped '{fewshot.DEFAULT_SET}' set)",
     )
-    parser.add_argument(
-        "--k", type=int, action="append", default=None, help="a k to measure; repeatable (default 0 1 2 4 8)"
+    FS = fewshot.FewShotSpec
+    parser.add_argument(  # repeatable (--k 0 --k 4), where the spec's other tuples are comma lists
+        "--k",
+        dest="ks",
+        type=int,
+        action="append",
+        default=None,
+        help=f"a k to measure; repeatable (default {' '.join(map(str, FS.default('ks')))}; "
+        f"from {', '.join(map(str, FS.choices('ks')))})",
     )
-    parser.add_argument(
-        "--queries", type=int, default=None, help="only the first N items as queries (default: all)"
-    )
-    parser.add_argument("--seed", type=int, default=0, help="seed for drawing the examples")
+    FS.add_arguments(parser, only=("max_queries", "seed"))
+
+
+def spec_of(args) -> fewshot.FewShotSpec:
+    """The validated FewShotSpec from the flags: refused before any model loads, in the page's sentences."""
+    ks = tuple(args.ks) if args.ks else fewshot.FewShotSpec.default("ks")
+    return fewshot.FewShotSpec.from_args(args, ks=ks)
 
 
 def run(args) -> dict:
+    spec = spec_of(args)
     if args.csv:
         try:
             with open(args.csv, "rb") as f:
@@ -38,16 +49,15 @@ def run(args) -> dict:
         data = fewshot.parse_csv(raw, name=args.csv)
     else:
         data = fewshot.load_shipped()
-    ks = tuple(args.k) if args.k else fewshot.DEFAULT_KS
     lm = models.ModelArgs.from_args(args).load()
-    results = fewshot.accuracy_by_k(lm, data, ks, seed=args.seed, max_queries=args.queries)
+    results = fewshot.accuracy_by_k(lm, data, spec.ks, seed=spec.seed, max_queries=spec.max_queries)
     return {
         "model": lm.name,
         "dtype": lm.dtype,
         "device": lm.device,
         "dataset": data.name,
         "labels": list(data.labels),
-        "majority_baseline": fewshot.majority_baseline(data, args.queries),
+        "majority_baseline": fewshot.majority_baseline(data, spec.max_queries),
         "results": [
             {
                 "k": r.k,

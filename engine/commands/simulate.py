@@ -99,15 +99,8 @@ def solve(args) -> dict:
         from engine.calibration import this_machine_gpu
         from engine.simulate.sweep import model_spec
 
-        answer = solver.max_context(
-            model_spec(spec),
-            resolve_gpu(spec.gpu, this_machine=this_machine_gpu),
-            dtype=spec.dtype,
-            kv_dtype=spec.kv_dtype,
-            n_gpus=spec.n_gpus,
-            engine=spec.engine,
-            gpu_memory_utilization=spec.gpu_memory_utilization,
-            max_num_seqs=spec.max_batch,
+        answer = solver.max_context_for(
+            spec, model_spec(spec), resolve_gpu(spec.gpu, this_machine=this_machine_gpu)
         )
     elif args.solve == "max-users":
         answer = solver.max_users(spec, slo)

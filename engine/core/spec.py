@@ -16,10 +16,11 @@ the default is None. Standard library only: the pure calculators use it too.
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import inspect
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, field
 from typing import Any, Self
 
@@ -146,11 +147,26 @@ class Spec:
         return f.metadata["flag"] or "--" + name.replace("_", "-")
 
     @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser, *, skip: Sequence[str] = ()) -> None:
-        """One flag per option, its default and help from the field."""
+    def add_arguments(
+        cls,
+        parser: argparse.ArgumentParser,
+        *,
+        skip: Sequence[str] = (),
+        only: Sequence[str] | None = None,
+        defaults: Mapping[str, Any] | None = None,
+    ) -> None:
+        """One flag per option, its default and help from the field. `only` keeps the named options (a benchmark
+        that takes a few of a command's flags); `defaults` replaces a default where a caller starts smaller (the
+        bounds and help stay the spec's)."""
+        defaults = dict(defaults or {})
+        unknown = sorted((set(only or ()) | set(defaults)) - {f.name for f in cls._options()})
+        if unknown:
+            raise KeyError(f"{cls.__name__} has no option(s) {', '.join(unknown)}")
         for f in cls._options():
-            if not f.metadata["cli"] or f.name in skip:
+            if not f.metadata["cli"] or f.name in skip or (only is not None and f.name not in only):
                 continue
+            if f.name in defaults:
+                f = _with_default(f, defaults[f.name])
             kind, flag, dest = _kind(f), cls.flag(f.name), f.name
             help_text = f.metadata["help"].replace("%", "%%")
             if kind is bool:
@@ -210,6 +226,13 @@ class Spec:
 
 
 _SPEC_METHODS = frozenset(n for n in vars(Spec) if not n.startswith("_"))
+
+
+def _with_default(f: dataclasses.Field, default: Any) -> dataclasses.Field:
+    """A copy of the field with another default (for a parser only: the dataclass keeps its own)."""
+    g = copy.copy(f)
+    g.default = default
+    return g
 
 
 def _narrowed(f: dataclasses.Field, lo: float | None, hi: float | None) -> tuple[Any, Any]:

@@ -77,6 +77,7 @@ class FewShotSpec(Spec):
         lo=1,
         hi=MAX_ROWS,
         label="queries",
+        flag="--queries",
     )
     seed: int = option(0, "seed for drawing the examples", lo=0)
 

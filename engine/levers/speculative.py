@@ -38,6 +38,7 @@ from engine.core.spec import option
 from engine.core.verdict import speed_verdict
 from engine.levers import runs as R
 from engine.runtime import hardware
+from engine.runtime.chat import render_chat, user_turn
 from engine.runtime.generation import greedy_kwargs
 from engine.runtime.models import LoadedModel, ModelArgs, load_model
 from engine.runtime.prompt import check_context, clean_prompt
@@ -204,10 +205,9 @@ class Counted:
 def _encode(lm: LoadedModel, prompt: str):
     prompt = clean_prompt(prompt)
     if lm.has_chat_template:
-        text = lm.tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+        return lm.tokenizer(
+            render_chat(lm.tokenizer, user_turn(prompt)), return_tensors="pt", add_special_tokens=False
         )
-        return lm.tokenizer(text, return_tensors="pt", add_special_tokens=False)
     return lm.tokenizer(prompt, return_tensors="pt")
 
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from engine.core.errors import InvalidParameterError, PromptTooLongError
+from engine.runtime.chat import render_chat, user_turn
 from engine.runtime.models import LoadedModel
 from engine.runtime.settings import GenerationConfig
 
@@ -41,9 +42,7 @@ def _render(lm: LoadedModel, prompt: str, cfg: GenerationConfig) -> str:
         raise InvalidParameterError(
             f"{lm.name} has no chat template; turn 'use chat template' off to send the raw prompt"
         )
-    return lm.tokenizer.apply_chat_template(
-        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
-    )
+    return render_chat(lm.tokenizer, user_turn(prompt))
 
 
 def encode_batch(lm: LoadedModel, prompts: Sequence[str], cfg: GenerationConfig):

@@ -25,6 +25,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from engine.core.errors import CancelledError, EngineError
 from engine.runtime import run
+from engine.runtime.chat import chat_prompt_ids
 from engine.runtime.prompt import check_context, encode_prompt
 from engine.serving.metrics import vllm_finished_reason
 from engine.serving.protocol import (
@@ -264,10 +265,7 @@ def _submit(state: ServerState, req: ParsedRequest) -> tuple[run.Run, int]:
                 raise RequestError(
                     400, f"{state.lm.name} has no chat template: use /v1/completions with a raw prompt"
                 )
-            rendered = state.lm.tokenizer.apply_chat_template(
-                list(req.messages), add_generation_prompt=True, tokenize=False
-            )
-            ids = list(state.lm.tokenizer(rendered, add_special_tokens=False)["input_ids"])
+            rendered, ids = chat_prompt_ids(state.lm.tokenizer, req.messages)
             check_context(state.lm, len(ids), req.cfg.max_new_tokens)
         else:
             rendered, ids = encode_prompt(state.lm, req.prompt or "", req.cfg)

@@ -212,6 +212,21 @@ def _need_slo(slo: SLO) -> None:
         raise InvalidParameterError("give an objective to meet: --slo-ttft and/or --slo-tpot (seconds)")
 
 
+def max_context_for(s: SimulateSpec, spec: ModelSpec, gpu: GPUSpec) -> Answer:
+    """max_context for a simulation's deployment (its dtype, KV dtype, GPU count, engine, utilisation and max
+    batch): the one mapping the CLI and the page share."""
+    return max_context(
+        spec,
+        gpu,
+        dtype=s.dtype,
+        kv_dtype=s.kv_dtype,
+        n_gpus=s.n_gpus,
+        engine=s.engine,
+        gpu_memory_utilization=s.gpu_memory_utilization,
+        max_num_seqs=s.max_batch,
+    )
+
+
 def max_users(
     s: SimulateSpec, slo: SLO, *, progress: Progress | None = None, deploy: Deployment | None = None
 ) -> Answer:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Protocol
 
@@ -179,25 +179,29 @@ def _bucketed(fn: StepFn) -> StepFn:
     return duration
 
 
+class _Bucketed:
+    """A step model whose `duration` is its `_predict(rows, context, prefill tokens, prompts)`, memoized per
+    instance (_bucketed)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_seconds", _bucketed(self._predict))  # type: ignore[attr-defined]
+
+    def duration(
+        self, decode_rows: int, context_tokens: int, prefill_tokens: int, prefill_seqs: int = 0
+    ) -> Interval:
+        return self._seconds(decode_rows, context_tokens, prefill_tokens, prefill_seqs)  # type: ignore[attr-defined]
+
+
 @dataclass(frozen=True)
-class PublishedSteps:
+class PublishedSteps(_Bucketed):
     setup: Setup
     engine: str
     name: str = "published"
     fixed_s: Interval = ZERO
     handling_s: float = 0.0
-    _seconds: StepFn = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        setup, engine = self.setup, self.engine
-        object.__setattr__(
-            self, "_seconds", _bucketed(lambda r, c, p, n: step_time(setup, engine, r, c, p, n))
-        )
-
-    def duration(
-        self, decode_rows: int, context_tokens: int, prefill_tokens: int, prefill_seqs: int = 0
-    ) -> Interval:
-        return self._seconds(decode_rows, context_tokens, prefill_tokens, prefill_seqs)
+    def _predict(self, rows: int, context: int, prefill: int, seqs: int) -> Interval:
+        return step_time(self.setup, self.engine, rows, context, prefill, seqs)
 
     def describe(self) -> dict:
         fit = fits().for_engine(self.engine)
@@ -229,7 +233,7 @@ def published_steps(setup: Setup, engine: str) -> PublishedSteps:
 
 
 @dataclass(frozen=True)
-class CalibratedSteps:
+class CalibratedSteps(_Bucketed):
     """This machine's stored calibration as step times: a decode step of `rows` at the rows' mean context is the
     fit's TPOT at that batch and context; a prompt's tokens add what the fit's TTFT adds per prompt token beyond one
     (their FLOPs and activations: the weights are read once per forward anyway); a standalone prefill is the fit's
@@ -241,10 +245,6 @@ class CalibratedSteps:
     name: str = "calibrated"
     fixed_s: Interval = ZERO
     handling_s: float = 0.0
-    _seconds: StepFn = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_seconds", _bucketed(self._predict))
 
     def _predict(self, rows: int, context: int, prefill: int, seqs: int) -> Interval:
         from engine.calibration.fit import predict
@@ -260,11 +260,6 @@ class CalibratedSteps:
         ttft_n, _ = predict(fit, spec, prompt=each, output=1, batch=seqs)
         ttft_1, _ = predict(fit, spec, prompt=1, output=1)
         return _add(tpot, _scaled(_sub(ttft_n, ttft_1), prefill / max(1, prefill - 1)))
-
-    def duration(
-        self, decode_rows: int, context_tokens: int, prefill_tokens: int, prefill_seqs: int = 0
-    ) -> Interval:
-        return self._seconds(decode_rows, context_tokens, prefill_tokens, prefill_seqs)
 
     def describe(self) -> dict:
         cal = self.cal

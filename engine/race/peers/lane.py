@@ -16,6 +16,7 @@ from typing import Any
 
 from engine.race import quality
 from engine.race.peers import base, cache
+from engine.runtime.chat import chat_prompt_ids, user_turn
 
 
 def _eos_ids(folder: Path) -> set[int]:
@@ -33,10 +34,7 @@ def prompt_ids(tokenizer, prompt: str, chat: bool) -> list[int]:
     """As engine.runtime.prompt.encode_prompt renders and encodes one prompt (chat template without special tokens
     added twice; a raw prompt with the tokenizer's own special tokens)."""
     if chat:
-        text = tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
-        )
-        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+        return chat_prompt_ids(tokenizer, user_turn(prompt))[1]
     return list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
 
 
