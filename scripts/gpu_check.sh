@@ -111,8 +111,11 @@ install_wheels() {  # DeepSpeed for this machine's python; the pinned side envir
         "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/ds-site .gpu/wheels/*.whl
     fi
     "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/ds-pinned .gpu/wheels-pinned/*.whl
-    printf '#!/bin/sh\nPYTHONPATH=/tmp/ds-pinned:/tmp/ds-site:$PYTHONPATH exec %s "$@"\n' "$(command -v "$PY")" \
-        > /tmp/ds-python
+    # USE_FLAX=0 USE_TF=0: transformers 4.42.4 otherwise imports the image's jax (built against NumPy 2) under the
+    # pinned numpy<2 when it decodes tokens, and the lane dies after DeepSpeed's kernels loaded (seen on the lent
+    # H200, 2026-12-04: "ImportError: Encountered an error while initializing the extension").
+    printf '#!/bin/sh\nUSE_FLAX=0 USE_TF=0 PYTHONPATH=/tmp/ds-pinned:/tmp/ds-site:$PYTHONPATH exec %s "$@"\n' \
+        "$(command -v "$PY")" > /tmp/ds-python
     chmod +x /tmp/ds-python
     PYTHONPATH=$PYTHONPATH:/tmp/ds-site "$PY" -c \
         "import deepspeed, transformers; print('main env: deepspeed', deepspeed.__version__, 'transformers', transformers.__version__)"

@@ -55,12 +55,15 @@ def mixed_step(
     # which flattened key each flattened query may see: past columns of its own row that hold a real token
     # (running rows only: a newcomer's columns are all written in this step), then its own row's new tokens
     # up to itself
-    row_of = torch.tensor([*range(n), *(n + j for j, ln in enumerate(lengths) for _ in range(ln))])  # [T]
+    # (built where the mask lives: on a GPU a CPU index against the CUDA mask fails, seen on the lent H200)
+    at = mask.device
+    owner = [*range(n), *(n + j for j, ln in enumerate(lengths) for _ in range(ln))]
+    row_of = torch.tensor(owner, device=at)  # [T]
     past_real = mask[:rows, start:end].clone()  # [R, W]
     past_real[n:] = 0
-    key_row = torch.arange(rows).repeat_interleave(width)  # [R x W]
+    key_row = torch.arange(rows, device=at).repeat_interleave(width)  # [R x W]
     see_past = (row_of[:, None] == key_row[None, :]) & (past_real.reshape(-1) != 0)[None, :]  # [T, R x W]
-    idx = torch.arange(t)
+    idx = torch.arange(t, device=at)
     see_new = (row_of[:, None] == row_of[None, :]) & (idx[None, :] <= idx[:, None])  # [T, T]
     see = torch.cat([see_past, see_new], dim=1).to(device)
     dtype = lm.model.dtype
