@@ -214,6 +214,7 @@ def test_spec_for_engine_presets():
 
 def test_calibrate_command_wiring(tmp_path, monkeypatch, capsys):
     """`python -m engine calibrate` end to end with the runs and the machine replaced by synthetic ones."""
+    from engine.calibration import build as calibration_build
     from engine.calibration import machine
     from engine.calibration import runs as calibration_runs
     from engine.calibration.runs import TimedRun
@@ -253,7 +254,8 @@ def test_calibrate_command_wiring(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(calibration_runs, "measure", fake_measure)
     monkeypatch.setattr(calibration_runs, "gemv_curve", lambda dtypes: {})  # synthetic runs: no curve
     monkeypatch.setattr(calibration_runs, "gemm_curve", lambda dtypes: {})
-    monkeypatch.setattr(cal_mod, "load_models", lambda *a, **k: [])
+    # where calibrate looks it up (the package re-exports it; patching the re-export loaded the real models)
+    monkeypatch.setattr(calibration_build, "load_models", lambda *a, **k: [])
     monkeypatch.setattr(machine, "measure", lambda dtypes=(), store=True: roofs)
     assert main(["calibrate"]) == 0
     out = capsys.readouterr().out

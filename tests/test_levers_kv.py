@@ -3,11 +3,18 @@ why, and on SmolLM2 the bytes read from a real QuantizedCache equal the calculat
 
 from __future__ import annotations
 
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from engine.calc import quant as qcalc
 from engine.core.errors import InvalidParameterError
 from engine.levers import kvquant as K
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_kv_quant_bytes_arithmetic():
@@ -48,3 +55,32 @@ def test_quantized_cache_bytes_match_the_calculator(smol_lm):
         assert row.status == "ok", row.reason
         assert row.kv_bytes == pytest.approx(row.predicted_bytes)
     assert rows[1].kv_bytes < rows[0].kv_bytes and rows[1].max_sequences > rows[0].max_sequences
+
+
+_FRESH_PROCESS = """
+import sys
+import engine.batching.kv, transformers.cache_utils  # the engine's first cache import, as a run makes it
+print("loaded at import:", "hqq" in sys.modules, "torch._dynamo" in sys.modules)
+import torch
+from transformers import LlamaConfig, QuantizedCache
+from engine.core import libs
+libs.hqq_quantizer()  # what the KV lever calls before it builds an HQQ cache
+config = LlamaConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                     intermediate_size=128, vocab_size=100)
+cache = QuantizedCache(backend="hqq", config=config, nbits=4, q_group_size=16, residual_length=4)
+k = torch.randn(1, 2, 12, 16)
+keys, values = cache.update(k, k.clone(), 0)
+print("hqq cache:", type(cache.layers[0]).__name__, tuple(keys.shape), "hqq" in sys.modules)
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("hqq") is None, reason="hqq is not installed")
+def test_hqq_waits_for_the_kv_lever_and_then_quantizes_a_cache():
+    """transformers imports hqq (and with it torch._dynamo, ~4 s) at its first cache import; the engine defers that
+    to the HQQ backend of the KV lever, which still builds a real HQQ-quantized cache afterwards."""
+    out = subprocess.run(
+        [sys.executable, "-c", _FRESH_PROCESS], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "loaded at import: False False" in out.stdout
+    assert "hqq cache: HQQQuantizedLayer (1, 2, 12, 16) True" in out.stdout

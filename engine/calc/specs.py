@@ -189,8 +189,9 @@ class GPUSpec:
     name: str
     memory_bytes: float
     bandwidth_bytes_per_s: float
-    peak_flops: Mapping[str, float]  # precision -> FLOP/s (int8 entries are OP/s)
-    sources: Mapping[str, str] = field(default_factory=dict)  # figure -> where it comes from
+    # the two mappings are compared but not hashed, so a GPU (and a timing Setup holding it) can key a cache
+    peak_flops: Mapping[str, float] = field(hash=False)  # precision -> FLOP/s (int8 entries are OP/s)
+    sources: Mapping[str, str] = field(default_factory=dict, hash=False)  # figure -> where it comes from
     notes: str = ""
     interconnect: str = ""  # "PCIe Gen3 x16", "NVLink 4"; empty when unknown (this machine)
     interconnect_bytes_per_s: float = 0.0  # one direction: the datasheet's bidirectional figure / 2

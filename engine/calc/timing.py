@@ -49,7 +49,14 @@ def ramped(eff: Efficiency, tokens: int) -> Efficiency:
     """The utilisation a prefill of `tokens` tokens in one forward reaches: flops x T / (T + T_half)."""
     if eff.prefill_half_tokens <= 0:
         return eff
-    return replace(eff, flops=eff.flops * tokens / (tokens + eff.prefill_half_tokens))
+    return replace(eff, flops=ramped_flops(eff, tokens))
+
+
+def ramped_flops(eff: Efficiency, tokens: int) -> float:
+    """`ramped(eff, tokens).flops`, without building an Efficiency (the fit asks it 10^5 times)."""
+    if eff.prefill_half_tokens <= 0:
+        return eff.flops
+    return eff.flops * tokens / (tokens + eff.prefill_half_tokens)
 
 
 @dataclass(frozen=True)
@@ -105,22 +112,34 @@ def tp_comm_s(
 
 
 def phase_time(
-    ops: Sequence[Operator], roof: Roof, n_layer: int, eff: Efficiency = DATASHEET, comm_s: float = 0.0
+    ops: Sequence[Operator],
+    roof: Roof,
+    n_layer: int,
+    eff: Efficiency = DATASHEET,
+    comm_s: float = 0.0,
+    *,
+    flops_share: float | None = None,
 ) -> PhaseTime:
     """t = sum over operators of count x max(FLOPs / (peak x e_flops), bytes / (BW x e_bw)) + L x overhead per
     layer + tensor-parallel all-reduces (not overlapped with compute: a conservative bound). An operator is
-    memory-bound when its bytes take longer than its FLOPs (intensity below the derated ridge)."""
-    peak = roof.peak_flops_per_s * eff.flops
+    memory-bound when its bytes take longer than its FLOPs (intensity below the derated ridge). `flops_share`,
+    where given, replaces eff.flops (a ramped prefill's or a decode step's compute utilisation)."""
+    peak = roof.peak_flops_per_s * (eff.flops if flops_share is None else flops_share)
     bw = roof.bandwidth_bytes_per_s * eff.bandwidth
-    mem = comp = 0.0
-    for op in ops:  # the fit evaluates this thousands of times: plain arithmetic, no objects per operator
+    mem = comp = flops = nbytes = weights = kv = 0.0
+    # the fit evaluates this 10^5 times: plain arithmetic, no objects and no hashing per operator
+    for op in ops:
+        n = op.count
         tf, tb = op.flops / peak, op.bytes / bw
         if tb > tf:
-            mem += tb * op.count
+            mem += tb * n
         else:
-            comp += tf * op.count
+            comp += tf * n
+        flops += op.flops * n
+        nbytes += op.bytes * n
+        weights += op.weight_bytes * n
+        kv += op.kv_bytes * n
     overhead = n_layer * eff.step_overhead_s_per_layer
-    flops, nbytes, weights, kv = _totals(tuple(ops))
     return PhaseTime(
         seconds=mem + comp + overhead + comm_s,
         memory_s=mem,
@@ -131,17 +150,6 @@ def phase_time(
         weights_bytes=weights,
         kv_bytes=kv,
         comm_s=comm_s,
-    )
-
-
-@lru_cache(maxsize=4096)
-def _totals(ops: tuple[Operator, ...]) -> tuple[float, float, float, float]:
-    """(FLOPs, bytes, weight bytes, KV bytes) of a forward: the same whatever the efficiency."""
-    return (
-        sum(op.total_flops for op in ops),
-        sum(op.total_bytes for op in ops),
-        sum(op.weight_bytes * op.count for op in ops),
-        sum(op.kv_bytes * op.count for op in ops),
     )
 
 
@@ -290,12 +298,17 @@ def timing_from(inputs: TimingInputs, eff: Efficiency = DATASHEET) -> TimingEsti
         i.prefill_ops,
         i.roof,
         i.n_layer,
-        ramped(eff, i.batch * i.prompt_tokens),
+        eff,
         i.prefill_comm_s + latency + i.prefill_hop_s + hops,
+        flops_share=ramped_flops(eff, i.batch * i.prompt_tokens),
     )
-    dec_eff = eff if eff.decode_flops is None else replace(eff, flops=eff.decode_flops)
     decode = phase_time(
-        i.decode_ops, i.roof, i.n_layer, dec_eff, i.decode_comm_s + latency + i.decode_hop_s + hops
+        i.decode_ops,
+        i.roof,
+        i.n_layer,
+        eff,
+        i.decode_comm_s + latency + i.decode_hop_s + hops,
+        flops_share=eff.decode_flops,
     )
     ttft = eff.request_fixed_s + prefill.seconds
     generation = ttft + (i.output_tokens - 1) * decode.seconds
@@ -379,7 +392,16 @@ def merge_forward(a: Sequence[Operator], b: Sequence[Operator]) -> list[Operator
 
 def step_inputs(
     s: Setup, *, decode_rows: int, context_tokens: int, prefill_tokens: int
-) -> tuple[list[Operator], Roof, float, int, float]:
+) -> tuple[tuple[Operator, ...], Roof, float, int, float]:
+    """`_step_inputs`, remembered: the fit times the same steps under thousands of candidate efficiencies, and the
+    operators do not depend on the efficiency."""
+    return _step_inputs(s, max(0, int(decode_rows)), max(0, int(context_tokens)), max(0, int(prefill_tokens)))
+
+
+@lru_cache(maxsize=16384)
+def _step_inputs(
+    s: Setup, decode_rows: int, context_tokens: int, prefill_tokens: int
+) -> tuple[tuple[Operator, ...], Roof, float, int, float]:
     """(operators, roof, communication byte time, all-reduces per forward, hand-over byte time) of one scheduler
     step: `decode_rows` sequences each decoding one token against `context_tokens` cached tokens in all, plus
     `prefill_tokens` prompt tokens in the same forward. KV bytes and attention FLOPs are linear in the context,
@@ -445,7 +467,7 @@ def step_inputs(
         if s.pipeline > 1
         else 0.0
     )
-    return ops, base.roof, comm, base.allreduces, hop
+    return tuple(ops), base.roof, comm, base.allreduces, hop
 
 
 def step_seconds(
@@ -457,9 +479,10 @@ def step_seconds(
     ops, roof, comm, allreduces, hop = step_inputs(
         s, decode_rows=decode_rows, context_tokens=context_tokens, prefill_tokens=prefill_tokens
     )
+    share: float | None
     if prefill_tokens:
-        step_eff = ramped(eff, max(0, int(decode_rows)) + int(prefill_tokens))
+        share = ramped_flops(eff, max(0, int(decode_rows)) + int(prefill_tokens))
     else:
-        step_eff = eff if eff.decode_flops is None else replace(eff, flops=eff.decode_flops)
+        share = eff.decode_flops  # None: eff.flops
     fixed = allreduces * eff.allreduce_latency_s + (s.pipeline - 1) * eff.stage_hop_s
-    return phase_time(ops, roof, s.spec.n_layer, step_eff, comm + hop + fixed)
+    return phase_time(ops, roof, s.spec.n_layer, eff, comm + hop + fixed, flops_share=share)

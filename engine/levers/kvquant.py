@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine.calc import quant as qcalc
+from engine.core import libs
 from engine.core.errors import InvalidParameterError
 from engine.core.paths import scrub
 from engine.core.spec import Spec, option
@@ -134,6 +135,8 @@ def _cache(lm: LoadedModel, backend: str, nbits: int):
         return DynamicCache(config=lm.model.config)
     if backend == "fp8":
         return QuantizedCache(backend="fp8", config=lm.model.config)
+    if backend == "hqq":
+        libs.hqq_quantizer()  # deferred at the engine's import (engine.core.libs)
     return QuantizedCache(
         backend=backend, config=lm.model.config, nbits=nbits, q_group_size=GROUP, residual_length=RESIDUAL
     )
