@@ -294,22 +294,14 @@ def timing_from(inputs: TimingInputs, eff: Efficiency = DATASHEET) -> TimingEsti
     i = inputs
     latency = i.allreduces * eff.allreduce_latency_s
     hops = i.hops * eff.stage_hop_s
-    prefill = phase_time(
-        i.prefill_ops,
-        i.roof,
-        i.n_layer,
-        eff,
-        i.prefill_comm_s + latency + i.prefill_hop_s + hops,
-        flops_share=ramped_flops(eff, i.batch * i.prompt_tokens),
+
+    def phase(ops: Sequence[Operator], comm_s: float, share: float | None) -> PhaseTime:
+        return phase_time(ops, i.roof, i.n_layer, eff, comm_s + latency + hops, flops_share=share)
+
+    prefill = phase(
+        i.prefill_ops, i.prefill_comm_s + i.prefill_hop_s, ramped_flops(eff, i.batch * i.prompt_tokens)
     )
-    decode = phase_time(
-        i.decode_ops,
-        i.roof,
-        i.n_layer,
-        eff,
-        i.decode_comm_s + latency + i.decode_hop_s + hops,
-        flops_share=eff.decode_flops,
-    )
+    decode = phase(i.decode_ops, i.decode_comm_s + i.decode_hop_s, eff.decode_flops)
     ttft = eff.request_fixed_s + prefill.seconds
     generation = ttft + (i.output_tokens - 1) * decode.seconds
     return TimingEstimate(
