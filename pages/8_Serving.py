@@ -19,6 +19,7 @@ from engine.loadgen.sweep import check_server, run_sweep, to_json
 from engine.loadgen.workload import ENDPOINTS, SLO, LoadSpec, LoadSpecError, PromptsSpec, parse_levels
 from engine.runtime.models import PRESETS
 from ui.common import init_state, page_setup, show_error
+from ui.pace import run_with_clock
 from ui.serving_server import BACKENDS_OF, COMPARE_KEYS, TARGETS, local_servers, vllm_status
 from ui.serving_vllm_view import (
     calculator_beside,
@@ -199,7 +200,6 @@ elif not ((url or urls) and model):
 else:
     sweep_why = ""
 if button_why(st, "Run sweep", key=f"{NS}.go", type="primary", why=sweep_why):
-    bar = st.progress(0.0, text="starting…")
     try:
         if both and mode != "concurrency":
             raise LoadSpecError(
@@ -223,19 +223,21 @@ if button_why(st, "Run sweep", key=f"{NS}.go", type="primary", why=sweep_why):
         st.session_state[f"{NS}.sweep"] = st.session_state[f"{NS}.sbs"] = None
         for u in urls.values() if both else [url]:
             check_server(u, api_key)  # a dead or wrong URL fails here, with what went wrong, before any run
+        # the sweep runs beside a bar whose clock ticks between the load generator's own reports (ui.pace)
         if both:
             specs = {COMPARE_KEYS[b]: replace(spec, base_url=u) for b, u in urls.items()}
-            st.session_state[f"{NS}.sbs"] = run_side_by_side(
-                specs, levels, rounds=rounds, slo=slo, progress=lambda f, msg: bar.progress(f, text=msg)
+            st.session_state[f"{NS}.sbs"] = run_with_clock(
+                "Side-by-side sweep",
+                lambda report: run_side_by_side(specs, levels, rounds=rounds, slo=slo, progress=report),
             )
             st.session_state[f"{NS}.sbs_dtype"] = sbs_dtype()  # what both ran, for the calculator beside them
         else:
-            st.session_state[f"{NS}.sweep"] = run_sweep(
-                spec, slo, levels, keep_going=keep_going, progress=lambda f, msg: bar.progress(f, text=msg)
+            st.session_state[f"{NS}.sweep"] = run_with_clock(
+                "Sweep",
+                lambda report: run_sweep(spec, slo, levels, keep_going=keep_going, progress=report),
             )
     except (LoadSpecError, ValueError, EngineError) as exc:
         show_error(exc)
-    bar.empty()
 
 simulated_section(st.session_state[f"{NS}.sweep"])  # a GPU this machine lacks (ui.simulate_widgets)
 

@@ -28,6 +28,16 @@ def test_tradeoff_flips_with_the_throughput_ratio():
     assert "about the same" in same and "won" not in same
 
 
+def test_an_invalid_throughput_ratio_names_no_winner():
+    """The walkthrough's 'Run both policies': the tile said '1.35× (invalid)' and the trade-off then said
+    'In-flight batching won on throughput here: 1.35× static's'."""
+    static, inflight = policy(100.0, 2.0, 0.5), policy(135.0, 1.5, 0.2)
+    invalid = " ".join(narrative.tradeoff_sentences(static, inflight, NS(valid=False)))
+    assert "No throughput winner" in invalid and "1.35×" in invalid and "won on throughput" not in invalid
+    valid = " ".join(narrative.tradeoff_sentences(static, inflight, NS(valid=True)))
+    assert "In-flight batching won on throughput here" in valid
+
+
 def test_sweep_sentence_says_when_a_bigger_batch_did_not_help():
     def pts(tps):
         return [NS(batch=b, tokens_per_s=t, latency_s=0.5 * b) for b, t in zip((1, 4, 16), tps, strict=True)]

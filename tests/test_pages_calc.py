@@ -378,6 +378,25 @@ def test_72b_on_two_a100s_with_vllm_reads_as_one_answer():
     assert f"{_metric(at, 'Max batch at 1,024 tokens')} sequences" in at.success[0].value
 
 
+def test_a_plan_that_needs_more_gpus_says_which_gpus_each_tile_is_for():
+    """The walkthrough: a 70B model on 1 x H100 showed 'at the 2 GPUs it needs' speed and price tiles beside
+    unlabelled 'KV cache vllm allocates 0 tokens' and 'Max batch 0', the figures of the 1 GPU asked."""
+    at = _run(CALC)
+    at.selectbox(key="calc.preset").set_value("Qwen/Qwen2-72B").run()
+    at.selectbox(key="calc.gpu").set_value("a100-80gb").run()
+    at.selectbox(key="calc.dtype.gpu").set_value("bf16").run()
+    at.selectbox(key="calc.engine").set_value("vllm").run()
+    at.number_input(key="calc.gpus").set_value(1).run()
+    assert not at.exception and at.error and "Does not fit" in at.error[0].value
+    labels = [m.label for m in at.metric]
+    assert "KV cache vllm allocates on the 1 GPU asked" in labels
+    assert "Max batch at 1,024 tokens on the 1 GPU asked" in labels
+    assert any(lbl.startswith("Max tokens at batch") and lbl.endswith("on the 1 GPU asked") for lbl in labels)
+    assert any("GPUs it needs" in lbl for lbl in labels if lbl.startswith("TPOT"))
+    at.number_input(key="calc.gpus").set_value(2).run()  # it fits: no qualifier
+    assert "KV cache vllm allocates" in [m.label for m in at.metric]
+
+
 def test_sglang_memory_fraction_follows_the_engines_rule_for_the_gpu_count():
     """The page sent 0.88 whatever the count; SGLang keeps 0.87 on 2 GPUs, 0.85 on 4."""
     at = _run(CALC)

@@ -230,3 +230,19 @@ def test_page_runs_multi_turn_and_shared_prefix_workloads(tiny_lm):
         sweep = at.session_state["serving.sweep"]
         assert (sweep.spec.prefix_tokens, sweep.spec.turns) == (32, 1)
         assert sweep.points[0].prompt_tokens_median >= 32
+
+
+def test_the_ttft_split_chart_has_one_tick_per_level_measured():
+    """The walkthrough: bars for 1, 4 and 8 users under ticks reading 1, 4, 7 (plotly took the levels as numbers)."""
+    from types import SimpleNamespace as NS
+
+    from engine.loadgen.server_side import TTFTBreakdown
+    from ui.serving_widgets import breakdown_figure
+
+    parts = TTFTBreakdown(joined=4, completed=4, ttft_s=0.3, queue_s=0.1, prefill_s=0.15, transport_s=0.05)
+    sweep = NS(
+        spec=NS(mode="concurrency"), points=[NS(level=lvl, ttft_breakdown=parts) for lvl in (1.0, 4.0, 8.0)]
+    )
+    fig = breakdown_figure(sweep)
+    assert fig.layout.xaxis.type == "category"
+    assert all(list(bar.x) == ["1", "4", "8"] for bar in fig.data)

@@ -376,6 +376,19 @@ def test_verdict_says_faster_and_where_the_output_diverges_and_flips_with_the_nu
     assert r.verdict.startswith("no measurable difference") and "includes 1×" in verdict.interval_line(r)
 
 
+def test_a_drifted_baseline_keeps_the_interval_from_claiming_beyond_noise():
+    """The walkthrough: the caution said vanilla moved +18.0% so the ratios are unreliable, while the lane's
+    interval line said 'faster than vanilla beyond run-to-run noise'."""
+    fast = _lane("fast", ids=[[1, 2, 9], [4, 5], [6]])
+    (_, r), _ = _compare(fast)
+    r.baseline_drift = 1.18
+    line = verdict.interval_line(r)
+    assert "lies above 1×" in line and "+18.0%" in line and "not a reliable ratio" in line
+    assert "beyond run-to-run noise" not in line
+    r.baseline_drift = 1.05  # within the tolerance: the plain sentence
+    assert "faster than vanilla beyond run-to-run noise" in verdict.interval_line(r)
+
+
 def test_one_cold_run_gives_no_interval_and_a_pass_through_speedup_is_called_noise():
     """The defect: 1 timed run, no warm-up, DeepSpeed pass-through '3.24x faster [3.24-3.24]'."""
     ds = _lane("deepspeed", latencies=(0.31,), warmup=0, deepspeed_mode="pass-through (CPU)")

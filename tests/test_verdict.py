@@ -45,6 +45,18 @@ def test_the_words_follow_the_interval():
     assert speed_verdict(None, None) == "speed not compared"
 
 
+def test_a_faster_verdict_never_prints_its_interval_starting_at_1_00():
+    """The walkthrough: "int8 1.11× faster than fp32 (95% interval 1.00×–1.41×)" beside the rule that a lever is
+    faster only when its interval lies above 1×; the bound was 1.004."""
+    assert (
+        speed_verdict(1.11, (1.004, 1.41), baseline="fp32")
+        == "1.11× faster than fp32 (95% interval 1.004×–1.41×)"
+    )
+    assert "(95% interval 1.20×–1.41×)" in speed_verdict(1.3, (1.2, 1.41))
+    slow = speed_verdict(0.9, (0.8, 1 / 1.0004))  # 1.0004× to 1.25× slower
+    assert "1.0004×–1.25×" in slow
+
+
 def _spec_row(sp, ci, **kw):
     base = dict(
         acceptance_rate=0.15,

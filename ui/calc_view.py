@@ -115,7 +115,7 @@ def memory_tiles(est: Estimate) -> None:
         sm = fit.serving
         note_metric(
             k[2],
-            f"KV cache {fit.model} allocates",
+            f"KV cache {fit.model} allocates{_asked(est)}",
             f"{sm.kv_cache_tokens:,} tokens",
             f"{fmt.gb(max(sm.kv_bytes, 0))} per GPU",
             help="(total x utilisation - weights - profile-run activations - runtime) / KV bytes per token per GPU",
@@ -128,6 +128,12 @@ def memory_tiles(est: Estimate) -> None:
             f"{fmt.gb(m.overhead_bytes)} overhead",
             help=memory.formula_of(memory.estimate_memory),
         )
+
+
+def _asked(est: Estimate) -> str:
+    """The memory tiles are for the GPUs asked; said so where the plan needs more (the speed and price tiles are for
+    the GPUs it needs)."""
+    return "" if est.fits else f" on the {est.inputs.n_gpus} GPU{'s' if est.inputs.n_gpus > 1 else ''} asked"
 
 
 def _where(est: Estimate) -> str:
@@ -240,11 +246,13 @@ def cost_and_plan_tiles(est: Estimate) -> None:
     k[2].metric("Generation time", fmt.seconds(est.timing.generation_s), help="TTFT + (output - 1) x TPOT")
     k = st.columns(3)
     k[0].metric(
-        f"Max batch at {i.seq_len:,} tokens", f"{est.max_batch:,}", help=f"On the {i.n_gpus} GPU(s) asked."
+        f"Max batch at {i.seq_len:,} tokens{_asked(est)}",
+        f"{est.max_batch:,}",
+        help=f"On the {i.n_gpus} GPU(s) asked.",
     )
     note_metric(
         k[1],
-        f"Max tokens at batch {i.batch}",
+        f"Max tokens at batch {i.batch}{_asked(est)}",
         f"{est.max_seq_len.tokens:,}",
         f"limited by {est.max_seq_len.limited_by}",
     )

@@ -70,12 +70,19 @@ def sweep_sentence(points: Sequence[Any]) -> str:
     )
 
 
-def tradeoff_sentences(s: Any, i: Any) -> list[str]:
-    """Section 2: static (s) against in-flight (i) on the same workload, from their PolicyResults."""
+def tradeoff_sentences(s: Any, i: Any, headline: Any = None) -> list[str]:
+    """Section 2: static (s) against in-flight (i) on the same workload, from their PolicyResults. A headline
+    (engine.batching.workload.throughput_headline) marked invalid means the ratio measured the machine, not the
+    policy: then no policy is said to have won on throughput."""
     ratio = i.throughput_tokens_per_s / s.throughput_tokens_per_s if s.throughput_tokens_per_s else math.nan
     idle = 1 - s.slot_utilization
     out = []
-    if ratio > 1 + SAME_BAND:
+    if headline is not None and not headline.valid:
+        out.append(
+            f"**No throughput winner from this run**: the measured {ratio:.2f}× cannot be read as what batching "
+            "gains (the warning above says why); run both policies again on a quieter machine."
+        )
+    elif ratio > 1 + SAME_BAND:
         out.append(
             f"**In-flight batching won on throughput here**: {ratio:.2f}× static's. Static kept {idle:.0%} of its "
             f"row-steps on sequences that had already finished; in-flight gave those slots to waiting requests."

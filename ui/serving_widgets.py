@@ -196,6 +196,8 @@ def breakdown_figure(sweep: SweepResult) -> go.Figure | None:
         height=320,
         margin={"t": 30, "b": 10},
         xaxis_title=level_unit(sweep.spec.mode),
+        # one bar per level measured: as categories, or plotly reads "1", "4", "8" as numbers and ticks 1, 4, 7
+        xaxis_type="category",
         yaxis_title="mean TTFT (ms)",
         legend={"orientation": "h", "y": -0.3},
     )

@@ -61,7 +61,17 @@ def speed_verdict(
     if way == "same":
         return f"{NO_DIFFERENCE[:-1]}: {span}, point {ratio:.2f}×)"
     if way == "faster":
-        words = f"{ratio:.2f}× faster{tail}"
+        words, span = f"{ratio:.2f}× faster{tail}", f"{_past_one(low)}×–{high:.2f}×"
     else:  # said as "slower", so its interval is said as slower too: 0.66×–0.99× the speed is 1.01×–1.52× slower
-        words, span = f"{1 / ratio:.2f}× slower{tail}", f"{1 / high:.2f}×–{1 / low:.2f}×"
+        words, span = f"{1 / ratio:.2f}× slower{tail}", f"{_past_one(1 / high)}×–{1 / low:.2f}×"
     return f"{words} (95% interval {span})" if show_interval else words
+
+
+def _past_one(bound: float) -> str:
+    """The interval's end nearest 1×, in as many digits as show it is past 1 (1.004 is "1.004", not "1.00": a
+    "faster" whose interval reads 1.00× contradicts the rule it was called by)."""
+    for digits in (2, 3, 4):
+        text = f"{bound:.{digits}f}"
+        if float(text) > 1:
+            return text
+    return f"{bound:.6f}"

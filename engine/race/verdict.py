@@ -99,6 +99,13 @@ def interval_line(c: ContenderResult) -> str:
         return c.interval_note
     span = f"the 95% interval [{c.speedup_low:.2f}×–{c.speedup_high:.2f}×]"
     way = core_verdict.direction(c.speedup_vs_vanilla, _interval(c))
+    drifted = c.baseline_drift is not None and abs(c.baseline_drift - 1) > DRIFT_TOLERANCE
+    if way in ("faster", "slower") and drifted:
+        # the interval covers run-to-run noise inside the race, not vanilla's own speed moving during it
+        return (
+            f"{span} lies {'above' if way == 'faster' else 'below'} 1×, but vanilla's own speed moved "
+            f"{c.baseline_drift - 1:+.1%} during the race, more than run-to-run noise: not a reliable ratio"
+        )
     if way == "faster":
         return f"{span} lies above 1×: faster than vanilla beyond run-to-run noise"
     if way == "slower":
