@@ -357,15 +357,19 @@ def test_track_record_section_shows_targets_on_held_back_rows():
 # ---------------------------------------------------------------- one answer per plan, said plainly
 
 
-def test_72b_on_two_a100s_with_vllm_reads_as_one_answer():
-    """The issue: 'Fits ... 14,768 tokens', 'GPUs needed 4' priced at 4, 'The weights alone fill the GPU' and a
-    launch command for 2, on one page."""
+def _qwen72b_bf16_vllm_on_a100s(n: int) -> AppTest:
     at = _run(CALC)
     at.selectbox(key="calc.preset").set_value("Qwen/Qwen2-72B").run()
     at.selectbox(key="calc.gpu").set_value("a100-80gb").run()
     at.selectbox(key="calc.dtype.gpu").set_value("bf16").run()
     at.selectbox(key="calc.engine").set_value("vllm").run()
-    at.number_input(key="calc.gpus").set_value(2).run()
+    return at.number_input(key="calc.gpus").set_value(n).run()
+
+
+def test_72b_on_two_a100s_with_vllm_reads_as_one_answer():
+    """The issue: 'Fits ... 14,768 tokens', 'GPUs needed 4' priced at 4, 'The weights alone fill the GPU' and a
+    launch command for 2, on one page."""
+    at = _qwen72b_bf16_vllm_on_a100s(2)
     assert not at.exception
     assert at.success and "Fits" in at.success[0].value and not at.error
     assert _metric(at, "GPUs needed") == "2"
@@ -381,12 +385,7 @@ def test_72b_on_two_a100s_with_vllm_reads_as_one_answer():
 def test_a_plan_that_needs_more_gpus_says_which_gpus_each_tile_is_for():
     """The walkthrough: a 70B model on 1 x H100 showed 'at the 2 GPUs it needs' speed and price tiles beside
     unlabelled 'KV cache vllm allocates 0 tokens' and 'Max batch 0', the figures of the 1 GPU asked."""
-    at = _run(CALC)
-    at.selectbox(key="calc.preset").set_value("Qwen/Qwen2-72B").run()
-    at.selectbox(key="calc.gpu").set_value("a100-80gb").run()
-    at.selectbox(key="calc.dtype.gpu").set_value("bf16").run()
-    at.selectbox(key="calc.engine").set_value("vllm").run()
-    at.number_input(key="calc.gpus").set_value(1).run()
+    at = _qwen72b_bf16_vllm_on_a100s(1)
     assert not at.exception and at.error and "Does not fit" in at.error[0].value
     labels = [m.label for m in at.metric]
     assert "KV cache vllm allocates on the 1 GPU asked" in labels
