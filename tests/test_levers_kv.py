@@ -84,3 +84,31 @@ def test_hqq_waits_for_the_kv_lever_and_then_quantizes_a_cache():
     assert out.returncode == 0, out.stderr[-2000:]
     assert "loaded at import: False False" in out.stdout
     assert "hqq cache: HQQQuantizedLayer (1, 2, 12, 16) True" in out.stdout
+
+
+_IMPORT_ORDERS = """
+import subprocess, sys
+orders = {
+    "calculator": "import engine.cli, engine.commands.estimate",
+    "transformers first": "import transformers.utils, engine.batching.kv, transformers.cache_utils",
+    "engine first": "import engine, transformers.cache_utils",
+}
+for name, code in orders.items():
+    probe = code + "; import sys; print(*(m in sys.modules for m in ('transformers', 'hqq')))"
+    print(name, subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout.strip())
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("hqq") is None, reason="hqq is not installed")
+def test_deferring_hqq_costs_a_process_that_never_imports_transformers_nothing():
+    """The deferral waits for transformers' own import: the calculator's commands do not import transformers at
+    all (deferring by importing transformers.utils at the engine's import cost them about a second), and whichever
+    comes first, the engine or transformers, the first cache import leaves hqq unloaded."""
+    out = subprocess.run(
+        [sys.executable, "-c", _IMPORT_ORDERS], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert "calculator False False" in lines
+    assert "transformers first True False" in lines
+    assert "engine first True False" in lines
