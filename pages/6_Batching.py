@@ -293,11 +293,12 @@ if pair is not None and pair["static"].model == lm.name:
     st.plotly_chart(g_i, width="stretch")
 
     st.subheader("The trade-off, from these measurements")
-    st.markdown("\n".join(f"- {line}" for line in tradeoff_sentences(s, i, headline)))
+    tradeoff = "\n".join(f"- {line}" for line in tradeoff_sentences(s, i, headline))
+    st.markdown(tradeoff)
     report += [
         export.Heading("Static versus in-flight on the same workload"),
         export.Table([r.summary() for r in (s, i)]),
-        export.Text("\n".join(f"- {line}" for line in tradeoff_sentences(s, i, headline))),
+        export.Text(tradeoff),
         export.Figure(g_s),
         export.Figure(g_i),
     ]

@@ -397,9 +397,8 @@ def _step_inputs(
     """(operators, roof, communication byte time, all-reduces per forward, hand-over byte time) of one scheduler
     step: `decode_rows` sequences each decoding one token against `context_tokens` cached tokens in all, plus
     `prefill_tokens` prompt tokens in the same forward. KV bytes and attention FLOPs are linear in the context,
-    so the rows are timed at their mean context."""
-    rows = max(0, int(decode_rows))
-    chunk = max(0, int(prefill_tokens))
+    so the rows are timed at their mean context. The counts arrive as non-negative ints (step_inputs)."""
+    rows, chunk = decode_rows, prefill_tokens
     if rows == 0 and chunk == 0:
         raise InvalidParameterError("a step needs decode rows or prefill tokens")
     probe = replace(
@@ -418,7 +417,7 @@ def _step_inputs(
     )
     ops: list[Operator] = []
     if rows:
-        ctx = max(1, round(max(0, int(context_tokens)) / rows))
+        ctx = max(1, round(context_tokens / rows))
         ops = operators(
             s.spec,
             phase="decode",
