@@ -46,6 +46,18 @@ def test_tiny_model_bytes_match_and_missing_backend_says_why(tiny_lm, monkeypatc
     assert rows[2].kv_bytes < rows[0].kv_bytes  # fp8 stores 1 byte per value instead of 4
     assert rows[3].status == "skipped" and "not installed" in rows[3].reason
     assert "cannot run here" in K.verdict(rows[3], rows[0])
+    # a 4-bit cache saving less than fp8 on a short run says why: its newest tokens are still full precision
+    quanto, fp8 = rows[1], rows[2]
+    assert (
+        quanto.full_precision_tokens == 5 and fp8.full_precision_tokens == 0
+    )  # 6 new tokens, the last not fed
+    said = K.verdict(quanto, rows[0])
+    assert f"5 of its {quanto.tokens} tokens are still in the full-precision window" in said
+    assert f"{quanto.quantized_ratio:.1f}x fewer bytes" in said and quanto.quantized_ratio == pytest.approx(
+        4 / (0.5 + 2 * 4 / K.GROUP)
+    )
+    assert "no full-precision window" in K.verdict(fp8, rows[0])
+    assert "None" not in str(K.verdict(rows[0], None))
 
 
 @pytest.mark.slow

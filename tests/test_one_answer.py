@@ -171,6 +171,45 @@ def test_a_plan_that_does_not_fit_gets_a_command_for_the_gpus_it_needs(capsys):
     assert f"for the {r['gpus_needed']} GPUs it needs" in r["launch_note"]
 
 
+def test_a_replica_layout_other_than_the_gpus_asked_says_why_once():
+    """A 70B model, batch 100000 on 4 x A100 with vLLM: the plan is 391 replicas of 3 pipeline stages; the
+    sentence said 'one GPU x 3 pipeline stages', repeated how many sequences fit, and the launch command switched to
+    --pipeline-parallel-size 3 without a word."""
+    spec = spec_from_hf_config(published.configs()["meta-llama/Llama-3.3-70B-Instruct"], name="llama-3.3-70b")
+    i = Inputs(dtype="fp16", batch=100_000, prompt_tokens=512, output_tokens=512, n_gpus=4, engine="vllm")
+    est = estimate(spec, gpu_spec("a100-80gb"), i)
+    plan = est.plan
+    assert not est.fits and plan.replicas > 1 and plan.replica_gpus != 4
+    s = est.fit.sentence
+    assert s.count("sequences of 1,024 tokens at once") == 1, s
+    assert "one GPU x" not in s and f"Each replica is {plan.layout()}, not the 4 asked" in s
+    assert f"--pipeline-parallel-size {plan.pipeline_parallel}" in est.launch.vllm
+    assert f"Run {plan.replicas:,} copies, one per group of {plan.replica_gpus} GPU(s)" in est.launch.note
+    assert est.plan.brief() == f"{plan.replicas:,} replicas x {plan.replica_gpus} GPUs"
+
+
+def test_a_max_num_seqs_above_what_the_cache_holds_is_explained():
+    """On an H100 vLLM's default --max-num-seqs is 1024 while its cache holds 440 sequences of 1,024 tokens: the
+    command showed 1024 beside 'Max batch 440' without a word."""
+    i = Inputs(dtype="bf16", batch=64, prompt_tokens=512, output_tokens=512, engine="vllm")
+    est = estimate(model_preset("llama-3-8b"), gpu_spec("h100-sxm"), i)
+    cap = est.fit.serving.max_num_seqs
+    assert est.fits and est.max_batch < cap and f"--max-num-seqs {cap}" in est.launch.vllm
+    assert f"--max-num-seqs {cap:,} caps the requests" in est.launch.note
+    assert f"its cache holds {est.max_batch:,} sequences" in est.launch.note
+    small = estimate(model_preset("llama-3-8b"), gpu_spec("a100-80gb"), replace(i, dtype="bf16"))
+    if small.max_batch >= small.fit.serving.max_num_seqs:  # the cap binds: nothing to explain
+        assert "caps the requests" not in small.launch.note
+
+
+def test_two_replicas_of_one_gpu_are_not_badged_one_gpu():
+    """GPT-Neo 2.7B in fp32 on a T4 at batch 8 takes 2 replicas of one GPU; the tile said "one GPU"."""
+    i = Inputs(dtype="fp32", batch=8, prompt_tokens=512, output_tokens=512)
+    est = estimate(model_preset("gpt-neo-2.7b"), gpu_spec("t4"), i)
+    assert est.plan.replicas > 1 and est.plan.replica_gpus == 1
+    assert est.plan.brief() == f"{est.plan.replicas} replicas x 1 GPU"
+
+
 def test_fp8_on_a_gpu_without_fp8_tensor_cores_is_weight_only_and_keeps_the_models_dtype():
     spec = replace(model_preset("llama-3-8b"), checkpoint_dtype="bf16")
     a100 = gpu_spec("a100-80gb")

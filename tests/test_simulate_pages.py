@@ -74,6 +74,28 @@ def test_memory_page_answers_the_longest_context_that_fits():
     answer = at.session_state["calc.solve.answer"]
     assert answer.question == "max-context" and answer.value.central > 0
     assert any(answer.sentence == m.value for m in at.markdown)
+    tile = at.metric[-1]  # not "The longest context that fits", "1.311e+05 to 1.311e+05 tokens, 1.00x wide"
+    assert tile.label == "The longest context that fits"
+    assert tile.value == f"{answer.value.central:,.0f} tokens" and "e+" not in tile.value
+    assert "e+" not in str(tile.proto.delta) and "1.00x wide" not in str(tile.proto.delta)
+
+
+def test_solver_answers_show_dollars_counts_and_plain_headers():
+    """'0.46' with no $, '1.311e+05 to 1.311e+05 tokens, 1.00x wide', snake_case table headers and 'slos'."""
+    from engine.core.interval import Interval
+    from engine.simulate.solve import Answer
+    from ui.simulate_widgets import QUESTIONS, answer_figures, options_table
+    from ui.widgets import upper_first
+
+    cheap = Answer("cheapest", Interval(0.4, 0.46, 0.61), "USD per hour", "", {})
+    assert answer_figures(cheap) == ("$0.46 per hour", "$0.40 to $0.61, 1.52x wide")
+    ctx = Answer("max-context", Interval(131072, 131072, 131072), "tokens", "", {})
+    assert answer_figures(ctx) == ("131,072 tokens", "exact: memory arithmetic, no interval")
+    assert upper_first(QUESTIONS["max-users"]) == "The most users at my SLOs on this GPU"
+    row = {"gpu": "l4", "name": "NVIDIA L4", "gpus": 1, "replicas": 2, "usd_per_gpu_hour": 0.8,
+           "users_per_replica": 4, "usd_per_hour": 1.6}  # fmt: skip
+    table = options_table([row])
+    assert "usd_per_gpu_hour" not in table.columns and table["$ per hour"][0] == "$1.60"
 
 
 def test_knee_words_follow_the_numbers():

@@ -142,7 +142,7 @@ def _where(est: Estimate) -> str:
         return ""
     if est.fit.layout is None:
         return f" if it fitted on {est.inputs.n_gpus}"
-    return f" at the {est.priced_gpus} GPUs it needs"
+    return f" at the {est.priced_gpus:,} GPUs it needs"
 
 
 def speed_tiles(est: Estimate) -> None:
@@ -256,7 +256,7 @@ def cost_and_plan_tiles(est: Estimate) -> None:
         f"{est.max_seq_len.tokens:,}",
         f"limited by {est.max_seq_len.limited_by}",
     )
-    note_metric(k[2], "GPUs needed", f"{est.gpus_needed}", est.plan.layout())
+    note_metric(k[2], "GPUs needed", f"{est.gpus_needed:,}", est.plan.brief())
     st.caption(fit.sentence)
 
 

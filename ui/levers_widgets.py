@@ -76,12 +76,15 @@ def kv_table(rows) -> pd.DataFrame:
         lambda r: {
             "cache": r.backend,
             "status": r.status,
-            "bits": r.nbits,
+            "bits": r.nbits if r.nbits is not None else "model's own",
             "tokens": r.tokens,
+            "full-precision tokens": r.full_precision_tokens
+            if r.full_precision_tokens is not None
+            else "all",
             "KV bytes (measured)": gb(r.kv_bytes) if r.kv_bytes else "n/a",
             "KV bytes (calculator)": gb(r.predicted_bytes) if r.predicted_bytes else "n/a",
-            "measured / calculator": _r(r.predicted_ratio, 4),
-            "bytes per token": _r(r.kv_bytes_per_token, 0),
+            "measured / calculator": f"{r.predicted_ratio:.4f}" if r.predicted_ratio is not None else "n/a",
+            "bytes per token": f"{r.kv_bytes_per_token:,.0f}" if r.kv_bytes_per_token is not None else "n/a",
             "sequences in budget (measured)": r.max_sequences,
             "sequences in budget (calculator)": r.predicted_max_sequences,
             "same greedy tokens": r.exact_match,

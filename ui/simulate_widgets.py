@@ -8,6 +8,7 @@ import math
 import time
 from dataclasses import replace
 
+import pandas as pd
 import streamlit as st
 
 from engine.calc.report import ENGINE_CHOICES
@@ -20,7 +21,7 @@ from engine.simulate.spec import SimulateSpec
 from engine.simulate.sweep import SimulatedSweep, deployment, simulate
 from ui.common import init_state, show_error
 from ui.serving_widgets import at_level, latency_figure, level_unit, table_rows, throughput_figure
-from ui.widgets import spec_number
+from ui.widgets import spec_number, upper_first
 
 NS = "simulate"
 SLOW_S = 5.0  # a run past this shows its progress with the elapsed time
@@ -284,11 +285,45 @@ def solvers_section(key: str, spec: ModelSpec, gpu: GPUSpec, inputs) -> None:
             f"every priced catalogue GPU at 1, 2, 4 and 8 GPUs for {inputs.batch} users (the batch above)."
         )
         return
-    v = answer.value
-    width = f", {v.width:.2f}x wide" if math.isfinite(v.width) else ""
-    st.metric(QUESTIONS[q].capitalize(), f"{v.central:,.2f}" if q == "cheapest" else f"{v.central:,}",
-              f"{v.low:,.4g} to {v.high:,.4g} {answer.unit}{width}", delta_color="off", delta_arrow="off")  # fmt: skip
+    value, note = answer_figures(answer)
+    st.metric(upper_first(QUESTIONS[q]), value, note, delta_color="off", delta_arrow="off")
     st.markdown(answer.sentence)
     if q == "cheapest":
-        st.dataframe(answer.details["simulated"], hide_index=True, width="stretch")
+        st.dataframe(options_table(answer.details["simulated"]), hide_index=True, width="stretch")
         st.caption(answer.details["price_source"])
+
+
+def answer_figures(answer: solve.Answer) -> tuple[str, str]:
+    """The answer's value and its interval as a tile shows them: dollars as dollars, counts as whole numbers, and
+    an answer without spread (memory arithmetic) said to be exact rather than '1.00x wide'."""
+    v = answer.value
+
+    def show(x: float) -> str:
+        if not math.isfinite(x):
+            return "unbounded"
+        return f"${x:,.2f}" if answer.question == "cheapest" else f"{x:,.0f}"
+
+    unit = "per hour" if answer.question == "cheapest" else answer.unit
+    value = f"{show(v.central)} {unit}"
+    if v.low == v.high == v.central:
+        return value, "exact: memory arithmetic, no interval"
+    width = f", {v.width:.2f}x wide" if math.isfinite(v.width) else ""
+    return value, f"{show(v.low)} to {show(v.high)}{width}"
+
+
+OPTION_COLUMNS = {
+    "name": "GPU",
+    "gpus": "GPUs per replica",
+    "replicas": "replicas",
+    "users_per_replica": "users per replica",
+    "usd_per_gpu_hour": "$ per GPU-hour",
+    "usd_per_hour": "$ per hour",
+}
+
+
+def options_table(rows: list[dict]) -> pd.DataFrame:
+    """The simulated options under plain headers, dollars as dollars."""
+    df = pd.DataFrame(rows)[list(OPTION_COLUMNS)].rename(columns=OPTION_COLUMNS)
+    for col in ("$ per GPU-hour", "$ per hour"):
+        df[col] = df[col].map(lambda x: f"${x:,.2f}")
+    return df

@@ -115,7 +115,7 @@ def spec_input(
     None, so the page does not run with it (Streamlit's own bounds only turn the field red and keep the old
     value). `refused(*values)` tells a page whether any input was refused."""
     kind = spec.kind(name)
-    label = label or spec.label(name).capitalize()
+    label = label or upper_first(spec.label(name))
     help_text = kwargs.pop("help", None) or spec.help(name)
     options = _options(spec, name, choices)
     default = spec.default(name) if value is None else value
@@ -241,6 +241,12 @@ def _escape_mark(m: re.Match) -> str:
     if m.group(2) is not None:  # "1." -> "1\."
         return f"{m.group(1)}{m.group(2)}\\{m.group(3)}"
     return f"{m.group(4)}\\{m.group(5)}"  # "-" -> "\-"
+
+
+def upper_first(text: str) -> str:
+    """The first letter upper case and the rest as written ('memory budget (GB)' -> 'Memory budget (GB)';
+    str.capitalize would lower 'GB' and 'SLOs')."""
+    return text[:1].upper() + text[1:]
 
 
 def note_metric(container, label: str, value, note=None, **kwargs) -> None:

@@ -132,8 +132,11 @@ def assumptions(
     return [s for s in out if s]
 
 
-def launch_note(fit: MemoryAnswer, n_gpus: int, model_id: str | None) -> str:
-    """Which GPUs the launch command is for, and what to do about the model id."""
+def launch_note(
+    fit: MemoryAnswer, n_gpus: int, model_id: str | None, *, held: int = 0, max_num_seqs: int = 0
+) -> str:
+    """Which GPUs the launch command is for, what to do about the model id, and (`held` sequences of the plan's
+    length one server's cache holds, below its `max_num_seqs`) why the command's cap exceeds what fits."""
     layout = fit.layout
     assert layout is not None
     replica = layout.tensor_parallel * layout.pipeline_parallel
@@ -142,10 +145,18 @@ def launch_note(fit: MemoryAnswer, n_gpus: int, model_id: str | None) -> str:
     else:
         where = (
             f"Does not fit on the {n_gpus} GPU(s) asked ({fit.refusal}): this command is for the "
-            f"{fit.gpus_needed} GPUs it needs ({layout.describe()})."
+            f"{fit.gpus_needed:,} GPUs it needs ({layout.describe()})."
         )
     if layout.replicas > 1:
-        where += f" Run {layout.replicas} copies, one per group of {replica} GPU(s), behind a load balancer."
+        where += (
+            f" Run {layout.replicas:,} copies, one per group of {replica} GPU(s), behind a load balancer."
+        )
+    if 0 < held < max_num_seqs:
+        where += (
+            f" --max-num-seqs {max_num_seqs:,} caps the requests a server runs at once; "
+            + ("the cache of each copy" if layout.replicas > 1 else "its cache")
+            + f" holds {held:,} sequences of this length, so past {held:,} running requests wait for free blocks."
+        )
     if model_id is None:
         where += (
             " No model id is known (the config names none): replace <model-id> with the model's Hugging Face id, "

@@ -386,16 +386,33 @@ class GpuPlan:
         """'2 GPUs in tensor parallel', '8 GPUs in tensor parallel x 2 pipeline stages', 'one GPU'."""
         if self.replica_gpus <= 1:
             return "one GPU"
-        tp = f"{self.tensor_parallel} GPUs in tensor parallel" if self.tensor_parallel > 1 else "one GPU"
         if self.pipeline_parallel == 1:
-            return tp
-        return f"{tp} x {self.pipeline_parallel} pipeline stages ({self.replica_gpus} GPUs)"
+            return f"{self.tensor_parallel} GPUs in tensor parallel"
+        if self.tensor_parallel <= 1:
+            return f"{self.pipeline_parallel} pipeline stages of one GPU each"
+        return (
+            f"{self.tensor_parallel} GPUs in tensor parallel x {self.pipeline_parallel} pipeline stages "
+            f"({self.replica_gpus} GPUs)"
+        )
+
+    def brief(self) -> str:
+        """The layout in a few words, for a tile: 'one GPU', '2 in tensor parallel', '391 replicas x 3 GPUs'."""
+        if self.pipeline_needed or self.tensor_parallel < 1:
+            return "with pipeline stages"
+        if self.replicas > 1:
+            each = "1 GPU" if self.replica_gpus == 1 else f"{self.replica_gpus} GPUs"
+            return f"{self.replicas:,} replicas x {each}"
+        if self.replica_gpus == 1:
+            return "one GPU"
+        if self.pipeline_parallel == 1:
+            return f"{self.tensor_parallel} in tensor parallel"
+        return f"{self.tensor_parallel} tensor x {self.pipeline_parallel} pipeline"
 
     def describe(self) -> str:
         """The layout and its replicas: '3 replicas of one GPU, 5 sequences each'."""
         if self.replicas == 1:
             return self.layout()
-        return f"{self.replicas} replicas of {self.layout()}, each serving up to {self.batch_per_replica} sequences"
+        return f"{self.replicas:,} replicas of {self.layout()}, up to {self.batch_per_replica:,} sequences per replica"
 
     def sentence(self, n_heads: int) -> str:
         if self.pipeline_needed:

@@ -210,11 +210,16 @@ def allocation(setup: Setup, server: Server, tp: int, pp: int) -> ServingMemory:
 def _held(sm: ServingMemory, seq_len: int) -> int:
     """Sequences of seq_len the cache holds at once: whole blocks per sequence, capped by --max-num-seqs; 0 when
     the server would not start (its cache is smaller than one request of max_model_len)."""
+    held = held_at(sm, seq_len)
+    return min(held, sm.max_num_seqs) if sm.max_num_seqs else held
+
+
+def held_at(sm: ServingMemory, seq_len: int) -> int:
+    """Sequences of seq_len the cache's blocks hold at once, before --max-num-seqs caps them (0: it would not
+    start)."""
     if sm.kv_cache_tokens < sm.max_model_len or sm.kv_cache_tokens <= 0:
         return 0
-    per_seq = math.ceil(seq_len / sm.block_size)
-    held = sm.blocks // per_seq
-    return min(held, sm.max_num_seqs) if sm.max_num_seqs else held
+    return sm.blocks // math.ceil(seq_len / sm.block_size)
 
 
 def _serving_answer(
@@ -269,10 +274,8 @@ def _serving_refusal(engine: str, sm: ServingMemory, held: int, batch: int, seq_
             f"--max-model-len {sm.max_model_len:,}"
         )
     capped = sm.max_num_seqs and held == sm.max_num_seqs
-    return (
-        f"it holds {held:,} sequences of {seq_len:,} tokens at once"
-        + (f" (--max-num-seqs {sm.max_num_seqs:,})" if capped else "")
-        + f", fewer than the {batch:,} asked"
+    return f"it holds {held:,} sequences of {seq_len:,} tokens at once, fewer than the {batch:,} asked" + (
+        f"; --max-num-seqs {sm.max_num_seqs:,} caps it" if capped else ""
     )
 
 
@@ -289,19 +292,32 @@ def _serving_sentence(
 ) -> str:
     on = f"on {asked.layout()}" if asked.gpus > 1 else "on one GPU"
     kept = f"The engine ({engine}) keeps {sm.utilization:.0%} of each GPU's {fmt.gb(sm.total_bytes)}"
+    capped = bool(sm.max_num_seqs) and held == sm.max_num_seqs
     if sm.kv_bytes > 0:
         cache = (
             f"; {on} the weights ({fmt.gb(sm.weights_bytes)} per GPU), its profile run and runtime leave "
             f"{fmt.gb(sm.kv_bytes)} per GPU for the cache: {sm.kv_cache_tokens:,} tokens, {held:,} sequences of "
             f"{seq_len:,} tokens at once"
+            + (f" (--max-num-seqs {sm.max_num_seqs:,} caps it)" if capped else "")
         )
+        if fits:
+            verdict = f", enough for the {batch:,} asked"
+        elif held > 0:
+            verdict = f", fewer than the {batch:,} asked"
+        else:
+            verdict = f": {refusal}"
     else:
-        cache = f"; {on} {refusal}"
-    verdict = f", enough for the {batch:,} asked" if fits else ("" if sm.kv_bytes <= 0 else f": {refusal}")
+        cache, verdict = f"; {on} {refusal}", ""
     if plan.pipeline_needed:
         need = f"No layout up to {plan.gpus - 1} GPUs holds one request."
     elif fits and plan.gpus == asked.gpus:
         need = f"GPUs needed: {plan.gpus}."
     else:
-        need = f"GPUs needed: {plan.gpus} ({plan.describe()})."
+        need = f"GPUs needed: {plan.gpus:,} ({plan.describe()})."
+        if not fits and plan.replica_gpus != asked.replica_gpus:
+            need += (
+                f" Each replica is {plan.layout()}, not the {asked.gpus} asked: of the layouts {engine} can run "
+                "(tensor parallel that splits the heads evenly, pipeline stages past it), it serves the load on "
+                "the fewest GPUs in all."
+            )
     return f"{kept}{cache}{verdict}. {need}"

@@ -27,7 +27,7 @@ from engine.calc.launch import LaunchPlan, multi_node_steps, sglang_command, vll
 from engine.calc.memory import DEFAULT_OVERHEAD, GpuPlan, MaxSeqLen, MemoryEstimate, param_count
 from engine.calc.observations import parallel
 from engine.calc.paged import PagedComparison, compare_paged
-from engine.calc.plan import MemoryAnswer, Server, allocation, memory_answer, setup_for
+from engine.calc.plan import MemoryAnswer, Server, allocation, held_at, memory_answer, setup_for
 from engine.calc.quant import WEIGHT_FORMATS, format_scope, quant_format_name
 from engine.calc.serving_memory import SERVING_ENGINES, ServingMemory, utilization_option
 from engine.calc.specs import (
@@ -452,7 +452,7 @@ def serving(setup: Setup, fit: MemoryAnswer, i: Inputs, model_id: str | None) ->
         sglang_command(replace(plan, max_num_seqs=i.max_num_seqs or 0), sglang.utilization),
         tuple(multi_node_steps(plan)),
         layout.gpus,
-        launch_note(fit, i.n_gpus, model_id),
+        launch_note(fit, i.n_gpus, model_id, held=held_at(vllm, i.seq_len), max_num_seqs=plan.max_num_seqs),
     )
 
 

@@ -300,7 +300,7 @@ def format_text(r: dict) -> str:
     )
     lines.append(f"  GPUs needed       {r['gpus_needed_sentence']}")
     if r["priced_gpus"] != i.n_gpus:
-        lines.append(f"  times and cost    at the {r['priced_gpus']} GPUs it needs")
+        lines.append(f"  times and cost    at the {r['priced_gpus']:,} GPUs it needs")
     if isinstance(r["ttft_s"], dict):
         t = r["ttft_s"]
         parts = t.get("parts", {})
