@@ -47,6 +47,9 @@ with left:
     request = calc_inputs(NS)
 
 if request is None:
+    right.info(
+        "An input on the left is refused (its sentence says what is allowed): the answer comes back once it is changed."
+    )
     st.stop()
 try:
     answer = calc_answer(request)

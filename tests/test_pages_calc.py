@@ -546,3 +546,19 @@ def test_the_calibration_is_read_once_per_render(monkeypatch):
     at.run()  # one render in calibrated mode on this machine
     assert len(reads) == 1, f"the calibration was read {len(reads)} times in one render"
     assert any(m.label.startswith("TPOT, calibrated") for m in at.metric)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "words"), [("calc.prompt", -5, "Prompt tokens"), ("calc.batch", 0, "Batch")]
+)
+def test_an_out_of_range_number_is_refused_with_its_range_and_nothing_runs_with_the_old_value(
+    key, value, words
+):
+    """-5 prompt tokens only turned the field red: the page kept 512 and showed its answer for it."""
+    at = _run(CALC)
+    assert any(m.label == "GPUs needed" for m in at.metric)
+    at.number_input(key=key).set_value(value).run()
+    assert not at.exception
+    said = [e.value for e in at.error if words in e.value]
+    assert len(said) == 1 and "must be" in said[0] and "nothing runs with it" in said[0], said
+    assert not any(m.label == "GPUs needed" for m in at.metric)  # no answer for the old value

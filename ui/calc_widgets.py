@@ -39,7 +39,7 @@ from ui.machine_view import (
     measured_roofline_points,
 )
 from ui.model_inputs import model_input
-from ui.widgets import RADIO, SLIDER, refused, spec_input, spec_number
+from ui.widgets import RADIO, SLIDER, refused, spec_input
 
 # the pages that import these from here (Roofline, Batching, Home) keep working
 __all__ = [
@@ -87,11 +87,11 @@ def calc_inputs(key: str) -> CalcRequest | None:
     edited = gpu_figures(key, base_gpu, dtype=weights.dtype if weights else "fp16")
     gpu = edited or base_gpu  # the widgets below start from the GPU's own figures while an edit is refused
     c1, c2 = st.columns(2)
-    batch = spec_number(c1, Inputs, "batch", "Batch (concurrent users)", f"{key}.batch")
-    n_gpus = spec_number(c2, Inputs, "n_gpus", "GPUs", f"{key}.gpus")
-    prompt = spec_number(c1, Inputs, "prompt_tokens", "Prompt tokens", f"{key}.prompt")
-    output = spec_number(c2, Inputs, "output_tokens", "Output tokens", f"{key}.output")
-    serving, serving_ok = engine_inputs(key, gpu, int(n_gpus))
+    batch = spec_input(c1, Inputs, "batch", key=f"{key}.batch", label="Batch (concurrent users)")
+    n_gpus = spec_input(c2, Inputs, "n_gpus", key=f"{key}.gpus", label="GPUs")
+    prompt = spec_input(c1, Inputs, "prompt_tokens", key=f"{key}.prompt", label="Prompt tokens")
+    output = spec_input(c2, Inputs, "output_tokens", key=f"{key}.output", label="Output tokens")
+    serving, serving_ok = engine_inputs(key, gpu, int(n_gpus or 1))
     overhead = DEFAULTS.overhead
     if serving.get("engine") not in ("vllm", "sglang"):  # a serving engine's own allocation replaces the x1.2
         overhead = spec_input(
@@ -108,7 +108,13 @@ def calc_inputs(key: str) -> CalcRequest | None:
         )
     price = price_input(c2, key, gpu)
     calibrated = calibrated_mode(key, gpu, cal)
-    if spec is None or weights is None or edited is None or not serving_ok or refused(price, overhead):
+    if (
+        spec is None
+        or weights is None
+        or edited is None
+        or not serving_ok
+        or refused(price, overhead, batch, n_gpus, prompt, output)
+    ):
         return None
     inputs = replace(
         weights,

@@ -21,7 +21,7 @@ from engine.simulate.spec import SimulateSpec
 from engine.simulate.sweep import SimulatedSweep, deployment, simulate
 from ui.common import init_state, show_error
 from ui.serving_widgets import at_level, latency_figure, level_unit, table_rows, throughput_figure
-from ui.widgets import spec_number, upper_first
+from ui.widgets import refused, spec_input, upper_first
 
 NS = "simulate"
 SLOW_S = 5.0  # a run past this shows its progress with the elapsed time
@@ -76,7 +76,7 @@ def _inputs(measured: SweepResult | None) -> tuple[SimulateSpec, SLO] | None:
     )
     keys = [*load_gpu_catalog(), THIS_MACHINE]
     gpu = c[1].selectbox("GPU", keys, index=keys.index("h100-sxm"), key=f"{NS}.gpu", format_func=_gpu_label)
-    n_gpus = int(spec_number(c[2], SimulateSpec, "n_gpus", "GPUs (tensor parallel)", f"{NS}.gpus"))
+    n_gpus = spec_input(c[2], SimulateSpec, "n_gpus", key=f"{NS}.gpus", label="GPUs (tensor parallel)")
     engine = c[3].selectbox(
         "Engine class", ENGINE_CHOICES, index=ENGINE_CHOICES.index("vllm"), key=f"{NS}.engine",
         help=SimulateSpec.help("engine"),
@@ -93,17 +93,18 @@ def _inputs(measured: SweepResult | None) -> tuple[SimulateSpec, SLO] | None:
         same.get("sweep", SimulateSpec.default("sweep")),
         key=f"{NS}.levels",
     )
-    requests = int(spec_number(c[3], SimulateSpec, "n_requests", "Requests per level", f"{NS}.requests",
-                               value=same.get("n_requests")))  # fmt: skip
+    requests = spec_input(c[3], SimulateSpec, "n_requests", key=f"{NS}.requests", label="Requests per level",
+                          value=same.get("n_requests"))  # fmt: skip
     c = st.columns(4)
-    prompt = int(spec_number(c[0], SimulateSpec, "prompt_tokens", "Prompt tokens", f"{NS}.prompt",
-                             value=same.get("prompt_tokens")))  # fmt: skip
-    output = int(spec_number(c[1], SimulateSpec, "output_tokens", "Output tokens", f"{NS}.output",
-                             value=same.get("output_tokens")))  # fmt: skip
-    ttft = c[2].number_input("TTFT SLO (s)", 0.0, 600.0, float(SLO.default("ttft_s")), key=f"{NS}.slo_ttft")
-    tpot = c[3].number_input(
-        "TPOT SLO (ms)", 0.0, 60000.0, float(SLO.default("tpot_s")) * 1e3, key=f"{NS}.slo_tpot"
-    )
+    prompt = spec_input(c[0], SimulateSpec, "prompt_tokens", key=f"{NS}.prompt", label="Prompt tokens",
+                        value=same.get("prompt_tokens"))  # fmt: skip
+    output = spec_input(c[1], SimulateSpec, "output_tokens", key=f"{NS}.output", label="Output tokens",
+                        value=same.get("output_tokens"))  # fmt: skip
+    # no bounds on the box: a value out of range reaches SLO.validate, which says so in a sentence
+    ttft = c[2].number_input("TTFT SLO (s)", value=float(SLO.default("ttft_s")), key=f"{NS}.slo_ttft")
+    tpot = c[3].number_input("TPOT SLO (ms)", value=float(SLO.default("tpot_s")) * 1e3, key=f"{NS}.slo_tpot")
+    if refused(n_gpus, requests, prompt, output):
+        return None
     try:
         slo = SLO(ttft_s=ttft, tpot_s=tpot / 1e3).validate()
         spec = SimulateSpec(

@@ -72,19 +72,6 @@ def load_with_progress(name: str, dtype: str) -> models.LoadedModel | None:
         return None
 
 
-def spec_number(container, spec, name: str, label: str, key: str, *, value=None, lo=None, **kwargs):
-    """The first spec-driven number (kept for pages 1, 2 and 8 until they move to spec_input, which also refuses
-    an out-of-range value with a sentence instead of Streamlit's silent red field)."""
-    spec_lo, hi = spec.bounds(name)
-    lo = spec_lo if lo is None else lo
-    default = spec.default(name) if value is None else value
-    if isinstance(default, int):
-        lo, hi = (None if lo is None else int(lo)), (None if hi is None else int(hi))
-    return container.number_input(
-        label, min_value=lo, max_value=hi, value=default, key=key, help=spec.help(name), **kwargs
-    )
-
-
 NUMBER, SLIDER, SELECT, SELECT_SLIDER, RADIO = "number", "slider", "select", "select_slider", "radio"
 
 
