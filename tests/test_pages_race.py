@@ -284,3 +284,16 @@ def test_a_pass_through_bar_is_never_drawn_as_a_win():
 def _bar_words(fig, label: str) -> str:
     """The words drawn above a bar (an annotation over its whisker)."""
     return next(a.text for a in fig.layout.annotations if a.x == label)
+
+
+def test_a_recorded_pinned_lane_is_said_to_run_in_its_side_environment():
+    """The recorded H200 races ran the pinned lane through a wrapper over the image's Python, so its interpreter
+    path looked like the app's own: the page said "this app's Python" for the pinned side environment."""
+    from engine.race import serialise
+    from ui.race_widgets import SIDE_ENV_LANES, _interpreter
+
+    pinned = [c for _, r in serialise.load_recorded() for c in r.contenders if c.name == "deepspeed-pinned"]
+    assert pinned and all(".venv" in Path(c.python).parts for c in pinned)  # the path alone would mislead
+    assert {_interpreter(c) for c in pinned} == {SIDE_ENV_LANES["deepspeed-pinned"]}
+    vanilla = [c for _, r in serialise.load_recorded() for c in r.contenders if c.name == "vanilla"]
+    assert {_interpreter(c) for c in vanilla} == {"this app's Python"}

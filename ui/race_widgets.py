@@ -153,10 +153,20 @@ def _conversion(c: ContenderResult) -> str:
 
 def _interpreter(c: ContenderResult) -> str:
     """Which Python ran the lane, in words (a server path or an environment's folder name is not for the page)."""
+    # the lanes that always run in their own environment say so whatever interpreter path ran them: a recorded
+    # GPU race ran the pinned lane through a wrapper over the image's Python, whose path looks like the app's
+    if c.name in SIDE_ENV_LANES:
+        return SIDE_ENV_LANES[c.name]
     # a recorded race names the Python of the machine it ran on: the app's own environment is the folder ".venv"
     if not c.python or ".venv" in Path(c.python).parts or Path(c.python) == Path(sys.executable):
         return "this app's Python"
-    return "a side environment (pinned)"
+    return "a side environment"
+
+
+SIDE_ENV_LANES = {
+    "deepspeed-pinned": "the pinned side environment (older transformers for DeepSpeed's kernels)",
+    "vllm": "vLLM's own environment",
+}
 
 
 def verdict_rows(result: RaceResult) -> list[dict]:

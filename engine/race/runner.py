@@ -169,7 +169,10 @@ def _starting(c: Contender, spec: RaceSpec) -> str:
     if c.peer == "vllm":
         return f"{c.label}: no vLLM environment is set up for this lane"
     if c.peer:
-        return f"{c.label}: starting (converts the model on its first race, then uses the cached conversion)"
+        return (
+            f"{c.label}: starting (loads the conversion an earlier race cached, or converts the model first; "
+            "the lane's result says which)"
+        )
     if c.python == "":
         return f"{c.label}: no Python environment is set up for this lane"
     where = "its own Python environment" if c.python else "this app's Python"
