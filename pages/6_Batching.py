@@ -361,7 +361,7 @@ if shown is not None:
     show_users_result(users)
     report += [
         export.Heading(f"Simulated {users['n']} users"),
-        export.Text(users_sentence(users["n"], users["rows"])),
+        export.Text(users_sentence(users["n"], users["rows"], users.get("max_batch"))),
         export.Table(users["rows"]),
     ]
 export.download_button(

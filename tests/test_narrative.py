@@ -61,3 +61,16 @@ def test_users_sentence_follows_the_batch_seen():
     row = {"queued (s)": 0.0, "latency (s)": 1.0, "stop": "length"}
     assert "up to **3**" in narrative.users_sentence(3, [{**row, "batch seen": 3}] * 3)
     assert "never shared a decode step" in narrative.users_sentence(3, [{**row, "batch seen": 1}] * 3)
+
+
+def test_users_sentence_says_what_a_wait_was_for():
+    """8 users on 8 slots waited 3.99 s and the page called it 'the longest wait for a slot'."""
+    rows = [{"queued (s)": w, "latency (s)": 5.0, "stop": "length", "batch seen": 7} for w in (0.0, 3.99)]
+    free = narrative.users_sentence(8, rows, max_batch=8)
+    assert (
+        "wait to be admitted was 3.99 s, with slots free (8 users, 8 slots)" in free
+        and "for a slot" not in free
+    )
+    full = narrative.users_sentence(12, rows, max_batch=8)
+    assert "the longest wait for a slot was 3.99 s (12 users, 8 slots)" in full
+    assert "no request waited" in narrative.users_sentence(8, [{**rows[0]}], max_batch=8)

@@ -222,7 +222,11 @@ def simulate_users(
             if not h.done:
                 h.cancel()
     live.empty()
-    result = {"n": n, "rows": [_user_row(k, h, session) for k, h in enumerate(handles)]}
+    result = {
+        "n": n,
+        "max_batch": sched.max_batch,
+        "rows": [_user_row(k, h, session) for k, h in enumerate(handles)],
+    }
     runlog.save_result(
         USERS_EXPERIMENT,
         result,
@@ -260,5 +264,5 @@ def show_users_result(result: dict) -> None:
     from ui.narrative import users_sentence
     from ui.widgets import word_table
 
-    st.markdown(users_sentence(result["n"], result["rows"]))
+    st.markdown(users_sentence(result["n"], result["rows"], result.get("max_batch")))
     word_table(st, result["rows"])  # each request's text wraps instead of being cut

@@ -136,8 +136,9 @@ def tradeoff_sentences(s: Any, i: Any, headline: Any = None) -> list[str]:
     return out
 
 
-def users_sentence(n: int, results: Sequence[dict]) -> str:
-    """Simulate-N-users summary from per-request rows (queued_s, ttft_s, latency_s, shared_with)."""
+def users_sentence(n: int, results: Sequence[dict], max_batch: int | None = None) -> str:
+    """Simulate-N-users summary from per-request rows (queued_s, ttft_s, latency_s, shared_with); `max_batch`
+    (the scheduler's slots) says whether a wait was for a slot or for the prefill in progress."""
     done = [r for r in results if r.get("stop") != "error"]
     if not done:
         return "No request finished."
@@ -147,18 +148,24 @@ def users_sentence(n: int, results: Sequence[dict]) -> str:
     if shared > 1:
         share = (
             f"The scheduler ran up to **{shared}** of the {n} requests in one decode step, so they shared each "
-            f"weight read instead of queueing one behind another"
+            f"weight read rather than each running alone"
         )
     else:
         share = (
             "The requests never shared a decode step (largest batch seen: 1): they ran one after another, "
             "as a server without batching would"
         )
-    queued = (
-        f"; the longest wait for a slot was {fmt.seconds(waits[-1])}"
-        if waits[-1] > 0.05
-        else "; no request waited for a slot"
-    )
+    if waits[-1] <= 0.05:
+        queued = "; no request waited to be admitted"
+    elif max_batch is not None and n <= max_batch:
+        queued = (
+            f"; the longest wait to be admitted was {fmt.seconds(waits[-1])}, with slots free ({n} users, "
+            f"{max_batch} slots): the scheduler admits newcomers between steps, and a batch's prefill runs to its "
+            "end before the next newcomers are admitted"
+        )
+    else:
+        slots = f" ({n} users, {max_batch} slots)" if max_batch is not None else ""
+        queued = f"; the longest wait for a slot was {fmt.seconds(waits[-1])}{slots}"
     return (
         f"{share}{queued}. Latency ranged from {fmt.seconds(min(lat))} to {fmt.seconds(max(lat))} "
         f"across {len(done)} finished request(s)."
