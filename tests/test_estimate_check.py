@@ -72,3 +72,5 @@ def test_forecast_grows_without_the_kv_cache_and_with_length():
     assert short.seconds < long.seconds < off.seconds
     assert long.seconds > 60  # 4096 tokens of a 125M model at 20 GB/s: minutes, so the page warns
     assert "KV cache off" in off.basis and not off.calibrated
+    # a forecast is for every token asked: a run that stops at 30 of 64 looked like it beat "at least" the bound
+    assert "all 64 new tokens (a run that stops early takes less)" in short.basis

@@ -267,8 +267,8 @@ def forecast_run(
         ttft,
         step,
         cal is not None,
-        f"{spec.name}, {dtype}, {p} prompt + {n} new tokens, KV cache {'on' if use_cache else 'off'}, "
-        f"on {machine.name} ({mode})",
+        f"{spec.name}, {dtype}, {p} prompt + all {n} new tokens (a run that stops early takes less), KV cache "
+        f"{'on' if use_cache else 'off'}, on {machine.name}; {mode}",
         interval,
         b_ttft + (n - 1) * b_tpot if use_cache else None,
     )
