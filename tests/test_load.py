@@ -82,7 +82,7 @@ def test_closing_a_tab_cancels_its_generation(tmp_path, browser):  # the shared 
         box.fill(str(LONG_TOKENS))
         box.press("Enter")
         # the page has taken the new budget when its forecast is for it (not a fixed sleep: a busy machine reruns late)
-        long_page.get_by_text(f"+ {LONG_TOKENS} new tokens").first.wait_for()
+        long_page.get_by_text(f"+ all {LONG_TOKENS} new tokens").first.wait_for()
         long_page.get_by_role("button", name="Generate").click()
         # the run is streaming with that budget: its own progress line reads "n / 2000 tokens"
         long_page.get_by_text(re.compile(rf"\d+ / {LONG_TOKENS} tokens")).first.wait_for()

@@ -74,8 +74,11 @@ def test_memory_page_answers_the_longest_context_that_fits():
     answer = at.session_state["calc.solve.answer"]
     assert answer.question == "max-context" and answer.value.central > 0
     assert any(answer.sentence == m.value for m in at.markdown)
-    tile = at.metric[-1]  # not "The longest context that fits", "1.311e+05 to 1.311e+05 tokens, 1.00x wide"
-    assert tile.label == "The longest context that fits"
+    # by its label, not its place: the page may draw more tiles below it (this machine's runs beside the estimate,
+    # when the run log holds one); not "the longest context that fits", "1.311e+05 to 1.311e+05 tokens, 1.00x wide"
+    tiles = [m for m in at.metric if m.label == "The longest context that fits"]
+    assert len(tiles) == 1, [m.label for m in at.metric]
+    tile = tiles[0]
     assert tile.value == f"{answer.value.central:,.0f} tokens" and "e+" not in tile.value
     assert "e+" not in str(tile.proto.delta) and "1.00x wide" not in str(tile.proto.delta)
 
