@@ -12,13 +12,14 @@ from engine.core.errors import EngineError
 from engine.lab import codegen, evaluation, fewshot
 from engine.runtime import run
 from engine.runtime.settings import GenerationConfig
-from ui import export, lab_widgets
+from ui import export, lab_widgets, pace
 from ui.common import fmt_seconds, init_state, page_setup, show_error
 from ui.widgets import RADIO, SLIDER, button_why, refused, sidebar_model, spec_input
 
 NS = "lab"
 MAX_UPLOAD_BYTES = fewshot.MAX_CSV_BYTES
 FS, CODE, EVAL = fewshot.FewShotSpec, codegen.CodeSpec, evaluation.EvalSpec
+SWEEP_EXPERIMENT = "fewshot-accuracy"  # the run log's name: the clock's estimate and the reload
 QUICK_QUERIES, QUICK_LIMIT = 16, 8  # the page's first runs take seconds; the engine's default is all of them
 
 page_setup("Few-shot, code and eval", measures=True)
@@ -193,26 +194,25 @@ with tab_fs:
             value=min(len(ds), QUICK_QUERIES),
         )
         if st.button("Measure accuracy vs k", key=f"{NS}.fs_sweep"):
-            bar = st.progress(0.0, text="starting")
-            try:
-                results = fewshot.accuracy_by_k(
+            record = pace.run_experiment(
+                SWEEP_EXPERIMENT,
+                f"Measuring accuracy at k = {', '.join(map(str, sorted(ks)))} on {n_queries} queries",
+                lambda report: lab_widgets.sweep_record(
+                    fewshot.accuracy_by_k(
+                        lm, ds, sorted(ks), template=template, max_queries=n_queries, progress=report
+                    ),
                     lm,
                     ds,
-                    sorted(ks),
-                    template=template,
-                    max_queries=n_queries,
-                    progress=lambda f, m: bar.progress(min(1.0, f), text=m),
-                )
-                state[f"{NS}.sweep"] = {
-                    "results": results,
-                    "baseline": fewshot.majority_baseline(ds, n_queries),
-                    "model": f"{lm.name} ({lm.dtype})",
-                    "dataset": ds.name,
-                }
-            except EngineError as exc:
-                show_error(exc)
-            bar.empty()
-        sweep = state[f"{NS}.sweep"]
+                    n_queries,
+                ),
+                size=n_queries * sum(k + 1 for k in ks),  # prompt work grows with the demonstrations shown
+                settings={"model": lm.name, "dataset": ds.name, "ks": sorted(ks), "queries": n_queries},
+            )
+            if record is not None:
+                state[f"{NS}.sweep"] = record
+        shown = pace.shown_result(SWEEP_EXPERIMENT, state[f"{NS}.sweep"], lab_widgets.sweep_from_record)
+        pace.note(shown)
+        sweep = shown.result if shown is not None else None
         if sweep is not None and sweep["results"]:
             res = sweep["results"]
             st.caption(f"{sweep['model']} on '{sweep['dataset']}', {res[0].total} queries.")

@@ -66,6 +66,14 @@ def test_accuracy_sweep_draws_chart_table_and_confusion_matrix():
     table = at.dataframe[1].value
     assert list(table["k"]) == [0, 1]
     assert all(c.endswith("/4") for c in table["correct"])
+    # it ran under the page clock, which stores the run: a reload (a new session, the same browser key) finds it
+    reloaded = AppTest.from_file(PAGE, default_timeout=120)
+    reloaded.query_params["session"] = at.session_state["lab.session"]
+    reloaded.run()
+    assert not reloaded.exception, reloaded.exception
+    assert any("kept across the page reload" in i.value for i in reloaded.info)
+    kept = next(d.value for d in reloaded.dataframe if "correct" in d.value.columns)
+    assert list(kept["k"]) == [0, 1] and list(kept["correct"]) == list(table["correct"])
 
 
 def test_bad_csv_shows_an_error_and_the_page_stays_usable():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine.runtime import runlog
@@ -134,3 +135,24 @@ def test_a_stored_date_reads_as_a_person_reads_it():
     assert runlog.readable_date("2026-12-02T09:24:32+00:00") == "2026-12-02 09:24 UTC"
     assert runlog.readable_date("2026-12-02T10:24:32+01:00") == "2026-12-02 09:24 UTC"
     assert runlog.readable_date("not a date") == "not a date"
+
+
+@pytest.mark.slow
+def test_a_server_start_runs_under_the_clock_and_is_timed_for_the_next():
+    """The Serving page's Start waited behind a spinner with no clock (walkthrough, issue 33): it now runs under the
+    page clock, and its time is stored so the next start says how long the last one took."""
+    from ui.serving_server import start_experiment
+
+    before = runlog.last_result(start_experiment("engine"))
+    at = AppTest.from_file(str(ROOT / "pages/8_Serving.py"), default_timeout=300).run()
+    at.selectbox(key="serving.engine_model").set_value("tiny-gpt-neo").run()
+    at.button(key="serving.start").click().run()
+    try:
+        assert not at.exception and not at.error, [e.value for e in at.error]
+        assert any("serving **tiny-gpt-neo**" in s.value for s in at.success)
+        after = runlog.last_result(start_experiment("engine"))
+        assert after is not None and after != before and after.wall_s > 0
+        assert after.payload == {"model": "tiny-gpt-neo"}
+    finally:
+        at.button(key="serving.stop").click().run()
+    assert not at.exception

@@ -9,8 +9,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from engine.core.jsonsafe import to_jsonable
-from engine.lab.fewshot import KAccuracy, LabelScores
+from engine.core.jsonsafe import from_jsonable, to_jsonable
+from engine.lab.fewshot import KAccuracy, LabelledSet, LabelScores, majority_baseline
 
 
 def label_probability_figure(scores: LabelScores) -> go.Figure:
@@ -31,6 +31,21 @@ def label_probability_figure(scores: LabelScores) -> go.Figure:
         margin={"l": 10, "r": 10, "t": 40, "b": 10},
     )
     return fig
+
+
+def sweep_record(results: list[KAccuracy], lm: Any, dataset: LabelledSet, queries: int) -> dict:
+    """What the page keeps of an accuracy-against-k run (and stores for a reload): the results and their setting."""
+    return {
+        "results": results,
+        "baseline": majority_baseline(dataset, queries),
+        "model": f"{lm.name} ({lm.dtype})",
+        "dataset": dataset.name,
+    }
+
+
+def sweep_from_record(stored: dict) -> dict:
+    """A stored sweep_record back as the page draws it (KAccuracy rows from their JSON)."""
+    return {**stored, "results": [from_jsonable(KAccuracy, r) for r in stored.get("results", [])]}
 
 
 def accuracy_figure(results: Sequence[KAccuracy], baseline: float) -> go.Figure:

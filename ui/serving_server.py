@@ -3,9 +3,13 @@ each a child process shared by every session (one per backend and dashboard, wit
 
 from __future__ import annotations
 
+import time
+
 import streamlit as st
 
+from engine.runtime import runlog
 from engine.serving.process import ServerProcess
+from ui import pace
 from ui.common import show_error
 from ui.widgets import button_why, refused, spec_input
 
@@ -65,6 +69,27 @@ class ServerSlot:
         if self.proc is not None:
             self.proc.stop(60.0 if self.backend == "vllm" else 10.0)  # vLLM's teardown takes seconds
             self.proc = None
+
+
+def start_experiment(backend: str) -> str:
+    return f"server-start-{backend}"
+
+
+def start_with_clock(backend: str, slot: ServerSlot, model: str, batch: int, **settings) -> None:
+    """Start a server behind a progress bar with the elapsed time and what is left, from the last start of that
+    server on this machine (its time is stored for the next one)."""
+    t0 = time.perf_counter()
+    pace.run_with_clock(
+        f"Starting {NAMES[backend]}'s server for {model} and waiting until it serves",
+        lambda report: slot.start(model, batch, **settings),
+        pace.expected(start_experiment(backend), 1.0),
+    )
+    runlog.save_result(
+        start_experiment(backend),
+        {"model": model},
+        wall_s=time.perf_counter() - t0,
+        settings={"model": model, "max_batch": batch, **settings},
+    )
 
 
 @st.cache_resource(show_spinner=False)
@@ -165,8 +190,7 @@ def local_servers(target: str, ns: str) -> tuple[dict[str, str], str]:
             if slot.running:
                 continue
             try:
-                with st.spinner(f"Starting {NAMES[b]}'s server for {model} and waiting until it serves…"):
-                    slot.start(model, batch, dtype=dtype, threads=threads, kv_gb=kv_gb)
+                start_with_clock(b, slot, model, batch, dtype=dtype, threads=threads, kv_gb=kv_gb)
             except RuntimeError as exc:
                 show_error(exc, prefix=f"{TITLES[b]}'s server did not start")
                 break
