@@ -22,6 +22,7 @@
 #     divergent token;
 #   decode-125m: as decode-1.3b for gpt-neo-125m-random.
 # Not run unless named in ONLY (they ran on the first lent GPU, bench/results/gpu_check-20261130T111410Z.json):
+#   compile-widths (bench/compile_widths.py: one compiled step across buffer widths, under three compile settings),
 #   hardware, generate-125m-fp16, generate-device-map-fp16, race-smollm2, quant-125m-cuda, speculate-1.3b-cuda,
 #   race-125m-main (DeepSpeed under this image's transformers 5: expected to fail, GPT-Neo's Cache objects).
 # Expected time (estimates, not yet measured here): setup 30 s, decode-1.3b 2-3 min (two compiles), ds-build 1-3 min,
@@ -201,6 +202,8 @@ step race-smollm2 90 "${ENGINE[@]}" race --model smollm2-135m-instruct \
     --timeout 150 --save "$RESULTS"
 step quant-125m-cuda 150 "${ENGINE[@]}" quant --model gpt-neo-125m-random --device cuda \
     --schemes fp32,fp16,bf16,int8,int4,bnb-int8,bnb-nf4 --max-new-tokens 32 --runs 3 --eval-docs 2 --json
+step compile-widths 240 $PY -m bench.compile_widths --model "$SMALL" --device "$DEVICE" --dtype "$DTYPE" \
+    --out "$RESULTS/compile-widths-$DEVICE-$SMALL-$STAMP.json"
 step speculate-1.3b-cuda 150 "${ENGINE[@]}" speculate --model gpt-neo-1.3b-random --device cuda --dtype fp16 \
     --draft layers:4 --draft-length 4 --max-new-tokens 32 --runs 3 --json
 
@@ -243,7 +246,7 @@ for s in steps:
         print(f"{s['step']:<28}{s['status']:<9}{s['seconds']:>5} s")
 PY
 if [ -n "${OUT:-}" ]; then  # the lent machine's way back: at most 8 files
-    find "$RESULTS" -maxdepth 1 -newer "$LOG.start" \( -name 'race-*.json' -o -name 'decode-*.json' \) \
+    find "$RESULTS" -maxdepth 1 -newer "$LOG.start" \( -name 'race-*.json' -o -name 'decode-*.json' -o -name 'compile-widths-*.json' \) \
         | head -n 6 | xargs -r cp -t "$OUT"  # this run's files only
     cp "$RESULTS/gpu_check-$STAMP.json" "$OUT"/
 fi

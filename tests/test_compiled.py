@@ -348,3 +348,41 @@ def test_the_scheduler_does_not_recompile_as_rows_and_widths_change(tiny_lm):
     graphs = counters["stats"]["unique_graphs"]
     run([20, 7, 33])  # other lengths, other widths, rows leaving at other steps
     assert counters["stats"]["unique_graphs"] == graphs
+
+
+def test_graph_steps_run_on_the_decoders_one_thread_whoever_calls(monkeypatch):
+    """CUDA graph trees live in the thread that recorded them (the lent H200: a run from a second thread failed
+    `assert torch._C._is_key_in_tls(...)` and fell back to eager for good). In the graphs mode every step runs on
+    the decoder's one thread, whichever thread calls, and gives the eager step's tokens; the CPU mode runs in place.
+    The compiler is replaced by the eager step itself (no CUDA here): what is checked is where the step runs."""
+    import threading
+
+    from engine.runtime.models import load_model
+
+    lm = load_model("tiny-gpt-neo")  # a model object of its own: its decoder is not the session's
+    ran_on: list[int] = []
+
+    def recording(fn, mode):
+        def step(*args):
+            ran_on.append(threading.get_ident())
+            return fn(*args)
+
+        return step
+
+    monkeypatch.setattr(compiled, "_compile", recording)
+    monkeypatch.setattr(compiled, "compile_mode", lambda device: "reduce-overhead")
+    eager = generation.generate(lm, PROMPTS[0], EAGER, record=False).token_ids
+    callers: list[int] = []
+    outputs: list[list[int]] = []
+
+    def run() -> None:
+        callers.append(threading.get_ident())
+        outputs.append(generation.generate(lm, PROMPTS[0], COMPILED, record=False).token_ids)
+
+    for _ in range(2):  # two caller threads, one after the other, as two requests' workers would be
+        t = threading.Thread(target=run)
+        t.start()
+        t.join(600)
+    assert outputs == [eager, eager]
+    assert generation.compile_status(lm)["state"] == "ready"
+    assert ran_on and len(set(ran_on)) == 1 and not set(ran_on) & set(callers)

@@ -102,6 +102,20 @@ def test_gpu_sentences_are_built_from_the_rows(tmp_path):
     assert "slower (0.93× eager)" in slower
 
 
+def test_a_gpu_run_whose_compile_failed_says_so():
+    """The lent H200 of 2026-12-04: bench.decode's compiled lanes fell back to eager (a CUDA graph replayed from a
+    second thread); the sentence said "compiled decode was not recorded" and counted a fallen-back lane as eager."""
+    path = ROOT / "bench" / "results" / "decode-cuda-gpt-neo-125m-random-20261204T181527Z.json"
+    rows = [r for r in recorded.load_decode_rows(path.parent, "cuda") if r.source == path.name]
+    assert rows and not any(r.decode == "compiled" for r in rows)
+    sentences = narrative.gpu_decode_sentences(rows)
+    assert len(sentences) == 2 and all("did not compile in this run" in s for s in sentences)
+    eager = max(
+        r.tokens_per_s for r in rows if r.batch == 1 and r.lane in ("engine generate", "engine scheduler")
+    )
+    assert f"({eager:,.0f} tokens/s)" in sentences[0]
+
+
 def test_the_first_gpu_check_is_recorded_evidence_with_machine_and_date():
     """The committed scheduler file of the first lent H200 run: eager only, named by its gpu_check file."""
     rows = [

@@ -243,7 +243,13 @@ def gpu_decode_sentences(rows: Sequence[Any]) -> list[str]:
         engine = [r for r in lanes if r.decode != "plain" and r.fraction_of_read_bandwidth is not None]
         if not engine:
             continue
-        eager = max((r for r in engine if r.decode == "eager"), key=lambda r: r.tokens_per_s, default=None)
+        # a compiled lane whose compile failed ran eagerly: it is neither eager decode's figure nor compiled's
+        fell_back = [r for r in engine if "compiled" in r.lane and r.decode != "compiled"]
+        eager = max(
+            (r for r in engine if r.decode == "eager" and r not in fell_back),
+            key=lambda r: r.tokens_per_s,
+            default=None,
+        )
         comp = max((r for r in engine if r.decode == "compiled"), key=lambda r: r.tokens_per_s, default=None)
         bw = (eager or comp).read_bandwidth_bytes_per_s
         head = f"{model} {dtype}, batch {batch}: "
@@ -268,6 +274,8 @@ def gpu_decode_sentences(rows: Sequence[Any]) -> list[str]:
                 f"compiled decode reached **{comp.fraction_of_read_bandwidth:.1%}** "
                 f"({comp.tokens_per_s:,.0f} tokens/s){word}"
             )
+        elif fell_back:
+            parts.append("compiled decode did not compile in this run (its lanes ran the step eagerly)")
         else:
             parts.append("compiled decode was not recorded in this run")
         out.append(head + "; ".join(parts) + ".")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+from concurrent.futures import ThreadPoolExecutor
 import time
 import weakref
 from collections import OrderedDict
@@ -135,6 +136,16 @@ class CompiledDecode:
             return static_step(model, dtype, cache, input_ids, position_ids, mask)
 
         self._eager = step
+        # CUDA graph trees keep their state in the thread that recorded them: a graph replayed from another thread
+        # fails inductor's `assert torch._C._is_key_in_tls(...)` (the lent H200, 2026-12-04: every run after the
+        # first thread's, e.g. the scheduler's or the next request's worker thread, then fell back to eager). So on
+        # CUDA every compiled step runs on this decoder's one thread (a handoff of microseconds against a step of a
+        # millisecond or more); on the CPU there are no graphs and the step runs where it is called.
+        self._graphs_thread = (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="compiled-decode")
+            if self.status.mode == "reduce-overhead"
+            else None
+        )
 
     def right_aligned(self, columns: int) -> bool:
         """GPT-Neo's local layers see the right window only when the view ends at the new column (module doc)."""
@@ -164,9 +175,16 @@ class CompiledDecode:
                 )
         try:
             fn = self._compiled()
-            if self.status.mode == "reduce-overhead":
-                torch.compiler.cudagraph_mark_step_begin()  # the previous step's outputs may be overwritten
-            logits = fn(cache, input_ids, position_ids, mask)
+            if self._graphs_thread is None:
+                logits = fn(cache, input_ids, position_ids, mask)
+            else:
+                modes = (
+                    torch.is_inference_mode_enabled(),
+                    torch.is_grad_enabled(),
+                )  # thread-local: carried over
+                logits = self._graphs_thread.submit(
+                    _replay, fn, modes, cache, input_ids, position_ids, mask
+                ).result()
         except Exception as exc:  # a compiler that is missing or fails: say why, run the same step eagerly
             with self._lock:
                 self.status.state, self.status.compiling_since = "failed", None
@@ -194,6 +212,15 @@ class CompiledDecode:
         while len(self._pool) > POOL_SIZE:
             self._pool.popitem(last=False)
         return cache
+
+
+def _replay(fn, modes: tuple[bool, bool], cache, input_ids, position_ids, mask) -> torch.Tensor:
+    """One step through CUDA graphs, on the decoder's graphs thread, under the caller's inference and grad modes
+    (both are per thread; the graphs were recorded under them)."""
+    inference, grad = modes
+    with torch.inference_mode(inference), torch.set_grad_enabled(grad):
+        torch.compiler.cudagraph_mark_step_begin()  # the previous step's outputs may be overwritten
+        return fn(cache, input_ids, position_ids, mask)
 
 
 def shape_class(rows: int, buffer_rows: int, right: bool) -> str:
