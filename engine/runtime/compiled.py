@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import shutil
 import threading
-from concurrent.futures import ThreadPoolExecutor
 import time
 import weakref
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import torch
