@@ -377,3 +377,24 @@ def replace_half(eff: Efficiency, half: float) -> Efficiency:
     from dataclasses import replace
 
     return replace(eff, prefill_half_tokens=half)
+
+
+def test_a_workers_own_kv_pool_is_shown_not_scored_and_the_data_says_why():
+    """vllm#13061 quotes 8.69 GiB 'reserved for KV Cache' and, from the same run, 81,536 tokens. At this model's
+    bytes per token per GPU (tensor parallel 2) the tokens are 7.46 GiB: the GiB figure is one worker's pool, while
+    vLLM 0.7 sizes the cache by the smallest worker's. The row is shown with that reason and not scored; the tokens
+    row of the same log is scored, and the calculator is within 3% of it."""
+    from engine.calc.hf_config import spec_from_hf_config
+    from engine.calc.memory import kv_bytes_per_token
+    from engine.trackrecord import track_record
+
+    name = "deepseek-ai/DeepSeek-R1-Distill-Qwen-14B"
+    per_gpu = kv_bytes_per_token(spec_from_hf_config(published.configs()[name], name), "bf16") / 2
+    assert per_gpu == 98_304
+    tokens_gib = 81_536 * per_gpu / GIB
+    assert tokens_gib == pytest.approx(7.465, abs=1e-3) and 8.69 / tokens_gib > 1.15  # not the same pool
+    rows = {r.id: r for r in track_record(include_machine=False).rows}
+    gib = rows["vllm-13061-r1-distill-qwen-14b-2x4090-kv"]
+    assert "smallest" in gib.why and "7.46 GiB" in gib.why
+    tokens = rows["vllm-13061-r1-distill-qwen-14b-2x4090-kvtokens"]
+    assert not tokens.why and abs(tokens.predicted / tokens.published - 1) < 0.03
