@@ -223,6 +223,31 @@ def test_fp8_on_a_gpu_without_fp8_tensor_cores_is_weight_only_and_keeps_the_mode
     assert not any("weight-only" in w for w in h100.warnings)
 
 
+def test_a_plain_quantized_precision_gets_a_command_that_serves_what_was_priced():
+    """`--dtype fp8` priced 1-byte weights while its command (`--dtype bfloat16 --kv-cache-dtype fp8`) served
+    16-bit ones, with no weight-only caveat on an A100; plain int8/int4 gave a bf16 command without a word."""
+    spec = replace(model_preset("llama-3-8b"), checkpoint_dtype="bf16")
+    a100 = gpu_spec("a100-80gb")
+    fp8 = estimate(spec, a100, Inputs(dtype="fp8", batch=4, engine="vllm"))
+    assert fp8.memory.weights_bytes == pytest.approx(spec_params(spec), rel=0.02)  # one byte a weight
+    assert "--quantization fp8" in fp8.launch.vllm and "--dtype bfloat16" in fp8.launch.vllm
+    assert "--quantization fp8" in fp8.launch.sglang
+    assert any("weight-only" in w for w in fp8.warnings)
+    h100 = estimate(spec, gpu_spec("h100-sxm"), Inputs(dtype="fp8", batch=4, engine="vllm"))
+    assert "--quantization fp8" in h100.launch.vllm and not any("weight-only" in w for w in h100.warnings)
+    bf16 = estimate(spec, a100, Inputs(dtype="bf16", batch=4, engine="vllm"))
+    assert "--quantization" not in bf16.launch.vllm and "do not turn" not in bf16.launch.note
+    for dtype in ("int8", "int4"):
+        est = estimate(spec, a100, Inputs(dtype=dtype, batch=4, engine="vllm"))
+        assert f"already quantized to {dtype}" in est.launch.note and "--quantization" not in est.launch.vllm
+
+
+def spec_params(spec) -> float:
+    from engine.calc.memory import count_params
+
+    return count_params(spec).total
+
+
 def test_presets_cover_every_published_config_and_the_common_families():
     from engine.arch.resolve import hub_presets
 

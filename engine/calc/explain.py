@@ -72,9 +72,11 @@ def _speed_notes(speed: SpeedEstimate, tp: int) -> list[str]:
     return out
 
 
-def fp8_weight_only(gpu: GPUSpec, weight_format: str | None) -> bool:
-    """fp8 weights on a GPU without fp8 tensor cores (A100, T4, ...): stored in fp8, computed in 16 bits."""
-    return weight_format == "fp8" and gpu.key != THIS_MACHINE and "fp8" not in gpu.peak_flops
+def fp8_weight_only(gpu: GPUSpec, weight_format: str | None, dtype: str = "") -> bool:
+    """fp8 weights (a format, or the plain fp8 precision) on a GPU without fp8 tensor cores (A100, T4, ...):
+    stored in fp8, computed in 16 bits."""
+    fp8 = weight_format == "fp8" or (weight_format is None and dtype == "fp8")
+    return fp8 and gpu.key != THIS_MACHINE and "fp8" not in gpu.peak_flops
 
 
 def assumptions(
@@ -99,7 +101,7 @@ def assumptions(
         )
     if i.weight_format:
         out.append(_sentence(weight_storage_note(i.weight_format, i.group_size, i.scope)))
-    if fp8_weight_only(gpu, i.weight_format):
+    if fp8_weight_only(gpu, i.weight_format, i.dtype):
         out.append(
             f"The {gpu.name} has no fp8 tensor cores, so fp8 there is weight-only (W8A16 through vLLM's FP8 Marlin "
             f"kernel, as {FP8_DOCS} says): the weights take half the memory and decode reads half the bytes, but "

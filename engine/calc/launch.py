@@ -32,6 +32,9 @@ class LaunchPlan:
     dtype: str  # fp16 | bf16 | fp32 (the activations' precision) | auto (the checkpoint's, from its config)
     weight_format: str | None
     kv_dtype: str | None  # None or the weights' precision: "auto"
+    # weights quantized by the server as it loads a 16-bit checkpoint (vLLM's and SGLang's `--quantization fp8`,
+    # "online dynamic quantization"): the plan's plain fp8 precision, with no quantized format named
+    online_quantization: str | None = None
 
 
 _DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
@@ -64,7 +67,7 @@ def _command(engine: str, plan: LaunchPlan, memory_fraction: float) -> str:
     if plan.max_num_seqs:  # 0: the server's own default
         args += [seqs, str(plan.max_num_seqs)]
     args += ["--dtype", _DTYPES.get(plan.dtype, "auto")]
-    q = weight_format_info(plan.weight_format).vllm_quantization if plan.weight_format else None
+    q = weight_format_info(plan.weight_format).vllm_quantization if plan.weight_format else plan.online_quantization
     if q and q != "gguf":
         args += ["--quantization", q]
     if plan.kv_dtype == "fp8":

@@ -446,13 +446,21 @@ def serving(setup: Setup, fit: MemoryAnswer, i: Inputs, model_id: str | None) ->
         dtype=launch_dtype(setup.spec, i),
         weight_format=i.weight_format,
         kv_dtype=i.kv_dtype,
+        online_quantization="fp8" if i.weight_format is None and i.dtype == "fp8" else None,
     )
+    note = launch_note(fit, i.n_gpus, model_id, held=held_at(vllm, i.seq_len), max_num_seqs=plan.max_num_seqs)
+    if i.weight_format is None and i.dtype in ("int8", "int4"):
+        note += (
+            f" vLLM and SGLang do not turn a 16-bit checkpoint into {i.dtype} as they load it: this command serves "
+            f"{i.dtype} weights only when the model id names a checkpoint already quantized to {i.dtype} (AWQ or "
+            "GPTQ); choose that format under quantized weights to price its scales and add its --quantization flag."
+        )
     return Launch(
         vllm_command(plan) if vllm.device != "cpu" else vllm_cpu_command(plan, i.cpu_kvcache_space),
         sglang_command(replace(plan, max_num_seqs=i.max_num_seqs or 0), sglang.utilization),
         tuple(multi_node_steps(plan)),
         layout.gpus,
-        launch_note(fit, i.n_gpus, model_id, held=held_at(vllm, i.seq_len), max_num_seqs=plan.max_num_seqs),
+        note,
     )
 
 
