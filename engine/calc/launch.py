@@ -67,7 +67,11 @@ def _command(engine: str, plan: LaunchPlan, memory_fraction: float) -> str:
     if plan.max_num_seqs:  # 0: the server's own default
         args += [seqs, str(plan.max_num_seqs)]
     args += ["--dtype", _DTYPES.get(plan.dtype, "auto")]
-    q = weight_format_info(plan.weight_format).vllm_quantization if plan.weight_format else plan.online_quantization
+    q = (
+        weight_format_info(plan.weight_format).vllm_quantization
+        if plan.weight_format
+        else plan.online_quantization
+    )
     if q and q != "gguf":
         args += ["--quantization", q]
     if plan.kv_dtype == "fp8":
