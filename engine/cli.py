@@ -92,6 +92,12 @@ class _OneLine(logging.Filter):
         return False
 
 
+def _not_torchaos_enum_notice(record: logging.LogRecord) -> bool:
+    """torch 2.13 warns once per enum that torchao (imported with transformers) still registers for pytrees:
+    a deprecation notice for torchao's authors, two lines on every command here."""
+    return "register_constant() on Enum subclasses is deprecated" not in str(record.msg)
+
+
 def quiet_libraries() -> None:
     """Cut library noise at its source, before any of them is imported (see the module docstring)."""
     if "DS_ACCELERATOR" not in os.environ and not any(Path("/dev").glob("nvidia[0-9]*")):
@@ -99,6 +105,9 @@ def quiet_libraries() -> None:
     logger = logging.getLogger("torchao")
     if not any(isinstance(f, _OneLine) for f in logger.filters):
         logger.addFilter(_OneLine())
+    pytree = logging.getLogger("torch.utils._pytree")
+    if _not_torchaos_enum_notice not in pytree.filters:
+        pytree.addFilter(_not_torchaos_enum_notice)
 
 
 @contextlib.contextmanager

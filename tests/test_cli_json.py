@@ -154,6 +154,30 @@ def test_torchao_kernel_noise_is_one_line(capsys):
     assert err.count("torchao:") <= 1
 
 
+def test_torchs_notice_about_torchaos_enums_is_dropped_and_other_pytree_warnings_kept(caplog):
+    """Two 'W1204 ... <enum 'KernelPreference'> is an Enum subclass ... register_constant() on Enum subclasses is
+    deprecated' lines reached every `estimate` that counts a model on the meta device."""
+    import enum
+    import logging
+
+    from engine.cli import quiet_libraries
+
+    quiet_libraries()
+    log = logging.getLogger("torch.utils._pytree")
+
+    class KernelPreference(enum.Enum):
+        AUTO = 0
+
+    with caplog.at_level(logging.WARNING, logger="torch.utils._pytree"):
+        log.warning(
+            "%s is an Enum subclass and is now natively supported by torch.compile as an opaque value type. Calling "
+            "register_constant() on Enum subclasses is deprecated and will be an error in a future release.",
+            KernelPreference,
+        )
+        log.warning("some other pytree warning")
+    assert [r.getMessage() for r in caplog.records] == ["some other pytree warning"]
+
+
 @pytest.mark.slow
 def test_deepspeed_accelerator_is_named_not_probed_and_kept_off_stdout():
     """DeepSpeed's accelerator probe wrote '[WARNING] ... Setting accelerator to CPU' to stdout ahead of the JSON
