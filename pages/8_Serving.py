@@ -15,7 +15,7 @@ from engine.calc.capacity import predict_from_run
 from engine.calc.report import Inputs
 from engine.calc.specs import load_model_presets
 from engine.core.errors import EngineError
-from engine.loadgen.sweep import check_server, run_sweep, to_json
+from engine.loadgen.sweep import at_level, check_server, run_sweep, to_json
 from engine.loadgen.workload import ENDPOINTS, SLO, LoadSpec, LoadSpecError, PromptsSpec, parse_levels
 from engine.runtime.models import PRESETS
 from ui.common import init_state, page_setup, show_error
@@ -31,7 +31,6 @@ from ui.serving_vllm_view import (
     vllm_parallel_section,
 )
 from ui.serving_widgets import (
-    at_level,
     breakdown_figure,
     breakdown_rows,
     breakdown_sentence,

@@ -93,3 +93,29 @@ def test_home_puts_measuring_this_machine_above_the_tour_and_the_tour_points_at_
 
     stop = next(what for title, _, what, _ in TOUR if title == "Memory and cost")
     assert "Static vs paged KV cache" in stop and "Measure this machine" in stop
+
+
+def test_every_tab_the_tour_names_is_a_tab_of_its_page():
+    """The tour said "(second tab) prompt lookup" where the second tab is KV-cache quantization; a tab is now named
+    by its label (*Label* tab), and each such label is one the page's st.tabs draws."""
+    import ast
+    import re
+
+    from ui.common import PAGES
+    from ui.home import TOUR
+
+    for title, _, what, _ in TOUR:
+        named = re.findall(r"\*([^*]+)\* tab", what)
+        assert "second tab" not in what and "first tab" not in what
+        if not named:
+            continue
+        page = next(p for p in PAGES if p.title == title)
+        tree = ast.parse((ROOT / page.script).read_text())
+        labels = {
+            elt.value
+            for call in ast.walk(tree)
+            if isinstance(call, ast.Call) and getattr(call.func, "attr", "") == "tabs"
+            for elt in getattr(call.args[0], "elts", [])
+            if isinstance(elt, ast.Constant)
+        }
+        assert set(named) <= labels, (title, named, labels)

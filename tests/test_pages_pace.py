@@ -30,6 +30,18 @@ def test_the_clock_says_what_is_left_and_where_the_estimate_comes_from():
     assert "no earlier run" in clock_line("Racing", "", 3.0, 0.0, None)
 
 
+def test_a_share_reached_earlier_is_timed_when_it_was_reached():
+    """The walkthrough's int8 run: half done at 66 s, then no report for two minutes; the clock read "66 s elapsed ·
+    about 66 s left" ... "3.0 min elapsed · about 3.0 min left" (the share re-timed as if just reached)."""
+    from ui.pace import clock_line, left_s
+
+    assert left_s(66.0, 0.5, None, reported_at=66.0) == 66.0
+    assert left_s(100.0, 0.5, None, reported_at=66.0) == 32.0  # the time left shrinks between reports
+    assert left_s(180.0, 0.5, None, reported_at=66.0) == 0.0
+    late = clock_line("Quantizing", "int8", 180.0, 0.5, None, reported_at=66.0)
+    assert "50% done, taking longer than the pace so far said" in late and "left" not in late
+
+
 def test_the_estimate_scales_the_last_run_by_the_work_asked():
     from ui.pace import expected
 

@@ -147,3 +147,27 @@ def test_estimate_solve_prints_the_answer_with_its_interval(capsys):
         == 2
     )
     assert "give an objective" in capsys.readouterr().err
+
+
+def test_the_context_answer_names_the_pool_in_the_pages_units_and_its_interval_rests_on_scored_rows():
+    """The walkthrough read "32,992 tokens (interval 17,360 to 35,616)" beside a tile of the 33,008-token pool, in
+    GiB on a page of GB; the interval's low end came from two rows the track record does not score."""
+    from engine.trackrecord import _memory_rows
+
+    unscored = [r for r in _memory_rows() if r.group == "kv capacity" and r.predicted and r.why]
+    assert unscored  # rows whose log leaves max_model_len unknown: shown, not scored
+    ratios = solve.kv_capacity_ratios()
+    assert all(r.published / r.predicted not in ratios for r in unscored if r.published / r.predicted < 0.8)
+    spec = replace(model_preset("llama-3-8b"), context_length=1_000_000)  # memory, not the model, sets it
+    a = solve.max_context(spec, gpu_spec("l4"), dtype="bf16")
+    assert f"the pool's {a.details['kv_cache_tokens']:,} tokens less the block vLLM keeps empty" in a.sentence
+    assert "GiB" not in a.sentence and " GB per GPU" in a.sentence
+    assert a.value.low / a.value.central > 0.75  # was 0.53, from the unscored rows
+
+
+def test_a_cheapest_answer_without_spread_says_why_not_memory_arithmetic():
+    from engine.core.interval import Interval
+    from ui.simulate_widgets import answer_figures
+
+    cheap = solve.Answer("cheapest", Interval(2.59, 2.59, 2.59), "USD per hour", "", {})
+    assert answer_figures(cheap) == ("$2.59 per hour", "the same at both ends of the step times' interval")

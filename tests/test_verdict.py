@@ -103,3 +103,21 @@ def test_a_lever_that_did_not_run_names_no_server_path():
     assert "/opt/" not in line and "_C.so" in line
     line = S.verdict(S.SpecResult("draft", "open_ended", "failed", reason=reason))
     assert "/opt/" not in line and "_C.so" in line
+
+
+def test_the_drift_note_says_faster_or_slower_not_a_signed_latency():
+    """The race said "vanilla re-run at the end took -46.3% median latency vs the start"."""
+    from engine.race.verdict import drift_note
+
+    faster = drift_note(0.537)
+    assert "46.3% faster (median latency) than at the start" in faster and "-46.3%" not in faster
+    assert "30.0% slower" in drift_note(1.30)
+    assert drift_note(1.02).startswith("baseline steady")
+
+
+def test_one_user_is_one_user():
+    """The Serving page said "Skipped 4 users: at 1 users only 50% of requests met the SLOs"."""
+    from engine.loadgen.sweep import at_level
+
+    assert at_level(1, "users") == "1 user" and at_level(4, "users") == "4 users"
+    assert at_level(1, "requests/s") == "1 requests/s"

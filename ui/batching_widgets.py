@@ -202,6 +202,7 @@ def simulate_users(
     guess = pace.expected(USERS_EXPERIMENT, n * max_new_tokens)
     live = st.empty()
     t0 = time.perf_counter()
+    done, done_at = 0, None  # requests finished, and when the last of them was first seen finished
     try:
         for k in range(n):
             if stagger_s and k:
@@ -210,10 +211,11 @@ def simulate_users(
         while not all(h.done for h in handles):
             elapsed = time.perf_counter() - t0
             with live.container():
-                done = sum(h.done for h in handles)
+                if sum(h.done for h in handles) != done:
+                    done, done_at = sum(h.done for h in handles), elapsed
                 st.progress(
                     done / n,
-                    text=pace.clock_line(f"{done} of {n} finished", "", elapsed, done / n, guess),
+                    text=pace.clock_line(f"{done} of {n} finished", "", elapsed, done / n, guess, done_at),
                 )
                 show_snapshot(sched.snapshot())
             time.sleep(LIVE_REDRAW_S)

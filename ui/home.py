@@ -77,7 +77,8 @@ TOUR = (
     (
         "Quantization and speculative decoding",
         {},
-        "Run int8 against fp32, then (second tab) prompt lookup against plain greedy: each verdict calls a lever "
+        "Run int8 against fp32, then (the *Speculative decoding* tab) prompt lookup against plain greedy: each verdict "
+        "calls a lever "
         "faster only when its 95% interval lies above 1×.",
         "4.2; the NVIDIA article's quantization and speculative decoding",
     ),

@@ -51,35 +51,42 @@ def expected(experiment: str, work: float) -> Expected | None:
     return Expected(seconds, f"the last run here, {last.when}, took {fmt.seconds(last.wall_s)}")
 
 
-def left_s(elapsed: float, fraction: float, guess: Expected | None) -> float | None:
+def left_s(
+    elapsed: float, fraction: float, guess: Expected | None, reported_at: float | None = None
+) -> float | None:
     """Seconds still to go: the engine's own pace once it has done enough to go by, else the recorded run's
-    time less what has passed; None when neither is known."""
-    if fraction >= TRUST_FRACTION and elapsed > 0:
-        return elapsed * (1 - fraction) / fraction
+    time less what has passed; None when neither is known. The pace is the one at which `fraction` was reached
+    (`reported_at` seconds in; now when not given): a run that reports in coarse steps (half done after 66 s) is
+    not re-timed as if it had just reached that share, which kept 'left' equal to 'elapsed' between its steps."""
+    at = elapsed if reported_at is None else min(reported_at, elapsed)
+    if fraction > 0 and at > 0 and (fraction >= TRUST_FRACTION or guess is None):
+        return max(at / fraction - elapsed, 0.0)
     if guess is not None:
         return max(guess.seconds - elapsed, 0.0)
-    if fraction > 0:
-        return elapsed * (1 - fraction) / fraction
     return None
 
 
-def clock_line(label: str, message: str, elapsed: float, fraction: float, guess: Expected | None) -> str:
+def clock_line(
+    label: str,
+    message: str,
+    elapsed: float,
+    fraction: float,
+    guess: Expected | None,
+    reported_at: float | None = None,
+) -> str:
     """The bar's words: what is happening, the time so far and what is left, and where the estimate comes from."""
-    left = left_s(elapsed, fraction, guess)
+    left = left_s(elapsed, fraction, guess, reported_at)
     head = f"{label}: {message}" if message else label
     clock = f"{fmt.seconds(elapsed)} elapsed"
     if left is None:
         return f"{head} · {clock} · no earlier run on this machine to estimate from"
-    if guess is not None and fraction < TRUST_FRACTION and elapsed > guess.seconds:
+    if fraction >= TRUST_FRACTION or guess is None:
+        if left <= 0 and fraction < 1:
+            return f"{head} · {clock} · {fraction:.0%} done, taking longer than the pace so far said"
+        return f"{head} · {clock} · about {fmt.seconds(left)} left (at the pace so far)"
+    if elapsed > guess.seconds:
         return f"{head} · {clock} · longer than expected ({guess.source})"
-    basis = (
-        "at the pace so far"
-        if fraction >= TRUST_FRACTION
-        else guess.source
-        if guess
-        else "at the pace so far"
-    )
-    return f"{head} · {clock} · about {fmt.seconds(left)} left ({basis})"
+    return f"{head} · {clock} · about {fmt.seconds(left)} left ({guess.source})"
 
 
 def _bar_fraction(elapsed: float, fraction: float, guess: Expected | None) -> float:
@@ -92,10 +99,13 @@ def run_with_clock(label: str, work: Callable[[Report], T], guess: Expected | No
     """work(report) on its own thread, a progress bar with the clock redrawn while it runs; its result returned,
     its exception raised here. A rerun or a closed tab stops this loop, not the thread: the run finishes (or
     fails) on its own and is simply not shown."""
-    state = {"fraction": 0.0, "message": ""}
+    state: dict = {"fraction": 0.0, "message": "", "at": None}
     box: list = []
+    t0 = time.perf_counter()
 
     def report(fraction: float, message: str) -> None:
+        if float(fraction) != state["fraction"]:  # the pace is the time at which the share was reached
+            state["at"] = time.perf_counter() - t0
         state["fraction"], state["message"] = float(fraction), str(message)
 
     def target() -> None:
@@ -105,7 +115,6 @@ def run_with_clock(label: str, work: Callable[[Report], T], guess: Expected | No
             box.append((False, exc))
 
     bar = st.progress(0.0, text=clock_line(label, "starting", 0.0, 0.0, guess))
-    t0 = time.perf_counter()
     thread = threading.Thread(target=target, name="inference-lab-page-run", daemon=True)
     thread.start()
     try:
@@ -114,7 +123,8 @@ def run_with_clock(label: str, work: Callable[[Report], T], guess: Expected | No
             elapsed = time.perf_counter() - t0
             f = state["fraction"]
             bar.progress(
-                _bar_fraction(elapsed, f, guess), text=clock_line(label, state["message"], elapsed, f, guess)
+                _bar_fraction(elapsed, f, guess),
+                text=clock_line(label, state["message"], elapsed, f, guess, state["at"]),
             )
     finally:
         bar.empty()

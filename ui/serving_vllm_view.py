@@ -6,9 +6,9 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import streamlit as st
 
+from engine.loadgen.sweep import at_level
 from ui.charts import Series, two_panels
 from ui.serving_server import server_slot
-from ui.serving_widgets import at_level
 
 
 def _ms(x: float | None) -> float | None:

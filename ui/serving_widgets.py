@@ -10,17 +10,12 @@ import io
 import plotly.graph_objects as go
 
 from engine.calc.capacity import CapacityPrediction
-from engine.loadgen.sweep import SweepResult
+from engine.loadgen.sweep import SweepResult, at_level
 from ui.charts import Series, two_panels
 
 
 def level_unit(mode: str) -> str:
     return "requests/s" if mode == "poisson" else "users"
-
-
-def at_level(x: float, unit: str) -> str:
-    """'1 user', '4 users', '0.5 requests/s'."""
-    return f"{x:g} {'user' if unit == 'users' and x == 1 else unit}"
 
 
 def table_rows(sweep: SweepResult) -> list[dict]:

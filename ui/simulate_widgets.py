@@ -14,13 +14,13 @@ import streamlit as st
 from engine.calc.report import ENGINE_CHOICES
 from engine.calc.specs import THIS_MACHINE, GPUSpec, ModelSpec, load_gpu_catalog, load_model_presets
 from engine.core.errors import EngineError
-from engine.loadgen.sweep import SweepResult
+from engine.loadgen.sweep import SweepResult, at_level
 from engine.loadgen.workload import SLO, LoadSpecError
 from engine.simulate import solve
 from engine.simulate.spec import SimulateSpec
 from engine.simulate.sweep import SimulatedSweep, deployment, simulate
 from ui.common import init_state, show_error
-from ui.serving_widgets import at_level, latency_figure, level_unit, table_rows, throughput_figure
+from ui.serving_widgets import latency_figure, level_unit, table_rows, throughput_figure
 from ui.widgets import refused, spec_input, upper_first
 
 NS = "simulate"
@@ -307,7 +307,9 @@ def answer_figures(answer: solve.Answer) -> tuple[str, str]:
     unit = "per hour" if answer.question == "cheapest" else answer.unit
     value = f"{show(v.central)} {unit}"
     if v.low == v.high == v.central:
-        return value, "exact: memory arithmetic, no interval"
+        if answer.question == "max-context":
+            return value, "exact: memory arithmetic, no interval"
+        return value, "the same at both ends of the step times' interval"
     width = f", {v.width:.2f}x wide" if math.isfinite(v.width) else ""
     return value, f"{show(v.low)} to {show(v.high)}{width}"
 

@@ -147,10 +147,16 @@ class SweepResult:
         skipped = ", ".join(f"{x:g}" for x in self.skipped)
         why = "; ".join(missed) or "too few requests met every objective"
         return (
-            f"Skipped {skipped} {unit}: at {last.level:g} {unit} only {last.slo_attainment:.0%} of requests met the "
+            f"Skipped {skipped} {unit}: at {at_level(last.level, unit)} only {last.slo_attainment:.0%} of requests "
+            "met the "
             f"SLOs (target {self.slo.min_attainment:.0%}; {why}), and more load only queues more. "
             "Sweep them anyway with keep going."
         )
+
+
+def at_level(x: float, unit: str) -> str:
+    """'1 user', '4 users', '0.5 requests/s'."""
+    return f"{x:g} {'user' if unit == 'users' and x == 1 else unit}"
 
 
 def run_sweep(

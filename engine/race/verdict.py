@@ -161,7 +161,8 @@ def drift_note(ratio: float | None) -> str:
     change = f"{ratio - 1:+.1%}"
     if abs(ratio - 1) > DRIFT_TOLERANCE:
         return (
-            f"baseline drift: vanilla re-run at the end took {change} median latency vs the start (more than "
+            f"baseline drift: vanilla's re-run at the end was {abs(ratio - 1):.1%} "
+            f"{'slower' if ratio > 1 else 'faster'} (median latency) than at the start (more than "
             f"{DRIFT_TOLERANCE:.0%}): the machine's speed changed during the race, so every lane raced in "
             "between is flagged; rerun on a quieter machine"
         )

@@ -94,7 +94,7 @@ def kv_capacity_ratios() -> tuple[float, ...]:
     return tuple(
         r.published / r.predicted
         for r in _memory_rows()
-        if r.group == "kv capacity" and r.predicted and r.published
+        if r.group == "kv capacity" and r.predicted and r.published and not r.why  # the scored rows only
     )
 
 
@@ -153,11 +153,17 @@ def max_context(
             f"at {sm.utilization:.0%} utilisation); vLLM's auto fit keeps it.{low}"
         )
     else:
+        pool = (
+            f"the pool's {sm.kv_cache_tokens:,} tokens less the block vLLM keeps empty (its null block)"
+            if engine == "vllm"
+            else f"the pool's {sm.kv_cache_tokens:,} tokens"
+        )
         sentence = (
-            f"The longest context that fits on {where} is {value.central:,} tokens (interval {value.low:,} to "
-            f"{value.high:,}), below the model's {top:,}: {sm.kv_bytes / 2**30:.2f} GiB per GPU is left for the KV "
-            f"cache after {sm.weights_bytes / 2**30:.2f} GiB of weights and {sm.activation_bytes / 2**30:.2f} GiB "
-            "for the profile run's activations, as vLLM's --max-model-len auto would find it."
+            f"The longest context that fits on {where} is {value.central:,} tokens ({pool}; interval "
+            f"{value.low:,} to {value.high:,} from the published KV-capacity errors), below the model's {top:,}: "
+            f"{sm.kv_bytes / 1e9:.2f} GB per GPU is left for the KV cache after {sm.weights_bytes / 1e9:.2f} GB of "
+            f"weights and {sm.activation_bytes / 1e9:.2f} GB for the profile run's activations, as vLLM's "
+            "--max-model-len auto would find it."
         )
     return Answer(
         "max-context",
@@ -392,11 +398,16 @@ def cheapest(
         if math.isfinite(value.high)
         else "no replica count meeting them when every step takes its interval's high end"
     )
+    spread = (
+        "the same at both ends of the step times' interval"
+        if value.low == value.high == value.central
+        else f"interval ${value.low:,.2f} to {slow}, the step times at their interval's ends"
+    )
     sentence = (
         f"Cheapest for {users} users at {_objectives(slo)}: {each}{best.gpus} x {best.name} at "
-        f"${best.usd_per_hour:,.2f}/hour, {best.users_per_replica} users per replica (interval ${value.low:,.2f} to "
-        f"{slow}, the step times at their interval's ends); {len(tried)} of the {len(cands)} priced options that "
-        "fit were simulated, the rest cost more per replica than this."
+        f"${best.usd_per_hour:,.2f}/hour, {best.users_per_replica} users per replica ({spread}); {len(tried)} of "
+        f"the {len(cands)} priced options that fit {'was' if len(tried) == 1 else 'were'} simulated, the rest cost "
+        "more per replica than this."
     )
     return Answer(
         "cheapest",
