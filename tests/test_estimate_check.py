@@ -34,6 +34,9 @@ def test_median_and_spread_of_comparable_runs_with_sources():
     assert main.sources == {"playground": 2, "calibration": 1}
     assert "median of 3 run(s) (calibration ×1, playground ×2)" in main.explanation()
     assert len(rows) == 2
+    # shapes that differ only in length are told apart in their labels (the chart's bars are keyed on them: nine
+    # rows of "tiny-gpt-neo fp32 b1" stacked into one bar beside three identical tiles)
+    assert len({r.label for r in rows}) == 2 and any("4000+32 tok" in r.label for r in rows)
 
 
 def test_efficiency_above_one_is_explained_and_flips():

@@ -225,7 +225,7 @@ def test_estimate_vs_measurement_shows_measured_runs(tmp_path):
         )
     )
     at = _run(CALC)
-    label = "gpt-neo-125m-random bf16 b1"
+    label = "gpt-neo-125m-random bf16 b1 40+32 tok"
     shown = next(m for m in at.metric if m.label == label)
     assert shown.value == f"measured {tpot * 1e3:.3g} ms"
     assert "(1.00×)" in shown.delta  # calibrated prediction of the synthetic machine is exact
@@ -562,3 +562,44 @@ def test_an_out_of_range_number_is_refused_with_its_range_and_nothing_runs_with_
     said = [e.value for e in at.error if words in e.value]
     assert len(said) == 1 and "must be" in said[0] and "nothing runs with it" in said[0], said
     assert not any(m.label == "GPUs needed" for m in at.metric)  # no answer for the old value
+
+
+def test_calibrated_mode_without_a_calibration_offers_the_button_not_a_command(monkeypatch, tmp_path):
+    """The walkthrough read "calibrate this machine (python -m engine calibrate)" three times on this page: a
+    command no browser user can run. The page now offers the calibration itself, under the clock, and uses it."""
+    from engine.calc import model_preset
+    from engine.calc.timing import Efficiency
+    from engine.calibration import (
+        RunSample,
+        build,
+        build_calibration,
+        machine_spec,
+        predict,
+        save_calibration,
+    )
+
+    monkeypatch.setenv("INFERENCE_LAB_HOME", str(tmp_path))
+    calls = []
+
+    def calibrate(*a, **k):  # the real one times the bundled model for minutes; this stores what it would
+        machine = machine_spec(50e9, {"fp32": 200e9, "bf16": 300e9}, memory_bytes=24e9)
+        smol = model_preset("smollm2-135m")
+        run = RunSample("fp32", 1, 40, 32, 0, 0)
+        samples = [RunSample("fp32", 1, 40, 32, *predict(smol, run, machine, Efficiency(0.2, 0.5, 3e-4)))]
+        cal = build_calibration(smol, samples, machine, model="smollm2-135m-instruct")
+        save_calibration(cal)
+        calls.append(1)
+        return cal
+
+    monkeypatch.setattr(build, "calibrate", calibrate)
+    at = AppTest.from_file(CALC, default_timeout=TIMEOUT).run()
+    at.selectbox(key="calc.gpu").set_value("this-machine").run()
+    at.radio(key="calc.mode").set_value("calibrated").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert "python -m engine" not in "\n".join(str(w.value) for w in [*at.warning, *at.caption, *at.markdown])
+    button = next(b for b in at.button if b.key == "calc.calibrate")
+    assert button.label == "Calibrate this machine"
+    button.click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert calls == [1]
+    assert any(m.label.startswith("TPOT, calibrated") for m in at.metric)

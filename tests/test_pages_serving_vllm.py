@@ -209,4 +209,4 @@ def test_the_side_by_side_shows_the_calculator_beside_both(monkeypatch):
     assert "inside the 95% interval at 2 of 2 levels, vLLM's at 1 of 2" in words
     monkeypatch.setattr("engine.calibration.load_calibration", lambda: None)
     assert calculator_beside(_sbs(8, 20), "fp32") == ([], calculator_beside(_sbs(8, 20), "fp32")[1])
-    assert "python -m engine calibrate" in calculator_beside(_sbs(8, 20), "fp32")[1]
+    assert "Calibrate this machine" in calculator_beside(_sbs(8, 20), "fp32")[1]

@@ -267,4 +267,7 @@ def show_users_result(result: dict) -> None:
     from ui.widgets import word_table
 
     st.markdown(users_sentence(result["n"], result["rows"], result.get("max_batch")))
-    word_table(st, result["rows"])  # each request's text wraps instead of being cut
+    # each request's text wraps instead of being cut; numbers as rounded (a table cell showed 2.872 as "2.8720")
+    word_table(
+        st, [{k: f"{v:g}" if isinstance(v, float) else v for k, v in r.items()} for r in result["rows"]]
+    )

@@ -421,7 +421,10 @@ def measured_section(a: CalcAnswer, key: str) -> None:
     st.plotly_chart(comparison_chart(chart), width="stretch", key=f"{key}.cmp")
     st.dataframe(_shape_rows(shapes), hide_index=True, width="stretch")
     if cal is None:
-        st.caption("Calibrated estimates appear after `python -m engine calibrate` (a few minutes).")
+        st.caption("Calibrated estimates appear once this machine is calibrated.")
+        from ui.machine_view import calibrate_button
+
+        calibrate_button(f"{key}.beside")
 
 
 def _shape_rows(shapes) -> pd.DataFrame:

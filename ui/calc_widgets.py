@@ -147,10 +147,10 @@ def calibrated_mode(key: str, gpu: GPUSpec, cal: calibration.Calibration | None)
         help="Calibrated: the bandwidth, FLOP/s and per-step cost a real run reached on this machine.",
     )
     if mode == CALIBRATED_MODE and cal is None:
-        st.warning(
-            "No calibration on this machine yet: run `python -m engine calibrate` (about a minute). "
-            "Showing datasheet mode."
-        )
+        st.warning("No calibration on this machine yet: showing datasheet mode until it is calibrated.")
+        from ui.machine_view import calibrate_button
+
+        calibrate_button(key)
     return mode == CALIBRATED_MODE and cal is not None
 
 

@@ -55,8 +55,9 @@ def quant_table(rows) -> pd.DataFrame:
             "speedup vs fp32": _r(r.speedup_vs_fp32, 2),
             "95% CI": "the reference" if r.scheme == "fp32" else _ci(r.speedup_ci),  # 1x by definition
             "TPOT (ms)": _r(r.tpot_s and r.tpot_s * 1e3, 1),
-            "Δ bits/byte": _r(r.bits_per_byte_delta, 4),
-            "exact match": _r(r.exact_match_rate, 2),
+            # as the verdict's sentence says them (it read "+0.001" and "100%" beside a cell of 0.0007 and 1)
+            "Δ bits/byte": "n/a" if r.bits_per_byte_delta is None else f"{r.bits_per_byte_delta:+.3f}",
+            "exact match": "n/a" if r.exact_match_rate is None else f"{r.exact_match_rate:.0%}",
             "weights (measured)": gb(r.weights_bytes) if r.weights_bytes else "n/a",
             "weights (calculator)": gb(r.predicted_weights_bytes) if r.predicted_weights_bytes else "n/a",
             "measured / calculator": _r(r.predicted_ratio, 4),

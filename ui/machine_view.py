@@ -130,7 +130,8 @@ def machine_panel(key: str, *, compact: bool = False, cal=_UNREAD) -> None:
             icon=":material/speed:",
         )
     if cal is not None:
-        st.caption("Its calibration fixes these roofs; `python -m engine calibrate` measures them again.")
+        st.caption("Its calibration fixes these roofs; calibrating again measures them again.")
+        calibrate_button(key, again=True)
     elif st.button(
         "Measure this machine again" if known else "Measure this machine",
         key=f"{key}.measure",
@@ -185,3 +186,32 @@ def measured_roofline_points(runs: list) -> list[dict]:
                 }
             )
     return points
+
+
+CALIBRATION_EXPERIMENT = "calibration"  # the run log's name: the clock's estimate for the next calibration
+
+
+def calibrate_button(key: str, *, again: bool = False) -> None:
+    """The calibration from the page, as the command line's `calibrate` runs it: this machine's roofs before and
+    after, the bundled model timed at the calibration's shapes in each precision, the fit; under the page clock
+    (its estimate from the last calibration here), stored for every page, then the page redrawn with it."""
+    from engine.calibration.build import calibrate
+    from ui import pace
+
+    if not st.button(
+        "Calibrate this machine again" if again else "Calibrate this machine",
+        key=f"{key}.calibrate",
+        icon=":material/tune:",
+        help="Times the bundled model at a few prompt lengths, batch sizes and precisions, measures the read "
+        "bandwidth and matmul FLOP/s before and after, and fits the calculator's per-step cost to them: minutes on "
+        "a busy 2-core machine. Stored with its date; every page reads it.",
+    ):
+        return
+    cal = pace.run_experiment(
+        CALIBRATION_EXPERIMENT,
+        "Calibrating this machine",
+        lambda report: calibrate(),
+        store=lambda c: {"model": c.model},
+    )
+    if cal is not None:
+        st.rerun()

@@ -265,7 +265,7 @@ def _quality_rows(result: RaceResult) -> list[dict]:
                 "exact match (prompts)": f"{c.exact_match_rate:.0%}"
                 if is_number(c.exact_match_rate)
                 else "n/a",
-                "bits per byte (pydoc_topics)": (
+                "bits per byte (Python docs)": (
                     f"{c.bits_per_byte:.3f}"
                     if is_number(c.bits_per_byte)
                     else (c.bits_per_byte_note or "n/a")
@@ -311,7 +311,7 @@ def show_result(result: RaceResult, *, key: str) -> None:
         "**Quality beside speed.** Greedy decoding is deterministic, so a contender computing the same function "
         "as vanilla gives the same tokens. *First divergence*: the first generated token that differs from "
         "vanilla's on the timed prompt. *Exact match*: the share of the race's prompts whose whole continuation "
-        "equals vanilla's. *Bits per byte* on the first documents of the shipped pydoc_topics text "
+        "equals vanilla's. *Bits per byte* on the first documents of the shipped Python documentation text (the evaluation tab's pydoc_topics task) "
         "(lm-eval's definition; independent of the tokenizer), where the engine exposes log-probabilities. "
         "*Perplexity* of a fixed reference text (teacher-forced; torch lanes only)."
     )

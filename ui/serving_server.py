@@ -214,7 +214,7 @@ def local_servers(target: str, ns: str) -> tuple[dict[str, str], str]:
             )
     if len(urls) < len(slots):
         st.info(
-            "Start the server(s) here (child processes of the dashboard, stopped from here or when it stops), or run "
-            "`python -m engine serve [--backend vllm]` yourself and choose *Any OpenAI-compatible URL*."
+            "Start the server(s) here (child processes of the dashboard, stopped from here or when it stops), or "
+            "start one yourself and choose *Any OpenAI-compatible URL*."
         )
     return urls, model

@@ -91,8 +91,8 @@ def calculator_beside(sbs, dtype: str) -> tuple[list[dict], str]:
     cal = load_calibration()
     if cal is None:
         return [], (
-            "No calibration on this machine yet, so the calculator has no prediction to put beside them: run "
-            "`python -m engine calibrate` (a few minutes)."
+            "No calibration on this machine yet, so the calculator has no prediction to put beside them: press "
+            "the *Calibrate this machine* button on the Memory and cost page (a few minutes)."
         )
     try:
         preds = predicted(sbs, cal, resolve_model_spec(sbs.specs["lab"].model), dtype, first="lab")

@@ -116,8 +116,7 @@ def track_record_section(key: str) -> None:
         "llama.cpp, MLC, ExLlamaV2, vLLM, SGLang, TGI, DeepSpeed), each with its source and the quoted text, beside the "
         "calculator's prediction for the same setup. About 30% of the rows were held back before any fit (chosen by "
         "a hash of their id): neither the fits nor the intervals saw them, and the targets are judged on them. An "
-        "interval's width is high / low; its rows are the published rows it was read from. Rerun it: "
-        "`python -m engine trackrecord`."
+        "interval's width is high / low; its rows are the published rows it was read from."
     )
     if not st.toggle("Show the track record (a few seconds the first time on this server)", key=f"{key}.tr"):
         return

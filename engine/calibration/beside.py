@@ -22,7 +22,10 @@ from engine.calc import format as fmt
 from engine.core.interval import Interval
 from engine.core.load import cores, is_busy
 
-CALIBRATE = "calibrate this machine (python -m engine calibrate) for an estimate with its interval"
+CALIBRATE = (
+    "calibrate this machine (Calibrate this machine on the Memory and cost page; `calibrate` on the command line) "
+    "for an estimate with its interval"
+)
 
 
 @dataclass(frozen=True)

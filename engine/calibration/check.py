@@ -60,7 +60,12 @@ class ShapeComparison:
 
     @property
     def label(self) -> str:
-        return f"{self.model} {self.dtype} b{self.batch_size}" + ("" if self.use_cache else " no-cache")
+        """The shape in words, its lengths included: shapes that differ only in length are separate rows (a chart
+        keyed on model, precision and batch alone stacked nine of them into one bar)."""
+        return (
+            f"{self.model} {self.dtype} b{self.batch_size} {self.prompt_tokens}+{self.output_tokens} tok"
+            + ("" if self.use_cache else " no-cache")
+        )
 
     @property
     def n(self) -> int:

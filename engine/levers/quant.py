@@ -375,9 +375,9 @@ class QuantReport:
 
 
 QUALITY_METHOD = (
-    "bits per byte: the engine's own rolling log-likelihood over the first {n} pydoc_topics documents "
-    "(the lm-eval run cross-checks it within 1%); exact match and "
-    "first divergence: greedy continuations of the race's prompts against fp32's"
+    "bits per byte: the engine's own rolling log-likelihood over the first {n} documents of the shipped Python "
+    "documentation text (the lm-eval run cross-checks it within 1%); exact match and first divergence: each "
+    "scheme's greedy continuations of the race's prompts compared with fp32's continuations"
 )
 
 

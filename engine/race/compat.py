@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 from engine.core import paths
@@ -28,9 +29,18 @@ TOKENIZER_NOTE = (
 _OLD_TOKENIZER_NOTE = f"tokenizer read from {TOKENIZER_DIR_ENV}="  # how records before this wording said it
 
 
+# a conversion note as records before 2026-12-04 wrote it: the converter's command line ends it
+_OLD_CONVERSION_NOTE = re.compile(
+    r"^(converted (?:now|earlier \(cached\)) in [\d.]+ s from \S+): \S+ -m \S+$"
+)
+
+
 def note_words(note: str) -> str:
-    """A lane's note as a page says it: records made before the current wording named the variable."""
-    return TOKENIZER_NOTE if note.startswith(_OLD_TOKENIZER_NOTE) else note
+    """A lane's note as a page says it: records made before the current wording named the variable, or ended
+    with the converter's command line (the record keeps it as `conversion_command`)."""
+    if note.startswith(_OLD_TOKENIZER_NOTE):
+        return TOKENIZER_NOTE
+    return _OLD_CONVERSION_NOTE.sub(r"\1 by the engine's own converter", note)
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")

@@ -115,7 +115,7 @@ def run(job: dict, contender: dict, result: dict[str, Any], notes: list[str]) ->
         )
         notes.append(
             f"converted {'now' if now else 'earlier (cached)'} in {record.get('seconds', 0):.1f} s "
-            f"from {source.folder.name}: {' '.join(record.get('command', [])[:3])}"
+            f"from {source.folder.name} by {b.label}'s own converter"
         )
     else:  # the engine loads the HF folder itself
         target = source.folder
