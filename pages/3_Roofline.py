@@ -41,12 +41,18 @@ with left:
         [*catalog, THIS_MACHINE],
         default=["t4"],
         key=f"{NS}.gpus",
-        format_func=lambda k: catalog[k].name if k in catalog else "this machine (measured)",
+        # the short name in a chip ("T4 (book..." was cut in this column); the full one is in the caption below
+        format_func=lambda k: catalog[k].name.split(" (")[0] if k in catalog else "this machine",
     )
     dtype = spec_input(st, RooflineSpec, "dtype", key=f"{NS}.dtype", widget=SELECT_SLIDER, choices=PRECISIONS)
     seq = spec_input(st, RooflineSpec, "seq_len", key=f"{NS}.s", widget=SELECT_SLIDER, choices=SEQ_LENS)
     batch = spec_input(st, RooflineSpec, "batch", key=f"{NS}.b", widget=SELECT_SLIDER, choices=BATCHES)
-    show_measured = st.checkbox("Measured runs of this machine", value=True, key=f"{NS}.measured")
+    show_measured = st.checkbox(
+        "This machine's runs",
+        value=True,
+        key=f"{NS}.measured",
+        help="The runs measured on this machine, placed on it",
+    )
 
 if spec is None:
     st.stop()

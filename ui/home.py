@@ -27,8 +27,9 @@ GUIDE = {
     "ops/byte ridge (the T4's 216.6), with this machine's measured runs placed on it.",
     "Few-shot, code and eval": "Few-shot classification scored by log-likelihood, code generation with a "
     "syntax check and a linter, and lm-evaluation-harness perplexity before anything is trusted.",
-    "Latency race": "Vanilla Hugging Face generation against DeepSpeed inference and other levers, "
-    "each in its own process, weighed against output quality.",
+    "Latency race": "Vanilla Hugging Face generation against inference engines (CTranslate2, OpenVINO, ONNX "
+    "Runtime, vLLM, DeepSpeed where a GPU has its kernels) and levers, each in its own process, weighed against "
+    "output quality.",
     "Batching": "Static against in-flight batching, the memory limit on batch size, and the "
     "throughput/latency trade-off, measured.",
     "Quantization and speculative decoding": "The article's levers on this machine: fewer bytes per weight and "

@@ -47,9 +47,11 @@ def launch_commands(est) -> None:
             return
         (st.caption if est.fits and est.model_id else st.warning)(est.launch.note)
         st.caption("vLLM")
-        st.code(est.launch.vllm, language="bash")
+        st.code(
+            est.launch.vllm, language="bash", wrap_lines=True
+        )  # the whole command in view, still one line
         st.caption("SGLang")
-        st.code(est.launch.sglang, language="bash")
+        st.code(est.launch.sglang, language="bash", wrap_lines=True)
         for step in est.launch.multi_node:
             st.markdown(f"- {step}")
         st.caption(
