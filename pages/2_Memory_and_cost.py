@@ -68,7 +68,8 @@ with right:
     with right_half:
         st.dataframe(breakdown_frame(est), hide_index=True, width="stretch")
         st.caption(
-            f"Parameters per component, counted by the {est.params.source}; bytes at {est.inputs.weights_label}"
+            f"Parameters per component in millions ({est.params.total:,} in all), counted by the "
+            f"{est.params.source}; bytes at {est.inputs.weights_label}"
             + (" (average bytes per weight, scales included)" if est.inputs.weight_format else "")
             + "."
         )

@@ -167,7 +167,8 @@ def test_breakdown_table_and_batch_curve_are_shown():
     at = _bound(_run(CALC))
     frame = at.dataframe[0].value
     assert list(frame["component"])[:3] == ["embedding", "attention", "MLP"]
-    assert frame["parameters"].iloc[-1] == "2,651,307,520"
+    assert frame["parameters"].iloc[-1] == "2,651.3 M"  # in millions: the exact count is in the caption
+    assert any("(2,651,307,520 in all)" in c.value for c in at.caption)
     assert any("fit limit" in str(c.proto.spec) for c in at.get("plotly_chart"))
     curve = next(m.value for m in at.markdown if "time per output token goes from" in m.value)
     assert "Past batch 24" in curve
