@@ -146,7 +146,8 @@ def spec_input(
     )
     why = spec.problem(name, number, label=label, lo=lo, hi=hi)
     if why:
-        container.error(f"{why}: nothing runs with it until it is changed.", icon=":material/block:")
+        # no icon: in a half-width column it took the room a word needed ("positiv e whole numbe r")
+        container.error(f"{why}: nothing runs with it until it is changed.")
         return None
     return number
 
@@ -161,8 +162,7 @@ def _scaled_number(container, spec, name, label, help_text, default, lo, hi, uni
     if why:  # said in the page's units: the field's own sentence would speak in bytes
         container.error(
             f"{label} must be {span_words(float, lo, hi)}, got {number:g}: nothing runs with it until it is "
-            "changed.",
-            icon=":material/block:",
+            "changed."
         )
         return None
     return number
