@@ -80,7 +80,7 @@ with right:
     ):
         st.markdown(here)  # the same quantity measured, beside the estimate by the one rule
     if est.speed is not None:
-        st.markdown(speed_caption(est))
+        st.markdown(speed_caption(est, request.gpu))
     cost_and_plan_tiles(est)
     if est.fit.layout is not None and est.fit.layout.tensor_parallel > 1:
         tensor_parallel_tiles(est, request.gpu)

@@ -326,3 +326,17 @@ def test_the_forecast_carries_the_calibrated_interval_and_says_when_the_machine_
     assert "busy now (load 50.0" in fc.beside(loadavg=50.0).sentence()
     uncalibrated = forecast_run(spec, "fp32", 20, 300, True, machine, None)
     assert uncalibrated.interval is None and "at least" in uncalibrated.beside(loadavg=0.1).sentence()
+
+
+def test_the_bandwidth_share_and_the_bytes_read_agree_between_the_caption_and_the_reasoning():
+    """The walkthrough read "reach 87% of the memory bandwidth in decode" above "1.80 TB/s (89% of the datasheet's,
+    as fitted for vllm)", and "each step reads 15.01 GB of weights" beside a 16.06 GB weights tile, unexplained."""
+    from engine.calc.explain import reasoning
+    from ui.trackrecord_view import speed_caption
+
+    spec, a100 = model_preset("llama-3-8b"), gpu_spec("a100-80gb")
+    est = estimate(spec, a100, Inputs(dtype="bf16", batch=8, engine="vllm"))
+    decode = next(r for r in reasoning(est, spec, a100) if r.startswith("**Decode**"))
+    share = re.search(r"\((\d+)% of the datasheet's", decode).group(1)
+    assert f"({share}% on the {a100.name}" in speed_caption(est, a100)
+    assert "not the input embedding table" in decode

@@ -11,10 +11,16 @@ from engine.calc import format as fmt
 from engine.calc.efficiency import ENGINE_CLASSES, INTERVAL_METHOD
 
 
-def speed_caption(est) -> str:
-    """One paragraph under the time metrics: which class, what it reaches, what each share was fitted on, and how
-    the interval was made."""
+def speed_caption(est, gpu) -> str:
+    """One paragraph under the time metrics: which class, what it reaches on this GPU (its family's factor applied,
+    as the reasoning below says it), what each share was fitted on, and how the interval was made."""
     f = est.speed.fit
+    here = f.efficiency(gpu).bandwidth
+    on_gpu = (
+        f" ({here:.0%} on the {gpu.name}, its GPU family's factor applied)"
+        if round(here, 2) != round(f.bandwidth, 2)
+        else ""
+    )
     fixed = (
         f" plus {f.overhead_s_per_layer * 1e6:.0f} µs per layer per step"
         if f.overhead_s_per_layer >= 1e-6
@@ -30,7 +36,7 @@ def speed_caption(est) -> str:
         compute += f", fitted on {f.prefill_rows} published first-token and {f.throughput_rows} throughput measurements"
     return (
         f"**Estimates, not bounds.** {ENGINE_CLASSES[f.engine_class]} reach {f.bandwidth:.0%} of the memory bandwidth "
-        f"in decode{fixed}, fitted on {f.decode_rows} published decode measurements; {compute}. The interval is "
+        f"in decode{on_gpu}{fixed}, fitted on {f.decode_rows} published decode measurements; {compute}. The interval is "
         f"{INTERVAL_METHOD}; 'physics' is the bound with every roof reached. How well this held on published runs: "
         "the track record below."
     )

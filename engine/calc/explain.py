@@ -190,6 +190,13 @@ def reasoning(est: Any, spec: ModelSpec, gpu: GPUSpec) -> list[str]:
         by = "this machine's calibration" if est.calibrated else f"as fitted for {i.engine}"
         return f" ({e:.0%} of the datasheet's, {by})"
 
+    def _unread(stored: float, gpus: int) -> str:
+        """Why the bytes a step reads are fewer than the weights tile's (the walkthrough: 15.01 GB read beside
+        16.06 GB of weights): an embedding table is looked up a row per token, not read whole."""
+        if t.decode_step.weights_bytes >= 0.99 * stored / max(gpus, 1) or spec.tied_embeddings:
+            return ""
+        return " (not the input embedding table: a step looks up one row of it per token)"
+
     def _parts(phase) -> str:
         """The phase's time as the sum it is: memory-bound and compute-bound operators, fixed cost, all-reduces."""
         named = (
@@ -221,8 +228,8 @@ def reasoning(est: Any, spec: ModelSpec, gpu: GPUSpec) -> list[str]:
         )
         + ".",
         f"**Memory** ({_memory_model(fit)}): {fit.sentence}",
-        f"**Decode**: each step reads {fmt.gb(t.decode_step.weights_bytes)} of weights + {fmt.gb(t.decode_step.kv_bytes)} "
-        f"of KV cache at {fmt.gb(gpu.bandwidth_bytes_per_s * n * eff.bandwidth)}/s{_share(eff.bandwidth)}: "
+        f"**Decode**: each step reads {fmt.gb(t.decode_step.weights_bytes)} of weights{_unread(m.weights_bytes, n)} + "
+        f"{fmt.gb(t.decode_step.kv_bytes)} of KV cache at {fmt.gb(gpu.bandwidth_bytes_per_s * n * eff.bandwidth)}/s{_share(eff.bandwidth)}: "
         f"{_parts(t.decode_step)}{fmt.seconds(t.decode_s_per_token)} per step, for all {users} users at once: "
         f"{t.decode_step.bound}-bound.",
         f"**Prefill**: {fmt.flops(t.prefill.flops)} at {fmt.flops(gpu.flops_for(i.dtype) * n * eff.flops, 'FLOP/s')}"
