@@ -211,8 +211,9 @@ def simulate_users(
         while not all(h.done for h in handles):
             elapsed = time.perf_counter() - t0
             with live.container():
-                if sum(h.done for h in handles) != done:
-                    done, done_at = sum(h.done for h in handles), elapsed
+                finished = sum(h.done for h in handles)
+                if finished != done:
+                    done, done_at = finished, elapsed
                 st.progress(
                     done / n,
                     text=pace.clock_line(f"{done} of {n} finished", "", elapsed, done / n, guess, done_at),

@@ -370,7 +370,7 @@ def measured_section(a: CalcAnswer, key: str) -> None:
     """Runs measured here beside the calculator's estimate for their shape, by the one rule
     (engine.calibration.beside): the calibrated model with its interval, and no ratio for a run measured busy."""
     from engine.calibration import check as estimate_check
-    from ui.machine_view import cached_machine, load_runs, machine_known, machine_provenance
+    from ui.machine_view import cached_machine, calibrate_button, load_runs, machine_known, machine_provenance
     from ui.plots_calc import comparison_chart
 
     cal = a.request.cal
@@ -426,8 +426,6 @@ def measured_section(a: CalcAnswer, key: str) -> None:
     st.dataframe(_shape_rows(shapes), hide_index=True, width="stretch")
     if cal is None:
         st.caption("Calibrated estimates appear once this machine is calibrated.")
-        from ui.machine_view import calibrate_button
-
         calibrate_button(f"{key}.beside")
 
 

@@ -30,6 +30,7 @@ from engine.calc.specs import (
 from ui.machine_view import (
     _UNREAD,
     cached_machine,
+    calibrate_button,
     load_runs,
     machine_known,
     machine_matmul,
@@ -148,8 +149,6 @@ def calibrated_mode(key: str, gpu: GPUSpec, cal: calibration.Calibration | None)
     )
     if mode == CALIBRATED_MODE and cal is None:
         st.warning("No calibration on this machine yet: showing datasheet mode until it is calibrated.")
-        from ui.machine_view import calibrate_button
-
         calibrate_button(key)
     return mode == CALIBRATED_MODE and cal is not None
 

@@ -3,11 +3,8 @@ each a child process shared by every session (one per backend and dashboard, wit
 
 from __future__ import annotations
 
-import time
-
 import streamlit as st
 
-from engine.runtime import runlog
 from engine.serving.process import ServerProcess
 from ui import pace
 from ui.common import show_error
@@ -76,19 +73,14 @@ def start_experiment(backend: str) -> str:
 
 
 def start_with_clock(backend: str, slot: ServerSlot, model: str, batch: int, **settings) -> None:
-    """Start a server behind a progress bar with the elapsed time and what is left, from the last start of that
-    server on this machine (its time is stored for the next one)."""
-    t0 = time.perf_counter()
-    pace.run_with_clock(
+    """Start a server behind the page clock, its time left from the last start of that server on this machine (its
+    time is stored for the next one). A failed start raises RuntimeError with the command's own reason."""
+    pace.run_experiment(
+        start_experiment(backend),
         f"Starting {NAMES[backend]}'s server for {model} and waiting until it serves",
         lambda report: slot.start(model, batch, **settings),
-        pace.expected(start_experiment(backend), 1.0),
-    )
-    runlog.save_result(
-        start_experiment(backend),
-        {"model": model},
-        wall_s=time.perf_counter() - t0,
         settings={"model": model, "max_batch": batch, **settings},
+        store=lambda proc: {"model": model},  # the process itself is not a record
     )
 
 
