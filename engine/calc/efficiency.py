@@ -25,13 +25,14 @@ and a held-back part that neither the fit nor the intervals ever see. The physic
 is shown beside every estimate.
 
 The fit's arithmetic lives in engine.calc.fitting (this module re-exports its names); this one holds the fit behind
-every estimate and the estimates themselves. Standard library only; the fit takes a few seconds once and is cached.
+every estimate and the estimates themselves. Standard library only; the fit takes a few seconds once per version of its inputs and is kept on disk.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
 from engine.calc import published
 from engine.calc.cells import BORROW_WIDENING, COVERAGE, FALLBACK, Band, Bands, Cell, gpu_family, regime_of
@@ -53,6 +54,7 @@ from engine.calc.fitting import (
 from engine.calc.observations import Observation, held_back, observation, observations, parallel, setup_of
 from engine.calc.serving_time import LoadTimes, closed_loop
 from engine.calc.timing import Setup, timing_inputs
+from engine.core import memo
 from engine.core.errors import InvalidParameterError
 from engine.core.interval import Interval
 
@@ -143,9 +145,18 @@ def no_runs_message(cls: str) -> str:
     )
 
 
+# what the fit is computed from: the published rows, the GPU and model tables, and the code that reads them
+FIT_INPUTS = tuple(Path(__file__).resolve().parents[1] / d for d in ("calc", "core", "data"))
+
+
 @cache
 def fits() -> Fits:
-    """The fit on the rows that are not held back, with out-of-sample residual bands from the same rows."""
+    """The fit on the rows that are not held back, with out-of-sample residual bands from the same rows; computed
+    once per version of the published data and of the calculator's code, then read from disk (engine.core.memo)."""
+    return memo.on_disk("gpu-fits", FIT_INPUTS, _fit)
+
+
+def _fit() -> Fits:
     obs, skipped = observations()
     train = [o for o in obs if not held_back(o.row.id)]
     classes, pooled = fit_all(train)
