@@ -25,6 +25,7 @@ def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # loads the bundled model or runs a process of its own
 def test_hardware_json():
     r = cli("hardware", "--json")
     assert r.returncode == 0, r.stderr
@@ -33,6 +34,7 @@ def test_hardware_json():
     assert "gpu_reason" in data["hardware"] and data["hardware"]["cpu_cores_logical"] >= 1
 
 
+@pytest.mark.slow  # loads the bundled model or runs a process of its own
 def test_generate_json_keys():
     r = cli("generate", "--model", "tiny-gpt-neo", "--prompt", "Hello", "--max-new-tokens", "6", "--json")
     assert r.returncode == 0, r.stderr
@@ -42,6 +44,7 @@ def test_generate_json_keys():
     assert 1 <= data["output_tokens"] <= 6 and data["ttft_s"] <= data["latency_s"]
 
 
+@pytest.mark.slow  # loads the bundled model or runs a process of its own
 def test_generate_batch_json():
     r = cli(
         "generate",

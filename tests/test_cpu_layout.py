@@ -26,6 +26,7 @@ def _greedy(lm, n: int = 24) -> list[int]:
     return out[0, enc["input_ids"].shape[1] :].tolist()
 
 
+@pytest.mark.slow  # loads the bundled model or runs a process of its own
 def test_transposed_layout_keeps_values_ties_bytes_and_greedy_tokens(monkeypatch):
     lm = _plain("smollm2-135m-instruct", monkeypatch)
     before = {k: v.clone() for k, v in lm.model.state_dict().items()}

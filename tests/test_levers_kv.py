@@ -87,6 +87,7 @@ print("hqq cache:", type(cache.layers[0]).__name__, tuple(keys.shape), "hqq" in 
 
 
 @pytest.mark.skipif(importlib.util.find_spec("hqq") is None, reason="hqq is not installed")
+@pytest.mark.slow  # loads the bundled model or runs a process of its own
 def test_hqq_waits_for_the_kv_lever_and_then_quantizes_a_cache():
     """transformers imports hqq (and with it torch._dynamo, ~4 s) at its first cache import; the engine defers that
     to the HQQ backend of the KV lever, which still builds a real HQQ-quantized cache afterwards."""
@@ -112,6 +113,7 @@ for name, code in orders.items():
 
 
 @pytest.mark.skipif(importlib.util.find_spec("hqq") is None, reason="hqq is not installed")
+@pytest.mark.slow  # loads the bundled model or runs a process of its own
 def test_deferring_hqq_costs_a_process_that_never_imports_transformers_nothing():
     """The deferral waits for transformers' own import: the calculator's commands do not import transformers at
     all (deferring by importing transformers.utils at the engine's import cost them about a second), and whichever

@@ -22,6 +22,7 @@ def _packed_copy(lm):
     return own, pack_linears(own.model)
 
 
+@pytest.mark.slow  # loads the bundled model or runs a process of its own
 def test_packed_linears_give_the_same_greedy_tokens_on_the_bundled_model(smol_lm):
     packed, report = _packed_copy(smol_lm)
     assert report.packed == sum(type(m) is torch.nn.Linear for m in smol_lm.model.modules()) > 0

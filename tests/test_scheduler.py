@@ -80,6 +80,7 @@ def test_static_matches_solo_token_for_token(lm_name, request):
         assert s.times.slot_released >= s.times.finished
 
 
+@pytest.mark.slow  # loads the bundled model or runs a process of its own
 def test_chat_template_request_matches_solo(smol_lm):
     cfg = GenerationConfig(max_new_tokens=12, chat_template=True)
     ref = generate(smol_lm, "What is the capital of France?", cfg, record=False)
