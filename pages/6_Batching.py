@@ -345,15 +345,29 @@ with st.form(f"{NS}.users_form"):
     user_tokens = spec_input(c[1], UsersSpec, "max_new_tokens", key=f"{NS}.users_tokens")
     stagger = spec_input(c[2], UsersSpec, "stagger_s", key=f"{NS}.users_stagger", step=0.1)
     simulate = st.form_submit_button("Simulate", type="primary")
+auto = st.toggle("Refresh every 2 s", key=f"{NS}.live")
+# One panel for the shared batch: the simulation draws its queue here while it runs, then the live view takes the
+# same place (drawn below it, the last run's idle view stayed on screen, faded, beside the running simulation).
+panel = st.empty()
 if simulate and not refused(n_users, user_tokens, stagger):
     try:
         st.session_state[f"{NS}.users"] = simulate_users(
-            sched, lm, int(n_users), int(user_tokens), float(stagger), session=browser_session()
+            sched, lm, int(n_users), int(user_tokens), float(stagger), session=browser_session(), panel=panel
         )
     except EngineError as exc:
         show_error(exc)
 elif simulate:
     st.error("Nothing ran: a field above is out of range (it says what is allowed).", icon=":material/block:")
+
+
+@st.fragment(run_every=2.0 if auto else None)
+def live() -> None:
+    show_snapshot(sched.snapshot())
+
+
+with panel.container():
+    live()
+
 shown = pace.shown_result("batching-users", st.session_state.get(f"{NS}.users"), lambda p: p)
 if shown is not None:
     pace.note(shown)
@@ -370,13 +384,3 @@ export.download_button(
     key=f"{NS}.html",
     subtitle="Static and in-flight batching, measured on this machine.",
 )
-
-auto = st.toggle("Refresh every 2 s", key=f"{NS}.live")
-
-
-@st.fragment(run_every=2.0 if auto else None)
-def live() -> None:
-    show_snapshot(sched.snapshot())
-
-
-live()

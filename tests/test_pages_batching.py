@@ -98,6 +98,29 @@ def test_simulate_users_through_the_shared_scheduler():
     rows = at.session_state["batching.users"]["rows"]
     assert len(rows) == 3 and all(r["tokens"] >= 1 for r in rows)
     assert any("decode step" in m.value for m in at.markdown)
+    # one panel for the shared batch, where the simulation drew its queue: under the form, above what each
+    # request got (the live view used to sit last on the page, its last run's "idle" faded beside the simulation)
+    order = [_text(e) for e in _walk(at.main)]
+    idle = next(k for k, v in enumerate(order) if "The shared batch is idle" in v)
+    got = max(k for k, v in enumerate(order) if "decode step" in v)  # the users' sentence, not the intro
+    toggle = order.index("Refresh every 2 s")
+    assert toggle < idle < got
+
+
+def _text(element) -> str:
+    for attr in ("label", "value"):
+        v = getattr(element, attr, None)
+        if isinstance(v, str) and v:
+            return v
+    return ""
+
+
+def _walk(node):
+    children = getattr(node, "children", {})
+    for key in sorted(children):
+        child = children[key]
+        yield child
+        yield from _walk(child)
 
 
 def test_a_headline_above_the_workloads_bound_is_marked_invalid_with_why():

@@ -10,6 +10,7 @@ import math
 
 import plotly.graph_objects as go
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from engine.batching.handle import SchedulerSnapshot
 from engine.batching.scheduler import Scheduler
@@ -186,9 +187,10 @@ def simulate_users(
     stagger_s: float = 0.0,
     *,
     session: str | None = None,
+    panel: DeltaGenerator | None = None,
 ) -> dict:
     """Replay `n` concurrent requests through the shared scheduler, drawing its queue and batch live (every
-    LIVE_REDRAW_S) with the clock (ui.pace) until all finish; returns {"n": n, "rows": per-request results} for
+    LIVE_REDRAW_S, in `panel` where given) with the clock (ui.pace) until all finish; returns {"n": n, "rows": per-request results} for
     show_users_result, stored for a reload and presenter mode. A rerun or a closed tab stops the script
     mid-loop: the finally cancels what is still running."""
     import time
@@ -200,7 +202,7 @@ def simulate_users(
     cfg = GenerationConfig(max_new_tokens=max_new_tokens, chat_template=lm.has_chat_template)
     handles = []
     guess = pace.expected(USERS_EXPERIMENT, n * max_new_tokens)
-    live = st.empty()
+    live = panel if panel is not None else st.empty()
     t0 = time.perf_counter()
     done, done_at = 0, None  # requests finished, and when the last of them was first seen finished
     try:
