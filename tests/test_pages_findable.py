@@ -119,3 +119,12 @@ def test_every_tab_the_tour_names_is_a_tab_of_its_page():
             if isinstance(elt, ast.Constant)
         }
         assert set(named) <= labels, (title, named, labels)
+
+
+def test_the_tour_walks_the_sidebar_in_its_order():
+    """The tour ran Batching before the race and Few-shot last while the sidebar lists them 6th, 5th and 4th: a
+    presenter following the numbers jumped up and down the sidebar."""
+    from ui.common import PAGES
+    from ui.home import TOUR
+
+    assert [title for title, *_ in TOUR] == [p.title for p in PAGES]

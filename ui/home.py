@@ -38,7 +38,8 @@ GUIDE = {
     "latency percentiles, throughput and goodput, and how many users fit within the SLOs.",
 }
 
-# The tour, one stop per page: (page title, query parameters for its deep link, what to do there, the chapter section).
+# The tour, one stop per page in the sidebar's order: (page title, query parameters for its deep link, what to do
+# there, the chapter section).
 TOUR = (
     (
         "Playground",
@@ -63,10 +64,10 @@ TOUR = (
         "4.3.1",
     ),
     (
-        "Batching",
+        "Few-shot, code and eval",
         {},
-        "Under *Simulate N users*, send 6 requests at once and watch them share decode steps.",
-        "4.3.2",
+        "Classify with a few examples, generate code and lint it, measure perplexity.",
+        "4.1.2 to 4.1.4",
     ),
     (
         "Latency race",
@@ -74,6 +75,12 @@ TOUR = (
         "Press **Run the race**: vanilla generation against CTranslate2, each timed in its own process; the "
         "chapter's DeepSpeed and every other engine and lever are one click away.",
         "4.3.4",
+    ),
+    (
+        "Batching",
+        {},
+        "Under *Simulate N users*, send 6 requests at once and watch them share decode steps.",
+        "4.3.2",
     ),
     (
         "Quantization and speculative decoding",
@@ -89,12 +96,6 @@ TOUR = (
         "Start the OpenAI-compatible server for the bundled model and sweep the load: latency percentiles, "
         "throughput and how many users fit within the SLOs.",
         "4.3.2; the NVIDIA article's in-flight batching",
-    ),
-    (
-        "Few-shot, code and eval",
-        {},
-        "Classify with a few examples, generate code and lint it, measure perplexity.",
-        "4.1.2 to 4.1.4",
     ),
 )
 
