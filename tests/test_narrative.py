@@ -74,3 +74,16 @@ def test_users_sentence_says_what_a_wait_was_for():
     full = narrative.users_sentence(12, rows, max_batch=8)
     assert "the longest wait for a slot was 3.99 s (12 users, 8 slots)" in full
     assert "no request waited" in narrative.users_sentence(8, [{**rows[0]}], max_batch=8)
+
+
+def test_the_cache_off_sentence_says_how_its_own_steps_grew():
+    """The sentence said the cache-off steps 'grow with length' beside a line that looked flat (a small model, a
+    short run, a log axis): it now reads the run's own per-token times and says grew or stayed."""
+    on = {"model": "m", "measurement": synthetic_run("m", "fp32", 0.1, 0.01)}
+    measured = synthetic_run("m", "fp32", 0.1, 0.05, use_cache=False)
+    grew = {"model": "m", "measurement": measured, "latency": [0.1] + [0.02 + 0.001 * k for k in range(60)]}
+    flat = {"model": "m", "measurement": measured, "latency": [0.1] + [0.05] * 60}
+    said = narrative.latency_sentence({True: on, False: grew}, "m")
+    assert "grew from" in said and "by token 61" in said and "stayed" not in said
+    said = narrative.latency_sentence({True: on, False: flat}, "m")
+    assert "stayed near" in said and "grew" not in said

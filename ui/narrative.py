@@ -5,6 +5,7 @@ them, and tests/test_narrative.py flips the inputs and checks the words change w
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from typing import Any
 
@@ -172,6 +173,26 @@ def users_sentence(n: int, results: Sequence[dict], max_batch: int | None = None
     )
 
 
+def _growth(latencies: list[float] | None) -> str:
+    """How the cache-off run's steps grew, from its own per-token times (the first token, the prefill, left out):
+    the median of its first and of its last fifth of steps. On a small model a short run's re-computation costs
+    little beside each step's fixed work, and the line looks flat on the chart's log axis: said so, not claimed."""
+    steps = list(latencies or ())[1:]
+    if len(steps) < 10:
+        return ", so its steps grow with length"
+    k = max(2, len(steps) // 5)
+    early, late = statistics.median(steps[:k]), statistics.median(steps[-k:])
+    if late < 1.15 * early:
+        return (
+            f": over these {len(steps) + 1} tokens its steps stayed near {fmt.seconds(early)} (at this length the "
+            "re-run costs little beside each step's fixed work; a longer output shows it growing)"
+        )
+    return (
+        f", so its steps grew from {fmt.seconds(early)} near the start to {fmt.seconds(late)} by token "
+        f"{len(steps) + 1} ({late / early:.1f}×; the chart's axis is logarithmic)"
+    )
+
+
 def latency_sentence(curves: dict[bool, dict], model: str) -> str:
     """Playground: what the KV cache bought, from the last finished run with it on and off (same model)."""
     runs = {on: r for on, r in curves.items() if r["model"] == model and r.get("measurement") is not None}
@@ -183,7 +204,7 @@ def latency_sentence(curves: dict[bool, dict], model: str) -> str:
         verdict = compare_word(off.tpot_s, on.tpot_s, higher="slower", lower="faster", same="about as fast")
         if verdict == "slower":
             why = (
-                "without the cache every step re-runs the whole sequence so far, so its steps grow with length; "
+                f"without the cache every step re-runs the whole sequence so far{_growth(runs[False].get('latency'))}; "
                 f"with it, each step reads the stored keys and values ({r:.1f}× faster per token here)"
             )
         elif verdict == "faster":
