@@ -45,35 +45,40 @@ class Attempt:
     what: str
 
 
+def _two_ranks(executor: str, parallel: str) -> tuple[str, ...]:
+    """vLLM's flags for two ranks: its distributed executor ("ray", "mp") and what is split ("pipeline", "tensor")."""
+    return ("--distributed-executor-backend", executor, f"--{parallel}-parallel-size", "2")
+
+
 ATTEMPTS = (
     Attempt(
         "ray-pp2",
         "smollm2-135m-instruct",
-        ("--distributed-executor-backend", "ray", "--pipeline-parallel-size", "2"),
+        _two_ranks("ray", "pipeline"),
         "Ray executor (vLLM's multi-node path), pipeline parallel 2 on a local Ray cluster",
     ),
     Attempt(
         "mp-pp2",
         "smollm2-135m-instruct",
-        ("--distributed-executor-backend", "mp", "--pipeline-parallel-size", "2"),
+        _two_ranks("mp", "pipeline"),
         "multiprocessing executor, pipeline parallel 2 (15 of 30 layers per rank)",
     ),
     Attempt(
         "mp-tp2-smollm2",
         "smollm2-135m-instruct",
-        ("--distributed-executor-backend", "mp", "--tensor-parallel-size", "2"),
+        _two_ranks("mp", "tensor"),
         "multiprocessing executor, tensor parallel 2 on the bundled model (9 attention heads)",
     ),
     Attempt(
         "mp-tp2-gpt-neo",
         "tiny-gpt-neo",
-        ("--distributed-executor-backend", "mp", "--tensor-parallel-size", "2"),
+        _two_ranks("mp", "tensor"),
         "multiprocessing executor, tensor parallel 2 on the tiny GPT-Neo preset (4 heads)",
     ),
     Attempt(
         "mp-tp2-llama",
         TINY_LLAMA,
-        ("--distributed-executor-backend", "mp", "--tensor-parallel-size", "2"),
+        _two_ranks("mp", "tensor"),
         "multiprocessing executor, tensor parallel 2 on a tiny random Llama (4 heads, 2 KV heads)",
     ),
 )

@@ -41,6 +41,11 @@ tab_fs, tab_code, tab_eval = st.tabs(["Few-shot", "Code generation", "Evaluation
 
 
 # --- Few-shot ----------------------------------------------------------------------------------------------
+def _k_input(container, name: str, **kwargs):
+    """A widget for a field about k, labelled as the field writes it: k is the chapter's symbol, in lower case."""
+    return spec_input(container, FS, name, label=FS.label(name), **kwargs)
+
+
 def _dataset() -> fewshot.LabelledSet | None:
     source = spec_input(st, FS, "source", key=f"{NS}.fs_source", widget=RADIO, horizontal=True)
     shipped, upload, _ = fewshot.SOURCES
@@ -104,15 +109,7 @@ with tab_fs:
         query = c1.text_input(
             "Text to classify", "The staff were rude and the room was dirty.", key=f"{NS}.fs_query"
         )
-        k_one = spec_input(
-            c2,
-            FS,
-            "k",
-            key=f"{NS}.fs_k",
-            label=FS.label("k"),
-            widget=SLIDER,
-            hi=min(FS.bounds("k")[1], len(ds)),
-        )  # label as the field writes it: a lower-case k
+        k_one = _k_input(c2, "k", key=f"{NS}.fs_k", widget=SLIDER, hi=min(FS.bounds("k")[1], len(ds)))
         show_free = st.checkbox(
             "Also generate a free-text completion",
             value=True,
@@ -176,14 +173,7 @@ with tab_fs:
             "k-shot are compared on the same queries; the examples of a smaller k are the first ones of a larger k."
         )
         c1, c2 = st.columns(2)
-        ks = spec_input(
-            c1,
-            FS,
-            "ks",
-            key=f"{NS}.fs_ks",
-            label=FS.label("ks"),
-            value=tuple(k for k in FS.default("ks") if k < len(ds)),
-        )
+        ks = _k_input(c1, "ks", key=f"{NS}.fs_ks", value=tuple(k for k in FS.default("ks") if k < len(ds)))
         n_queries = spec_input(
             c2,
             FS,

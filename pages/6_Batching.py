@@ -32,7 +32,7 @@ from ui.batching_widgets import (
 from ui.calc_widgets import machine_known, machine_matmul, machine_provenance
 from ui.common import browser_session, fmt_bytes, fmt_seconds, init_state, page_setup, show_error
 from ui.narrative import sweep_sentence, tradeoff_sentences, users_sentence
-from ui.widgets import button_why, load_with_progress, model_picker, refused, spec_input
+from ui.widgets import button_why, load_with_progress, model_picker, refused, sent_in_range, spec_input
 
 NS = "batching"
 page_setup("Batching", measures=True)
@@ -166,7 +166,7 @@ with st.form(f"{NS}.wl"):
         c[3], WorkloadSpec, "prompt_tokens_max", key=f"{NS}.p_max", label="Prompt tokens max", hi=512
     )
     go = st.form_submit_button("Run both policies", type="primary")
-if go and not refused(n_req, rate, max_batch, seed, out_min, out_max, p_max):
+if sent_in_range(go, n_req, rate, max_batch, seed, out_min, out_max, p_max):
     try:
         spec = WorkloadSpec(
             n_requests=int(n_req),
@@ -197,8 +197,6 @@ if go and not refused(n_req, rate, max_batch, seed, out_min, out_max, p_max):
             st.session_state[f"{NS}.load"] = (load_start, loadavg_1m(), cores())
             st.session_state[f"{NS}.compare"] = results
             st.session_state[f"{NS}.bound"] = bound
-elif go:
-    st.error("Nothing ran: a field above is out of range (it says what is allowed).", icon=":material/block:")
 
 
 def _stored_compare(p: dict) -> dict:
@@ -349,15 +347,13 @@ auto = st.toggle("Refresh every 2 s", key=f"{NS}.live")
 # One panel for the shared batch: the simulation draws its queue here while it runs, then the live view takes the
 # same place (drawn below it, the last run's idle view stayed on screen, faded, beside the running simulation).
 panel = st.empty()
-if simulate and not refused(n_users, user_tokens, stagger):
+if sent_in_range(simulate, n_users, user_tokens, stagger):
     try:
         st.session_state[f"{NS}.users"] = simulate_users(
             sched, lm, int(n_users), int(user_tokens), float(stagger), session=browser_session(), panel=panel
         )
     except EngineError as exc:
         show_error(exc)
-elif simulate:
-    st.error("Nothing ran: a field above is out of range (it says what is allowed).", icon=":material/block:")
 
 
 @st.fragment(run_every=2.0 if auto else None)

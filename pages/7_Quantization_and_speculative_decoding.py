@@ -11,7 +11,7 @@ from engine.core.jsonsafe import from_jsonable
 from engine.levers import kvquant, quant, speculative
 from ui import levers_widgets, pace
 from ui.common import init_state, page_setup, show_error
-from ui.widgets import model_picker, refused, spec_input
+from ui.widgets import model_picker, sent_in_range, spec_input
 
 NS = "levers"
 # The page's own starting runs, sized for a live demo on a 2-core CPU (bench/tour.py measures them): int8 against
@@ -21,7 +21,6 @@ PAGE_Q_TOKENS, PAGE_Q_DOCS = 16, 2
 PAGE_METHODS, PAGE_WORKLOADS, PAGE_S_TOKENS = ("prompt_lookup",), ("input_grounded",), 24
 PAGE_KV_TOKENS = 64
 QS, KS = quant.QuantSpec, kvquant.KVSpec
-NOT_RUN = "Nothing ran: a field above is out of range (it says what is allowed)."
 page_setup("Quantization and speculative decoding", measures=True)
 init_state(NS, quant=None, kv=None, spec=None)
 
@@ -56,9 +55,7 @@ with tab_q:
             c[3], QS, "eval_docs", key=f"{NS}.qdocs", label="Bits/byte documents", value=PAGE_Q_DOCS
         )
         go_q = st.form_submit_button("Quantize and measure", type="primary")
-    if go_q and refused(q_tokens, q_runs, q_docs):
-        st.error(NOT_RUN, icon=":material/block:")
-    elif go_q:
+    if sent_in_range(go_q, q_tokens, q_runs, q_docs):
         levers_widgets.measure_into(
             f"{NS}.quant",
             "quant",
@@ -68,7 +65,7 @@ with tab_q:
             lambda lm, report: quant.run_quant(
                 lm,
                 quant.QuantSpec(
-                    model=name, schemes=tuple(schemes), max_new_tokens=q_tokens, runs=q_runs, eval_docs=q_docs
+                    model=name, schemes=schemes, max_new_tokens=q_tokens, runs=q_runs, eval_docs=q_docs
                 ),
                 progress=report,
             ),
@@ -115,9 +112,7 @@ with tab_kv:
         kv_tokens = spec_input(c[2], KS, "max_new_tokens", key=f"{NS}.kvtok", value=PAGE_KV_TOKENS)
         budget_gb = spec_input(c[3], kvquant.KVSpec, "budget_gb", key=f"{NS}.budget")
         go_kv = st.form_submit_button("Measure the KV cache", type="primary")
-    if go_kv and refused(kv_tokens, budget_gb):
-        st.error(NOT_RUN, icon=":material/block:")
-    elif go_kv:
+    if sent_in_range(go_kv, kv_tokens, budget_gb):
         levers_widgets.measure_into(
             f"{NS}.kv",
             "kv-cache",
@@ -177,17 +172,15 @@ with tab_s:
         st.caption(
             f"**{w}**: {speculative.WORKLOAD_DESCRIPTIONS[w]} ({len(speculative.WORKLOADS[w])} prompts)"
         )
-    if go_s and refused(gamma, s_tokens, s_runs):
-        st.error(NOT_RUN, icon=":material/block:")
-    elif go_s:
+    if sent_in_range(go_s, gamma, s_tokens, s_runs):
         try:
             spec = SS(
                 model=name,
                 dtype=dtype if dtype != "auto" else "fp32",
-                methods=tuple(methods),
-                workloads=tuple(workloads),
+                methods=methods,
+                workloads=workloads,
                 draft=draft,
-                draft_length=int(gamma),
+                draft_length=gamma,
                 max_new_tokens=s_tokens,
                 runs=s_runs,
             ).validate()

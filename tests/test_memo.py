@@ -35,7 +35,7 @@ def test_a_second_process_reads_the_value_instead_of_computing_it(home):
 
 
 def test_an_edited_input_recomputes_and_the_old_file_goes(home, tmp_path):
-    calls, compute = _counting()
+    _calls, compute = _counting()
     memo.on_disk("x", [home], compute)
     (home / "rows.toml").write_text("a = 2\n")
     assert memo.on_disk("x", [home], compute) == {"value": 2}
@@ -43,7 +43,7 @@ def test_an_edited_input_recomputes_and_the_old_file_goes(home, tmp_path):
 
 
 def test_an_unreadable_file_is_recomputed(home, tmp_path):
-    calls, compute = _counting()
+    _calls, compute = _counting()
     memo.on_disk("x", [home], compute)
     (stored,) = (tmp_path / "home" / "memo").glob("x-*.pickle")
     stored.write_bytes(b"not a pickle")
@@ -53,7 +53,7 @@ def test_an_unreadable_file_is_recomputed(home, tmp_path):
 def test_a_folder_that_cannot_be_written_costs_only_the_saving(home, tmp_path, monkeypatch):
     (tmp_path / "file").write_text("")
     monkeypatch.setenv("INFERENCE_LAB_HOME", str(tmp_path / "file"))  # a file where the folder should go
-    calls, compute = _counting()
+    _calls, compute = _counting()
     assert memo.on_disk("x", [home], compute) == {"value": 1}
     assert memo.on_disk("x", [home], compute) == {"value": 2}
 

@@ -220,60 +220,40 @@ def _reasons(result: RaceResult) -> list[str]:
     return lines
 
 
-def _speed_rows(result: RaceResult) -> list[dict]:
-    rows = []
-    for c in _ordered(result):
-        if not c.ran:
-            continue
-        if not is_number(c.speedup_vs_vanilla):
-            sp = "n/a"
-        elif c.interval_shown:
-            sp = f"{c.speedup_vs_vanilla:.2f}× [{c.speedup_low:.2f}–{c.speedup_high:.2f}]"
-        else:
-            sp = f"{c.speedup_vs_vanilla:.2f}× (no interval)"
-        rows.append(
-            {
-                "contender": c.label,
-                "latency (median)": fmt.seconds(c.latency_s_median),
-                "latency IQR": fmt.seconds(c.latency_s_q3 - c.latency_s_q1)
-                if is_number(c.latency_s_q1)
-                else "n/a",
-                "TTFT": fmt.seconds(c.ttft_s_median),
-                "TPOT": fmt.seconds(c.tpot_s_median),
-                "tokens/s": f"{c.tokens_per_s_median:.1f}" if is_number(c.tokens_per_s_median) else "n/a",
-                "tokens": f"{c.output_tokens_median:g}" if is_number(c.output_tokens_median) else "n/a",
-                "peak RSS (worker)": fmt.gb(c.peak_rss_bytes),
-                "speedup vs vanilla [95% CI]": sp,
-            }
-        )
-    return rows
+def _speed_row(c: ContenderResult) -> dict:
+    if not is_number(c.speedup_vs_vanilla):
+        sp = "n/a"
+    elif c.interval_shown:
+        sp = f"{c.speedup_vs_vanilla:.2f}× [{c.speedup_low:.2f}–{c.speedup_high:.2f}]"
+    else:
+        sp = f"{c.speedup_vs_vanilla:.2f}× (no interval)"
+    return {
+        "contender": c.label,
+        "latency (median)": fmt.seconds(c.latency_s_median),
+        "latency IQR": fmt.seconds(c.latency_s_q3 - c.latency_s_q1) if is_number(c.latency_s_q1) else "n/a",
+        "TTFT": fmt.seconds(c.ttft_s_median),
+        "TPOT": fmt.seconds(c.tpot_s_median),
+        "tokens/s": f"{c.tokens_per_s_median:.1f}" if is_number(c.tokens_per_s_median) else "n/a",
+        "tokens": f"{c.output_tokens_median:g}" if is_number(c.output_tokens_median) else "n/a",
+        "peak RSS (worker)": fmt.gb(c.peak_rss_bytes),
+        "speedup vs vanilla [95% CI]": sp,
+    }
 
 
-def _quality_rows(result: RaceResult) -> list[dict]:
-    rows = []
-    for c in _ordered(result):
-        if not c.ran:
-            continue
-        if c.first_divergence_token is not None:
-            divergence = f"token {c.first_divergence_token}"
-        else:
-            divergence = "none: identical" if c.quality_note.startswith("identical") else "n/a"
-        rows.append(
-            {
-                "contender": c.label,
-                "first divergence": divergence,
-                "exact match (prompts)": f"{c.exact_match_rate:.0%}"
-                if is_number(c.exact_match_rate)
-                else "n/a",
-                "bits per byte (Python docs)": (
-                    f"{c.bits_per_byte:.3f}"
-                    if is_number(c.bits_per_byte)
-                    else (c.bits_per_byte_note or "n/a")
-                ),
-                "perplexity (reference text)": f"{c.perplexity:.2f}" if is_number(c.perplexity) else "n/a",
-            }
-        )
-    return rows
+def _quality_row(c: ContenderResult) -> dict:
+    if c.first_divergence_token is not None:
+        divergence = f"token {c.first_divergence_token}"
+    else:
+        divergence = "none: identical" if c.quality_note.startswith("identical") else "n/a"
+    return {
+        "contender": c.label,
+        "first divergence": divergence,
+        "exact match (prompts)": f"{c.exact_match_rate:.0%}" if is_number(c.exact_match_rate) else "n/a",
+        "bits per byte (Python docs)": (
+            f"{c.bits_per_byte:.3f}" if is_number(c.bits_per_byte) else (c.bits_per_byte_note or "n/a")
+        ),
+        "perplexity (reference text)": f"{c.perplexity:.2f}" if is_number(c.perplexity) else "n/a",
+    }
 
 
 def show_result(result: RaceResult, *, key: str) -> None:
@@ -301,12 +281,12 @@ def show_result(result: RaceResult, *, key: str) -> None:
         st.markdown("\n".join(lines))
     if any("random weights" in n for c in result.contenders for n in c.notes):
         st.caption("Random weights: timings and memory are real, the generated text is gibberish.")
-    ran = [c for c in result.contenders if c.ran]
+    ran = [c for c in _ordered(result) if c.ran]
     if not ran:
         st.error("No contender ran. The reasons are in the table above.")
         return
     st.markdown("**Speed** (measured in each lane's own worker process)")
-    word_table(st, _speed_rows(result))
+    word_table(st, [_speed_row(c) for c in ran])
     st.markdown(
         "**Quality beside speed.** Greedy decoding is deterministic, so a contender computing the same function "
         "as vanilla gives the same tokens. *First divergence*: the first generated token that differs from "
@@ -315,10 +295,10 @@ def show_result(result: RaceResult, *, key: str) -> None:
         "(lm-eval's definition; independent of the tokenizer), where the engine exposes log-probabilities. "
         "*Perplexity* of a fixed reference text (teacher-forced; torch lanes only)."
     )
-    word_table(st, _quality_rows(result))
+    word_table(st, [_quality_row(c) for c in ran])
     with st.expander("Each lane's output on the first prompt"):
-        for c in _ordered(result):
-            if c.ran and c.texts:
+        for c in ran:
+            if c.texts:
                 st.markdown(f"**{c.label}**")
                 st.text(c.texts[0])
     st.plotly_chart(latency_figure(result), key=f"{key}.latency")

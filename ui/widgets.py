@@ -193,6 +193,18 @@ def refused(*values) -> bool:
     return any(v is None for v in values)
 
 
+NOT_RUN = "Nothing ran: a field above is out of range (it says what is allowed)."
+
+
+def sent_in_range(sent: bool, *values) -> bool:
+    """Whether a form was sent with none of its spec inputs refused; sent with one refused, the page says in one
+    sentence that nothing ran (the refused field itself says what is allowed)."""
+    if sent and refused(*values):
+        st.error(NOT_RUN, icon=":material/block:")
+        return False
+    return sent
+
+
 def button_why(container, label: str, *, key: str, why: str = "", **kwargs) -> bool:
     """A button that, when it cannot be pressed, says why beside it (Streamlit's disabled button says nothing):
     disabled while `why` is non-empty, with `why` as its tooltip and as a caption under it. True when pressed."""

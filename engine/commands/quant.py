@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from engine.calc.format import cell, gb, span
+from engine.calc.format import cell, gb
 from engine.commands import lever_report
 from engine.levers import quant as Q
 
@@ -25,25 +25,27 @@ def run(args) -> list[dict]:
     return rows(Q.run_quant(spec.load(), spec))
 
 
-HEADER = (
-    f"{'scheme':<12}{'status':<8}{'weights':>10}{'predicted':>11}{'ratio':>7}{'tok/s':>8}{'speedup':>9}"
-    f"{'95% CI':>14}{'bpb':>8}{'Δbpb':>9}{'match':>7}{'div':>5}"
+def _bytes(key: str) -> lever_report.Cell:
+    return lambda e: gb(e[key]) if e[key] else "-"
+
+
+COLUMNS: tuple[lever_report.Column, ...] = (
+    ("scheme", "<12", lambda e: e["scheme"]),
+    ("status", "<8", lambda e: e["status"]),
+    ("weights", ">10", _bytes("weights_bytes")),
+    ("predicted", ">11", _bytes("predicted_weights_bytes")),
+    ("ratio", ">7", lambda e: cell(e["predicted_ratio"], ".3f")),
+    ("tok/s", ">8", lambda e: cell(e["tokens_per_s"], ".1f")),
+    *lever_report.speedup_columns("speedup_vs_fp32", ">14"),
+    ("bpb", ">8", lambda e: cell(e["bits_per_byte"], ".4f")),
+    ("Δbpb", ">9", lambda e: cell(e["bits_per_byte_delta"], "+.4f")),
+    ("match", ">7", lambda e: cell(e["exact_match_rate"], ".0%")),
+    ("div", ">5", lambda e: cell(e["first_divergence_token"], "d")),
 )
 
 
-def _line(e: dict) -> str:
-    return (
-        f"{e['scheme']:<12}{e['status']:<8}{gb(e['weights_bytes']) if e['weights_bytes'] else '-':>10}"
-        f"{gb(e['predicted_weights_bytes']) if e['predicted_weights_bytes'] else '-':>11}"
-        f"{cell(e['predicted_ratio'], '.3f'):>7}{cell(e['tokens_per_s'], '.1f'):>8}{cell(e['speedup_vs_fp32'], '.2f'):>9}"
-        f"{span(e['speedup_ci']):>14}{cell(e['bits_per_byte'], '.4f'):>8}"
-        f"{cell(e['bits_per_byte_delta'], '+.4f'):>9}{cell(e['exact_match_rate'], '.0%'):>7}"
-        f"{cell(e['first_divergence_token'], 'd'):>5}"
-    )
-
-
 def format_text(entries: list[dict]) -> str:
-    lines = lever_report.table_and_verdicts(HEADER, _line, entries)
+    lines = lever_report.table_and_verdicts(COLUMNS, entries)
     if entries:
         lines.append(f"quality: {entries[0]['quality_method']}")
     return "\n".join(lines)

@@ -74,24 +74,17 @@ def solve(args) -> dict:
     from engine.calc.report import Inputs
     from engine.simulate import solve as solver
 
-    prompt = args.prompt_tokens or Inputs.default("prompt_tokens")
-    output = args.output_tokens or Inputs.default("output_tokens")
     try:
         slo = SLO.from_args(args)
-        spec = SimulateSpec(
-            model=args.model,
-            config=args.config,
-            gpu=args.gpu,
-            n_gpus=args.n_gpus,
-            dtype=args.dtype,
-            kv_dtype=args.kv_dtype,
+        # the estimate's flags name the model, GPUs, precisions and utilisation as the simulator's fields do
+        spec = SimulateSpec.from_args(
+            args,
             engine=args.engine or "vllm",
             n_requests=args.solve_requests,
-            prompt_tokens=prompt,
-            output_tokens=output,
-            gpu_memory_utilization=args.gpu_memory_utilization,
+            prompt_tokens=args.prompt_tokens or Inputs.default("prompt_tokens"),
+            output_tokens=args.output_tokens or Inputs.default("output_tokens"),
             max_batch=args.max_num_seqs,
-        ).validate()
+        )
     except LoadSpecError as exc:
         raise InvalidParameterError(str(exc)) from None
     if args.solve == "max-context":

@@ -3,7 +3,7 @@ input-grounded and open-ended workloads (acceptance, tokens per target forward, 
 
 from __future__ import annotations
 
-from engine.calc.format import cell, span
+from engine.calc.format import cell
 from engine.commands import lever_report
 from engine.levers import speculative as S
 
@@ -23,20 +23,17 @@ def run(args) -> list[dict]:
     return rows(S.run_speculate(spec.load(), spec))
 
 
-HEADER = (
-    f"{'method':<15}{'workload':<16}{'alpha':>7}{'tok/fwd':>9}{'speedup':>9}{'95% CI':>13}{'expected':>10}"
-    f"{'c':>6}{'same':>6}"
+COLUMNS: tuple[lever_report.Column, ...] = (
+    ("method", "<15", lambda e: e["method"]),
+    ("workload", "<16", lambda e: e["workload"]),
+    ("alpha", ">7", lambda e: cell(e["acceptance_rate"], ".2f")),
+    ("tok/fwd", ">9", lambda e: cell(e["tokens_per_target_forward"], ".2f")),
+    *lever_report.speedup_columns("speedup_vs_plain", ">13"),
+    ("expected", ">10", lambda e: cell(e["expected_speedup"], ".2f")),
+    ("c", ">6", lambda e: cell(e["cost_ratio"], ".2f")),
+    ("same", ">6", lambda e: e["identical_to_greedy"]),
 )
 
 
-def _line(e: dict) -> str:
-    return (
-        f"{e['method']:<15}{e['workload']:<16}{cell(e['acceptance_rate'], '.2f'):>7}"
-        f"{cell(e['tokens_per_target_forward'], '.2f'):>9}{cell(e['speedup_vs_plain'], '.2f'):>9}"
-        f"{span(e['speedup_ci']):>13}{cell(e['expected_speedup'], '.2f'):>10}"
-        f"{cell(e['cost_ratio'], '.2f'):>6}{e['identical_to_greedy']!s:>6}"
-    )
-
-
 def format_text(entries: list[dict]) -> str:
-    return "\n".join(lever_report.table_and_verdicts(HEADER, _line, entries))
+    return "\n".join(lever_report.table_and_verdicts(COLUMNS, entries))
