@@ -83,7 +83,7 @@ with right:
         st.markdown(speed_caption(est, request.gpu))
     cost_and_plan_tiles(est)
     if est.fit.layout is not None and est.fit.layout.tensor_parallel > 1:
-        tensor_parallel_tiles(est, request.gpu)
+        tensor_parallel_tiles(est, request.gpu, answer.split)
     paged_section(est, NS)
     launch_commands(est)
     with st.expander("Why: the reasoning with these numbers", expanded=True):

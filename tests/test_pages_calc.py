@@ -604,3 +604,36 @@ def test_calibrated_mode_without_a_calibration_offers_the_button_not_a_command(m
     assert not at.exception, [e.value for e in at.exception]
     assert calls == [1]
     assert any(m.label.startswith("TPOT, calibrated") for m in at.metric)
+
+
+def test_a_split_slower_than_one_gpu_says_so_with_its_all_reduces():
+    """Llama-3-8B on 2 x H100 with vLLM at 8 users: the TPOT tile rose from 11 ms on one GPU to 16 ms on two with
+    no word of why. The plan's decode step is now set beside one GPU's: half the weights read, 64 all-reduces at
+    the latency fitted on vLLM's multi-GPU runs; without an engine (the physical bound) the split is faster."""
+    at = _run(CALC)
+    at.selectbox(key="calc.gpu").set_value("h100-sxm").run()
+    at.selectbox(key="calc.engine").set_value("vllm").run()
+    at.number_input(key="calc.gpus").set_value(2).run()
+    assert not at.exception
+    said = " ".join(m.value for m in at.markdown)
+    assert "On 2 GPUs a decode step" in said and "all-reduces (two per layer)" in said
+    from engine.calc.report import Inputs, estimate, split_against_one
+    from engine.calc.specs import gpu_spec, model_preset
+
+    spec, h100 = model_preset("llama-3-8b"), gpu_spec("h100-sxm")
+    for engine, slower in (("vllm", True), (None, False)):
+        est = estimate(spec, h100, Inputs(dtype="bf16", batch=8, n_gpus=2, engine=engine))
+        split = split_against_one(est, spec, h100)
+        assert split is not None and split.gpus == 2 and split.allreduces == 2 * spec.n_layer
+        assert math.isclose(split.memory_s * 2, split.one_gpu_memory_s, rel_tol=0.05)
+        assert (split.speedup < 1) is slower
+        from ui.calc_view import split_sentence
+
+        assert ("slower than on one" in split_sentence(split, est)) is slower
+    # a model that does not fit on one GPU has no one-GPU step to compare with
+    from engine.calc import published
+    from engine.calc.hf_config import spec_from_hf_config
+
+    big = spec_from_hf_config(published.configs()["Qwen/Qwen2.5-72B"], name="Qwen/Qwen2.5-72B")
+    est = estimate(big, h100, Inputs(dtype="bf16", batch=1, n_gpus=2, engine="vllm"))
+    assert est.fits and split_against_one(est, big, h100) is None

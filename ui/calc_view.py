@@ -18,7 +18,7 @@ from engine.calc.batch_cost import BatchPoint, batch_sweep
 from engine.calc.cost import estimate_cost
 from engine.calc.efficiency import INTERVAL_LEVEL, SpeedEstimate
 from engine.calc.explain import efficiency_of, reasoning
-from engine.calc.report import Estimate, estimate
+from engine.calc.report import Estimate, SplitAgainstOne, estimate, split_against_one
 from engine.calc.timing import Efficiency
 from engine.core.interval import Interval
 from ui.calc_widgets import CalcRequest
@@ -32,6 +32,7 @@ class CalcAnswer:
     est: Estimate
     eff: Efficiency  # what the times were computed with (calibrated, fitted or the bound)
     sweep: list[BatchPoint]  # cost and latency against batch on the GPUs asked
+    split: SplitAgainstOne | None = None  # a tensor-parallel plan's decode step beside one GPU's
 
     @property
     def label(self) -> str:
@@ -49,7 +50,8 @@ def calc_answer(req: CalcRequest) -> CalcAnswer:
     efficiency."""
     est = estimate(req.spec, req.gpu, req.inputs, req.calibration)
     eff = efficiency_of(est, req.gpu)
-    return CalcAnswer(req, est, eff, batch_sweep(req.spec, req.gpu, req.inputs, eff))
+    split = split_against_one(est, req.spec, req.gpu, req.calibration)
+    return CalcAnswer(req, est, eff, batch_sweep(req.spec, req.gpu, req.inputs, eff), split)
 
 
 def header(a: CalcAnswer) -> str:
@@ -264,7 +266,34 @@ def cost_and_plan_tiles(est: Estimate) -> None:
     st.caption(fit.sentence)
 
 
-def tensor_parallel_tiles(est: Estimate, gpu) -> None:
+def split_sentence(s: SplitAgainstOne, est: Estimate) -> str:
+    """What splitting one GPU's load over n does to a decode step, from the plan's own numbers: each GPU reads
+    1 / n of the weights, and the step pays two all-reduces per layer, each with a fixed latency."""
+    reads = f"each GPU reads 1/{s.gpus} of the weights ({fmt.seconds(s.one_gpu_memory_s)} of reading → " + (
+        f"{fmt.seconds(s.memory_s)})"
+    )
+    latency = (
+        f"at {fmt.seconds(s.latency_s)} of fixed latency each (nccl-tests' small-message time on this link, times "
+        f"a factor fitted on {est.inputs.engine}'s published multi-GPU runs)"
+        if est.speed is not None and s.latency_s > 0
+        else "(the physical bound counts their bytes only, no fixed latency)"
+    )
+    adds = (
+        f"the step adds {s.allreduces} all-reduces (two per layer) {latency}, {fmt.seconds(s.comm_s)} in all"
+    )
+    if s.speedup < 1:
+        return (
+            f"**On {s.gpus} GPUs a decode step is slower than on one**: {fmt.seconds(s.step_s)} against "
+            f"{fmt.seconds(s.one_gpu_step_s)}. {reads[0].upper()}{reads[1:]}, but {adds}. This load fits on one "
+            f"GPU: split it for memory room or more users, not for one user's speed."
+        )
+    return (
+        f"On {s.gpus} GPUs a decode step takes {fmt.seconds(s.step_s)} against {fmt.seconds(s.one_gpu_step_s)} "
+        f"on one ({s.speedup:.1f}× faster): {reads}; {adds}."
+    )
+
+
+def tensor_parallel_tiles(est: Estimate, gpu, split: SplitAgainstOne | None = None) -> None:
     t = est.timing
     k = st.columns(3)
     for col, (label, phase, formula) in zip(
@@ -284,6 +313,8 @@ def tensor_parallel_tiles(est: Estimate, gpu) -> None:
         gpu.interconnect or "unknown",
         f"{fmt.gb(gpu.interconnect_bytes_per_s)}/s each way",
     )
+    if split is not None:
+        st.markdown(split_sentence(split, est))
 
 
 def assumptions(est: Estimate) -> None:

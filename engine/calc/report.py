@@ -470,3 +470,49 @@ def launch_dtype(spec: ModelSpec, i: Inputs) -> str:
     if i.weight_format is None and i.dtype in ("fp16", "bf16", "fp32"):
         return i.dtype
     return spec.checkpoint_dtype or "auto"
+
+
+@dataclass(frozen=True)
+class SplitAgainstOne:
+    """A tensor-parallel plan's decode step beside the same step on one GPU, for a model that fits on one: what the
+    split saves (each GPU reads 1 / n of the weights) and what it adds (two all-reduces per layer, each paying a
+    fixed latency: the engine class's fitted factor x nccl-tests' small-message time on the link)."""
+
+    gpus: int
+    step_s: float  # the decode step on `gpus`
+    one_gpu_step_s: float  # on one GPU, with the same efficiency
+    memory_s: float  # the step's weight and KV reads on `gpus`
+    one_gpu_memory_s: float
+    allreduces: int  # per step
+    comm_s: float  # the step's all-reduces in all (bytes and latency)
+    latency_s: float  # the fixed cost of one all-reduce
+
+    @property
+    def speedup(self) -> float:
+        return self.one_gpu_step_s / self.step_s
+
+
+def split_against_one(
+    split: Estimate, spec: ModelSpec, gpu: GPUSpec, calibration: Calibrated | None = None
+) -> SplitAgainstOne | None:
+    """`split`'s decode step against one GPU's, where its plan splits the model over tensor-parallel GPUs and the
+    load also fits on one (else there is no one-GPU plan to compare with: None)."""
+    layout = split.fit.layout
+    if layout is None or layout.tensor_parallel <= 1:
+        return None
+    one = estimate(spec, gpu, replace(split.inputs, n_gpus=1), calibration)
+    if not one.fits or one.fit.layout is None or one.fit.layout.tensor_parallel != 1:
+        return None
+    eff = split.speed.fit.efficiency(gpu) if split.speed is not None else DATASHEET
+    step, one_step = split.timing.decode_step, one.timing.decode_step
+    allreduces = 2 * spec.n_layer
+    return SplitAgainstOne(
+        gpus=layout.tensor_parallel,
+        step_s=step.seconds,
+        one_gpu_step_s=one_step.seconds,
+        memory_s=step.memory_s,
+        one_gpu_memory_s=one_step.memory_s,
+        allreduces=allreduces,
+        comm_s=step.comm_s,
+        latency_s=eff.allreduce_latency_s,
+    )
