@@ -4,7 +4,8 @@
     generator at 1, 4 and 8 users, and the simulator on the same workload (the same seeded plan, each prompt's
     tokens counted by the server's own tokenizer) with this machine's step times, two ways: measured (the same
     server's steps on probe runs before the scored sweep: closed batches of 1, 2, 4 and 8 requests, fitted
-    t = a + b x rows + c x context + d x prompt tokens) and calibrated (the stored calibration, engine.calibration).
+    t = a + b x rows + c x context + d x prompt tokens (+ e alone, + g x rows in a step carrying a prompt: each
+    closed batch's later requests ride mixed steps beside the rows admitted before them)) and calibrated (the stored calibration, engine.calibration).
     The per-request cost outside the steps (HTTP, tokenizing) is the transport the server's own timings show on
     the one-request probes, of which the part before the scheduler (the server's handling, one request at a time)
     delays arrivals and the rest each token's way back. The workload is the chat endpoint's by default (--endpoint):
@@ -67,7 +68,7 @@ def probe(
     runs: dict = {}
     transports: list[float] = []
     prompts: dict[int, int] = {}
-    pair: list[dict] = []
+    together: dict[int, list[dict]] = {}
     for b in PROBE_BATCHES:
         # one user sends 4 requests in turn: the first after a pause pays a cold start (a new connection, the
         # scheduler's thread started again after its idle exit) that back-to-back requests do not
@@ -82,8 +83,8 @@ def probe(
         split = m.ttft_breakdown
         if split is not None:
             prompts[b] = prompt
-        if b == 2:  # the server's timings of its last two requests: this pair's
-            pair = list(fetch_timings(base_url).values())[-2:]
+        if b >= 2:  # the server's timings of its last b requests: this closed batch's
+            together[b] = list(fetch_timings(base_url).values())[-b:]
         if b == 1 and split is not None:
             obs.append((0, 0, prompt, split.prefill_s))
             transports.append(split.transport_s)
@@ -92,23 +93,38 @@ def probe(
             "prompt_tokens_median": prompt,
             "ttft_breakdown": split,
         }
-    # two requests sent together reach the scheduler a millisecond or two apart (the server tokenizes in a thread
-    # pool): either its thread took both into one batched prefill (both queued under QUEUED_TOGETHER_S), or it took
-    # the first alone and the second rode the first's next decode step (a mixed step of 1 row and its prompt: the
-    # second's admitted-to-first-token). The server's own per-request timings say which.
-    if len(pair) == 2 and 2 in prompts:
-        if max(t["queue_s"] for t in pair) < QUEUED_TOGETHER_S:
-            obs.append((0, 0, 2 * prompts[2], sum(t["prefill_s"] for t in pair) / 2))
-            runs["pair"] = "one batched prefill"
-        else:
-            mixed = max(pair, key=lambda t: t["queue_s"])["prefill_s"]
-            obs.append((1, 0, prompts[2], mixed))
-            runs["pair"], runs["mixed_step_s"] = "prefilled alone, then one mixed step", mixed
+    # b requests sent together reach the scheduler a millisecond or two apart (the server tokenizes in a thread
+    # pool): its thread takes those already queued into one batched prefill (each queued under QUEUED_TOGETHER_S),
+    # then each later one rides the next decode step of the rows running by then (a mixed step of those rows and its
+    # prompt, one prompt a step: its admitted-to-first-token is that step). The server's own per-request timings say
+    # which, in the order they were admitted (by their wait).
+    for b, group in together.items():
+        mixed_obs = _admissions(group)
+        obs.extend(mixed_obs)
+        if b == 2:
+            runs["pair"] = (
+                "one batched prefill" if len(mixed_obs) == 1 else "prefilled alone, then one mixed step"
+            )
+            if len(mixed_obs) == 2:
+                runs["mixed_step_s"] = mixed_obs[1][3]
+    runs["mixed_steps"] = {b: [list(o) for o in _admissions(g)] for b, g in together.items()}
     # what the server spent on each probe request before its scheduler saw it (reading, validating, tokenizing under
     # one lock): the part of the transport spent one request at a time
     handled = [t["handling_s"] for t in list(fetch_timings(base_url).values())[-PROBE_REQUESTS:]]
     runs["handling_s"] = sum(handled) / len(handled) if handled else 0.0
     return obs, sum(transports) / len(transports) if transports else 0.0, runs
+
+
+def _admissions(group: list[dict]) -> list[tuple[int, int, int, float]]:
+    """The forwards that took a closed batch's requests in: those queued under QUEUED_TOGETHER_S as one prefill
+    (0 rows, their prompt tokens, its mean admitted-to-first-token), then each later one, by its wait, as a mixed
+    step carrying its prompt beside the rows admitted before it (all still running: b <= 8 requests of 32 tokens)."""
+    order = sorted(group, key=lambda t: t["queue_s"])
+    first = [t for t in order if t["queue_s"] < QUEUED_TOGETHER_S] or order[:1]
+    out = [(0, 0, sum(t["prompt_tokens"] for t in first), sum(t["prefill_s"] for t in first) / len(first))]
+    for k, t in enumerate(order[len(first) :]):
+        out.append((len(first) + k, 0, t["prompt_tokens"], t["prefill_s"]))
+    return out
 
 
 def prompt_lengths(spec: LoadSpec) -> list[int]:

@@ -187,7 +187,7 @@ def test_step_time_follows_the_calculator_and_its_interval():
 
 
 def test_fit_linear_recovers_a_known_step_model():
-    truth = LinearSteps(0.02, 0.005, 1e-6, 3e-4, 0.05)
+    truth = LinearSteps(0.02, 0.005, 1e-6, 3e-4, 0.05, 0.012)
     shapes = [
         (1, 50, 0),
         (2, 200, 0),
@@ -197,13 +197,33 @@ def test_fit_linear_recovers_a_known_step_model():
         (0, 0, 40),
         (0, 0, 90),
         (6, 600, 0),
+        (1, 40, 40),
+        (5, 500, 44),
     ]
     fit = fit_linear([(r, c, p, truth.duration(r, c, p).central) for r, c, p in shapes])
     assert fit.coefficients == pytest.approx(truth.coefficients, rel=1e-6)
     assert fit.spread == pytest.approx((1.0, 1.0))
     # a prompt alone pays e on top; riding a decode step it does not
     assert truth.duration(0, 0, 40).central == pytest.approx(0.02 + 40 * 3e-4 + 0.05)
-    assert truth.duration(1, 50, 40).central == pytest.approx(0.02 + 0.005 + 50e-6 + 40 * 3e-4)
+    # riding a decode step, each running row of that mixed step costs g on top of its decode cost b
+    assert truth.duration(1, 50, 40).central == pytest.approx(0.02 + 0.005 + 50e-6 + 40 * 3e-4 + 0.012)
+    assert truth.duration(5, 500, 44).central == pytest.approx(0.02 + 5 * (0.005 + 0.012) + 500e-6 + 44 * 3e-4)
+    assert truth.duration(5, 500, 0).central == pytest.approx(0.02 + 5 * 0.005 + 500e-6)
+
+
+def test_a_closed_batch_admits_what_queued_together_then_one_mixed_step_each():
+    """bench/simulate.py's probe reads the server's per-request timings of b requests sent together: those queued
+    together formed one prefill; each later one (by its wait) rode a mixed step beside the rows admitted before."""
+    from bench.simulate import _admissions
+
+    group = [
+        {"queue_s": 0.30, "prompt_tokens": 44, "prefill_s": 0.18},
+        {"queue_s": 0.001, "prompt_tokens": 43, "prefill_s": 0.14},
+        {"queue_s": 0.15, "prompt_tokens": 41, "prefill_s": 0.16},
+    ]
+    assert _admissions(group) == [(0, 0, 43, 0.14), (1, 0, 41, 0.16), (2, 0, 44, 0.18)]
+    together = [{"queue_s": 0.001, "prompt_tokens": 40, "prefill_s": 0.2}, {**group[1], "queue_s": 0.002}]
+    assert _admissions(together) == [(0, 0, 83, pytest.approx(0.17))]
 
 
 def _loadgen_shape() -> dict:

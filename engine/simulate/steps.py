@@ -10,8 +10,9 @@ Interval (low / central / high), so a simulated sweep runs three times and its p
   runs), and its fitted per-request fixed cost.
 - `CalibratedSteps(cal, spec, dtype)`: this machine, from its stored calibration (engine.calibration.fit: bytes /
   achieved bandwidth + per-layer cost + each extra row's FLOPs; prefill FLOPs / achieved FLOP/s + a fixed cost).
-- `LinearSteps`: t = a + b x rows + c x context + d x prefill tokens (+ e for prompts alone); constant step times for hand-checked tests,
-  and a fit on the scheduler's own measured steps (bench/simulate.py).
+- `LinearSteps`: t = a + b x rows + c x context + d x prefill tokens (+ e for prompts alone, + g x rows for each row
+  of a step that also carries prompts); constant step times for hand-checked tests, and a fit on the scheduler's
+  own measured steps (bench/simulate.py).
 
 Each also carries `fixed_s`, a per-request cost outside the steps (HTTP, tokenizing, detokenizing): zero unless a
 model knows it (engine.calc.step_model.request_fixed_s for a GPU; measured on this machine's server), and
@@ -60,14 +61,17 @@ def _check(decode_rows: int, context_tokens: int, prefill_tokens: int, prefill_s
 @dataclass(frozen=True)
 class LinearSteps:
     """t = a + b x decode rows + c x context tokens + d x prompt tokens, + e for a forward of prompts alone (a
-    standalone prefill: on this machine's server it costs more than the same prompt riding a decode step), in
-    seconds; the same at every end of the interval unless `spread` (low, high) multiplies it."""
+    standalone prefill: on this machine's server it costs more than the same prompt riding a decode step), + g x
+    decode rows in a forward that also carries prompts (a mixed step: on this machine's server each running row
+    costs it far more than it costs a decode step, 2026-12-04 probes), in seconds; the same at every end of the
+    interval unless `spread` (low, high) multiplies it."""
 
     a: float
     b: float = 0.0
     c: float = 0.0
     d: float = 0.0
     e: float = 0.0
+    g: float = 0.0
     name: str = "linear"
     fixed_s: Interval = ZERO
     handling_s: float = 0.0
@@ -89,17 +93,21 @@ class LinearSteps:
 
     @property
     def coefficients(self) -> tuple[float, ...]:
-        return (self.a, self.b, self.c, self.d, self.e)
+        return (self.a, self.b, self.c, self.d, self.e, self.g)
 
     def describe(self) -> dict:
         return {
             "kind": self.name,
-            "formula": "t = a + b x rows + c x context tokens + d x prompt tokens (+ e for prompts alone)",
+            "formula": (
+                "t = a + b x rows + c x context tokens + d x prompt tokens (+ e for prompts alone, + g x rows "
+                "when the step also carries prompts)"
+            ),
             "a_s": self.a,
             "b_s_per_row": self.b,
             "c_s_per_context_token": self.c,
             "d_s_per_prefill_token": self.d,
             "e_s_standalone_prefill": self.e,
+            "g_s_per_mixed_row": self.g,
             "spread": list(self.spread),
             "source": self.source,
             "rows": self.rows,
@@ -107,7 +115,8 @@ class LinearSteps:
 
 
 def _features(rows: int, context: int, prefill: int) -> tuple[float, ...]:
-    return (1.0, float(rows), float(context), float(prefill), 1.0 if prefill and not rows else 0.0)
+    mixed = float(rows) if prefill and rows else 0.0
+    return (1.0, float(rows), float(context), float(prefill), 1.0 if prefill and not rows else 0.0, mixed)
 
 
 def fit_linear(
