@@ -207,7 +207,9 @@ def test_fit_linear_recovers_a_known_step_model():
     assert truth.duration(0, 0, 40).central == pytest.approx(0.02 + 40 * 3e-4 + 0.05)
     # riding a decode step, each running row of that mixed step costs g on top of its decode cost b
     assert truth.duration(1, 50, 40).central == pytest.approx(0.02 + 0.005 + 50e-6 + 40 * 3e-4 + 0.012)
-    assert truth.duration(5, 500, 44).central == pytest.approx(0.02 + 5 * (0.005 + 0.012) + 500e-6 + 44 * 3e-4)
+    assert truth.duration(5, 500, 44).central == pytest.approx(
+        0.02 + 5 * (0.005 + 0.012) + 500e-6 + 44 * 3e-4
+    )
     assert truth.duration(5, 500, 0).central == pytest.approx(0.02 + 5 * 0.005 + 500e-6)
 
 
