@@ -70,7 +70,7 @@ class Stop:
     actions: tuple[Action, ...] = ()
 
 
-STOPS = (
+STOPS = (  # in the Home page's tour order (ui.home.TOUR), which is the sidebar's
     Stop(
         "Playground",
         "Playground?model=smollm2-135m-instruct",
@@ -82,9 +82,18 @@ STOPS = (
     Stop("Memory and cost", "Memory_and_cost"),
     Stop("Roofline", "Roofline"),
     Stop(
-        "Batching", "Batching", (Action("Simulate", "across"), Action("Run both policies", "The trade-off"))
+        "Few-shot, code and eval",
+        "Few-shot_code_and_eval",
+        (
+            Action("Classify", "Predicted label"),
+            Action("Generate code", "Syntax:", tab="Code generation"),
+            Action("Run evaluation", "bits per byte", tab="Evaluation"),
+        ),
     ),
     Stop("Latency race", "Latency_race", (Action("Run the race", "Winner."),)),
+    Stop(
+        "Batching", "Batching", (Action("Simulate", "across"), Action("Run both policies", "The trade-off"))
+    ),
     Stop(
         "Quantization and speculative decoding",
         "Quantization_and_speculative_decoding",
@@ -100,15 +109,6 @@ STOPS = (
             Action("Start server", "serving"),
             Action("Run sweep", "knee"),
             Action("Stop server", "Start server"),
-        ),
-    ),
-    Stop(
-        "Few-shot, code and eval",
-        "Few-shot_code_and_eval",
-        (
-            Action("Classify", "Predicted label"),
-            Action("Generate code", "Syntax:", tab="Code generation"),
-            Action("Run evaluation", "bits per byte", tab="Evaluation"),
         ),
     ),
 )

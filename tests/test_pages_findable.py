@@ -128,3 +128,6 @@ def test_the_tour_walks_the_sidebar_in_its_order():
     from ui.home import TOUR
 
     assert [title for title, *_ in TOUR] == [p.title for p in PAGES]
+    from bench.tour import STOPS  # the tour's benchmark walks it in the same order
+
+    assert [s.title for s in STOPS] == [p.title for p in PAGES]
