@@ -86,4 +86,8 @@ def test_the_cache_off_sentence_says_how_its_own_steps_grew():
     said = narrative.latency_sentence({True: on, False: grew}, "m")
     assert "grew from" in said and "by token 61" in said and "stayed" not in said
     said = narrative.latency_sentence({True: on, False: flat}, "m")
-    assert "stayed near" in said and "grew" not in said
+    assert "did not grow (50 ms near the start, 50 ms by the end)" in said and "grew from" not in said
+    # steps that fell (a busy start) are said as measured, not as "near" one value beside a different TPOT
+    fell = {**flat, "latency": [0.1] + [0.221] * 12 + [0.19] * 48}
+    said = narrative.latency_sentence({True: on, False: fell}, "m")
+    assert "221 ms near the start, 190 ms by the end" in said

@@ -168,3 +168,13 @@ def test_a_server_start_runs_under_the_clock_and_is_timed_for_the_next():
     finally:
         at.button(key="serving.stop").click().run()
     assert not at.exception
+
+
+def test_the_playgrounds_running_line_says_what_is_left():
+    """Home promises 'the time so far and what is left'; the Playground's line said '13 / 64 tokens · 2.26 s
+    elapsed · 5.8 tok/s' and nothing of what was left."""
+    from ui.playground_widgets import progress_text
+
+    line = progress_text(13, 64, 2.26)
+    assert "2.26 s elapsed" in line and "at most about 8.87 s left" in line
+    assert "left" not in progress_text(0, 64, 0.5) and "left" not in progress_text(64, 64, 10.0)

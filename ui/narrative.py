@@ -184,8 +184,9 @@ def _growth(latencies: list[float] | None) -> str:
     early, late = statistics.median(steps[:k]), statistics.median(steps[-k:])
     if late < 1.15 * early:
         return (
-            f": over these {len(steps) + 1} tokens its steps stayed near {fmt.seconds(early)} (at this length the "
-            "re-run costs little beside each step's fixed work; a longer output shows it growing)"
+            f", yet over these {len(steps) + 1} tokens its steps did not grow ({fmt.seconds(early)} near the start, "
+            f"{fmt.seconds(late)} by the end): at this length the re-run costs little beside each step's fixed "
+            "work, and other load moves a step by more; a longer output shows the growth"
         )
     return (
         f", so its steps grew from {fmt.seconds(early)} near the start to {fmt.seconds(late)} by token "

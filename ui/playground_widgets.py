@@ -72,9 +72,14 @@ def forecast(lm, prompt: str, max_new: int, use_cache: bool):
 
 
 def progress_text(tokens: int, max_new: int, elapsed: float) -> str:
+    """Tokens so far, elapsed, the rate so far, and what is left at that rate if the run goes to `max_new` (an
+    end-of-sequence token may stop it sooner: "at most")."""
     rate = tokens / elapsed if elapsed > 0 else math.nan
-    return f"{tokens} / {max_new} tokens · {fmt.seconds(elapsed)} elapsed · " + (
-        f"{rate:.1f} tok/s" if math.isfinite(rate) else "— tok/s"
+    left = (max_new - tokens) / rate if tokens and math.isfinite(rate) and rate > 0 else math.nan
+    return (
+        f"{tokens} / {max_new} tokens · {fmt.seconds(elapsed)} elapsed · "
+        + (f"{rate:.1f} tok/s" if math.isfinite(rate) else "— tok/s")
+        + (f" · at most about {fmt.seconds(left)} left" if math.isfinite(left) and left > 0 else "")
     )
 
 
