@@ -114,3 +114,17 @@ def test_trust_remote_code_only_from_server_env(monkeypatch):
     assert paths.trust_remote_code_allowed() is False
     monkeypatch.setenv("INFERENCE_LAB_TRUST_REMOTE_CODE", "1")
     assert paths.trust_remote_code_allowed() is True
+
+
+def test_auto_and_its_resolved_precision_share_one_loaded_copy():
+    """Home listed smollm2-135m-instruct fp32 twice (one page asked for "auto", another for "fp32"): two copies in
+    memory under "One copy of each model serves every browser session". The precision is resolved before the cache."""
+    from ui.common import cached_model, loaded_models
+
+    a = cached_model("tiny-gpt-neo", "auto")
+    b = cached_model("tiny-gpt-neo", "fp32")
+    assert a is b
+    assert (
+        sum(lm is a for lm in loaded_models()) == 1
+        and [lm.dtype for lm in loaded_models()].count("fp32") >= 1
+    )

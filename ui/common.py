@@ -150,7 +150,7 @@ def presenter_switch() -> None:
 # "145.41 GI", "Hugging Face transformers (eage", "6. Quantization and specul"); a long tile value also steps
 # down in size. One rule for every page; tests/test_browser.py checks it at 1280 px.
 LEGIBLE_CSS = """
-[data-testid="stMetricValue"] > div, [data-testid="stMetricValue"] {
+[data-testid="stMetricValue"], [data-testid="stMetricValue"] * {
   white-space: normal !important; overflow: visible !important; text-overflow: clip !important;
   overflow-wrap: anywhere; line-height: 1.15;
   font-size: clamp(1.1rem, 2.1vw, 2.25rem);
@@ -158,7 +158,9 @@ LEGIBLE_CSS = """
 [data-testid="stMetricLabel"] *, [data-testid="stMetricDelta"] * {
   white-space: normal !important; overflow: visible !important; text-overflow: clip !important;
 }
-[data-baseweb="select"] div { white-space: normal !important; text-overflow: clip !important; }
+[data-baseweb="select"] div {
+  white-space: normal !important; text-overflow: clip !important; overflow-wrap: anywhere;
+}
 [data-baseweb="select"] [value], [data-baseweb="select"] > div > div:first-child {
   overflow: visible !important; height: auto !important;
 }
@@ -178,8 +180,9 @@ def busy_warning() -> None:
     load, n = loadavg_1m(), cores()
     if is_busy(load, n):
         st.warning(
-            f"This machine is busy: 1-minute load average {load:.1f} on {n} cores. Timings measured now include "
-            "waiting for a core; compare runs made on a quieter machine, or rerun.",
+            f"This machine is busy: 1-minute load average {load:.1f} on {n} cores (a run that just ended here, "
+            "the lab's own included, counts in that average for a minute or so). Timings measured now include "
+            "waiting for a core: wait a minute and rerun, or compare with runs made on a quieter machine.",
             icon=":material/speed:",
         )
 
@@ -203,7 +206,9 @@ def _loaded_registry() -> weakref.WeakValueDictionary:
 def cached_model(name: str, dtype: str) -> models.LoadedModel:
     """One LoadedModel per (name, dtype) per server process, shared by every session.
     max_entries bounds memory: loading a third model evicts the least recently used one.
-    Failures are not cached (st.cache_resource does not cache exceptions), so a retry tries again."""
+    Failures are not cached (st.cache_resource does not cache exceptions), so a retry tries again. "auto" is
+    resolved first (fp32 on the CPU), so a page asking for "auto" and one asking for "fp32" share one copy."""
+    dtype = models.resolve_dtype(dtype, models.resolve_device("auto"))
     lm = _load(name.strip(), dtype)
     _loaded_registry()[(lm.name, dtype)] = lm
     return lm
