@@ -118,6 +118,12 @@ levels_text = c[1].text_input(
     "1,4,8" if mode == "concurrency" else "0.5,1,2,4",
     key=f"{NS}.levels.{mode}",
 )
+try:  # said under the field as it is typed, not only when a sweep is sent (its button may be waiting for a server)
+    levels, levels_error = parse_levels(levels_text), None
+except LoadSpecError as exc:
+    levels, levels_error = (), exc
+    with c[1]:
+        show_error(exc)
 # Defaults sized for a demo: the bundled model's sweep ends in about 45 s on a 2-core CPU (a tour stop under a
 # minute with the server's start); more requests per level make the p90/p99 tails mean more.
 n_requests = spec_input(
@@ -194,6 +200,8 @@ if refused(
     n_requests, out_tokens, slo_ttft, slo_tpot, attain, burstiness, prefix_tokens, num_prefixes, turns, rounds
 ):
     sweep_why = "a setting above is out of range (it says which)"
+elif levels_error is not None:
+    sweep_why = "the levels to sweep are not positive numbers (it says which)"
 elif not ((url or urls) and model):
     sweep_why = "start a server or give a server URL and a model first"
 else:
@@ -204,7 +212,6 @@ if button_why(st, "Run sweep", key=f"{NS}.go", type="primary", why=sweep_why):
             raise LoadSpecError(
                 "The side-by-side sweep compares fixed users: choose fixed users as the load."
             )
-        levels = parse_levels(levels_text)
         spec = LoadSpec(
             base_url=url or next(iter(urls.values())),
             model=model,

@@ -165,9 +165,12 @@ def test_a_sweep_against_a_dead_url_is_one_clear_error():
 def test_levels_that_are_not_numbers_and_failed_requests_are_said_in_words():
     """'abc' as a load level gets what to type, not Python's "could not convert string to float"; failed requests
     are counted in words, not shown as a dict."""
-    at = _sweep_a_dead_url("1,abc")
+    at = AppTest.from_file(PAGE, default_timeout=180).run()
+    at.text_input(key="serving.levels.concurrency").set_value("1,abc").run()
     assert not at.exception and at.error
     assert "'abc' is not a number" in at.error[0].value and "could not convert" not in at.error[0].value
+    assert at.button(key="serving.go").disabled  # and the button says why beside it
+    assert any("not positive numbers" in c.value for c in at.caption)
 
     from engine.loadgen.workload import SLO
 
@@ -175,6 +178,17 @@ def test_levels_that_are_not_numbers_and_failed_requests_are_said_in_words():
     at = _page_with(sweep)
     warned = " ".join(w.value for w in at.warning)
     assert "Failed requests: " in warned and "{" not in warned, warned
+
+
+def test_letters_in_the_levels_are_said_as_typed_even_before_a_server_is_there():
+    """'1, two, 8' with no server started got no sentence: the levels were read only when a sweep was sent, and
+    the button waited for a server. They are now read as typed, and the button says why it waits."""
+    at = AppTest.from_file(PAGE, default_timeout=180).run()
+    at.text_input(key="serving.levels.concurrency").set_value("1, two, 8").run()
+    assert not at.exception
+    assert any("'two' is not a number" in e.value for e in at.error)
+    at.text_input(key="serving.levels.concurrency").set_value("1, 4, 8").run()
+    assert not any("not a number" in e.value for e in at.error)
 
 
 def test_per_user_chart_says_what_its_points_are():
