@@ -340,3 +340,21 @@ def test_the_bandwidth_share_and_the_bytes_read_agree_between_the_caption_and_th
     share = re.search(r"\((\d+)% of the datasheet's", decode).group(1)
     assert f"({share}% on the {a100.name}" in speed_caption(est, a100)
     assert "not the input embedding table" in decode
+
+
+def test_a_gpu_count_that_cannot_split_the_heads_is_said_in_one_sentence():
+    """70B in bf16 on 3 x H100 with vLLM: the page switched to pipeline stages without a word, and one box read 'on
+    3 pipeline stages ... GPUs needed: 2 (2 GPUs in tensor parallel)'. It now says why the 3 run as stages, and that
+    2 are the fewest that hold the load while the 3 asked hold it too."""
+    name = "meta-llama/Llama-3.1-70B-Instruct"
+    spec = spec_from_hf_config(published.configs()[name], name=name)
+    h100 = gpu_spec("h100-sxm")
+    three = estimate(spec, h100, Inputs(dtype="bf16", batch=8, n_gpus=3, engine="vllm"))
+    s = three.fit.sentence
+    assert "3 GPUs cannot split the model's 64 attention heads (8 for keys and values) evenly" in s
+    assert (
+        "runs them as 3 pipeline stages" in s
+        and "the fewest that hold the load; the 3 asked hold it too" in s
+    )
+    four = estimate(spec, h100, Inputs(dtype="bf16", batch=8, n_gpus=4, engine="vllm"))
+    assert "cannot split" not in four.fit.sentence and "the 4 asked hold it too" in four.fit.sentence

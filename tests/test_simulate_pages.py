@@ -83,6 +83,19 @@ def test_memory_page_answers_the_longest_context_that_fits():
     assert "e+" not in str(tile.proto.delta) and "1.00x wide" not in str(tile.proto.delta)
 
 
+def test_an_slo_that_cannot_be_met_is_said_at_once_and_hides_the_last_answer():
+    """A TTFT SLO of -1 got Streamlit's 'Number is outside the allowed range' (its literal bounds) and the last
+    answer ('at most 28 concurrent users') stayed on screen under it."""
+    at = AppTest.from_file(MEMORY, default_timeout=300).run()
+    at.radio(key="calc.solve.q").set_value("max-context").run()
+    at.button(key="calc.solve.go").click().run()
+    assert any(m.label == "The longest context that fits" for m in at.metric)
+    at.number_input(key="calc.solve.ttft").set_value(-1.0).run()
+    assert not at.exception
+    assert any("TTFT SLO must be a positive number" in e.value for e in at.error)
+    assert not any(m.label == "The longest context that fits" for m in at.metric)
+
+
 def test_solver_answers_show_dollars_counts_and_plain_headers():
     """'0.46' with no $, '1.311e+05 to 1.311e+05 tokens, 1.00x wide', snake_case table headers and 'slos'."""
     from engine.core.interval import Interval

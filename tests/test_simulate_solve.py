@@ -69,6 +69,20 @@ def test_max_users_with_linear_steps_by_hand():
     assert "at most 10 concurrent users (interval 0 to 31)" in a.sentence
 
 
+def test_more_users_than_full_length_requests_the_cache_holds_is_explained():
+    """70B on 2 GPUs: 'Max batch at 1,024 tokens 26' beside the solver's 'at most 28 concurrent users', unreconciled.
+    The solver now says why more users than full-length requests can meet the SLOs."""
+    from engine.calc.plan import held_at
+
+    spec = SimulateSpec(model="llama-3-8b", gpu="l4", n_requests=40, prompt_tokens=512, output_tokens=512)
+    d = deployment(spec)
+    held = held_at(d.memory, 1024)
+    assert held > 0
+    said = solve._beyond_full_length(d, held + 2, 1024)
+    assert f"more than the {held:,} requests of 1,024 tokens its cache holds at once" in said
+    assert solve._beyond_full_length(d, held, 1024) == ""
+
+
 def test_fewest_replicas_by_hand():
     assert solve._replicas(lambda u: u <= 5, 23) == 5  # ceil(23 / 5) = 5 users each; 4 replicas would need 6
     assert solve._replicas(lambda u: u <= 100, 23) == 1

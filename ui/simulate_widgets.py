@@ -253,12 +253,17 @@ def solvers_section(key: str, spec: ModelSpec, gpu: GPUSpec, inputs) -> None:
     st.subheader("The inverse questions")
     c = st.columns([2, 1, 1])
     q = c[0].radio("Ask", list(QUESTIONS), format_func=QUESTIONS.get, key=f"{key}.solve.q")
-    ttft = c[1].number_input(
-        "TTFT SLO (s)", 0.0, 600.0, float(SLO.default("ttft_s")), key=f"{key}.solve.ttft"
-    )
+    # no bounds on the boxes (Streamlit's turn a field red and keep the old value): the SLO's own rule says what is
+    # wrong at once, and no answer is shown for objectives that cannot be met
+    ttft = c[1].number_input("TTFT SLO (s)", value=float(SLO.default("ttft_s")), key=f"{key}.solve.ttft")
     tpot = c[2].number_input(
-        "TPOT SLO (ms)", 0.0, 60000.0, float(SLO.default("tpot_s")) * 1e3, key=f"{key}.solve.tpot"
+        "TPOT SLO (ms)", value=float(SLO.default("tpot_s")) * 1e3, key=f"{key}.solve.tpot"
     )
+    try:
+        slo = SLO(ttft_s=ttft, tpot_s=tpot / 1e3).validate()
+    except LoadSpecError as exc:
+        show_error(exc)
+        return
     if gpu.key not in load_gpu_catalog() and q != "cheapest":
         st.info(
             f"The simulator times catalogue GPUs; {gpu.name} has edited or measured figures. Pick a catalogue GPU "
@@ -268,7 +273,6 @@ def solvers_section(key: str, spec: ModelSpec, gpu: GPUSpec, inputs) -> None:
     if st.button("Answer", key=f"{key}.solve.go"):
         progress = _Progress()
         try:
-            slo = SLO(ttft_s=ttft, tpot_s=tpot / 1e3).validate()
             sim = SimulateSpec(
                 model=spec.name, gpu=gpu.key, n_gpus=inputs.n_gpus, dtype=inputs.dtype, kv_dtype=inputs.kv_dtype,
                 engine=inputs.engine or "vllm", prompt_tokens=inputs.prompt_tokens, output_tokens=inputs.output_tokens,

@@ -258,7 +258,27 @@ def _serving_answer(
         plan=plan,
         overhead=mem,
         serving=sm,
-        sentence=_serving_sentence(server.engine, sm, asked, plan, held, batch, seq_len, fits, refusal),
+        sentence=_serving_sentence(server.engine, sm, asked, plan, held, batch, seq_len, fits, refusal)
+        + _uneven(spec, asked, server.engine),
+    )
+
+
+def _uneven(spec: ModelSpec, asked: GpuPlan, engine: str) -> str:
+    """Why the GPUs asked run as pipeline stages within one node: their count does not split the attention heads
+    evenly for tensor parallel (engine.calc.plan.tensor_sizes); empty otherwise."""
+    if asked.pipeline_parallel <= 1 or asked.gpus > GPUS_PER_NODE:
+        return ""
+    heads = f"{spec.n_head} attention heads" + (
+        f" ({spec.n_kv_head} for keys and values)" if 0 < spec.n_kv_head < spec.n_head else ""
+    )
+    how = (
+        f"{asked.pipeline_parallel} pipeline stages"
+        if asked.tensor_parallel == 1
+        else f"{asked.tensor_parallel}-way tensor parallel x {asked.pipeline_parallel} pipeline stages"
+    )
+    return (
+        f" {asked.gpus} GPUs cannot split the model's {heads} evenly for tensor parallel, so {engine} runs them "
+        f"as {how}: one sequence's step passes through them in turn."
     )
 
 
@@ -312,6 +332,9 @@ def _serving_sentence(
         need = f"No layout up to {plan.gpus - 1} GPUs holds one request."
     elif fits and plan.gpus == asked.gpus:
         need = f"GPUs needed: {plan.gpus}."
+    elif fits:
+        need = f"GPUs needed: {plan.gpus:,} ({plan.describe()}), the fewest that hold the load; the {asked.gpus} asked "
+        need += "hold it too."
     else:
         need = f"GPUs needed: {plan.gpus:,} ({plan.describe()})."
         if not fits and plan.replica_gpus != asked.replica_gpus:

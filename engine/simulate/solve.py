@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 
+from engine.calc.plan import held_at
 from engine.calc.prices import price_for
 from engine.calc.serving_memory import serving_memory
 from engine.calc.specs import GPUSpec, ModelSpec, load_gpu_catalog
@@ -256,7 +257,7 @@ def max_users(
         f"{s.output_tokens} output tokens each)."
         if value.central
         else f"{d.label}: even one user misses {objectives}; relax them or pick a faster deployment."
-    )
+    ) + _beyond_full_length(d, value.central, s.prompt_tokens + s.output_tokens)
     return Answer(
         "max-users",
         value,
@@ -268,6 +269,19 @@ def max_users(
             "max_batch": d.limits.max_batch,
             "search_ceiling": MAX_USERS,
         },
+    )
+
+
+def _beyond_full_length(d: Deployment, users: int, seq_len: int) -> str:
+    """Why more users can meet the SLOs than the calculator's max batch of full-length requests: a sentence when
+    they do (the two numbers sit side by side on the Memory and cost page)."""
+    held = held_at(d.memory, seq_len) if d.memory is not None else 0
+    if not held or users <= held:
+        return ""
+    return (
+        f" That is more than the {held:,} requests of {seq_len:,} tokens its cache holds at once (the max batch "
+        "above): at any moment users' requests are at different lengths, and a paged cache holds only the tokens "
+        "each has so far."
     )
 
 
