@@ -79,7 +79,8 @@ TOUR = (
     (
         "Batching",
         {},
-        "Under *Simulate N users*, send 6 requests at once and watch them share decode steps.",
+        "Under *Simulate N users*, send 6 requests at once and watch them share decode steps: the scheduler takes "
+        "one newcomer's prompt into each step, so the last of them waits a few steps before it joins.",
         "4.3.2",
     ),
     (
