@@ -149,3 +149,7 @@ def test_verdict_follows_the_numbers():
     unsure = Q.verdict(_row(speedup_ci=(0.9, 1.5)), fp32)
     assert "no measurable difference (the 95% interval includes 1×" in unsure and "faster" not in unsure
     assert "did not run here: boom" in Q.verdict(_row(status="failed", reason="boom"), fp32)
+    # not faster (its interval includes 1x) though it reads half the bytes: the bytes argument is said with the
+    # measurement beside it (a student saw int8 at 0.84x beside the Roofline page's 'fewer bytes per step')
+    unsure_slow = Q.verdict(_row(speedup_vs_fp32=0.84, speedup_ci=(0.6, 1.1)), fp32)
+    assert "no measurable difference" in unsure_slow and "up to 2.00x; measured 0.84x" in unsure_slow

@@ -435,6 +435,13 @@ def test_winner_line_follows_the_numbers():
     )
     rows, _ = _compare(_lane("slow", latencies=(2.0, 2.0, 2.0)))
     assert verdict.winner_line(rows).startswith("No lane beat vanilla beyond noise; the closest was Slow")
+    assert "spread too widely" not in verdict.winner_line(rows)
+    # a median well above 1x beside 'no difference' (a presenter saw 2.36x, 0.17x-2.49x): the spread is said
+    rows, _ = _compare(_lane("noisy", latencies=(0.3, 0.4, 6.0)))
+    line = verdict.winner_line(rows)
+    assert (
+        line.startswith("No lane beat vanilla beyond noise") and "spread too widely to call it faster" in line
+    )
 
 
 def test_schema_1_files_from_before_the_peers_still_load():

@@ -516,9 +516,11 @@ def verdict(row: SchemeResult, base: SchemeResult | None = None) -> str:
     if sp is None or sp != sp:
         return f"{row.scheme}: no speed figure{size}."
     speed = speed_verdict(sp, ci, baseline="fp32", no_interval="fewer than 3 runs, no 95% interval")
-    if direction(sp, ci) != "slower":
+    way = direction(sp, ci)
+    if way == "faster" or (way != "slower" and (bound is None or bound <= 1)):
         return f"{row.scheme}, time per token: {speed}; it {cost}{size}{match}."
     if bound is not None and bound > 1:
+        # not faster though it reads fewer bytes: the Roofline page's bytes argument, and why it did not hold here
         why = (
             f"were decode set by the bytes it reads, {1 / bound:.0%} of the bytes would allow up to "
             f"{bound:.2f}x; measured {sp:.2f}x, so the kernels that run this format, not the bytes, set its "

@@ -208,7 +208,22 @@ def winner_line(contenders: list[ContenderResult]) -> str:
     faster = [c for c in lanes if clearly_faster(c)]
     if not faster:
         best = max(lanes, key=lambda c: c.speedup_vs_vanilla)
-        return f"No lane beat vanilla beyond noise; the closest was {best.label} ({speed_phrase(best)})."
+        line = f"No lane beat vanilla beyond noise; the closest was {best.label} ({speed_phrase(best)})."
+        if best.speedup_vs_vanilla > 1:
+            # a point well above 1x beside "no difference" reads as a contradiction unless the spread is said
+            moved = best.baseline_drift is not None and abs(best.baseline_drift - 1) > DRIFT_TOLERANCE
+            line += (
+                f" Its point estimate was {best.speedup_vs_vanilla:.2f}× vanilla's speed, but its runs spread too "
+                "widely to call it faster"
+                + (
+                    f" (vanilla's own speed moved {best.baseline_drift - 1:+.1%} during the race: the machine "
+                    "was busy)"
+                    if moved
+                    else ""
+                )
+                + "; rerun on a quieter machine, or with more runs, to settle it."
+            )
+        return line
     exact = [c for c in faster if c.exact_match_rate == 1.0]
     best = max(faster, key=lambda c: c.speedup_vs_vanilla)
     line = f"Fastest: {best.label}, {speed_phrase(best)}, {quality_phrase(best)}."
