@@ -292,7 +292,7 @@ def markdown(res: dict) -> str:
             f"Endpoint: {a.get('endpoint', 'completions')}. Per-request transport from the one-request probes: "
             f"{a['transport_s'] * 1e3:.1f} ms, of which {a.get('handling_s', 0) * 1e3:.1f} ms before the scheduler "
             "(one request at a time). Measured step fit: "
-            f"{json.dumps({k: v for k, v in a['probe']['fit'].items() if k.endswith('_s') or k.startswith(('a_', 'b_', 'c_', 'd_', 'e_'))})}",
+            f"{json.dumps({k: v for k, v in a['probe']['fit'].items() if k.endswith('_s') or k.startswith(('a_', 'b_', 'c_', 'd_', 'e_', 'g_'))})}",
             "",
             "| step model | users | TTFT p50 real (s) | sim (s) | error | output tok/s real | sim | error |",
             "|---|---:|---:|---:|---:|---:|---:|---:|",
