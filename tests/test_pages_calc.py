@@ -637,3 +637,15 @@ def test_a_split_slower_than_one_gpu_says_so_with_its_all_reduces():
     big = spec_from_hf_config(published.configs()["Qwen/Qwen2.5-72B"], name="Qwen/Qwen2.5-72B")
     est = estimate(big, h100, Inputs(dtype="bf16", batch=1, n_gpus=2, engine="vllm"))
     assert est.fits and split_against_one(est, big, h100) is None
+
+
+def test_the_model_box_names_models_without_their_organisation():
+    """'meta-llama/Llama-3.1-70B-Instru': the whole hub id was cut in the Inputs column's select at 1280 px. The
+    box shows the name (the longest, DeepSeek-R1-Distill-Llama-70B, fits), the model id field keeps the id."""
+    at = _run(CALC)
+    box = at.selectbox(key="calc.preset")
+    assert "Llama-3.1-70B-Instruct" in box.options and not any("/" in o for o in box.options)
+    assert max(len(o) for o in box.options) <= 29
+    box.set_value("meta-llama/Llama-3.1-70B-Instruct").run()
+    field = next(t for t in at.text_input if t.label == "Model id for the launch command")
+    assert field.value == "meta-llama/Llama-3.1-70B-Instruct"

@@ -62,8 +62,12 @@ def preset_input(key: str, default: str) -> ModelSpec:
         names,
         index=names.index(default) if default in names else 0,
         key=f"{key}.preset",
-        help="The chapter's models by short name, then models by their Hugging Face id, each from its "
-        "config.json (the source is under the box).",
+        # the name without its organisation, which the model id field below and the result's header carry: the
+        # whole id was cut in a box this wide ('meta-llama/Llama-3.1-70B-Instru')
+        format_func=lambda n: n.split("/", 1)[-1],
+        help="The chapter's models by short name, then models by their Hugging Face id (shown without the "
+        "organisation, which the model id field below gives), each from its config.json (the source is under the "
+        "box).",
     )
     spec = presets[name] if name in presets else cached_preset_spec(name)
     st.caption(f"{_count_caption(spec)}. Source: {spec.source}")
