@@ -1,4 +1,5 @@
-"""engine/calc is pure: standard library plus engine.calc, engine.core.dtypes, errors, interval, spec and stats; never torch or streamlit."""
+"""engine/calc is pure: standard library plus engine.calc, engine.core.dtypes, errors, interval, memo (the fit kept
+on disk as JSON, standard library only), spec and stats; never torch or streamlit."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ ALLOWED_ENGINE = (
     "engine.core.dtypes",
     "engine.core.errors",
     "engine.core.interval",
+    "engine.core.memo",
     "engine.core.spec",
     "engine.core.stats",
 )

@@ -39,14 +39,14 @@ def test_an_edited_input_recomputes_and_the_old_file_goes(home, tmp_path):
     memo.on_disk("x", [home], compute)
     (home / "rows.toml").write_text("a = 2\n")
     assert memo.on_disk("x", [home], compute) == {"value": 2}
-    assert len(list((tmp_path / "home" / "memo").glob("x-*.pickle"))) == 1
+    assert len(list((tmp_path / "home" / "memo").glob("x-*.json"))) == 1
 
 
 def test_an_unreadable_file_is_recomputed(home, tmp_path):
     _calls, compute = _counting()
     memo.on_disk("x", [home], compute)
-    (stored,) = (tmp_path / "home" / "memo").glob("x-*.pickle")
-    stored.write_bytes(b"not a pickle")
+    (stored,) = (tmp_path / "home" / "memo").glob("x-*.json")
+    stored.write_bytes(b"{not json")
     assert memo.on_disk("x", [home], compute) == {"value": 2}
 
 
@@ -56,6 +56,17 @@ def test_a_folder_that_cannot_be_written_costs_only_the_saving(home, tmp_path, m
     _calls, compute = _counting()
     assert memo.on_disk("x", [home], compute) == {"value": 1}
     assert memo.on_disk("x", [home], compute) == {"value": 2}
+
+
+def test_the_gpu_fit_reads_back_from_its_json_equal():
+    """The fit as engine.core.memo stores it (JSON: no code runs on reading it) decodes to the same fit."""
+    import json
+
+    from engine.calc import efficiency as E
+
+    fits = E.fits()
+    back = E._fits_from_json(json.loads(json.dumps(E._fits_to_json(fits))))
+    assert back == fits
 
 
 @pytest.mark.slow

@@ -281,7 +281,7 @@ def split_sentence(s: SplitAgainstOne, est: Estimate) -> str:
     adds = (
         f"the step adds {s.allreduces} all-reduces (two per layer) {latency}, {fmt.seconds(s.comm_s)} in all"
     )
-    if s.speedup < 1:
+    if s.step_s > s.one_gpu_step_s:
         return (
             f"**On {s.gpus} GPUs a decode step is slower than on one**: {fmt.seconds(s.step_s)} against "
             f"{fmt.seconds(s.one_gpu_step_s)}. {reads[0].upper()}{reads[1:]}, but {adds}. This load fits on one "
@@ -289,7 +289,7 @@ def split_sentence(s: SplitAgainstOne, est: Estimate) -> str:
         )
     return (
         f"On {s.gpus} GPUs a decode step takes {fmt.seconds(s.step_s)} against {fmt.seconds(s.one_gpu_step_s)} "
-        f"on one ({s.speedup:.1f}× faster): {reads}; {adds}."
+        f"on one ({s.step_s / s.one_gpu_step_s:.0%} of its time): {reads}; {adds}."
     )
 
 

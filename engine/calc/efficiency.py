@@ -30,12 +30,22 @@ every estimate and the estimates themselves. Standard library only; the fit take
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cache
 from pathlib import Path
 
 from engine.calc import published
-from engine.calc.cells import BORROW_WIDENING, COVERAGE, FALLBACK, Band, Bands, Cell, gpu_family, regime_of
+from engine.calc.cells import (
+    BORROW_WIDENING,
+    COVERAGE,
+    FALLBACK,
+    Band,
+    Bands,
+    Cell,
+    Residual,
+    gpu_family,
+    regime_of,
+)
 from engine.calc.fitting import (
     BAND_KIND,
     ENGINE_CLASSES,
@@ -54,9 +64,9 @@ from engine.calc.fitting import (
 from engine.calc.observations import Observation, held_back, observation, observations, parallel, setup_of
 from engine.calc.serving_time import LoadTimes, closed_loop
 from engine.calc.timing import Setup, timing_inputs
-from engine.core import memo
 from engine.core.errors import InvalidParameterError
 from engine.core.interval import Interval
+from engine.core.memo import on_disk
 
 __all__ = [
     "BAND_KIND",
@@ -153,7 +163,56 @@ FIT_INPUTS = tuple(Path(__file__).resolve().parents[1] / d for d in ("calc", "co
 def fits() -> Fits:
     """The fit on the rows that are not held back, with out-of-sample residual bands from the same rows; computed
     once per version of the published data and of the calculator's code, then read from disk (engine.core.memo)."""
-    return memo.on_disk("gpu-fits", FIT_INPUTS, _fit)
+    return on_disk("gpu-fits", FIT_INPUTS, _fit, _fits_to_json, _fits_from_json)
+
+
+def _class_to_json(c: ClassFit) -> dict:
+    out = {f.name: getattr(c, f.name) for f in fields(c)}
+    out["borrowed"] = list(c.borrowed)
+    out["family_factors"] = [[*k, v] for k, v in c.family_factors.items()]
+    return out
+
+
+def _class_from_json(d: dict) -> ClassFit:
+    return ClassFit(
+        **{
+            **d,
+            "borrowed": tuple(d["borrowed"]),
+            "family_factors": {(kind, fam): v for kind, fam, v in d["family_factors"]},
+        }
+    )
+
+
+def _fits_to_json(f: Fits) -> dict:
+    """The fit as JSON (engine.core.memo keeps it between processes): tuple keys as lists."""
+    return {
+        "classes": {k: _class_to_json(c) for k, c in f.classes.items()},
+        "pooled": _class_to_json(f.pooled),
+        "bands": {
+            kind: [
+                [list(cell), [[r.log_ratio, r.source, r.row_id] for r in rs]]
+                for cell, rs in b.by_cell.items()
+            ]
+            for kind, b in f.bands.items()
+        },
+        "fitted_on": list(f.fitted_on),
+        "held_back": list(f.held_back),
+        "skipped": f.skipped,
+    }
+
+
+def _fits_from_json(d: dict) -> Fits:
+    return Fits(
+        classes={k: _class_from_json(c) for k, c in d["classes"].items()},
+        pooled=_class_from_json(d["pooled"]),
+        bands={
+            kind: Bands({tuple(cell): tuple(Residual(*r) for r in rs) for cell, rs in cells})  # type: ignore[misc]
+            for kind, cells in d["bands"].items()
+        },
+        fitted_on=tuple(d["fitted_on"]),
+        held_back=tuple(d["held_back"]),
+        skipped=dict(d["skipped"]),
+    )
 
 
 def _fit() -> Fits:

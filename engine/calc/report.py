@@ -487,10 +487,6 @@ class SplitAgainstOne:
     comm_s: float  # the step's all-reduces in all (bytes and latency)
     latency_s: float  # the fixed cost of one all-reduce
 
-    @property
-    def speedup(self) -> float:
-        return self.one_gpu_step_s / self.step_s
-
 
 def split_against_one(
     split: Estimate, spec: ModelSpec, gpu: GPUSpec, calibration: Calibrated | None = None
