@@ -333,8 +333,8 @@ def _serving_sentence(
     elif fits and plan.gpus == asked.gpus:
         need = f"GPUs needed: {plan.gpus}."
     elif fits:
-        need = f"GPUs needed: {plan.gpus:,} ({plan.describe()}), the fewest that hold the load; the {asked.gpus} asked "
-        need += "hold it too."
+        fewest = f"GPUs needed: {plan.gpus:,} ({plan.describe()}), the fewest that hold the load"
+        need = f"{fewest}; the {asked.gpus} asked hold it too."
     else:
         need = f"GPUs needed: {plan.gpus:,} ({plan.describe()})."
         if not fits and plan.replica_gpus != asked.replica_gpus:

@@ -279,8 +279,8 @@ def _beyond_full_length(d: Deployment, users: int, seq_len: int) -> str:
     if not held or users <= held:
         return ""
     return (
-        f" That is more than the {held:,} requests of {seq_len:,} tokens its cache holds at once (the max batch "
-        "above): at any moment users' requests are at different lengths, and a paged cache holds only the tokens "
+        f" That is more than the {held:,} requests of {seq_len:,} tokens its cache holds at once (the calculator's "
+        "max batch): at any moment users' requests are at different lengths, and a paged cache holds only the tokens "
         "each has so far."
     )
 
