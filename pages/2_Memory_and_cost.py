@@ -48,7 +48,8 @@ with left:
 
 if request is None:
     right.info(
-        "An input on the left is refused (its sentence says what is allowed): the answer comes back once it is changed."
+        "Nothing to answer yet: an input on the left is missing or refused (it says what it needs); the answer "
+        "comes back once it is given."
     )
     st.stop()
 try:

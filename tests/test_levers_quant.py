@@ -140,7 +140,7 @@ def test_verdict_follows_the_numbers():
     )
     assert "50% of fp32's bytes" in Q.verdict(_row(), fp32)
     slow = Q.verdict(_row(speedup_vs_fp32=0.7, speedup_ci=(0.6, 0.8)), fp32)
-    assert "1.43× slower than fp32" in slow and "up to 2.00x; measured 0.70x" in slow
+    assert "1.43× slower than fp32" in slow and "up to 2.00×; measured 0.70×" in slow
     same_bytes = Q.verdict(_row(weights_bytes=100, speedup_vs_fp32=0.7, speedup_ci=(0.6, 0.8)), fp32)
     assert "no fewer bytes" in same_bytes
     assert "no measurable quality (-0.0001 bits/byte)" in Q.verdict(_row(bits_per_byte_delta=-1e-4), fp32)
@@ -152,4 +152,4 @@ def test_verdict_follows_the_numbers():
     # not faster (its interval includes 1x) though it reads half the bytes: the bytes argument is said with the
     # measurement beside it (a student saw int8 at 0.84x beside the Roofline page's 'fewer bytes per step')
     unsure_slow = Q.verdict(_row(speedup_vs_fp32=0.84, speedup_ci=(0.6, 1.1)), fp32)
-    assert "no measurable difference" in unsure_slow and "up to 2.00x; measured 0.84x" in unsure_slow
+    assert "no measurable difference" in unsure_slow and "up to 2.00×; measured 0.84×" in unsure_slow

@@ -649,3 +649,17 @@ def test_the_model_box_names_models_without_their_organisation():
     box.set_value("meta-llama/Llama-3.1-70B-Instruct").run()
     field = next(t for t in at.text_input if t.label == "Model id for the launch command")
     assert field.value == "meta-llama/Llama-3.1-70B-Instruct"
+
+
+def test_gpus_needed_below_the_count_asked_says_the_price_is_for_the_count_asked():
+    """Llama-3-8B on 2 x H100: the tile read 'GPUs needed 1 / one GPU' beside '$ per hour $6.98', the price of 2."""
+    at = _run(CALC)
+    at.selectbox(key="calc.preset").set_value("llama-3-8b").run()
+    at.selectbox(key="calc.gpu").set_value("h100-sxm").run()
+    at.selectbox(key="calc.engine").set_value("vllm").run()
+    at.number_input(key="calc.gpus").set_value(2).run()
+    tile = next(m for m in at.metric if m.label == "GPUs needed")
+    assert tile.value == "1" and "priced at the 2 asked" in str(tile.proto.delta)
+    at.number_input(key="calc.gpus").set_value(1).run()
+    tile = next(m for m in at.metric if m.label == "GPUs needed")
+    assert "priced at" not in str(tile.proto.delta)

@@ -93,6 +93,9 @@ def test_home_puts_measuring_this_machine_above_the_tour_and_the_tour_points_at_
 
     stop = next(what for title, _, what, _ in TOUR if title == "Memory and cost")
     assert "Static vs paged KV cache" in stop and "Measure this machine" in stop
+    # a machine with a calibration shows the calibrate button there instead (a presenter hunted for 'Measure')
+    assert "Calibrate this machine again" in stop
+    assert '"Calibrate this machine again"' in (ROOT / "ui" / "machine_view.py").read_text()
 
 
 def test_every_tab_the_tour_names_is_a_tab_of_its_page():

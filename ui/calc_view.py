@@ -262,7 +262,9 @@ def cost_and_plan_tiles(est: Estimate) -> None:
         f"{est.max_seq_len.tokens:,}",
         f"limited by {est.max_seq_len.limited_by}",
     )
-    note_metric(k[2], "GPUs needed", f"{est.gpus_needed:,}", est.plan.brief())
+    asked = est.inputs.n_gpus
+    fewer = f"; priced at the {asked} asked" if est.fits and est.gpus_needed < asked else ""
+    note_metric(k[2], "GPUs needed", f"{est.gpus_needed:,}", est.plan.brief() + fewer)
     st.caption(fit.sentence)
 
 

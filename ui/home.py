@@ -53,7 +53,8 @@ TOUR = (
         {},
         "Pick a model and the T4: does it fit in fp32, in fp16, and what does a million tokens cost? Under the "
         "tiles, **Static vs paged KV cache** shows how many more sequences paging fits; choose *this machine* as the "
-        "GPU for its measured roofs (**Measure this machine** there and above, on Home).",
+        "GPU for its measured roofs (its button there measures them: **Measure this machine**, or **Calibrate this "
+        "machine again** once the machine has a calibration).",
         "4.2 and 4.3.3",
     ),
     (
@@ -79,8 +80,8 @@ TOUR = (
     (
         "Batching",
         {},
-        "Under *Simulate N users*, send 6 requests at once and watch them share decode steps: the scheduler takes "
-        "one newcomer's prompt into each step, so the last of them waits a few steps before it joins.",
+        "Under *Simulate N users*, send 6 requests at once and watch them share decode steps; the table after it "
+        "says how long each waited to join and why.",
         "4.3.2",
     ),
     (
@@ -88,7 +89,7 @@ TOUR = (
         {},
         "Run int8 against fp32, then (the *Speculative decoding* tab) prompt lookup against plain greedy: each verdict "
         "calls a lever "
-        "faster only when its 95% interval lies above 1×.",
+        "faster or slower only when its whole 95% interval lies on one side of 1×.",
         "4.2; the NVIDIA article's quantization and speculative decoding",
     ),
     (

@@ -155,7 +155,7 @@ def launch_note(
         )
     if 0 < held < max_num_seqs:
         where += (
-            f" --max-num-seqs {max_num_seqs:,} caps the requests a server runs at once; "
+            f" --max-num-seqs {max_num_seqs} caps the requests a server runs at once; "
             + ("the cache of each copy" if layout.replicas > 1 else "its cache")
             + f" holds {held:,} sequences of this length, so past {held:,} running requests wait for free blocks."
         )

@@ -295,7 +295,7 @@ def _serving_refusal(engine: str, sm: ServingMemory, held: int, batch: int, seq_
         )
     capped = sm.max_num_seqs and held == sm.max_num_seqs
     return f"it holds {held:,} sequences of {seq_len:,} tokens at once, fewer than the {batch:,} asked" + (
-        f"; --max-num-seqs {sm.max_num_seqs:,} caps it" if capped else ""
+        f"; --max-num-seqs {sm.max_num_seqs} caps it" if capped else ""
     )
 
 
@@ -317,8 +317,7 @@ def _serving_sentence(
         cache = (
             f"; {on} the weights ({fmt.gb(sm.weights_bytes)} per GPU), its profile run and runtime leave "
             f"{fmt.gb(sm.kv_bytes)} per GPU for the cache: {sm.kv_cache_tokens:,} tokens, {held:,} sequences of "
-            f"{seq_len:,} tokens at once"
-            + (f" (--max-num-seqs {sm.max_num_seqs:,} caps it)" if capped else "")
+            f"{seq_len:,} tokens at once" + (f" (--max-num-seqs {sm.max_num_seqs} caps it)" if capped else "")
         )
         if fits:
             verdict = f", enough for the {batch:,} asked"

@@ -523,7 +523,7 @@ def verdict(row: SchemeResult, base: SchemeResult | None = None) -> str:
         # not faster though it reads fewer bytes: the Roofline page's bytes argument, and why it did not hold here
         why = (
             f"were decode set by the bytes it reads, {1 / bound:.0%} of the bytes would allow up to "
-            f"{bound:.2f}x; measured {sp:.2f}x, so the kernels that run this format, not the bytes, set its "
+            f"{bound:.2f}×; measured {sp:.2f}×, so the kernels that run this format, not the bytes, set its "
             "speed on this machine"
         )
     else:
