@@ -402,7 +402,10 @@ def main() -> int:
     result["wall_s"] = time.perf_counter() - t0
     out.write(json.dumps(result, default=str) + "\n")  # NaN is written as NaN; the runner reads it back
     out.flush()
-    return 0
+    sys.stderr.flush()
+    # The result is out: skip the interpreter's teardown, where a library's threads can abort the process (vLLM's
+    # CPU engine: "terminate called without an active exception", SIGABRT) and the runner would read a crash.
+    os._exit(0)
 
 
 if __name__ == "__main__":
