@@ -99,8 +99,7 @@ def interval_line(c: ContenderResult) -> str:
         return c.interval_note
     span = f"the 95% interval [{c.speedup_low:.2f}×–{c.speedup_high:.2f}×]"
     way = core_verdict.direction(c.speedup_vs_vanilla, _interval(c))
-    drifted = c.baseline_drift is not None and abs(c.baseline_drift - 1) > DRIFT_TOLERANCE
-    if way in ("faster", "slower") and drifted:
+    if way in ("faster", "slower") and drifted(c):
         # the interval covers run-to-run noise inside the race, not vanilla's own speed moving during it
         return (
             f"{span} lies {'above' if way == 'faster' else 'below'} 1×, but vanilla's own speed moved "
@@ -111,6 +110,11 @@ def interval_line(c: ContenderResult) -> str:
     if way == "slower":
         return f"{span} lies below 1×: slower than vanilla beyond run-to-run noise"
     return f"{span} includes 1×: not distinguishable from vanilla with these runs"
+
+
+def drifted(c: ContenderResult) -> bool:
+    """Vanilla's own speed moved by more than DRIFT_TOLERANCE between the start and the end of the lane's race."""
+    return c.baseline_drift is not None and abs(c.baseline_drift - 1) > DRIFT_TOLERANCE
 
 
 def speed_phrase(c: ContenderResult) -> str:
@@ -144,7 +148,7 @@ def lane_verdict(c: ContenderResult) -> str:
             "pass-through: it runs vanilla's own modules, so it cannot be faster than vanilla; "
             "the measured difference is noise"
         )
-    if c.baseline_drift is not None and abs(c.baseline_drift - 1) > DRIFT_TOLERANCE:
+    if drifted(c):
         parts.append(f"baseline drifted {c.baseline_drift - 1:+.1%} during the race")
     return ", ".join(parts)
 
@@ -211,14 +215,13 @@ def winner_line(contenders: list[ContenderResult]) -> str:
         line = f"No lane beat vanilla beyond noise; the closest was {best.label} ({speed_phrase(best)})."
         if best.speedup_vs_vanilla > 1:
             # a point well above 1x beside "no difference" reads as a contradiction unless the spread is said
-            moved = best.baseline_drift is not None and abs(best.baseline_drift - 1) > DRIFT_TOLERANCE
             line += (
                 f" Its point estimate was {best.speedup_vs_vanilla:.2f}× vanilla's speed, but its runs spread too "
                 "widely to call it faster"
                 + (
                     f" (vanilla's own speed moved {best.baseline_drift - 1:+.1%} during the race: the machine "
                     "was busy)"
-                    if moved
+                    if drifted(best)
                     else ""
                 )
                 + "; rerun on a quieter machine, or with more runs, to settle it."
@@ -234,12 +237,10 @@ def winner_line(contenders: list[ContenderResult]) -> str:
         line += " No faster lane kept vanilla's exact output."
     if any(not c.interval_shown for c in faster):
         line += " (Some speedups are single points without an interval: too few runs.)"
-    drifted = [
-        c for c in faster if c.baseline_drift is not None and abs(c.baseline_drift - 1) > DRIFT_TOLERANCE
-    ]
-    if drifted:
+    moved = [c for c in faster if drifted(c)]
+    if moved:
         line += (
-            f" Caution: vanilla's own speed moved {drifted[0].baseline_drift - 1:+.1%} during the race, "
+            f" Caution: vanilla's own speed moved {moved[0].baseline_drift - 1:+.1%} during the race, "
             "so these ratios are unreliable."
         )
     return line
