@@ -98,16 +98,16 @@ def probe(
     # then each later one rides the next decode step of the rows running by then (a mixed step of those rows and its
     # prompt, one prompt a step: its admitted-to-first-token is that step). The server's own per-request timings say
     # which, in the order they were admitted (by their wait).
-    for b, group in together.items():
-        mixed_obs = _admissions(group)
-        obs.extend(mixed_obs)
+    admitted = {b: _admissions(group) for b, group in together.items()}
+    for b, forwards in admitted.items():
+        obs.extend(forwards)
         if b == 2:
             runs["pair"] = (
-                "one batched prefill" if len(mixed_obs) == 1 else "prefilled alone, then one mixed step"
+                "one batched prefill" if len(forwards) == 1 else "prefilled alone, then one mixed step"
             )
-            if len(mixed_obs) == 2:
-                runs["mixed_step_s"] = mixed_obs[1][3]
-    runs["mixed_steps"] = {b: [list(o) for o in _admissions(g)] for b, g in together.items()}
+            if len(forwards) == 2:
+                runs["mixed_step_s"] = forwards[1][3]
+    runs["mixed_steps"] = {b: [list(o) for o in forwards] for b, forwards in admitted.items()}
     # what the server spent on each probe request before its scheduler saw it (reading, validating, tokenizing under
     # one lock): the part of the transport spent one request at a time
     handled = [t["handling_s"] for t in list(fetch_timings(base_url).values())[-PROBE_REQUESTS:]]
