@@ -128,11 +128,27 @@ class StopResult:
         return sum(self.runs_s)
 
 
+# The lab's style rule (ui.common.LEGIBLE_CSS) is in the page; the size of the page's markup.
+STYLED_JS = "() => [...document.querySelectorAll('style')].some(s => s.textContent.includes('inference-lab: legible'))"
+MARKUP_JS = "() => document.body.innerHTML.length"
+SETTLE_LIMIT_S = 120  # a liveness bound for drawing a finished run, not a speed claim
+
+
 def idle(page, timeout_s: float = RUN_LIMIT_S) -> None:
-    """Wait until the page's script has finished its run (Streamlit marks the app 'notRunning')."""
+    """Wait until the page's script has finished its run and the browser has drawn all of it. Streamlit marks the
+    app 'notRunning' before the browser draws the run's elements: measured here, the Memory page's tiles came 2.2 s
+    after it and the style rule that keeps links whole 0.3 s after it, and a check in that gap read the sidebar's
+    longest link as cut (CI, 2026-12-04). So also wait for the style rule, then for two equal reads of the page."""
     page.wait_for_timeout(400)
     page.wait_for_selector('[data-test-script-state="notRunning"]', timeout=timeout_s * 1000)
-    page.wait_for_timeout(300)
+    page.wait_for_function(STYLED_JS, timeout=SETTLE_LIMIT_S * 1000)
+    last, deadline = None, time.monotonic() + SETTLE_LIMIT_S
+    while time.monotonic() < deadline:
+        now = page.evaluate(MARKUP_JS)
+        if now == last:
+            return
+        last = now
+        page.wait_for_timeout(300)
 
 
 def screenshot(page, path: Path) -> None:

@@ -149,7 +149,7 @@ def presenter_switch() -> None:
 # Tiles (st.metric), selects and links wrap instead of cutting a value with an ellipsis ("451,280 ...",
 # "145.41 GI", "Hugging Face transformers (eage", "6. Quantization and specul"); a long tile value also steps
 # down in size. One rule for every page; tests/test_browser.py checks it at 1280 px.
-LEGIBLE_CSS = """
+LEGIBLE_CSS = """/* inference-lab: legible */
 [data-testid="stMetricValue"], [data-testid="stMetricValue"] * {
   white-space: normal !important; overflow: visible !important; text-overflow: clip !important;
   overflow-wrap: anywhere; line-height: 1.15;
