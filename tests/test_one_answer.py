@@ -328,6 +328,29 @@ def test_the_forecast_carries_the_calibrated_interval_and_says_when_the_machine_
     assert uncalibrated.interval is None and "at least" in uncalibrated.beside(loadavg=0.1).sentence()
 
 
+def test_a_cache_off_forecast_carries_the_fits_interval_not_a_point():
+    """The walkthrough read "Forecast run time: the calibrated estimate 11.5 s (95%: 11.5 s–11.5 s)" for a run with
+    the KV cache off: a point written as an interval. Each prefill step now carries the fit's own interval."""
+    from engine.calibration import RunSample, build_calibration, machine_spec, predict
+    from engine.calibration.check import forecast_run
+
+    spec = model_preset("smollm2-135m")
+    machine = machine_spec(20e9, {"fp32": 2e11, "bf16": 5e10})
+    shapes = ((1, 32, 8, 1.15), (1, 128, 6, 0.9), (4, 32, 6, 1.1), (1, 64, 16, 0.92), (1, 256, 8, 1.05))
+    samples = []
+    for b, p, o, noise in shapes:
+        ttft, tpot = predict(spec, RunSample("fp32", b, p, o, math.nan, math.nan), machine)
+        samples.append(RunSample("fp32", b, p, o, ttft * noise, tpot / noise))
+    cal = build_calibration(spec, samples, machine, model="smollm2-135m-instruct")
+    on, off = (forecast_run(spec, "fp32", 20, 64, cache, machine, cal) for cache in (True, False))
+    for fc in (on, off):
+        assert fc.interval is not None and fc.interval.low <= fc.seconds <= fc.interval.high
+    assert off.interval.width > 1.05 and off.seconds > on.seconds
+    text = off.beside(loadavg=0.1).sentence()
+    low, high = re.search(r"95%: ([\d.]+ m?s)–([\d.]+ m?s)", text).groups()
+    assert low != high, text
+
+
 def test_the_bandwidth_share_and_the_bytes_read_agree_between_the_caption_and_the_reasoning():
     """The walkthrough read "reach 87% of the memory bandwidth in decode" above "1.80 TB/s (89% of the datasheet's,
     as fitted for vllm)", and "each step reads 15.01 GB of weights" beside a 16.06 GB weights tile, unexplained."""

@@ -200,20 +200,17 @@ class RunForecast:
     tpot_s: float  # with the KV cache; without it, the mean step
     calibrated: bool
     basis: str  # one line: what the figure was computed from
-    interval: Interval | None = None  # the run's wall time, 95% (calibrated, KV cache on); None otherwise
+    interval: Interval | None = None  # the run's wall time, 95% (calibrated); None otherwise
     bound_s: float | None = None  # the measured roofs' bound on the wall time (no per-step cost)
 
     def beside(self, loadavg: float | None = None) -> Beside:
         """This forecast beside the machine's load now (a busy machine makes the run not comparable with it)."""
-        predicted = self.interval
-        if predicted is None and self.calibrated:  # calibrated, without an interval (the KV cache off)
-            predicted = Interval.exact(self.seconds)
         # uncalibrated, the forecast is the measured roofs' bound itself
         bound = self.bound_s if self.bound_s is not None else (None if self.calibrated else self.seconds)
         return beside(
             "run time",
             measured_s=None,
-            predicted=predicted,
+            predicted=self.interval,
             bound_s=bound,
             loadavg_1m=loadavg_1m() if loadavg is None else loadavg,
         )
@@ -236,44 +233,45 @@ def forecast_run(
     33 points; error well under the model's own)."""
     n, p = max(1, max_new_tokens), max(1, prompt_tokens)
 
-    def at(prompt: int, out: int) -> tuple[float, float]:
-        if cal is not None:  # the same fit (and point) as the estimate check and the calculator's interval
+    def at(prompt: int, out: int) -> tuple[Interval, Interval]:
+        """(TTFT, TPOT) at this shape: the calibrated fit's 95% intervals (the same fit and point as the estimate
+        check and the calculator), or, uncalibrated, the measured roofs' bound as a point."""
+        if cal is not None:
             pi = predict_interval(cal, spec, dtype=dtype, prompt_tokens=prompt, output_tokens=max(2, out))
-            return pi.ttft.central, pi.tpot.central
-        return predict(spec, RunSample(dtype, 1, prompt, out, math.nan, math.nan), machine)
+            return pi.ttft, pi.tpot
+        ttft, tpot = predict(spec, RunSample(dtype, 1, prompt, out, math.nan, math.nan), machine)
+        return Interval.exact(ttft), Interval.exact(tpot)
 
-    ttft, tpot = at(p, n)
+    first, step = at(p, n)
     b_ttft, b_tpot = predict(spec, RunSample(dtype, 1, p, n, math.nan, math.nan), machine)
-    interval = None
-    if cal is not None and use_cache:  # both ends from the fit's own interval (the two errors taken together)
-        pi = predict_interval(cal, spec, dtype=dtype, prompt_tokens=p, output_tokens=max(2, n))
-        interval = Interval(
-            pi.ttft.low + (n - 1) * pi.tpot.low,
-            pi.ttft.central + (n - 1) * pi.tpot.central,
-            pi.ttft.high + (n - 1) * pi.tpot.high,
-            b_ttft + (n - 1) * b_tpot,
-        )
-    if use_cache:
-        total = ttft + (n - 1) * tpot
-        step = tpot
-    else:
+    if use_cache:  # TTFT + (n - 1) x TPOT, each end from its own end (the two errors taken together)
+        total = Interval(*(f + (n - 1) * t for f, t in zip(_ends(first), _ends(step), strict=True)))
+        bound = b_ttft + (n - 1) * b_tpot
+    else:  # every step a prefill over the sequence so far: the trapezoid over k lengths, each end summed alike
         k = min(33, n)
         xs = [p + 1 + round(i * (n - 1) / max(1, k - 1)) for i in range(k)]
-        ys = [at(x, 1)[0] for x in xs]
-        total = (
-            ttft
-            + sum((xs[i + 1] - xs[i]) * (ys[i] + ys[i + 1]) / 2 for i in range(k - 1))
-            + (ys[0] if n > 1 else 0)
-        )
-        step = (total - ttft) / max(1, n - 1)
+        steps = [at(x, 1)[0] for x in xs]
+
+        def summed(end: int) -> float:
+            ys = [_ends(s)[end] for s in steps]
+            rest = sum((xs[i + 1] - xs[i]) * (ys[i] + ys[i + 1]) / 2 for i in range(k - 1))
+            return _ends(first)[end] + rest + (ys[0] if n > 1 else 0)
+
+        total = Interval(summed(0), summed(1), summed(2))
+        bound = None
+    interval = Interval(total.low, total.central, total.high, bound) if cal is not None else None
     mode = "calibrated fit" if cal is not None else "measured roofs, no calibration (an optimistic bound)"
     return RunForecast(
-        total,
-        ttft,
-        step,
+        total.central,
+        first.central,
+        step.central if use_cache else (total.central - first.central) / max(1, n - 1),
         cal is not None,
         f"{spec.name}, {dtype}, {p} prompt + all {n} new tokens (a run that stops early takes less), KV cache "
         f"{'on' if use_cache else 'off'}, on {machine.name}; {mode}",
         interval,
-        b_ttft + (n - 1) * b_tpot if use_cache else None,
+        bound,
     )
+
+
+def _ends(i: Interval) -> tuple[float, float, float]:
+    return i.low, i.central, i.high
