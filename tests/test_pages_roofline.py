@@ -114,3 +114,26 @@ def test_decode_diagnosis_follows_the_ridge_the_plot_draws():
     assert "above it, so they are compute-bound" in text and "against the ridge's 216.6" in text
     decode = next(t for t in figure(at)["data"] if t["name"] == "decode operators")
     assert decode["x"] and max(decode["x"]) > 216.6  # the plot puts the projections past the ridge too
+
+
+def test_the_ridge_note_keeps_off_the_measured_stars():
+    """The walkthrough saw the ridge note drawn over this machine's measured stars: stars placed exactly where the
+    note goes first (left of the ridge, at a three-thousandth of the peak) now push it to another height."""
+    from ui.roofline_labels import _circle_meets_box, markers_px, note_box
+
+    spec = model_preset("gpt-neo-125m")
+    roof = roof_for(load_gpu_catalog()["t4"], "fp16")
+    results = [
+        analyse(spec, roof, phase=ph, seq_len=512, batch=1, dtype="fp16", gpu_name="T4") for ph in PHASES
+    ]
+    y = roof.peak_flops_per_s / 3000
+    stars = [{"intensity": roof.ridge / f, "flops_per_s": y, "hover": "run"} for f in (2, 3, 4, 6, 8)]
+    fig = roofline_figure([roof], results, measured=stars)
+    spec_json = fig.to_plotly_json()
+    frame = Frame(spec_json["layout"]["xaxis"]["range"], spec_json["layout"]["yaxis"]["range"])
+    note = next(a for a in spec_json["layout"]["annotations"] if a["text"].startswith("<b>ridge"))
+    lines = note["text"].replace("<b>", "").replace("</b>", "").split("<br>")
+    box = note_box(frame, roof.ridge, 10 ** note["y"], lines, shift_px=-60)
+    assert 10 ** note["y"] != y  # moved from where it went before
+    assert not any(_circle_meets_box(mx, my, r, box) for mx, my, r in markers_px(fig, frame))
+    assert box.inside()

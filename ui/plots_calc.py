@@ -12,7 +12,7 @@ from engine.calc import format as fmt
 from engine.calc.memory import MemoryEstimate
 from engine.calc.paged import PagedComparison
 from engine.calc.roofline import Roof, RooflineResult
-from ui.roofline_labels import Frame, note_box, place_labels
+from ui.roofline_labels import Frame, clear_note_y, markers_px, note_box, place_labels
 
 COLORS = {"weights": "#4C78A8", "kv": "#F58518", "overhead": "#B279A2", "free": "#E6E6E6", "over": "#E45756"}
 PHASE_SYMBOL = {"prefill": "circle", "decode": "diamond"}
@@ -252,9 +252,13 @@ def roofline_figure(
         roof = roofs[0]
         fig.add_vline(x=roof.ridge, line_dash="dash", line_color=ROOF_COLORS[0], opacity=0.5)
         note = f"<b>ridge {fmt.ridge(roof.ridge)} ops/byte</b>" + (f"<br>{ridge_note}" if ridge_note else "")
-        # peak/3000: a band left of the ridge with no operator (memory-bound decode sits just under the roof)
-        # (raised where the axis ends lower, so the note stays inside it)
-        note_y = max(roof.peak_flops_per_s / 3000, 10 ** (y_range[0] + 0.1 * (y_range[1] - y_range[0])))
+        plain = note.replace("<b>", "").replace("</b>", "").split("<br>")
+        frame = Frame(x_range, y_range)
+        # peak/3000 first: a band left of the ridge with no operator (memory-bound decode sits just under the roof);
+        # then other heights, for a chart whose measured stars sit there; never outside the axes
+        floor = 10 ** (y_range[0] + 0.1 * (y_range[1] - y_range[0]))
+        heights = [max(roof.peak_flops_per_s / f, floor) for f in (3000, 30000, 300, 300000, 30)]
+        note_y = clear_note_y(frame, roof.ridge, heights, plain, markers_px(fig, frame), shift_px=-60)
         fig.add_annotation(
             x=math.log10(roof.ridge),
             y=math.log10(note_y),
@@ -268,8 +272,7 @@ def roofline_figure(
             font=dict(size=13),
             bgcolor="rgba(255,255,255,0.9)",
         )
-        plain = note.replace("<b>", "").replace("</b>", "").split("<br>")
-        notes.append(note_box(Frame(x_range, y_range), roof.ridge, note_y, plain, shift_px=-60))
+        notes.append(note_box(frame, roof.ridge, note_y, plain, shift_px=-60))
     place_labels(
         fig,
         {phase: [p["label"] for p in pts] for phase, pts in clusters.items()},

@@ -177,15 +177,16 @@ def place_labels(
     """Add one annotation per operator point of the traces '<phase> operators' (labels[phase][i] is point i's
     text), each with a leader line to its point, where nothing else is drawn."""
     frame = Frame(x_range, y_range)
-    markers, points = [], []
+    markers, points = markers_px(fig, frame), []
+    k = 0
     for t in fig.data:
         if t.x is None or t.y is None or (t.mode and "markers" not in t.mode):
             continue
         phase = str(t.name).removesuffix(" operators")
-        for i, (x, y, s) in enumerate(zip(t.x, t.y, _marker_sizes(t), strict=True)):
-            markers.append((frame.px(x), frame.py(y), s / 2 + 1.0))
+        for i in range(len(t.x)):
             if phase in labels:
-                points.append((len(markers) - 1, phase, labels[phase][i]))
+                points.append((k, phase, labels[phase][i]))
+            k += 1
     line_points = [
         p
         for xs, ys in roofs
@@ -286,6 +287,39 @@ def note_box(
     right = frame.px(x) + shift_px
     cy = frame.py(y)
     return Box(right - w, cy - h / 2, right + abs(shift_px), cy + h / 2)
+
+
+def markers_px(fig: go.Figure, frame: Frame) -> list[tuple[float, float, float]]:
+    """Every marker of the figure as a circle (x, y, radius) in pixels of the plot area."""
+    out = []
+    for t in fig.data:
+        if t.x is None or t.y is None or (t.mode and "markers" not in t.mode):
+            continue
+        out += [
+            (frame.px(x), frame.py(y), s / 2 + 1.0)
+            for x, y, s in zip(t.x, t.y, _marker_sizes(t), strict=True)
+        ]
+    return out
+
+
+def clear_note_y(
+    frame: Frame,
+    x: float,
+    ys: Sequence[float],
+    lines: Sequence[str],
+    markers: Sequence[tuple[float, float, float]],
+    *,
+    shift_px: float,
+) -> float:
+    """The first height of `ys` (data) where the note at x, inside the axes, covers no marker; the first of them
+    where every one covers one (the ridge note sat on this machine's measured stars)."""
+    for y in ys:
+        box = note_box(frame, x, y, lines, shift_px=shift_px)
+        if box.inside(frame.w, frame.h) and not any(
+            _circle_meets_box(mx, my, r, box) for mx, my, r in markers
+        ):
+            return y
+    return ys[0]
 
 
 def label_boxes(fig: go.Figure | dict) -> list[tuple[str, Box, tuple[float, float]]]:
