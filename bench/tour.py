@@ -73,7 +73,7 @@ class Stop:
 STOPS = (  # in the Home page's tour order (ui.home.TOUR), which is the sidebar's
     Stop(
         "Playground",
-        "Playground?model=smollm2-135m-instruct",
+        "Playground?model=smollm2-135m-instruct&prompt=passage",
         (
             Action("Generate", "Stopped by"),
             Action("Generate", "Stopped by", before=(("text", "Use KV cache"),)),

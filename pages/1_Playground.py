@@ -19,6 +19,7 @@ from ui.forecast_view import show_run_forecast
 from ui.narrative import latency_sentence
 from ui.playground_widgets import (
     MEANING,
+    PROMPTS,
     generation_settings,
     history_row,
     latency_figure,
@@ -65,7 +66,7 @@ batch_mode = st.toggle(
 )
 prompt = st.text_area(
     "Prompts (one per line)" if batch_mode else "Prompt",
-    "The capital of France is"
+    PROMPTS.get(str(st.query_params.get("prompt")), PROMPTS["question"])
     if not batch_mode
     else "The capital of France is\nOnce upon a time\ndef fibonacci(n):",
     height=120,

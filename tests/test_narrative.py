@@ -3,6 +3,7 @@ built from the figures beside it, so flipping the figures flips the sentence."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace as NS
 
 from tests.factories import synthetic_run
@@ -91,3 +92,8 @@ def test_the_cache_off_sentence_says_how_its_own_steps_grew():
     fell = {**flat, "latency": [0.1] + [0.221] * 12 + [0.19] * 48}
     said = narrative.latency_sentence({True: on, False: fell}, "m")
     assert "221 ms near the start, 190 ms by the end" in said
+    # after a long prompt the steps cost much but alike: said as the prompt's doing, not as "the re-run costs little"
+    long = {**flat, "measurement": replace(measured, prompt_tokens=266), "latency": [0.5] + [0.4] * 63}
+    said = narrative.latency_sentence({True: on, False: long}, "m")
+    assert "the 266-token prompt included, which these 64 new tokens lengthen by only 23%" in said
+    assert "costs little" not in said and "5.0× faster per token" in said

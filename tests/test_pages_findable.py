@@ -134,3 +134,26 @@ def test_the_tour_walks_the_sidebar_in_its_order():
     from bench.tour import STOPS  # the tour's benchmark walks it in the same order
 
     assert [s.title for s in STOPS] == [p.title for p in PAGES]
+
+
+def test_the_kv_cache_stop_opens_on_a_prompt_long_enough_to_show_the_cache():
+    """The tour's Playground stop promised that the per-token chart shows what the cache saves, on a five-word prompt
+    where the two runs took the same time (5.7 s and 5.4 s for the stop's two runs, bench/results/tour-*.json of
+    2026-12-04): its deep link now opens on a passage of a few hundred tokens, which the benchmark walks too."""
+    from urllib.parse import urlencode
+
+    from bench.tour import STOPS
+    from ui.home import TOUR
+
+    title, params, what, _ = TOUR[0]
+    assert title == "Playground" and params["prompt"] == "passage" and "passage" in what
+    assert STOPS[0].path == f"Playground?{urlencode(params)}"
+    at = AppTest.from_file(str(ROOT / "pages/1_Playground.py"), default_timeout=180)
+    at.query_params["prompt"] = "passage"
+    at.query_params["model"] = "tiny-gpt-neo"
+    at.run()
+    prompt = at.text_area(key="playground.prompt.False").value
+    assert prompt.startswith("A language model writes one token at a time") and len(prompt.split()) > 200
+    at = AppTest.from_file(str(ROOT / "pages/1_Playground.py"), default_timeout=180)
+    at.query_params["model"] = "tiny-gpt-neo"
+    assert at.run().text_area(key="playground.prompt.False").value == "The capital of France is"

@@ -173,20 +173,30 @@ def users_sentence(n: int, results: Sequence[dict], max_batch: int | None = None
     )
 
 
-def _growth(latencies: list[float] | None) -> str:
+def _growth(latencies: list[float] | None, prompt_tokens: int = 0) -> str:
     """How the cache-off run's steps grew, from its own per-token times (the first token, the prefill, left out):
-    the median of its first and of its last fifth of steps. On a small model a short run's re-computation costs
-    little beside each step's fixed work, and the line looks flat on the chart's log axis: said so, not claimed."""
+    the median of its first and of its last fifth of steps. Said so where they did not grow, with the reason the
+    run's shape gives: a long prompt that the new tokens lengthen little (each step re-runs all of it, so every step
+    costs much but about the same), or a short run of a small model, whose re-run costs little beside each step's
+    fixed work (the line looks flat on the chart's log axis)."""
     steps = list(latencies or ())[1:]
     if len(steps) < 10:
         return ", so its steps grow with length"
     k = max(2, len(steps) // 5)
     early, late = statistics.median(steps[:k]), statistics.median(steps[-k:])
     if late < 1.15 * early:
+        seen = f"({fmt.seconds(early)} near the start, {fmt.seconds(late)} by the end)"
+        if prompt_tokens >= len(steps):  # the new tokens at most double the sequence each step re-runs
+            # the first step after the prefill runs over p + 1 tokens, the last over p + n - 1
+            longer = (len(steps) - 1) / (prompt_tokens + 1)
+            return (
+                f", the {prompt_tokens}-token prompt included, which these {len(steps) + 1} new tokens lengthen by "
+                f"only {longer:.0%}: its steps cost about the same throughout {seen}"
+            )
         return (
-            f", yet over these {len(steps) + 1} tokens its steps did not grow ({fmt.seconds(early)} near the start, "
-            f"{fmt.seconds(late)} by the end): at this length the re-run costs little beside each step's fixed "
-            "work, and other load moves a step by more; a longer output shows the growth"
+            f", yet over these {len(steps) + 1} tokens its steps did not grow {seen}: at this length the re-run costs "
+            "little beside each step's fixed work, and other load moves a step by more; a longer output shows the "
+            "growth"
         )
     return (
         f", so its steps grew from {fmt.seconds(early)} near the start to {fmt.seconds(late)} by token "
@@ -205,7 +215,8 @@ def latency_sentence(curves: dict[bool, dict], model: str) -> str:
         verdict = compare_word(off.tpot_s, on.tpot_s, higher="slower", lower="faster", same="about as fast")
         if verdict == "slower":
             why = (
-                f"without the cache every step re-runs the whole sequence so far{_growth(runs[False].get('latency'))}; "
+                "without the cache every step re-runs the whole sequence so far"
+                f"{_growth(runs[False].get('latency'), off.prompt_tokens)}; "
                 f"with it, each step reads the stored keys and values ({r:.1f}× faster per token here)"
             )
         elif verdict == "faster":

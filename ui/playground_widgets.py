@@ -16,6 +16,26 @@ from ui.widgets import SLIDER, refused, spec_input
 
 # A run predicted to take longer than this gets a warning before it starts.
 LONG_RUN_S = 60.0
+# The prompt box's first text, by the deep link's ?prompt= (the tour's KV-cache stop links "passage": a prompt of a
+# few hundred tokens, so that a step without the cache, which runs over all of it again, costs visibly more than a
+# step with it; after a five-word prompt the two cost about the same on a small model).
+PROMPTS = {
+    "question": "The capital of France is",
+    "passage": (
+        "A language model writes one token at a time. To choose the next token it runs the whole network over the "
+        "text it has so far, and inside every attention layer each position computes a key and a value that later "
+        "positions read. Without a cache, the model throws these away after each step, so the next step computes them"
+        " again for every earlier position: the work of a step grows with the length of the text, and a long answer "
+        "costs far more than its length suggests. With a key-value cache, the keys and values of earlier positions "
+        "are kept in memory, and each new step computes them only for the one new token, then reads the stored ones. "
+        "The step then costs about the same at the start of the answer as at its end, and the price is memory: two "
+        "vectors per layer for every position of every sequence being served. On a GPU, that memory decides how many "
+        "requests fit at once, which is why serving engines manage it in pages, share it between requests with a "
+        "common prefix, and sometimes store it in eight bits instead of sixteen. The same trade appears everywhere in"
+        " inference: memory spent to save repeated work, and repeated work accepted to save memory. In short, the "
+        "cache makes each step cheap once the prompt has been read, and the rest of this page shows by how much."
+    ),
+}
 # Shorter cached runs take seconds on any machine this lab runs on: no forecast (it needs the machine's roofs,
 # measured once per server in a few seconds) until a run could plausibly take minutes.
 FORECAST_FROM_TOKENS = 256
