@@ -180,8 +180,18 @@ def _served_ttft_rows(train, fit, extra_s):
     return made
 
 
+def _train_without_served_ttft():
+    """The fit's rows without vLLM's own served first-token rows (the published set has some): the tests below make
+    their own, to see the fixed cost fitted from exactly what they made."""
+    return [
+        o
+        for o in observations()[0]
+        if not held_back(o.row.id) and not (o.row.engine_class == "vllm" and o.kind == "load_ttft")
+    ]
+
+
 def test_a_server_class_fits_its_own_fixed_cost_on_its_served_first_token_rows():
-    train = [o for o in observations()[0] if not held_back(o.row.id)]
+    train = _train_without_served_ttft()
     classes, pooled = fit_all(train)
     assert "request fixed cost" in classes["vllm"].borrowed  # no served TTFT row of its own yet: borrowed
     refit, refit_pooled = fit_all(train + _served_ttft_rows(train, classes["vllm"], 0.040))
@@ -195,7 +205,7 @@ def test_a_server_class_fits_its_own_fixed_cost_on_its_served_first_token_rows()
 
 
 def test_one_served_first_token_row_is_too_few_and_the_class_keeps_borrowing():
-    train = [o for o in observations()[0] if not held_back(o.row.id)]
+    train = _train_without_served_ttft()
     classes, _ = fit_all(train)
     refit, _ = fit_all(train + _served_ttft_rows(train, classes["vllm"], 0.040)[:1])
     assert "request fixed cost" in refit["vllm"].borrowed
@@ -338,7 +348,7 @@ def test_the_profile_peak_is_the_larger_of_the_forward_and_the_sampler_not_their
 
 
 def test_the_interval_rule_holds_its_nominal_level_on_the_fitted_rows_own_residuals():
-    """The rule (80%, 6 rows from 2 sources, +10% per borrowed level) was chosen on the fitted rows' out-of-fold
+    """The rule (80%, 6 rows from 2 sources, +12% per borrowed level) was chosen on the fitted rows' out-of-fold
     residuals: each one's band, read from the others, holds it at least as often as the level says, for every kind
     of time. Held-back rows never enter (a Bands holds fitted rows only)."""
     bands = E.fits().bands
