@@ -12,7 +12,7 @@ from engine.calc import format as fmt
 from engine.calc.memory import MemoryEstimate
 from engine.calc.paged import PagedComparison
 from engine.calc.roofline import Roof, RooflineResult
-from ui.roofline_labels import Frame, clear_note_y, markers_px, note_box, place_labels
+from ui.roofline_labels import Frame, clear_note_y, markers_px, note_box, place_labels, wrap
 
 COLORS = {"weights": "#4C78A8", "kv": "#F58518", "overhead": "#B279A2", "free": "#E6E6E6", "over": "#E45756"}
 PHASE_SYMBOL = {"prefill": "circle", "decode": "diamond"}
@@ -251,14 +251,18 @@ def roofline_figure(
     if roofs:
         roof = roofs[0]
         fig.add_vline(x=roof.ridge, line_dash="dash", line_color=ROOF_COLORS[0], opacity=0.5)
-        note = f"<b>ridge {fmt.ridge(roof.ridge)} ops/byte</b>" + (f"<br>{ridge_note}" if ridge_note else "")
+        # the datasheet line wrapped as wide as the first: a narrower note leaves room for the decode labels
+        note = f"<b>ridge {fmt.ridge(roof.ridge)} ops/byte</b>" + "".join(
+            f"<br>{s}" for s in (wrap(ridge_note, 22) if ridge_note else [])
+        )
         plain = note.replace("<b>", "").replace("</b>", "").split("<br>")
         frame = Frame(x_range, y_range)
         # peak/3000 first: a band left of the ridge with no operator (memory-bound decode sits just under the roof);
-        # then other heights, for a chart whose measured stars sit there; never outside the axes
+        # then heights half a decade apart on either side, for a chart whose measured stars sit there
         floor = 10 ** (y_range[0] + 0.1 * (y_range[1] - y_range[0]))
-        heights = [max(roof.peak_flops_per_s / f, floor) for f in (3000, 30000, 300, 300000, 30)]
-        note_y = clear_note_y(frame, roof.ridge, heights, plain, markers_px(fig, frame), shift_px=-60)
+        decades = (3.5, 4.0, 3.0, 4.5, 2.5, 5.0, 2.0, 5.5, 1.5, 6.0)
+        heights = [max(roof.peak_flops_per_s / 10**d, floor) for d in decades]
+        note_y = clear_note_y(frame, roof.ridge, heights, plain, markers_px(fig, frame), lines, shift_px=-60)
         fig.add_annotation(
             x=math.log10(roof.ridge),
             y=math.log10(note_y),

@@ -187,12 +187,7 @@ def place_labels(
             if phase in labels:
                 points.append((k, phase, labels[phase][i]))
             k += 1
-    line_points = [
-        p
-        for xs, ys in roofs
-        for a, b in zip(zip(xs, ys, strict=True), list(zip(xs, ys, strict=True))[1:], strict=False)
-        for p in _segment_points(frame.px(a[0]), frame.py(a[1]), frame.px(b[0]), frame.py(b[1]))
-    ]
+    line_points = _line_points(frame, roofs)
     labels_to_place = _merge_touching(points, markers)
     # greedy placement depends on who chooses first: the biggest markers (a phase's heavy operators), then left
     # to right, then right to left; the first order that places every label in free space wins
@@ -308,18 +303,33 @@ def clear_note_y(
     ys: Sequence[float],
     lines: Sequence[str],
     markers: Sequence[tuple[float, float, float]],
+    roofs: Iterable[tuple[list[float], list[float]]] = (),
     *,
     shift_px: float,
 ) -> float:
-    """The first height of `ys` (data) where the note at x, inside the axes, covers no marker; the first of them
-    where every one covers one (the ridge note sat on this machine's measured stars)."""
-    for y in ys:
+    """The height of `ys` (data, best first) where the note at x covers the least: no marker and no roof line where
+    one is clear, else the fewest markers (each hidden marker a run the chart loses), then the least line (the
+    ridge note once sat on this machine's measured stars)."""
+    points = _line_points(frame, roofs)
+
+    def covered(y: float) -> tuple[int, int]:
         box = note_box(frame, x, y, lines, shift_px=shift_px)
-        if box.inside(frame.w, frame.h) and not any(
-            _circle_meets_box(mx, my, r, box) for mx, my, r in markers
-        ):
-            return y
-    return ys[0]
+        if not box.inside(frame.w, frame.h):
+            return (len(markers) + 1, 0)
+        hidden = sum(_circle_meets_box(mx, my, r, box) for mx, my, r in markers)
+        return hidden, sum(box.contains(px, py, 1.0) for px, py in points)
+
+    return min(ys, key=covered)  # min keeps the first of equals: the preferred height
+
+
+def _line_points(frame: Frame, roofs: Iterable[tuple[list[float], list[float]]]) -> list[tuple[float, float]]:
+    """The roof lines sampled every few pixels."""
+    return [
+        p
+        for xs, ys in roofs
+        for a, b in zip(zip(xs, ys, strict=True), list(zip(xs, ys, strict=True))[1:], strict=False)
+        for p in _segment_points(frame.px(a[0]), frame.py(a[1]), frame.px(b[0]), frame.py(b[1]))
+    ]
 
 
 def label_boxes(fig: go.Figure | dict) -> list[tuple[str, Box, tuple[float, float]]]:
