@@ -22,6 +22,22 @@ ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+# The longest files first (each 1-3.5 minutes of one worker in CI, 2026-12-05), then every other slow test, then the
+# fast ones: pytest-xdist hands tests out in collection order, and a long test collected late (test_load.py, 133-210
+# s) ran alone on one worker while the other had finished.
+LONGEST_FIRST = ("test_load.py", "test_race_peers.py", "test_faults.py", "test_vllm_live.py", "test_race.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    def order(item) -> tuple[int, int]:
+        name = item.path.name
+        if name in LONGEST_FIRST:
+            return 0, LONGEST_FIRST.index(name)
+        return (1 if item.get_closest_marker("slow") else 2), 0
+
+    items.sort(key=order)  # stable: file order within each group
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _isolated_run_log(tmp_path_factory):
     """Tests must not pollute (or read) the user's run log; the model cache stays shared on purpose:
