@@ -25,6 +25,7 @@ from ui.playground_widgets import (
     latency_figure,
     live_line,
     metrics_row,
+    prompt_example,
     show_decode_path,
     show_recorded_gpu_decode,
 )
@@ -66,7 +67,7 @@ batch_mode = st.toggle(
 )
 prompt = st.text_area(
     "Prompts (one per line)" if batch_mode else "Prompt",
-    PROMPTS.get(str(st.query_params.get("prompt")), PROMPTS["question"])
+    PROMPTS[prompt_example(NS)]
     if not batch_mode
     else "The capital of France is\nOnce upon a time\ndef fibonacci(n):",
     height=120,

@@ -157,3 +157,6 @@ def test_the_kv_cache_stop_opens_on_a_prompt_long_enough_to_show_the_cache():
     at = AppTest.from_file(str(ROOT / "pages/1_Playground.py"), default_timeout=180)
     at.query_params["model"] = "tiny-gpt-neo"
     assert at.run().text_area(key="playground.prompt.False").value == "The capital of France is"
+    # a newcomer who came by the sidebar, not the tour's link, finds the passage on the page itself
+    at.radio(key="playground.example").set_value("passage").run()
+    assert at.text_area(key="playground.prompt.False").value == prompt and not at.exception

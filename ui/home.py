@@ -44,9 +44,9 @@ TOUR = (
     (
         "Playground",
         {"model": "smollm2-135m-instruct", "prompt": "passage"},
-        "Press Generate, then turn **Use KV cache** off and generate again: the prompt is a passage of a few hundred "
-        "tokens, which every step without the cache runs over again; the per-token chart shows what the cache saves "
-        "on every step after the first.",
+        "Press Generate, then turn **Use KV cache** off and generate again: the link starts the prompt from the "
+        "*passage* example (a few hundred tokens), which every step without the cache runs over again; the per-token "
+        "chart shows what the cache saves on every step after the first.",
         "4.1.1 and 4.3.1",
     ),
     (

@@ -36,6 +36,34 @@ PROMPTS = {
         "cache makes each step cheap once the prompt has been read, and the rest of this page shows by how much."
     ),
 }
+EXAMPLES = {
+    "question": "a short question",
+    "passage": "a passage of a few hundred tokens (shows what the KV cache saves)",
+}
+
+
+def prompt_example(ns: str) -> str:
+    """Which example the prompt box starts from (the deep link's ?prompt= first); choosing one puts its text in the
+    box, replacing what was typed there."""
+    key, box = f"{ns}.example", f"{ns}.prompt.False"
+    linked = str(st.query_params.get("prompt"))
+
+    def use() -> None:
+        st.session_state[box] = PROMPTS[st.session_state[key]]
+
+    return st.radio(
+        "Start from",
+        list(EXAMPLES),
+        index=list(EXAMPLES).index(linked) if linked in EXAMPLES else 0,
+        format_func=EXAMPLES.get,
+        horizontal=True,
+        key=key,
+        on_change=use,
+        help="Without the KV cache every step runs the model over the whole text so far: after a five-word prompt "
+        "that costs a small model little, after a passage it costs every step the passage.",
+    )
+
+
 # Shorter cached runs take seconds on any machine this lab runs on: no forecast (it needs the machine's roofs,
 # measured once per server in a few seconds) until a run could plausibly take minutes.
 FORECAST_FROM_TOKENS = 256
