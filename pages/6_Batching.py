@@ -4,6 +4,8 @@ and the live queue of the scheduler every session shares."""
 
 from __future__ import annotations
 
+import math
+
 import streamlit as st
 
 from engine.batching.spec import BatchSpec, SweepSpec, UsersSpec, WorkloadSpec
@@ -246,7 +248,11 @@ if pair is not None and pair["static"].model == lm.name:
     c = st.columns(3)
     c[0].metric(
         "In-flight / static throughput",
-        f"{ratio:.2f}×" if headline.valid else f"{ratio:.2f}× (invalid)",
+        f"{ratio:.2f}×"
+        if headline.valid
+        else f"{ratio:.2f}× (above its {headline.bound:.2f}× bound)"
+        if math.isfinite(headline.bound)
+        else "no ratio",
         help=None if headline.valid else headline.why,
     )
     c[1].metric(
@@ -276,7 +282,7 @@ if pair is not None and pair["static"].model == lm.name:
             )
         )
     if not headline.valid:
-        st.warning(f"**The throughput ratio is not valid.** {headline.why}", icon=":material/warning:")
+        st.warning(f"**Part of this ratio is not batching's.** {headline.why}", icon=":material/warning:")
     if bound is not None:
         st.caption(
             f"Counted in steps (one token per running row per step, every step the same cost, first come first "
@@ -288,7 +294,7 @@ if pair is not None and pair["static"].model == lm.name:
             "lengths alone. The bound takes every step to cost the same; on a "
             "CPU a step of one row can cost far less than a step of two or more (a matrix-vector product instead "
             "of a matrix product), and static batching keeps computing its finished rows, so the measured ratio "
-            "can pass the bound."
+            "can pass the bound; where it does, the warning above says by how much."
         )
     x_max = max(s.wall_s, i.wall_s) * 1.02
     g_s = gantt_figure(s, "Static batching: finished rows hold their slot (red) until the batch ends", x_max)

@@ -73,16 +73,26 @@ def sweep_sentence(points: Sequence[Any]) -> str:
 
 def tradeoff_sentences(s: Any, i: Any, headline: Any = None) -> list[str]:
     """Section 2: static (s) against in-flight (i) on the same workload, from their PolicyResults. A headline
-    (engine.batching.workload.throughput_headline) marked invalid means the ratio measured the machine, not the
-    policy: then no policy is said to have won on throughput."""
+    (engine.batching.workload.throughput_headline) above its step-count bound is said as what the step count gives
+    in-flight batching, the measured ratio beside it (part of it is the machine's, not the policy's)."""
     ratio = i.throughput_tokens_per_s / s.throughput_tokens_per_s if s.throughput_tokens_per_s else math.nan
     idle = 1 - s.slot_utilization
     out = []
     if headline is not None and not headline.valid:
-        out.append(
-            f"**No throughput winner from this run**: the measured {ratio:.2f}× cannot be read as what batching "
-            "gains (the warning above says why); run both policies again on a quieter machine."
-        )
+        bound = headline.bound
+        if not math.isfinite(bound):
+            out.append(f"**No throughput ratio**: {headline.why}.")
+        elif bound > 1 + SAME_BAND:
+            out.append(
+                f"**In-flight batching won on throughput here, by its step count**: the workload's step count alone "
+                f"gives it {bound:.2f}× static's throughput, and it measured {ratio:.2f}×, more than batching can "
+                "give (the warning above says where the rest came from)."
+            )
+        else:
+            out.append(
+                f"**No throughput winner by the step count** ({bound:.2f}× at most): the measured {ratio:.2f}× is "
+                "more than batching can give this workload (the warning above says where the rest came from)."
+            )
     elif ratio > 1 + SAME_BAND:
         out.append(
             f"**In-flight batching won on throughput here**: {ratio:.2f}× static's. Static kept {idle:.0%} of its "
