@@ -77,3 +77,27 @@ def test_forecast_grows_without_the_kv_cache_and_with_length():
     assert "KV cache off" in off.basis and not off.calibrated
     # a forecast is for every token asked: a run that stops at 30 of 64 looked like it beat "at least" the bound
     assert "all 64 new tokens (a run that stops early takes less)" in short.basis
+
+
+def test_a_run_measured_busy_is_left_out_of_its_shapes_comparison():
+    """The page says a run measured while the machine was busy is not compared, and a student found her busy
+    Playground runs (load 5.3 on 2 cores) compared at 0.22x: the run log did not keep the load a run ended under.
+    Now the quiet runs of a shape are compared, the busy ones counted out; a shape with only busy runs is not
+    comparable."""
+    quiet = [synthetic_run("m", "fp32", 0.1, t, loadavg_1m=0.8, busy=False) for t in (0.010, 0.012, 0.011)]
+    busy = [synthetic_run("m", "fp32", 0.1, t, loadavg_1m=5.3, busy=True) for t in (0.050, 0.060)]
+    [mixed] = estimate_check.summarize([*quiet, *busy], MACHINE, spec_for=spec_for)
+    assert mixed.n == 3 and mixed.tpot.median == 0.011 and mixed.busy_left_out == 2
+    assert not mixed.beside().busy
+    assert "2 run(s) measured while the machine was busy left out" in mixed.explanation()
+    [only_busy] = estimate_check.summarize(busy, MACHINE, spec_for=spec_for)
+    assert only_busy.n == 2 and only_busy.beside().busy and only_busy.busy_left_out == 0
+    assert "not comparable" in only_busy.explanation()
+
+
+def test_the_run_log_keeps_the_load_a_run_ended_under(tiny_lm):
+    from engine.runtime import run
+
+    report = run.run(tiny_lm, "Hello", run.GenerationConfig(max_new_tokens=3), source="playground")
+    logged = runlog.load()[-1]
+    assert logged.loadavg_1m == report.load and logged.busy == report.busy

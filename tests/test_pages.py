@@ -143,7 +143,10 @@ def test_home_starts_a_tour_with_deep_links_and_names_its_sources():
 
     stops = {label.split(". ", 1)[1] for label in labels if ". " in label}
     assert {p.title for p in PAGES} <= stops, "the tour skips a page"  # it skipped Serving and Quantization
-    assert links[0].page == "Playground" and links[0].query_string == "model=smollm2-135m-instruct"
+    assert (
+        links[0].page == "Playground"
+        and links[0].query_string == "model=smollm2-135m-instruct&prompt=passage"
+    )
     text = " ".join(c.value for c in at.caption)
     assert "Running inference" in text and "Mastering LLM Techniques: Inference Optimization" in text
 

@@ -56,7 +56,11 @@ class ShapeComparison:
     calibrated_tpot_interval: tuple[float, float] | None = None  # 95%, from the calibration's fit
     calibrated_ttft_interval: tuple[float, float] | None = None
     loadavg_1m: float = math.nan  # median 1-minute load average of the runs that recorded one
-    busy_runs: int = 0  # runs measured busy (engine.core.load.is_busy, or their own flag)
+    busy_runs: int = (
+        0  # of the runs compared, those measured busy (all of them, or none: busy runs are compared
+    )
+    # only where the shape has no quiet one)
+    busy_left_out: int = 0  # busy runs of the shape left out because it has quiet ones
 
     @property
     def label(self) -> str:
@@ -93,7 +97,7 @@ class ShapeComparison:
             predicted=predicted,
             bound_s=self.datasheet_tpot_s,
             loadavg_1m=self.loadavg_1m,
-            busy=self.busy_runs * 2 > self.n or is_busy(self.loadavg_1m, cores()),
+            busy=self.busy_runs > 0 or is_busy(self.loadavg_1m, cores()),
         )
 
     def explanation(self) -> str:
@@ -107,6 +111,8 @@ class ShapeComparison:
             f"median of {self.n} run(s) ({self.source_text}), middle half "
             f"{fmt.seconds(self.tpot.q1)}–{fmt.seconds(self.tpot.q3)}"
         )
+        if self.busy_left_out:
+            spread += f"; {self.busy_left_out} run(s) measured while the machine was busy left out"
         if self.n < 3:
             spread += "; fewer than 3 runs, so the spread says little"
         if not math.isfinite(e):
@@ -150,15 +156,16 @@ def summarize(
         spec = spec_for(model)
         if spec is None:
             continue
-        ms = ms[-recent:]
+        # the shape's quiet runs only (a run measured busy is not compared), the busy ones where it has no other
+        busy = [_measured_busy(m) for m in ms]
+        quiet = [m for m, flag in zip(ms, busy, strict=True) if not flag]
+        left_out = len(ms) - len(quiet) if quiet else 0
+        ms = (quiet or ms)[-recent:]
+        busy_runs = 0 if quiet else len(ms)
         p = max(1, round(stats.median([m.prompt_tokens / b for m in ms])))
         o = max(1, round(stats.median([m.output_tokens / b for m in ms])))
         sample = RunSample(dtype, b, p, o, math.nan, math.nan)
-        loads = [run_load(m) for m in ms]
-        recorded = [load for load, _, _ in loads if math.isfinite(load)]
-        busy_runs = sum(
-            1 for load, share, flag in loads if (flag if flag is not None else is_busy(load, cores(), share))
-        )
+        recorded = [load for load, _, _ in map(run_load, ms) if math.isfinite(load)]
         d_ttft, d_tpot = predict(spec, sample, machine)
         c_ttft = c_tpot = None
         c_tpot_iv = c_ttft_iv = None
@@ -186,9 +193,16 @@ def summarize(
                 c_ttft_iv,
                 stats.median(recorded) if recorded else math.nan,
                 busy_runs,
+                left_out,
             )
         )
     return sorted(out, key=lambda c: c.newest)
+
+
+def _measured_busy(m: Any) -> bool:
+    """Whether a run was measured busy: its own flag, else the one rule on the load it recorded."""
+    load, share, flag = run_load(m)
+    return flag if flag is not None else is_busy(load, cores(), share)
 
 
 @dataclass(frozen=True)

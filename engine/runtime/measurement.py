@@ -39,6 +39,10 @@ class Measurement:
     max_new_tokens: int = 0
     source: str = ""  # who measured it: "playground", "batching", "calibration", "benchmark"; "" = not said
     stop_reason: str = ""  # "eos" | "stop" | "length" | "cancelled"; "" = not recorded (older log lines)
+    # the 1-minute load average when the run ended and whether that made it busy (engine.core.load's one rule);
+    # None: not recorded (older log lines, and runs logged without a run report)
+    loadavg_1m: float | None = None
+    busy: bool | None = None
 
     @property
     def comparable(self) -> bool:

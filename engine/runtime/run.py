@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.core.errors import CancelledError, InvalidParameterError
@@ -219,7 +219,7 @@ class Run:
             wall_s=wall,
         )
         if self._record:
-            runlog.record(measurement, source=self.source, stop_reason=self._report.stop_reason)
+            runlog.record(_with_load(self._report), source=self.source, stop_reason=self._report.stop_reason)
         return self._report
 
     def _job_result(self) -> tuple[tuple[Completion, ...], Measurement, float | None]:
@@ -276,5 +276,11 @@ def run(
     load, n = loadavg_1m(), cores()
     report = RunReport((c,), c.measurement, "direct", source, load, n, ended_at_once(lm, [c]), c.wall_s)
     if record:
-        runlog.record(c.measurement, source=source, stop_reason=c.stop_reason)
+        runlog.record(_with_load(report), source=source, stop_reason=c.stop_reason)
     return report
+
+
+def _with_load(report: RunReport) -> Measurement:
+    """The run's measurement with the load it ended under, so that a comparison read from the log later (the Memory
+    page's estimate beside measurement) can leave a busy run out."""
+    return replace(report.measurement, loadavg_1m=report.load, busy=report.busy)
