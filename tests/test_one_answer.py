@@ -17,6 +17,7 @@ from engine.calc.report import Inputs, estimate
 from engine.calc.specs import gpu_spec, model_preset
 from engine.cli import main
 from engine.commands.estimate import flatten
+from engine.core.errors import InvalidParameterError
 
 PRICE = 2.0  # $ per GPU-hour, so the price says how many GPUs it was computed for
 
@@ -381,3 +382,23 @@ def test_a_gpu_count_that_cannot_split_the_heads_is_said_in_one_sentence():
     )
     four = estimate(spec, h100, Inputs(dtype="bf16", batch=8, n_gpus=4, engine="vllm"))
     assert "cannot split" not in four.fit.sentence and "the 4 asked hold it too" in four.fit.sentence
+
+
+def test_the_cpu_vllm_command_leaves_an_unasked_max_num_seqs_to_vllm():
+    """The engineer's 'this machine' plan printed `--max-num-seqs 0`, which no vLLM accepts: 0 means not asked."""
+    from engine.calc.launch import LaunchPlan, vllm_cpu_command
+
+    plan = LaunchPlan("meta-llama/Meta-Llama-3-8B", 1, 1, 1024, 0.9, 0, "bf16", None, None)
+    assert "--max-num-seqs" not in vllm_cpu_command(plan, None)
+    assert "--max-num-seqs 8" in vllm_cpu_command(replace(plan, max_num_seqs=8), 4)
+
+
+def test_a_model_too_big_for_this_machine_says_why_it_is_split_not_pick_one_gpu():
+    """The engineer chose 'this machine' for a 70B model with GPUs at 1 and read 'tensor parallel over 2 GPUs cannot
+    be timed. Pick a catalog GPU, or 1 GPU': the plan had split it because it does not fit on one."""
+    small = replace(gpu_spec("a100-80gb"), interconnect_bytes_per_s=0.0, name="this machine")
+    with pytest.raises(InvalidParameterError) as err:
+        estimate(
+            model_preset("llama-2-13b"), replace(small, memory_bytes=16e9), Inputs(dtype="bf16", batch=1)
+        )
+    assert "too big for one" in str(err.value) and "1 GPU" not in str(err.value)

@@ -89,7 +89,9 @@ def vllm_cpu_command(plan: LaunchPlan, kv_space_gib: int | None) -> str:
     VLLM_CPU_KVCACHE_SPACE (GiB), eager (a compiled start takes minutes on a CPU), and the API server as a module
     (vllm-cpu's `vllm` console script fails: its distribution is not named vllm); no memory fraction, no parallel."""
     args = ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", plan.model]
-    args += ["--max-model-len", str(plan.max_model_len), "--max-num-seqs", str(plan.max_num_seqs)]
+    args += ["--max-model-len", str(plan.max_model_len)]
+    if plan.max_num_seqs > 0:  # 0: not asked, and vLLM's CPU default is its own to choose (never 0)
+        args += ["--max-num-seqs", str(plan.max_num_seqs)]
     args += ["--dtype", _DTYPES.get(plan.dtype, "auto"), "--enforce-eager"]
     space = [f"VLLM_CPU_KVCACHE_SPACE={kv_space_gib}"] if kv_space_gib is not None else []
     return " ".join([*space, shlex.join(args)])

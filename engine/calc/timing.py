@@ -231,8 +231,9 @@ def timing_inputs(s: Setup) -> TimingInputs:
     roof = Roof(base.peak_flops_per_s * n, base.bandwidth_bytes_per_s * n, base.label)
     if (n > 1 or stages > 1) and gpu.interconnect_bytes_per_s <= 0:
         raise InvalidParameterError(
-            f"{gpu.name} has no interconnect bandwidth in the catalog; tensor parallel over {n} GPUs cannot be "
-            "timed. Pick a catalog GPU, or 1 GPU"
+            f"{gpu.name} has no interconnect bandwidth in the catalog, so a plan split over more than one of it "
+            "cannot be timed (a model too big for one is split over as many as it needs, whatever the count "
+            "asked). Pick a catalog GPU, or a model or precision that fits on one"
         )
     act = activation_bytes(dtype)
 
