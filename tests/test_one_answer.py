@@ -402,3 +402,16 @@ def test_a_model_too_big_for_this_machine_says_why_it_is_split_not_pick_one_gpu(
             model_preset("llama-2-13b"), replace(small, memory_bytes=16e9), Inputs(dtype="bf16", batch=1)
         )
     assert "too big for one" in str(err.value) and "1 GPU" not in str(err.value)
+
+
+def test_the_launch_note_speaks_of_the_chosen_engines_cache_and_flag():
+    """With SGLang chosen, the note under its command said '--max-num-seqs 1024 caps ... its cache holds 440
+    sequences' (vLLM's flag and vLLM's cache) beside a fit box of 438."""
+    spec, h100 = model_preset("llama-3-8b"), gpu_spec("h100-sxm")
+    sg = estimate(spec, h100, Inputs(dtype="bf16", batch=8, engine="sglang"))
+    assert "--max-num-seqs" not in sg.launch.note
+    capped = estimate(spec, h100, Inputs(dtype="bf16", batch=8, engine="sglang", max_num_seqs=1024))
+    assert "--max-running-requests 1024 caps" in capped.launch.note
+    assert f"holds {capped.fit.max_batch:,} sequences" in capped.launch.note
+    vl = estimate(spec, h100, Inputs(dtype="bf16", batch=8, engine="vllm"))
+    assert f"holds {vl.fit.max_batch:,} sequences" in vl.launch.note and "--max-num-seqs" in vl.launch.note

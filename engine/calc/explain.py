@@ -135,7 +135,13 @@ def assumptions(
 
 
 def launch_note(
-    fit: MemoryAnswer, n_gpus: int, model_id: str | None, *, held: int = 0, max_num_seqs: int = 0
+    fit: MemoryAnswer,
+    n_gpus: int,
+    model_id: str | None,
+    *,
+    held: int = 0,
+    max_num_seqs: int = 0,
+    cap_flag: str = "--max-num-seqs",
 ) -> str:
     """Which GPUs the launch command is for, what to do about the model id, and (`held` sequences of the plan's
     length one server's cache holds, below its `max_num_seqs`) why the command's cap exceeds what fits."""
@@ -155,7 +161,7 @@ def launch_note(
         )
     if 0 < held < max_num_seqs:
         where += (
-            f" --max-num-seqs {max_num_seqs} caps the requests a server runs at once; "
+            f" {cap_flag} {max_num_seqs} caps the requests a server runs at once; "
             + ("the cache of each copy" if layout.replicas > 1 else "its cache")
             + f" holds {held:,} sequences of this length, so past {held:,} running requests wait for free blocks."
         )

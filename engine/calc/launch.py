@@ -38,6 +38,7 @@ class LaunchPlan:
 
 
 _DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
+
 # engine -> (the command's start, then its flag for: tensor parallel, pipeline parallel, context length, memory
 # fraction, running requests; and its name for an fp8 KV cache)
 _ENGINES = {
@@ -54,6 +55,10 @@ _ENGINES = {
         "fp8_e4m3",
     ),
 }
+
+CAP_FLAG = {
+    engine: spec[2] for engine, spec in _ENGINES.items()
+}  # its flag for the requests a server runs at once
 
 
 def _command(engine: str, plan: LaunchPlan, memory_fraction: float) -> str:

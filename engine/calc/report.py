@@ -23,7 +23,14 @@ from engine.calc.cost import CostEstimate, estimate_cost
 from engine.calc.efficiency import ENGINES, SpeedEstimate, estimate_speed
 from engine.calc.efficiency import timing as timing_of
 from engine.calc.explain import assumptions, launch_note
-from engine.calc.launch import LaunchPlan, multi_node_steps, sglang_command, vllm_command, vllm_cpu_command
+from engine.calc.launch import (
+    CAP_FLAG,
+    LaunchPlan,
+    multi_node_steps,
+    sglang_command,
+    vllm_command,
+    vllm_cpu_command,
+)
 from engine.calc.memory import DEFAULT_OVERHEAD, GpuPlan, MaxSeqLen, MemoryEstimate, param_count
 from engine.calc.observations import parallel
 from engine.calc.paged import PagedComparison, compare_paged
@@ -448,7 +455,11 @@ def serving(setup: Setup, fit: MemoryAnswer, i: Inputs, model_id: str | None) ->
         kv_dtype=i.kv_dtype,
         online_quantization="fp8" if i.weight_format is None and i.dtype == "fp8" else None,
     )
-    note = launch_note(fit, i.n_gpus, model_id, held=held_at(vllm, i.seq_len), max_num_seqs=plan.max_num_seqs)
+    # the note speaks of the command the engine chosen runs: SGLang's cache and its own cap (none unless asked)
+    own, cap = (sglang, i.max_num_seqs or 0) if i.engine == "sglang" else (vllm, plan.max_num_seqs)
+    note = launch_note(
+        fit, i.n_gpus, model_id, held=held_at(own, i.seq_len), max_num_seqs=cap, cap_flag=CAP_FLAG[own.engine]
+    )
     if i.weight_format is None and i.dtype in ("int8", "int4"):
         note += (
             f" vLLM and SGLang do not turn a 16-bit checkpoint into {i.dtype} as they load it: this command serves "
