@@ -117,6 +117,11 @@ def _inputs(measured: SweepResult | None) -> tuple[SimulateSpec, SLO] | None:
     return spec, slo
 
 
+def lock_step(spec) -> bool:
+    """Fixed users whose requests all have the same lengths: they start and finish each round together."""
+    return spec.mode == "concurrency" and spec.prompt_tokens_max is None and spec.output_tokens_max is None
+
+
 def interval_rows(sim: SimulatedSweep) -> list[dict]:
     """Per level: TTFT p50, TPOT p50 and output tok/s from the fast run to the slow one."""
     unit = level_unit(sim.result.spec.mode)
@@ -207,6 +212,13 @@ def simulated_section(measured: SweepResult | None = None) -> None:
     unit = level_unit(sim.result.spec.mode)
     st.markdown(knee_words(sim.knee_interval(), unit))
     st.dataframe(table_rows(sim.result), hide_index=True, width="stretch")
+    if lock_step(sim.spec):
+        st.caption(
+            "Every request here has the same prompt and output lengths, so the fixed users stay in lock step: they "
+            "start together and finish together, and each round's first tokens wait for all of that round's "
+            "prefills (TTFT's p50 and p99 alike). The calculator's first-token time at a load takes arrivals spread "
+            "over the decode, as drawn lengths spread a real workload's; the two meet at one user."
+        )
     st.caption(
         "The central run above; each figure again with every step at its interval's fast and slow ends "
         f"({sim.deployment.steps.describe().get('what', 'the step model')}; "
