@@ -393,11 +393,13 @@ def this_machine() -> tuple[dict, ...]:
     except ImportError:  # pragma: no cover - the torch side is optional for the pure track record
         return ()
     runs = [r for r in runlog.load() if getattr(r, "use_cache", True)]
-    m = machine.latest()
-    if not runs or m is None:
+    m, cal = machine.latest(), load_calibration()
+    if not runs or (m is None and cal is None):
         return ()
+    # the roofs as a GPU: the calibration's (its efficiencies were fitted against them), else the measurement's
+    roofs = cal.machine_gpu() if cal is not None else m.gpu_spec()
     out = []
-    for c in check.summarize(runs, m, load_calibration()):
+    for c in check.summarize(runs, roofs, cal):
         predicted = c.calibrated_tpot_s if c.calibrated_tpot_s is not None else c.datasheet_tpot_s
         out.append(
             {

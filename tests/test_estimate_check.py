@@ -101,3 +101,31 @@ def test_the_run_log_keeps_the_load_a_run_ended_under(tiny_lm):
     report = run.run(tiny_lm, "Hello", run.GenerationConfig(max_new_tokens=3), source="playground")
     logged = runlog.load()[-1]
     assert logged.loadavg_1m == report.load and logged.busy == report.busy
+
+
+def test_the_track_records_machine_rows_read_a_stored_measurement_without_a_calibration(
+    tmp_path, monkeypatch
+):
+    """`python -m engine trackrecord --rows --json` ended in a traceback ('MachineMeasurement' object has no
+    attribute 'flops_for') on a machine measured but not calibrated: the measurement went where roofs belong."""
+    from engine.calibration import machine
+    from engine.core import paths
+    from engine.trackrecord import this_machine
+
+    monkeypatch.setenv("INFERENCE_LAB_HOME", str(tmp_path))
+    machine.save(
+        machine.MachineMeasurement(
+            paths.machine_id(),
+            "2026-12-05T01:00:00+00:00",
+            "cpu",
+            "this machine (measured)",
+            20e9,
+            40e9,
+            {"fp32": 2e11},
+            512,
+            24e9,
+        )
+    )
+    runlog.record(synthetic_run("smollm2-135m-instruct", "fp32", 0.1, 0.02, loadavg_1m=0.5, busy=False))
+    [row] = this_machine()
+    assert row["runs"] == 1 and "smollm2" in row["shape"]
