@@ -283,7 +283,9 @@ sweep = st.session_state[f"{NS}.sweep"]
 if sweep is None:
     if target in BACKENDS_OF and "vllm" in BACKENDS_OF[target]:
         vllm_parallel_section()
-    st.caption("Run a sweep to see latency percentiles, throughput and the knee.")
+    st.caption(
+        "No measured sweep yet: run one (section 2) for its latency percentiles, throughput and knee here."
+    )
     st.stop()
 st.header("3 · Results (measured)")
 unit = level_unit(sweep.spec.mode)

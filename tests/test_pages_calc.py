@@ -663,3 +663,13 @@ def test_gpus_needed_below_the_count_asked_says_the_price_is_for_the_count_asked
     at.number_input(key="calc.gpus").set_value(1).run()
     tile = next(m for m in at.metric if m.label == "GPUs needed")
     assert "priced at" not in str(tile.proto.delta)
+
+
+def test_an_engine_without_a_server_says_why_there_is_no_launch_command():
+    """With transformers the launch box was simply absent while the model id 'for the launch command' stayed."""
+    at = AppTest.from_file(CALC, default_timeout=TIMEOUT).run()
+    captions = " ".join(c.value for c in at.caption)
+    assert "No launch command for this engine" in captions and not at.code
+    at.selectbox(key="calc.engine").set_value("vllm").run()
+    assert "No launch command" not in " ".join(c.value for c in at.caption)
+    assert any(c.value.startswith("vllm serve") for c in at.code)

@@ -46,6 +46,12 @@ def launch_commands(est) -> None:
     """The commands for the layout the memory answer settled on, with the sentence that says which GPUs they are
     for (the ones asked, or the ones it needs) and what to do about the model id; or why there is none."""
     if est.inputs.engine not in ("vllm", "sglang"):
+        if est.inputs.engine is None:  # this machine, or the physical bound: no engine chosen
+            return
+        st.caption(
+            "No launch command for this engine: it runs inside your own Python program, not as a server. Choose "
+            "vLLM or SGLang as the engine for a server's command (the model id above goes into it)."
+        )
         return
     with st.expander("Launch it: the command for this plan", expanded=True):
         if est.launch is None:
