@@ -521,10 +521,13 @@ def verdict(row: SchemeResult, base: SchemeResult | None = None) -> str:
         return f"{row.scheme}, time per token: {speed}; it {cost}{size}{match}."
     if bound is not None and bound > 1:
         # not faster though it reads fewer bytes: the Roofline page's bytes argument, and why it did not hold here
+        allow = f"were decode set by the bytes it reads, {1 / bound:.0%} of the bytes would allow up to {bound:.2f}×"
         why = (
-            f"were decode set by the bytes it reads, {1 / bound:.0%} of the bytes would allow up to "
-            f"{bound:.2f}×; measured {sp:.2f}×, so the kernels that run this format, not the bytes, set its "
-            "speed on this machine"
+            f"{allow}; measured {sp:.2f}×, so the kernels that run this format, not the bytes, set its speed on "
+            "this machine"
+            if way == "slower"
+            else f"{allow}; this run cannot tell it from fp32 (its interval spans 1×), so it cannot say whether the "
+            "bytes or the kernels set its speed: time more runs, on a quieter machine"
         )
     else:
         why = "it reads no fewer bytes than fp32 and its kernels are slower here"
