@@ -15,9 +15,11 @@ from engine.calc.capacity import predict_from_run
 from engine.calc.report import Inputs
 from engine.calc.specs import load_model_presets
 from engine.core.errors import EngineError
-from engine.loadgen.sweep import at_level, check_server, run_sweep, to_json
+from engine.core.jsonsafe import from_jsonable
+from engine.loadgen.sweep import SweepResult, at_level, check_server, run_sweep, to_json
 from engine.loadgen.workload import ENDPOINTS, SLO, LoadSpec, LoadSpecError, PromptsSpec, parse_levels
 from engine.runtime.models import PRESETS
+from ui import pace
 from ui.common import init_state, page_setup, show_error
 from ui.pace import run_with_clock
 from ui.serving_server import BACKENDS_OF, COMPARE_KEYS, TARGETS, local_servers, vllm_status
@@ -50,6 +52,7 @@ NS = "serving"
 CAPACITY_DTYPES = ("fp32", "bf16", "fp16", "int8")  # the precisions the capacity rule is offered in here
 page_setup("Serving", measures=True)
 init_state(NS, sweep=None, sbs=None, models=None)
+SWEEP_EXPERIMENT = "serving-sweep"
 
 st.title("Serving")
 st.subheader("How many users does a deployment hold within the SLOs?")
@@ -237,15 +240,20 @@ if button_why(st, "Run sweep", key=f"{NS}.go", type="primary", why=sweep_why):
                 lambda report: run_side_by_side(specs, levels, rounds=rounds, slo=slo, progress=report),
             )
             st.session_state[f"{NS}.sbs_dtype"] = sbs_dtype()  # what both ran, for the calculator beside them
-        else:
-            st.session_state[f"{NS}.sweep"] = run_with_clock(
+        else:  # stored for a reload and for presenter mode; the next sweep's clock estimates from it (ui.pace)
+            st.session_state[f"{NS}.sweep"] = pace.run_experiment(
+                SWEEP_EXPERIMENT,
                 "Sweep",
                 lambda report: run_sweep(spec, slo, levels, keep_going=keep_going, progress=report),
+                size=float(len(levels)),
             )
     except (LoadSpecError, ValueError, EngineError) as exc:
         show_error(exc)
 
-simulated_section(st.session_state[f"{NS}.sweep"])  # a GPU this machine lacks (ui.simulate_widgets)
+shown = pace.shown_result(
+    SWEEP_EXPERIMENT, st.session_state[f"{NS}.sweep"], lambda p: from_jsonable(SweepResult, p)
+)
+simulated_section(shown.result if shown else None)  # a GPU this machine lacks (ui.simulate_widgets)
 
 # ---------------------------------------------------------------- 3. results
 sbs = st.session_state[f"{NS}.sbs"]
@@ -279,7 +287,7 @@ if both and sbs is not None:
     vllm_parallel_section()
     # room for the "simulated for <GPU>" section (its own ui module)
     st.stop()
-sweep = st.session_state[f"{NS}.sweep"]
+sweep = shown.result if shown else None
 if sweep is None:
     if target in BACKENDS_OF and "vllm" in BACKENDS_OF[target]:
         vllm_parallel_section()
@@ -288,6 +296,7 @@ if sweep is None:
     )
     st.stop()
 st.header("3 · Results (measured)")
+pace.note(shown)  # a reload's or presenter mode's stored sweep says so, with its date
 unit = level_unit(sweep.spec.mode)
 if sweep.all_failed:
     first = next((p.first_error for p in sweep.points if p.first_error), "")

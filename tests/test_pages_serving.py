@@ -260,3 +260,27 @@ def test_the_ttft_split_chart_has_one_tick_per_level_measured():
     fig = breakdown_figure(sweep)
     assert fig.layout.xaxis.type == "category"
     assert all(list(bar.x) == ["1", "4", "8"] for bar in fig.data)
+
+
+def test_a_measured_sweep_survives_a_reload_and_opens_presenter_mode():
+    """A presenter reloaded the Serving page and read 'No measured sweep yet'; in presenter mode too: the sweep was
+    kept in the session alone. It is now stored with the session's key (ui.pace), like the race's."""
+    from engine.core.jsonsafe import to_jsonable
+    from engine.loadgen.workload import SLO
+    from engine.runtime import runlog
+
+    sweep = _sweep([_records(4, 0.2), _records(4, 0.3)], [1, 2], SLO(ttft_s=1.0, tpot_s=None))
+    first = AppTest.from_file(PAGE, default_timeout=180).run()
+    sid = first.session_state["lab.session"]
+    runlog.save_result("serving-sweep", to_jsonable(sweep), wall_s=21.0, session=sid)
+    reloaded = AppTest.from_file(PAGE, default_timeout=180)
+    reloaded.query_params["session"] = sid
+    reloaded.run()
+    assert not reloaded.exception
+    assert any("kept across the page reload" in i.value for i in reloaded.info)
+    assert any(h.value == "3 · Results (measured)" for h in reloaded.header)
+    presenter = AppTest.from_file(PAGE, default_timeout=180)
+    presenter.query_params["presenter"] = "1"
+    presenter.run()
+    assert any(i.value.startswith("Presenter mode") for i in presenter.info)
+    assert any(h.value == "3 · Results (measured)" for h in presenter.header)
