@@ -22,10 +22,12 @@ from ui.playground_widgets import (
     PROMPTS,
     generation_settings,
     history_row,
+    keep,
     latency_figure,
     live_line,
     metrics_row,
     prompt_example,
+    restore,
     show_decode_path,
     show_recorded_gpu_decode,
 )
@@ -36,6 +38,7 @@ CHAT_SWITCH = "**Use the chat template** (sidebar)"
 
 page_setup("Playground", measures=True)
 init_state(NS, history=[], last=None, running=None, curve={})
+restore(NS)  # a reload, or presenter mode: the stored runs, said so
 st.title("Playground")
 st.caption(
     "Generate with a causal LM and see what each run cost. Every number below a completion was "
@@ -179,6 +182,7 @@ def run_single(lm, prompt: str, cfg) -> None:
     if c.stop_reason != "cancelled":
         st.session_state[f"{NS}.curve"][cfg.use_cache] = cur
     st.session_state[f"{NS}.history"].append(history_row(c.measurement, "single", c.stop_reason, c.decode))
+    keep(NS, c.measurement.latency_s)
 
 
 def run_batch(lm, prompts: list[str], cfg) -> None:
@@ -207,6 +211,7 @@ def run_batch(lm, prompts: list[str], cfg) -> None:
     st.markdown("**The batch as a whole**")
     metrics_row(report.measurement, report.load, report.busy, report.cores)
     st.session_state[f"{NS}.history"].append(history_row(report.measurement, "batch", "mixed", report.decode))
+    keep(NS, report.measurement.latency_s)
 
 
 if go and lm is not None:
@@ -246,6 +251,8 @@ if last is not None and not batch_mode:
             r = last["report"]
             show_decode_path(r.completion)
             metrics_row(r.measurement, r.load, r.busy, r.cores)
+        elif last.get("measurement") is not None:  # a stored run (a reload, presenter mode)
+            metrics_row(last["measurement"], last.get("load"), last.get("busy"), last.get("cores"))
     curves = {}
     for cache_on, done in sorted(st.session_state[f"{NS}.curve"].items(), reverse=True):
         if done["model"] == last["model"] and done.get("latency"):

@@ -113,6 +113,7 @@ def test_the_track_records_machine_rows_read_a_stored_measurement_without_a_cali
     from engine.trackrecord import this_machine
 
     monkeypatch.setenv("INFERENCE_LAB_HOME", str(tmp_path))
+    monkeypatch.setenv("INFERENCE_LAB_RUNS_DIR", str(tmp_path / "runs"))  # this test's run alone
     machine.save(
         machine.MachineMeasurement(
             paths.machine_id(),

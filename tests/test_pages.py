@@ -189,3 +189,28 @@ def test_cache_off_chart_plots_the_measured_step_times():
     fig = json.loads(at.get("plotly_chart")[0].proto.spec)
     off = next(t for t in fig["data"] if t["name"].startswith("KV cache off"))
     assert off["y"] == pytest.approx([max(v, 1e-6) * 1e3 for v in run["latency"]])
+
+
+def test_playground_runs_survive_a_reload_and_open_presenter_mode():
+    """A presenter reloaded the Playground after its two runs and read 'No runs yet': its runs lived in the session
+    alone. They are stored with the session's key now: a reload draws the last run, the cache on/off chart and the
+    table again, and presenter mode opens on the machine's last."""
+    at = playground()
+    at.button(key="playground.go").click().run()
+    sid = at.session_state["lab.session"]
+    text = at.session_state["playground.last"]["text"]
+    reloaded = AppTest.from_file(str(ROOT / "pages/1_Playground.py"), default_timeout=TIMEOUT)
+    reloaded.query_params["session"] = sid
+    reloaded.query_params["model"] = "tiny-gpt-neo"
+    reloaded.run()
+    assert not reloaded.exception
+    assert any("kept across the page reload" in i.value for i in reloaded.info)
+    assert any(c.value == text for c in reloaded.code)
+    assert len(reloaded.session_state["playground.history"]) == 1
+    assert "TPOT" in [m.label for m in reloaded.metric]
+    presenter = AppTest.from_file(str(ROOT / "pages/1_Playground.py"), default_timeout=TIMEOUT)
+    presenter.query_params["presenter"] = "1"
+    presenter.query_params["model"] = "tiny-gpt-neo"
+    presenter.run()
+    assert any(i.value.startswith("Presenter mode") for i in presenter.info)
+    assert any(c.value == text for c in presenter.code)

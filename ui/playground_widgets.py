@@ -10,8 +10,13 @@ import streamlit as st
 
 from engine.calc import format as fmt
 from engine.core.errors import EngineError
+from engine.core.jsonsafe import from_jsonable, to_jsonable
+from engine.runtime import runlog
+from engine.runtime.measurement import Measurement
 from engine.runtime.settings import GenerationConfig, parse_stops
+from ui import pace
 from ui.charts import log_ticks
+from ui.common import browser_session
 from ui.widgets import SLIDER, refused, spec_input
 
 # A run predicted to take longer than this gets a warning before it starts.
@@ -353,3 +358,63 @@ def show_recorded_gpu_decode() -> None:
             "on top is left out, so the share is a lower bound), over the read bandwidth the same run measured. "
             "Recorded by the GPU check on a lent GPU; the dashboard's own runs are on this machine."
         )
+
+
+# ---------------------------------------------------------------- a reload and presenter mode
+EXPERIMENT = "playground"
+_KEPT = (
+    "model",
+    "use_cache",
+    "max_new",
+    "tokens",
+    "elapsed",
+    "text",
+    "status",
+    "latency",
+    "load",
+    "empty_note",
+)
+
+
+def _slim(run: dict) -> dict:
+    """What the page draws of a finished run, as JSON (the run report itself holds the model's tensors' results)."""
+    report = run.get("report")
+    return {
+        **{k: run.get(k) for k in _KEPT},
+        "measurement": to_jsonable(run["measurement"]) if run.get("measurement") is not None else None,
+        "busy": report.busy if report is not None else run.get("busy"),
+        "cores": report.cores if report is not None else run.get("cores"),
+    }
+
+
+def _unslim(run: dict) -> dict:
+    m = run.get("measurement")
+    return {**run, "measurement": from_jsonable(Measurement, m) if m is not None else None, "report": None}
+
+
+def keep(ns: str, wall_s: float) -> None:
+    """Store the page's runs (the last one, the cache on/off pair the chart draws, the session's table) with the
+    browser session's key: a reload finds them again, and presenter mode opens on the machine's last."""
+    state = st.session_state
+    last = state[f"{ns}.last"]
+    payload = {
+        "last": _slim(last) if last is not None else None,
+        "curve": {str(on): _slim(r) for on, r in state[f"{ns}.curve"].items()},
+        "history": state[f"{ns}.history"],
+    }
+    runlog.save_result(EXPERIMENT, payload, wall_s=wall_s, session=browser_session())
+
+
+def restore(ns: str) -> None:
+    """A fresh session (a reload, or presenter mode) opens on the stored runs, with the line that says whose."""
+    state = st.session_state
+    if state[f"{ns}.last"] is not None or state[f"{ns}.history"]:
+        return
+    shown = pace.shown_result(EXPERIMENT, None, lambda p: p)
+    if shown is None:
+        return
+    p = shown.result
+    state[f"{ns}.last"] = _unslim(p["last"]) if p.get("last") else None
+    state[f"{ns}.curve"] = {on == "True": _unslim(r) for on, r in p.get("curve", {}).items()}
+    state[f"{ns}.history"] = list(p.get("history", []))
+    pace.note(shown)
