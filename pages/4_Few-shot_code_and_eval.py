@@ -9,6 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from engine.core.errors import EngineError
+from engine.core.jsonsafe import from_jsonable
 from engine.lab import codegen, evaluation, fewshot
 from engine.runtime import run
 from engine.runtime.settings import GenerationConfig
@@ -24,6 +25,7 @@ QUICK_QUERIES, QUICK_LIMIT = 16, 8  # the page's first runs take seconds; the en
 
 page_setup("Few-shot, code and eval", measures=True)
 init_state(NS, sweep=None, classified=None, code=None, eval_runs=[], last_eval=None)
+EVAL_EXPERIMENT = "evaluation"
 state = st.session_state
 
 st.title("Few-shot, code and eval")
@@ -362,21 +364,23 @@ with tab_eval:
             )
         )
         if button_why(st, "Run evaluation", key=f"{NS}.eval_go", type="primary", why=eval_why):
-            bar = st.progress(0.0, text="starting lm-eval")
-            try:
-                res = evaluation.run_eval(
-                    lm,
-                    task,
-                    limit=int(limit),
-                    crosscheck=check,
-                    progress=lambda f, msg: bar.progress(min(1.0, f), text=msg),
-                )
+            # with the clock (elapsed, what is left from the last run here), stored for a reload and presenter mode
+            res = pace.run_experiment(
+                EVAL_EXPERIMENT,
+                "Evaluation",
+                lambda report: evaluation.run_eval(
+                    lm, task, limit=int(limit), crosscheck=check, progress=report
+                ),
+                size=float(limit),
+            )
+            if res is not None:
                 state[f"{NS}.last_eval"] = res
                 state[f"{NS}.eval_runs"] = [*state[f"{NS}.eval_runs"], res.summary()]
-            except EngineError as exc:
-                show_error(exc)
-            bar.empty()
-        res = state[f"{NS}.last_eval"]
+        shown = pace.shown_result(
+            EVAL_EXPERIMENT, state[f"{NS}.last_eval"], lambda p: from_jsonable(evaluation.EvalResult, p)
+        )
+        pace.note(shown)
+        res = shown.result if shown else None
         if res is not None:
             st.markdown(
                 f"**{res.task}** version {res.task_version} · lm-eval {res.harness_version} · {res.model} · "

@@ -116,6 +116,15 @@ def test_evaluation_run_reports_metrics_crosscheck_and_comparison():
     assert any(t.value == "This session's runs (2)" for t in at.subheader)
     runs = at.session_state["lab.eval_runs"]
     assert len(runs) == 2 and runs[0]["bits_per_byte"] == pytest.approx(runs[1]["bits_per_byte"])
+    # it ran under the page clock, which stores it: a reload finds the last evaluation again (a presenter read an
+    # empty page after a reload, and a bar with no time on it while lm-eval ran)
+    reloaded = AppTest.from_file(PAGE, default_timeout=120)
+    reloaded.query_params["session"] = at.session_state["lab.session"]
+    reloaded.run()
+    assert not reloaded.exception, reloaded.exception
+    assert any("kept across the page reload" in i.value for i in reloaded.info)
+    assert "bits per byte" in [m.label for m in reloaded.metric]
+    assert any("Engine cross-check" in s.value for s in reloaded.success)
 
 
 def test_code_generation_streams(monkeypatch):
