@@ -9,6 +9,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from engine.batching.scheduler import DEFAULT_PREFILL_CHUNK_TOKENS
 from engine.calc import format as fmt
 
 # Within this relative band two measured figures are called "about the same": timing on a shared CPU moves by a
@@ -214,6 +215,19 @@ def _growth(latencies: list[float] | None, prompt_tokens: int = 0) -> str:
     )
 
 
+def _first_token(on: Any, off: Any) -> str:
+    """Why the first token can come later with the cache on: both runs do the same prefill, but a single prompt
+    with the cache on goes through the shared scheduler (chunked prefill, other sessions' steps between chunks)."""
+    if not (math.isfinite(on.ttft_s) and math.isfinite(off.ttft_s)) or on.ttft_s <= 1.2 * off.ttft_s:
+        return ""
+    return (
+        f" The first token came later with the cache on ({fmt.seconds(on.ttft_s)} against "
+        f"{fmt.seconds(off.ttft_s)}), though both runs do the same prefill: with the cache on the prompt goes "
+        f"through the shared scheduler, which prefills {DEFAULT_PREFILL_CHUNK_TOKENS} tokens per step and lets "
+        "other sessions' steps in between, where the cache-off run is one direct forward pass."
+    )
+
+
 def latency_sentence(curves: dict[bool, dict], model: str) -> str:
     """Playground: what the KV cache bought, from the last finished run with it on and off (same model)."""
     runs = {on: r for on, r in curves.items() if r["model"] == model and r.get("measurement") is not None}
@@ -239,6 +253,7 @@ def latency_sentence(curves: dict[bool, dict], model: str) -> str:
         return (
             f"TPOT {fmt.seconds(on.tpot_s)} with the KV cache ({on.output_tokens} tokens) against "
             f"{fmt.seconds(off.tpot_s)} without ({off.output_tokens} tokens): cache off was {verdict}; {why}."
+            + _first_token(on, off)
         )
     only = "on" if True in runs else "off"
     other = "off" if only == "on" else "on"
