@@ -55,6 +55,7 @@ def prompt_example(ns: str) -> str:
 
     def use() -> None:
         st.session_state[box] = PROMPTS[st.session_state[key]]
+        st.query_params["prompt"] = st.session_state[key]  # a reload keeps the choice, not the link's
 
     return st.radio(
         "Start from",
