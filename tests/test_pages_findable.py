@@ -160,4 +160,5 @@ def test_the_kv_cache_stop_opens_on_a_prompt_long_enough_to_show_the_cache():
     # a newcomer who came by the sidebar, not the tour's link, finds the passage on the page itself
     at.radio(key="playground.example").set_value("passage").run()
     assert at.text_area(key="playground.prompt.False").value == prompt and not at.exception
-    assert at.query_params["prompt"] == "passage"  # a reload keeps the choice (the URL said the link's before)
+    # a reload keeps the choice (the URL said the link's before)
+    assert at.query_params["prompt"] == "passage"

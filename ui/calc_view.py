@@ -409,8 +409,10 @@ def measured_section(a: CalcAnswer, key: str) -> None:
     cal = a.request.cal
     st.caption(
         "Runs the engine measured here (Playground, benchmarks, calibration), each beside the calibrated model's "
-        "estimate for its own shape, with its 95% interval. A run measured while the machine was busy is not "
-        "compared; without a calibration only the measured roofs' bound is shown, which no real run reaches."
+        "estimate for its own shape, with its 95% interval (this machine's fit on its own runs; the GPU estimates "
+        "above state 80%, the level their published rows hold out of sample). A run measured while the machine was "
+        "busy is not compared; without a calibration only the measured roofs' bound is shown, which no real run "
+        "reaches."
     )
     runs = [r for r in load_runs() if r.use_cache]
     if runs or machine_known(cal):
