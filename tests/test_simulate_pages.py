@@ -132,8 +132,7 @@ def test_a_lock_step_workload_says_why_its_first_tokens_wait_alike():
     """An engineer read TTFT p50 = p90 = p99 = 0.167 s at 8 simulated users beside the calculator's 66.9 ms for one
     request at that load, unexplained: with every length the same, the users run in lock step."""
     from engine.simulate.spec import SimulateSpec
-    from ui.simulate_widgets import lock_step
 
     fixed = SimulateSpec(model="llama-3-8b", gpu="h100-sxm")
-    assert lock_step(fixed)
-    assert not lock_step(replace(fixed, output_tokens_max=256)) and not lock_step(replace(fixed, mode="rate"))
+    assert fixed.lock_step
+    assert not replace(fixed, output_tokens_max=256).lock_step and not replace(fixed, mode="rate").lock_step

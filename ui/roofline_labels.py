@@ -178,15 +178,12 @@ def place_labels(
     text), each with a leader line to its point, where nothing else is drawn."""
     frame = Frame(x_range, y_range)
     markers, points = markers_px(fig, frame), []
-    k = 0
-    for t in fig.data:
-        if t.x is None or t.y is None or (t.mode and "markers" not in t.mode):
-            continue
+    k = 0  # the index of each trace's first marker in `markers`
+    for t in _marker_traces(fig):
         phase = str(t.name).removesuffix(" operators")
-        for i in range(len(t.x)):
-            if phase in labels:
-                points.append((k, phase, labels[phase][i]))
-            k += 1
+        if phase in labels:
+            points += [(k + i, phase, labels[phase][i]) for i in range(len(t.x))]
+        k += len(t.x)
     line_points = _line_points(frame, roofs)
     labels_to_place = _merge_touching(points, markers)
     # greedy placement depends on who chooses first: the biggest markers (a phase's heavy operators), then left
@@ -284,12 +281,17 @@ def note_box(
     return Box(right - w, cy - h / 2, right + abs(shift_px), cy + h / 2)
 
 
+def _marker_traces(fig: go.Figure) -> list:
+    """The traces that draw markers, in the figure's order."""
+    return [
+        t for t in fig.data if t.x is not None and t.y is not None and (not t.mode or "markers" in t.mode)
+    ]
+
+
 def markers_px(fig: go.Figure, frame: Frame) -> list[tuple[float, float, float]]:
     """Every marker of the figure as a circle (x, y, radius) in pixels of the plot area."""
     out = []
-    for t in fig.data:
-        if t.x is None or t.y is None or (t.mode and "markers" not in t.mode):
-            continue
+    for t in _marker_traces(fig):
         out += [
             (frame.px(x), frame.py(y), s / 2 + 1.0)
             for x, y, s in zip(t.x, t.y, _marker_sizes(t), strict=True)

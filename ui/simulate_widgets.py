@@ -117,11 +117,6 @@ def _inputs(measured: SweepResult | None) -> tuple[SimulateSpec, SLO] | None:
     return spec, slo
 
 
-def lock_step(spec) -> bool:
-    """Fixed users whose requests all have the same lengths: they start and finish each round together."""
-    return spec.mode == "concurrency" and spec.prompt_tokens_max is None and spec.output_tokens_max is None
-
-
 def interval_rows(sim: SimulatedSweep) -> list[dict]:
     """Per level: TTFT p50, TPOT p50 and output tok/s from the fast run to the slow one."""
     unit = level_unit(sim.result.spec.mode)
@@ -212,7 +207,7 @@ def simulated_section(measured: SweepResult | None = None) -> None:
     unit = level_unit(sim.result.spec.mode)
     st.markdown(knee_words(sim.knee_interval(), unit))
     st.dataframe(table_rows(sim.result), hide_index=True, width="stretch")
-    if lock_step(sim.spec):
+    if sim.spec.lock_step:
         st.caption(
             "Every request here has the same prompt and output lengths, so the fixed users stay in lock step: they "
             "start together and finish together, and each round's first tokens wait for all of that round's "

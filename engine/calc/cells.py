@@ -127,9 +127,9 @@ def band_from(values: Sequence[float], levels_up: int) -> tuple[float, float]:
     """(low, high) factors around the central estimate, the centre always inside.
 
     Up to EMPIRICAL_FROM residuals: exp(m -/+ t x s x sqrt(1 + 1/n)), the Student-t prediction interval. From
-    EMPIRICAL_FROM on, the residuals' own 10th and 90th percentiles (for COVERAGE 80%) (their tails are heavier than a normal's:
-    a few setups a fit gets badly wrong would inflate s and widen every band), each end's distance from the
-    median scaled by sqrt(1 + 1/n). Either way the half-widths grow by BORROW_WIDENING per level borrowed."""
+    EMPIRICAL_FROM on, the residuals' own percentiles at COVERAGE's ends, the 10th and 90th (their tails are
+    heavier than a normal's: a few setups a fit gets badly wrong would inflate s and widen every band), each end's
+    distance from the median scaled by sqrt(1 + 1/n). Either way the half-widths grow by BORROW_WIDENING per level borrowed."""
     n = len(values)
     grow = 1 + BORROW_WIDENING * levels_up
     if n >= EMPIRICAL_FROM:

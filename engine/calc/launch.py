@@ -38,7 +38,6 @@ class LaunchPlan:
 
 
 _DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
-
 # engine -> (the command's start, then its flag for: tensor parallel, pipeline parallel, context length, memory
 # fraction, running requests; and its name for an fp8 KV cache)
 _ENGINES = {
@@ -56,9 +55,8 @@ _ENGINES = {
     ),
 }
 
-CAP_FLAG = {
-    engine: spec[2] for engine, spec in _ENGINES.items()
-}  # its flag for the requests a server runs at once
+# engine -> its flag for the requests a server runs at once
+CAP_FLAG = {engine: spec[2] for engine, spec in _ENGINES.items()}
 
 
 def _command(engine: str, plan: LaunchPlan, memory_fraction: float) -> str:

@@ -56,10 +56,9 @@ class ShapeComparison:
     calibrated_tpot_interval: tuple[float, float] | None = None  # 95%, from the calibration's fit
     calibrated_ttft_interval: tuple[float, float] | None = None
     loadavg_1m: float = math.nan  # median 1-minute load average of the runs that recorded one
-    busy_runs: int = (
-        0  # of the runs compared, those measured busy (all of them, or none: busy runs are compared
-    )
-    # only where the shape has no quiet one)
+    # of the runs compared, those measured busy: all of them or none (busy runs are compared only where the shape
+    # has no quiet one)
+    busy_runs: int = 0
     busy_left_out: int = 0  # busy runs of the shape left out because it has quiet ones
 
     @property

@@ -113,5 +113,13 @@ class SimulateSpec(Spec):
         return tuple(sorted(set(levels)))
 
     @property
+    def lock_step(self) -> bool:
+        """Fixed users whose requests all have the same lengths: they start and finish each round together, so each
+        round's first tokens wait for all of its prefills."""
+        return (
+            self.mode == "concurrency" and self.prompt_tokens_max is None and self.output_tokens_max is None
+        )
+
+    @property
     def title(self) -> str:
         return f"{self.model or self.config} on {self.gpu} x {self.n_gpus}, {self.engine}"
