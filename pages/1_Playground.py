@@ -81,7 +81,8 @@ if lm is not None and cfg is not None and not batch_mode:
 why = (
     "load a model first" if lm is None else "a setting in the sidebar is out of range" if cfg is None else ""
 )
-go = button_why(st, "Generate", type="primary", why=why, key=f"{NS}.go")
+go_col, clock_col = st.columns([1, 3], vertical_alignment="center")  # the clock beside the button, in view
+go = button_why(go_col, "Generate", type="primary", why=why, key=f"{NS}.go")
 if lm is not None:
     snap = cached_scheduler(lm).snapshot()
     st.caption(
@@ -108,9 +109,10 @@ if running is not None:
     )
 
 
-def run_single(lm, prompt: str, cfg) -> None:
-    """Stream one prompt with a Stop button, tokens so far / max, elapsed and live tok/s. The partial run lives in
-    session state while it streams, so a Stop (which reruns the page) keeps its text."""
+def run_single(lm, prompt: str, cfg, beside) -> None:
+    """Stream one prompt with a Stop button, tokens so far / max, elapsed and live tok/s (those two in `beside`,
+    next to the Generate button, so they are in view when it is pressed). The partial run lives in session state
+    while it streams, so a Stop (which reruns the page) keeps its text."""
     r = run.start(lm, prompt, cfg, scheduler=cached_scheduler(lm), source="playground")
     cur = {
         "model": lm.name,
@@ -133,14 +135,14 @@ def run_single(lm, prompt: str, cfg) -> None:
         },
     }
     st.session_state[f"{NS}.running"] = cur
-    stop_slot = st.empty()  # emptied when the run ends: a Stop button must not outlive its run
+    stop_slot = beside.empty()  # emptied when the run ends: a Stop button must not outlive its run
     stop_slot.button(
         "Stop",
         icon=":material/stop_circle:",
         key=f"{NS}.stop_btn",
         help="Stops generating at the next token; the text so far is kept, marked cancelled.",
     )
-    status, box = st.empty(), st.empty()
+    status, box = beside.empty(), st.empty()
     status.caption(live_line(0, cfg.max_new_tokens, 0.0, None))
     shown_at = 0.0
     try:
@@ -185,10 +187,10 @@ def run_single(lm, prompt: str, cfg) -> None:
     keep(NS, c.measurement.latency_s)
 
 
-def run_batch(lm, prompts: list[str], cfg) -> None:
-    """One padded batch, with a line that says what it waits for (a compile, or the batch)."""
+def run_batch(lm, prompts: list[str], cfg, beside) -> None:
+    """One padded batch, with a line (in `beside`, next to the button) that says what it waits for."""
     r = run.start(lm, prompts, cfg, source="playground")
-    line = st.empty()
+    line = beside.empty()
     for ev in r.events():
         line.caption(
             f"Generating for {len(prompts)} prompts as one batch… {fmt_seconds(ev.elapsed_s)}"
@@ -218,9 +220,9 @@ if go and lm is not None:
     try:
         cfg = cfg.validate()
         if batch_mode:
-            run_batch(lm, [p for p in prompt.splitlines() if p.strip()], cfg)
+            run_batch(lm, [p for p in prompt.splitlines() if p.strip()], cfg, clock_col)
         else:
-            run_single(lm, prompt, cfg)
+            run_single(lm, prompt, cfg, clock_col)
     except EngineError as exc:
         show_error(exc)
 

@@ -15,6 +15,7 @@ from engine.runtime import run
 from engine.runtime.settings import GenerationConfig
 from ui import export, lab_widgets, pace
 from ui.common import fmt_seconds, init_state, page_setup, show_error
+from ui.playground_widgets import live_line
 from ui.widgets import RADIO, SLIDER, button_why, refused, sidebar_model, spec_input
 
 NS = "lab"
@@ -264,15 +265,19 @@ with tab_code:
         try:
             # streamed as it is written; the review (syntax, lint) runs on the finished text
             code_run = run.start(lm, prompt, codegen.code_config(max_new, mode, stops), source="lab")
-            live, shown = st.empty(), prompt if mode == "complete" else ""
+            clock, live, shown = st.empty(), st.empty(), prompt if mode == "complete" else ""
+            clock.caption(live_line(0, max_new, 0.0, None))
             try:
+                # a chunk, or at least every 0.25 s: the clock moves while it waits
                 for ev in code_run.events():
+                    clock.caption(live_line(ev.tokens, max_new, ev.elapsed_s, ev.compiling))
                     if ev.text:
                         shown += ev.text
                         live.code(shown, language="python")
                 done_run = code_run.report()  # measured and logged once, with its source
             finally:
                 code_run.cancel()  # a rerun or a closed tab stops generating for nobody
+            clock.empty()
             live.empty()
             state[f"{NS}.code"] = codegen.review(done_run.completion, mode)
         except EngineError as exc:

@@ -33,6 +33,7 @@ from ui.serving_vllm_view import (
     vllm_parallel_section,
 )
 from ui.serving_widgets import (
+    answer_sentence,
     breakdown_figure,
     breakdown_rows,
     breakdown_sentence,
@@ -305,6 +306,7 @@ if sweep.all_failed:
         f"First failure: {first}. Check that the server is running and serves `{sweep.spec.model}`."
     )
     st.stop()
+st.info(answer_sentence(sweep), icon=":material/flag:")
 if sweep.skipped:
     st.warning(sweep.stop_reason(), icon=":material/skip_next:")
 st.caption(

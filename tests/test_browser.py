@@ -80,6 +80,12 @@ def test_playground_stop_keeps_partial_text_marked_cancelled(dashboard, browser)
     page.wait_for_function(
         "() => /[1-9][0-9]* \\/ 4096 tokens/.test(document.body.innerText)", timeout=300_000
     )
+    # the clock and Stop sit beside the Generate button (in view when it is pressed), not under the page
+    go = page.get_by_role("button", name="Generate").bounding_box()
+    clock = page.get_by_text(re.compile(r"/ 4096 tokens")).first.bounding_box()
+    stop = page.get_by_role("button", name="Stop").bounding_box()
+    assert clock["x"] > go["x"] + go["width"] and abs(clock["y"] - go["y"]) < 150, (go, clock)
+    assert stop["x"] > go["x"] + go["width"] and abs(stop["y"] - go["y"]) < 150, (go, stop)
     page.get_by_role("button", name="Stop").click()
     # Wait for the cancelled run's own notice (a bare "cancelled" also matches the Stop button's help text).
     notice = page.locator('[data-testid="stAlert"]').filter(has_text="kept out of the run log").first

@@ -183,6 +183,18 @@ def test_a_cpu_defaults_to_a_precision_it_runs():
     assert default_precision(gpu_spec("t4")) == "fp16"
 
 
+def test_a_bf16_checkpoint_starts_in_bf16_where_the_gpu_has_a_bf16_peak():
+    """A walkthrough priced a bf16 Llama on an A100 in fp16 by default; a T4 (no bf16 peak) keeps fp16."""
+    from engine.arch.resolve import hub_preset_spec
+    from engine.calc.report import default_precision
+
+    qwen = hub_preset_spec("Qwen/Qwen2-72B")
+    assert qwen.checkpoint_dtype == "bf16"
+    assert default_precision(gpu_spec("a100-80gb"), qwen) == "bf16"
+    assert default_precision(gpu_spec("t4"), qwen) == "fp16"
+    assert default_precision(gpu_spec("a100-80gb"), replace(qwen, checkpoint_dtype="")) == "fp16"
+
+
 def test_zero_group_size_and_max_model_len_mean_the_engines_own_as_the_page_says():
     """The Memory & cost page's "0 = per output channel" and "0 = prompt + output" are the spec's own values."""
     q = Inputs(weight_format="int8", group_size=0, max_model_len=0).resolved()

@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 from engine.calc.capacity import CapacityPrediction
 from engine.serving.runner import ServerThread, ServeSpec, build
-from ui.serving_widgets import knee_sentence
+from ui.serving_widgets import answer_sentence, knee_sentence
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = str(ROOT / "pages/8_Serving.py")
@@ -284,3 +284,25 @@ def test_a_measured_sweep_survives_a_reload_and_opens_presenter_mode():
     presenter.run()
     assert any(i.value.startswith("Presenter mode") for i in presenter.info)
     assert any(h.value == "3 · Results (measured)" for h in presenter.header)
+
+
+def test_the_answer_comes_first_and_follows_the_knee():
+    """The page's question ("how many users within the SLOs?") is answered above the table and charts, from the
+    same knee the section at the bottom names; a sweep where no level met them says so, and so does one that
+    never reached a level that missed them."""
+    from engine.loadgen.workload import SLO
+
+    slo = SLO(ttft_s=1.0, tpot_s=None)
+    missed = _sweep([_records(4, 0.2), _records(4, 3.0)], [1, 2, 4], slo)
+    words = answer_sentence(missed)
+    assert "held 1 user within TTFT <= 1 s for 90% of requests" in words and "at 2 users it missed" in words
+    held = _sweep([_records(4, 0.2), _records(4, 0.3)], [1, 2], slo)
+    assert "held 2 users" in answer_sentence(held) and "may hold more" in answer_sentence(held)
+    none = _sweep([_records(4, 3.0)], [1, 2], slo)
+    assert "no level of this sweep held TTFT <= 1 s" in answer_sentence(none)
+
+    at = _page_with(missed)
+    assert not at.exception
+    answers = [i.value for i in at.info if i.value.startswith("**Answer (measured)")]
+    assert len(answers) == 1 and "held 1 user" in answers[0]
+    assert "Measured knee: **1 user**" in " ".join(m.value for m in at.markdown)  # the same knee below

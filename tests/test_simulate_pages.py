@@ -86,15 +86,23 @@ def test_memory_page_answers_the_longest_context_that_fits():
 
 def test_an_slo_that_cannot_be_met_is_said_at_once_and_hides_the_last_answer():
     """A TTFT SLO of -1 got Streamlit's 'Number is outside the allowed range' (its literal bounds) and the last
-    answer ('at most 28 concurrent users') stayed on screen under it."""
+    answer ('at most 28 concurrent users') stayed on screen under it. The longest context that fits is a memory
+    question: its answer neither uses nor waits on the objectives (an SLO of 0 blocked it)."""
     at = AppTest.from_file(MEMORY, default_timeout=300).run()
     at.radio(key="calc.solve.q").set_value("max-context").run()
     at.button(key="calc.solve.go").click().run()
     assert any(m.label == "The longest context that fits" for m in at.metric)
+    at.radio(key="calc.solve.q").set_value("max-users").run()
     at.number_input(key="calc.solve.ttft").set_value(-1.0).run()
     assert not at.exception
     assert any("TTFT SLO must be a positive number" in e.value for e in at.error)
     assert not any(m.label == "The longest context that fits" for m in at.metric)
+    at.number_input(key="calc.solve.ttft").set_value(0.0).run()
+    at.radio(key="calc.solve.q").set_value("max-context").run()  # back: the objectives are not asked for it
+    assert at.number_input(key="calc.solve.ttft").disabled and not at.error
+    at.button(key="calc.solve.go").click().run()
+    assert not at.exception and not at.error
+    assert any(m.label == "The longest context that fits" for m in at.metric)
 
 
 def test_solver_answers_show_dollars_counts_and_plain_headers():

@@ -83,7 +83,7 @@ def calc_inputs(key: str) -> CalcRequest | None:
     spec = model_input(key)
     model_id = model_id_input(key, spec)
     base_gpu = gpu_choice(key, cal=cal)
-    weights = precision_inputs(key, base_gpu)
+    weights = precision_inputs(key, base_gpu, spec)
     # a refused group size is int8/int4's, whose math runs in fp16
     edited = gpu_figures(key, base_gpu, dtype=weights.dtype if weights else "fp16")
     gpu = edited or base_gpu  # the widgets below start from the GPU's own figures while an edit is refused
@@ -170,20 +170,21 @@ KV_AUTO = "auto"
 PLAIN = ("fp32", "fp16", "bf16")
 
 
-def precision_inputs(key: str, gpu: GPUSpec) -> Inputs | None:
+def precision_inputs(key: str, gpu: GPUSpec, spec: ModelSpec | None = None) -> Inputs | None:
     """Weights (a precision, or a quantized format with its scales: torchao int8/int4 with a group size, fp8,
     AWQ/GPTQ, NVFP4/MXFP4, bitsandbytes, GGUF blocks), which modules the format covers, and the KV cache's
-    precision. The default follows the device (fp32 on a CPU); KV "auto" is the weights' precision, 16-bit for
+    precision. The default follows the device and the model (fp32 on a CPU; the checkpoint's bf16 on a GPU with a
+    bf16 peak, else fp16); KV "auto" is the weights' precision, 16-bit for
     quantized weights. None while the group size is refused (its field says why)."""
     choices = [*PLAIN, *WEIGHT_FORMATS]
-    default = default_precision(gpu)
-    device = "gpu" if default == "fp16" else "cpu"
+    default = default_precision(gpu, spec)
+    kind = {"fp16": "gpu", "fp32": "cpu"}.get(default, default)  # "bf16": a GPU with a bf16 model
     c1, c2 = st.columns(2)
     weights = c1.selectbox(
         "Weights",
         choices,
         index=choices.index(default),
-        key=f"{key}.dtype.{device}",  # a new default when the device kind changes
+        key=f"{key}.dtype.{kind}",  # a new default when the device kind or the model's own precision changes
         format_func=lambda w: w if w in PLAIN else f"{w}: {quant.weight_format(w).description}",
         help="A precision, or a quantized format with its scales counted (the format's own layout).",
     )

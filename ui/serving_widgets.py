@@ -115,6 +115,29 @@ def per_user_figure(sweep: SweepResult) -> go.Figure:
     return fig
 
 
+def answer_sentence(sweep: SweepResult) -> str:
+    """The page's question answered first, from the sweep's knee: how many users (or what rate) met the SLOs."""
+    unit = level_unit(sweep.spec.mode)
+    objectives = sweep.slo.words() or "no objectives set"
+    share = f"{sweep.slo.min_attainment:.0%} of requests"
+    if sweep.knee is None:
+        return (
+            f"**Answer (measured): no level of this sweep held {objectives} for {share}.** Lower the load or "
+            "relax the objectives to find how much it holds."
+        )
+    levels = sorted(p.level for p in sweep.points)
+    above = [x for x in levels if x > sweep.knee]
+    beyond = (
+        f"; at {at_level(above[0], unit)} it missed them"
+        if above
+        else "; the sweep went no higher, so it may hold more"
+    )
+    return (
+        f"**Answer (measured): this deployment held {at_level(sweep.knee, unit)} within {objectives} for "
+        f"{share}**{beyond}. Details, charts and the calculator's prediction below."
+    )
+
+
 def knee_sentence(
     knee: float | None, unit: str, predicted: CapacityPrediction | None, stopped_early: bool
 ) -> str:

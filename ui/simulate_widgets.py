@@ -262,12 +262,19 @@ def solvers_section(key: str, spec: ModelSpec, gpu: GPUSpec, inputs) -> None:
     q = c[0].radio("Ask", list(QUESTIONS), format_func=QUESTIONS.get, key=f"{key}.solve.q")
     # no bounds on the boxes (Streamlit's turn a field red and keep the old value): the SLO's own rule says what is
     # wrong at once, and no answer is shown for objectives that cannot be met
-    ttft = c[1].number_input("TTFT SLO (s)", value=float(SLO.default("ttft_s")), key=f"{key}.solve.ttft")
+    # the longest context is a memory question: the objectives do not enter it, so they neither show nor block it
+    memory_only = q == "max-context"
+    unused = "Not used by the longest context that fits (a memory question)." if memory_only else None
+    ttft = c[1].number_input(
+        "TTFT SLO (s)", value=float(SLO.default("ttft_s")), key=f"{key}.solve.ttft", disabled=memory_only,
+        help=unused,
+    )  # fmt: skip
     tpot = c[2].number_input(
-        "TPOT SLO (ms)", value=float(SLO.default("tpot_s")) * 1e3, key=f"{key}.solve.tpot"
-    )
+        "TPOT SLO (ms)", value=float(SLO.default("tpot_s")) * 1e3, key=f"{key}.solve.tpot", disabled=memory_only,
+        help=unused,
+    )  # fmt: skip
     try:
-        slo = SLO(ttft_s=ttft, tpot_s=tpot / 1e3).validate()
+        slo = SLO() if memory_only else SLO(ttft_s=ttft, tpot_s=tpot / 1e3).validate()
     except LoadSpecError as exc:
         show_error(exc)
         return

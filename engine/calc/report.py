@@ -199,10 +199,15 @@ class Inputs(Spec):
         return self.weight_format or self.dtype
 
 
-def default_precision(gpu: GPUSpec) -> str:
-    """The weight precision to start from on `gpu`: fp16 where it has an fp16 peak (a GPU), else fp32 (a CPU,
-    where fp16 runs through slow reference kernels and the engine loads fp32 by default)."""
-    return "fp16" if "fp16" in gpu.peak_flops else "fp32"
+def default_precision(gpu: GPUSpec, spec: ModelSpec | None = None) -> str:
+    """The weight precision to start from on `gpu`: the checkpoint's own 16-bit precision where the GPU has a
+    peak for it (a bf16 Llama on an A100 is served in bf16, as vLLM's dtype "auto" does; a T4 has no bf16 peak, so
+    fp16 there), else fp16 where it has an fp16 peak (a GPU), else fp32 (a CPU, where fp16 runs through slow
+    reference kernels and the engine loads fp32 by default)."""
+    if "fp16" not in gpu.peak_flops:
+        return "fp32"
+    own = spec.checkpoint_dtype if spec is not None else ""
+    return own if own in ("fp16", "bf16") and own in gpu.peak_flops else "fp16"
 
 
 # ---------------------------------------------------------------- this machine's calibration, as the estimate asks it

@@ -55,6 +55,17 @@ class SLO(Spec):
         given = {name: getattr(args, name) or None for name in ("ttft_s", "tpot_s", "e2e_s")}
         return super().from_args(args, **{**given, **overrides})
 
+    def words(self) -> str:
+        """'TTFT <= 2 s and TPOT <= 200 ms': the objectives set, as a sentence says them."""
+        parts = []
+        if self.ttft_s is not None:
+            parts.append(f"TTFT <= {self.ttft_s:g} s")
+        if self.tpot_s is not None:
+            parts.append(f"TPOT <= {self.tpot_s * 1e3:g} ms")
+        if self.e2e_s is not None:
+            parts.append(f"E2E <= {self.e2e_s:g} s")
+        return " and ".join(parts)
+
     def validate(self) -> SLO:
         for name in ("ttft_s", "tpot_s", "e2e_s"):
             v = getattr(self, name)

@@ -249,7 +249,7 @@ def max_users(
             progress(i / 3, f"searching the knee with {which} step times")
         knees[which] = knee_search(lambda u, w=which: _meets(s, d, u, slo, w, lengths))
     value = Interval(knees["high"], knees["central"], knees["low"], rows=d.steps.describe().get("rows"))
-    objectives = _objectives(slo)
+    objectives = slo.words()
     at_least = " at least" if value.central >= MAX_USERS else ""
     sentence = (
         f"{d.label}: at most{at_least} {value.central} concurrent users (interval {value.low} to {value.high}) meet "
@@ -283,17 +283,6 @@ def _beyond_full_length(d: Deployment, users: int, seq_len: int) -> str:
         "max batch): at any moment users' requests are at different lengths, and a paged cache holds only the tokens "
         "each has so far."
     )
-
-
-def _objectives(slo: SLO) -> str:
-    parts = []
-    if slo.ttft_s is not None:
-        parts.append(f"TTFT <= {slo.ttft_s:g} s")
-    if slo.tpot_s is not None:
-        parts.append(f"TPOT <= {slo.tpot_s * 1e3:g} ms")
-    if slo.e2e_s is not None:
-        parts.append(f"E2E <= {slo.e2e_s:g} s")
-    return " and ".join(parts)
 
 
 # ---------------------------------------------------------------- the cheapest GPU type and count
@@ -398,7 +387,7 @@ def cheapest(
             best = opt
     if best is None:
         raise InvalidParameterError(
-            f"no priced GPU meets {_objectives(slo)} even with one user per replica; relax the objectives"
+            f"no priced GPU meets {slo.words()} even with one user per replica; relax the objectives"
         )
     d = deployment(replace(s, gpu=best.gpu, n_gpus=best.gpus), spec)
     ends = {}
@@ -418,7 +407,7 @@ def cheapest(
         else f"interval ${value.low:,.2f} to {slow}, the step times at their interval's ends"
     )
     sentence = (
-        f"Cheapest for {users} users at {_objectives(slo)}: {each}{best.gpus} x {best.name} at "
+        f"Cheapest for {users} users at {slo.words()}: {each}{best.gpus} x {best.name} at "
         f"${best.usd_per_hour:,.2f}/hour, {best.users_per_replica} users per replica ({spread}); {len(tried)} of "
         f"the {len(cands)} priced options that fit {'was' if len(tried) == 1 else 'were'} simulated, the rest cost "
         "more per replica than this."
