@@ -129,6 +129,8 @@ def test_estimate_text_output(capsys):
         (["--model", "gpt2", "--batch", "0"], "batch must be a positive whole number"),
         (["--model", "gpt2", "--seq-len", "-5"], "sequence length must be"),
         (["--model", "gpt2", "--calibrated"], "--gpu this-machine"),
+        # 1,000 GPUs for a 12-layer model read as '8 GPUs in tensor parallel x 125 pipeline stages', 16 MB each
+        (["--model", "gpt2", "--gpus", "1000"], "more stages than the model's 12 layers"),
     ],
 )
 def test_estimate_errors_say_what_to_do(capsys, argv, message):
@@ -318,3 +320,48 @@ def test_gpus_models_lists_the_published_configs_by_hub_id(capsys):
     r = _json(capsys, ["gpus", "--models", "--json"])
     names = {m["name"] for m in r["hub_models"]}
     assert "meta-llama/Llama-3.1-8B-Instruct" in names and all(m["source"] for m in r["hub_models"])
+
+
+@pytest.mark.parametrize("flag", ["--prompt-tokens", "--output-tokens"])
+def test_a_zero_length_is_refused_not_replaced_by_the_default(capsys, flag):
+    """`--prompt-tokens 0` ran as '(512 prompt + 512 output)' without a word: 0 was read as a missing flag."""
+    assert main(["estimate", "--model", "gpt2", "--gpu", "t4", flag, "0"]) == 2
+    assert "must be a positive whole number, got 0" in capsys.readouterr().err
+
+
+def test_no_room_for_a_cache_is_said_not_printed_as_negative_gigabytes(capsys):
+    """'vllm allocates -66.87 GB per GPU for the cache' for a 70B on one H100."""
+    argv = [
+        "estimate",
+        "--model",
+        "meta-llama/Llama-3.1-70B-Instruct",
+        "--gpu",
+        "h100-sxm",
+        "--dtype",
+        "bf16",
+        "--engine",
+        "vllm",
+    ]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "has no room for a cache per GPU: the weights and its runtime exceed its budget by" in out
+    assert "allocates -" not in out
+
+
+def test_a_solver_answer_without_an_upper_end_prints_unbounded():
+    """`--solve cheapest` ended in 'TypeError: unsupported format string passed to NoneType.__format__' when no
+    option met the objectives at the slow end (the JSON's high end is null)."""
+    from engine.commands.simulate import solve_text
+
+    r = {"solve": "cheapest", "sentence": "Cheapest ...", "unit": "USD per hour"}
+    text = solve_text({**r, "answer": {"low": 44.03, "central": 64.75, "high": None, "width": None}})
+    assert "answer $64.75 USD per hour (interval $44.03 to unbounded)" in text
+    users = solve_text(
+        {
+            "solve": "max-users",
+            "sentence": "",
+            "unit": "users",
+            "answer": {"low": 72, "central": 125, "high": 153, "width": 2.12},
+        }
+    )
+    assert "answer 125 users (interval 72 to 153, width 2.12x)" in users

@@ -57,16 +57,50 @@ def test_knee_search_finds_the_threshold():
 
 
 def test_max_users_with_linear_steps_by_hand():
-    # every forward 10 ms + 1 ms per decode row; equal requests keep u rows in every step, so TPOT = 10 + u ms:
-    # at most 10 users within 20.55 ms; twice as slow (the high end) none, half as slow (the low end) 31
+    # every forward 10 ms + 1 ms per decode row. Users all in lock step keep u rows decoding in every step: TPOT =
+    # 10 + u ms, at most 10 users within 20.55 ms. Spread evenly over a request's 8 steps (1 prefill + 7 decode),
+    # 7 u / 8 rows decode in a step: TPOT = 10 + 7 u / 8 ms, at most 12. The solver's steady state (users started
+    # a request's duration apart, their first requests left out) lies between the two. Twice as slow (the low end
+    # of the users) none; half as slow (the high end) 5 + 0.5 u ms: 31 in lock step, 35 spread evenly
     spec = SimulateSpec(model="llama-3-8b", gpu="h100-sxm", n_requests=40, prompt_tokens=64, output_tokens=8)
     d = deployment(spec)
     d = replace(
         d, steps=LinearSteps(0.010, 0.001, spread=(0.5, 2.0)), limits=replace(d.limits, max_batch=256)
     )
     a = solve.max_users(spec, SLO(ttft_s=None, tpot_s=0.02055), deploy=d)
-    assert (a.value.low, a.value.central, a.value.high) == (0, 10, 31)
-    assert "at most 10 concurrent users (interval 0 to 31)" in a.sentence
+    assert a.value.low == 0 and 10 < a.value.central <= 12 and 31 < a.value.high <= 35
+    assert f"at most {a.value.central} concurrent users (interval 0 to {a.value.high})" in a.sentence
+    assert "in steady state" in a.sentence
+
+
+def test_the_solvers_count_users_in_steady_state_not_all_at_once():
+    """A walkthrough: 'at most 5 concurrent users' and 'the cheapest: 25 replicas' for a 70B the same page served
+    50 users on (first token 229 ms): the solver started every user at once, so with equal lengths each round's
+    first tokens waited for every prompt of the round. Staggered over a request's duration, a user's prompt waits
+    for no one else's."""
+    from engine.loadgen.metrics import summarize
+    from engine.simulate.clock import run
+    from engine.simulate.sweep import requests_of, workload
+
+    spec = SimulateSpec(
+        model="llama-3-8b", gpu="h100-sxm", n_requests=48, prompt_tokens=512, output_tokens=16
+    )
+    # a prefill of 512 tokens: 10 ms + 0.1 ms per prompt token = 61 ms; a decode step 10 ms + 0.1 ms a row
+    d = replace(deployment(spec), steps=LinearSteps(0.010, 0.0001, d=0.0001))
+    users = 16
+    _, planned = workload(replace(spec, mode="concurrency"), users)
+    reqs = requests_of(planned, [512] * 48)
+    stagger = solve.steady_stagger_s(spec, d, users)
+    # a round: 16 steps of 16 decoding rows (11.6 ms) + 16 x what a prompt adds to a step (62.7 - 11.6 ms)
+    assert stagger == pytest.approx((16 * 0.0116 + 16 * (0.0627 - 0.0116)) / users)
+    ttft = {}
+    for name, gap in (("all at once", 0.0), ("steady", stagger)):
+        records = run(reqs, d.limits, d.steps, concurrency=users, stagger_s=gap)
+        ttft[name] = summarize(
+            [r for r in records if r.index >= users], level=users, mode="concurrency", slo=SLO()
+        ).ttft_s
+    assert ttft["all at once"].p50 > 3 * ttft["steady"].p50  # every prompt of a round before the first token
+    assert ttft["steady"].p90 < 0.2
 
 
 def test_more_users_than_full_length_requests_the_cache_holds_is_explained():

@@ -34,7 +34,16 @@ from engine.calc.launch import (
 from engine.calc.memory import DEFAULT_OVERHEAD, GpuPlan, MaxSeqLen, MemoryEstimate, param_count
 from engine.calc.observations import parallel
 from engine.calc.paged import PagedComparison, compare_paged
-from engine.calc.plan import MemoryAnswer, Server, allocation, held_at, memory_answer, setup_for
+from engine.calc.plan import (
+    MemoryAnswer,
+    Server,
+    allocation,
+    asked_layout,
+    held_at,
+    memory_answer,
+    setup_for,
+    tensor_sizes,
+)
 from engine.calc.quant import WEIGHT_FORMATS, format_scope, quant_format_name
 from engine.calc.serving_memory import SERVING_ENGINES, ServingMemory, utilization_option
 from engine.calc.specs import (
@@ -364,6 +373,14 @@ def resolve(spec: ModelSpec, gpu: GPUSpec, inputs: Inputs) -> tuple[Inputs, Setu
     """The inputs validated and filled, and the one Setup (the GPUs asked) every later step starts from."""
     i = inputs.resolved()
     assert i.seq_len is not None and i.kv_dtype is not None
+    tp, pp = asked_layout(spec, i.n_gpus)
+    if pp > spec.n_layer:  # a stage holds at least one layer
+        most = max(tensor_sizes(spec)) * spec.n_layer
+        raise InvalidParameterError(
+            f"{i.n_gpus:,} GPUs would run as {tp}-way tensor parallel x {pp} pipeline stages, more stages than "
+            f"the model's {spec.n_layer} layers: one copy of it spreads over at most {most:,} GPUs; serve more "
+            "users with replicas (fewer GPUs each)"
+        )
     setup = Setup(
         spec,
         gpu,

@@ -64,8 +64,10 @@ def closed_loop(s: Setup, eff: Efficiency, concurrency: int, *, burst: bool = Fa
         )
     else:
         decode = step_seconds(s, eff, decode_rows=c, context_tokens=ctx, prefill_tokens=0).seconds
-        others = round((c - 1) * p / o)
-        tpot = step_seconds(s, eff, decode_rows=c, context_tokens=ctx, prefill_tokens=others).seconds
+        # in O steps the c - 1 others each bring one prompt, whole, into a step (a scheduler's token budget takes
+        # a prompt of P <= budget in one step): TPOT = decode + (c - 1) / O x what a prompt adds to a step
+        lumped = step_seconds(s, eff, decode_rows=c, context_tokens=ctx, prefill_tokens=p).seconds
+        tpot = decode + (c - 1) / o * (lumped - decode)
         queue = 0.0
         if c > 1:
             carried = step_seconds(

@@ -105,8 +105,9 @@ def inputs_from(args, gpu) -> tuple[Inputs, str | None]:
         seq = args.seq_len
         p, o = split_prompt_output(seq, args.prompt_tokens, args.output_tokens)
     else:
-        p = args.prompt_tokens or Inputs.default("prompt_tokens")
-        o = args.output_tokens or Inputs.default("output_tokens")
+        # 0 is a number to refuse (Inputs says the range), not a missing flag to replace with the default
+        p = Inputs.default("prompt_tokens") if args.prompt_tokens is None else args.prompt_tokens
+        o = Inputs.default("output_tokens") if args.output_tokens is None else args.output_tokens
         seq = p + o
     price, price_note = args.usd_per_gpu_hour, None
     if price is None and (listed := price_for(gpu.key)) is not None:
@@ -283,11 +284,17 @@ def format_text(r: dict) -> str:
     if "kv_cache_tokens" in r:
         sm = r["serving_memory"]
         where = "on this CPU (VLLM_CPU_KVCACHE_SPACE)" if sm.device == "cpu" else "per GPU"
-        lines.append(
-            f"  {i.engine} allocates {fmt.gb(sm.kv_bytes)} {where} for the cache: {r['kv_cache_tokens']:,} tokens "
-            f"({sm.blocks:,} blocks of {sm.block_size}); "
-            f"maximum concurrency for {sm.max_model_len:,} tokens per request: {r['max_concurrency']:.2f}x: {verdict}"
-        )
+        if sm.kv_bytes <= 0:  # the budget is gone before the cache: no negative gigabytes
+            lines.append(
+                f"  {i.engine} has no room for a cache {where}: the weights and its runtime exceed its budget by "
+                f"{fmt.gb(-sm.kv_bytes)}: {verdict}"
+            )
+        else:
+            lines.append(
+                f"  {i.engine} allocates {fmt.gb(sm.kv_bytes)} {where} for the cache: {r['kv_cache_tokens']:,} tokens "
+                f"({sm.blocks:,} blocks of {sm.block_size}); "
+                f"maximum concurrency for {sm.max_model_len:,} tokens per request: {r['max_concurrency']:.2f}x: {verdict}"
+            )
     else:
         lines += [
             f"  overhead          {fmt.gb(r['overhead_bytes'])} ({i.overhead:.0%})",

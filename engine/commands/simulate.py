@@ -103,6 +103,15 @@ def solve(args) -> dict:
 
 
 def solve_text(r: dict) -> str:
+    """The answer's sentence, then its value and interval; an end the search could not bound (null in the JSON:
+    no option meets the objectives at the slow end) reads "unbounded"."""
     a = r["answer"]
+    money = r.get("solve") == "cheapest"
+
+    def show(x) -> str:
+        if x is None:
+            return "unbounded"
+        return f"${x:,.2f}" if money else f"{x:,}"
+
     width = f", width {a['width']:.2f}x" if a.get("width") else ""
-    return f"{r['sentence']}\n  answer {a['central']:,} {r['unit']} (interval {a['low']:,} to {a['high']:,}{width})"
+    return f"{r['sentence']}\n  answer {show(a['central'])} {r['unit']} (interval {show(a['low'])} to {show(a['high'])}{width})"

@@ -249,9 +249,11 @@ def run(
     which: str = "central",
     model_mixes: Callable[[int], bool] = lambda _k: True,
     log: list[StepLog] | None = None,
+    stagger_s: float = 0.0,
 ) -> list[RequestRecord]:
     """Run the workload: with `concurrency` users each sending its next request (in order) when its last answer
-    ends, else every request at its `send_at_s`. A request whose prompt + output alone exceed the KV budget is
+    ends (user k sends its first at k x `stagger_s`: 0, all at once, as the load generator starts them), else every
+    request at its `send_at_s`. A request whose prompt + output alone exceed the KV budget is
     refused at once, as Scheduler.submit refuses it (the server answers 4xx). Returns records in request order."""
     fixed = end(model.fixed_s, which) if model.fixed_s.central > 0 else 0.0
     handling = min(model.handling_s, fixed)
@@ -280,8 +282,8 @@ def run(
             send(req, req.send_at_s)
         todo.clear()
     else:
-        for _ in range(min(concurrency, len(todo))):
-            send(todo.popleft(), 0.0)
+        for k in range(min(concurrency, len(todo))):
+            send(todo.popleft(), k * stagger_s)
     done = 0
     while arrivals or sched.busy:
         if not sched.busy:

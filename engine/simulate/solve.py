@@ -27,9 +27,12 @@ from engine.calc.specs import GPUSpec, ModelSpec, load_gpu_catalog
 from engine.core.errors import InvalidParameterError
 from engine.core.interval import Interval
 from engine.core.stats import quantile
+from engine.loadgen.metrics import summarize
 from engine.loadgen.workload import SLO
+from engine.simulate.clock import run
 from engine.simulate.spec import SimulateSpec
-from engine.simulate.sweep import Deployment, deployment, model_spec, requests_of, run_level, workload
+from engine.simulate.steps import end
+from engine.simulate.sweep import Deployment, deployment, model_spec, requests_of, workload
 from engine.simulate.sweep import prompt_lengths as lengths_of
 
 QUESTIONS = ("max-context", "max-users", "cheapest")
@@ -188,11 +191,36 @@ def max_context(
 # ---------------------------------------------------------------- the most users at the SLOs
 
 
+def steady_stagger_s(s: SimulateSpec, d: Deployment, users: int, which: str = "central") -> float:
+    """How far apart `users` fixed users start so that they run in steady state, their requests spread evenly over
+    one round (each user's request, back to back), as a deployment's users do, not all at once: a sweep of the
+    load generator starts them together, and with equal lengths they then stay in lock step, every round's first
+    tokens waiting for every prompt of the round. A round is its output's steps at `users` decoding rows plus,
+    for each user, what carrying its prompt adds to a step: R = O x decode + u x (step with a prompt - decode), at
+    the step times' `which` end (the run's own, so a slower run spreads its users as far as its rounds last)."""
+    ctx = s.prompt_tokens + s.output_tokens // 2
+    decode = end(d.steps.duration(users, ctx, 0), which)
+    with_prompt = end(d.steps.duration(max(0, users - 1), ctx, s.prompt_tokens, 1), which)
+    round_s = s.output_tokens * decode + users * max(0.0, with_prompt - decode)
+    return round_s / max(1, users)
+
+
 def _meets(s: SimulateSpec, d, users: int, slo: SLO, which: str, lengths: Sequence[int]) -> bool:
-    probe = replace(s, mode="concurrency", n_requests=max(s.n_requests, 2 * users))
-    load, planned = workload(probe, users)
+    """Whether `users` users meet the objectives in steady state: started `steady_stagger_s` apart, their first
+    requests (the ramp, on a machine not yet full) left out of the count."""
+    probe = replace(s, mode="concurrency", n_requests=max(s.n_requests, 3 * users))
+    _, planned = workload(probe, users)
     longer = list(lengths) + lengths_of(probe)[len(lengths) :]
-    return run_level(d, load, requests_of(planned, longer), slo, which).meets_slo
+    records = run(
+        requests_of(planned, longer),
+        d.limits,
+        d.steps,
+        concurrency=users,
+        which=which,
+        stagger_s=steady_stagger_s(s, d, users, which),
+    )
+    steady = [r for r in records if r.index >= users]
+    return summarize(steady, level=users, mode="concurrency", slo=slo).meets_slo
 
 
 def knee_search(meets: Callable[[int], bool], ceiling: int = MAX_USERS) -> int:
@@ -254,7 +282,8 @@ def max_users(
     sentence = (
         f"{d.label}: at most{at_least} {value.central} concurrent users (interval {value.low} to {value.high}) meet "
         f"{objectives} for {slo.min_attainment:.0%} of their requests ({s.prompt_tokens} prompt + "
-        f"{s.output_tokens} output tokens each)."
+        f"{s.output_tokens} output tokens each), in steady state: each user sends its next request when the "
+        "last ends, the users spread over a request's duration (not all at once), their first requests left out."
         if value.central
         else f"{d.label}: even one user misses {objectives}; relax them or pick a faster deployment."
     ) + _beyond_full_length(d, value.central, s.prompt_tokens + s.output_tokens)
@@ -409,8 +438,8 @@ def cheapest(
     sentence = (
         f"Cheapest for {users} users at {slo.words()}: {each}{best.gpus} x {best.name} at "
         f"${best.usd_per_hour:,.2f}/hour, {best.users_per_replica} users per replica ({spread}); {len(tried)} of "
-        f"the {len(cands)} priced options that fit {'was' if len(tried) == 1 else 'were'} simulated, the rest cost "
-        "more per replica than this."
+        f"the {len(cands)} priced options that fit {'was' if len(tried) == 1 else 'were'} simulated (users in "
+        "steady state, as the most-users answer counts them), the rest cost more per replica than this."
     )
     return Answer(
         "cheapest",
