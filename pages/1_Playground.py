@@ -76,8 +76,11 @@ prompt = st.text_area(
     height=120,
     key=f"{NS}.prompt.{batch_mode}",
 )
+expected_s = (
+    None  # the forecast's seconds at the load now: the clock counts down from it before a first token
+)
 if lm is not None and cfg is not None and not batch_mode:
-    show_run_forecast(lm, prompt, cfg.max_new_tokens, use_cache)
+    expected_s = show_run_forecast(lm, prompt, cfg.max_new_tokens, use_cache)
 why = (
     "load a model first" if lm is None else "a setting in the sidebar is out of range" if cfg is None else ""
 )
@@ -109,7 +112,7 @@ if running is not None:
     )
 
 
-def run_single(lm, prompt: str, cfg, beside) -> None:
+def run_single(lm, prompt: str, cfg, beside, expected_s: float | None = None) -> None:
     """Stream one prompt with a Stop button, tokens so far / max, elapsed and live tok/s (those two in `beside`,
     next to the Generate button, so they are in view when it is pressed). The partial run lives in session state
     while it streams, so a Stop (which reruns the page) keeps its text."""
@@ -143,7 +146,7 @@ def run_single(lm, prompt: str, cfg, beside) -> None:
         help="Stops generating at the next token; the text so far is kept, marked cancelled.",
     )
     status, box = beside.empty(), st.empty()
-    status.caption(live_line(0, cfg.max_new_tokens, 0.0, None))
+    status.caption(live_line(0, cfg.max_new_tokens, 0.0, None, expected_s))
     shown_at = 0.0
     try:
         for (
@@ -153,7 +156,9 @@ def run_single(lm, prompt: str, cfg, beside) -> None:
             if (
                 ev.elapsed_s - shown_at > 0.15
             ):  # at most ~7 redraws a second: the browser, not the model, is the limit
-                status.caption(live_line(ev.tokens, cfg.max_new_tokens, ev.elapsed_s, ev.compiling))
+                status.caption(
+                    live_line(ev.tokens, cfg.max_new_tokens, ev.elapsed_s, ev.compiling, expected_s)
+                )
                 if cur["text"]:
                     box.code(cur["text"], language=None, wrap_lines=True)
                 shown_at = ev.elapsed_s
@@ -222,7 +227,7 @@ if go and lm is not None:
         if batch_mode:
             run_batch(lm, [p for p in prompt.splitlines() if p.strip()], cfg, clock_col)
         else:
-            run_single(lm, prompt, cfg, clock_col)
+            run_single(lm, prompt, cfg, clock_col, expected_s)
     except EngineError as exc:
         show_error(exc)
 

@@ -158,8 +158,14 @@ with tab_s:
     with st.form(f"{NS}.sform"):
         SS = speculative.SpeculateSpec
         c = st.columns(2)
-        methods = spec_input(c[0], SS, "methods", key=f"{NS}.methods", label="Methods", value=PAGE_METHODS)
-        workloads = spec_input(c[1], SS, "workloads", key=f"{NS}.wl", label="Workloads", value=PAGE_WORKLOADS)
+        methods = spec_input(
+            c[0], SS, "methods", key=f"{NS}.methods", label="Methods", value=PAGE_METHODS,
+            format_func=speculative.method_name,
+        )  # fmt: skip
+        workloads = spec_input(
+            c[1], SS, "workloads", key=f"{NS}.wl", label="Workloads", value=PAGE_WORKLOADS,
+            format_func=speculative.workload_name,
+        )  # fmt: skip
         c = st.columns(4)
         draft = spec_input(c[0], SS, "draft", key=f"{NS}.draft", label="Draft model")
         gamma = spec_input(c[1], SS, "draft_length", key=f"{NS}.gamma", label="Draft length γ")
@@ -170,7 +176,8 @@ with tab_s:
         go_s = st.form_submit_button("Measure speculative decoding", type="primary")
     for w in speculative.WORKLOADS:
         st.caption(
-            f"**{w}**: {speculative.WORKLOAD_DESCRIPTIONS[w]} ({len(speculative.WORKLOADS[w])} prompts)"
+            f"**{speculative.workload_name(w)}**: {speculative.WORKLOAD_DESCRIPTIONS[w]} "
+            f"({len(speculative.WORKLOADS[w])} prompts)"
         )
     if sent_in_range(go_s, gamma, s_tokens, s_runs):
         try:

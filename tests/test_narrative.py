@@ -99,7 +99,13 @@ def test_the_cache_off_sentence_says_how_its_own_steps_grew():
     # steps that fell (a busy start) are said as measured, not as "near" one value beside a different TPOT
     fell = {**flat, "latency": [0.1] + [0.221] * 12 + [0.19] * 48}
     said = narrative.latency_sentence({True: on, False: fell}, "m")
-    assert "221 ms near the start, 190 ms by the end" in said
+    assert "fell from 221 ms near the start to 190 ms by the end" in said
+    # a walkthrough on a busy machine: 'its steps cost about the same throughout (9.56 s near the start, 3.02 s by
+    # the end)', three times apart; now said as a fall, and why
+    busy = {**flat, "latency": [6.0] + [9.56] * 13 + [5.0] * 37 + [3.02] * 13}
+    said = narrative.latency_sentence({True: on, False: busy}, "m")
+    assert "fell from 9.56 s near the start to 3.02 s by the end (3.2× faster)" in said
+    assert "other load changed during the run" in said and "about the same" not in said
     # after a long prompt the steps cost much but alike: said as the prompt's doing, not as "the re-run costs little"
     long = {**flat, "measurement": replace(measured, prompt_tokens=266), "latency": [0.5] + [0.4] * 63}
     said = narrative.latency_sentence({True: on, False: long}, "m")

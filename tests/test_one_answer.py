@@ -325,6 +325,15 @@ def test_the_forecast_carries_the_calibrated_interval_and_says_when_the_machine_
     assert fc.interval is not None and fc.interval.low <= fc.seconds <= fc.interval.high
     assert "Forecast run time" in fc.beside(loadavg=0.1).sentence()
     assert "busy now (load 50.0" in fc.beside(loadavg=50.0).sentence()
+    # a walkthrough's cache-off run took 9 min against "36.5 s (95%: 25.7 s–48 s)" at load 8 on 2 cores: the
+    # forecast now says what to expect at the load, sharing the CPU: (load + cores) / cores times, or more
+    busy = fc.beside(loadavg=8.0)
+    assert busy.busy_factor == pytest.approx((8.0 + busy.cores) / busy.cores)
+    assert busy.expected_s == pytest.approx(fc.seconds * busy.busy_factor)
+    assert f"expect about {busy.busy_factor:.1f}× as long or more" in busy.sentence()
+    assert (
+        fc.beside(loadavg=0.1).busy_factor == 1.0 and "expect about" not in fc.beside(loadavg=0.1).sentence()
+    )
     uncalibrated = forecast_run(spec, "fp32", 20, 300, True, machine, None)
     assert uncalibrated.interval is None and "at least" in uncalibrated.beside(loadavg=0.1).sentence()
 

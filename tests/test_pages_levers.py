@@ -57,7 +57,7 @@ def test_small_speculative_run():
     next(b for b in at.button if "speculative" in str(b.label)).click().run()
     assert not at.exception and not at.error
     table = at.dataframe[0].value
-    assert list(table["method"]) == ["prompt_lookup"] and bool(table["identical to greedy"][0])
+    assert list(table["method"]) == ["prompt lookup"] and bool(table["identical to greedy"][0])
     # one run gives no interval: the verdict shows the point and calls it neither faster nor slower
     assert any(
         "plain greedy's speed" in m.value and "not called faster or slower" in m.value for m in at.markdown
@@ -75,8 +75,26 @@ def test_the_fp32_row_reads_as_the_reference_not_as_missing_runs():
         SchemeResult("int8", "ok", speedup_vs_fp32=1.4, speedup_ci=(1.1, 1.7), runs=3),
         SchemeResult("bf16", "ok", speedup_vs_fp32=0.9, runs=1),
     )
-    ci = list(quant_table(rows)["95% CI"])
-    assert ci == ["the reference", "1.10–1.70", "n/a (fewer than 3 runs)"]
+    table = quant_table(rows)
+    assert list(table["95% CI"]) == ["the reference", "1.10×–1.70×", "n/a (fewer than 3 runs)"]
+    assert list(table["speed vs fp32"]) == [
+        "1×",
+        "1.40× faster",
+        "0.90× (a point)",
+    ]  # no interval: not a verdict
+
+
+def test_a_slower_scheme_reads_slower_in_the_table_as_in_its_verdict():
+    """The table said '0.16 · 0.07–0.32' beside the verdict's '6.10× slower (95% interval 3.17×–15.02×)': an
+    audience read two results. Both now say it one way."""
+    from engine.levers.quant import SchemeResult, verdict
+    from ui.levers_widgets import quant_table
+
+    fp32 = SchemeResult("fp32", "ok", speedup_vs_fp32=1.0, runs=3)
+    int8 = SchemeResult("int8", "ok", speedup_vs_fp32=1 / 6.1, speedup_ci=(1 / 15.02, 1 / 3.17), runs=3)
+    row = quant_table((fp32, int8)).iloc[1]
+    assert row["speed vs fp32"] == "6.10× slower" and row["95% CI"] == "3.17×–15.02× slower"
+    assert "6.10× slower" in verdict(int8, fp32) and "3.17×–15.02×" in verdict(int8, fp32)
 
 
 def test_a_word_table_cell_holding_a_lone_dash_is_not_a_markdown_bullet():

@@ -178,3 +178,30 @@ def test_the_playgrounds_running_line_says_what_is_left():
     line = progress_text(13, 64, 2.26)
     assert "2.26 s elapsed" in line and "at most about 8.87 s left" in line
     assert "left" not in progress_text(0, 64, 0.5) and "left" not in progress_text(64, 64, 10.0)
+
+
+def test_before_its_first_token_a_run_counts_down_from_its_forecast():
+    """A presenter's cache-off run said '0 / 64 tokens · 8.05 s elapsed · 0.0 tok/s · waiting for the first token'
+    for minutes: with no rate yet, the line now counts down from the forecast (scaled to the load now)."""
+    from ui.playground_widgets import live_line
+
+    line = live_line(0, 64, 8.05, None, expected_s=40.0)
+    assert "waiting for the first token" in line and "about 31.9 s left by the forecast" in line
+    assert "longer than the forecast (40 s)" in live_line(0, 64, 50.0, None, expected_s=40.0)
+    assert "forecast" not in live_line(0, 64, 8.05, None) and "forecast" not in live_line(
+        3, 64, 9.0, None, 40.0
+    )
+
+
+def test_a_result_measured_busy_says_so_beside_it_live_reloaded_or_presented(monkeypatch):
+    """The quantization and speculative verdicts ('int8 ... 15.93x slower') gave no word that the machine was busy
+    (the race's did): every experiment run through the clock now records the load before and after it, and a
+    busy run says so above its result, in this session, after a reload and in presenter mode."""
+    from ui import pace
+
+    quiet = {"before": 0.4, "after": 3.9, "cores": 2}  # at the end the run's own 2 threads are in the average
+    busy = {"before": 1.2, "after": 6.5, "cores": 2}
+    assert pace.load_note(quiet) == "" and pace.load_note(None) == ""
+    said = pace.load_note(busy)
+    assert "busy machine (load average 1.2 → 6.5 on 2 cores" in said and "rerun on a quieter machine" in said
+    assert pace.load_note({"before": 2.5, "after": 2.0, "cores": 2})  # busy before it started

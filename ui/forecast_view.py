@@ -9,14 +9,17 @@ import streamlit as st
 from ui.playground_widgets import LONG_RUN_S, forecast
 
 
-def show_run_forecast(lm, prompt: str, max_new: int, use_cache: bool) -> None:
-    """The forecast for this run (nothing for short runs or models the calculator has no shape for)."""
+def show_run_forecast(lm, prompt: str, max_new: int, use_cache: bool) -> float | None:
+    """The forecast for this run (nothing for short runs or models the calculator has no shape for); returns the
+    seconds to expect (the estimate scaled by the load now), which the run's clock counts down from before its
+    first token."""
     fc = forecast(lm, prompt, max_new, use_cache)
     if fc is None:
-        return
+        return None
     b = fc.beside()
     text = f"{b.sentence()} ({fc.basis}.)"
-    long = (b.predicted.high if b.predicted is not None else fc.seconds) >= LONG_RUN_S
+    expected = b.expected_s if b.expected_s is not None else fc.seconds
+    long = max(b.predicted.high if b.predicted is not None else fc.seconds, expected) >= LONG_RUN_S
     if long or b.busy:
         st.warning(
             text
@@ -29,3 +32,4 @@ def show_run_forecast(lm, prompt: str, max_new: int, use_cache: bool) -> None:
         )
     else:
         st.caption(text)
+    return expected

@@ -11,6 +11,8 @@ import streamlit as st
 
 from engine.calc.format import gb
 from engine.core.paths import scrub
+from engine.core.verdict import interval_cell, ratio_cell
+from engine.levers import speculative
 
 
 def measure_into(
@@ -41,8 +43,15 @@ def _r(x, digits: int = 3):
     return None if x is None else round(float(x), digits)
 
 
-def _ci(ci) -> str:
-    return "n/a (fewer than 3 runs)" if not ci else f"{ci[0]:.2f}–{ci[1]:.2f}"
+def _ci(ci, ratio=None) -> str:
+    """A speed ratio's 95% interval in the words its ratio cell uses (engine.core.verdict), as the verdict beside
+    the table says it."""
+    return interval_cell(ratio, ci) or "n/a (fewer than 3 runs)"
+
+
+def _speed(ratio, ci) -> str | None:
+    """A speed ratio as the verdicts say it ('6.10× slower', not 0.16 beside a sentence of '6.10× slower')."""
+    return ratio_cell(ratio, ci)
 
 
 def quant_table(rows) -> pd.DataFrame:
@@ -52,8 +61,8 @@ def quant_table(rows) -> pd.DataFrame:
         lambda r: {
             "scheme": r.scheme,
             "status": r.status,
-            "speedup vs fp32": _r(r.speedup_vs_fp32, 2),
-            "95% CI": "the reference" if r.scheme == "fp32" else _ci(r.speedup_ci),  # 1x by definition
+            "speed vs fp32": "1×" if r.scheme == "fp32" else _speed(r.speedup_vs_fp32, r.speedup_ci),
+            "95% CI": "the reference" if r.scheme == "fp32" else _ci(r.speedup_ci, r.speedup_vs_fp32),
             "TPOT (ms)": _r(r.tpot_s and r.tpot_s * 1e3, 1),
             # as the verdict's sentence says them (it read "+0.001" and "100%" beside a cell of 0.0007 and 1)
             "Δ bits/byte": "n/a" if r.bits_per_byte_delta is None else f"{r.bits_per_byte_delta:+.3f}",
@@ -77,7 +86,7 @@ def kv_table(rows) -> pd.DataFrame:
         lambda r: {
             "cache": r.backend,
             "status": r.status,
-            "bits": r.nbits if r.nbits is not None else "model's own",
+            "bits": str(r.nbits) if r.nbits is not None else "model's own",  # one type a column (Arrow)
             "tokens": r.tokens,
             "full-precision tokens": r.full_precision_tokens
             if r.full_precision_tokens is not None
@@ -99,11 +108,11 @@ def spec_table(rows) -> pd.DataFrame:
     return _table(
         rows,
         lambda r: {
-            "method": r.method,
-            "workload": r.workload,
+            "method": speculative.method_name(r.method),
+            "workload": speculative.workload_name(r.workload),
             "status": r.status,
-            "speedup vs plain": _r(r.speedup_vs_plain, 2),
-            "95% CI": _ci(r.speedup_ci),
+            "speed vs plain": _speed(r.speedup_vs_plain, r.speedup_ci),
+            "95% CI": _ci(r.speedup_ci, r.speedup_vs_plain),
             "expected (Leviathan)": _r(r.expected_speedup, 2),
             "acceptance α": _r(r.acceptance_rate),
             "identical to greedy": r.identical_to_greedy,

@@ -195,6 +195,12 @@ def _growth(latencies: list[float] | None, prompt_tokens: int = 0) -> str:
         return ", so its steps grow with length"
     k = max(2, len(steps) // 5)
     early, late = statistics.median(steps[:k]), statistics.median(steps[-k:])
+    if late * 1.15 < early:  # fell: not the cache's doing; said so rather than "about the same"
+        return (
+            f", yet its steps fell from {fmt.seconds(early)} near the start to {fmt.seconds(late)} by the end "
+            f"({early / late:.1f}× faster): the re-run grows little over {len(steps) + 1} tokens, and the machine's "
+            "other load changed during the run and moved a step by more"
+        )
     if late < 1.15 * early:
         seen = f"({fmt.seconds(early)} near the start, {fmt.seconds(late)} by the end)"
         if prompt_tokens >= len(steps):  # the new tokens at most double the sequence each step re-runs

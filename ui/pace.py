@@ -23,6 +23,7 @@ import streamlit as st
 
 from engine.calc import format as fmt
 from engine.core.errors import EngineError
+from engine.core.load import cores, is_busy, loadavg_1m
 from engine.runtime import runlog
 from ui.common import browser_session, presenter_mode, show_error
 
@@ -147,22 +148,48 @@ def run_experiment(
     for a reload and for presenter mode. `size`: the work in the experiment's own unit, so the next run's estimate
     scales; `store`: what to keep of the result when it is not a plain dataclass."""
     t0 = time.perf_counter()
+    load_before = loadavg_1m()
     try:
         result = run_with_clock(label, work, expected(experiment, size))
     except (EngineError, ValueError) as exc:
         show_error(exc)
         return None
     wall = time.perf_counter() - t0
+    load = {"before": load_before, "after": loadavg_1m(), "cores": cores()}
     runlog.save_result(
         experiment,
         store(result) if store else result,
         wall_s=wall,
         work=size,
         session=browser_session(),
-        settings=settings,
+        settings={**(settings or {}), "load": load},
     )
     st.session_state[f"pace.{experiment}.live"] = True
+    st.session_state[f"pace.{experiment}.load"] = load
     return result
+
+
+def load_note(load: dict | None) -> str:
+    """A run measured on a busy machine, said beside its result: its times and ratios mix in the neighbours' load
+    (the one rule, engine.core.load.is_busy, on the load average before and after it); empty when quiet."""
+    if not load:
+        return ""
+    n = int(load.get("cores") or cores())
+
+    def number(x) -> float | None:
+        return float(x) if isinstance(x, int | float) and x == x else None
+
+    before, after = number(load.get("before")), number(load.get("after"))
+    # at the end the 1-minute average holds the run's own threads too (one a core): only the rest is other work
+    others_after = None if after is None else max(0.0, after - n)
+    if not any(x is not None and is_busy(x, n) for x in (before, others_after)):
+        return ""
+    seen = " → ".join(f"{x:.1f}" for x in (before, after) if x is not None)
+    return (
+        f"Measured on a busy machine (load average {seen} on {n} cores, this run's own threads included at the "
+        "end): its times and speed ratios carry other work's share of the CPU, which moved during the run; rerun "
+        "on a quieter machine before trusting a ratio."
+    )
 
 
 @dataclass(frozen=True)
@@ -171,6 +198,7 @@ class Shown:
 
     result: Any
     note: str
+    busy: str = ""  # load_note: the run was measured on a busy machine
 
 
 def shown_result(experiment: str, live: Any, decode: Callable[[Any], Any]) -> Shown | None:
@@ -178,11 +206,13 @@ def shown_result(experiment: str, live: Any, decode: Callable[[Any], Any]) -> Sh
     session's last stored run (a reload lost the session state, not the run); else, in presenter mode, the last
     run recorded on this machine, dated. `decode` turns a stored payload back into the page's result."""
     if live is not None:
-        return Shown(live, "")
+        return Shown(live, "", load_note(st.session_state.get(f"pace.{experiment}.load")))
     stored = runlog.last_result(experiment, session=browser_session())
     if stored is not None:
         return Shown(
-            decode(stored.payload), f"This session's run of {stored.when}, kept across the page reload."
+            decode(stored.payload),
+            f"This session's run of {stored.when}, kept across the page reload.",
+            load_note(stored.settings.get("load")),
         )
     if presenter_mode():
         stored = runlog.last_result(experiment)
@@ -191,6 +221,7 @@ def shown_result(experiment: str, live: Any, decode: Callable[[Any], Any]) -> Sh
                 decode(stored.payload),
                 f"Presenter mode: the last run recorded on this machine, {stored.when} "
                 f"(took {fmt.seconds(stored.wall_s)}); not live. Press the button to run it now.",
+                load_note(stored.settings.get("load")),
             )
     return None
 
@@ -199,3 +230,5 @@ def note(shown: Shown | None) -> None:
     """The line above a result that is not this session's live run."""
     if shown is not None and shown.note:
         st.info(shown.note, icon=":material/history:")
+    if shown is not None and shown.busy:
+        st.warning(shown.busy, icon=":material/speed:")

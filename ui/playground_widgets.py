@@ -252,10 +252,18 @@ def generation_settings(ns: str, lm) -> tuple[GenerationConfig | None, bool]:
     return cfg, use_cache
 
 
-def live_line(tokens: int, max_new: int, elapsed: float, compiling: dict | None) -> str:
-    """The progress line under a running single prompt: tokens / max, elapsed, tok/s, and what it waits for."""
+def live_line(
+    tokens: int, max_new: int, elapsed: float, compiling: dict | None, expected_s: float | None = None
+) -> str:
+    """The progress line under a running single prompt: tokens / max, elapsed, tok/s, and what it waits for;
+    before the first token (no rate yet) what is left of the forecast `expected_s`, where there is one."""
     waiting = compile_status_text(compiling) or ("" if tokens else "waiting for the first token (prefill)")
-    return progress_text(tokens, max_new, elapsed) + (f" · {waiting}" if waiting else "")
+    line = progress_text(tokens, max_new, elapsed) + (f" · {waiting}" if waiting else "")
+    if tokens or expected_s is None or not math.isfinite(expected_s):
+        return line
+    if elapsed < expected_s:
+        return f"{line} · about {fmt.seconds(expected_s - elapsed)} left by the forecast"
+    return f"{line} · longer than the forecast ({fmt.seconds(expected_s)})"
 
 
 def metrics_row(m, load: float | None = None, busy: bool | None = None, cores: int | None = None) -> None:

@@ -201,7 +201,7 @@ def local_servers(target: str, ns: str) -> tuple[dict[str, str], str]:
             st.success(
                 f"{TITLES[b]}'s server: `{slot.proc.base_url}` serving **{slot.proc.model}** "
                 f"({slot.settings.get('dtype')}, {slot.settings.get('threads')} thread(s), "
-                f"{slot.settings.get('kv_gb'):g} GB KV; process {slot.proc.proc.pid}, 127.0.0.1 only).",
+                f"{slot.settings.get('kv_gb'):g} GB KV; reachable from this machine only).",
                 icon=":material/dns:",
             )
     if len(urls) < len(slots):

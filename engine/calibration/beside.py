@@ -60,6 +60,21 @@ class Beside:
         assert self.predicted is not None and self.measured_s is not None
         return self.predicted.low <= self.measured_s <= self.predicted.high
 
+    @property
+    def busy_factor(self) -> float:
+        """How much longer a run may take now, sharing the CPU: its threads (one a core) beside `loadavg_1m`
+        runnable others get cores / (load + cores) of the time, so (load + cores) / cores; 1 when not busy or the
+        load is unknown. A lower bound: memory bandwidth is shared too, and the load moves during a run."""
+        if not self.busy or not math.isfinite(self.loadavg_1m) or self.cores <= 0:
+            return 1.0
+        return (self.loadavg_1m + self.cores) / self.cores
+
+    @property
+    def expected_s(self) -> float | None:
+        """The estimate (the calibrated central, else the bound) scaled by the load now: what to expect."""
+        base = self.predicted.central if self.predicted is not None else self.bound_s
+        return None if base is None else base * self.busy_factor
+
     def load_text(self) -> str:
         return (
             f"load {self.loadavg_1m:.1f} on {self.cores} cores"
@@ -84,7 +99,16 @@ class Beside:
             else:
                 head = f"{q[0].upper()}{q[1:]}: at least the {estimate}; {CALIBRATE}"
             if self.busy:
-                return f"{head}. The machine is busy now ({self.load_text()}): a run now is not comparable with it."
+                slower = (
+                    f"; sharing the CPU with that load, expect about {self.busy_factor:.1f}× as long or more "
+                    f"(about {fmt.seconds(self.expected_s)})"
+                    if self.busy_factor > 1 and self.expected_s is not None
+                    else ""
+                )
+                return (
+                    f"{head}. The machine is busy now ({self.load_text()}): a run now is not comparable with it"
+                    f"{slower}."
+                )
             return head + "."
         measured = f"Measured {q} {fmt.seconds(self.measured_s)}"
         if self.busy:

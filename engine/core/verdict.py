@@ -67,6 +67,32 @@ def speed_verdict(
     return f"{words} (95% interval {span})" if show_interval else words
 
 
+def ratio_cell(ratio: float | None, interval: tuple[float, float] | None) -> str | None:
+    """A table cell of the same rule, short: "1.40× faster", "6.10× slower", "no measurable difference", or the
+    point alone where there is no interval ("0.90× (a point)"); None without a ratio."""
+    if not _finite(ratio) or ratio <= 0:
+        return None
+    way = direction(ratio, interval)
+    if way == "faster":
+        return f"{ratio:.2f}× faster"
+    if way == "slower":
+        return f"{1 / ratio:.2f}× slower"
+    if way == "same":
+        return "no measurable difference"
+    return f"{ratio:.2f}× (a point)"
+
+
+def interval_cell(ratio: float | None, interval: tuple[float, float] | None) -> str | None:
+    """The 95% interval in the words its ratio cell uses: a "slower" ratio's interval as slower too (0.07×–0.32×
+    the speed is 3.13×–14.29× slower), else as the ratio's own span; None without an interval."""
+    if interval is None or not all(_finite(x) and x > 0 for x in interval):
+        return None
+    low, high = interval
+    if direction(ratio, interval) == "slower":
+        return f"{1 / high:.2f}×–{1 / low:.2f}× slower"
+    return f"{low:.2f}×–{high:.2f}×"
+
+
 def _past_one(bound: float) -> str:
     """The interval's end nearest 1×, in as many digits as show it is past 1 (1.004 is "1.004", not "1.00": a
     "faster" whose interval reads 1.00× contradicts the rule it was called by)."""

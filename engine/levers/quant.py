@@ -512,7 +512,11 @@ def verdict(row: SchemeResult, base: SchemeResult | None = None) -> str:
         share = row.weights_bytes / base.weights_bytes
         size = f", stores its weights in {share:.0%} of fp32's bytes"
         bound = 1 / share
-    match = f"; greedy output equals fp32's on {row.exact_match_rate:.0%} of the prompts"
+    match = (
+        f"; greedy output equals fp32's on {row.exact_match_rate:.0%} of the prompts"
+        if row.exact_match_rate is not None
+        else ""
+    )
     if sp is None or sp != sp:
         return f"{row.scheme}: no speed figure{size}."
     speed = speed_verdict(sp, ci, baseline="fp32", no_interval="fewer than 3 runs, no 95% interval")

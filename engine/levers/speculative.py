@@ -45,6 +45,18 @@ from engine.runtime.prompt import check_context, clean_prompt
 
 WORKLOADS_FILE = Path(__file__).resolve().parents[1] / "data" / "speculative_workloads.toml"
 METHODS = ("prompt_lookup", "draft")
+METHOD_NAMES = {"prompt_lookup": "prompt lookup", "draft": "draft model"}  # as a page and a sentence say them
+
+
+def method_name(method: str) -> str:
+    return METHOD_NAMES.get(method, method)
+
+
+def workload_name(workload: str) -> str:
+    """A workload's key as words ("input_grounded" -> "input-grounded")."""
+    return workload.replace("_", "-")
+
+
 MAX_DRAFT = 64  # drafts beyond this are almost never all accepted; 1000 would only waste the draft's time
 DEFAULT_DRAFT_LENGTH = 4
 # A bf16 copy: on a CPU with bf16 matmuls it costs about half an fp32 forward and agrees with the target on
@@ -447,7 +459,7 @@ def run_speculate(lm: LoadedModel, spec: SpeculateSpec, progress: R.Progress | N
 def verdict(row: SpecResult) -> str:
     """One sentence from the row's numbers: measured speedup, why (alpha, c), and whether output matched."""
     if row.status != "ok":
-        return f"{row.method} on {row.workload} did not run: {scrub(row.reason)}"
+        return f"{method_name(row.method)} on {workload_name(row.workload)} did not run: {scrub(row.reason)}"
     sp, exp = row.speedup_vs_plain, row.expected_speedup
     same = "identical to plain greedy" if row.identical_to_greedy else "NOT identical to plain greedy"
     why = (
@@ -461,7 +473,7 @@ def verdict(row: SpecResult) -> str:
         )
     )
     if sp is None or not math.isfinite(sp):
-        return f"{row.method} on {row.workload}: no speed figure ({why})."
+        return f"{method_name(row.method)} on {workload_name(row.workload)}: no speed figure ({why})."
     theory = f"; Leviathan et al. predict {exp:.2f}x from these" if exp is not None else ""
     speed = speed_verdict(
         sp, row.speedup_ci, baseline="plain greedy", no_interval="fewer than 3 runs, no interval"
@@ -472,4 +484,7 @@ def verdict(row: SpecResult) -> str:
             f"; plain greedy's answers share {row.prompt_overlap:.0%} of their {OVERLAP_N}-token runs with their "
             "prompts, the most an n-gram lookup can draft right"
         )
-    return f"{row.method} on {row.workload}: {speed} here ({why}{theory}{quoted}); output {same}."
+    return (
+        f"{method_name(row.method)} on {workload_name(row.workload)}: {speed} here ({why}{theory}{quoted}); "
+        f"output {same}."
+    )

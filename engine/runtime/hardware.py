@@ -75,7 +75,7 @@ def nvml_gpus() -> tuple[list[GPUInfo], str]:
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError_LibraryNotFound:
-        return [], "NVML library (libnvidia-ml.so) not found: no NVIDIA driver on this machine"
+        return [], "no NVIDIA driver on this machine (NVIDIA's management library is not installed)"
     except pynvml.NVMLError as exc:
         return [], f"NVML failed to initialise: {exc}"
     gpus: list[GPUInfo] = []
@@ -145,9 +145,9 @@ def detect() -> HardwareInfo:
     if not gpus or not cuda_available:
         parts = [nvml_status]
         if cuda_build is None:
-            parts.append(f"torch {torch.__version__} is a CPU-only build (torch.version.cuda is None)")
+            parts.append(f"PyTorch {torch.__version__} here is built for CPUs only (no CUDA)")
         elif not cuda_available:
-            parts.append("torch was built with CUDA but torch.cuda.is_available() is False")
+            parts.append("PyTorch was built with CUDA but sees no usable GPU")
         reason = "; ".join(parts)
     vm = psutil.virtual_memory()
     bf16 = (
