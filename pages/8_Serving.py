@@ -57,6 +57,7 @@ SWEEP_EXPERIMENT = "serving-sweep"
 
 st.title("Serving")
 st.subheader("How many users does a deployment hold within the SLOs?")
+top_answer = st.empty()  # the last sweep's answer, in view without scrolling (filled once the sweep is read)
 st.markdown(
     "A deployment serves many users at once; the question is how much load it holds while every user still gets "
     "a fast first token (**TTFT**) and a steady stream (**TPOT**, the time per output token after the first). "
@@ -254,6 +255,10 @@ if button_why(st, "Run sweep", key=f"{NS}.go", type="primary", why=sweep_why):
 shown = pace.shown_result(
     SWEEP_EXPERIMENT, st.session_state[f"{NS}.sweep"], lambda p: from_jsonable(SweepResult, p)
 )
+if shown is not None and shown.result.points and not shown.result.all_failed:
+    top_answer.info(
+        answer_sentence(shown.result, "Its table and charts: **3 · Results** below."), icon=":material/flag:"
+    )
 simulated_section(shown.result if shown else None)  # a GPU this machine lacks (ui.simulate_widgets)
 
 # ---------------------------------------------------------------- 3. results

@@ -304,5 +304,7 @@ def test_the_answer_comes_first_and_follows_the_knee():
     at = _page_with(missed)
     assert not at.exception
     answers = [i.value for i in at.info if i.value.startswith("**Answer (measured)")]
-    assert len(answers) == 1 and "held 1 user" in answers[0]
+    # at the top of the page (in view without scrolling) and again at the head of its results
+    assert len(answers) == 2 and all("held 1 user" in a for a in answers)
+    assert "**3 · Results** below" in answers[0]
     assert "Measured knee: **1 user**" in " ".join(m.value for m in at.markdown)  # the same knee below

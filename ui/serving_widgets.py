@@ -117,7 +117,9 @@ def per_user_figure(sweep: SweepResult) -> go.Figure:
     return fig
 
 
-def answer_sentence(sweep: SweepResult) -> str:
+def answer_sentence(
+    sweep: SweepResult, tail: str = "Details, charts and the calculator's prediction below."
+) -> str:
     """The page's question answered first, from the sweep's knee: how many users (or what rate) met the SLOs."""
     unit = level_unit(sweep.spec.mode)
     objectives = sweep.slo.words() or "no objectives set"
@@ -136,7 +138,7 @@ def answer_sentence(sweep: SweepResult) -> str:
     )
     return (
         f"**Answer (measured): this deployment held {at_level(sweep.knee, unit)} within {objectives} for "
-        f"{share}**{beyond}. Details, charts and the calculator's prediction below."
+        f"{share}**{beyond}. {tail}"
     )
 
 

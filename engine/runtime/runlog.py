@@ -19,6 +19,7 @@ from typing import Any
 
 from engine.core import paths
 from engine.core.jsonsafe import from_jsonable, to_jsonable
+from engine.core.load import is_busy, loadavg_1m
 from engine.runtime.measurement import Measurement
 
 _lock = threading.Lock()
@@ -63,12 +64,20 @@ def record(
     stop_reason: str | None = None,
     session: str | None = None,
 ) -> bool:
-    """Append one run, with where it came from (`source`: playground, batching, calibration, benchmark), how
+    """Append one run, with where it came from (`source`: playground, batching, calibration, benchmark), the load
+    it ended under (stamped now where the run did not carry it, so the Memory page can leave a busy run out), how
     it ended (`stop_reason`; a "cancelled" run is logged but kept out of comparisons, see `comparable`) and the
     browser session that made it (`session`, so a reload finds the session's runs again).
     Returns False (and keeps going) if the cache folder is not writable: a read-only home must never break
     generation."""
     changes = {k: v for k, v in (("source", source), ("stop_reason", stop_reason)) if v is not None}
+    if (
+        measurement.loadavg_1m is None
+    ):  # every run carries the load it ended under (a scheduler's, a batch's too)
+        load = loadavg_1m()
+        changes["loadavg_1m"] = load
+        if measurement.busy is None:
+            changes["busy"] = is_busy(load)
     if changes:
         measurement = dataclasses.replace(measurement, **changes)
     entry = measurement.to_dict() | ({"session": session} if session else {})
