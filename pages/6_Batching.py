@@ -336,8 +336,12 @@ if send:
         record_completion(handle.completion, "batching")
         m = handle.completion.measurement
         st.caption(
-            f"queued {fmt_seconds(m.queue_s)}, TTFT {fmt_seconds(m.ttft_s)}, latency {fmt_seconds(m.latency_s)}, "
-            f"shared the batch with up to {m.batch_size - 1} other request(s)"
+            f"queued {fmt_seconds(m.queue_s)}, TTFT {fmt_seconds(m.ttft_s)}, latency {fmt_seconds(m.latency_s)}; "
+            + (
+                f"shared the batch with up to {m.batch_size - 1} other request(s)"
+                if m.batch_size > 1
+                else "ran alone (no other request was in the batch)"
+            )
         )
     except EngineError as exc:
         show_error(exc)

@@ -256,9 +256,10 @@ shown = pace.shown_result(
     SWEEP_EXPERIMENT, st.session_state[f"{NS}.sweep"], lambda p: from_jsonable(SweepResult, p)
 )
 if shown is not None and shown.result.points and not shown.result.all_failed:
-    top_answer.info(
-        answer_sentence(shown.result, "Its table and charts: **3 · Results** below."), icon=":material/flag:"
+    where = "Its table and charts: **3 · Results** below" + (
+        " (a stored run, dated there)." if shown.note else "."
     )
+    top_answer.info(answer_sentence(shown.result, where), icon=":material/flag:")
 simulated_section(shown.result if shown else None)  # a GPU this machine lacks (ui.simulate_widgets)
 
 # ---------------------------------------------------------------- 3. results

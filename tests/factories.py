@@ -23,5 +23,9 @@ def synthetic_run(model: str, dtype: str, ttft_s: float, tpot_s: float, **fields
         "peak_memory_kind": "process RSS (CPU)",
         "use_cache": True,
         "started_at": "2026-11-29T10:00:00+00:00",
+        # measured on a quiet machine unless a test says otherwise: the run log stamps a run that carries no load
+        # with the load now, which on a busy test machine would make a comparison test depend on its neighbours
+        "loadavg_1m": 0.5,
+        "busy": False,
     }
     return Measurement(**{**base, **fields})

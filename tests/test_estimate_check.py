@@ -76,7 +76,9 @@ def test_a_run_logged_without_its_load_is_stamped_with_the_load_it_ended_under(m
     monkeypatch.setattr(load, "loadavg", lambda: (5.8, 5.0, 4.0))
     monkeypatch.setattr(runlog, "loadavg_1m", load.loadavg_1m)
     monkeypatch.setattr(runlog, "is_busy", lambda x: load.is_busy(x, 2))
-    runlog.record(synthetic_run("stamp-model", "fp32", 0.1, 0.01), source="batching")
+    runlog.record(
+        synthetic_run("stamp-model", "fp32", 0.1, 0.01, loadavg_1m=None, busy=None), source="batching"
+    )
     runlog.record(
         synthetic_run("stamp-model", "fp32", 0.1, 0.01, loadavg_1m=0.5, busy=False), source="playground"
     )

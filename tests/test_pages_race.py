@@ -297,3 +297,15 @@ def test_a_recorded_pinned_lane_is_said_to_run_in_its_side_environment():
     assert {_interpreter(c) for c in pinned} == {SIDE_ENV_LANES["deepspeed-pinned"]}
     vanilla = [c for _, r in serialise.load_recorded() for c in r.contenders if c.name == "vanilla"]
     assert {_interpreter(c) for c in vanilla} == {"this app's Python"}
+
+
+def test_the_baseline_row_reads_as_the_baseline_not_as_a_ratio_against_itself():
+    """A student read 'Vanilla 1.00× [0.33–3.04]': an interval of the baseline against itself, 9x wide. Its row
+    now says it is the baseline and that the span is its own runs' spread."""
+    from engine.race import serialise
+    from ui.race_widgets import _speed_row
+
+    rec = serialise.from_dict(_recorded_race(0.5, None))
+    rows = {c.name: _speed_row(c)["speedup vs vanilla [95% CI]"] for c in rec.contenders}
+    assert rows["vanilla"].startswith("1× (the baseline; its runs spread ")
+    assert rows["ctranslate2"].endswith("]") and "baseline" not in rows["ctranslate2"]

@@ -15,6 +15,7 @@ from engine.core import verdict as core_verdict
 from engine.core.jsonsafe import is_number
 from engine.core.paths import scrub
 from engine.race import compat, serialise, verdict
+from engine.race.contenders import BASELINE
 from engine.race.record import ContenderResult, RaceResult
 from engine.runtime import runlog
 from ui.widgets import word_table
@@ -223,6 +224,8 @@ def _reasons(result: RaceResult) -> list[str]:
 def _speed_row(c: ContenderResult) -> dict:
     if not is_number(c.speedup_vs_vanilla):
         sp = "n/a"
+    elif c.name == BASELINE and c.interval_shown:  # its own run-to-run spread, not a ratio against anything
+        sp = f"1× (the baseline; its runs spread {c.speedup_low:.2f}–{c.speedup_high:.2f})"
     elif c.interval_shown:
         sp = f"{c.speedup_vs_vanilla:.2f}× [{c.speedup_low:.2f}–{c.speedup_high:.2f}]"
     else:

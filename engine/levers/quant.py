@@ -35,7 +35,7 @@ from engine.core.errors import EngineError, InvalidParameterError
 from engine.core.interval import Interval
 from engine.core.paths import scrub
 from engine.core.spec import option
-from engine.core.verdict import direction, speed_verdict
+from engine.core.verdict import direction, ratio_cell, speed_verdict
 from engine.lab import evaluation
 from engine.levers import runs as R
 from engine.race import quality
@@ -527,8 +527,8 @@ def verdict(row: SchemeResult, base: SchemeResult | None = None) -> str:
         # not faster though it reads fewer bytes: the Roofline page's bytes argument, and why it did not hold here
         allow = f"were decode set by the bytes it reads, {1 / bound:.0%} of the bytes would allow up to {bound:.2f}×"
         why = (
-            f"{allow}; measured {sp:.2f}×, so the kernels that run this format, not the bytes, set its speed on "
-            "this machine"
+            f"{allow}; it measured {ratio_cell(sp, ci)}, so the kernels that run this format, not the bytes, set "
+            "its speed on this machine"
             if way == "slower"
             else f"{allow}; this run cannot tell it from fp32 (its interval spans 1×), so it cannot say whether the "
             "bytes or the kernels set its speed: time more runs, on a quieter machine"
