@@ -361,25 +361,3 @@ def test_the_reasoning_states_the_efficiency_that_made_its_times():
     assert parts, decode
     memory, fixed, total = map(float, parts.groups())
     assert abs(memory + fixed - total) <= 0.15 and abs(total - est.timing.decode_s_per_token * 1e3) <= 0.1
-
-
-def test_tpot_at_a_load_carries_the_other_users_prompts_as_the_first_token_does():
-    """A walkthrough read 50 ms per token at 50 users on the estimate and 'at most 8 users within 50 ms' from the
-    solver: the first token was one user's at the load, the TPOT the decode step of 50 rows alone. TPOT is now
-    the user's at the load too: each of the other users brings its prompt into one of the O steps."""
-    from dataclasses import replace
-
-    from engine.calc.timing import Setup, step_seconds
-
-    s = Setup(
-        model_preset("llama-3-8b"), gpu_spec("h100-sxm"), "bf16", None, None, None, "bf16", 1, 50, 2048, 256
-    )
-    sp = E.estimate_speed(s, "vllm")
-    eff = sp.fit.efficiency(s.gpu)
-    ctx = round(50 * (2048 + 256 / 2))
-    decode = step_seconds(s, eff, decode_rows=50, context_tokens=ctx, prefill_tokens=0).seconds
-    lumped = step_seconds(s, eff, decode_rows=50, context_tokens=ctx, prefill_tokens=2048).seconds
-    assert sp.tpot_s.central == pytest.approx(decode + 49 / 256 * (lumped - decode)) and lumped > decode
-    alone = E.estimate_speed(replace(s, batch=1), "vllm")  # nobody else's prompt: the decode step of one row
-    one = step_seconds(replace(s, batch=1), eff, decode_rows=1, context_tokens=2048 + 128, prefill_tokens=0)
-    assert alone.tpot_s.central == pytest.approx(one.seconds)

@@ -280,9 +280,7 @@ def estimate_speed(s: Setup, engine: str) -> SpeedEstimate:
         "ttft": all_fits.band("ttft", (cls, fam, ttft_regime)),
         "throughput": all_fits.band("decode" if s.batch <= 1 else "throughput", (cls, fam, decode_regime)),
     }
-    # one user's time per output token at the load asked, as its first token is: the batch's decode step with the
-    # other users' prompts riding their share of the steps (engine.calc.serving_time), not the decode step alone
-    tpot = _time(load.tpot_s, bands["decode"], load_bound.tpot_s)
+    tpot = _time(central.decode_s_per_token, bands["decode"], bound.decode_s_per_token)
     ttft = _time(load.ttft_s, bands["ttft"], load_bound.ttft_s)
     prefill_batch = _time(central.prefill_s, bands["ttft"], bound.prefill_s)
     out_rate = _rate(central.tokens_per_s, bands["throughput"], bound.tokens_per_s)

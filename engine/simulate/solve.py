@@ -283,7 +283,9 @@ def max_users(
         f"{d.label}: at most{at_least} {value.central} concurrent users (interval {value.low} to {value.high}) meet "
         f"{objectives} for {slo.min_attainment:.0%} of their requests ({s.prompt_tokens} prompt + "
         f"{s.output_tokens} output tokens each), in steady state: each user sends its next request when the "
-        "last ends, the users spread over a request's duration (not all at once), their first requests left out."
+        "last ends, the users spread over a request's duration (not all at once), their first requests left out. "
+        "A user's TPOT here counts the steps that carry the other users' prompts, which the estimate's TPOT (the "
+        "decode step alone) leaves out, so fewer users meet a TPOT objective here than that figure suggests."
         if value.central
         else f"{d.label}: even one user misses {objectives}; relax them or pick a faster deployment."
     ) + _beyond_full_length(d, value.central, s.prompt_tokens + s.output_tokens)
