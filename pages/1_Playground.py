@@ -76,9 +76,8 @@ prompt = st.text_area(
     height=120,
     key=f"{NS}.prompt.{batch_mode}",
 )
-expected_s = (
-    None  # the forecast's seconds at the load now: the clock counts down from it before a first token
-)
+# the forecast's seconds at the load now: the clock counts down from it before a first token
+expected_s = None
 if lm is not None and cfg is not None and not batch_mode:
     expected_s = show_run_forecast(lm, prompt, cfg.max_new_tokens, use_cache)
 why = (

@@ -49,11 +49,6 @@ def _ci(ci, ratio=None) -> str:
     return interval_cell(ratio, ci) or "n/a (fewer than 3 runs)"
 
 
-def _speed(ratio, ci) -> str | None:
-    """A speed ratio as the verdicts say it ('6.10× slower', not 0.16 beside a sentence of '6.10× slower')."""
-    return ratio_cell(ratio, ci)
-
-
 def quant_table(rows) -> pd.DataFrame:
     # what the verdict rests on first (speed with its interval, quality, bytes), so it shows without scrolling
     return _table(
@@ -61,7 +56,7 @@ def quant_table(rows) -> pd.DataFrame:
         lambda r: {
             "scheme": r.scheme,
             "status": r.status,
-            "speed vs fp32": "1×" if r.scheme == "fp32" else _speed(r.speedup_vs_fp32, r.speedup_ci),
+            "speed vs fp32": "1×" if r.scheme == "fp32" else ratio_cell(r.speedup_vs_fp32, r.speedup_ci),
             "95% CI": "the reference" if r.scheme == "fp32" else _ci(r.speedup_ci, r.speedup_vs_fp32),
             "TPOT (ms)": _r(r.tpot_s and r.tpot_s * 1e3, 1),
             # as the verdict's sentence says them (it read "+0.001" and "100%" beside a cell of 0.0007 and 1)
@@ -111,7 +106,7 @@ def spec_table(rows) -> pd.DataFrame:
             "method": speculative.method_name(r.method),
             "workload": speculative.workload_name(r.workload),
             "status": r.status,
-            "speed vs plain": _speed(r.speedup_vs_plain, r.speedup_ci),
+            "speed vs plain": ratio_cell(r.speedup_vs_plain, r.speedup_ci),
             "95% CI": _ci(r.speedup_ci, r.speedup_vs_plain),
             "expected (Leviathan)": _r(r.expected_speedup, 2),
             "acceptance α": _r(r.acceptance_rate),

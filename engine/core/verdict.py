@@ -57,14 +57,21 @@ def speed_verdict(
         of = f" {baseline}'s speed" if baseline else ""
         return f"{ratio:.2f}×{of} ({no_interval}: not called faster or slower)"
     low, high = interval  # type: ignore[misc]
-    span = f"{low:.2f}×–{high:.2f}×"
+    span = _span(way, low, high)
     if way == "same":
         return f"{NO_DIFFERENCE[:-1]}: {span}, point {ratio:.2f}×)"
-    if way == "faster":
-        words, span = f"{ratio:.2f}× faster{tail}", f"{_past_one(low)}×–{high:.2f}×"
-    else:  # said as "slower", so its interval is said as slower too: 0.66×–0.99× the speed is 1.01×–1.52× slower
-        words, span = f"{1 / ratio:.2f}× slower{tail}", f"{_past_one(1 / high)}×–{1 / low:.2f}×"
+    words = f"{ratio:.2f}× faster{tail}" if way == "faster" else f"{1 / ratio:.2f}× slower{tail}"
     return f"{words} (95% interval {span})" if show_interval else words
+
+
+def _span(way: Direction, low: float, high: float) -> str:
+    """The interval as its direction says it: a "slower" one in slower terms too (0.66×–0.99× the speed is
+    1.01×–1.52× slower), the end nearest 1× in as many digits as show it is past 1."""
+    if way == "faster":
+        return f"{_past_one(low)}×–{high:.2f}×"
+    if way == "slower":
+        return f"{_past_one(1 / high)}×–{1 / low:.2f}×"
+    return f"{low:.2f}×–{high:.2f}×"
 
 
 def ratio_cell(ratio: float | None, interval: tuple[float, float] | None) -> str | None:
@@ -87,10 +94,8 @@ def interval_cell(ratio: float | None, interval: tuple[float, float] | None) -> 
     the speed is 3.13×–14.29× slower), else as the ratio's own span; None without an interval."""
     if interval is None or not all(_finite(x) and x > 0 for x in interval):
         return None
-    low, high = interval
-    if direction(ratio, interval) == "slower":
-        return f"{1 / high:.2f}×–{1 / low:.2f}× slower"
-    return f"{low:.2f}×–{high:.2f}×"
+    way = direction(ratio, interval)
+    return _span(way, *interval) + (" slower" if way == "slower" else "")
 
 
 def _past_one(bound: float) -> str:

@@ -46,6 +46,11 @@ from engine.runtime.prompt import check_context, clean_prompt
 WORKLOADS_FILE = Path(__file__).resolve().parents[1] / "data" / "speculative_workloads.toml"
 METHODS = ("prompt_lookup", "draft")
 METHOD_NAMES = {"prompt_lookup": "prompt lookup", "draft": "draft model"}  # as a page and a sentence say them
+MAX_DRAFT = 64  # drafts beyond this are almost never all accepted; 1000 would only waste the draft's time
+DEFAULT_DRAFT_LENGTH = 4
+# A bf16 copy: on a CPU with bf16 matmuls it costs about half an fp32 forward and agrees with the target on
+# almost every token; the first-layers draft is cheaper but agrees far less often (measure both).
+DEFAULT_DRAFT = "bf16"
 
 
 def method_name(method: str) -> str:
@@ -55,13 +60,6 @@ def method_name(method: str) -> str:
 def workload_name(workload: str) -> str:
     """A workload's key as words ("input_grounded" -> "input-grounded")."""
     return workload.replace("_", "-")
-
-
-MAX_DRAFT = 64  # drafts beyond this are almost never all accepted; 1000 would only waste the draft's time
-DEFAULT_DRAFT_LENGTH = 4
-# A bf16 copy: on a CPU with bf16 matmuls it costs about half an fp32 forward and agrees with the target on
-# almost every token; the first-layers draft is cheaper but agrees far less often (measure both).
-DEFAULT_DRAFT = "bf16"
 
 
 def load_workloads(path: Path = WORKLOADS_FILE) -> dict[str, tuple[str, ...]]:

@@ -71,9 +71,8 @@ def record(
     Returns False (and keeps going) if the cache folder is not writable: a read-only home must never break
     generation."""
     changes = {k: v for k, v in (("source", source), ("stop_reason", stop_reason)) if v is not None}
-    if (
-        measurement.loadavg_1m is None
-    ):  # every run carries the load it ended under (a scheduler's, a batch's too)
+    # every run carries the load it ended under (a scheduler's, a batch's too)
+    if measurement.loadavg_1m is None:
         load = loadavg_1m()
         changes["loadavg_1m"] = load
         if measurement.busy is None:

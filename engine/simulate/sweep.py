@@ -200,22 +200,15 @@ def requests_of(reqs: Sequence[PlannedRequest], lengths: Sequence[int]) -> list[
 
 
 def run_level(
-    d: Deployment,
-    load: LoadSpec,
-    reqs: Sequence[SimRequest],
-    slo: SLO,
-    which: str = "central",
-    stagger_s: float = 0.0,
+    d: Deployment, load: LoadSpec, reqs: Sequence[SimRequest], slo: SLO, which: str = "central"
 ) -> RunMetrics:
-    """One level of the sweep: the workload through the virtual scheduler, summarised as the load generator does
-    (`stagger_s`: fixed users start that far apart, engine.simulate.clock.run)."""
+    """One level of the sweep: the workload through the virtual scheduler, summarised as the load generator does."""
     records = run(
         reqs,
         d.limits,
         d.steps,
         concurrency=load.concurrency if load.mode == "concurrency" else None,
         which=which,
-        stagger_s=stagger_s,
     )
     return summarize(records, level=load.level, mode=load.mode, slo=slo)
 
