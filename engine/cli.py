@@ -12,7 +12,7 @@ imported until its result is written, file descriptor 1 points at stderr (`json_
 print, its logger's StreamHandler(sys.stdout) and a C library's printf all land on stderr, and the document alone
 is written to the real stdout. Library noise is cut where it starts (`quiet_libraries`): DeepSpeed's accelerator
 is named (cpu) where no NVIDIA GPU exists, so it never probes ("Setting accelerator to CPU"), and torchao's
-missing optional CUDA kernels become one line on stderr.
+missing optional CUDA kernels are not reported (nothing here uses them).
 """
 
 from __future__ import annotations
@@ -72,24 +72,10 @@ def build_parser(only: str | None = None) -> tuple[argparse.ArgumentParser, dict
     return parser, modules
 
 
-class _OneLine(logging.Filter):
-    """torchao logs one warning per optional kernel library it cannot load (CUDA builds: _C_mxfp8, _C_cutlass_90a,
-    ...); say it once, on stderr, and drop the rest."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.said = False
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not str(record.msg).startswith("Failed to load"):
-            return True
-        if not self.said:
-            self.said = True
-            print(
-                "torchao: its optional CUDA kernels are not loaded here (CPU); nothing the lab runs needs them",
-                file=sys.stderr,
-            )
-        return False
+def _not_torchaos_missing_kernel(record: logging.LogRecord) -> bool:
+    """torchao logs one warning per optional CUDA kernel library it cannot load (_C_mxfp8, _C_cutlass_90a, ...):
+    nothing the lab runs uses them, so a user of the CLI never needs to read it."""
+    return not str(record.msg).startswith("Failed to load")
 
 
 def _not_torchaos_enum_notice(record: logging.LogRecord) -> bool:
@@ -103,8 +89,8 @@ def quiet_libraries() -> None:
     if "DS_ACCELERATOR" not in os.environ and not any(Path("/dev").glob("nvidia[0-9]*")):
         os.environ["DS_ACCELERATOR"] = "cpu"  # DeepSpeed's own override: no probe, no warning
     logger = logging.getLogger("torchao")
-    if not any(isinstance(f, _OneLine) for f in logger.filters):
-        logger.addFilter(_OneLine())
+    if _not_torchaos_missing_kernel not in logger.filters:
+        logger.addFilter(_not_torchaos_missing_kernel)
     pytree = logging.getLogger("torch.utils._pytree")
     if _not_torchaos_enum_notice not in pytree.filters:
         pytree.addFilter(_not_torchaos_enum_notice)

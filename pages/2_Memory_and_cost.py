@@ -31,6 +31,7 @@ from ui.calc_widgets import calc_inputs, measured_here_line
 from ui.common import page_setup, show_error
 from ui.simulate_widgets import solvers_section
 from ui.trackrecord_view import launch_commands, speed_caption, track_record_section
+from ui.widgets import refusals
 
 page_setup("Memory and cost")
 NS = "calc"
@@ -47,9 +48,12 @@ with left:
     request = calc_inputs(NS)
 
 if request is None:
+    said = refusals()
     right.info(
-        "Nothing to answer yet: an input on the left is missing or refused (it says what it needs); the answer "
-        "comes back once it is given."
+        f"Nothing to answer yet: {'; '.join(said)}. The answer comes back once it is changed."
+        if said
+        else "Nothing to answer yet: an input on the left is missing or refused (it says what it needs); the "
+        "answer comes back once it is given."
     )
     st.stop()
 try:

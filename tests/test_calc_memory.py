@@ -128,6 +128,10 @@ def test_unknown_names_and_bad_configs():
         gpu_spec("tpu-v9")
     with pytest.raises(InvalidParameterError, match="not valid JSON"):
         parse_config_text(b"\x89PNG not json")
+    # the engineer's walk read the parser's "(char 43)": a person counts lines and columns
+    with pytest.raises(InvalidParameterError, match="at line 2, column 7") as bad:
+        parse_config_text('{"a": 1,\n "b": }')
+    assert "char" not in str(bad.value)
     with pytest.raises(InvalidParameterError, match="no model_type"):
         parse_config_text(b'{"a": 1}')
     with pytest.raises(InvalidParameterError, match="lacks"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -172,7 +173,12 @@ def test_gpus_lists_the_catalog_with_sources(capsys):
     t4 = next(g for g in r["gpus"] if g["key"] == "t4")
     assert t4["ridge_fp16_ops_per_byte"] == pytest.approx(216.6, abs=0.1)
     assert all(g["sources"]["bandwidth"] for g in r["gpus"])
-    assert main(["gpus"]) == 0 and "t4-datasheet" in capsys.readouterr().out
+    assert main(["gpus"]) == 0
+    table = capsys.readouterr().out
+    assert "t4-datasheet" in table
+    # the engineer's walk read "a100-80gb-pcieA100 80GB PCIe": every key stands apart from its name
+    for g in r["gpus"]:
+        assert re.search(rf"^{re.escape(g['key'])}\s{{2,}}{re.escape(g['name'])}", table, re.M), g["key"]
 
 
 def test_roofline_json(capsys):

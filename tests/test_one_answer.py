@@ -173,18 +173,18 @@ def test_a_plan_that_does_not_fit_gets_a_command_for_the_gpus_it_needs(capsys):
 
 
 def test_a_replica_layout_other_than_the_gpus_asked_says_why_once():
-    """A 70B model, batch 100000 on 4 x A100 with vLLM: the plan is 391 replicas of 3 pipeline stages; the
-    sentence said 'one GPU x 3 pipeline stages', repeated how many sequences fit, and the launch command switched to
+    """A 70B model, batch 100000 on 8 x A100 with vLLM: the plan is 391 replicas of 4 GPUs; the sentence (then
+    for replicas of 3 pipeline stages) said 'one GPU x 3 pipeline stages', repeated how many sequences fit, and the launch command switched to
     --pipeline-parallel-size 3 without a word."""
     spec = spec_from_hf_config(published.configs()["meta-llama/Llama-3.3-70B-Instruct"], name="llama-3.3-70b")
-    i = Inputs(dtype="fp16", batch=100_000, prompt_tokens=512, output_tokens=512, n_gpus=4, engine="vllm")
+    i = Inputs(dtype="fp16", batch=100_000, prompt_tokens=512, output_tokens=512, n_gpus=8, engine="vllm")
     est = estimate(spec, gpu_spec("a100-80gb"), i)
     plan = est.plan
-    assert not est.fits and plan.replicas > 1 and plan.replica_gpus != 4
+    assert not est.fits and plan.replicas > 1 and plan.replica_gpus != 8
     s = est.fit.sentence
     assert s.count("sequences of 1,024 tokens at once") == 1, s
-    assert "one GPU x" not in s and f"Each replica is {plan.layout()}, not the 4 asked" in s
-    assert f"--pipeline-parallel-size {plan.pipeline_parallel}" in est.launch.vllm
+    assert "one GPU x" not in s and f"Each replica is {plan.layout()}, not the 8 asked" in s
+    assert f"--tensor-parallel-size {plan.tensor_parallel}" in est.launch.vllm
     assert f"Run {plan.replicas:,} copies, one per group of {plan.replica_gpus} GPU(s)" in est.launch.note
     assert est.plan.brief() == f"{plan.replicas:,} replicas x {plan.replica_gpus} GPUs"
 
@@ -424,3 +424,22 @@ def test_the_launch_note_speaks_of_the_chosen_engines_cache_and_flag():
     assert f"holds {capped.fit.max_batch:,} sequences" in capped.launch.note
     vl = estimate(spec, h100, Inputs(dtype="bf16", batch=8, engine="vllm"))
     assert f"holds {vl.fit.max_batch:,} sequences" in vl.launch.note and "--max-num-seqs" in vl.launch.note
+
+
+def test_a_model_too_big_for_one_gpu_is_planned_in_tensor_parallel_not_stages_within_a_node():
+    """The engineer's walk: a 70B in bf16 for 50 users on H100s got 'GPUs needed 3 (3 pipeline stages)', where
+    4-way tensor parallel (vLLM's guide for a model that fits in one node) decodes about twice as fast and costs
+    less per token. Stages within a node are now only the layout asked; past a node they follow the guide."""
+    name = "meta-llama/Llama-3.3-70B-Instruct"
+    spec = spec_from_hf_config(published.configs()[name], name=name)
+    h100 = gpu_spec("h100-sxm")
+    one = estimate(
+        spec, h100, Inputs(dtype="bf16", batch=50, prompt_tokens=2048, output_tokens=2048, engine="vllm")
+    )
+    assert (one.plan.tensor_parallel, one.plan.pipeline_parallel) == (4, 1), one.plan
+    assert "--pipeline-parallel-size" not in one.launch.vllm and "--tensor-parallel-size 4" in one.launch.vllm
+    three = estimate(spec, h100, Inputs(dtype="bf16", batch=8, n_gpus=3, engine="vllm"))
+    assert three.fits and three.plan.gpus <= 3  # the layout asked, kept when it holds the load
+    big = spec_from_hf_config(published.configs()["meta-llama/Llama-3.1-405B"], name="405b")
+    past = estimate(big, h100, Inputs(dtype="bf16", batch=8, engine="vllm"))
+    assert past.plan.tensor_parallel == 8 and past.plan.pipeline_parallel >= 2, past.plan

@@ -112,6 +112,9 @@ def test_an_out_of_range_number_is_refused_with_the_range_and_nothing_runs_with_
     assert at.session_state["ran_with"] == 4 and not at.error
     box = at.number_input(key="b")
     assert box.label == "Max batch" and box.help.endswith("(a positive whole number up to 64)")
+    # letters typed into a number box never reach the page (the browser drops them and, on Enter, puts the last
+    # number back): the engineer saw the field reset without a word; the empty box now says what it takes
+    assert box.proto.placeholder == "digits only: a positive whole number up to 64"
     for bad in (100_000, -5):
         if "ran_with" in at.session_state:
             del at.session_state["ran_with"]
@@ -217,6 +220,11 @@ def test_memory_and_cost_refuses_a_negative_price_in_one_sentence_and_estimates_
         "$ per GPU-hour must be from 0 to 1000.0, got -1.0: nothing runs with it until it is changed."
     ]
     assert not at.metric and not at.success  # no estimate made with it
+    # the engineer's walk: the sentence sat only in the narrow input column; the answer's column repeats it
+    assert [i.value for i in at.info if i.value.startswith("Nothing to answer yet")] == [
+        "Nothing to answer yet: $ per GPU-hour must be from 0 to 1000.0, got -1.0. The answer comes back once it "
+        "is changed."
+    ]
     at.number_input(key="calc.price.t4").set_value(0.35).run()
     at.number_input(key="calc.t4.mem").set_value(0.0).run()  # GB, a field in bytes (spec_input's unit)
     assert [e.value for e in at.error] == [

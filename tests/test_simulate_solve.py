@@ -222,3 +222,27 @@ def test_a_cheapest_answer_without_spread_says_why_not_memory_arithmetic():
 
     cheap = solve.Answer("cheapest", Interval(2.59, 2.59, 2.59), "USD per hour", "", {})
     assert answer_figures(cheap) == ("$2.59 per hour", "the same at both ends of the step times' interval")
+
+
+def test_cheapest_searches_only_the_gpus_asked_from_the_cli_and_names_the_ones_it_knows(capsys):
+    """The engineer's walk: the cheapest answer could not be kept to the GPUs a team can rent."""
+    from engine.cli import main
+
+    argv = ["estimate", "--model", "smollm2-135m", "--gpu", "h100-sxm", "--prompt-tokens", "64"]
+    argv += [
+        "--output-tokens",
+        "8",
+        "--solve",
+        "cheapest",
+        "--batch",
+        "4",
+        "--solve-requests",
+        "16",
+        "--json",
+    ]
+    assert main([*argv, "--solve-gpus", "h100-sxm,h200"]) == 0
+    best = json.loads(capsys.readouterr().out)["details"]["best"]
+    assert best["gpu"] == "h100-sxm"  # the cheaper of the two asked, where l4 or t4 would be cheaper still
+    assert main([*argv, "--solve-gpus", "h100"]) != 0
+    err = capsys.readouterr().err
+    assert "priced catalogue keys" in err and "got h100" in err and "h100-sxm" in err

@@ -92,12 +92,14 @@ def page_setup(title: str, *, layout: str = "wide", measures: bool = False) -> N
     _leave_pages_folder_mode()
     st.set_page_config(page_title=f"{title} · {APP_TITLE}", page_icon=FAVICON, layout=layout)
     legible()
+    st.session_state[REFUSALS] = []  # this run's refused inputs (ui.widgets.spec_input adds them)
     browser_session()
     presenter_switch()
     if measures:
         busy_warning()
 
 
+REFUSALS = "lab.refusals"
 SESSION_PARAM = "session"  # the browser session's key in the page's URL: a reload keeps it, so its runs too
 PRESENTER_PARAM = "presenter"
 _SESSION_KEY = "lab.session"

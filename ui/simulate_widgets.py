@@ -245,14 +245,14 @@ QUESTIONS = {
 
 
 def _answer(
-    q: str, spec: ModelSpec, gpu: GPUSpec, sim: SimulateSpec, slo: SLO, users: int, progress
+    q: str, spec: ModelSpec, gpu: GPUSpec, sim: SimulateSpec, slo: SLO, users: int, progress, among=None
 ) -> solve.Answer:
     if q == "max-context":
         serving = sim if sim.engine in ("vllm", "sglang") else replace(sim, engine="vllm")
         return solve.max_context_for(serving, spec, gpu)
     if q == "max-users":
         return solve.max_users(sim, slo, progress=progress, deploy=deployment(sim, spec, gpu))
-    return solve.cheapest(sim, slo, users, progress=progress, model=spec)
+    return solve.cheapest(sim, slo, users, gpus=among, progress=progress, model=spec)
 
 
 def solvers_section(key: str, spec: ModelSpec, gpu: GPUSpec, inputs) -> None:
@@ -278,6 +278,17 @@ def solvers_section(key: str, spec: ModelSpec, gpu: GPUSpec, inputs) -> None:
     except LoadSpecError as exc:
         show_error(exc)
         return
+    among = None
+    if q == "cheapest":
+        priced = solve.priced_gpus()
+        picked = st.multiselect(
+            "GPUs to search", list(priced), default=list(priced), format_func=priced.get, key=f"{key}.solve.gpus",
+            help="The cheapest answer searches only these (every priced catalogue GPU to start with).",
+        )  # fmt: skip
+        if not picked:
+            st.info("Pick at least one GPU to search: the cheapest answer has nothing to compare.")
+            return
+        among = None if len(picked) == len(priced) else picked
     if gpu.key not in load_gpu_catalog() and q != "cheapest":
         st.info(
             f"The simulator times catalogue GPUs; {gpu.name} has edited or measured figures. Pick a catalogue GPU "
@@ -292,7 +303,9 @@ def solvers_section(key: str, spec: ModelSpec, gpu: GPUSpec, inputs) -> None:
                 engine=inputs.engine or "vllm", prompt_tokens=inputs.prompt_tokens, output_tokens=inputs.output_tokens,
                 gpu_memory_utilization=inputs.gpu_memory_utilization,
             ).validate()  # fmt: skip
-            st.session_state[f"{key}.solve.answer"] = _answer(q, spec, gpu, sim, slo, inputs.batch, progress)
+            st.session_state[f"{key}.solve.answer"] = _answer(
+                q, spec, gpu, sim, slo, inputs.batch, progress, among
+            )
         except (EngineError, LoadSpecError) as exc:
             st.session_state[f"{key}.solve.answer"] = None
             show_error(exc)
@@ -301,7 +314,7 @@ def solvers_section(key: str, spec: ModelSpec, gpu: GPUSpec, inputs) -> None:
     if answer is None or answer.question != q:
         st.caption(
             "max-context reproduces vLLM's --max-model-len auto; max-users is the simulator's knee; cheapest searches "
-            f"every priced catalogue GPU at 1, 2, 4 and 8 GPUs for {inputs.batch} users (the batch above)."
+            f"the GPUs picked at 1, 2, 4 and 8 GPUs for {inputs.batch} users (the batch above)."
         )
         return
     value, note = answer_figures(answer)

@@ -10,7 +10,7 @@ from engine.core import dtypes
 from engine.core.errors import EngineError
 from engine.core.spec import span_words
 from engine.runtime import models
-from ui.common import cached_hardware, cached_model, show_error
+from ui.common import REFUSALS, cached_hardware, cached_model, show_error
 
 CUSTOM = "other (hub id or local folder)…"
 REMOTE_CODE_HELP = (
@@ -142,28 +142,40 @@ def spec_input(
         value=int(default) if kind is int else float(default),
         key=key,
         help=f"{help_text} ({span})",
-        **kwargs,
+        **{"placeholder": digits_only(span), **kwargs},
     )
     why = spec.problem(name, number, label=label, lo=lo, hi=hi)
     if why:
         # no icon: in a half-width column it took the room a word needed ("positiv e whole numbe r")
         container.error(f"{why}: nothing runs with it until it is changed.")
+        st.session_state.setdefault(REFUSALS, []).append(why)
         return None
     return number
+
+
+def digits_only(span: str) -> str:
+    """A number box's placeholder: the browser drops letters typed into it (an <input type="number">) and, on
+    Enter, puts the last number back; while the box is empty this says why, where the eye is."""
+    return f"digits only: {span}"
 
 
 def _scaled_number(container, spec, name, label, help_text, default, lo, hi, unit, key, kwargs):
     """A number asked in `unit`s of the field (GB of a field in bytes), checked by the field's rule once scaled
     back; returns the number in the page's units, or None (refused, with the sentence)."""
-    number = container.number_input(label, value=float(default), key=key, help=help_text, **kwargs)
+    number = container.number_input(
+        label,
+        value=float(default),
+        key=key,
+        help=help_text,
+        **{"placeholder": digits_only(span_words(float, lo, hi)), **kwargs},
+    )
     low, high = (None if lo is None else lo * unit), (None if hi is None else hi * unit)
     value = round(number * unit) if spec.kind(name) is int else number * unit
     why = spec.problem(name, value, label=label, lo=low, hi=high)
     if why:  # said in the page's units: the field's own sentence would speak in bytes
-        container.error(
-            f"{label} must be {span_words(float, lo, hi)}, got {number:g}: nothing runs with it until it is "
-            "changed."
-        )
+        said = f"{label} must be {span_words(float, lo, hi)}, got {number:g}"
+        container.error(f"{said}: nothing runs with it until it is changed.")
+        st.session_state.setdefault(REFUSALS, []).append(said)
         return None
     return number
 
@@ -186,6 +198,12 @@ def _options(spec, name: str, choices) -> list | None:
     if bad:
         raise ValueError(f"{spec.__name__}.{name}: {bad} are not valid values of the field")
     return list(choices)
+
+
+def refusals() -> list[str]:
+    """This run's refused inputs, each as its sentence says it (without the closing clause), for a page to
+    repeat where its answer would be: a field's own sentence sits in a narrow input column."""
+    return list(st.session_state.get(REFUSALS, []))
 
 
 def refused(*values) -> bool:

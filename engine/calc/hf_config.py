@@ -451,8 +451,11 @@ def parse_config_json(text: str | bytes) -> dict[str, Any]:
         )
     try:
         cfg = json.loads(text)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidParameterError(NOT_A_CONFIG.format(why=f"it is not valid JSON ({exc})")) from None
+    except json.JSONDecodeError as exc:  # where, as a person counts: line and column, not "(char 43)"
+        why = f"it is not valid JSON: {exc.msg.lower()} at line {exc.lineno}, column {exc.colno}"
+        raise InvalidParameterError(NOT_A_CONFIG.format(why=why)) from None
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidParameterError(NOT_A_CONFIG.format(why="it is not valid JSON: not UTF-8 text")) from None
     except RecursionError:  # "[[[[..." nested past the parser's stack: not a config, and not a crash
         raise InvalidParameterError(NOT_A_CONFIG.format(why="it is nested far too deeply")) from None
     if not isinstance(cfg, dict):

@@ -186,6 +186,21 @@ def tensor_sizes(spec: ModelSpec) -> list[int]:
     return [t for t in head_divisors(spec) if t <= GPUS_PER_NODE and (kv % t == 0 or t % kv == 0)]
 
 
+def serving_layouts(
+    spec: ModelSpec, *, asked: tuple[int, int] | None = None
+) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """The (tensor, pipeline) layouts a plan may take, in vLLM's distributed-serving guide's order: "If your model
+    is too large to fit in a single GPU, but it can fit in a single node with multiple GPUs, you can use tensor
+    parallelism"; only "if your model is too large to fit in a single node", tensor parallel over the node
+    together with pipeline stages across nodes. Pipeline stages within a node would hold a model on fewer GPUs
+    (3 stages of a 70B where tensor parallel needs 4) but run each token through every stage in turn, so they
+    are tried only as the layout asked (`asked`, tensor x pipeline), which a plan that fits keeps."""
+    sizes = tensor_sizes(spec)
+    widest = max(sizes)
+    within = [(t, 1) for t in sizes] + ([asked] if asked and asked[1] > 1 else [])
+    return within, [(widest, s) for s in range(2, min(spec.n_layer, MAX_STAGES) + 1)]
+
+
 def asked_layout(spec: ModelSpec, n_gpus: int) -> tuple[int, int]:
     """The GPUs asked as (tensor, pipeline): the widest tensor-parallel size that divides the count, the rest
     as pipeline stages (vLLM's guide: tensor parallel within a node, pipeline parallel across nodes)."""
@@ -234,11 +249,14 @@ def _serving_answer(
     sm = alloc(tp, pp)
     held = _held(sm, seq_len) if pp <= spec.n_layer else 0
     fits = held >= batch
-    layouts = [(t, s) for t in tensor_sizes(spec) for s in range(1, min(spec.n_layer, MAX_STAGES) + 1)]
     memory_gpus = max(1, math.ceil((sm.weights_bytes * tp * pp) / max(sm.budget_bytes, 1.0)))
-    plan = best_layout(
-        lambda t, s: _held(alloc(t, s), seq_len), layouts, batch=batch, memory_gpus=memory_gpus
-    )
+    plan = None
+    for layouts in serving_layouts(spec, asked=(tp, pp) if pp <= spec.n_layer else None):
+        plan = best_layout(
+            lambda t, s: _held(alloc(t, s), seq_len), layouts, batch=batch, memory_gpus=memory_gpus
+        )
+        if plan is not None:
+            break
     if plan is None:  # not even 32 stages of the widest tensor parallel hold one request
         widest = max(tensor_sizes(spec))
         plan = GpuPlan(memory_gpus, 0, 1, batch, widest * MAX_STAGES + 1, True)
@@ -338,8 +356,8 @@ def _serving_sentence(
         need = f"GPUs needed: {plan.gpus:,} ({plan.describe()})."
         if not fits and plan.replica_gpus != asked.replica_gpus:
             need += (
-                f" Each replica is {plan.layout()}, not the {asked.gpus} asked: of the layouts {engine} can run "
-                "(tensor parallel that splits the heads evenly, pipeline stages past it), it serves the load on "
-                "the fewest GPUs in all."
+                f" Each replica is {plan.layout()}, not the {asked.gpus} asked: tensor parallel that splits the "
+                "heads evenly within a node of 8, pipeline stages only across nodes (vLLM's distributed-serving "
+                "guide), on the fewest GPUs in all."
             )
     return f"{kept}{cache}{verdict}. {need}"

@@ -90,10 +90,17 @@ class Inputs(Spec):
         lo=0,
         hi=10,
     )
-    n_gpus: int = option(1, "GPUs in tensor parallel", lo=1, hi=1024, flag="--gpus", label="GPUs")
+    n_gpus: int = option(
+        1,
+        "GPUs (tensor parallel; pipeline stages where the count does not split the heads)",
+        lo=1,
+        hi=1024,
+        flag="--gpus",
+        label="GPUs",
+    )
     usd_per_gpu_hour: float | None = option(
         None,
-        "price per GPU-hour in USD (default: the GPU's list price in engine/data/prices.toml)",
+        "price per GPU-hour in USD (default: the GPU's list price, as `python -m engine gpus` lists it)",
         kind=float,
         lo=0,
         flag="--usd-per-hour",

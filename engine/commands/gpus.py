@@ -60,10 +60,12 @@ def format_text(r: dict) -> str:
             f"\n\n{len(r['hub_models'])} more by Hugging Face id (their published config.json; --model takes the id "
             "or the name after the owner):\n" + "\n".join(f"  {m['name']}" for m in r["hub_models"])
         )
-    lines = [f"{'key':<14}{'name':<34}{'mem GB':>7}{'GB/s':>7}{'fp16 TF':>9}{'ridge':>8}  source"]
+    key = max(len("key"), *(len(g["key"]) for g in r["gpus"])) + 2  # the longest key and two spaces
+    lines = [f"{'key':<{key}}{'name':<34}{'mem GB':>7}{'GB/s':>7}{'fp16 TF':>9}{'ridge':>8}  source"]
     for g in r["gpus"]:
         lines.append(
-            f"{g['key']:<14}{g['name']:<34}{g['memory_bytes'] / 1e9:>7.0f}{g['bandwidth_bytes_per_s'] / 1e9:>7.0f}"
+            f"{g['key']:<{key}}{g['name']:<34}{g['memory_bytes'] / 1e9:>7.0f}"
+            f"{g['bandwidth_bytes_per_s'] / 1e9:>7.0f}"
             f"{g['peak_flops'].get('fp16', 0) / 1e12:>9.0f}{fmt_ridge(g['ridge_fp16_ops_per_byte']):>8}  {g['sources']['bandwidth']}"
         )
     lines.append(r["also"])

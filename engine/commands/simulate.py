@@ -52,7 +52,7 @@ def add_solve_arguments(parser) -> None:
     """The inverse questions' flags on the estimate command (which owns the model, GPU, precision and lengths)."""
     from engine.simulate.solve import QUESTIONS
 
-    group = parser.add_argument_group("--solve: the inverse questions (engine.simulate.solve)")
+    group = parser.add_argument_group("--solve: the inverse questions")
     group.add_argument(
         "--solve",
         choices=QUESTIONS,
@@ -65,6 +65,13 @@ def add_solve_arguments(parser) -> None:
         type=int,
         default=SimulateSpec.default("n_requests"),
         help="simulated requests per probe of max-users and cheapest (at least twice the users)",
+    )
+    group.add_argument(
+        "--solve-gpus",
+        default=None,
+        metavar="KEY,KEY",
+        help="cheapest: only these catalogue GPUs (comma-separated keys, e.g. h100-sxm,h200; default: every priced "
+        "GPU, as `python -m engine gpus` lists them)",
     )
     SLO.add_arguments(group)
 
@@ -98,7 +105,10 @@ def solve(args) -> dict:
     elif args.solve == "max-users":
         answer = solver.max_users(spec, slo)
     else:
-        answer = solver.cheapest(spec, slo, args.batch)
+        only = (
+            None if args.solve_gpus is None else [k.strip() for k in args.solve_gpus.split(",") if k.strip()]
+        )
+        answer = solver.cheapest(spec, slo, args.batch, gpus=only)
     return answer.to_json()
 
 

@@ -181,7 +181,9 @@ class Spec:
             shown = ",".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default
             lo, hi = f.metadata["lo"], f.metadata["hi"]
             if lo is not None or hi is not None:
-                shown = f"{shown}; {'…' if lo is None else lo} to {'…' if hi is None else hi}"
+                shown = f"{shown}; " + (
+                    f"at least {lo}" if hi is None else f"at most {hi}" if lo is None else f"{lo} to {hi}"
+                )
             choices = _choices(f)
             metavar = flag.lstrip("-").upper().replace("-", "_")
             if f.default is None:  # the help says what None means ("default: the context window")

@@ -42,10 +42,14 @@ class SLO(Spec):
     (vLLM's goodput). A run meets the SLOs when at least `min_attainment` of its requests are good. On the command
     line 0 means none (`from_args`)."""
 
-    ttft_s: float | None = option(2.0, "TTFT objective, seconds (0 = none)", kind=float, flag="--slo-ttft")
-    tpot_s: float | None = option(0.2, "TPOT objective, seconds (0 = none)", kind=float, flag="--slo-tpot")
+    ttft_s: float | None = option(
+        2.0, "TTFT objective in seconds, above 0 (0 turns it off)", kind=float, flag="--slo-ttft"
+    )
+    tpot_s: float | None = option(
+        0.2, "TPOT objective in seconds, above 0 (0 turns it off)", kind=float, flag="--slo-tpot"
+    )
     e2e_s: float | None = option(
-        None, "end-to-end objective, seconds (0 = none)", kind=float, flag="--slo-e2e"
+        None, "end-to-end objective in seconds, above 0 (0 turns it off)", kind=float, flag="--slo-e2e"
     )
     min_attainment: float = option(0.9, "share of requests that must meet them", flag="--slo-attainment")
 

@@ -350,6 +350,11 @@ def _replicas(meets: Callable[[int], bool], users: int) -> int | None:
     return hi
 
 
+def priced_gpus() -> dict[str, str]:
+    """{catalogue key: name} of the GPUs with a price: the ones `cheapest` can search."""
+    return {key: gpu.name for key, gpu in load_gpu_catalog().items() if price_for(key) is not None}
+
+
 def candidates(
     spec: ModelSpec, s: SimulateSpec, gpus: Sequence[str] | None = None
 ) -> list[tuple[float, str, int]]:
@@ -395,9 +400,17 @@ def cheapest(
     if not isinstance(users, int) or users < 1:
         raise InvalidParameterError(f"the load is a whole number of users >= 1, got {users!r}")
     spec = model or model_spec(s)
+    if gpus is not None:
+        unknown = sorted(set(gpus) - set(priced_gpus()))
+        if unknown or not gpus:
+            raise InvalidParameterError(
+                f"the GPUs to search are priced catalogue keys ({', '.join(priced_gpus())}); "
+                + (f"got {', '.join(unknown)}" if unknown else "none was given")
+            )
     cands = candidates(spec, s, gpus)
     if not cands:
-        raise InvalidParameterError(f"{spec.name} fits no priced GPU of the catalogue at 1 to 8 GPUs")
+        among = "priced GPU of the catalogue" if gpus is None else f"of {', '.join(gpus)}"
+        raise InvalidParameterError(f"{spec.name} fits no {among} at 1 to 8 GPUs")
     lengths = lengths_of(s)
     best: Option | None = None
     tried: list[Option] = []
