@@ -408,3 +408,27 @@ def test_a_workers_own_kv_pool_is_shown_not_scored_and_the_data_says_why():
     assert "smallest" in gib.why and "7.46 GiB" in gib.why
     tokens = rows["vllm-13061-r1-distill-qwen-14b-2x4090-kvtokens"]
     assert not tokens.why and abs(tokens.predicted / tokens.published - 1) < 0.03
+
+
+def test_a_class_takes_a_family_factor_it_has_no_rows_for_from_the_classes_that_ran_on_both():
+    """vLLM's rows all ran on A100s; its RTX 4090 sweeps were read at the A100's share of bandwidth, 20-25% slow
+    (bench/simulate.md). Classes that ran on both families show the GDDR card's shorter time per token."""
+    from engine.calc.fitting import ClassFit, borrow_family_factors
+
+    def fit(name, **f):
+        return ClassFit(name, 0.8, 1e-4, 1.0, 0.5, 0.5, family_factors={("decode", k): v for k, v in f.items()})
+
+    got = borrow_family_factors(
+        {
+            "a": fit("a", hbm=1.1, gddr=0.88),  # gddr / hbm = 0.8
+            "b": fit("b", hbm=1.0, gddr=0.9, other=1.2),  # 0.9
+            "vllm": fit("vllm", hbm=0.98),
+        }
+    )
+    v = got["vllm"]
+    assert v.factor("decode", "gddr") == pytest.approx(0.98 * math.exp((math.log(0.8) + math.log(0.9)) / 2))
+    assert v.factor("decode", "other") == pytest.approx(0.98 * 1.2)
+    assert v.families_borrowed == ("gddr", "other") and v.factor("decode", "hbm") == 0.98  # its own kept
+    # b alone ran on "other": a reads it from each of its own families through b's ratios, averaged
+    assert got["a"].factor("decode", "other") == pytest.approx(math.sqrt(1.1 * 1.2 * 0.88 * 1.2 / 0.9))
+    assert not got["b"].families_borrowed

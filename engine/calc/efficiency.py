@@ -178,6 +178,7 @@ def _class_from_json(d: dict) -> ClassFit:
         **{
             **d,
             "borrowed": tuple(d["borrowed"]),
+            "families_borrowed": tuple(d.get("families_borrowed", ())),
             "family_factors": {(kind, fam): v for kind, fam, v in d["family_factors"]},
         }
     )
@@ -246,6 +247,7 @@ class SpeedEstimate:
     fit: ClassFit
     bands: dict[str, Band]  # "decode" | "ttft" | "throughput" -> the band each interval came from
     notes: tuple[str, ...]
+    gpu_family: str = ""  # engine.calc.cells.gpu_family of the GPU timed
 
 
 def _time(central: float, band: Band, bound: float) -> Interval:
@@ -316,4 +318,5 @@ def estimate_speed(s: Setup, engine: str) -> SpeedEstimate:
         fit=fit,
         bands=bands,
         notes=tuple(notes),
+        gpu_family=fam,
     )

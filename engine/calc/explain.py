@@ -60,6 +60,13 @@ def _speed_notes(speed: SpeedEstimate, tp: int) -> list[str]:
             "those from every engine's runs together, so read the times that rest on them as rougher than their "
             "interval."
         )
+    fam = speed.gpu_family
+    if fam in speed.fit.families_borrowed:
+        f = speed.fit.factor("decode", fam)
+        out.append(
+            f"No published {engine}-class runs on this GPU family: its time per token here is {f:.2f} times its "
+            f"own fit's, the ratio the engines that ran on both this family and {engine}'s GPUs show between them."
+        )
     wider = {1: f"{engine}-class runs on any GPU of this family", 2: f"{engine}-class runs on any GPU"}
     what = {"decode": "time per token", "ttft": "first-token", "throughput": "throughput"}
     for name, b in speed.bands.items():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import statistics
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cache
@@ -111,6 +112,7 @@ class ClassFit:
     family_factors: Mapping[tuple[str, str], float] = field(
         default_factory=dict
     )  # (band kind, family) -> x time
+    families_borrowed: tuple[str, ...] = ()  # families whose decode factor came from other classes
 
     def factor(self, kind: str, family: str) -> float:
         return self.family_factors.get((kind, family), 1.0)
@@ -382,7 +384,47 @@ def fit_all(obs: list[Observation]) -> tuple[dict[str, ClassFit], ClassFit]:
         mine = [o for o in obs if o.row.engine_class == cls]
         if mine:
             classes[cls] = _fit_class(cls, mine, pooled)
-    return classes, pooled
+    return borrow_family_factors(classes), pooled
+
+
+def borrow_family_factors(classes: Mapping[str, ClassFit], kind: str = "decode") -> dict[str, ClassFit]:
+    """A class with no rows on a GPU family takes that family's decode time factor from the classes that ran on
+    it and on a family this class ran on: factor(F) = exp(mean over the class's own families G of
+    [log factor(G) + mean over the other classes of log(their factor(F) / their factor(G))]).
+
+    One efficiency per class cannot hold across families (engines stream a GDDR6X card nearer its datasheet than
+    an A100's HBM2e: llama.cpp, MLC and ExLlamaV2 each run 3-19% less time per token on Ada GDDR than on Ampere
+    HBM, relative to their own fit); a class fitted only on A100s would otherwise read an RTX 4090 at the A100's
+    share. Only families where the class has no rows of any kind borrow (where it has first-token or throughput
+    rows, its own factors for those were fitted with the decode factor it had). Families no two classes share
+    stay at 1."""
+    own = {
+        c: {fam: f for (k, fam), f in fit.family_factors.items() if k == kind} for c, fit in classes.items()
+    }
+    rel: dict[tuple[str, str], list[float]] = {}
+    for fams in own.values():
+        for f, a in fams.items():
+            for g, b in fams.items():
+                if f != g:
+                    rel.setdefault((f, g), []).append(math.log(a / b))
+    out = {}
+    for c, fit in classes.items():
+        fams, extra = own[c], {}
+        ran_on = {fam for _, fam in fit.family_factors}  # any kind: its own ttft/throughput factors hold there
+        for f in sorted({f for f, _ in rel} - ran_on):
+            logs = [math.log(fams[g]) + statistics.fmean(rel[(f, g)]) for g in fams if (f, g) in rel]
+            if logs:
+                extra[(kind, f)] = math.exp(statistics.fmean(logs))
+        out[c] = (
+            replace(
+                fit,
+                family_factors={**fit.family_factors, **extra},
+                families_borrowed=tuple(f for _, f in extra),
+            )
+            if extra
+            else fit
+        )
+    return out
 
 
 def _cell(o: Observation, fit: ClassFit) -> tuple[str, Cell]:
