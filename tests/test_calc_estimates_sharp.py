@@ -416,7 +416,9 @@ def test_a_class_takes_a_family_factor_it_has_no_rows_for_from_the_classes_that_
     from engine.calc.fitting import ClassFit, borrow_family_factors
 
     def fit(name, **f):
-        return ClassFit(name, 0.8, 1e-4, 1.0, 0.5, 0.5, family_factors={("decode", k): v for k, v in f.items()})
+        return ClassFit(
+            name, 0.8, 1e-4, 1.0, 0.5, 0.5, family_factors={("decode", k): v for k, v in f.items()}
+        )
 
     got = borrow_family_factors(
         {

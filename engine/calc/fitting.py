@@ -410,7 +410,9 @@ def borrow_family_factors(classes: Mapping[str, ClassFit], kind: str = "decode")
     out = {}
     for c, fit in classes.items():
         fams, extra = own[c], {}
-        ran_on = {fam for _, fam in fit.family_factors}  # any kind: its own ttft/throughput factors hold there
+        ran_on = {
+            fam for _, fam in fit.family_factors
+        }  # any kind: its own ttft/throughput factors hold there
         for f in sorted({f for f, _ in rel} - ran_on):
             logs = [math.log(fams[g]) + statistics.fmean(rel[(f, g)]) for g in fams if (f, g) in rel]
             if logs:
