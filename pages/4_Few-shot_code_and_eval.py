@@ -21,6 +21,7 @@ from ui.widgets import RADIO, SLIDER, button_why, refused, sidebar_model, spec_i
 NS = "lab"
 MAX_UPLOAD_BYTES = fewshot.MAX_CSV_BYTES
 FS, CODE, EVAL = fewshot.FewShotSpec, codegen.CodeSpec, evaluation.EvalSpec
+CLASSIFY_EXPERIMENT = "fewshot-classify"  # one text classified: kept for a reload and presenter mode
 SWEEP_EXPERIMENT = "fewshot-accuracy"  # the run log's name: the clock's estimate and the reload
 QUICK_QUERIES, QUICK_LIMIT = 16, 8  # the page's first runs take seconds; the engine's default is all of them
 
@@ -120,22 +121,35 @@ with tab_fs:
             help="generate() continues the prompt; what it returns includes the prompt itself.",
         )
         if st.button("Classify", key=f"{NS}.fs_classify", type="primary"):
-            try:
+
+            def classify(_report) -> dict:
                 demos = fewshot.select_demonstrations(ds.examples, k_one, seed=0)
                 prompt = fewshot.build_prompt(demos, query, template)
                 scores = fewshot.score_labels(lm, prompt, ds.labels, delimiter=template.target_delimiter)
                 free = None
                 if show_free:
-                    free = run.run(
+                    c = run.run(
                         lm,
                         prompt,
                         GenerationConfig(max_new_tokens=8, stop=("\n",), include_prompt=True),
                         source="lab",
                     ).completion
-                state[f"{NS}.classified"] = {"prompt": prompt, "scores": scores, "free": free, "k": k_one}
-            except EngineError as exc:
-                show_error(exc)
-        done = state[f"{NS}.classified"]
+                    free = {"full_text": c.full_text, "text": c.text, "stop_reason": c.stop_reason}
+                return {"prompt": prompt, "scores": scores, "free": free, "k": k_one}
+
+            done = pace.run_experiment(
+                CLASSIFY_EXPERIMENT,
+                f"Classifying one text with {k_one} examples",
+                classify,
+                settings={"model": lm.name, "dataset": ds.name, "k": k_one},
+            )
+            if done is not None:
+                state[f"{NS}.classified"] = done
+        shown = pace.shown_result(
+            CLASSIFY_EXPERIMENT, state[f"{NS}.classified"], lab_widgets.classified_from_record
+        )
+        pace.note(shown)
+        done = shown.result if shown is not None else None
         if done is not None:
             st.markdown(f"**The exact prompt sent** ({done['k']}-shot):")
             st.code(done["prompt"], language=None)
@@ -164,11 +178,11 @@ with tab_fs:
                     "length": "the 8-token limit",
                 }
                 st.markdown(
-                    f"**Free-text completion** (greedy; stopped by {stopped.get(done['free'].stop_reason, '?')}). "
+                    f"**Free-text completion** (greedy; stopped by {stopped.get(done['free']['stop_reason'], '?')}). "
                     "As in the chapter, what `generate` returns *includes the prompt*; the new text is at the end:"
                 )
-                st.code(done["free"].full_text, language=None)
-                st.caption(f"New text only: {done['free'].text!r}")
+                st.code(done["free"]["full_text"], language=None)
+                st.caption(f"New text only: {done['free']['text']!r}")
 
         st.subheader("Accuracy for k = 0, 1, 2, 4, 8")
         st.markdown(

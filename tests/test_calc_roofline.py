@@ -97,6 +97,9 @@ def test_diagnosis_speaks_from_the_numbers():
     assert "memory-bound" in text and "Batching" in text
     pre = " ".join(diagnose(analyse(NEO, t4, phase="prefill", seq_len=1024, batch=1, gpu_name="T4")))
     assert "compute-bound" in pre and "softmax" in pre
+    # the student saw lm_head memory-bound among compute-bound prefill projections with no word on why
+    assert "only the last prompt token's logits choose the first new token" in pre
+    assert "lm_head is memory-bound in prefill" not in text  # decode says it with the other weights
 
 
 def test_int4_weights_compute_in_fp16():

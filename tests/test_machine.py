@@ -57,3 +57,28 @@ def test_home_and_calculator_share_one_measurement(monkeypatch, tmp_path):
     assert spec.bandwidth_bytes_per_s == 41e9 and spec.flops_for("bf16") == 321e9
     assert len(calls) == 1, "measured once for every page"
     common.cached_machine_measurement.clear()
+
+
+def test_the_home_panel_says_why_bf16_multiplies_below_fp32_here(monkeypatch):
+    """The student read 'Matmul bf16 19 GFLOP/s' beside 'fp32 171 GFLOP/s' with no word on why; the sentence follows
+    the two measured figures and what the CPU reports, and quotes the T4 from the catalogue."""
+    import torch
+
+    from ui.machine_view import precision_words
+
+    class Roof:
+        def __init__(self, fp32, bf16):
+            self.rates = {"fp32": fp32, "bf16": bf16}
+
+        def flops_for(self, dtype):
+            return self.rates[dtype]
+
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    words = precision_words(Roof(171e9, 19e9))
+    assert words.startswith("bf16 multiplies at 1/9 of the fp32 rate here: this CPU has no bf16 matrix")
+    assert "a T4 multiplies fp16 at 65 TFLOPS against 8.1 in fp32" in words
+    assert precision_words(Roof(100e9, 120e9)) == ""  # within 1.5x: nothing to explain
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    assert "no bf16 matrix instructions" not in precision_words(Roof(171e9, 19e9))
+    assert precision_words(Roof(100e9, 400e9)).startswith("bf16 multiplies at 4.0x the fp32 rate")

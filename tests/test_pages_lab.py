@@ -53,6 +53,14 @@ def test_classify_shows_the_exact_prompt_and_label_probabilities():
     probs = at.dataframe[1].value
     assert list(probs["label"]) == ["positive", "negative"]
     assert probs["probability"].sum() == pytest.approx(1.0)
+    # the student's walk: a reload lost the classification; it is stored like the page's other runs now
+    reloaded = AppTest.from_file(PAGE, default_timeout=120)
+    reloaded.query_params["session"] = at.session_state["lab.session"]
+    reloaded.run()
+    assert not reloaded.exception, reloaded.exception
+    assert any("kept across the page reload" in i.value for i in reloaded.info)
+    assert reloaded.metric[0].value == at.metric[0].value
+    assert [c.value for c in reloaded.code] == prompts
 
 
 def test_accuracy_sweep_draws_chart_table_and_confusion_matrix():

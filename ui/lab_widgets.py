@@ -48,6 +48,11 @@ def sweep_from_record(stored: dict) -> dict:
     return {**stored, "results": [from_jsonable(KAccuracy, r) for r in stored.get("results", [])]}
 
 
+def classified_from_record(stored: dict) -> dict:
+    """A stored classification ({prompt, scores, free, k}) back as the page draws it (LabelScores from JSON)."""
+    return {**stored, "scores": from_jsonable(LabelScores, stored["scores"])}
+
+
 def accuracy_figure(results: Sequence[KAccuracy], baseline: float) -> go.Figure:
     ks = [r.k for r in results]
     fig = go.Figure(

@@ -12,7 +12,7 @@ import streamlit as st
 from engine import calibration
 from engine.calc import format as fmt
 from engine.calc.roofline import measured_point
-from engine.calc.specs import GPUSpec, ModelSpec
+from engine.calc.specs import GPUSpec, ModelSpec, gpu_spec
 
 _UNREAD = object()  # "read the calibration now": callers that already read it pass theirs
 
@@ -103,6 +103,34 @@ def machine_matmul(lm) -> float | None:
     return cached_machine().flops_for(lm.dtype) if str(lm.device).startswith(measured_on) else None
 
 
+def precision_words(roof) -> str:
+    """Why the two matmul figures differ, from their ratio: a CPU without bf16 matrix instructions (AVX-512 BF16,
+    AMX) multiplies bf16 through a conversion path, well under its fp32 rate; on a GPU's tensor cores the order
+    is the other way round. Empty when the two are within 1.5x of each other."""
+    fp32, bf16 = roof.flops_for("fp32"), roof.flops_for("bf16")
+    if not fp32 or not bf16:
+        return ""
+    import torch
+
+    native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    if bf16 * 1.5 <= fp32:
+        t4 = gpu_spec("t4").peak_flops  # the datasheet's figures, from the catalogue
+        why = (
+            "this CPU has no bf16 matrix instructions (AVX-512 BF16 or AMX), so each bf16 product goes through a "
+            "conversion"
+            if not native
+            else "PyTorch's bf16 kernels do not reach this CPU's bf16 instructions at this size"
+        )
+        return (
+            f"bf16 multiplies at 1/{fp32 / bf16:.0f} of the fp32 rate here: {why}; that is why the lab's CPU models "
+            "run in fp32. A GPU's tensor cores turn this round: a T4 multiplies fp16 at "
+            f"{t4['fp16'] / 1e12:g} TFLOPS against {t4['fp32'] / 1e12:g} in fp32."
+        )
+    if fp32 * 1.5 <= bf16:
+        return f"bf16 multiplies at {bf16 / fp32:.1f}x the fp32 rate here: this CPU has bf16 matrix instructions."
+    return ""
+
+
 def machine_panel(key: str, *, compact: bool = False, cal=_UNREAD) -> None:
     """This machine's roofs (read bandwidth, matmul FLOP/s) from the one source, with its date and load, and a
     button that measures it (again): the same panel on Home and the calculator (`compact`: one line of text, for
@@ -122,7 +150,7 @@ def machine_panel(key: str, *, compact: bool = False, cal=_UNREAD) -> None:
         else:
             for col, (label, value) in zip(st.columns(len(figures)), figures, strict=True):
                 col.metric(label, value)
-        st.caption(_provenance(cal))
+        st.caption(" ".join(filter(None, (_provenance(cal), precision_words(roof)))))
     else:
         st.info(
             "This machine is not measured yet: its read bandwidth and matmul FLOP/s are the roofs of the "

@@ -417,6 +417,13 @@ def diagnose(result: RooflineResult) -> list[str]:
                 f"Prefill processes {result.seq_len} tokens per weight read, so the projections are compute-bound "
                 f"({', '.join(p.name for p in comp[:4])}{'...' if len(comp) > 4 else ''}): here more FLOP/s would help."
             )
+        head = next((p for p in result.operators if p.name == "lm_head" and p.bound == "memory"), None)
+        if head is not None and result.seq_len > 1:
+            lines.append(
+                f"lm_head is memory-bound in prefill too ({head.intensity:.1f} ops/byte): only the last prompt "
+                f"token's logits choose the first new token, so it reads the whole vocabulary matrix for one token "
+                f"of the {result.seq_len}, as in decode."
+            )
         soft = [p for p in attn if p.bound == "memory"]
         if soft:
             lines.append(
