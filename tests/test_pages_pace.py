@@ -121,6 +121,28 @@ def test_presenter_mode_opens_on_the_last_recorded_run_with_its_date():
     assert at.sidebar.toggle(key="lab.presenter_switch").value is True
 
 
+def test_presenter_mode_prefers_the_last_run_taken_on_a_quiet_machine():
+    """The presenter's walk: presenter mode opened on a race run under load (its ratios carried other work's
+    share of the CPU), with a quiet run of the day before in the log and no way to pin it."""
+    from engine.calc import format as fmt
+
+    quiet = {"load": {"before": 0.5, "after": 2.4, "cores": 2}}
+    busy = {"load": {"before": 6.0, "after": 8.0, "cores": 2}}
+    runlog.save_result(
+        "race", _race("2026-12-01T09:00:00+00:00"), wall_s=40.0, session="a" * 12, settings=quiet
+    )
+    runlog.save_result(
+        "race", _race("2026-12-02T09:00:00+00:00"), wall_s=90.0, session="b" * 12, settings=busy
+    )
+    at = AppTest.from_file(str(ROOT / "pages/5_Latency_race.py"), default_timeout=120)
+    at.query_params["presenter"] = "1"
+    at.run()
+    assert not at.exception
+    note = next(i.value for i in at.info if i.value.startswith("Presenter mode"))
+    assert "while it was quiet" in note and f"took {fmt.seconds(40.0)}" in note, note
+    assert not any("busy machine" in w.value for w in at.warning)
+
+
 def test_a_long_run_shows_the_clock_while_it_runs():
     def script():
         import time

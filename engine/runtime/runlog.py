@@ -13,6 +13,7 @@ import dataclasses
 import json
 import re
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -178,13 +179,19 @@ def _trim(path: Path) -> None:
         pass
 
 
-def last_result(experiment: str, *, session: str | None = None) -> StoredResult | None:
-    """The newest stored result of the experiment on this machine (of one browser session when given)."""
+def last_result(
+    experiment: str,
+    *,
+    session: str | None = None,
+    where: Callable[[StoredResult], bool] | None = None,
+) -> StoredResult | None:
+    """The newest stored result of the experiment on this machine (of one browser session when given; the newest
+    for which `where` holds when given)."""
     for d in reversed(_lines(results_path(experiment), 2 * RESULTS_KEPT)):
         if session is not None and d.get("session") != session:
             continue
         try:
-            return StoredResult(
+            found = StoredResult(
                 experiment=experiment,
                 payload=d["payload"],
                 date=str(d["date"]),
@@ -195,4 +202,6 @@ def last_result(experiment: str, *, session: str | None = None) -> StoredResult 
             )
         except (KeyError, TypeError, ValueError):
             continue
+        if where is None or where(found):
+            return found
     return None
