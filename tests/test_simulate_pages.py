@@ -144,3 +144,15 @@ def test_a_lock_step_workload_says_why_its_first_tokens_wait_alike():
     fixed = SimulateSpec(model="llama-3-8b", gpu="h100-sxm")
     assert fixed.lock_step
     assert not replace(fixed, output_tokens_max=256).lock_step and not replace(fixed, mode="rate").lock_step
+
+
+def test_serving_page_simulates_a_model_named_by_its_hugging_face_id():
+    """The engineer's walk: the simulated section offered the nine calculator presets only, where the calculator
+    takes every published config by its hub id."""
+    at = _serving()
+    assert "Qwen/Qwen2.5-7B-Instruct" in at.selectbox(key="simulate.model").options
+    at.selectbox(key="simulate.model").set_value("Qwen/Qwen2.5-7B-Instruct")
+    at.text_input(key="simulate.levels").set_value("1,4").run()
+    at.button(key="simulate.go").click().run()
+    assert not at.exception and not at.error
+    assert [p.level for p in at.session_state["simulate.result"].result.points] == [1.0, 4.0]

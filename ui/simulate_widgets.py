@@ -11,6 +11,7 @@ from dataclasses import replace
 import pandas as pd
 import streamlit as st
 
+from engine.arch.resolve import hub_presets
 from engine.calc.report import ENGINE_CHOICES
 from engine.calc.specs import THIS_MACHINE, GPUSpec, ModelSpec, load_gpu_catalog, load_model_presets
 from engine.core.errors import EngineError
@@ -70,10 +71,11 @@ def _inputs(measured: SweepResult | None) -> tuple[SimulateSpec, SLO] | None:
     """The section's widgets as a SimulateSpec and the SLOs; None (with one sentence on the page) on bad input."""
     same = _defaults(measured)
     c = st.columns(4)
-    presets = list(load_model_presets())
+    presets = [*load_model_presets(), *hub_presets()]  # the calculator's presets, then the published configs
     model = c[0].selectbox(
-        "Model (calculator preset)", presets, index=presets.index("llama-3-8b"), key=f"{NS}.model"
-    )
+        "Model", presets, index=presets.index("llama-3-8b"), key=f"{NS}.model",
+        help="A calculator preset or a model by its Hugging Face id (its published config.json).",
+    )  # fmt: skip
     keys = [*load_gpu_catalog(), THIS_MACHINE]
     gpu = c[1].selectbox("GPU", keys, index=keys.index("h100-sxm"), key=f"{NS}.gpu", format_func=_gpu_label)
     n_gpus = spec_input(c[2], SimulateSpec, "n_gpus", key=f"{NS}.gpus", label="GPUs (tensor parallel)")
