@@ -11,5 +11,6 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 .venv/bin/ruff format --check .
 .venv/bin/mypy engine/calc  # the pure calculators are fully typed
 # Two test processes, one per core (pytest-xdist); tests/conftest.py keeps each torch op on one thread.
-# PYTEST_WORKERS=0 runs in this process alone (e.g. to debug).
-exec .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" "$@"
+# --dist loadgroup: a module marked xdist_group runs on one process, so its module fixture (a whole race, a vLLM
+# server) is paid once, not once per process. PYTEST_WORKERS=0 runs in this process alone (e.g. to debug).
+exec .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadgroup "$@"

@@ -20,6 +20,9 @@ from engine.race import contenders, quality, runner, serialise, verdict
 from engine.race.contenders import CONTENDERS, Contender
 from engine.race.record import ContenderResult
 
+# one process runs the module, so its race fixture runs once (scripts/test.sh: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("race")
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -17,6 +17,9 @@ from engine.race import runner
 from engine.race.contenders import CONTENDERS
 from engine.race.peers import base, cache
 
+# one process runs the module, so its race fixture runs once (scripts/test.sh: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("peer-race")
+
 FP32 = ("openvino", "onnxruntime-genai", "ctranslate2")
 QUANTIZED = ("openvino-int8", "onnxruntime-genai-int4", "ctranslate2-int8")
 
