@@ -387,7 +387,7 @@ def test_a_gpu_count_that_cannot_split_the_heads_is_said_in_one_sentence():
     assert "3 GPUs cannot split the model's 64 attention heads (8 for keys and values) evenly" in s
     assert (
         "runs them as 3 pipeline stages" in s
-        and "the fewest that hold the load; the 3 asked hold it too" in s
+        and "the fewest in tensor parallel that hold the load; the 3 asked hold it too" in s
     )
     four = estimate(spec, h100, Inputs(dtype="bf16", batch=8, n_gpus=4, engine="vllm"))
     assert "cannot split" not in four.fit.sentence and "the 4 asked hold it too" in four.fit.sentence
@@ -443,3 +443,23 @@ def test_a_model_too_big_for_one_gpu_is_planned_in_tensor_parallel_not_stages_wi
     big = spec_from_hf_config(published.configs()["meta-llama/Llama-3.1-405B"], name="405b")
     past = estimate(big, h100, Inputs(dtype="bf16", batch=8, engine="vllm"))
     assert past.plan.tensor_parallel == 8 and past.plan.pipeline_parallel >= 2, past.plan
+
+
+def test_the_gpus_needed_say_the_other_layout_when_it_takes_a_different_count():
+    """The engineer's re-walk: 'GPUs needed: 4 ... the fewest that hold the load' with 1, 2, 6 or 8 GPUs asked, and
+    'GPUs needed: 3' with 3 asked (as pipeline stages). Each answer now names the other layout and its count."""
+    name = "meta-llama/Llama-3.3-70B-Instruct"
+    spec = spec_from_hf_config(published.configs()[name], name=name)
+    h100 = gpu_spec("h100-sxm")
+
+    def sentence(n: int) -> str:
+        i = Inputs(dtype="bf16", batch=50, prompt_tokens=2048, output_tokens=256, n_gpus=n, engine="vllm")
+        return estimate(spec, h100, i).fit.sentence
+
+    one = sentence(1)
+    assert "GPUs needed: 4 (4 GPUs in tensor parallel)" in one
+    assert "As pipeline stages, 3 GPUs would hold it (3 pipeline stages of one GPU each: ask for 3" in one
+    three = sentence(3)
+    assert "GPUs needed: 3." in three and "In tensor parallel" in three and "it takes 4 GPUs" in three
+    eight = sentence(8)
+    assert "the fewest in tensor parallel that hold the load; the 8 asked hold it too" in eight

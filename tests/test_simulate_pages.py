@@ -116,7 +116,7 @@ def test_solver_answers_show_dollars_counts_and_plain_headers():
     assert answer_figures(cheap) == ("$0.46 per hour", "$0.40 to $0.61, 1.52x wide")
     ctx = Answer("max-context", Interval(131072, 131072, 131072), "tokens", "", {})
     assert answer_figures(ctx) == ("131,072 tokens", "exact: memory arithmetic, no interval")
-    assert upper_first(QUESTIONS["max-users"]) == "The most users at my SLOs on this GPU"
+    assert upper_first(QUESTIONS["max-users"]) == "The most users at my SLOs on the GPUs above"
     row = {"gpu": "l4", "name": "NVIDIA L4", "gpus": 1, "replicas": 2, "usd_per_gpu_hour": 0.8,
            "users_per_replica": 4, "usd_per_hour": 1.6}  # fmt: skip
     table = options_table([row])
@@ -156,3 +156,21 @@ def test_serving_page_simulates_a_model_named_by_its_hugging_face_id():
     at.button(key="simulate.go").click().run()
     assert not at.exception and not at.error
     assert [p.level for p in at.session_state["simulate.result"].result.points] == [1.0, 4.0]
+
+
+def test_the_cheapest_answer_searches_the_gpus_picked_and_names_its_plan_in_the_tile():
+    """The engineer's walk: the tile read only '$1.59 per hour' (the GPU was in the sentence below), and the
+    search could not be kept to the GPU types a team can rent."""
+    at = AppTest.from_file(MEMORY, default_timeout=300).run()
+    at.selectbox(key="calc.preset").set_value("smollm2-135m").run()
+    at.radio(key="calc.solve.q").set_value("cheapest").run()
+    at.multiselect(key="calc.solve.gpus").set_value(["h100-sxm", "a100-80gb"]).run()
+    at.button(key="calc.solve.go").click().run()
+    assert not at.exception and not at.error
+    best = at.session_state["calc.solve.answer"].details["best"]
+    assert best["gpu"] in ("h100-sxm", "a100-80gb")
+    assert [m.label for m in at.metric if m.label.startswith("Cheapest: ")] == [
+        f"Cheapest: {best['gpus']} x {best['name']}"
+    ]
+    at.multiselect(key="calc.solve.gpus").set_value([]).run()
+    assert any("Pick at least one GPU" in i.value for i in at.info)

@@ -48,6 +48,11 @@ def test_max_context_is_the_kv_memory_in_whole_blocks_less_one():
     assert whole.value.central == 8192 and "whole context" in whole.sentence
     none = solve.max_context(model_preset("llama-3-8b"), gpu_spec("t4"), dtype="bf16")
     assert none.value.central == 0 and "Not even one token" in none.sentence
+    # the weights alone outgrow the whole T4: no utilisation could help (the engineer's walk read that it could)
+    assert (
+        none.sentence.endswith("add GPUs (tensor parallel splits the weights).")
+        and "utilisation." not in none.sentence
+    )
 
 
 def test_knee_search_finds_the_threshold():

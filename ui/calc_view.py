@@ -206,11 +206,39 @@ def speed_tiles(est: Estimate) -> None:
             f"Physical bounds (every roof reached): TPOT ≥ {fmt.seconds(sp.tpot_s.bound)}, first token ≥ "
             f"{fmt.seconds(sp.ttft_s.bound)}, throughput ≤ {sp.output_tokens_per_s.bound * est.replicas:,.0f} tok/s."
         )
+        published_runs(est)
     if cal is not None:
         st.caption(
             f"Calibrated on this machine ({cal.basis}): the times above are the fit's predictions for this shape; "
             "throughput and cost follow from them; the batch sweep below reuses this shape's efficiency at other "
             "batches (an approximation)." + "".join(f" {n[0].upper()}{n[1:]}." for n in cal.notes)
+        )
+
+
+def published_runs(est: Estimate) -> None:
+    """Published TPOTs of this very setup beside the estimate, and a warning when one lies below its interval
+    for a single user (a TPOT under load is at least one user's)."""
+    if not est.seen:
+        return
+    if est.seen_below is not None:
+        st.warning(est.seen_note, icon=":material/fact_check:")
+    with st.expander(f"Published runs of this setup ({len(est.seen)}): measured, not estimated"):
+        st.dataframe(
+            [
+                {
+                    "TPOT (ms)": round(r.tpot_s * 1e3, 1),
+                    "load": r.load,
+                    "engine": r.engine,
+                    "source": r.source,
+                }
+                for r in est.seen
+            ],
+            hide_index=True,
+            width="stretch",
+        )
+        st.caption(
+            "The same model shape, GPU, GPU count and engine class, in 16-bit weights. A time per output token "
+            "measured under load is at least one user's: a step carries every running request."
         )
 
 

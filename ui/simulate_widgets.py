@@ -241,7 +241,7 @@ def simulated_section(measured: SweepResult | None = None) -> None:
 
 QUESTIONS = {
     "max-context": "the longest context that fits",
-    "max-users": "the most users at my SLOs on this GPU",
+    "max-users": "the most users at my SLOs on the GPUs above",
     "cheapest": "the cheapest GPU type and count for my load and SLOs",
 }
 
@@ -320,7 +320,12 @@ def solvers_section(key: str, spec: ModelSpec, gpu: GPUSpec, inputs) -> None:
         )
         return
     value, note = answer_figures(answer)
-    st.metric(upper_first(QUESTIONS[q]), value, note, delta_color="off", delta_arrow="off")
+    label = upper_first(QUESTIONS[q])
+    if q == "cheapest":  # the GPU and count in the tile's own words, not only in the sentence below it
+        b = answer.details["best"]
+        label = f"Cheapest: {b['replicas']} replicas of " if b["replicas"] > 1 else "Cheapest: "
+        label += f"{b['gpus']} x {b['name']}"
+    st.metric(label, value, note, delta_color="off", delta_arrow="off")
     st.markdown(answer.sentence)
     if q == "cheapest":
         st.dataframe(options_table(answer.details["simulated"]), hide_index=True, width="stretch")

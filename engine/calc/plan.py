@@ -19,6 +19,7 @@ the GPUs needed) is the one the estimate times, prices and launches. Standard li
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.calc import format as fmt
@@ -38,7 +39,7 @@ from engine.calc.memory import (
     sequences_held,
 )
 from engine.calc.serving_memory import SERVING_ENGINES, ServingMemory, serving_memory_of
-from engine.calc.specs import ModelSpec
+from engine.calc.specs import THIS_MACHINE, ModelSpec
 from engine.calc.timing import Setup
 
 MAX_STAGES = 32  # pipeline stages tried (nodes of 8 past one node): 256 GPUs
@@ -136,7 +137,7 @@ def _overhead_answer(setup: Setup, place: Placement, mem: MemoryEstimate, seq_le
     elif not fits:
         refusal = f"needs {fmt.gb(mem.per_gpu_bytes)} per GPU, has {fmt.gb(mem.gpu_memory_bytes)}"
     asked = GpuPlan(mem_gpus(mem), n, 1, batch, n, False)
-    sentence = _overhead_sentence(spec, mem, plan, fits, refusal)
+    sentence = _overhead_sentence(spec, mem, plan, fits, refusal, cpu=setup.gpu.key == THIS_MACHINE)
     return MemoryAnswer(
         model="overhead",
         asked=asked,
@@ -163,15 +164,24 @@ def _overhead_plan(place: Placement, *, batch: int, seq_len: int) -> GpuPlan:
     return plan_gpus(place, batch=batch, seq_len=seq_len)
 
 
-def _overhead_sentence(spec: ModelSpec, m: MemoryEstimate, plan: GpuPlan, fits: bool, refusal: str) -> str:
+def _overhead_sentence(
+    spec: ModelSpec, m: MemoryEstimate, plan: GpuPlan, fits: bool, refusal: str, *, cpu: bool = False
+) -> str:
     load = (
         f"Weights {fmt.gb(m.weights_bytes)} + this load's KV cache {fmt.gb(m.kv_cache_bytes)}, plus "
         f"{m.overhead_bytes / max(m.weights_bytes + m.kv_cache_bytes, 1):.0%} overhead, make "
         f"{fmt.gb(m.total_bytes)}"
     )
-    here = f"{'fits' if fits else 'does not fit'} on {m.n_gpus} GPU(s) of {fmt.gb(m.gpu_memory_bytes)}" + (
-        f" ({refusal})" if refusal else ""
+    where = (
+        f"this machine's {fmt.gb(m.gpu_memory_bytes)} of memory"
+        if cpu
+        else f"{m.n_gpus} GPUs of {fmt.gb(m.gpu_memory_bytes)} each"
+        if m.n_gpus > 1
+        else f"one GPU of {fmt.gb(m.gpu_memory_bytes)}"
     )
+    here = f"{'fits' if fits else 'does not fit'} in {where}" + (f" ({refusal})" if refusal else "")
+    if cpu:  # one machine: no GPUs to add, no layout to plan
+        return f"{load}: it {here}."
     return f"{load}: it {here}; GPUs needed: {plan.gpus}. {plan.sentence(spec.n_head)}"
 
 
@@ -277,8 +287,46 @@ def _serving_answer(
         overhead=mem,
         serving=sm,
         sentence=_serving_sentence(server.engine, sm, asked, plan, held, batch, seq_len, fits, refusal)
-        + _uneven(spec, asked, server.engine),
+        + _uneven(spec, asked, server.engine)
+        + _other_layout(
+            spec, asked, plan, fits, lambda t, s: _held(alloc(t, s), seq_len), batch, memory_gpus
+        ),
     )
+
+
+def _other_layout(
+    spec: ModelSpec,
+    asked: GpuPlan,
+    plan: GpuPlan,
+    fits: bool,
+    holds: Callable[[int, int], int],
+    batch: int,
+    memory_gpus: int,
+) -> str:
+    """The other way to lay the model out within a node, when it takes a different number of GPUs: pipeline
+    stages hold a model on fewer GPUs than tensor parallel (a 70B on 3 where tensor parallel needs 4), so the
+    GPUs needed depend on which layout is asked; say both."""
+    if plan.pipeline_needed or plan.gpus > GPUS_PER_NODE:
+        return ""
+    if not fits and plan.pipeline_parallel == 1:
+        within = [(t, st) for t in tensor_sizes(spec) for st in range(2, GPUS_PER_NODE // t + 1)]
+        staged = best_layout(holds, within, batch=batch, memory_gpus=memory_gpus)
+        if staged is None or staged.gpus >= plan.gpus:
+            return ""
+        return (
+            f" As pipeline stages, {staged.gpus} GPUs would hold it ({staged.layout()}: ask for {staged.gpus} to "
+            "see that plan), each token passing the stages in turn where tensor parallel splits every layer "
+            "over the GPUs."
+        )
+    if fits and asked.pipeline_parallel > 1 and asked.gpus <= GPUS_PER_NODE:
+        pure = best_layout(holds, [(t, 1) for t in tensor_sizes(spec)], batch=batch, memory_gpus=memory_gpus)
+        if pure is None or pure.gpus <= asked.gpus:
+            return ""
+        return (
+            f" In tensor parallel, the layout vLLM's distributed-serving guide gives a model that fits one node, "
+            f"it takes {pure.gpus} GPUs ({pure.describe()})."
+        )
+    return ""
 
 
 def _uneven(spec: ModelSpec, asked: GpuPlan, engine: str) -> str:
@@ -350,7 +398,8 @@ def _serving_sentence(
     elif fits and plan.gpus == asked.gpus:
         need = f"GPUs needed: {plan.gpus}."
     elif fits:
-        fewest = f"GPUs needed: {plan.gpus:,} ({plan.describe()}), the fewest that hold the load"
+        how = " in tensor parallel" if plan.pipeline_parallel == 1 and plan.gpus <= GPUS_PER_NODE else ""
+        fewest = f"GPUs needed: {plan.gpus:,} ({plan.describe()}), the fewest{how} that hold the load"
         need = f"{fewest}; the {asked.gpus} asked hold it too."
     else:
         need = f"GPUs needed: {plan.gpus:,} ({plan.describe()})."
@@ -358,6 +407,6 @@ def _serving_sentence(
             need += (
                 f" Each replica is {plan.layout()}, not the {asked.gpus} asked: tensor parallel that splits the "
                 "heads evenly within a node of 8, pipeline stages only across nodes (vLLM's distributed-serving "
-                "guide), on the fewest GPUs in all."
+                "guide), on the fewest GPUs that layout allows."
             )
     return f"{kept}{cache}{verdict}. {need}"

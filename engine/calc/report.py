@@ -45,6 +45,7 @@ from engine.calc.plan import (
     tensor_sizes,
 )
 from engine.calc.quant import WEIGHT_FORMATS, format_scope, quant_format_name
+from engine.calc.seen import Seen, below_estimate, seen_runs
 from engine.calc.serving_memory import SERVING_ENGINES, ServingMemory, utilization_option
 from engine.calc.specs import (
     GIB,
@@ -277,6 +278,9 @@ class Estimate:
     calibrated: CalibratedSpeed | None = None  # this machine's calibration, when one was passed
     launch: Launch | None = None  # serving engines: the commands for fit.layout
     cost_interval: tuple[float, float] | None = None  # $/M output tokens at the throughput interval's ends
+    seen: tuple[Seen, ...] = ()  # published TPOTs of this setup (engine.calc.seen), quickest first
+    seen_below: Seen | None = None  # the quickest, when below the estimate's one-user interval
+    seen_note: str = ""  # what that means for the estimate, in a sentence (also the first warning)
 
     @property
     def fits(self) -> bool:
@@ -342,6 +346,8 @@ def estimate(
     i, setup = resolve(spec, gpu, inputs)
     fit = memory(setup, i)
     timing, replicas, speed, calibrated = speed_of(setup, fit, i, calibration)
+    seen, below = published_beside(setup, fit, i, speed)
+    seen_note = below_sentence(below, fit) if below is not None else ""
     cost, cost_interval = cost_of(i, fit, timing.tokens_per_s * replicas, speed, replicas)
     model_id = i.model_id or spec.hub_id or None
     launch = serving(setup, fit, i, model_id)
@@ -368,11 +374,46 @@ def estimate(
         replicas=replicas,
         cost=cost,
         paged=paged,
-        warnings=tuple(assumptions(spec, gpu, i, timing, speed, fit)),
+        warnings=tuple(([seen_note] if seen_note else []) + assumptions(spec, gpu, i, timing, speed, fit)),
         speed=speed,
         calibrated=calibrated,
         launch=launch,
         cost_interval=cost_interval,
+        seen=seen,
+        seen_below=below,
+        seen_note=seen_note,
+    )
+
+
+def published_beside(
+    setup: Setup, fit: MemoryAnswer, i: Inputs, speed: SpeedEstimate | None
+) -> tuple[tuple[Seen, ...], Seen | None]:
+    """Published TPOTs of the setup the estimate times (engine.calc.seen), and the quickest when it lies below the
+    estimate's one-user interval."""
+    layout = fit.layout
+    if speed is None or layout is None or layout.pipeline_parallel != 1 or i.engine is None:
+        return (), None
+    runs = tuple(seen_runs(setup.spec, setup.gpu.key, layout.replica_gpus, speed.engine_class, setup.dtype))
+    if not runs:
+        return (), None
+    at = setup_for(setup, layout)
+    one = speed if at.batch == 1 else estimate_speed(replace(at, batch=1), i.engine)
+    return runs, below_estimate(list(runs), one.tpot_s.low)
+
+
+def below_sentence(below: Seen, fit: MemoryAnswer) -> str:
+    layout = fit.layout
+    assert layout is not None
+    why = (
+        " (its all-reduce and per-layer costs are fitted on runs of 7B-class models)"
+        if layout.tensor_parallel > 1
+        else ""
+    )
+    return (
+        f"A published run of this model on these {layout.replica_gpus} GPUs measured {below.tpot_s * 1e3:.1f} ms "
+        f"per output token under {below.load} ({below.engine}), below this estimate's interval for one user: "
+        f"the estimate counts too much time per step for this setup{why}. Budget from the published figure; "
+        "a step carrying more users only takes longer."
     )
 
 

@@ -14,7 +14,7 @@ import os
 
 from engine.arch.resolve import resolve_gpu, resolve_model_spec
 from engine.calc import format as fmt
-from engine.calc.efficiency import INTERVAL_METHOD
+from engine.calc.efficiency import INTERVAL_LEVEL, INTERVAL_METHOD
 from engine.calc.hf_config import read_config_file
 from engine.calc.prices import price_for
 from engine.calc.report import Estimate, Inputs, estimate, split_prompt_output
@@ -242,6 +242,11 @@ def flatten(est: Estimate) -> dict:
         }
         if est.cost_interval is not None:
             out["usd_per_million_tokens_interval"] = list(est.cost_interval)
+        out["published_runs"] = [
+            {"tpot_s": r.tpot_s, "load": r.load, "engine": r.engine, "source": r.source, "id": r.row_id}
+            for r in est.seen
+        ]
+        out["published_below_estimate"] = est.seen_below is not None
     if est.serving is not None:
         sm = est.serving
         out |= {
@@ -265,8 +270,25 @@ def flatten(est: Estimate) -> dict:
 
 def _rate(r: dict | float, unit: str) -> str:
     if isinstance(r, dict):
-        return f"{r['central']:,.1f} {unit} (interval {r['low']:,.1f}-{r['high']:,.1f}; at most {r['bound']:,.1f}: physics)"
+        return f"{r['central']:,.1f} {unit} ({INTERVAL_LEVEL} interval {r['low']:,.1f}-{r['high']:,.1f}; at most {r['bound']:,.1f}: physics)"
     return f"{r:,.1f} {unit}"
+
+
+def _mode(r: dict) -> str:
+    """'fitted: sglang (on vllm-class runs)' where the engine borrows its class's fit, else the timing's mode."""
+    cls = r.get("efficiency", {}).get("engine_class")
+    if r["engine"] and cls and cls != r["engine"]:
+        return f"fitted: {r['engine']} (on {cls}-class runs)"
+    return r["mode"]
+
+
+def _throughput(r: dict) -> str:
+    """Output tokens per second over every replica (the JSON's interval is one replica's), as the price counts."""
+    n, t = r["replicas"], r["output_tokens_per_s"]
+    if n <= 1:
+        return _rate(t, "output tok/s")
+    every = {k: t[k] * n for k in ("central", "low", "high", "bound")}
+    return f"{_rate(every, 'output tok/s')} over {n:,} replicas ({t['central']:,.1f} each)"
 
 
 def format_text(r: dict) -> str:
@@ -276,7 +298,7 @@ def format_text(r: dict) -> str:
     verdict = "FITS" if r["fits"] else "DOES NOT FIT"
     lines = [
         f"{r['model']} in {i.weights_label} (KV {i.kv_dtype}) on {i.n_gpus} x {r['gpu']}, "
-        f"batch {i.batch}, {i.seq_len} tokens ({i.prompt_tokens} prompt + {i.output_tokens} output) [{r['mode']}]",
+        f"batch {i.batch}, {i.seq_len} tokens ({i.prompt_tokens} prompt + {i.output_tokens} output) [{_mode(r)}]",
         f"  parameters        {r['params']:,}",
         f"  weights           {fmt.gb(r['weights_bytes'])} ({fmt.gb(r['weights_bytes_per_gpu'])} per GPU)",
         f"  KV cache          {fmt.gb(r['kv_cache_bytes'])} ({r['kv_bytes_per_token']:,.0f} B/token)",
@@ -312,12 +334,16 @@ def format_text(r: dict) -> str:
         t = r["ttft_s"]
         parts = t.get("parts", {})
         lines += [
-            f"  first token       {fmt.seconds(t['central'])} (interval {fmt.seconds(t['low'])}-{fmt.seconds(t['high'])}; "
+            f"  first token       {fmt.seconds(t['central'])} ({INTERVAL_LEVEL} interval {fmt.seconds(t['low'])}-{fmt.seconds(t['high'])}; "
             f"at least {fmt.seconds(t['bound'])}: physics) = "
             + " + ".join(f"{fmt.seconds(v)} {k}" for k, v in parts.items()),
             f"  batch prefill     {fmt.seconds(r['prefill_batch_s']['central'])} for all {i.batch} prompts at once",
             f"  decode            {_rate(r['decode_tokens_per_s'], 'tok/s per sequence')}",
-            f"  throughput        {_rate(r['output_tokens_per_s'], 'output tok/s')}",
+            f"  throughput        {_throughput(r)}",
+        ]
+        lines += [
+            f"  published         {p['tpot_s'] * 1e3:.1f} ms per output token ({p['load']}; {p['engine']}; {p['source']})"
+            for p in r.get("published_runs", [])
         ]
     else:
         lines += [
@@ -328,7 +354,7 @@ def format_text(r: dict) -> str:
     lines.append(
         f"  cost              {fmt.usd(r['usd_per_hour'])}/hour, {fmt.usd(r['usd_per_million_tokens'])} per million output tokens"
         + (
-            f" (interval {fmt.usd(r['usd_per_million_tokens_interval'][0])}-{fmt.usd(r['usd_per_million_tokens_interval'][1])})"
+            f" ({INTERVAL_LEVEL} interval {fmt.usd(r['usd_per_million_tokens_interval'][0])}-{fmt.usd(r['usd_per_million_tokens_interval'][1])})"
             if r.get("usd_per_million_tokens_interval")
             else ""
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from engine.arch.resolve import hub_presets
 from engine.calc.format import ridge as fmt_ridge
 from engine.calc.memory import params_of
+from engine.calc.prices import price_for
 from engine.calc.specs import THIS_MACHINE, load_gpu_catalog, load_model_presets
 
 HELP = "list the GPU catalog (peak FLOP/s, bandwidth, memory, ridge, sources); --models lists model presets"
@@ -35,6 +36,7 @@ def run(args) -> dict:
         }
     rows = []
     for key, g in load_gpu_catalog().items():
+        price = price_for(key)
         rows.append(
             {
                 "key": key,
@@ -45,6 +47,9 @@ def run(args) -> dict:
                 "ridge_fp16_ops_per_byte": g.ridge("fp16"),
                 "sources": dict(g.sources),
                 "notes": g.notes,
+                # the list price --usd-per-hour defaults to and the cheapest answer compares (None: no price)
+                "usd_per_gpu_hour": price.usd_per_gpu_hour if price else None,
+                "price_source": price.label if price else None,
             }
         )
     return {"gpus": rows, "also": f"{THIS_MACHINE}: measured bandwidth and matmul FLOP/s of this machine"}
@@ -61,12 +66,19 @@ def format_text(r: dict) -> str:
             "or the name after the owner):\n" + "\n".join(f"  {m['name']}" for m in r["hub_models"])
         )
     key = max(len("key"), *(len(g["key"]) for g in r["gpus"])) + 2  # the longest key and two spaces
-    lines = [f"{'key':<{key}}{'name':<34}{'mem GB':>7}{'GB/s':>7}{'fp16 TF':>9}{'ridge':>8}  source"]
+    lines = [
+        f"{'key':<{key}}{'name':<34}{'mem GB':>7}{'GB/s':>7}{'fp16 TF':>9}{'ridge':>8}{'$/GPU-h':>9}  source"
+    ]
     for g in r["gpus"]:
+        usd = "-" if g["usd_per_gpu_hour"] is None else f"{g['usd_per_gpu_hour']:.2f}"
         lines.append(
             f"{g['key']:<{key}}{g['name']:<34}{g['memory_bytes'] / 1e9:>7.0f}"
             f"{g['bandwidth_bytes_per_s'] / 1e9:>7.0f}"
-            f"{g['peak_flops'].get('fp16', 0) / 1e12:>9.0f}{fmt_ridge(g['ridge_fp16_ops_per_byte']):>8}  {g['sources']['bandwidth']}"
+            f"{g['peak_flops'].get('fp16', 0) / 1e12:>9.0f}{fmt_ridge(g['ridge_fp16_ops_per_byte']):>8}{usd:>9}"
+            f"  {g['sources']['bandwidth']}"
         )
     lines.append(r["also"])
+    lines.append(
+        "$/GPU-h: the list price an estimate uses by default (`--json`: each one's provider, date and source)"
+    )
     return "\n".join(lines)

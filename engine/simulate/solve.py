@@ -141,10 +141,15 @@ def max_context(
     value = Interval(at(min(lo, 1.0)), at(1.0), at(max(hi, 1.0)), bound=top, rows=len(ratios))
     where = f"{n_gpus} x {gpu.name}" if n_gpus > 1 else gpu.name
     if value.central == 0:
+        # raising the utilisation helps only while the weights leave room in the whole GPU
+        whole = sm.weights_bytes < sm.total_bytes * 0.95
+        fix = (
+            "add GPUs or raise the utilisation" if whole else "add GPUs (tensor parallel splits the weights)"
+        )
         sentence = (
             f"Not even one token of KV cache fits on {where}: the weights ({sm.weights_bytes / 1e9:.1f} GB per GPU), "
             f"the profile run and the runtime need more than the {sm.budget_bytes / 1e9:.1f} GB vLLM may use ({sm.utilization:.0%} of "
-            "the memory). vLLM refuses to start; add GPUs or raise the utilisation."
+            f"the memory). vLLM refuses to start; {fix}."
         )
     elif value.central >= top:
         low = (
@@ -440,16 +445,15 @@ def cheapest(
         ends[which] = math.inf if r is None else r * best.gpus * best.usd_per_gpu_hour
     value = Interval(ends["low"], best.usd_per_hour, ends["high"], rows=d.steps.describe().get("rows"))
     each = f"{best.replicas} replicas of " if best.replicas > 1 else ""
-    slow = (
-        f"${value.high:,.2f}"
-        if math.isfinite(value.high)
-        else "no replica count meeting them when every step takes its interval's high end"
-    )
-    spread = (
-        "the same at both ends of the step times' interval"
-        if value.low == value.high == value.central
-        else f"interval ${value.low:,.2f} to {slow}, the step times at their interval's ends"
-    )
+    if value.low == value.high == value.central:
+        spread = "the same at both ends of the step times' interval"
+    elif math.isfinite(value.high):
+        spread = f"interval ${value.low:,.2f} to ${value.high:,.2f}, from the step times' quick and slow ends"
+    else:
+        spread = (
+            f"interval ${value.low:,.2f} to unbounded: with every step at its interval's slow end no number of "
+            "these replicas meets the objectives"
+        )
     sentence = (
         f"Cheapest for {users} users at {slo.words()}: {each}{best.gpus} x {best.name} at "
         f"${best.usd_per_hour:,.2f}/hour, {best.users_per_replica} users per replica ({spread}); {len(tried)} of "
