@@ -26,7 +26,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from engine.core.errors import EngineError
 from engine.core.jsonsafe import to_jsonable
@@ -52,11 +52,18 @@ COMMANDS = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """A bad flag gets one line (what is wrong, where the options are), not the whole usage block above it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the options)\n")
+
+
 def build_parser(only: str | None = None) -> tuple[argparse.ArgumentParser, dict[str, Any]]:
     """The parser with every command, or with `only` that one: a command imports what it needs (torch,
     transformers, a peer engine, a web server) at import time, so loading all fourteen to run one costs seconds."""
-    parser = argparse.ArgumentParser(prog="python -m engine", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser = _Parser(prog="python -m engine", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     modules: dict[str, Any] = {}
     for name in COMMANDS if only is None else (only,):
         try:
@@ -144,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
             result = module.run(args)
         except EngineError as exc:
             print(f"error: {exc}", file=sys.stderr)
+            if args.json:  # a script that reads --json reads the refusal as JSON too
+                print(json.dumps({"error": str(exc)}), file=out, flush=True)
             return 2
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)

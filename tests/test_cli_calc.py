@@ -371,3 +371,18 @@ def test_a_solver_answer_without_an_upper_end_prints_unbounded():
         }
     )
     assert "answer 125 users (interval 72 to 153, width 2.12x)" in users
+
+
+def test_a_refusal_under_json_is_json_and_a_bad_flag_is_one_line(capsys):
+    """The engineer's walk: `--json` answered a refusal in plain text, and `--gpus abc` printed some thirty lines of
+    usage before the one that said what was wrong."""
+    base = ["estimate", "--model", "llama-3-8b", "--gpu", "h100-sxm"]
+    assert main([*base, "--gpus", "0", "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"error": "GPUs must be a positive whole number up to 1,024, got 0"}
+    assert "GPUs must be" in err
+    with pytest.raises(SystemExit) as stop:
+        main([*base, "--gpus", "abc"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "invalid int value: 'abc'" in err and "usage:" not in err

@@ -72,6 +72,22 @@ def launch_commands(est) -> None:
         )
 
 
+UNITS = {"ms": "ms", "s": "s", "gib": "GiB", "gb": "GB", "mib": "MiB", "bytes": "bytes"}
+
+
+def metric_words(metric: str) -> str:
+    """A row's metric as words: 'total_gpu_memory_gib' -> 'total GPU memory (GiB)', 'decode_tokens_per_s' ->
+    'decode tokens/s'."""
+    words = metric.replace("_per_s", "/s").replace("_per_min", "/min").split("_")
+    unit = UNITS.get(words[-1]) if len(words) > 1 else None
+    if unit:
+        words = words[:-1]
+    text = " ".join(
+        {"gpu": "GPU", "kv": "KV", "ttft": "TTFT", "tpot": "TPOT", "itl": "ITL"}.get(w, w) for w in words
+    )
+    return f"{text} ({unit})" if unit else text
+
+
 @st.cache_data(show_spinner="Putting every published measurement beside its prediction…", max_entries=1)
 def _cached_record() -> dict:
     tr = T.track_record(include_machine=False)
@@ -81,7 +97,7 @@ def _cached_record() -> dict:
         "rows": [
             {
                 "group": r.group or "shown only",
-                "metric": r.metric,
+                "metric": metric_words(r.metric),
                 "model": r.model,
                 "GPU": r.gpu,
                 "engine": r.engine,
@@ -108,15 +124,15 @@ def _cached_record() -> dict:
 def _summary_frame(summaries: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(
         [
-            {
+            {  # the verdict beside the name, so it shows without scrolling the table sideways
                 "what": s["description"],
-                "rows": s["rows"],
+                "target met": {True: "yes", False: "NO", None: "no rows"}[s["met"]],
                 "median |error|": fmt.number(s["median_abs_error"] * 100, ".1f", missing="–") + " %",
-                "worst |error|": fmt.number(s["worst_abs_error"] * 100, ".1f", missing="–") + " %",
                 "inside the interval": "–" if s["coverage"] is None else f"{s['coverage']:.0%}",
                 "median width": "–" if s["median_width"] is None else f"{s['median_width']:.2f}×",
+                "rows": s["rows"],
+                "worst |error|": fmt.number(s["worst_abs_error"] * 100, ".1f", missing="–") + " %",
                 "target": s["target"],
-                "met": {True: "yes", False: "no", None: "no rows"}[s["met"]],
             }
             for s in summaries
         ]

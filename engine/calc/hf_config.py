@@ -21,7 +21,7 @@ from engine.calc.specs import ARCH_TRAITS, ModelSpec, positive_int, validate_spe
 from engine.core.errors import InvalidParameterError
 
 NOT_A_CONFIG = (
-    "this does not look like a Hugging Face config.json: {why}. Upload the config.json from the model's "
+    "this does not look like a Hugging Face config.json: {why}. Give the config.json from the model's "
     "folder on the hub (it has model_type, hidden_size or n_embd, the layer and head counts, vocab_size)."
 )
 MAX_CONFIG_BYTES = 5 * 2**20  # a config.json is a few KB; anything this large is not one
@@ -447,7 +447,7 @@ def parse_config_json(text: str | bytes) -> dict[str, Any]:
     """The dict of a config.json's text (json only: nothing is executed), or a message saying what is wrong."""
     if len(text) > MAX_CONFIG_BYTES:
         raise InvalidParameterError(
-            f"the file is {len(text) / 2**20:.1f} MB; a config.json is a few KB. Upload config.json, not the weights"
+            f"the file is {len(text) / 2**20:.1f} MB; a config.json is a few KB. Give config.json, not the weights"
         )
     try:
         cfg = json.loads(text)
