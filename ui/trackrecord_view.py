@@ -72,20 +72,18 @@ def launch_commands(est) -> None:
         )
 
 
-UNITS = {"ms": "ms", "s": "s", "gib": "GiB", "gb": "GB", "mib": "MiB", "bytes": "bytes"}
+UNIT_SUFFIXES = ("ms", "s", "gib", "gb", "mib", "bytes")  # the row's unit column says it
 
 
 def metric_words(metric: str) -> str:
-    """A row's metric as words: 'total_gpu_memory_gib' -> 'total GPU memory (GiB)', 'decode_tokens_per_s' ->
-    'decode tokens/s'."""
+    """A row's metric as words, its unit left to the unit column: 'total_gpu_memory_gib' -> 'total GPU memory',
+    'decode_tokens_per_s' -> 'decode tokens/s', 'tpot_ms' -> 'TPOT'."""
     words = metric.replace("_per_s", "/s").replace("_per_min", "/min").split("_")
-    unit = UNITS.get(words[-1]) if len(words) > 1 else None
-    if unit:
+    if len(words) > 1 and words[-1] in UNIT_SUFFIXES:
         words = words[:-1]
-    text = " ".join(
+    return " ".join(
         {"gpu": "GPU", "kv": "KV", "ttft": "TTFT", "tpot": "TPOT", "itl": "ITL"}.get(w, w) for w in words
     )
-    return f"{text} ({unit})" if unit else text
 
 
 @st.cache_data(show_spinner="Putting every published measurement beside its prediction…", max_entries=1)
