@@ -677,3 +677,24 @@ def test_an_engine_without_a_server_says_why_there_is_no_launch_command():
     at.selectbox(key="calc.engine").set_value("vllm").run()
     assert "No launch command" not in " ".join(c.value for c in at.caption)
     assert any(c.value.startswith("vllm serve") for c in at.code)
+
+
+def test_the_memory_bar_and_cost_curve_of_a_plan_that_does_not_fit_the_gpus_asked():
+    """The engineer's walk, a 70B asked on one H100: the bar stopped at the GPU's 85 GB with the weights at 141 GB,
+    and the cost curve drew one GPU's batches 1 and 2 under tiles timed 'at the 4 GPUs it needs'."""
+    from engine.calc import published
+    from engine.calc.hf_config import spec_from_hf_config
+    from engine.calc.report import Inputs, estimate
+    from engine.calc.specs import gpu_spec
+    from ui.calc_view import swept_gpus
+    from ui.plots_calc import serving_bar
+
+    name = "meta-llama/Llama-3.3-70B-Instruct"
+    spec = spec_from_hf_config(published.configs()[name], name=name)
+    est = estimate(spec, gpu_spec("h100-sxm"), Inputs(dtype="bf16", batch=50, engine="vllm"))
+    assert not est.fits and swept_gpus(est) == est.fit.layout.tensor_parallel > 1
+    fig = serving_bar(est.serving)
+    assert fig.layout.xaxis.range[1] * 1e9 >= est.serving.weights_bytes  # the bar is drawn whole
+    assert any(s.x0 == est.serving.total_bytes / 1e9 for s in fig.layout.shapes)  # and the GPU's end is marked
+    fits = estimate(spec, gpu_spec("h100-sxm"), Inputs(dtype="bf16", batch=8, n_gpus=8, engine="vllm"))
+    assert swept_gpus(fits) == 8  # a load that fits is drawn on the GPUs asked

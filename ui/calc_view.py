@@ -7,7 +7,7 @@ price and the launch command at the layout that model settled on; the words are 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 import streamlit as st
@@ -31,8 +31,9 @@ class CalcAnswer:
     request: CalcRequest
     est: Estimate
     eff: Efficiency  # what the times were computed with (calibrated, fitted or the bound)
-    sweep: list[BatchPoint]  # cost and latency against batch on the GPUs asked
+    sweep: list[BatchPoint]  # cost and latency against batch on swept_gpus(est)
     split: SplitAgainstOne | None = None  # a tensor-parallel plan's decode step beside one GPU's
+    sweep_max_batch: int = 0  # the largest batch those GPUs hold (the curve's fit limit)
 
     @property
     def label(self) -> str:
@@ -51,7 +52,23 @@ def calc_answer(req: CalcRequest) -> CalcAnswer:
     est = estimate(req.spec, req.gpu, req.inputs, req.calibration)
     eff = efficiency_of(est, req.gpu)
     split = split_against_one(est, req.spec, req.gpu, req.calibration)
-    return CalcAnswer(req, est, eff, batch_sweep(req.spec, req.gpu, req.inputs, eff), split)
+    n = swept_gpus(est)
+    on = replace(req.inputs, n_gpus=n)
+    limit = (
+        est.max_batch
+        if n == req.inputs.n_gpus
+        else estimate(req.spec, req.gpu, on, req.calibration).max_batch
+    )
+    return CalcAnswer(req, est, eff, batch_sweep(req.spec, req.gpu, on, eff), split, limit)
+
+
+def swept_gpus(est: Estimate) -> int:
+    """The GPUs the cost curve runs on: the ones asked when the load fits there, else one replica of the plan the
+    tiles are timed and priced at (a 70B asked on 1 GPU is drawn on the 4 it needs, not on 1 that cannot hold it)."""
+    layout = est.fit.layout
+    if est.fits or layout is None or layout.pipeline_parallel > 1:
+        return est.inputs.n_gpus
+    return layout.tensor_parallel
 
 
 def header(a: CalcAnswer) -> str:
@@ -421,9 +438,11 @@ def formulas() -> None:
 def cost_curve(a: CalcAnswer, key: str) -> None:
     """Cost and latency against batch on the GPUs asked; the sentence and the hollow points from the same points."""
     priced = bool(a.sweep) and math.isfinite(a.sweep[0].usd_per_million_tokens)
-    st.plotly_chart(batch_curve(a.sweep, a.est.max_batch, priced=priced), width="stretch", key=f"{key}.curve")
+    st.plotly_chart(
+        batch_curve(a.sweep, a.sweep_max_batch, priced=priced), width="stretch", key=f"{key}.curve"
+    )
     st.markdown(
-        batch_sentence(a.sweep, a.est.max_batch, f"{a.est.inputs.n_gpus} × {a.request.gpu.name}", priced)
+        batch_sentence(a.sweep, a.sweep_max_batch, f"{swept_gpus(a.est)} × {a.request.gpu.name}", priced)
     )
 
 
@@ -530,7 +549,7 @@ def export_parts(a: CalcAnswer) -> list:
         export.Table(breakdown_frame(est), "parameters and bytes per component"),
         export.Figure(serving_bar(est.serving) if est.serving else memory_bar(est.memory)),
         export.Figure(
-            batch_curve(a.sweep, est.max_batch, priced=math.isfinite(est.cost.usd_per_million_tokens)),
+            batch_curve(a.sweep, a.sweep_max_batch, priced=math.isfinite(est.cost.usd_per_million_tokens)),
             "cost and latency against batch size",
         ),
     ]

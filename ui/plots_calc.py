@@ -65,13 +65,19 @@ def serving_bar(sm) -> go.Figure:
         ("kept free", sm.total_bytes - sm.budget_bytes, COLORS["free"]),
     ]
     fig = _stacked_gb(parts)
+    # the axis reaches past the GPU when the parts outgrow it (a 70B on one GPU), and a line marks the GPU's end
+    stacked = sum(max(0.0, v) for _, v, _ in parts[:4]) + max(0.0, parts[4][1])
+    fig.add_vline(
+        x=sm.total_bytes / 1e9, line_dash="dash", line_color="#424242",
+        annotation_text=f"the GPU: {fmt.gb(sm.total_bytes)}", annotation_position="top left",
+    )  # fmt: skip
     return _style(
         fig,
-        height=220,
-        top=10,
+        height=240,
+        top=30,  # room for the GPU line's label
         legend=LEGEND_BELOW_BAR,
         barmode="stack",
-        xaxis=dict(ticksuffix=" GB", range=[0, sm.total_bytes / 1e9 * 1.02]),
+        xaxis=dict(ticksuffix=" GB", range=[0, max(sm.total_bytes, stacked) / 1e9 * 1.02]),
     )
 
 
