@@ -695,6 +695,8 @@ def test_the_memory_bar_and_cost_curve_of_a_plan_that_does_not_fit_the_gpus_aske
     assert not est.fits and swept_gpus(est) == est.fit.layout.tensor_parallel > 1
     fig = serving_bar(est.serving)
     assert fig.layout.xaxis.range[1] * 1e9 >= est.serving.weights_bytes  # the bar is drawn whole
-    assert any(s.x0 == est.serving.total_bytes / 1e9 for s in fig.layout.shapes)  # and the GPU's end is marked
+    assert any(
+        s.x0 == est.serving.total_bytes / 1e9 for s in fig.layout.shapes
+    )  # and the GPU's end is marked
     fits = estimate(spec, gpu_spec("h100-sxm"), Inputs(dtype="bf16", batch=8, n_gpus=8, engine="vllm"))
     assert swept_gpus(fits) == 8  # a load that fits is drawn on the GPUs asked
