@@ -149,3 +149,23 @@ def test_the_track_records_machine_rows_read_a_stored_measurement_without_a_cali
     runlog.record(synthetic_run("smollm2-135m-instruct", "fp32", 0.1, 0.02, loadavg_1m=0.5, busy=False))
     [row] = this_machine()
     assert row["runs"] == 1 and "smollm2" in row["shape"]
+
+
+def test_a_measurement_that_recorded_no_load_is_not_compared():
+    """The engineer's walk read three ratios (0.78x, 0.18x, 0.07x) beside runs logged before runs carried their
+    load: they may have shared the CPU, so they get no ratio and say why."""
+    import math
+
+    from engine.calibration.beside import beside
+    from engine.core.interval import Interval
+
+    predicted = Interval(0.1, 0.155, 0.2)
+    old = beside("TPOT", measured_s=2.2, predicted=predicted, loadavg_1m=math.nan)
+    assert old.load_unknown and not old.comparable and old.ratio is None
+    assert old.sentence() == (
+        "Measured TPOT 2.2 s, with no record of the machine's load then: not compared with the calibrated estimate "
+        "155 ms (95%: 100 ms–200 ms)."
+    )
+    quiet = beside("TPOT", measured_s=0.16, predicted=predicted, loadavg_1m=0.5, n_cores=2)
+    assert not quiet.load_unknown and quiet.comparable and quiet.inside
+    assert not beside("TPOT", measured_s=None, predicted=predicted).load_unknown  # a forecast measures nothing

@@ -484,7 +484,9 @@ def measured_section(a: CalcAnswer, key: str) -> None:
             col,
             c.label,
             f"measured {fmt.seconds(c.tpot.median)}",
-            "not comparable (busy)"
+            "not compared: load not recorded"
+            if b.load_unknown
+            else "not comparable (busy)"
             if b.busy
             else (
                 f"estimate {fmt.seconds(b.predicted.central)} ({b.ratio:.2f}×)"
@@ -511,6 +513,10 @@ def measured_section(a: CalcAnswer, key: str) -> None:
         calibrate_button(f"{key}.beside")
 
 
+def comparable_word(b) -> str:
+    return "no: load not recorded" if b.load_unknown else "no: busy" if b.busy else "yes"
+
+
 def _shape_rows(shapes) -> pd.DataFrame:
     def ms(x: float | None) -> str:
         return "" if x is None or not math.isfinite(x) else f"{x * 1e3:,.2f}"
@@ -530,7 +536,7 @@ def _shape_rows(shapes) -> pd.DataFrame:
                 if c.calibrated_tpot_interval
                 else "",
                 "roofs' bound (ms)": ms(c.datasheet_tpot_s),
-                "comparable": "no: busy" if c.beside().busy else "yes",
+                "comparable": comparable_word(c.beside()),
             }
             for c in reversed(shapes)
         ]

@@ -39,10 +39,16 @@ class Beside:
     loadavg_1m: float  # the 1-minute load average when measured (or now, for a forecast); NaN unknown
     busy: bool
     cores: int
+    load_unknown: bool = False  # a measurement that recorded no load (logged before runs carried it)
 
     @property
     def comparable(self) -> bool:
-        return not self.busy and self.predicted is not None and self.measured_s is not None
+        return (
+            not self.busy
+            and not self.load_unknown
+            and self.predicted is not None
+            and self.measured_s is not None
+        )
 
     @property
     def ratio(self) -> float | None:
@@ -111,6 +117,8 @@ class Beside:
                 )
             return head + "."
         measured = f"Measured {q} {fmt.seconds(self.measured_s)}"
+        if self.load_unknown:
+            return f"{measured}, with no record of the machine's load then: not compared with the {estimate}."
         if self.busy:
             return f"{measured}, measured under {self.load_text()}: not comparable with the {estimate}."
         if self.predicted is None:
@@ -135,7 +143,14 @@ def beside(
     the measurement recorded its own `busy` flag."""
     n = n_cores or cores()
     flagged = is_busy(loadavg_1m, n, cpu_share) if busy is None else busy
-    return Beside(quantity, measured_s, predicted, bound_s, loadavg_1m, flagged, n)
+    # a measurement with neither a load nor a busy flag may have shared the CPU: it is not compared
+    unknown = (
+        measured_s is not None
+        and busy is None
+        and not math.isfinite(loadavg_1m)
+        and not math.isfinite(cpu_share)
+    )
+    return Beside(quantity, measured_s, predicted, bound_s, loadavg_1m, flagged, n, unknown)
 
 
 def run_load(run: object) -> tuple[float, float, bool | None]:

@@ -96,7 +96,8 @@ class ShapeComparison:
             predicted=predicted,
             bound_s=self.datasheet_tpot_s,
             loadavg_1m=self.loadavg_1m,
-            busy=self.busy_runs > 0 or is_busy(self.loadavg_1m, cores()),
+            # busy when any compared run was; else the load decides, and runs that recorded none are not compared
+            busy=True if self.busy_runs > 0 else None,
         )
 
     def explanation(self) -> str:
