@@ -100,6 +100,7 @@ if running is not None:
     running["status"] = "cancelled"
     running["elapsed"] = time.perf_counter() - running["request_t"]
     st.session_state[f"{NS}.last"] = running
+    st.session_state.pop(f"{NS}.restored", None)
     st.session_state[f"{NS}.running"] = None
     st.session_state[f"{NS}.history"].append(
         {
@@ -185,6 +186,7 @@ def run_single(lm, prompt: str, cfg, beside, expected_s: float | None = None) ->
         empty_note=run.ended_at_once_note(report, lm, cfg, CHAT_SWITCH),
     )
     st.session_state[f"{NS}.last"] = cur
+    st.session_state.pop(f"{NS}.restored", None)  # a live run: the stored runs' line no longer applies
     if c.stop_reason != "cancelled":
         st.session_state[f"{NS}.curve"][cfg.use_cache] = cur
     st.session_state[f"{NS}.history"].append(history_row(c.measurement, "single", c.stop_reason, c.decode))

@@ -168,4 +168,6 @@ def test_a_measurement_that_recorded_no_load_is_not_compared():
     )
     quiet = beside("TPOT", measured_s=0.16, predicted=predicted, loadavg_1m=0.5, n_cores=2)
     assert not quiet.load_unknown and quiet.comparable and quiet.inside
-    assert not beside("TPOT", measured_s=None, predicted=predicted).load_unknown  # a forecast measures nothing
+    assert not beside(
+        "TPOT", measured_s=None, predicted=predicted
+    ).load_unknown  # a forecast measures nothing

@@ -214,3 +214,6 @@ def test_playground_runs_survive_a_reload_and_open_presenter_mode():
     presenter.run()
     assert any(i.value.startswith("Presenter mode") for i in presenter.info)
     assert any(c.value == text for c in presenter.code)
+    # the presenter's walk: on the next rerun the line went and the recorded run passed for this session's own
+    presenter.run()
+    assert any(i.value.startswith("Presenter mode") for i in presenter.info)

@@ -197,3 +197,19 @@ def test_a_compiled_runs_tpot_excludes_its_compile(tiny_lm, monkeypatch):
     steps = [b - a for a, b in zip(c.token_times, c.token_times[1:], strict=False)]
     assert max(steps) < 0.9 and m.tpot_s < 0.9  # no step, and so no TPOT, holds the compile
     assert math.isclose(m.tpot_s, (m.latency_s - m.ttft_s) / (m.output_tokens - 1), rel_tol=1e-9)
+
+
+def test_a_run_is_busy_by_the_others_load_not_its_own_threads():
+    """The presenter's cache-off run (a minute on both cores, nothing else running) ended at load average 2.1 on 2
+    cores and read 'busy, so slower than it runs when quiet': its own threads were counted as other work."""
+    from engine.runtime.run import RunReport
+
+    def report(before: float, after: float) -> RunReport:
+        return RunReport(
+            completions=(), measurement=None, route="stream", source=None, load=after, cores=2,
+            ended_at_once=False, load_before=before, own_threads=2,
+        )  # fmt: skip
+
+    assert not report(0.9, 2.1).busy  # 2.1 less its own 2 threads
+    assert report(2.5, 2.1).busy  # busy when it started
+    assert report(0.9, 4.5).busy  # others' 2.5 at its end

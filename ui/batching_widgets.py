@@ -203,7 +203,9 @@ def simulate_users(
     handles = []
     guess = pace.expected(USERS_EXPERIMENT, n * max_new_tokens)
     live = panel if panel is not None else st.empty()
-    t0 = time.perf_counter()
+    from engine.core.load import cores, loadavg_1m
+
+    t0, load_before = time.perf_counter(), loadavg_1m()
     done, done_at = 0, None  # requests finished, and when the last of them was first seen finished
     try:
         for k in range(n):
@@ -238,8 +240,11 @@ def simulate_users(
         wall_s=time.perf_counter() - t0,
         work=n * max_new_tokens,
         session=session,
-        settings={"model": lm.name, "users": n, "max_new_tokens": max_new_tokens},
-    )
+        settings={
+            "model": lm.name, "users": n, "max_new_tokens": max_new_tokens,
+            "load": {"before": load_before, "after": loadavg_1m(), "cores": cores()},  # presenter mode's quiet test
+        },
+    )  # fmt: skip
     return result
 
 

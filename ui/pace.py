@@ -216,7 +216,9 @@ def shown_result(experiment: str, live: Any, decode: Callable[[Any], Any]) -> Sh
         )
     if presenter_mode():
         # a run measured on a quiet machine first: its times and ratios are the ones to show a room
-        quiet = runlog.last_result(experiment, where=lambda r: not load_note(r.settings.get("load")))
+        quiet = runlog.last_result(
+            experiment, where=lambda r: bool(r.settings.get("load")) and not load_note(r.settings.get("load"))
+        )
         stored = quiet or runlog.last_result(experiment)
         if stored is not None:
             which = (

@@ -283,8 +283,13 @@ def metrics_row(m, load: float | None = None, busy: bool | None = None, cores: i
     c[5].metric("Peak memory", fmt.gb(m.peak_memory_bytes), help=m.peak_memory_kind)
     if load is not None and load == load:
         st.caption(
-            f"All measured on this run, on this machine: load average {load:.1f} on {cores} cores when it finished"
-            + (": busy, so slower than it runs when quiet." if busy else " (quiet).")
+            f"All measured on this run, on this machine: load average {load:.1f} on {cores} cores when it finished, "
+            "this run's own threads included"
+            + (
+                ": other work shared the CPU, so slower than it runs when quiet."
+                if busy
+                else " (quiet otherwise)."
+            )
         )
 
 
@@ -411,17 +416,34 @@ def keep(ns: str, wall_s: float) -> None:
         "curve": {str(on): _slim(r) for on, r in state[f"{ns}.curve"].items()},
         "history": state[f"{ns}.history"],
     }
-    runlog.save_result(EXPERIMENT, payload, wall_s=wall_s, session=browser_session())
+    report = last.get("report") if last is not None else None
+    load = (
+        {"before": report.load_before, "after": report.load, "cores": report.cores}
+        if report is not None
+        else None
+    )  # what presenter mode reads to prefer a run taken on a quiet machine
+    runlog.save_result(
+        EXPERIMENT,
+        payload,
+        wall_s=wall_s,
+        session=browser_session(),
+        settings={"load": load} if load else None,
+    )
 
 
 def restore(ns: str) -> None:
-    """A fresh session (a reload, or presenter mode) opens on the stored runs, with the line that says whose."""
+    """A fresh session (a reload, or presenter mode) opens on the stored runs, with the line that says whose; the
+    line stays on every rerun until a live run replaces them (they must never pass for this session's runs)."""
     state = st.session_state
     if state[f"{ns}.last"] is not None or state[f"{ns}.history"]:
+        restored = state.get(f"{ns}.restored")
+        if restored is not None:
+            pace.note(restored)
         return
     shown = pace.shown_result(EXPERIMENT, None, lambda p: p)
     if shown is None:
         return
+    state[f"{ns}.restored"] = shown
     p = shown.result
     state[f"{ns}.last"] = _unslim(p["last"]) if p.get("last") else None
     state[f"{ns}.curve"] = {on == "True": _unslim(r) for on, r in p.get("curve", {}).items()}

@@ -21,6 +21,7 @@ Imports nothing above engine.runtime: the scheduler is passed in, whatever its c
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -74,6 +75,8 @@ class RunReport(RowsDecode):
     cores: int
     ended_at_once: bool  # an empty completion: the model's first token was its end of sequence (see note)
     wall_s: float | None = None  # with a compile: the real request-to-last-token seconds (compile included)
+    load_before: float = math.nan  # 1-minute load average when it started
+    own_threads: int = 0  # the run's own compute threads, counted in `load` at its end
 
     @property
     def completion(self) -> Completion:
@@ -87,14 +90,24 @@ class RunReport(RowsDecode):
 
     @property
     def busy(self) -> bool:
-        """The machine was busy when the run finished (engine.core.load's one rule): slower than it runs quiet."""
-        return is_busy(self.load, self.cores)
+        """Other work shared the CPU (engine.core.load's one rule): busy when it started, or at its end once its own
+        threads are taken out of the load (a minute-long run on every core lifts the average by itself; the
+        presenter's cache-off run read 'busy' with nothing else running)."""
+        others = self.load - self.own_threads if math.isfinite(self.load) else math.nan
+        return is_busy(self.load_before, self.cores) or is_busy(others, self.cores)
 
     @property
     def latencies(self) -> list[float]:
         """Seconds per generated token of the first row: the TTFT, then each decode step's gap (the chart)."""
         c = self.completion
         return token_latencies(c.measurement.ttft_s, c.token_times)
+
+
+def _own_threads() -> int:
+    """The compute threads a run here uses (torch's intra-op pool)."""
+    import torch
+
+    return int(torch.get_num_threads())
 
 
 def ended_at_once(lm: LoadedModel, completions: Sequence[Completion]) -> bool:
@@ -144,6 +157,7 @@ class Run:
         self.lm, self.cfg, self.source = lm, cfg.validate(), source
         self.route = choose_route(prompts, self.cfg, scheduler)
         self.request_t = time.perf_counter()
+        self._load_before = loadavg_1m()
         # the scheduler logs its own requests only when it was made to (the shared one is not): never twice
         self._record = record and not (self.route == "scheduler" and getattr(scheduler, "record", False))
         self._report: RunReport | None = None
@@ -217,6 +231,8 @@ class Run:
             cores=n,
             ended_at_once=ended_at_once(self.lm, completions),
             wall_s=wall,
+            load_before=self._load_before,
+            own_threads=_own_threads(),
         )
         if self._record:
             runlog.record(_with_load(self._report), source=self.source, stop_reason=self._report.stop_reason)
