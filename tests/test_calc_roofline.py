@@ -6,7 +6,8 @@ import pytest
 
 from engine.calc import gpu_spec, load_model_presets, model_preset
 from engine.calc.memory import count_params, kv_bytes_per_token
-from engine.calc.roofline import analyse, diagnose, forward_flops, operators, roof_for
+from engine.calc.roofline import analyse, forward_flops, operators, roof_for
+from engine.calc.roofline_words import diagnose
 
 NEO = model_preset("gpt-neo-125m")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from engine.calc import format as fmt
-from engine.calc.roofline import diagnose
+from engine.calc.roofline_words import diagnose
 
 # The page's steps along each axis of the shape (powers of two: a roofline moves in ratios)
 SEQ_LENS = tuple(2**k for k in range(4, 16))  # 16 ... 32,768
@@ -72,6 +72,6 @@ def split_measured(fig: go.Figure) -> go.Figure:
 
 
 def reading(result) -> list[str]:
-    """The calculator's reading of a roofline (engine.calc.roofline.diagnose): decode's weights line follows the same
+    """The calculator's reading of a roofline (engine.calc.roofline_words.diagnose): decode's weights line follows the same
     ridge comparison as the plot."""
     return diagnose(result)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from engine.arch.resolve import resolve_gpu, resolve_model_spec
 from engine.calc import format as fmt
 from engine.calc.hf_config import load_config_file
-from engine.calc.roofline import PHASES, RooflineResult, analyse, diagnose, roof_for
+from engine.calc.roofline import PHASES, RooflineResult, analyse, roof_for
+from engine.calc.roofline_words import diagnose
 from engine.calc.specs import PRECISIONS, THIS_MACHINE
 
 HELP = "roofline of a model's operators (prefill or decode) on a GPU, with a diagnosis"
