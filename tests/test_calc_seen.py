@@ -45,19 +45,7 @@ def test_the_estimate_shows_them_and_says_which_figure_to_budget_from(capsys):
         "A published run of this model on these 4 GPUs measured 23.6 ms per output token"
     )
     assert "Budget from the published figure" in est.seen_note
-    argv = [
-        "estimate",
-        "--model",
-        NAME,
-        "--gpu",
-        "h100-sxm",
-        "--dtype",
-        "bf16",
-        "--engine",
-        "vllm",
-        "--gpus",
-        "4",
-    ]
+    argv = f"estimate --model {NAME} --gpu h100-sxm --dtype bf16 --engine vllm --gpus 4".split()
     assert main([*argv, "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["published_below_estimate"] is True and r["published_runs"][0]["tpot_s"] == 0.02358
