@@ -203,7 +203,7 @@ def simulate_users(
     handles = []
     guess = pace.expected(USERS_EXPERIMENT, n * max_new_tokens)
     live = panel if panel is not None else st.empty()
-    from engine.core.load import cores, loadavg_1m
+    from engine.core.load import loadavg_1m
 
     t0, load_before = time.perf_counter(), loadavg_1m()
     done, done_at = 0, None  # requests finished, and when the last of them was first seen finished
@@ -242,7 +242,7 @@ def simulate_users(
         session=session,
         settings={
             "model": lm.name, "users": n, "max_new_tokens": max_new_tokens,
-            "load": {"before": load_before, "after": loadavg_1m(), "cores": cores()},  # presenter mode's quiet test
+            "load": pace.load_record(load_before),  # presenter mode's quiet test
         },
     )  # fmt: skip
     return result

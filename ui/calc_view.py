@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from engine.calc import format as fmt
-from engine.calc import memory, paged, timing
+from engine.calc import memory, paged, report, timing
 from engine.calc.batch_cost import BatchPoint, batch_sweep
 from engine.calc.cost import estimate_cost
 from engine.calc.efficiency import INTERVAL_LEVEL, SpeedEstimate
@@ -54,11 +54,11 @@ def calc_answer(req: CalcRequest) -> CalcAnswer:
     split = split_against_one(est, req.spec, req.gpu, req.calibration)
     n = swept_gpus(est)
     on = replace(req.inputs, n_gpus=n)
-    limit = (
-        est.max_batch
-        if n == req.inputs.n_gpus
-        else estimate(req.spec, req.gpu, on, req.calibration).max_batch
-    )
+    if n == req.inputs.n_gpus:
+        limit = est.max_batch
+    else:  # the plan's GPUs: their memory answer alone (no times, prices or published runs to compute)
+        i, setup = report.resolve(req.spec, req.gpu, on)
+        limit = report.memory(setup, i).max_batch
     return CalcAnswer(req, est, eff, batch_sweep(req.spec, req.gpu, on, eff), split, limit)
 
 

@@ -155,7 +155,7 @@ def run_experiment(
         show_error(exc)
         return None
     wall = time.perf_counter() - t0
-    load = {"before": load_before, "after": loadavg_1m(), "cores": cores()}
+    load = load_record(load_before)
     runlog.save_result(
         experiment,
         store(result) if store else result,
@@ -167,6 +167,11 @@ def run_experiment(
     st.session_state[f"pace.{experiment}.live"] = True
     st.session_state[f"pace.{experiment}.load"] = load
     return result
+
+
+def load_record(before: float) -> dict:
+    """The load a run is stored with: the 1-minute average before it and now (its end), and the cores."""
+    return {"before": before, "after": loadavg_1m(), "cores": cores()}
 
 
 def load_note(load: dict | None) -> str:

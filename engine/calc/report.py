@@ -280,11 +280,15 @@ class Estimate:
     cost_interval: tuple[float, float] | None = None  # $/M output tokens at the throughput interval's ends
     seen: tuple[Seen, ...] = ()  # published TPOTs of this setup (engine.calc.seen), quickest first
     seen_below: Seen | None = None  # the quickest, when below the estimate's one-user interval
-    seen_note: str = ""  # what that means for the estimate, in a sentence (also the first warning)
 
     @property
     def fits(self) -> bool:
         return self.fit.fits
+
+    @property
+    def seen_note(self) -> str:
+        """What a published run below the one-user interval means for the estimate (also its first warning)."""
+        return below_sentence(self.seen_below, self.fit) if self.seen_below is not None else ""
 
     @property
     def gpus_needed(self) -> int:
@@ -381,7 +385,6 @@ def estimate(
         cost_interval=cost_interval,
         seen=seen,
         seen_below=below,
-        seen_note=seen_note,
     )
 
 

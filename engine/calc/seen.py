@@ -30,9 +30,6 @@ class Seen:
     source: str
     row_id: str
 
-    def words(self) -> str:
-        return f"{self.tpot_s * 1e3:.1f} ms ({self.load}; {self.engine}; {self.source})"
-
 
 def _shape(spec: ModelSpec) -> tuple[int, ...]:
     return (spec.n_layer, spec.hidden, spec.n_head, spec.n_kv_head, spec.vocab)
