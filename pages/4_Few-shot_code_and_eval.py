@@ -13,7 +13,7 @@ from engine.core.jsonsafe import from_jsonable
 from engine.lab import codegen, evaluation, fewshot
 from engine.runtime import run
 from engine.runtime.settings import GenerationConfig
-from ui import export, lab_widgets, pace
+from ui import export, lab_view, lab_widgets, pace
 from ui.common import fmt_seconds, init_state, page_setup, show_error
 from ui.playground_widgets import live_line
 from ui.widgets import RADIO, SLIDER, button_why, refused, sidebar_model, spec_input
@@ -23,12 +23,15 @@ MAX_UPLOAD_BYTES = fewshot.MAX_CSV_BYTES
 FS, CODE, EVAL = fewshot.FewShotSpec, codegen.CodeSpec, evaluation.EvalSpec
 CLASSIFY_EXPERIMENT = "fewshot-classify"  # one text classified: kept for a reload and presenter mode
 SWEEP_EXPERIMENT = "fewshot-accuracy"  # the run log's name: the clock's estimate and the reload
+CODE_EXPERIMENT = "lab-code"  # one generated and reviewed draft
 QUICK_QUERIES, QUICK_LIMIT = 16, 8  # the page's first runs take seconds; the engine's default is all of them
 
 page_setup("Few-shot, code and eval", measures=True)
-init_state(NS, sweep=None, classified=None, code=None, eval_runs=[], last_eval=None)
+init_state(NS, sweep=None, classified=None, code=None, eval_runs=None, last_eval=None)
 EVAL_EXPERIMENT = "evaluation"
 state = st.session_state
+if state[f"{NS}.eval_runs"] is None:  # a new session, or a reload: this browser session's stored runs
+    state[f"{NS}.eval_runs"] = lab_view.session_eval_runs(EVAL_EXPERIMENT)
 
 st.title("Few-shot, code and eval")
 st.caption(
@@ -42,6 +45,7 @@ if lm is None:
 st.caption(f"Loaded **{lm.name}** in {lm.dtype} on {lm.device} ({lm.params / 1e6:.1f} M parameters).")
 
 tab_fs, tab_code, tab_eval = st.tabs(["Few-shot", "Code generation", "Evaluation"])
+done_shown = sweep_shown = None  # what the few-shot tab shows, for the report (none without a dataset)
 
 
 # --- Few-shot ----------------------------------------------------------------------------------------------
@@ -145,11 +149,11 @@ with tab_fs:
             )
             if done is not None:
                 state[f"{NS}.classified"] = done
-        shown = pace.shown_result(
+        done_shown = pace.shown_result(
             CLASSIFY_EXPERIMENT, state[f"{NS}.classified"], lab_widgets.classified_from_record
         )
-        pace.note(shown)
-        done = shown.result if shown is not None else None
+        pace.note(done_shown)
+        done = done_shown.result if done_shown is not None else None
         if done is not None:
             st.markdown(f"**The exact prompt sent** ({done['k']}-shot):")
             st.code(done["prompt"], language=None)
@@ -217,9 +221,9 @@ with tab_fs:
             )
             if record is not None:
                 state[f"{NS}.sweep"] = record
-        shown = pace.shown_result(SWEEP_EXPERIMENT, state[f"{NS}.sweep"], lab_widgets.sweep_from_record)
-        pace.note(shown)
-        sweep = shown.result if shown is not None else None
+        sweep_shown = pace.shown_result(SWEEP_EXPERIMENT, state[f"{NS}.sweep"], lab_widgets.sweep_from_record)
+        pace.note(sweep_shown)
+        sweep = sweep_shown.result if sweep_shown is not None else None
         if sweep is not None and sweep["results"]:
             res = sweep["results"]
             st.caption(f"{sweep['model']} on '{sweep['dataset']}', {res[0].total} queries.")
@@ -294,46 +298,14 @@ with tab_code:
             clock.empty()
             live.empty()
             state[f"{NS}.code"] = codegen.review(done_run.completion, mode)
+            pace.keep(CODE_EXPERIMENT, state[f"{NS}.code"], wall_s=done_run.completion.measurement.latency_s,
+                      size=max_new, settings={"model": lm.name, "mode": mode}, load_before=done_run.load_before)  # fmt: skip
         except EngineError as exc:
             show_error(exc)
-    result: codegen.CodeResult | None = state[f"{NS}.code"]
-    if result is not None:
-        m = result.completion.measurement
-        st.markdown(
-            f"**Generated code** ({result.mode} mode, {m.output_tokens} tokens in {fmt_seconds(m.latency_s)}):"
-        )
-        st.code(result.code, language="python", line_numbers=True)
-        st.markdown(f"**Why it stopped:** `{result.stop_reason}`: {result.stop_explanation}")
-        if result.syntax.ok:
-            st.success(
-                "Syntax: `ast.parse` accepts it (parsing only: correct syntax says nothing about correct behaviour)."
-            )
-        else:
-            where = (
-                f" at line {result.syntax.line}, column {result.syntax.column}" if result.syntax.line else ""
-            )
-            st.error(f"Syntax: `ast.parse` rejects it: {result.syntax.message}{where}.")
-        lint = result.lint
-        if not lint.available:
-            st.warning(f"Lint skipped: {lint.reason}")
-        elif not lint.findings:
-            st.success(f"{lint.ruff_version} (rules {', '.join(lint.rules)}): no findings.")
-        else:
-            rows = codegen.collapse_findings(lint.findings)
-            st.markdown(
-                f"**{lint.ruff_version}** (rules {', '.join(lint.rules)}): {len(lint.findings)} finding(s)"
-                + (
-                    f", {len(rows)} distinct (repeats collapsed into one row with their lines)"
-                    if len(rows) < len(lint.findings)
-                    else ""
-                )
-            )
-            st.dataframe(pd.DataFrame(rows), hide_index=True)
-        with st.expander("The model's raw output"):
-            st.code(
-                result.completion.full_text if result.mode == "complete" else result.completion.text,
-                language=None,
-            )
+    shown_code = pace.shown_result(CODE_EXPERIMENT, state[f"{NS}.code"], lab_view.code_from_record)
+    pace.note(shown_code)
+    if shown_code is not None:
+        lab_view.show_code_result(shown_code.result)
     st.info("**Why review is needed.** " + codegen.WHY_REVIEW, icon=":material/rate_review:")
 
 
@@ -468,33 +440,11 @@ with tab_eval:
                 state[f"{NS}.last_eval"] = None
                 st.rerun()
 
-# --- One HTML report of this page's results --------------------------------------------------------------
-report: list = []
-if state[f"{NS}.sweep"] is not None and state[f"{NS}.sweep"]["results"]:
-    sw = state[f"{NS}.sweep"]
-    report += [
-        export.Heading(f"Few-shot accuracy against k: {sw['model']} on '{sw['dataset']}'"),
-        export.Figure(lab_widgets.accuracy_figure(sw["results"], sw["baseline"])),
-        export.Table(
-            [{"k": r.k, "accuracy": r.accuracy, "correct": f"{r.correct}/{r.total}"} for r in sw["results"]]
-        ),
-    ]
-if state[f"{NS}.code"] is not None:
-    code_result = state[f"{NS}.code"]
-    report += [
-        export.Heading(f"Generated code ({code_result.mode} mode, stopped by {code_result.stop_reason})"),
-        export.Table([{"code": code_result.code}]),
-        export.Text(
-            "Syntax: "
-            + (
-                "accepted by `ast.parse`"
-                if code_result.syntax.ok
-                else f"rejected: {code_result.syntax.message}"
-            )
-        ),
-    ]
-    if code_result.lint.findings:
-        report += [export.Table(codegen.collapse_findings(code_result.lint.findings), "ruff findings")]
-if state[f"{NS}.eval_runs"]:
-    report += [export.Heading("Evaluation runs"), export.Table(state[f"{NS}.eval_runs"])]
-export.download_button("Few-shot, code and eval", report, key=f"{NS}.html")
+# --- One HTML report of this page's results (what the page shows, a run kept across a reload included) --------
+export.download_button(
+    "Few-shot, code and eval",
+    lab_view.report_sections(
+        classified=done_shown, sweep=sweep_shown, code=shown_code, eval_runs=state[f"{NS}.eval_runs"]
+    ),
+    key=f"{NS}.html",
+)

@@ -157,11 +157,17 @@ if not any(r.hardware.get("gpu") for _, r in recorded):
         "GPT-Neo 125M / 1.3B shapes and the bundled model (vanilla fp16 against DeepSpeed kernel injection) and "
         "records them; they appear here, labelled with their hardware and date."
     )
-st.caption(
-    "The race benchmark records the peer engines' race on this kind of CPU machine; each recorded race is "
-    "labelled with its hardware and date, and is not a live measurement."
+on_gpu = [r for _, r in recorded if r.hardware.get("gpu")]
+gpu_words = (
+    f"{len(on_gpu)} by the repository's GPU check on {', '.join(sorted({r.hardware['gpu'] for r in on_gpu}))}, and "
+    if on_gpu
+    else ""
 )
-for path, rec in recorded:
+st.caption(
+    f"{len(recorded)} recorded race{'' if len(recorded) == 1 else 's'}, none of them live: {gpu_words}{len(recorded) - len(on_gpu)} by the race "
+    "benchmark on CPU machines (the peer engines' race). Each is labelled with its hardware and date."
+)
+for path, rec in sorted(recorded, key=lambda pr: not pr[1].hardware.get("gpu")):  # the GPU races first
     where = rec.hardware.get("gpu") or f"CPU {rec.hardware.get('cpu', '?')}"
     with st.expander(f"Recorded, not live: {rec.model} on {where} · {rec.started_at[:16].replace('T', ' ')}"):
         show_result(rec, key=f"rec.{path.stem}")

@@ -106,6 +106,15 @@ def test_code_generation_shows_code_stop_reason_and_lint():
     assert "Why it stopped:" in md
     assert "ruff" in md or any("ruff" in s.value for s in at.success)
     assert any("ast.parse" in e.value for e in [*at.success, *at.error])
+    # the presenter's walk: a reload lost the draft, and the report's button went grey with it
+    reloaded = AppTest.from_file(PAGE, default_timeout=120)
+    reloaded.query_params["session"] = at.session_state["lab.session"]
+    reloaded.run()
+    assert not reloaded.exception, reloaded.exception
+    assert any("kept across the page reload" in i.value for i in reloaded.info)
+    assert [c.value for c in reloaded.code if c.language == "python"] == [code[0].value]
+    report = [b for b in reloaded.get("download_button") if "lab.html" in b.proto.id]
+    assert len(report) == 1 and not report[0].proto.disabled
 
 
 @pytest.mark.slow
@@ -133,6 +142,7 @@ def test_evaluation_run_reports_metrics_crosscheck_and_comparison():
     assert any("kept across the page reload" in i.value for i in reloaded.info)
     assert "bits per byte" in [m.label for m in reloaded.metric]
     assert any("Engine cross-check" in s.value for s in reloaded.success)
+    assert any(t.value == "This session's runs (2)" for t in reloaded.subheader)  # the comparison table too
 
 
 def test_code_generation_streams(monkeypatch):

@@ -51,6 +51,24 @@ def test_the_estimate_scales_the_last_run_by_the_work_asked():
     assert expected("test-never-run", 1) is None
 
 
+def test_the_estimate_comes_from_the_run_most_like_this_one():
+    """The presenter's walk: a race's clock read its estimate off the last race whatever its model; the run with the
+    same settings decides now, the newest of the most alike when none matches them all."""
+    from ui.pace import expected
+
+    runlog.save_result(
+        "test-alike", {}, wall_s=90.0, work=2, settings={"model": "big", "lanes": 2, "load": {}}
+    )
+    runlog.save_result(
+        "test-alike", {}, wall_s=10.0, work=2, settings={"model": "small", "lanes": 2, "load": {}}
+    )
+    big = expected("test-alike", 2, {"model": "big", "lanes": 2})
+    assert big is not None and big.seconds == 90.0 and big.source.startswith("the last run here")
+    other = expected("test-alike", 4, {"model": "big", "lanes": 4})
+    assert other is not None and other.seconds == 180.0 and "other settings" in other.source
+    assert expected("test-alike", 2).seconds == 10.0  # no settings given: the newest
+
+
 def test_the_run_log_is_keyed_by_the_browser_session():
     from tests.factories import synthetic_run
 

@@ -110,6 +110,11 @@ def test_recorded_gpu_results_are_shown_labelled(tmp_path, monkeypatch):
     assert "No recorded GPU results exist yet" not in _text(at)
     # the start time as a person reads it (it was '2026-12-01T10:00:00+00:00')
     assert any("started 2026-12-01 10:00 UTC" in c.value for c in at.caption)
+    # the presenter's walk: "races on this kind of CPU machine" stood above H200 entries; the caption counts both
+    assert any(
+        c.value.startswith("1 recorded race, none of them live: 1 by the repository's GPU check on NVIDIA H200 "
+                           "(test fixture), and 0 by the race benchmark") for c in at.caption
+    )  # fmt: skip
 
 
 def test_an_empty_contender_list_shows_a_clear_error():

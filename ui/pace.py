@@ -23,6 +23,7 @@ import streamlit as st
 
 from engine.calc import format as fmt
 from engine.core.errors import EngineError
+from engine.core.jsonsafe import to_jsonable
 from engine.core.load import cores, is_busy, loadavg_1m
 from engine.runtime import runlog
 from ui.common import browser_session, presenter_mode, show_error
@@ -43,13 +44,23 @@ class Expected:
     source: str
 
 
-def expected(experiment: str, work: float) -> Expected | None:
-    """The last run of this experiment on this machine, scaled by the work asked (None: never run here)."""
-    last = runlog.last_result(experiment)
-    if last is None or last.work <= 0 or last.wall_s <= 0:
+def expected(experiment: str, work: float, settings: dict | None = None) -> Expected | None:
+    """The earlier run of this experiment on this machine most like this one (the most `settings` in common, the
+    newest of those: another model's race says little about this one's), scaled by the work asked; None: never run
+    here."""
+    runs = [r for r in runlog.results(experiment) if r.work > 0 and r.wall_s > 0]
+    if not runs:
         return None
-    seconds = last.wall_s * work / last.work
-    return Expected(seconds, f"the last run here, {last.when}, took {fmt.seconds(last.wall_s)}")
+    want = to_jsonable(settings or {})
+
+    def alike(r: runlog.StoredResult) -> int:
+        return sum(r.settings.get(k) == v for k, v in want.items())
+
+    best = max(runs, key=alike)  # the first of the most alike: the newest, as results come newest first
+    which = (
+        "the last run here" if alike(best) == len(want) else "the closest earlier run here (other settings)"
+    )
+    return Expected(best.wall_s * work / best.work, f"{which}, {best.when}, took {fmt.seconds(best.wall_s)}")
 
 
 def left_s(
@@ -150,23 +161,31 @@ def run_experiment(
     t0 = time.perf_counter()
     load_before = loadavg_1m()
     try:
-        result = run_with_clock(label, work, expected(experiment, size))
+        result = run_with_clock(label, work, expected(experiment, size, settings))
     except (EngineError, ValueError) as exc:
         show_error(exc)
         return None
-    wall = time.perf_counter() - t0
+    keep(experiment, store(result) if store else result, wall_s=time.perf_counter() - t0, size=size,
+         settings=settings, load_before=load_before)  # fmt: skip
+    return result
+
+
+def keep(
+    experiment: str, result: Any, *, wall_s: float, size: float, settings: dict | None, load_before: float
+) -> None:
+    """Store a finished run (with the load it ran under) for a reload, presenter mode and the next run's clock,
+    and mark it as this session's live one."""
     load = load_record(load_before)
     runlog.save_result(
         experiment,
-        store(result) if store else result,
-        wall_s=wall,
+        result,
+        wall_s=wall_s,
         work=size,
         session=browser_session(),
         settings={**(settings or {}), "load": load},
     )
     st.session_state[f"pace.{experiment}.live"] = True
     st.session_state[f"pace.{experiment}.load"] = load
-    return result
 
 
 def load_record(before: float) -> dict:

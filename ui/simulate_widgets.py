@@ -25,6 +25,7 @@ from ui.serving_widgets import latency_figure, level_unit, table_rows, throughpu
 from ui.widgets import refused, spec_input, upper_first
 
 NS = "simulate"
+SLO_OFF = "0 turns this objective off (as on the command line)."
 SLOW_S = 5.0  # a run past this shows its progress with the elapsed time
 
 
@@ -103,12 +104,16 @@ def _inputs(measured: SweepResult | None) -> tuple[SimulateSpec, SLO] | None:
     output = spec_input(c[1], SimulateSpec, "output_tokens", key=f"{NS}.output", label="Output tokens",
                         value=same.get("output_tokens"))  # fmt: skip
     # no bounds on the box: a value out of range reaches SLO.validate, which says so in a sentence
-    ttft = c[2].number_input("TTFT SLO (s)", value=float(SLO.default("ttft_s")), key=f"{NS}.slo_ttft")
-    tpot = c[3].number_input("TPOT SLO (ms)", value=float(SLO.default("tpot_s")) * 1e3, key=f"{NS}.slo_tpot")
+    ttft = c[2].number_input(
+        "TTFT SLO (s)", value=float(SLO.default("ttft_s")), key=f"{NS}.slo_ttft", help=SLO_OFF
+    )
+    tpot = c[3].number_input(
+        "TPOT SLO (ms)", value=float(SLO.default("tpot_s")) * 1e3, key=f"{NS}.slo_tpot", help=SLO_OFF
+    )
     if refused(n_gpus, requests, prompt, output):
         return None
     try:
-        slo = SLO(ttft_s=ttft, tpot_s=tpot / 1e3).validate()
+        slo = SLO.given(ttft, tpot / 1e3).validate()
         spec = SimulateSpec(
             model=model, gpu=gpu, n_gpus=n_gpus, dtype=dtype, engine=engine, mode=mode, sweep=levels,
             n_requests=requests, prompt_tokens=prompt, output_tokens=output, keep_going=True,
@@ -269,14 +274,14 @@ def solvers_section(key: str, spec: ModelSpec, gpu: GPUSpec, inputs) -> None:
     unused = "Not used by the longest context that fits (a memory question)." if memory_only else None
     ttft = c[1].number_input(
         "TTFT SLO (s)", value=float(SLO.default("ttft_s")), key=f"{key}.solve.ttft", disabled=memory_only,
-        help=unused,
+        help=unused or SLO_OFF,
     )  # fmt: skip
     tpot = c[2].number_input(
         "TPOT SLO (ms)", value=float(SLO.default("tpot_s")) * 1e3, key=f"{key}.solve.tpot", disabled=memory_only,
-        help=unused,
+        help=unused or SLO_OFF,
     )  # fmt: skip
     try:
-        slo = SLO() if memory_only else SLO(ttft_s=ttft, tpot_s=tpot / 1e3).validate()
+        slo = SLO() if memory_only else SLO.given(ttft, tpot / 1e3).validate()
     except LoadSpecError as exc:
         show_error(exc)
         return

@@ -122,15 +122,15 @@ def _cached_record() -> dict:
 def _summary_frame(summaries: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(
         [
-            {  # the verdict beside the name, so it shows without scrolling the table sideways
+            {  # the verdict and its target beside the name, so both show without scrolling the table sideways
                 "what": s["description"],
                 "target met": {True: "yes", False: "NO", None: "no rows"}[s["met"]],
+                "target": s["target"],
                 "median |error|": fmt.number(s["median_abs_error"] * 100, ".1f", missing="–") + " %",
                 "inside the interval": "–" if s["coverage"] is None else f"{s['coverage']:.0%}",
                 "median width": "–" if s["median_width"] is None else f"{s['median_width']:.2f}×",
                 "rows": s["rows"],
                 "worst |error|": fmt.number(s["worst_abs_error"] * 100, ".1f", missing="–") + " %",
-                "target": s["target"],
             }
             for s in summaries
         ]
@@ -151,7 +151,10 @@ def track_record_section(key: str) -> None:
     rec = _cached_record()
     st.subheader("On the held-back rows")
     st.dataframe(_summary_frame(rec["held_back"]), hide_index=True, width="stretch")
-    st.caption("On every row (the fits were made on about 70% of them)")
+    st.caption(
+        "On every row. The fits were made on about 70% of them, so a target is judged on the held-back rows above; "
+        "here the same target is read against every row, the fitted ones included."
+    )
     st.dataframe(_summary_frame(rec["all"]), hide_index=True, width="stretch")
     st.markdown(
         "Setups a source ran that the calculator says do not fit: "

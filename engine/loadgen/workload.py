@@ -59,6 +59,11 @@ class SLO(Spec):
         given = {name: getattr(args, name) or None for name in ("ttft_s", "tpot_s", "e2e_s")}
         return super().from_args(args, **{**given, **overrides})
 
+    @classmethod
+    def given(cls, ttft_s: float | None = None, tpot_s: float | None = None) -> SLO:
+        """The objectives from a page's boxes, read as the command line reads its flags: 0 turns one off."""
+        return cls(ttft_s=ttft_s or None, tpot_s=tpot_s or None)
+
     def words(self) -> str:
         """'TTFT <= 2 s and TPOT <= 200 ms': the objectives set, as a sentence says them."""
         parts = []

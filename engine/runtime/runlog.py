@@ -179,6 +179,30 @@ def _trim(path: Path) -> None:
         pass
 
 
+def results(experiment: str, *, session: str | None = None) -> list[StoredResult]:
+    """The stored results of the experiment on this machine, newest first (of one browser session when given);
+    a line that does not read as a result is passed over."""
+    found = []
+    for d in reversed(_lines(results_path(experiment), 2 * RESULTS_KEPT)):
+        if session is not None and d.get("session") != session:
+            continue
+        try:
+            found.append(
+                StoredResult(
+                    experiment=experiment,
+                    payload=d["payload"],
+                    date=str(d["date"]),
+                    wall_s=float(d["wall_s"]),
+                    work=float(d.get("work", 1.0)),
+                    session=d.get("session"),
+                    settings=dict(d.get("settings") or {}),
+                )
+            )
+        except (KeyError, TypeError, ValueError):
+            continue
+    return found
+
+
 def last_result(
     experiment: str,
     *,
@@ -187,21 +211,4 @@ def last_result(
 ) -> StoredResult | None:
     """The newest stored result of the experiment on this machine (of one browser session when given; the newest
     for which `where` holds when given)."""
-    for d in reversed(_lines(results_path(experiment), 2 * RESULTS_KEPT)):
-        if session is not None and d.get("session") != session:
-            continue
-        try:
-            found = StoredResult(
-                experiment=experiment,
-                payload=d["payload"],
-                date=str(d["date"]),
-                wall_s=float(d["wall_s"]),
-                work=float(d.get("work", 1.0)),
-                session=d.get("session"),
-                settings=dict(d.get("settings") or {}),
-            )
-        except (KeyError, TypeError, ValueError):
-            continue
-        if where is None or where(found):
-            return found
-    return None
+    return next((r for r in results(experiment, session=session) if where is None or where(r)), None)

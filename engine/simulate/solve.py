@@ -249,7 +249,9 @@ def knee_search(meets: Callable[[int], bool], ceiling: int = MAX_USERS) -> int:
 
 def _need_slo(slo: SLO) -> None:
     if slo.ttft_s is None and slo.tpot_s is None and slo.e2e_s is None:
-        raise InvalidParameterError("give an objective to meet: --slo-ttft and/or --slo-tpot (seconds)")
+        raise InvalidParameterError(
+            "give an objective to meet: a TTFT and/or a TPOT above 0 (0 turns one off)"
+        )
 
 
 def max_context_for(s: SimulateSpec, spec: ModelSpec, gpu: GPUSpec) -> Answer:

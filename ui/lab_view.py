@@ -1,0 +1,115 @@
+"""What the few-shot / code / evaluation page draws of a finished run, and its one HTML report, read from what the
+page shows: this session's live run, or the run kept across a reload (ui.pace.shown_result), so a reload loses
+neither the result nor its report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from engine.core.jsonsafe import from_jsonable
+from engine.lab import codegen, evaluation
+from engine.runtime import runlog
+from ui import export, lab_widgets
+from ui.common import browser_session, fmt_seconds
+
+
+def code_from_record(stored: dict) -> codegen.CodeResult:
+    """A stored CodeResult back as the page draws it."""
+    return from_jsonable(codegen.CodeResult, stored)
+
+
+def session_eval_runs(experiment: str) -> list[dict[str, Any]]:
+    """This browser session's stored evaluation runs, oldest first, as the runs table's rows (after a reload)."""
+    rows = []
+    for stored in reversed(runlog.results(experiment, session=browser_session())):
+        try:
+            rows.append(from_jsonable(evaluation.EvalResult, stored.payload).summary())
+        except (KeyError, TypeError, ValueError):  # a result stored by an older version: passed over
+            continue
+    return rows
+
+
+def show_code_result(result: codegen.CodeResult) -> None:
+    """The draft, why it stopped, its syntax and lint verdicts, and the model's raw output."""
+    m = result.completion.measurement
+    st.markdown(
+        f"**Generated code** ({result.mode} mode, {m.output_tokens} tokens in {fmt_seconds(m.latency_s)}):"
+    )
+    st.code(result.code, language="python", line_numbers=True)
+    st.markdown(f"**Why it stopped:** `{result.stop_reason}`: {result.stop_explanation}")
+    if result.syntax.ok:
+        st.success(
+            "Syntax: `ast.parse` accepts it (parsing only: correct syntax says nothing about correct behaviour)."
+        )
+    else:
+        where = f" at line {result.syntax.line}, column {result.syntax.column}" if result.syntax.line else ""
+        st.error(f"Syntax: `ast.parse` rejects it: {result.syntax.message}{where}.")
+    lint = result.lint
+    if not lint.available:
+        st.warning(f"Lint skipped: {lint.reason}")
+    elif not lint.findings:
+        st.success(f"{lint.ruff_version} (rules {', '.join(lint.rules)}): no findings.")
+    else:
+        rows = codegen.collapse_findings(lint.findings)
+        collapsed = len(rows) < len(lint.findings)
+        st.markdown(
+            f"**{lint.ruff_version}** (rules {', '.join(lint.rules)}): {len(lint.findings)} finding(s)"
+            + (
+                f", {len(rows)} distinct (repeats collapsed into one row with their lines)"
+                if collapsed
+                else ""
+            )
+        )
+        st.dataframe(pd.DataFrame(rows), hide_index=True)
+    with st.expander("The model's raw output"):
+        st.code(
+            result.completion.full_text if result.mode == "complete" else result.completion.text,
+            language=None,
+        )
+
+
+def report_sections(*, classified, sweep, code, eval_runs: list[dict[str, Any]]) -> list:
+    """The page's report from what it shows (each a ui.pace.Shown or None): the text classified, the accuracy
+    against k, the generated code and the evaluation runs."""
+    report: list = []
+    if classified is not None:
+        done = classified.result
+        scores = done["scores"]
+        report += [
+            export.Heading(f"One text classified with {done['k']} examples: {scores.predicted}"),
+            export.Text(done["prompt"]),
+            export.Table(
+                [
+                    {"label": lb, "probability": p}
+                    for lb, p in zip(scores.labels, scores.probabilities, strict=True)
+                ]
+            ),
+        ]
+    if sweep is not None and sweep.result["results"]:
+        sw = sweep.result
+        report += [
+            export.Heading(f"Few-shot accuracy against k: {sw['model']} on '{sw['dataset']}'"),
+            export.Figure(lab_widgets.accuracy_figure(sw["results"], sw["baseline"])),
+            export.Table(
+                [
+                    {"k": r.k, "accuracy": r.accuracy, "correct": f"{r.correct}/{r.total}"}
+                    for r in sw["results"]
+                ]
+            ),
+        ]
+    if code is not None:
+        result = code.result
+        syntax = "accepted by `ast.parse`" if result.syntax.ok else f"rejected: {result.syntax.message}"
+        report += [
+            export.Heading(f"Generated code ({result.mode} mode, stopped by {result.stop_reason})"),
+            export.Table([{"code": result.code}]),
+            export.Text(f"Syntax: {syntax}"),
+        ]
+        if result.lint.findings:
+            report += [export.Table(codegen.collapse_findings(result.lint.findings), "ruff findings")]
+    if eval_runs:
+        report += [export.Heading("Evaluation runs"), export.Table(eval_runs)]
+    return report
