@@ -375,7 +375,12 @@ with tab_eval:
         if res is not None:
             st.markdown(
                 f"**{res.task}** version {res.task_version} · lm-eval {res.harness_version} · {res.model} · "
-                f"{res.dtype} · {res.device} · {res.documents} documents · {fmt_seconds(res.runtime_s)}"
+                f"{res.dtype} · {res.device} · {res.documents} documents · harness run {fmt_seconds(res.runtime_s)}"
+                + (
+                    ""
+                    if res.crosscheck is None
+                    else f" + engine cross-check {fmt_seconds(res.crosscheck.engine.runtime_s)}"
+                )
             )
             c1, c2, c3 = st.columns(3)
             c1.metric("word perplexity", f"{res.word_perplexity:.4g}")
