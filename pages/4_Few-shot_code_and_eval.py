@@ -226,7 +226,10 @@ with tab_fs:
         sweep = sweep_shown.result if sweep_shown is not None else None
         if sweep is not None and sweep["results"]:
             res = sweep["results"]
-            st.caption(f"{sweep['model']} on '{sweep['dataset']}', {res[0].total} queries.")
+            st.caption(
+                f"{sweep['model']} on '{sweep['dataset']}', {res[0].total} queries. "
+                + lab_widgets.accuracy_sentence(res)
+            )
             st.plotly_chart(lab_widgets.accuracy_figure(res, sweep["baseline"]), key=f"{NS}.fs_acc_chart")
             st.dataframe(
                 pd.DataFrame(
@@ -235,6 +238,7 @@ with tab_fs:
                             "k": r.k,
                             "accuracy": r.accuracy,
                             "correct": f"{r.correct}/{r.total}",
+                            "95% interval": f"{r.interval.low:.0%} to {r.interval.high:.0%}",
                             "mean prompt tokens": round(r.mean_prompt_tokens),
                             "time": fmt_seconds(r.runtime_s),
                         }

@@ -194,3 +194,27 @@ def test_fewshot_command_reports_accuracy_per_k(tiny_lm, tmp_path):
     assert out["majority_baseline"] > 0 and "accuracy" in cmd.format_text(out)
     with pytest.raises(InvalidParameterError, match="cannot read"):
         cmd.run(parser.parse_args(["--csv", str(tmp_path / "missing.csv")]))
+
+
+def test_accuracy_carries_its_wilson_interval_and_the_sentence_follows_it():
+    """The student's walk: accuracy against k had no interval, so 7/16 against 9/16 read as a gain. The Wilson score
+    interval (8/16: 28.0%-72.0%; 0/10: 0%-27.75%, Agresti & Coull's worked values) sits on the chart, in the table and
+    in the sentence, which says an overlap is possibly chance and a clear gap is not."""
+    from engine.core import stats
+    from ui.lab_widgets import accuracy_sentence
+
+    half = stats.proportion(8, 16)
+    assert (round(half.low, 3), half.central, round(half.high, 3), half.rows) == (0.280, 0.5, 0.720, 16)
+    none = stats.proportion(0, 10)
+    assert none.low == 0.0 and round(none.high, 4) == 0.2775
+
+    def row(k: int, correct: int, total: int = 16) -> fewshot.KAccuracy:
+        return fewshot.KAccuracy(
+            k, correct / total, correct, total, ("a", "b"), ((0, 0), (0, 0)), 10.0, 1.0, ()
+        )
+
+    close = accuracy_sentence([row(0, 7), row(2, 9)])
+    assert "intervals overlap" in close and "can be chance" in close and "k = 2 scored 56%" in close
+    clear = accuracy_sentence([row(0, 2), row(2, 15)])
+    assert "do not overlap" in clear and "more than chance" in clear
+    assert accuracy_sentence([row(0, 9), row(2, 7)]).startswith("No k above 0 scored higher")

@@ -10,6 +10,10 @@ Speedup = median(baseline latency) / median(contender latency). Its spread is a 
 (Efron & Tibshirani, An Introduction to the Bootstrap, ch. 13): resample each contender's runs with
 replacement, recompute the ratio of medians, and take the 2.5th and 97.5th percentiles. With few runs
 the interval is wide, which is the honest answer.
+
+A proportion (an accuracy over n queries) takes the Wilson score interval (Wilson 1927; Agresti & Coull, "Approximate
+is better than exact", The American Statistician 52(2), 1998): unlike p +/- z*sqrt(p(1-p)/n) it stays inside [0, 1]
+and does not shrink to a point at 0/n or n/n, which is where a few-shot sweep on 16 queries often lands.
 """
 
 from __future__ import annotations
@@ -83,3 +87,13 @@ def speedup(
     # central: baseline median / contender median (> 1 = faster than the baseline); ends: the 2.5th and 97.5th
     # percentiles of the bootstrap distribution; rows: runs on the side with fewer
     return Interval(quantile(ratios, 0.025), point, quantile(ratios, 0.975), rows=min(len(base), len(cont)))
+
+
+def proportion(successes: int, n: int, z: float = 1.96) -> Interval:
+    """`successes` of `n` as a share, with its 95% Wilson score interval (z = 1.96); rows: n."""
+    if n <= 0:
+        return Interval(math.nan, math.nan, math.nan, rows=0)
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return Interval(max(0.0, centre - half), p, min(1.0, centre + half), rows=n)

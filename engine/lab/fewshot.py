@@ -27,7 +27,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.core import stats
 from engine.core.errors import InvalidParameterError, PromptTooLongError
+from engine.core.interval import Interval
 from engine.core.spec import Spec, option
 from engine.runtime.models import LoadedModel
 
@@ -145,6 +147,11 @@ class KAccuracy:
     mean_prompt_tokens: float
     runtime_s: float
     predictions: tuple[str, ...]
+
+    @property
+    def interval(self) -> Interval:
+        """The accuracy with its 95% Wilson interval over the queries (engine.core.stats.proportion)."""
+        return stats.proportion(self.correct, self.total)
 
 
 # --- data ---------------------------------------------------------------------------------------------
