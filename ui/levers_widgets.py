@@ -43,6 +43,16 @@ def _r(x, digits: int = 3):
     return None if x is None else round(float(x), digits)
 
 
+def _na(x, spec: str) -> str:
+    """A number in `spec` (a format spec: "+.3f", ".0%"), or "n/a" where the run has none."""
+    return "n/a" if x is None else format(x, spec)
+
+
+def _bytes(x) -> str:
+    """Bytes in GB, or "n/a" where nothing was measured (0 or None)."""
+    return gb(x) if x else "n/a"
+
+
 def _ci(ci, ratio=None) -> str:
     """A speed ratio's 95% interval in the words its ratio cell uses (engine.core.verdict), as the verdict beside
     the table says it."""
@@ -60,16 +70,16 @@ def quant_table(rows) -> pd.DataFrame:
             "95% CI": "the reference" if r.scheme == "fp32" else _ci(r.speedup_ci, r.speedup_vs_fp32),
             "TPOT (ms)": _r(r.tpot_s and r.tpot_s * 1e3, 1),
             # as the verdict's sentence says them (it read "+0.001" and "100%" beside a cell of 0.0007 and 1)
-            "Δ bits/byte": "n/a" if r.bits_per_byte_delta is None else f"{r.bits_per_byte_delta:+.3f}",
-            "exact match": "n/a" if r.exact_match_rate is None else f"{r.exact_match_rate:.0%}",
-            "weights (measured)": gb(r.weights_bytes) if r.weights_bytes else "n/a",
-            "weights (calculator)": gb(r.predicted_weights_bytes) if r.predicted_weights_bytes else "n/a",
+            "Δ bits/byte": _na(r.bits_per_byte_delta, "+.3f"),
+            "exact match": _na(r.exact_match_rate, ".0%"),
+            "weights (measured)": _bytes(r.weights_bytes),
+            "weights (calculator)": _bytes(r.predicted_weights_bytes),
             "measured / calculator": _r(r.predicted_ratio, 4),
             "tok/s": _r(r.tokens_per_s, 1),
             "TTFT (s)": _r(r.ttft_s),
             "bits/byte": _r(r.bits_per_byte, 4),
             "first divergence": r.first_divergence_token,
-            "peak RSS": gb(r.rss_bytes) if r.rss_bytes else "n/a",
+            "peak RSS": _bytes(r.rss_bytes),
             "quantize (s)": _r(r.quantize_s, 2),
         },
     )
@@ -86,10 +96,10 @@ def kv_table(rows) -> pd.DataFrame:
             "full-precision tokens": r.full_precision_tokens
             if r.full_precision_tokens is not None
             else "all",
-            "KV bytes (measured)": gb(r.kv_bytes) if r.kv_bytes else "n/a",
-            "KV bytes (calculator)": gb(r.predicted_bytes) if r.predicted_bytes else "n/a",
-            "measured / calculator": f"{r.predicted_ratio:.4f}" if r.predicted_ratio is not None else "n/a",
-            "bytes per token": f"{r.kv_bytes_per_token:,.0f}" if r.kv_bytes_per_token is not None else "n/a",
+            "KV bytes (measured)": _bytes(r.kv_bytes),
+            "KV bytes (calculator)": _bytes(r.predicted_bytes),
+            "measured / calculator": _na(r.predicted_ratio, ".4f"),
+            "bytes per token": _na(r.kv_bytes_per_token, ",.0f"),
             "sequences in budget (measured)": r.max_sequences,
             "sequences in budget (calculator)": r.predicted_max_sequences,
             "same greedy tokens": r.exact_match,
