@@ -149,9 +149,13 @@ class ModelSpec:
     def kv_dim(self) -> int:
         return self.n_kv_head * self.head_dim
 
+    def _layers(self, subset: int | None) -> int:
+        """All layers unless the config counts a subset (attn_layers, moe_layers: None = all)."""
+        return self.n_layer if subset is None else subset
+
     @property
     def kv_layers(self) -> int:
-        return self.n_layer if self.attn_layers is None else self.attn_layers
+        return self._layers(self.attn_layers)
 
     @property
     def is_moe(self) -> bool:
@@ -160,9 +164,7 @@ class ModelSpec:
     @property
     def expert_layers(self) -> int:
         """Layers whose MLP is a set of experts (all of them for Mixtral, L - first_k_dense for DeepSeek)."""
-        if not self.is_moe:
-            return 0
-        return self.n_layer if self.moe_layers is None else self.moe_layers
+        return self._layers(self.moe_layers) if self.is_moe else 0
 
     @property
     def is_mla(self) -> bool:
@@ -501,33 +503,32 @@ def custom_gpu(
     return replace(base, peak_flops=peaks, sources=sources, **changes)
 
 
+def _figure(help: str, lo: float, hi: float, label: str) -> Any:
+    """One GPUFigures field (engine.core.spec.option): a float within what a real GPU can be; None, the GPU's own."""
+    return option(None, help, kind=float, lo=lo, hi=hi, label=label)
+
+
 @dataclass(frozen=True)
 class GPUFigures(Spec):
     """The figures of one GPU a user may edit (`custom_gpu`: any GPU from its datasheet), in GPUSpec's base units,
     with what a real GPU can be: the one source of the Memory & cost page's bounds. Each default is None, the
     GPU's own figure (its catalog row, or this machine's measurement)."""
 
-    memory_bytes: float | None = option(
-        None, "memory per GPU, as the driver reports it", kind=float, lo=1e8, hi=1e13, label="GPU memory"
+    memory_bytes: float | None = _figure("memory per GPU, as the driver reports it", 1e8, 1e13, "GPU memory")
+    bandwidth_bytes_per_s: float | None = _figure(
+        "memory bandwidth (datasheet)", 1e8, 1e14, "memory bandwidth"
     )
-    bandwidth_bytes_per_s: float | None = option(
-        None, "memory bandwidth (datasheet)", kind=float, lo=1e8, hi=1e14, label="memory bandwidth"
-    )
-    peak_flops: float | None = option(
-        None,
+    peak_flops: float | None = _figure(
         "dense peak FLOP/s in the precision the math runs in (datasheet, not sparse)",
-        kind=float,
-        lo=1e8,
-        hi=1e17,
-        label="peak FLOP/s",
+        1e8,
+        1e17,
+        "peak FLOP/s",
     )
-    interconnect_bytes_per_s: float | None = option(
-        None,
+    interconnect_bytes_per_s: float | None = _figure(
         "GPU-to-GPU link, one direction (the datasheet's both-ways figure / 2); 0: none",
-        kind=float,
-        lo=0,
-        hi=5e13,
-        label="GPU-to-GPU link",
+        0,
+        5e13,
+        "GPU-to-GPU link",
     )
 
 
