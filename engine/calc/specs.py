@@ -15,11 +15,13 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from engine.core.dtypes import BYTES_PER_ELEMENT
 from engine.core.errors import InvalidParameterError, UnknownModelError
 from engine.core.spec import Spec, option
+
+T = TypeVar("T")
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 PRECISIONS: tuple[str, ...] = tuple(BYTES_PER_ELEMENT)
@@ -354,14 +356,21 @@ def published_params(key: str) -> int | None:
     return load_architecture_table().get(key, {}).get("params_published")
 
 
+def _one_of(table: Mapping[str, T], key: str, error: type[Exception], message: str) -> T:
+    """table[key], else `error` with `message`, whose {key} and {known} name what was asked and what there is."""
+    if key not in table:
+        raise error(message.format(key=key, known=", ".join(table)))
+    return table[key]
+
+
+UNKNOWN_MODEL = (
+    "unknown model {key!r} for the calculator; choose one of {known}, "
+    "or pass a config.json (--config PATH) or raw numbers"
+)
+
+
 def model_preset(name: str) -> ModelSpec:
-    presets = load_model_presets()
-    if name not in presets:
-        raise UnknownModelError(
-            f"unknown model {name!r} for the calculator; choose one of {', '.join(presets)}, "
-            "or pass a config.json (--config PATH) or raw numbers"
-        )
-    return presets[name]
+    return _one_of(load_model_presets(), name, UnknownModelError, UNKNOWN_MODEL)
 
 
 def spec_from_numbers(
@@ -469,14 +478,15 @@ def load_gpu_catalog(path: Path | None = None) -> dict[str, GPUSpec]:
     return {key: _gpu_from_row(key, row) for key, row in raw.items()}
 
 
+UNKNOWN_GPU = (
+    "unknown GPU {key!r}; choose one of {known} or "
+    + THIS_MACHINE
+    + " (list them with `python -m engine gpus`)"
+)
+
+
 def gpu_spec(key: str) -> GPUSpec:
-    catalog = load_gpu_catalog()
-    if key not in catalog:
-        raise InvalidParameterError(
-            f"unknown GPU {key!r}; choose one of {', '.join(catalog)} or {THIS_MACHINE} "
-            "(list them with `python -m engine gpus`)"
-        )
-    return catalog[key]
+    return _one_of(load_gpu_catalog(), key, InvalidParameterError, UNKNOWN_GPU)
 
 
 def custom_gpu(
