@@ -366,7 +366,10 @@ panel = st.empty()
 if sent_in_range(simulate, n_users, user_tokens, stagger):
     try:
         st.session_state[f"{NS}.users"] = simulate_users(
-            sched, lm, int(n_users), int(user_tokens), float(stagger), session=browser_session(), panel=panel
+            sched,
+            UsersSpec(int(n_users), int(user_tokens), float(stagger)),
+            session=browser_session(),
+            panel=panel,
         )
     except EngineError as exc:
         show_error(exc)

@@ -14,6 +14,7 @@ from streamlit.delta_generator import DeltaGenerator
 
 from engine.batching.handle import SchedulerSnapshot
 from engine.batching.scheduler import Scheduler
+from engine.batching.spec import UsersSpec
 from engine.batching.sweep import Sweep
 from engine.batching.workload import PolicyResult
 from engine.core.paths import scrub
@@ -180,17 +181,10 @@ USER_PROMPTS = (
 
 
 def simulate_users(
-    sched: Scheduler,
-    lm: LoadedModel,
-    n: int,
-    max_new_tokens: int,
-    stagger_s: float = 0.0,
-    *,
-    session: str | None = None,
-    panel: DeltaGenerator | None = None,
+    sched: Scheduler, users: UsersSpec, *, session: str | None = None, panel: DeltaGenerator | None = None
 ) -> dict:
-    """Replay `n` concurrent requests through the shared scheduler, drawing its queue and batch live (every
-    LIVE_REDRAW_S, in `panel` where given) with the clock (ui.pace) until all finish; returns {"n": n, "rows": per-request results} for
+    """Replay `users.users` concurrent requests through the shared scheduler (and its model), drawing its queue
+    and batch live (every LIVE_REDRAW_S, in `panel` where given) with the clock (ui.pace) until all finish; returns {"n": n, "rows": per-request results} for
     show_users_result, stored for a reload and presenter mode. A rerun or a closed tab stops the script
     mid-loop: the finally cancels what is still running."""
     import time
@@ -199,6 +193,7 @@ def simulate_users(
     from engine.runtime.settings import GenerationConfig
     from ui import pace
 
+    lm, n, max_new_tokens, stagger_s = sched.lm, users.users, users.max_new_tokens, users.stagger_s
     cfg = GenerationConfig(max_new_tokens=max_new_tokens, chat_template=lm.has_chat_template)
     handles = []
     guess = pace.expected(USERS_EXPERIMENT, n * max_new_tokens)

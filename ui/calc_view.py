@@ -134,23 +134,24 @@ def memory_tiles(est: Estimate) -> None:
         f"{m.kv_bytes_per_token:,.0f} B per token",
         help=memory.formula_of(memory.kv_cache_bytes),
     )
-    if fit.serving is not None:
-        sm = fit.serving
-        note_metric(
-            k[2],
+    sm = fit.serving
+    # the third tile: what the serving engine allocates to its KV cache, else the overhead model's total
+    label, value, note, why = (
+        (
             f"KV cache {fit.model} allocates{_asked(est)}",
             f"{sm.kv_cache_tokens:,} tokens",
             f"{fmt.gb(max(sm.kv_bytes, 0))} per GPU",
-            help="(total x utilisation - weights - profile-run activations - runtime) / KV bytes per token per GPU",
+            "(total x utilisation - weights - profile-run activations - runtime) / KV bytes per token per GPU",
         )
-    else:
-        note_metric(
-            k[2],
+        if sm is not None
+        else (
             "Total with overhead",
             fmt.gb(m.total_bytes),
             f"{fmt.gb(m.overhead_bytes)} overhead",
-            help=memory.formula_of(memory.estimate_memory),
+            memory.formula_of(memory.estimate_memory),
         )
+    )
+    note_metric(k[2], label, value, note, help=why)
 
 
 def _asked(est: Estimate) -> str:

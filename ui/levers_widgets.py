@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pandas as pd
 import streamlit as st
@@ -34,13 +36,28 @@ def measure_into(
         st.session_state[state_key] = result
 
 
-def _table(rows, columns) -> pd.DataFrame:
-    """One line per result: its columns, then its reason with server paths scrubbed (every lever's table)."""
-    return pd.DataFrame([{**columns(r), "reason": scrub(r.reason)} for r in rows])
+def _table(columns: Callable[[Any], dict]) -> Callable[[Sequence], pd.DataFrame]:
+    """A lever's table from one result's columns: one line per result, its columns, then its reason with server
+    paths scrubbed (every lever's table)."""
+
+    def table(rows: Sequence) -> pd.DataFrame:
+        return pd.DataFrame([{**columns(r), "reason": scrub(r.reason)} for r in rows])
+
+    return table
 
 
 def _r(x, digits: int = 3):
     return None if x is None else round(float(x), digits)
+
+
+def _na(x, spec: str) -> str:
+    """A number in `spec` (a format spec: "+.3f", ".0%"), or "n/a" where the run has none."""
+    return "n/a" if x is None else format(x, spec)
+
+
+def _bytes(x) -> str:
+    """Bytes in GB, or "n/a" where nothing was measured (0 or None)."""
+    return gb(x) if x else "n/a"
 
 
 def _ci(ci, ratio=None) -> str:
@@ -49,76 +66,74 @@ def _ci(ci, ratio=None) -> str:
     return interval_cell(ratio, ci) or "n/a (fewer than 3 runs)"
 
 
-def quant_table(rows) -> pd.DataFrame:
+def _quant_columns(r) -> dict:
     # what the verdict rests on first (speed with its interval, quality, bytes), so it shows without scrolling
-    return _table(
-        rows,
-        lambda r: {
-            "scheme": r.scheme,
-            "status": r.status,
-            "speed vs fp32": "1×" if r.scheme == "fp32" else ratio_cell(r.speedup_vs_fp32, r.speedup_ci),
-            "95% CI": "the reference" if r.scheme == "fp32" else _ci(r.speedup_ci, r.speedup_vs_fp32),
-            "TPOT (ms)": _r(r.tpot_s and r.tpot_s * 1e3, 1),
-            # as the verdict's sentence says them (it read "+0.001" and "100%" beside a cell of 0.0007 and 1)
-            "Δ bits/byte": "n/a" if r.bits_per_byte_delta is None else f"{r.bits_per_byte_delta:+.3f}",
-            "exact match": "n/a" if r.exact_match_rate is None else f"{r.exact_match_rate:.0%}",
-            "weights (measured)": gb(r.weights_bytes) if r.weights_bytes else "n/a",
-            "weights (calculator)": gb(r.predicted_weights_bytes) if r.predicted_weights_bytes else "n/a",
-            "measured / calculator": _r(r.predicted_ratio, 4),
-            "tok/s": _r(r.tokens_per_s, 1),
-            "TTFT (s)": _r(r.ttft_s),
-            "bits/byte": _r(r.bits_per_byte, 4),
-            "first divergence": r.first_divergence_token,
-            "peak RSS": gb(r.rss_bytes) if r.rss_bytes else "n/a",
-            "quantize (s)": _r(r.quantize_s, 2),
-        },
-    )
+    return {
+        "scheme": r.scheme,
+        "status": r.status,
+        "speed vs fp32": "1×" if r.scheme == "fp32" else ratio_cell(r.speedup_vs_fp32, r.speedup_ci),
+        "95% CI": "the reference" if r.scheme == "fp32" else _ci(r.speedup_ci, r.speedup_vs_fp32),
+        "TPOT (ms)": _r(r.tpot_s and r.tpot_s * 1e3, 1),
+        # as the verdict's sentence says them (it read "+0.001" and "100%" beside a cell of 0.0007 and 1)
+        "Δ bits/byte": _na(r.bits_per_byte_delta, "+.3f"),
+        "exact match": _na(r.exact_match_rate, ".0%"),
+        "weights (measured)": _bytes(r.weights_bytes),
+        "weights (calculator)": _bytes(r.predicted_weights_bytes),
+        "measured / calculator": _r(r.predicted_ratio, 4),
+        "tok/s": _r(r.tokens_per_s, 1),
+        "TTFT (s)": _r(r.ttft_s),
+        "bits/byte": _r(r.bits_per_byte, 4),
+        "first divergence": r.first_divergence_token,
+        "peak RSS": _bytes(r.rss_bytes),
+        "quantize (s)": _r(r.quantize_s, 2),
+    }
 
 
-def kv_table(rows) -> pd.DataFrame:
-    return _table(
-        rows,
-        lambda r: {
-            "cache": r.backend,
-            "status": r.status,
-            "bits": str(r.nbits) if r.nbits is not None else "model's own",  # one type a column (Arrow)
-            "tokens": r.tokens,
-            "full-precision tokens": r.full_precision_tokens
-            if r.full_precision_tokens is not None
-            else "all",
-            "KV bytes (measured)": gb(r.kv_bytes) if r.kv_bytes else "n/a",
-            "KV bytes (calculator)": gb(r.predicted_bytes) if r.predicted_bytes else "n/a",
-            "measured / calculator": f"{r.predicted_ratio:.4f}" if r.predicted_ratio is not None else "n/a",
-            "bytes per token": f"{r.kv_bytes_per_token:,.0f}" if r.kv_bytes_per_token is not None else "n/a",
-            "sequences in budget (measured)": r.max_sequences,
-            "sequences in budget (calculator)": r.predicted_max_sequences,
-            "same greedy tokens": r.exact_match,
-            "first divergence": r.first_divergence_token,
-            "tok/s": _r(r.tokens_per_s, 1),
-        },
-    )
+quant_table = _table(_quant_columns)
 
 
-def spec_table(rows) -> pd.DataFrame:
-    return _table(
-        rows,
-        lambda r: {
-            "method": speculative.method_name(r.method),
-            "workload": speculative.workload_name(r.workload),
-            "status": r.status,
-            "speed vs plain": ratio_cell(r.speedup_vs_plain, r.speedup_ci),
-            "95% CI": _ci(r.speedup_ci, r.speedup_vs_plain),
-            "expected (Leviathan)": _r(r.expected_speedup, 2),
-            "acceptance α": _r(r.acceptance_rate),
-            "identical to greedy": r.identical_to_greedy,
-            "tokens / target forward": _r(r.tokens_per_target_forward, 2),
-            "draft": r.draft,
-            "γ": r.draft_length,
-            "cost ratio c": _r(r.cost_ratio, 2),
-            "verify / 1-token forward": _r(r.verify_ratio, 2),
-            "answer quotes prompt": _r(r.prompt_overlap, 2),
-        },
-    )
+def _kv_columns(r) -> dict:
+    return {
+        "cache": r.backend,
+        "status": r.status,
+        "bits": str(r.nbits) if r.nbits is not None else "model's own",  # one type a column (Arrow)
+        "tokens": r.tokens,
+        "full-precision tokens": r.full_precision_tokens if r.full_precision_tokens is not None else "all",
+        "KV bytes (measured)": _bytes(r.kv_bytes),
+        "KV bytes (calculator)": _bytes(r.predicted_bytes),
+        "measured / calculator": _na(r.predicted_ratio, ".4f"),
+        "bytes per token": _na(r.kv_bytes_per_token, ",.0f"),
+        "sequences in budget (measured)": r.max_sequences,
+        "sequences in budget (calculator)": r.predicted_max_sequences,
+        "same greedy tokens": r.exact_match,
+        "first divergence": r.first_divergence_token,
+        "tok/s": _r(r.tokens_per_s, 1),
+    }
+
+
+kv_table = _table(_kv_columns)
+
+
+def _spec_columns(r) -> dict:
+    return {
+        "method": speculative.method_name(r.method),
+        "workload": speculative.workload_name(r.workload),
+        "status": r.status,
+        "speed vs plain": ratio_cell(r.speedup_vs_plain, r.speedup_ci),
+        "95% CI": _ci(r.speedup_ci, r.speedup_vs_plain),
+        "expected (Leviathan)": _r(r.expected_speedup, 2),
+        "acceptance α": _r(r.acceptance_rate),
+        "identical to greedy": r.identical_to_greedy,
+        "tokens / target forward": _r(r.tokens_per_target_forward, 2),
+        "draft": r.draft,
+        "γ": r.draft_length,
+        "cost ratio c": _r(r.cost_ratio, 2),
+        "verify / 1-token forward": _r(r.verify_ratio, 2),
+        "answer quotes prompt": _r(r.prompt_overlap, 2),
+    }
+
+
+spec_table = _table(_spec_columns)
 
 
 def downloads(rows, name: str, key: str) -> None:

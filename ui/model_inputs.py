@@ -97,6 +97,30 @@ def config_input(key: str) -> ModelSpec | None:
     return spec
 
 
+# The raw-numbers form, in its order over three columns: (ModelSpec field, label, lowest, highest, starting value,
+# key under the page's, help). 0 in a field that allows it means none (window) or derived from the shape.
+RAW_NUMBERS: tuple[tuple[str, str, int, int, int, str, str | None], ...] = (
+    ("n_layer", "layers", 1, 1000, 32, "L", None),
+    ("hidden", "hidden size", 1, 100_000, 4096, "h", None),
+    ("n_head", "heads", 1, 1000, 32, "H", None),
+    ("n_kv_head", "KV heads", 1, 1000, 8, "kv", "= heads for MHA, 1 for MQA"),
+    ("head_dim", "head dim (0 = hidden/heads)", 0, 4096, 0, "d", None),
+    ("vocab", "vocabulary", 1, 2_000_000, 32000, "V", None),
+    ("context_length", "context length", 1, 10_000_000, 8192, "ctx", None),
+    (
+        "sliding_window",
+        "sliding window (0 = none)",
+        0,
+        10_000_000,
+        0,
+        "w",
+        "A window that evicts (rolling cache, as Mistral's) caps the KV cache.",
+    ),
+    ("params", "parameters (0 = from shape)", 0, 10**13, 0, "P", None),
+    ("intermediate", "MLP intermediate size (0 = 4 x hidden)", 0, 1_000_000, 14336, "I", None),
+)
+
+
 def model_input(key: str, *, default: str = "gpt-neo-2.7b") -> ModelSpec | None:
     """A preset, a config.json (uploaded or pasted; parsed with json only), a hub id or raw numbers. None (with
     st.error) on bad input."""
@@ -119,23 +143,10 @@ def model_input(key: str, *, default: str = "gpt-neo-2.7b") -> ModelSpec | None:
             st.caption(_count_caption(spec))
             return spec
         c1, c2, c3 = st.columns(3)
-        n_layer = c1.number_input("layers", 1, 1000, 32, key=f"{key}.L")
-        hidden = c2.number_input("hidden size", 1, 100_000, 4096, key=f"{key}.h")
-        heads = c3.number_input("heads", 1, 1000, 32, key=f"{key}.H")
-        kv = c1.number_input("KV heads", 1, 1000, 8, key=f"{key}.kv", help="= heads for MHA, 1 for MQA")
-        head_dim = c2.number_input("head dim (0 = hidden/heads)", 0, 4096, 0, key=f"{key}.d")
-        vocab = c3.number_input("vocabulary", 1, 2_000_000, 32000, key=f"{key}.V")
-        ctx = c1.number_input("context length", 1, 10_000_000, 8192, key=f"{key}.ctx")
-        window = c2.number_input(
-            "sliding window (0 = none)",
-            0,
-            10_000_000,
-            0,
-            key=f"{key}.w",
-            help="A window that evicts (rolling cache, as Mistral's) caps the KV cache.",
-        )
-        params = c3.number_input("parameters (0 = from shape)", 0, 10**13, 0, key=f"{key}.P")
-        inter = c1.number_input("MLP intermediate size (0 = 4 x hidden)", 0, 1_000_000, 14336, key=f"{key}.I")
+        numbers = {
+            field: (c1, c2, c3)[k % 3].number_input(label, lo, hi, value, key=f"{key}.{short}", help=why)
+            for k, (field, label, lo, hi, value, short, why) in enumerate(RAW_NUMBERS)
+        }
         layouts = list(ARCH_TRAITS)
         arch = c2.selectbox(
             "layer layout",
@@ -146,21 +157,13 @@ def model_input(key: str, *, default: str = "gpt-neo-2.7b") -> ModelSpec | None:
         )
         experts = c3.number_input("MLP experts (1 = dense)", 1, 1024, 1, key=f"{key}.E")
         per_token = c3.number_input("experts per token", 1, 1024, 1, key=f"{key}.k") if experts > 1 else 1
+        # a field that takes 0 reads it as "none" or "derived" (the others start at 1)
         spec = spec_from_numbers(
+            name="custom",
             arch=arch,
             n_experts=experts,
             experts_per_token=per_token,
-            name="custom",
-            n_layer=n_layer,
-            hidden=hidden,
-            n_head=heads,
-            n_kv_head=kv,
-            head_dim=head_dim or None,
-            intermediate=inter or None,
-            vocab=vocab,
-            context_length=ctx,
-            sliding_window=window or None,
-            params=params or None,
+            **{field: v or None for field, v in numbers.items()},
         )
         st.caption(_count_caption(spec))
         return spec

@@ -119,39 +119,37 @@ def local_servers(target: str, ns: str) -> tuple[dict[str, str], str]:
     backends = BACKENDS_OF[target]
     label, missing = vllm_status() if "vllm" in backends else (None, "")
     c = st.columns([2, 1, 1, 1, 1])
-    model = spec_input(
-        c[0], ServeSpec, "model", choices=list(PRESETS), label="Model", key=f"{ns}.engine_model"
-    )
-    batch = spec_input(c[1], ServeSpec, "max_batch", label="Max batch", key=f"{ns}.max_batch")
-    dtype = spec_input(
+
+    def field(col, name: str, key: str = "", **narrow):
+        """One ServeSpec field under this page's namespace (`key`: its session-state name where not the field's)."""
+        return spec_input(col, ServeSpec, name, key=f"{ns}.{key or name}", **narrow)
+
+    model = field(c[0], "model", key="engine_model", choices=list(PRESETS), label="Model")
+    batch = field(c[1], "max_batch", label="Max batch")
+    dtype = field(
         c[2],
-        ServeSpec,
         "dtype",
         choices=[d for d in ServeSpec.choices("dtype") if d != "fp16"],  # fp16: CUDA only
         label="Precision",
-        key=f"{ns}.dtype",
         help="auto: fp32 on a CPU",
     )
-    threads = spec_input(
+    threads = field(
         c[3],
-        ServeSpec,
         "threads",
         hi=max(1, cores()),
         value=max(1, cores() - 1),
         label="Compute threads",
-        key=f"{ns}.threads",
         help="torch threads of each server (one core is left to HTTP, the default of both)",
     )
-    kv_gb = spec_input(
+    kv_gb = field(
         c[4],
-        ServeSpec,
         "kv_budget_bytes",
+        key="kv_gb",
         unit=1e9,
         value=2.0,
         lo=0.1,
         hi=64.0,
         label="KV space (GB)",
-        key=f"{ns}.kv_gb",
         help="each server's KV cache budget",
     )
     start_refused = refused(batch, threads, kv_gb)  # the refused field says why

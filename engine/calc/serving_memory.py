@@ -218,31 +218,31 @@ def serving_memory_of(
     """Memory as a serving engine allocates it for this setup's weights, cache precision and tensor parallel;
     `server` are the engine's own options (engine.calc.serving_memory: utilisation, max model length, ...).
     vLLM on this machine's CPU takes its CPU pool (vllm_cpu_memory; `cpu_kv_space_bytes`: VLLM_CPU_KVCACHE_SPACE)."""
+    # the stored weights and the cache's precision: both allocations read them alike
+    stored: dict[str, Any] = {
+        "dtype": s.dtype,
+        "kv_dtype": s.kv_dtype,
+        "weight_format": s.weight_format,
+        "group_size": s.group_size,
+        "scope": s.scope,
+    }
     if engine == "vllm" and is_cpu(s.gpu):
         return vllm_cpu_memory(
             s.spec,
-            dtype=s.dtype,
-            kv_dtype=s.kv_dtype,
             kv_space_bytes=cpu_kv_space_bytes,
             ram_bytes=s.gpu.memory_bytes,
             max_model_len=server.get("max_model_len"),
-            weight_format=s.weight_format,
-            group_size=s.group_size,
-            scope=s.scope,
             gpu_memory_utilization=server.get("gpu_memory_utilization"),
             max_num_seqs=server.get("max_num_seqs"),
+            **stored,
         )
     return serving_memory(
         s.spec,
         s.gpu,
         engine=engine,
-        dtype=s.dtype,
-        weight_format=s.weight_format,
-        group_size=s.group_size,
-        scope=s.scope,
-        kv_dtype=s.kv_dtype,
         tensor_parallel=s.n_gpus,
         pipeline_parallel=s.pipeline,
+        **stored,
         **server,
     )
 

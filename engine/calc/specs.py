@@ -15,11 +15,13 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from engine.core.dtypes import BYTES_PER_ELEMENT
 from engine.core.errors import InvalidParameterError, UnknownModelError
 from engine.core.spec import Spec, option
+
+T = TypeVar("T")
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 PRECISIONS: tuple[str, ...] = tuple(BYTES_PER_ELEMENT)
@@ -149,9 +151,13 @@ class ModelSpec:
     def kv_dim(self) -> int:
         return self.n_kv_head * self.head_dim
 
+    def _layers(self, subset: int | None) -> int:
+        """All layers unless the config counts a subset (attn_layers, moe_layers: None = all)."""
+        return self.n_layer if subset is None else subset
+
     @property
     def kv_layers(self) -> int:
-        return self.n_layer if self.attn_layers is None else self.attn_layers
+        return self._layers(self.attn_layers)
 
     @property
     def is_moe(self) -> bool:
@@ -160,9 +166,7 @@ class ModelSpec:
     @property
     def expert_layers(self) -> int:
         """Layers whose MLP is a set of experts (all of them for Mixtral, L - first_k_dense for DeepSeek)."""
-        if not self.is_moe:
-            return 0
-        return self.n_layer if self.moe_layers is None else self.moe_layers
+        return self._layers(self.moe_layers) if self.is_moe else 0
 
     @property
     def is_mla(self) -> bool:
@@ -352,14 +356,21 @@ def published_params(key: str) -> int | None:
     return load_architecture_table().get(key, {}).get("params_published")
 
 
+def _one_of(table: Mapping[str, T], key: str, error: type[Exception], message: str) -> T:
+    """table[key], else `error` with `message`, whose {key} and {known} name what was asked and what there is."""
+    if key not in table:
+        raise error(message.format(key=key, known=", ".join(table)))
+    return table[key]
+
+
+UNKNOWN_MODEL = (
+    "unknown model {key!r} for the calculator; choose one of {known}, "
+    "or pass a config.json (--config PATH) or raw numbers"
+)
+
+
 def model_preset(name: str) -> ModelSpec:
-    presets = load_model_presets()
-    if name not in presets:
-        raise UnknownModelError(
-            f"unknown model {name!r} for the calculator; choose one of {', '.join(presets)}, "
-            "or pass a config.json (--config PATH) or raw numbers"
-        )
-    return presets[name]
+    return _one_of(load_model_presets(), name, UnknownModelError, UNKNOWN_MODEL)
 
 
 def spec_from_numbers(
@@ -467,14 +478,15 @@ def load_gpu_catalog(path: Path | None = None) -> dict[str, GPUSpec]:
     return {key: _gpu_from_row(key, row) for key, row in raw.items()}
 
 
+UNKNOWN_GPU = (
+    "unknown GPU {key!r}; choose one of {known} or "
+    + THIS_MACHINE
+    + " (list them with `python -m engine gpus`)"
+)
+
+
 def gpu_spec(key: str) -> GPUSpec:
-    catalog = load_gpu_catalog()
-    if key not in catalog:
-        raise InvalidParameterError(
-            f"unknown GPU {key!r}; choose one of {', '.join(catalog)} or {THIS_MACHINE} "
-            "(list them with `python -m engine gpus`)"
-        )
-    return catalog[key]
+    return _one_of(load_gpu_catalog(), key, InvalidParameterError, UNKNOWN_GPU)
 
 
 def custom_gpu(
@@ -501,33 +513,32 @@ def custom_gpu(
     return replace(base, peak_flops=peaks, sources=sources, **changes)
 
 
+def _figure(help: str, lo: float, hi: float, label: str) -> Any:
+    """One GPUFigures field (engine.core.spec.option): a float within what a real GPU can be; None, the GPU's own."""
+    return option(None, help, kind=float, lo=lo, hi=hi, label=label)
+
+
 @dataclass(frozen=True)
 class GPUFigures(Spec):
     """The figures of one GPU a user may edit (`custom_gpu`: any GPU from its datasheet), in GPUSpec's base units,
     with what a real GPU can be: the one source of the Memory & cost page's bounds. Each default is None, the
     GPU's own figure (its catalog row, or this machine's measurement)."""
 
-    memory_bytes: float | None = option(
-        None, "memory per GPU, as the driver reports it", kind=float, lo=1e8, hi=1e13, label="GPU memory"
+    memory_bytes: float | None = _figure("memory per GPU, as the driver reports it", 1e8, 1e13, "GPU memory")
+    bandwidth_bytes_per_s: float | None = _figure(
+        "memory bandwidth (datasheet)", 1e8, 1e14, "memory bandwidth"
     )
-    bandwidth_bytes_per_s: float | None = option(
-        None, "memory bandwidth (datasheet)", kind=float, lo=1e8, hi=1e14, label="memory bandwidth"
-    )
-    peak_flops: float | None = option(
-        None,
+    peak_flops: float | None = _figure(
         "dense peak FLOP/s in the precision the math runs in (datasheet, not sparse)",
-        kind=float,
-        lo=1e8,
-        hi=1e17,
-        label="peak FLOP/s",
+        1e8,
+        1e17,
+        "peak FLOP/s",
     )
-    interconnect_bytes_per_s: float | None = option(
-        None,
+    interconnect_bytes_per_s: float | None = _figure(
         "GPU-to-GPU link, one direction (the datasheet's both-ways figure / 2); 0: none",
-        kind=float,
-        lo=0,
-        hi=5e13,
-        label="GPU-to-GPU link",
+        0,
+        5e13,
+        "GPU-to-GPU link",
     )
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import lru_cache, partial
 
 from engine.calc import quant
 from engine.calc.memory import params_of, weights_bytes
@@ -247,28 +247,18 @@ def timing_inputs(s: Setup) -> TimingInputs:
             link_bytes_per_s=gpu.interconnect_bytes_per_s,
         )
 
-    pre_ops = operators(
-        spec, phase="prefill", seq_len=p, batch=b, dtype=dtype, kv_dtype=kv_dtype, weight_bytes_per_param=wpp
-    )
+    # prefill and decode differ in their phase and length only
+    ops = partial(operators, spec, batch=b, dtype=dtype, kv_dtype=kv_dtype, weight_bytes_per_param=wpp)
     # decode(s) models one new token against s cached + 1: s = P + O/2 - 1 gives the mean context P + O/2
     mean_ctx = max(1, round(p + o / 2 - 1))
-    dec_ops = operators(
-        spec,
-        phase="decode",
-        seq_len=mean_ctx,
-        batch=b,
-        dtype=dtype,
-        kv_dtype=kv_dtype,
-        weight_bytes_per_param=wpp,
-    )
 
     def hop(tokens: int) -> float:
         """A stage boundary sends the activations b x tokens x h once (point to point)."""
         return b * tokens * spec.hidden * act / gpu.interconnect_bytes_per_s if stages > 1 else 0.0
 
     return TimingInputs(
-        tuple(pre_ops),
-        tuple(dec_ops),
+        tuple(ops(phase="prefill", seq_len=p)),
+        tuple(ops(phase="decode", seq_len=mean_ctx)),
         roof,
         spec.n_layer,
         b,

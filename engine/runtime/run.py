@@ -221,14 +221,13 @@ class Run:
         while self.poll(EVENT_EVERY_S) is not None:
             pass
         completions, measurement, wall = self._job_result()
-        load, n = loadavg_1m(), cores()
         self._report = RunReport(
             completions=completions,
             measurement=measurement,
             route=self.route,
             source=self.source,
-            load=load,
-            cores=n,
+            load=loadavg_1m(),
+            cores=cores(),
             ended_at_once=ended_at_once(self.lm, completions),
             wall_s=wall,
             load_before=self._load_before,

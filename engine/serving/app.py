@@ -14,7 +14,6 @@ from fastapi.responses import JSONResponse
 from starlette.routing import Match
 
 from engine.batching.scheduler import Scheduler
-from engine.runtime.models import LoadedModel
 from engine.serving.metrics import ServerMetrics
 from engine.serving.protocol import Limits, RequestError
 from engine.serving.routes import error_response, router
@@ -57,14 +56,14 @@ async def _on_request_error(_request: Request, exc: RequestError) -> JSONRespons
 
 
 def create_app(
-    lm: LoadedModel,
     scheduler: Scheduler,
     *,
     served_name: str | None = None,
     limits: Limits | None = None,
     api_key: str | None = None,
 ) -> FastAPI:
-    """The app over an already loaded model and its scheduler (the caller owns both and closes the scheduler)."""
+    """The app over a scheduler and the model it already holds (the caller owns both and closes the scheduler)."""
+    lm = scheduler.lm
     name = served_name or lm.name
     metrics = ServerMetrics(name, scheduler.snapshot, max_model_len=lm.context_length)
     state = ServerState(lm, scheduler, name, limits or Limits(), api_key or None, metrics)

@@ -96,7 +96,6 @@ def build(spec: ServeSpec, lm: LoadedModel | None = None):
         compile_decode=spec.compile_decode,
     )
     app = create_app(
-        lm,
         scheduler,
         served_name=spec.served_name,
         limits=spec.limits,
