@@ -47,7 +47,7 @@ def test_serving_page_simulates_a_sweep_for_a_gpu():
     [
         ("simulate.levels", "a,b", "not a number"),
         ("simulate.gpus", 2, "cannot split evenly"),
-        ("simulate.slo_ttft", 0.0, "positive number of seconds"),
+        ("simulate.slo_ttft", -1.0, "positive number of seconds"),  # 0 turns it off, as on the CLI
     ],
 )
 def test_serving_page_says_a_bad_input_in_one_sentence(widget, value, words):
