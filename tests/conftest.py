@@ -28,7 +28,10 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 LONGEST_FIRST = ("test_load.py", "test_race_peers.py", "test_faults.py", "test_vllm_live.py", "test_race.py")
 
 
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own hook, whose group ids it completes
 def pytest_collection_modifyitems(config, items):
+    _keep_groups_together(config, items)
+
     def order(item) -> tuple[int, int]:
         name = item.path.name
         if name in LONGEST_FIRST:
@@ -36,6 +39,22 @@ def pytest_collection_modifyitems(config, items):
         return (1 if item.get_closest_marker("slow") else 2), 0
 
     items.sort(key=order)  # stable: file order within each group
+
+
+def _keep_groups_together(config, items) -> None:
+    """--dist loadgroup keeps a module marked xdist_group on one worker by suffixing its tests' ids ('@group').
+    pytest-xdist 3.8 writes that suffix to `item._nodeid`, which pytest 9 no longer reads (an item's id is
+    `item._id`), so each group was split over both workers and its module fixture (a whole peer-engine race) ran
+    once on each. Written here as xdist means it, where its own write did not take."""
+    from _pytest.nodeid import NodeId
+
+    if not getattr(config.option, "loadgroup", False):  # set by pytest-xdist under --dist loadgroup
+        return
+    for item in items:
+        marks = item.iter_markers("xdist_group")
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in marks})
+        if names and "@" not in item.nodeid:
+            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")
 
 
 @pytest.fixture(autouse=True, scope="session")

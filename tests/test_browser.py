@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow]
+# one worker runs the module (scripts/test.sh: --dist loadgroup), so one dashboard server and one Chromium serve it
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.xdist_group("dashboard")]
 
 
 def test_deep_link_offline_navigation_and_bundled_icons(dashboard, browser):
