@@ -253,13 +253,13 @@ async def calculator_session(browser, url: str, moves: int, timeout_ms: int) -> 
     return await _session(browser, "calculator", 1400, timeout_ms, steps)
 
 
-async def evaluation_session(browser, url: str, model: str, timeout_ms: int) -> SessionResult:
+async def evaluation_session(browser, url: str, model: str, timeout_ms: int, docs: int = 2) -> SessionResult:
     async def steps(page):
         await page.goto(f"{url}/Few-shot_code_and_eval?model={model}", timeout=timeout_ms)
         await page.get_by_role("tab", name="Evaluation").click(timeout=timeout_ms)
         limit = page.get_by_role("spinbutton", name="Documents (limit)", exact=True)
         if await limit.count():
-            await limit.fill("2", timeout=timeout_ms)
+            await limit.fill(str(docs), timeout=timeout_ms)
             await limit.press("Enter", timeout=timeout_ms)
         await page.get_by_role("button", name="Run evaluation").click(timeout=timeout_ms)
         await page.get_by_text("bits per byte").first.wait_for(timeout=timeout_ms)
@@ -268,7 +268,9 @@ async def evaluation_session(browser, url: str, model: str, timeout_ms: int) -> 
     return await _session(browser, "evaluation", 1600, timeout_ms, steps)
 
 
-async def _run(url: str, sessions: int, model: str, max_new: int, with_eval: bool, timeout_s: float, proc):
+async def _run(
+    url: str, sessions: int, model: str, max_new: int, with_eval: bool, timeout_s: float, proc, eval_docs: int
+):
     from playwright.async_api import async_playwright
 
     timeout_ms = int(timeout_s * 1000)
@@ -287,7 +289,7 @@ async def _run(url: str, sessions: int, model: str, max_new: int, with_eval: boo
             ]
             jobs.append(calculator_session(browser, url, 4, timeout_ms))
             if with_eval:
-                jobs.append(evaluation_session(browser, url, model, timeout_ms))
+                jobs.append(evaluation_session(browser, url, model, timeout_ms, eval_docs))
             with HealthWatch(url) as watch:
                 t0 = time.perf_counter()
                 results = await asyncio.gather(*jobs)
@@ -306,6 +308,7 @@ def run_load(
     max_new_tokens: int = 24,
     with_eval: bool = True,
     timeout_s: float = 600,
+    eval_docs: int = 2,
 ) -> LoadReport:
     import psutil
 
@@ -314,7 +317,7 @@ def run_load(
     # calling thread, e.g. in a test session that used the `browser` fixture before).
     with ThreadPoolExecutor(max_workers=1) as pool:
         rss_before, results, wall, watch = pool.submit(
-            asyncio.run, _run(url, sessions, model, max_new_tokens, with_eval, timeout_s, proc)
+            asyncio.run, _run(url, sessions, model, max_new_tokens, with_eval, timeout_s, proc, eval_docs)
         ).result()
     rss_after = proc.memory_info().rss
     play = [r for r in results if r.kind == "playground" and r.ok]
