@@ -38,7 +38,7 @@ CHEAPEST: dict[str, tuple[str, ...]] = {
         "--batch",
         "1",
     ),
-    "eval": (*TINY, "--limit", "1", "--no-crosscheck"),
+    "eval": (*TINY, "--limit", "1"),  # with the engine's cross-check, whose verdict is in the document
     "fewshot": (*TINY, "--k", "0", "--queries", "2"),
     "race": (
         *TINY,
@@ -83,8 +83,19 @@ def lab_home(tmp_path_factory) -> Path:
     return home
 
 
+# A Hugging Face token in the environment, as a user with one has it: no command may print it (tests/test_security.py
+# also follows it into the files the race saves).
+TOKEN = "hf_secretTOKENdoNotLeak1234567890"
+
+
 def run_json(name: str, *args: str, home: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "INFERENCE_LAB_HOME": str(home)}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "INFERENCE_LAB_HOME": str(home),
+        "HF_TOKEN": TOKEN,
+        "HUGGING_FACE_HUB_TOKEN": TOKEN,
+    }
     return subprocess.run(
         [sys.executable, "-m", "engine", name, *args, "--json"],
         cwd=ROOT,
@@ -104,7 +115,16 @@ def test_every_command_is_checked():
 def test_json_stdout_is_one_document(name, lab_home):
     r = run_json(name, *CHEAPEST[name], home=lab_home)
     assert r.returncode == 0, r.stderr[-2000:]
-    json.loads(r.stdout)  # the whole of stdout, nothing before or after the document
+    doc = json.loads(r.stdout)  # the whole of stdout, nothing before or after the document
+    assert TOKEN not in r.stdout and TOKEN not in r.stderr
+    if name == "eval":  # the fields the evaluation's JSON promises (docs/CONTRACTS.md)
+        assert {"word_perplexity", "byte_perplexity", "bits_per_byte", "task", "task_version", "model", "dtype",
+                "device", "harness_version", "crosscheck"} <= set(doc)  # fmt: skip
+        assert (doc["task"], doc["task_version"], doc["crosscheck"]["agrees"]) == (
+            "pydoc_topics",
+            "1.0",
+            True,
+        )
 
 
 @pytest.mark.slow
