@@ -93,9 +93,11 @@ def _ok(v) -> bool:
     return v is not None and not (isinstance(v, float) and not math.isfinite(v))
 
 
-def compare(results: list[ContenderResult], recheck: ContenderResult | None = None) -> list[str]:
+def compare(
+    results: list[ContenderResult], recheck: ContenderResult | None = None, *, busy: bool = True
+) -> list[str]:
     """Fill speedup, interval, drift, quality and verdict fields against the baseline in place; return
-    race-level notes."""
+    race-level notes (`busy`: other work ran beside the race, which a drift note then names)."""
     base = next((r for r in results if r.name == BASELINE and r.ran), None)
     if base is None:
         for r in results:
@@ -106,7 +108,7 @@ def compare(results: list[ContenderResult], recheck: ContenderResult | None = No
         verdict.drift(base.latencies_s, recheck.latencies_s) if recheck is not None and recheck.ran else None
     )
     if ratio is not None:
-        notes.append(verdict.drift_note(ratio))
+        notes.append(verdict.drift_note(ratio, busy=busy))
     for r in results:
         if not r.ran:
             r.quality_note = "did not run"
@@ -258,14 +260,26 @@ def run_race(
             result.baseline_recheck = _run_one(
                 spec, again, total - 1, total, Path(tmp), result.device, progress, timing_only=True
             )
-    result.notes.extend(compare(result.contenders, result.baseline_recheck))
-    result.winner = verdict.winner_line(result.contenders)
     cores = hw.get("cpu_cores_logical") or 1
-    busiest = max((r.load_avg[1] for r in result.contenders if r.load_avg), default=0.0)
-    if is_busy(busiest, cores):
+    before, others = other_load(result, cores)
+    busy = is_busy(before, cores) or is_busy(others, cores)
+    result.notes.extend(compare(result.contenders, result.baseline_recheck, busy=busy))
+    result.winner = verdict.winner_line(result.contenders)
+    if busy:
         result.notes.append(
-            f"the machine was busy during the race (1-minute load average up to {busiest:.1f} on {cores} cores): "
-            "timings include contention from other processes; rerun for cleaner numbers"
+            f"the machine was busy during the race (1-minute load average {before:.1f} before it and up to "
+            f"{others:.1f} beyond the race's own threads, on {cores} cores): timings include contention from other "
+            "processes; rerun for cleaner numbers"
         )
     result.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
     return result
+
+
+def other_load(result: RaceResult, cores: int) -> tuple[float, float]:
+    """(the 1-minute load average before the race, the most seen after a lane beyond the race's own threads).
+    A lane's worker keeps up to one thread a core busy, so its own work is in the reading taken after it (and, the
+    1-minute average decaying slowly, in the next lane's reading before it): only the first reading and what
+    exceeds the lane's own threads are other work (the one rule, engine.core.load.is_busy, judges them)."""
+    before = result.load_avg_start[0] if result.load_avg_start else math.nan
+    after = [max(0.0, r.load_avg[1] - cores) for r in result.contenders if r.load_avg]
+    return before, max(after, default=0.0)

@@ -102,14 +102,19 @@ def interval_line(c: ContenderResult) -> str:
     if way in ("faster", "slower") and drifted(c):
         # the interval covers run-to-run noise inside the race, not vanilla's own speed moving during it
         return (
-            f"{span} lies {'above' if way == 'faster' else 'below'} 1×, but vanilla's own speed moved "
-            f"{c.baseline_drift - 1:+.1%} during the race, more than run-to-run noise: not a reliable ratio"
+            f"{span} lies {'above' if way == 'faster' else 'below'} 1×, but vanilla's re-run at the end was "
+            f"{_moved(c.baseline_drift)}, more than run-to-run noise: not a reliable ratio"
         )
     if way == "faster":
         return f"{span} lies above 1×: faster than vanilla beyond run-to-run noise"
     if way == "slower":
         return f"{span} lies below 1×: slower than vanilla beyond run-to-run noise"
     return f"{span} includes 1×: not distinguishable from vanilla with these runs"
+
+
+def _moved(ratio: float) -> str:
+    """Vanilla's end-over-start latency as the one word a reader expects: '12.8% faster', never '-12.8%'."""
+    return f"{abs(ratio - 1):.1%} {'slower' if ratio > 1 else 'faster'}"
 
 
 def drifted(c: ContenderResult) -> bool:
@@ -149,7 +154,7 @@ def lane_verdict(c: ContenderResult) -> str:
             "the measured difference is noise"
         )
     if drifted(c):
-        parts.append(f"baseline drifted {c.baseline_drift - 1:+.1%} during the race")
+        parts.append(f"vanilla's re-run at the end was {_moved(c.baseline_drift)}: not a reliable ratio")
     return ", ".join(parts)
 
 
@@ -159,16 +164,22 @@ def drift(start: list[float], end: list[float]) -> float | None:
     return b / a if _ok(a) and _ok(b) and a > 0 else None
 
 
-def drift_note(ratio: float | None) -> str:
+def drift_note(ratio: float | None, *, busy: bool = True) -> str:
+    """The re-run's line. On a busy machine other work is the likely cause; on a quiet one, the first lane ran
+    cold (files read from disk, first allocations), which more warm-up runs absorb."""
     if ratio is None:
         return ""
     change = f"{ratio - 1:+.1%}"
     if abs(ratio - 1) > DRIFT_TOLERANCE:
+        cause = (
+            "the machine's speed changed during the race (other work ran beside it); rerun on a quieter machine"
+            if busy
+            else "no other work ran beside the race, so the start ran cold (files read from disk, first "
+            "allocations); a warm-up run more per lane absorbs that"
+        )
         return (
-            f"baseline drift: vanilla's re-run at the end was {abs(ratio - 1):.1%} "
-            f"{'slower' if ratio > 1 else 'faster'} (median latency) than at the start (more than "
-            f"{DRIFT_TOLERANCE:.0%}): the machine's speed changed during the race, so every lane raced in "
-            "between is flagged; rerun on a quieter machine"
+            f"baseline drift: vanilla's re-run at the end was {_moved(ratio)} (median latency) than at the start "
+            f"(more than {DRIFT_TOLERANCE:.0%}), so every lane raced in between is flagged: {cause}"
         )
     return (
         f"baseline steady: vanilla re-run at the end was within {DRIFT_TOLERANCE:.0%} of the start ({change})"
@@ -219,8 +230,7 @@ def winner_line(contenders: list[ContenderResult]) -> str:
                 f" Its point estimate was {best.speedup_vs_vanilla:.2f}× vanilla's speed, but its runs spread too "
                 "widely to call it faster"
                 + (
-                    f" (vanilla's own speed moved {best.baseline_drift - 1:+.1%} during the race: the machine "
-                    "was busy)"
+                    f" (vanilla's re-run at the end was {_moved(best.baseline_drift)})"
                     if drifted(best)
                     else ""
                 )
@@ -240,7 +250,7 @@ def winner_line(contenders: list[ContenderResult]) -> str:
     moved = [c for c in faster if drifted(c)]
     if moved:
         line += (
-            f" Caution: vanilla's own speed moved {moved[0].baseline_drift - 1:+.1%} during the race, "
-            "so these ratios are unreliable."
+            f" Caution: vanilla's re-run at the end was {_moved(moved[0].baseline_drift)}, so these ratios are "
+            "unreliable."
         )
     return line
