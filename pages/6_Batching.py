@@ -373,6 +373,10 @@ if sent_in_range(simulate, n_users, user_tokens, stagger):
         )
     except EngineError as exc:
         show_error(exc)
+    else:
+        # a fresh run draws the page: Streamlit merges the panel's last live frame with the live view drawn over it
+        # in the same run, and a mid-run "Running 5/8" stayed on screen under the idle batch (the presenter's walk)
+        st.rerun()
 
 
 @st.fragment(run_every=2.0 if auto else None)
