@@ -67,6 +67,16 @@ def test_the_estimate_comes_from_the_run_most_like_this_one():
     other = expected("test-alike", 4, {"model": "big", "lanes": 4})
     assert other is not None and other.seconds == 180.0 and "other settings" in other.source
     assert expected("test-alike", 2).seconds == 10.0  # no settings given: the newest
+    # the presenter's walk: 'about 2.9 min left' for an 18 s run, read off a run made beside other work
+    busy = {"before": 5.0, "after": 6.0, "cores": 2}
+    runlog.save_result(
+        "test-quiet", {}, wall_s=20.0, work=1, settings={"model": "m", "load": {"before": 0.1}}
+    )
+    runlog.save_result("test-quiet", {}, wall_s=180.0, work=1, settings={"model": "m", "load": busy})
+    e = expected("test-quiet", 1, {"model": "m"})
+    assert e.seconds == 20.0 and "busy" not in e.source
+    runlog.save_result("test-busy-only", {}, wall_s=180.0, work=1, settings={"load": busy})
+    assert "on a busy machine" in expected("test-busy-only", 1).source
 
 
 def test_the_run_log_is_keyed_by_the_browser_session():

@@ -45,22 +45,25 @@ class Expected:
 
 
 def expected(experiment: str, work: float, settings: dict | None = None) -> Expected | None:
-    """The earlier run of this experiment on this machine most like this one (the most `settings` in common, the
-    newest of those: another model's race says little about this one's), scaled by the work asked; None: never run
-    here."""
+    """The earlier run of this experiment on this machine most like this one (the most `settings` in common, then
+    one measured on a quiet machine, then the newest: another model's race, or a race run beside other work, says
+    little about this one), scaled by the work asked; None: never run here."""
     runs = [r for r in runlog.results(experiment) if r.work > 0 and r.wall_s > 0]
     if not runs:
         return None
     want = to_jsonable(settings or {})
 
-    def alike(r: runlog.StoredResult) -> int:
-        return sum(r.settings.get(k) == v for k, v in want.items())
+    def alike(r: runlog.StoredResult) -> tuple[int, bool]:
+        # the settings in common first, then a run on a quiet machine (a busy one took longer than this one will)
+        return sum(r.settings.get(k) == v for k, v in want.items()), not load_note(r.settings.get("load"))
 
     best = max(runs, key=alike)  # the first of the most alike: the newest, as results come newest first
-    which = (
-        "the last run here" if alike(best) == len(want) else "the closest earlier run here (other settings)"
+    same, quiet = alike(best)
+    which = "the last run here" if same == len(want) else "the closest earlier run here (other settings)"
+    busy = "" if quiet else ", on a busy machine"
+    return Expected(
+        best.wall_s * work / best.work, f"{which}, {best.when}{busy}, took {fmt.seconds(best.wall_s)}"
     )
-    return Expected(best.wall_s * work / best.work, f"{which}, {best.when}, took {fmt.seconds(best.wall_s)}")
 
 
 def left_s(
