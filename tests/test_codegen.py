@@ -132,3 +132,20 @@ def test_repeated_lint_findings_collapse_into_one_row():
     f821 = [r for r in rows if r["code"] == "F821"]
     assert len(f821) == 1 and f821[0]["count"] == 3 and f821[0]["lines"] == "2:7, 3:7, 4:7"
     assert len(rows) == len({(f.code, f.message) for f in report.findings})
+
+
+def test_a_reply_cut_after_its_code_block_says_the_code_is_whole():
+    """The presenter's walk: 'Why it stopped: length ... the code may end mid-statement' above a complete block; the
+    limit had cut the prose after it."""
+    from engine.runtime.generation import Completion
+    from tests.factories import synthetic_run
+
+    def reply(text: str) -> Completion:
+        return Completion("Write f.", text, text, (1,), "length", synthetic_run("m", "fp32", 0.1, 0.01))
+
+    closed = "Here it is:\n```python\ndef f():\n    return 1\n```\nThis function returns"
+    done = codegen.review(reply(closed), "instruct")
+    assert done.code == "def f():\n    return 1\n" and "code above is whole" in done.stop_explanation
+    cut = codegen.review(reply("```python\ndef f():\n    return"), "instruct")
+    assert cut.stop_explanation == codegen.STOP_REASONS["length"] and "mid-statement" in cut.stop_explanation
+    assert codegen.block_closed(closed) and not codegen.block_closed("```python\ndef f():")

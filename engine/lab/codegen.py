@@ -136,6 +136,13 @@ class CodeResult:
 
     @property
     def stop_explanation(self) -> str:
+        """Why it stopped, and what that did to the code under review: a reply cut by the length limit after its code
+        block closed lost only the prose after it."""
+        if self.stop_reason == "length" and self.mode == "instruct" and block_closed(self.completion.text):
+            return (
+                "the length limit: max_new_tokens ran out after the code block had closed, so the code above is "
+                "whole; only the reply's words after it were cut (see the raw output)."
+            )
         return STOP_REASONS.get(self.stop_reason, self.stop_reason)
 
 
@@ -259,6 +266,12 @@ def extract_code(reply: str) -> str:
     """The first fenced code block of a chat reply (an unclosed one runs to the end); else the whole reply."""
     match = _FENCE.search(reply)
     return (match.group(1) if match else reply).strip("\n")
+
+
+def block_closed(reply: str) -> bool:
+    """Whether the reply's first fenced code block has its closing fence."""
+    match = _FENCE.search(reply)
+    return match is not None and match.group(0).rstrip().endswith("```")
 
 
 def collapse_findings(findings: tuple[LintFinding, ...]) -> list[dict]:
