@@ -272,7 +272,13 @@ if last is not None and not batch_mode:
         report += [export.Figure(fig, latency_sentence(st.session_state[f"{NS}.curve"], last["model"]))]
 
 history = st.session_state[f"{NS}.history"]
-st.subheader("Runs in this session")
+restored = st.session_state.get(f"{NS}.restored")
+runs_heading = (
+    "Runs of the recorded session (presenter mode, not live)"
+    if restored is not None and restored.presenter
+    else "Runs in this session"
+)
+st.subheader(runs_heading)
 if history:
     df = pd.DataFrame(history)
     st.dataframe(df, hide_index=True, width="stretch")
@@ -284,7 +290,7 @@ if history:
         "text/csv",
         key=f"{NS}.csv",
     )
-    report += [export.Heading("Runs in this session"), export.Table(df)]
+    report += [export.Heading(runs_heading), export.Table(df)]
     with c2:
         export.download_button(
             "Playground",

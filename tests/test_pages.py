@@ -216,6 +216,11 @@ def test_playground_runs_survive_a_reload_and_open_presenter_mode(monkeypatch, t
     presenter.run()
     assert any(i.value.startswith("Presenter mode") for i in presenter.info)
     assert any(c.value == text for c in presenter.code)
+    # another session's runs are not 'Runs in this session' (the presenter's walk); the reload's are
+    assert [h.value for h in presenter.subheader if h.value.startswith("Runs ")] == [
+        "Runs of the recorded session (presenter mode, not live)"
+    ]
+    assert "Runs in this session" in [h.value for h in reloaded.subheader]
     # the presenter's walk: on the next rerun the line went and the recorded run passed for this session's own
     presenter.run()
     assert any(i.value.startswith("Presenter mode") for i in presenter.info)

@@ -226,6 +226,7 @@ class Shown:
     result: Any
     note: str
     busy: str = ""  # load_note: the run was measured on a busy machine
+    presenter: bool = False  # another session's run, shown by presenter mode
 
 
 def shown_result(experiment: str, live: Any, decode: Callable[[Any], Any]) -> Shown | None:
@@ -258,6 +259,7 @@ def shown_result(experiment: str, live: Any, decode: Callable[[Any], Any]) -> Sh
                 f"Presenter mode: {which}, {stored.when} "
                 f"(took {fmt.seconds(stored.wall_s)}); not live. Press the button to run it now.",
                 load_note(stored.settings.get("load")),
+                presenter=True,
             )
     return None
 
