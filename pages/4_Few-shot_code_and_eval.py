@@ -385,6 +385,11 @@ with tab_eval:
                     if res.crosscheck is None
                     else f" + engine cross-check {fmt_seconds(res.crosscheck.engine.runtime_s)}"
                 )
+                + (
+                    ""
+                    if res.wall_s is None
+                    else f" ({fmt_seconds(res.wall_s)} in all, loading lm-eval and the task too)"
+                )
             )
             c1, c2, c3 = st.columns(3)
             c1.metric("word perplexity", f"{res.word_perplexity:.4g}")

@@ -129,6 +129,7 @@ def test_evaluation_run_reports_metrics_crosscheck_and_comparison():
     md = _texts(at, "markdown")
     assert "pydoc_topics** version 1.0" in md and "lm-eval 0.4" in md
     assert "harness run " in md and " + engine cross-check " in md  # the header: both parts of the time
+    assert " in all, loading lm-eval and the task too)" in md  # and the wait the bar timed
     assert any(t.value == "This session's runs (1)" for t in at.subheader)
     at.button(key="lab.eval_go").click().run()  # a second run joins the comparison
     assert any(t.value == "This session's runs (2)" for t in at.subheader)

@@ -167,6 +167,9 @@ class EvalResult:
     max_length: int
     crosscheck: CrossCheck | None = None
     per_document_loglikelihood: tuple[float, ...] = field(default=(), repr=False)
+    wall_s: float | None = (
+        None  # the whole call: importing lm-eval and loading the task, the run, the cross-check
+    )
 
     def summary(self) -> dict[str, Any]:
         """One flat row for tables, charts and the JSON download."""
@@ -368,6 +371,7 @@ def run_eval(
     progress: Progress | None = None,
 ) -> EvalResult:
     """Run one lm-eval perplexity task on the loaded model; optionally cross-check with the engine."""
+    called = time.perf_counter()
     limit = _validate_limit(limit)
     if task not in TASKS:
         raise InvalidParameterError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
@@ -445,6 +449,7 @@ def run_eval(
         max_length=int(window),
         crosscheck=check,
         per_document_loglikelihood=per_doc,
+        wall_s=time.perf_counter() - called,
     )
 
 
