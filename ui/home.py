@@ -150,8 +150,8 @@ def hardware_panel() -> None:
         st.caption(f"Read through {hw.gpus[0].source}; {hw.nvml_status}. Measured now, not a datasheet.")
     if hw.gpu_reason:
         st.info(
-            f"**No GPU in use.** {hw.gpu_reason}. Everything here runs on the CPU; the calculators and "
-            "roofline still model any GPU from their catalog.",
+            f"**No GPU in use.** {hw.gpu_reason[:1].upper()}{hw.gpu_reason[1:]}. Everything here runs on the CPU; the "
+            "calculators and roofline still model any GPU from their catalog.",
             icon=":material/info:",
         )
     cols = st.columns(4)
@@ -199,7 +199,7 @@ def render() -> None:
         "Every figure is either measured on this machine or computed from a formula you can open; "
         "each says which."
     )
-    st.subheader("This machine's roofs: measure first")
+    st.subheader("This machine's roofs")
     st.caption(
         "Memory bandwidth and matmul FLOP/s of the machine this server runs on: the roofs of the calculator's and "
         "the roofline's 'this machine', one stored measurement that every page reads."
