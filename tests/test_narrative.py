@@ -109,7 +109,9 @@ def test_the_cache_off_sentence_says_how_its_own_steps_grew():
     # after a long prompt the steps cost much but alike: said as the prompt's doing, not as "the re-run costs little"
     long = {**flat, "measurement": replace(measured, prompt_tokens=266), "latency": [0.5] + [0.4] * 63}
     said = narrative.latency_sentence({True: on, False: long}, "m")
-    assert "the 266-token prompt included, which these 64 new tokens lengthen by only 23%" in said
+    # what a step re-runs, from the first step after the prefill (p + 1) to the last (p + 63): the presenter read
+    # '64 new tokens lengthen by only 23%' and made 64 / 265 = 24%
+    assert "grows only from 267 to 329 tokens (23% longer) over these 64 new tokens" in said
     assert "costs little" not in said and "5.0× faster per token" in said
 
 

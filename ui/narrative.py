@@ -207,8 +207,9 @@ def _growth(latencies: list[float] | None, prompt_tokens: int = 0) -> str:
             # the first step after the prefill runs over p + 1 tokens, the last over p + n - 1
             longer = (len(steps) - 1) / (prompt_tokens + 1)
             return (
-                f", the {prompt_tokens}-token prompt included, which these {len(steps) + 1} new tokens lengthen by "
-                f"only {longer:.0%}: its steps cost about the same throughout {seen}"
+                f", the {prompt_tokens}-token prompt included: what a step re-runs grows only from "
+                f"{prompt_tokens + 1} to {prompt_tokens + len(steps)} tokens ({longer:.0%} longer) over these "
+                f"{len(steps) + 1} new tokens, so its steps cost about the same throughout {seen}"
             )
         return (
             f", yet over these {len(steps) + 1} tokens its steps did not grow {seen}: at this length the re-run costs "
