@@ -59,7 +59,7 @@ def test_measured_prefill_and_decode_look_different():
         )
     at = AppTest.from_file(PAGE, default_timeout=120).run()
     traces = {t["name"]: t for t in figure(at)["data"]}
-    pre, dec = traces["measured prefill (this machine)"], traces["measured decode (this machine)"]
+    pre, dec = (traces[f"measured {p} (this machine, every model run here)"] for p in ("prefill", "decode"))
     assert pre["marker"]["symbol"] != dec["marker"]["symbol"]
     assert pre["marker"]["color"] != dec["marker"]["color"]
 

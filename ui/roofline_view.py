@@ -17,11 +17,11 @@ MEASURED_STYLE = {
     # phase -> (trace name, marker): prefill a filled star, decode an open diamond, different colours, so the two
     # read apart in print and for colour-blind viewers alike
     "prefill": (
-        "measured prefill (this machine)",
+        "measured prefill (this machine, every model run here)",
         dict(symbol="star", size=16, color="#ff7f0e", line=dict(color="black", width=1)),
     ),
     "decode": (
-        "measured decode (this machine)",
+        "measured decode (this machine, every model run here)",
         dict(symbol="diamond-open", size=14, color="#6a3d9a", line=dict(width=3)),
     ),
 }
