@@ -64,6 +64,12 @@ def test_kv_cache_sentence_flips():
     assert "cache off was slower" in narrative.latency_sentence({True: on, False: off_slow}, "m")
     assert "cache off was faster" in narrative.latency_sentence({True: on, False: off_fast}, "m")
     assert "Only a KV cache on run" in narrative.latency_sentence({True: on}, "m")
+    # the student's walk: 15.2x on a busy machine, 7.9x minutes later, and the sentence said neither was suspect
+    assert "Caution" not in narrative.latency_sentence({True: on, False: off_slow}, "m")
+    busy = narrative.latency_sentence({True: on, False: {**off_slow, "busy": True}}, "m")
+    assert "Caution: the cache-off run was measured on a busy machine" in busy
+    both = narrative.latency_sentence({True: {**on, "busy": True}, False: {**off_slow, "busy": True}}, "m")
+    assert "the cache-on and cache-off runs were measured on a busy machine" in both
 
 
 def test_users_sentence_follows_the_batch_seen():

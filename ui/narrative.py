@@ -235,6 +235,12 @@ def _first_token(on: Any, off: Any) -> str:
     )
 
 
+def _was_busy(run: dict) -> bool:
+    """A Playground run measured on a busy machine: its live report's verdict, or the one stored with it."""
+    report = run.get("report")
+    return bool(report.busy if report is not None else run.get("busy"))
+
+
 def latency_sentence(curves: dict[bool, dict], model: str) -> str:
     """Playground: what the KV cache bought, from the last finished run with it on and off (same model)."""
     runs = {on: r for on, r in curves.items() if r["model"] == model and r.get("measurement") is not None}
@@ -257,10 +263,19 @@ def latency_sentence(curves: dict[bool, dict], model: str) -> str:
             )
         else:
             why = "at these lengths re-running the sequence costs about what reading the cache does"
+        busy = [name for name, run in (("on", runs[True]), ("off", runs[False])) if _was_busy(run)]
+        caution = (
+            f" Caution: the cache-{' and cache-'.join(busy)} run{'s were' if len(busy) > 1 else ' was'} measured on a "
+            "busy machine, so this ratio carries other work's share of the CPU; rerun both on a quiet machine before "
+            "quoting it."
+            if busy
+            else ""
+        )
         return (
             f"TPOT {fmt.seconds(on.tpot_s)} with the KV cache ({on.output_tokens} tokens) against "
             f"{fmt.seconds(off.tpot_s)} without ({off.output_tokens} tokens): cache off was {verdict}; {why}."
             + _first_token(on, off)
+            + caution
         )
     only = "on" if True in runs else "off"
     other = "off" if only == "on" else "on"
