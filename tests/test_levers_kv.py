@@ -52,7 +52,13 @@ def test_tiny_model_bytes_match_and_missing_backend_says_why(tiny_lm, monkeypatc
         quanto.full_precision_tokens == 5 and fp8.full_precision_tokens == 0
     )  # 6 new tokens, the last not fed
     said = K.verdict(quanto, rows[0])
-    assert f"5 of its {quanto.tokens} tokens are still in the full-precision window" in said
+    assert (
+        f"5 of the {quanto.tokens} tokens, the ones made since, are still in the full-precision window"
+        in said
+    )
+    assert (
+        "The prompt was quantized at its first step" in said
+    )  # 63 of 109 beside "up to 128" read as a contradiction
     assert f"{quanto.quantized_ratio:.1f}x fewer bytes" in said and quanto.quantized_ratio == pytest.approx(
         4 / (0.5 + 2 * 4 / K.GROUP)
     )

@@ -272,8 +272,9 @@ def _why_this_ratio(row: KVResult, ratio: float) -> str:
             "what it saves at any length."
         )
     return (
-        f" {row.full_precision_tokens:,} of its {row.tokens:,} tokens are still in the full-precision window "
-        f"(transformers keeps up to the newest {RESIDUAL} unquantized), so this short run saves {ratio:.1f}x; "
+        f" The prompt was quantized at its first step; {row.full_precision_tokens:,} of the {row.tokens:,} tokens, "
+        f"the ones made since, are still in the full-precision window (transformers keeps up to {RESIDUAL} new "
+        f"tokens unquantized, then quantizes them together), so this short run saves {ratio:.1f}x; "
         f"tokens past the window cost {row.quantized_ratio:.1f}x fewer bytes (bits and a scale and zero point per "
         f"{GROUP} values), which a long context approaches."
     )
