@@ -434,3 +434,25 @@ def test_a_class_takes_a_family_factor_it_has_no_rows_for_from_the_classes_that_
     # b alone ran on "other": a reads it from each of its own families through b's ratios, averaged
     assert got["a"].factor("decode", "other") == pytest.approx(math.sqrt(1.1 * 1.2 * 0.88 * 1.2 / 0.9))
     assert not got["b"].families_borrowed
+
+
+def test_a_max_model_len_past_the_context_window_is_refused_as_vllm_refuses_it():
+    """The engineer's walk: --max-model-len 999999 for Llama-3.1-8B (context 131,072) gave 'GPUs needed: 2' and a
+    launch command vLLM rejects at start-up; it is one sentence now, on the page and in the CLI."""
+    import subprocess
+    import sys
+
+    from engine.calc.serving_memory import serving_memory
+    from engine.calc.specs import gpu_spec, model_preset
+
+    spec = model_preset("llama-3-8b")
+    with pytest.raises(InvalidParameterError, match="past llama-3-8b's context window of 8,192 tokens"):
+        serving_memory(spec, gpu_spec("h100-sxm"), dtype="bf16", max_model_len=8193)
+    assert serving_memory(spec, gpu_spec("h100-sxm"), dtype="bf16", max_model_len=8192).max_model_len == 8192
+    r = subprocess.run(
+        [sys.executable, "-m", "engine", "estimate", "--model", "llama-3-8b", "--gpu", "h100-sxm",
+         "--engine", "vllm", "--max-model-len", "999999"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode != 0 and "context window of 8,192 tokens" in r.stderr + r.stdout
+    assert "Traceback" not in r.stderr

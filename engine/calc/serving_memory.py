@@ -112,6 +112,19 @@ class ServingMemory:
         return self.kv_cache_tokens >= self.block_size
 
 
+def model_length(spec: ModelSpec, max_model_len: int | None) -> int:
+    """The served context: `max_model_len`, or the model's own when None. Past the model's context window vLLM
+    refuses to start ("User-specified max_model_len ... is greater than the derived max_model_len"), so it is
+    refused here with the longest it accepts."""
+    length = positive_int("max model length", max_model_len or spec.context_length)
+    if spec.context_length and length > spec.context_length:
+        raise InvalidParameterError(
+            f"max model length {length:,} is past {spec.name}'s context window of {spec.context_length:,} tokens: "
+            f"a serving engine refuses it at start-up; give at most {spec.context_length:,}"
+        )
+    return length
+
+
 def serving_memory(
     spec: ModelSpec,
     gpu: GPUSpec,
@@ -139,7 +152,7 @@ def serving_memory(
         )
     tp = positive_int("tensor parallel size", tensor_parallel)
     pp = positive_int("pipeline parallel size", pipeline_parallel)
-    L = positive_int("max model length", max_model_len or spec.context_length)
+    L = model_length(spec, max_model_len)
     total = cuda_total_bytes(gpu)
     if engine == "vllm":
         util = gpu_memory_utilization if gpu_memory_utilization is not None else VLLM_UTILIZATION
@@ -269,7 +282,7 @@ def vllm_cpu_memory(
     `kv_space_bytes`: VLLM_CPU_KVCACHE_SPACE x 2^30 or --kv-cache-memory-bytes (exact). None: vLLM's own default,
     ceil(RAM x utilisation) less the worker's resident memory, which no config gives: the weights plus
     `worker_other_bytes` (the runtime's own memory), so that figure is an estimate and a note says so."""
-    L = positive_int("max model length", max_model_len or spec.context_length)
+    L = model_length(spec, max_model_len)
     kv_dtype = served_kv_dtype(kv_dtype, dtype, weight_format)
     per_token = kv_bytes_per_token(spec, kv_dtype)
     w = weights_bytes(spec, dtype, weight_format, group_size, scope)

@@ -265,7 +265,7 @@ class SimulatedSweep:
                     "kv_budget_tokens": d.limits.kv_budget_bytes // d.limits.kv_bytes_per_token,
                     "prefill_chunk_tokens": d.limits.prefill_chunk_tokens,
                     "mixed_prompt_tokens": d.limits.mixed_prompt_tokens,
-                    "policy": "engine.batching.policy (the server's scheduler policy)",
+                    "policy": "the lab server's own scheduler policy",
                 },
                 "prompt_tokens": self.spec.prompt_tokens,
                 "prompt_tokens_max": self.spec.prompt_tokens_max,
