@@ -266,7 +266,10 @@ def test_cli_json_has_the_load_generators_shape_and_simulated(capsys):
         assert t["low"] <= p["ttft_s"]["p50"] <= t["high"]
         o = iv["output_tokens_per_s"]
         assert o["low"] <= p["output_tokens_per_s"] <= o["high"]
-    assert all(p["completed"] == 24 for p in out["points"])
+    # spread users (a GPU's default): each user's first request is left out where a level has two per user
+    assert out["simulated"]["start"] == "spread"
+    assert out["simulated"]["warm_up_requests_left_out"] == [1, 4, 0]
+    assert [p["completed"] for p in out["points"]] == [23, 20, 24]
     # more users share the weights: more throughput, and each one decodes no faster
     tput = [p["output_tokens_per_s"] for p in out["points"]]
     assert tput[0] < tput[1] < tput[2]
@@ -343,3 +346,23 @@ def test_a_sweep_is_the_same_twice_and_threads_do_not_share_state():
     for t in threads:
         t.join()
     assert outs[0] == outs[1]
+
+
+def test_spread_users_see_the_first_token_time_the_estimate_gives_at_that_load(capsys):
+    """The engineer's walk: at 50 users the estimate said 109 ms to a first token, the most-users answer 130 users
+    at TTFT <= 1 s, and the simulated sweep 3.99 s with its knee at 1 user: it started every user at once, and with
+    equal lengths they stayed in lock step. Spread users (the default on a GPU) run the steady state the other two
+    answers take; started together, the sweep still shows the lock step."""
+    from engine.cli import main
+
+    common = ["--model", "llama-3-8b", "--gpu", "h100-sxm", "--dtype", "fp16", "--engine", "vllm",
+              "--prompt-tokens", "2048", "--output-tokens", "256", "--json"]  # fmt: skip
+    assert main(["estimate", *common, "--batch", "50"]) == 0
+    ttft = json.loads(capsys.readouterr().out)["ttft_s"]
+    sim = ["simulate", *common, "--sweep", "50", "--requests", "150", "--slo-ttft", "0", "--slo-tpot", "0"]
+    assert main(sim) == 0
+    spread = json.loads(capsys.readouterr().out)["points"][0]["ttft_s"]["p50"]
+    assert ttft["low"] <= spread <= ttft["high"]
+    assert main([*sim, "--start", "together"]) == 0
+    together = json.loads(capsys.readouterr().out)["points"][0]["ttft_s"]["p50"]
+    assert together > 5 * ttft["high"]

@@ -141,8 +141,8 @@ def test_a_lock_step_workload_says_why_its_first_tokens_wait_alike():
     request at that load, unexplained: with every length the same, the users run in lock step."""
     from engine.simulate.spec import SimulateSpec
 
-    fixed = SimulateSpec(model="llama-3-8b", gpu="h100-sxm")
-    assert fixed.lock_step
+    fixed = SimulateSpec(model="llama-3-8b", gpu="h100-sxm", start="together")
+    assert fixed.lock_step and not replace(fixed, start=None).lock_step  # spread: a GPU's default
     assert not replace(fixed, output_tokens_max=256).lock_step and not replace(fixed, mode="rate").lock_step
 
 

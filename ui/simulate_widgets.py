@@ -214,6 +214,13 @@ def simulated_section(measured: SweepResult | None = None) -> None:
     unit = level_unit(sim.result.spec.mode)
     st.markdown(knee_words(sim.knee_interval(), unit))
     st.dataframe(table_rows(sim.result), hide_index=True, width="stretch")
+    if sim.spec.mode == "concurrency" and not sim.spec.starts_together:
+        st.caption(
+            "The fixed users start spread over one round, as a deployment's users run (each sends its next request "
+            "when its last ends), and each user's first request (the ramp, on a server not yet full) is left out: "
+            "the steady state the calculator's first-token time at a load and the most-users answer also take. A "
+            "load generator's sweep starts them all at once instead (the simulate command's --start together)."
+        )
     if sim.spec.lock_step:
         st.caption(
             "Every request here has the same prompt and output lengths, so the fixed users stay in lock step: they "

@@ -93,6 +93,7 @@ def simulate_row(row: SweepRow) -> RowCheck:
         dtype=row.dtype,
         engine=row.engine,
         mode="concurrency",
+        start="together",  # a benchmark's clients start at once (vllm bench serve --max-concurrency)
         sweep=str(row.concurrency),
         n_requests=row.num_prompts,
         prompt_tokens=row.prompt_tokens,

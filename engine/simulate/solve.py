@@ -31,8 +31,7 @@ from engine.loadgen.metrics import summarize
 from engine.loadgen.workload import SLO
 from engine.simulate.clock import run
 from engine.simulate.spec import SimulateSpec
-from engine.simulate.steps import end
-from engine.simulate.sweep import Deployment, deployment, model_spec, requests_of, workload
+from engine.simulate.sweep import Deployment, deployment, model_spec, requests_of, steady_stagger_s, workload
 from engine.simulate.sweep import prompt_lengths as lengths_of
 
 QUESTIONS = ("max-context", "max-users", "cheapest")
@@ -194,20 +193,6 @@ def max_context(
 
 
 # ---------------------------------------------------------------- the most users at the SLOs
-
-
-def steady_stagger_s(s: SimulateSpec, d: Deployment, users: int, which: str = "central") -> float:
-    """How far apart `users` fixed users start so that they run in steady state, their requests spread evenly over
-    one round (each user's request, back to back), as a deployment's users do, not all at once: a sweep of the
-    load generator starts them together, and with equal lengths they then stay in lock step, every round's first
-    tokens waiting for every prompt of the round. A round is its output's steps at `users` decoding rows plus,
-    for each user, what carrying its prompt adds to a step: R = O x decode + u x (step with a prompt - decode), at
-    the step times' `which` end (the run's own, so a slower run spreads its users as far as its rounds last)."""
-    ctx = s.prompt_tokens + s.output_tokens // 2
-    decode = end(d.steps.duration(users, ctx, 0), which)
-    with_prompt = end(d.steps.duration(max(0, users - 1), ctx, s.prompt_tokens, 1), which)
-    round_s = s.output_tokens * decode + users * max(0.0, with_prompt - decode)
-    return round_s / max(1, users)
 
 
 def _meets(s: SimulateSpec, d, users: int, slo: SLO, which: str, lengths: Sequence[int]) -> bool:
@@ -460,7 +445,8 @@ def cheapest(
         f"Cheapest for {users} users at {slo.words()}: {each}{best.gpus} x {best.name} at "
         f"${best.usd_per_hour:,.2f}/hour, {best.users_per_replica} users per replica ({spread}); {len(tried)} of "
         f"the {len(cands)} priced options that fit {'was' if len(tried) == 1 else 'were'} simulated (users in "
-        "steady state, as the most-users answer counts them), the rest cost more per replica than this."
+        "steady state, as the most-users answer counts them); each of the others costs more for one replica than "
+        "this whole plan."
     )
     return Answer(
         "cheapest",

@@ -13,7 +13,11 @@ from engine.core.errors import InvalidParameterError
 from engine.core.spec import Spec, option
 from engine.loadgen.workload import LoadSpecError, parse_levels
 
-MODES = ("concurrency", "rate")  # the command's words; the load generator's are "concurrency" and "poisson"
+MODES = ("concurrency", "rate")
+STARTS = (
+    "spread",
+    "together",
+)  # how fixed users start: a deployment's steady state, or a load generator's sweep  # the command's words; the load generator's are "concurrency" and "poisson"
 DEFAULT_GPU_BATCH = (
     256  # vLLM's default --max-num-seqs (vllm/engine/arg_utils.py), and the lab's MAX_BATCH_LIMIT
 )
@@ -47,6 +51,14 @@ class SimulateSpec(Spec):
     )
     output_tokens: int = option(128, "output tokens per request (ignore_eos: every request makes them)", lo=1)
     output_tokens_max: int | None = option(None, "draw output lengths uniformly up to this", kind=int, lo=1)
+    start: str | None = option(
+        None,
+        "how the fixed users start: spread (steady state, as a deployment's users run: their first requests spread "
+        "over one round and left out of the figures) or together (all at once, as a load generator's sweep starts "
+        f"them) (default: spread on a GPU; together on {THIS_MACHINE}, to set beside the load generator's sweeps)",
+        kind=str,
+        choices=STARTS,
+    )
     burstiness: float = option(1.0, "Gamma arrivals as vLLM's bench serve: 1 = Poisson, < 1 burstier")
     seed: int = option(0, "seed of the workload (lengths and arrival times), the load generator's")
     max_batch: int | None = option(
@@ -113,12 +125,16 @@ class SimulateSpec(Spec):
         return tuple(sorted(set(levels)))
 
     @property
+    def starts_together(self) -> bool:
+        """Fixed users that all send their first request at once (the load generator's sweep)."""
+        default = "together" if self.gpu == THIS_MACHINE else "spread"
+        return self.mode == "concurrency" and (self.start or default) == "together"
+
+    @property
     def lock_step(self) -> bool:
-        """Fixed users whose requests all have the same lengths: they start and finish each round together, so each
-        round's first tokens wait for all of its prefills."""
-        return (
-            self.mode == "concurrency" and self.prompt_tokens_max is None and self.output_tokens_max is None
-        )
+        """Fixed users started together whose requests all have the same lengths: they finish each round together
+        too, so each round's first tokens wait for all of its prefills."""
+        return self.starts_together and self.prompt_tokens_max is None and self.output_tokens_max is None
 
     @property
     def title(self) -> str:

@@ -27,7 +27,7 @@ from engine.loadgen.sweep import SweepResult, to_json
 from engine.loadgen.workload import SLO, LoadSpec, PlannedRequest, plan
 from engine.simulate.clock import SimRequest, run
 from engine.simulate.spec import DEFAULT_GPU_BATCH, SimulateSpec
-from engine.simulate.steps import CalibratedSteps, StepModel, published_steps
+from engine.simulate.steps import CalibratedSteps, StepModel, end, published_steps
 
 ENDS = ("low", "central", "high")
 SIMULATED_URL = "http://simulated/v1"  # LoadSpec wants a URL; nothing is sent
@@ -199,18 +199,50 @@ def requests_of(reqs: Sequence[PlannedRequest], lengths: Sequence[int]) -> list[
     return [SimRequest(r.index, lengths[r.index], r.max_tokens, r.send_at_s) for r in reqs]
 
 
+def steady_stagger_s(s: SimulateSpec, d: Deployment, users: int, which: str = "central") -> float:
+    """How far apart `users` fixed users start so that they run in steady state, their requests spread evenly over
+    one round (each user's request, back to back), as a deployment's users do, not all at once: a sweep of the
+    load generator starts them together, and with equal lengths they then stay in lock step, every round's first
+    tokens waiting for every prompt of the round. A round is its output's steps at `users` decoding rows plus,
+    for each user, what carrying its prompt adds to a step: R = O x decode + u x (step with a prompt - decode), at
+    the step times' `which` end (the run's own, so a slower run spreads its users as far as its rounds last)."""
+    ctx = s.prompt_tokens + s.output_tokens // 2
+    decode = end(d.steps.duration(users, ctx, 0), which)
+    with_prompt = end(d.steps.duration(max(0, users - 1), ctx, s.prompt_tokens, 1), which)
+    round_s = s.output_tokens * decode + users * max(0.0, with_prompt - decode)
+    return round_s / max(1, users)
+
+
+def warm_up(s: SimulateSpec, users: int) -> int:
+    """Spread users (steady state) at a level of `users`: as many as the level, whose first requests (the ramp, on
+    a server not yet full) are left out; 0 for users started together, for arrivals, and where the level has
+    fewer than two requests per user (their first requests are then all it has: they start together)."""
+    if s.mode != "concurrency" or s.starts_together or s.n_requests < 2 * users:
+        return 0
+    return users
+
+
 def run_level(
-    d: Deployment, load: LoadSpec, reqs: Sequence[SimRequest], slo: SLO, which: str = "central"
+    d: Deployment,
+    load: LoadSpec,
+    reqs: Sequence[SimRequest],
+    slo: SLO,
+    which: str = "central",
+    *,
+    stagger_s: float = 0.0,
+    skip: int = 0,
 ) -> RunMetrics:
-    """One level of the sweep: the workload through the virtual scheduler, summarised as the load generator does."""
+    """One level of the sweep: the workload through the virtual scheduler, summarised as the load generator does
+    (fixed users start `stagger_s` apart; the first `skip` requests are left out of the figures)."""
     records = run(
         reqs,
         d.limits,
         d.steps,
         concurrency=load.concurrency if load.mode == "concurrency" else None,
         which=which,
+        stagger_s=stagger_s,
     )
-    return summarize(records, level=load.level, mode=load.mode, slo=slo)
+    return summarize([r for r in records if r.index >= skip], level=load.level, mode=load.mode, slo=slo)
 
 
 @dataclass(frozen=True)
@@ -267,6 +299,8 @@ class SimulatedSweep:
                     "mixed_prompt_tokens": d.limits.mixed_prompt_tokens,
                     "policy": "the lab server's own scheduler policy",
                 },
+                "start": "together" if self.spec.starts_together else "spread",
+                "warm_up_requests_left_out": [warm_up(self.spec, int(p.level)) for p in self.result.points],
                 "prompt_tokens": self.spec.prompt_tokens,
                 "prompt_tokens_max": self.spec.prompt_tokens_max,
                 "knee_interval": self.knee_interval(),
@@ -327,7 +361,9 @@ def simulate(
             if progress:
                 progress((j * len(levels) + i) / total, f"{which} step times: {s.mode} {level:g}")
             load, planned = workload(s, level)
-            m = run_level(d, load, requests_of(planned, lengths), slo, which)
+            users = warm_up(s, int(level))  # spread users: as many as the level, else 0
+            stagger = steady_stagger_s(s, d, users, which) if users else 0.0
+            m = run_level(d, load, requests_of(planned, lengths), slo, which, stagger_s=stagger, skip=users)
             points.append(m)
             if which == "central" and not m.meets_slo and not s.keep_going:
                 stopped = i < len(levels) - 1
