@@ -59,8 +59,9 @@ if request is None:
 try:
     answer = calc_answer(request)
 except EngineError as exc:
-    with right:
-        show_error(exc)
+    with left:
+        show_error(exc)  # under the inputs, where the value to change is
+    right.info("Nothing to answer yet: the sentence under the inputs says what to change.")
     st.stop()
 
 est = answer.est

@@ -700,3 +700,52 @@ def test_the_memory_bar_and_cost_curve_of_a_plan_that_does_not_fit_the_gpus_aske
     )  # and the GPU's end is marked
     fits = estimate(spec, gpu_spec("h100-sxm"), Inputs(dtype="bf16", batch=8, n_gpus=8, engine="vllm"))
     assert swept_gpus(fits) == 8  # a load that fits is drawn on the GPUs asked
+
+
+def test_the_request_time_tile_agrees_with_the_first_token_and_tpot_tiles():
+    """The engineer read 'Generation time 6.17 s' beside TTFT 109 ms and TPOT 15.2 ms (109 ms + 255 x 15.2 ms is 3.99
+    s) with the help 'TTFT + (output - 1) x TPOT': at a steady load each round also carries the other users'
+    prompts. The tile says so and gives the time per token a user sees at that load."""
+    from engine.calc import format as fmt
+    from engine.calc.report import Inputs, estimate
+    from engine.calc.specs import gpu_spec, model_preset
+
+    at = _run(CALC)
+    tile = next(m for m in at.metric if m.label == "Time per request at this load")
+    est = estimate(
+        model_preset("gpt-neo-2.7b"),
+        gpu_spec("t4"),
+        Inputs(batch=8, prompt_tokens=512, output_tokens=512, engine="hf"),
+    )
+    sp = est.speed
+    assert sp is not None and tile.value == fmt.seconds(est.timing.generation_s)
+    seen = (est.timing.generation_s - sp.ttft_s.central) / 511
+    assert seen > sp.tpot_s.central and fmt.seconds(seen) in tile.delta
+    assert "TTFT + (output - 1) x TPOT" not in (tile.help or "")
+    assert "Time per request" in [
+        m.label for m in _bound(at).metric
+    ]  # the bound: TTFT + (O - 1) x TPOT holds
+
+
+def test_an_answer_the_engine_refuses_is_said_under_the_inputs():
+    """GPUs = 1000 was refused at the top of the answer column, away from the field the user had just typed in."""
+    at = _run(CALC)
+    at.number_input(key="calc.gpus").set_value(1000).run()
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and "1000" in errors[0].replace(",", "")
+    assert any("the sentence under the inputs" in i.value for i in at.info)
+
+
+def test_the_pages_gpu_memory_utilization_takes_the_command_lines_bounds():
+    """The page refused 0.03 (its own floor was 0.05) where `estimate --gpu-memory-utilization 0.03` runs."""
+    from engine.calc.report import Inputs
+
+    at = _run(CALC)
+    at.selectbox(key="calc.engine").set_value("vllm").run()
+    box = next(n for n in at.number_input if n.key.startswith("calc.util.vllm"))
+    lo = Inputs.bounds("gpu_memory_utilization")[0]
+    assert f"from {lo:g} to 1" in (box.help or "")
+    box.set_value(0.03).run()
+    assert not at.exception and not [e.value for e in at.error if "must be" in e.value]
+    assert "keeps 3% of each GPU" in " ".join(e.value for e in at.error)  # the answer for 0.03: too little

@@ -295,7 +295,7 @@ def cost_and_plan_tiles(est: Estimate) -> None:
         why = "no layout holds it" if fit.layout is None else "no price per GPU-hour"
         note_metric(k[0], "$ per million output tokens", "—", why)
         note_metric(k[1], "$ per hour", "—", why)
-    k[2].metric("Generation time", fmt.seconds(est.timing.generation_s), help="TTFT + (output - 1) x TPOT")
+    request_time_tile(k[2], est)
     k = st.columns(3)
     k[0].metric(
         f"Max batch at {i.seq_len:,} tokens{_asked(est)}",
@@ -312,6 +312,30 @@ def cost_and_plan_tiles(est: Estimate) -> None:
     fewer = f"; priced at the {asked} asked" if est.fits and est.gpus_needed < asked else ""
     note_metric(k[2], "GPUs needed", f"{est.gpus_needed:,}", est.plan.brief() + fewer)
     st.caption(fit.sentence)
+
+
+def request_time_tile(container, est: Estimate) -> None:
+    """One request's time from its first prompt token to its last output token at the load asked. Without a serving
+    engine's estimate: the batch's prefill (every prompt at once, the TTFT tile) + (output - 1) x TPOT. With one, the
+    TTFT tile is one request's and the TPOT tile the decode step alone, while each round of a steady load carries
+    every user's prompt: the request time is the batch's prefill + (output - 1) x the decode step, and the tile
+    says the time per token a user sees once the others' prompts are counted."""
+    t, sp, o = est.timing, est.speed, est.inputs.output_tokens
+    if sp is None or o < 2:
+        container.metric("Time per request", fmt.seconds(t.generation_s), help="TTFT + (output - 1) x TPOT")
+        return
+    seen = (t.generation_s - sp.ttft_s.central) / (o - 1)
+    note_metric(
+        container,
+        "Time per request at this load",
+        fmt.seconds(t.generation_s),
+        f"{fmt.seconds(seen)} per token with the others' prompts",
+        help=f"Every user's prompt is prefilled once per round: a request's fixed cost + the batch's prefill "
+        f"({fmt.seconds(t.prefill_s)}) + (output - 1) x the decode step ({fmt.seconds(t.decode_s_per_token)}). Spread over a request's "
+        f"{o - 1} later tokens, after its own first token ({fmt.seconds(sp.ttft_s.central)}), that is "
+        f"{fmt.seconds(seen)} per token, the TPOT a user sees at this load (the TPOT tile is the decode step "
+        "alone). The throughput tile counts the same time.",
+    )
 
 
 def split_sentence(s: SplitAgainstOne, est: Estimate) -> str:

@@ -376,8 +376,7 @@ def engine_inputs(key: str, gpu: GPUSpec, n_gpus: int) -> tuple[dict, bool]:
             "gpu_memory_utilization",
             key=f"{key}.util.{engine}.{gpu.key}.{n_gpus}",  # the rule's value for each GPU and count
             label="GPU memory utilization" if engine == "vllm" else "mem fraction static",
-            value=rule,
-            lo=0.05,  # the page keeps a server at least 5% of the GPU; the command line allows 1%
+            value=rule,  # bounds: the spec's, as on the command line
             step=0.01,
             help="vLLM's --gpu-memory-utilization (0.9) / SGLang's --mem-fraction-static (0.88 on one GPU, lower on "
             "more: its own rule).",

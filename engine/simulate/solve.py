@@ -232,6 +232,17 @@ def knee_search(meets: Callable[[int], bool], ceiling: int = MAX_USERS) -> int:
     return good
 
 
+def _users_interval(value: Interval) -> str:
+    """The most-users interval in words: its low end comes from the slow end of the step times, where even one user
+    may miss the objectives."""
+    if value.low == 0:
+        return (
+            f"interval 0 to {value.high}: at the step times' slow end even one user misses the objectives, at "
+            f"their quick end {value.high} users meet them"
+        )
+    return f"interval {value.low} to {value.high}"
+
+
 def _need_slo(slo: SLO) -> None:
     if slo.ttft_s is None and slo.tpot_s is None and slo.e2e_s is None:
         raise InvalidParameterError(
@@ -272,7 +283,7 @@ def max_users(
     objectives = slo.words()
     at_least = " at least" if value.central >= MAX_USERS else ""
     sentence = (
-        f"{d.label}: at most{at_least} {value.central} concurrent users (interval {value.low} to {value.high}) meet "
+        f"{d.label}: at most{at_least} {value.central} concurrent users ({_users_interval(value)}) meet "
         f"{objectives} for {slo.min_attainment:.0%} of their requests ({s.prompt_tokens} prompt + "
         f"{s.output_tokens} output tokens each), in steady state: each user sends its next request when the "
         "last ends, the users spread over a request's duration (not all at once), their first requests left out. "
