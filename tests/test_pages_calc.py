@@ -749,3 +749,30 @@ def test_the_pages_gpu_memory_utilization_takes_the_command_lines_bounds():
     box.set_value(0.03).run()
     assert not at.exception and not [e.value for e in at.error if "must be" in e.value]
     assert "keeps 3% of each GPU" in " ".join(e.value for e in at.error)  # the answer for 0.03: too little
+
+
+def test_the_report_carries_the_answer_tiles_and_the_launch_command():
+    """The engineer's downloaded report had the sentences and charts but not the tiles (GPUs needed, TTFT, TPOT,
+    price) nor the command to paste."""
+    from engine.calc.report import Inputs
+    from engine.calc.specs import gpu_spec, model_preset
+    from ui import export
+    from ui.calc_view import calc_answer, export_parts
+    from ui.calc_widgets import CalcRequest
+
+    spec = model_preset("llama-3-8b")
+    inputs = Inputs(
+        batch=16,
+        prompt_tokens=1024,
+        output_tokens=256,
+        engine="vllm",
+        model_id="meta-llama/Meta-Llama-3-8B",
+        usd_per_gpu_hour=3.0,
+    )
+    answer = calc_answer(CalcRequest(spec, gpu_spec("h100-sxm"), inputs, None, False))
+    page = export.build_html("Memory and cost", export_parts(answer))
+    est = answer.est
+    assert est.launch is not None and est.speed is not None
+    for figure in ("GPUs needed", "TTFT, one request", "TPOT", "$ per hour", "Throughput"):
+        assert f"<td>{figure}</td>" in page
+    assert "vllm serve meta-llama/Meta-Llama-3-8B" in page

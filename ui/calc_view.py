@@ -7,6 +7,7 @@ price and the launch command at the layout that model settled on; the words are 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import pandas as pd
@@ -568,6 +569,52 @@ def _shape_rows(shapes) -> pd.DataFrame:
     )
 
 
+def headline_rows(est: Estimate) -> list[dict]:
+    """The answer's tiles as table rows for the report: the same figures, each with its interval or note."""
+    t, sp = est.timing, est.speed
+
+    def iv(x: Interval | None, show: Callable[[float], str]) -> str:
+        return f"{INTERVAL_LEVEL}: {show(x.low)} to {show(x.high)}" if x is not None else ""
+
+    rows = [
+        ("GPUs needed", f"{est.gpus_needed:,}", est.plan.brief()),
+        ("Weights", fmt.gb(est.memory.weights_bytes), ""),
+        (
+            "KV cache of this load",
+            fmt.gb(est.memory.kv_cache_bytes),
+            f"{est.memory.kv_bytes_per_token:,.0f} B per token",
+        ),
+        (
+            "TPOT",
+            fmt.seconds(sp.tpot_s.central if sp else t.decode_s_per_token),
+            iv(sp and sp.tpot_s, fmt.seconds),
+        ),
+        (
+            "TTFT, one request" if sp else "TTFT, the batch together",
+            fmt.seconds(sp.ttft_s.central if sp else t.prefill_s),
+            iv(sp and sp.ttft_s, fmt.seconds),
+        ),
+        ("Time per request", fmt.seconds(t.generation_s), ""),
+        ("Throughput", f"{est.tokens_per_s:,.0f} tok/s", ""),
+    ]
+    if math.isfinite(est.cost.usd_per_million_tokens):
+        low_high = (
+            f"{fmt.usd(est.cost_interval[0])} to {fmt.usd(est.cost_interval[1])}" if est.cost_interval else ""
+        )
+        rows += [
+            ("$ per million output tokens", fmt.usd(est.cost.usd_per_million_tokens), low_high),
+            ("$ per hour", fmt.usd(est.cost.usd_per_hour), f"{est.priced_gpus} GPUs"),
+        ]
+    return [{"figure": a, "value": b, "interval or note": c} for a, b, c in rows]
+
+
+def launch_text(est: Estimate) -> str:
+    """The launch commands as the report's text (the page's expander), or why there is none."""
+    if est.launch is None:
+        return "" if est.inputs.engine not in ("vllm", "sglang") else f"No launch command: {est.fit.sentence}"
+    return f"Launch it. {est.launch.note}\n\n`{est.launch.vllm}`\n\n`{est.launch.sglang}`"
+
+
 def export_parts(a: CalcAnswer) -> list:
     from ui import export
 
@@ -575,6 +622,8 @@ def export_parts(a: CalcAnswer) -> list:
     return [
         export.Heading(header(a)),
         export.Text(est.fit.sentence),
+        export.Table(headline_rows(est), "the answer"),
+        *([export.Text(launch_text(est))] if launch_text(est) else []),
         export.Text("\n".join(f"- {line}" for line in why(a))),
         *(export.Text(f"Assumption: {w}") for w in est.warnings),
         export.Table(breakdown_frame(est), "parameters and bytes per component"),

@@ -54,6 +54,15 @@ def _stacked_gb(parts: Sequence[tuple[str, float, str]]) -> go.Figure:
     return fig
 
 
+def _gpu_line(fig: go.Figure, gpu_bytes: float, text: str) -> None:
+    """A dashed line at the GPU's memory, its label above the plot (ending at the line), never across the bar."""
+    fig.add_vline(x=gpu_bytes / 1e9, line_dash="dash", line_color="#424242")
+    fig.add_annotation(
+        x=gpu_bytes / 1e9, y=1, xref="x", yref="paper", yanchor="bottom", xanchor="right", text=text,
+        showarrow=False, font=dict(size=12, color="#424242"),
+    )  # fmt: skip
+
+
 def serving_bar(sm) -> go.Figure:
     """One GPU's memory as vLLM/SGLang allocates it: weights, activations, runtime, KV cache, and the headroom it
     leaves (1 - utilisation)."""
@@ -67,10 +76,7 @@ def serving_bar(sm) -> go.Figure:
     fig = _stacked_gb(parts)
     # the axis reaches past the GPU when the parts outgrow it (a 70B on one GPU), and a line marks the GPU's end
     stacked = sum(max(0.0, v) for _, v, _ in parts[:4]) + max(0.0, parts[4][1])
-    fig.add_vline(
-        x=sm.total_bytes / 1e9, line_dash="dash", line_color="#424242",
-        annotation_text=f"the GPU: {fmt.gb(sm.total_bytes)}", annotation_position="top left",
-    )  # fmt: skip
+    _gpu_line(fig, sm.total_bytes, f"the GPU: {fmt.gb(sm.total_bytes)}")
     return _style(
         fig,
         height=240,
@@ -92,13 +98,7 @@ def memory_bar(m: MemoryEstimate) -> go.Figure:
     spare = m.gpu_memory_bytes - m.per_gpu_bytes
     if spare >= 0:
         _add_gb_bar(fig, "free", spare, COLORS["free"])
-    fig.add_vline(
-        x=m.gpu_memory_bytes / 1e9,
-        line_dash="dash",
-        line_color="black",
-        annotation_text=f"GPU memory {fmt.gb(m.gpu_memory_bytes)}",
-        annotation_position="top",
-    )
+    _gpu_line(fig, m.gpu_memory_bytes, f"GPU memory {fmt.gb(m.gpu_memory_bytes)}")
     return _style(
         fig,
         height=230,
