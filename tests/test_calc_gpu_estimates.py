@@ -361,3 +361,17 @@ def test_the_reasoning_states_the_efficiency_that_made_its_times():
     assert parts, decode
     memory, fixed, total = map(float, parts.groups())
     assert abs(memory + fixed - total) <= 0.15 and abs(total - est.timing.decode_s_per_token * 1e3) <= 0.1
+
+
+def test_pipeline_stages_under_load_say_their_throughput_is_a_floor():
+    """The engineer's walk: a plan over pipeline stages timed each stage after the other for 16 users, with no word
+    that a server's micro-batches keep every stage busy."""
+    from engine.calc.specs import gpu_spec
+    from engine.calibration import resolve_model_spec
+
+    spec, gpu = resolve_model_spec("meta-llama/Llama-3.1-70B-Instruct"), gpu_spec("a10g")
+    many = estimate(spec, gpu, Inputs(batch=16, n_gpus=12, dtype="bf16", engine="vllm"))
+    assert many.fit.layout is not None and many.fit.layout.pipeline_parallel == 3
+    assert any("Pipeline stages (3)" in w and "floor" in w for w in many.warnings)
+    one = estimate(spec, gpu, Inputs(batch=1, n_gpus=12, dtype="bf16", engine="vllm"))
+    assert not any("Pipeline stages" in w for w in one.warnings)

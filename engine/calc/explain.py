@@ -128,6 +128,14 @@ def assumptions(
             f"({gpu.interconnect or 'interconnect'}) plus a fixed latency each; {2 * spec.n_layer} of them per step "
             "weigh most on decode's small messages."
         )
+    stages = layout.pipeline_parallel if layout is not None else 1
+    if stages > 1 and i.batch > 1:
+        out.append(
+            f"Pipeline stages ({stages}) are timed one after another, as one sequence passes through them. A server "
+            "that splits a batch into micro-batches (vLLM's and SGLang's pipeline parallel) keeps every stage busy "
+            f"at once under load, so with {i.batch} users the throughput here is a floor: up to {stages} times "
+            "higher, the per-token times up to that much lower."
+        )
     for phase, pt in (("prefill", timing.prefill), ("decode", timing.decode_step)):
         if pt.comm_share > TP_DOMINATES:
             out.append(
