@@ -776,3 +776,17 @@ def test_the_report_carries_the_answer_tiles_and_the_launch_command():
     for figure in ("GPUs needed", "TTFT, one request", "TPOT", "$ per hour", "Throughput"):
         assert f"<td>{figure}</td>" in page
     assert "vllm serve meta-llama/Meta-Llama-3-8B" in page
+
+
+def test_a_model_picked_comes_back_after_a_look_at_another_way_of_giving_it():
+    """The engineer's walk: picking a preset, looking at 'raw numbers' and coming back reset the preset (and the raw
+    numbers when going the other way): Streamlit forgets a widget a run does not draw."""
+    at = _run(CALC)
+    at.selectbox(key="calc.preset").set_value("meta-llama/Llama-3.1-8B-Instruct").run()
+    at.radio(key="calc.source").set_value("raw numbers").run()
+    at.number_input(key="calc.L").set_value(48).run()
+    at.radio(key="calc.source").set_value("preset").run()
+    assert not at.exception
+    assert at.selectbox(key="calc.preset").value == "meta-llama/Llama-3.1-8B-Instruct"
+    at.radio(key="calc.source").set_value("raw numbers").run()
+    assert at.number_input(key="calc.L").value == 48

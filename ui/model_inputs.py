@@ -3,6 +3,8 @@ config.json by its Hugging Face id), a config.json uploaded or pasted, a hub id,
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import streamlit as st
 
 from engine.arch.resolve import hub_presets
@@ -52,6 +54,19 @@ def _count_caption(spec: ModelSpec) -> str:
     return f"{spec.attention_kind}; {pc.total:,} parameters{active}, counted by the {how}"
 
 
+T = TypeVar("T")
+
+
+def _kept(widget_key: str, default: T) -> T:
+    """The value a widget hidden by a switch of 'Model from' comes back with: Streamlit forgets the state of a
+    widget a run does not draw, so each mode's inputs keep their last value beside it (`_keep`)."""
+    return st.session_state.get(f"{widget_key}.kept", default)
+
+
+def _keep(widget_key: str, value: object) -> None:
+    st.session_state[f"{widget_key}.kept"] = value
+
+
 def preset_input(key: str, default: str) -> ModelSpec:
     """The calculator's presets (the chapter's models and their shapes), then every model with a published
     config.json, by its Hugging Face id (Llama 3.1-3.3, Qwen 2.5 and 3, Mistral, Mixtral, Gemma 2, Phi-3, ...)."""
@@ -60,7 +75,7 @@ def preset_input(key: str, default: str) -> ModelSpec:
     name = st.selectbox(
         "Model",
         names,
-        index=names.index(default) if default in names else 0,
+        index=names.index(_kept(f"{key}.preset", default if default in names else names[0])),
         key=f"{key}.preset",
         # the name without its organisation, which the model id field below and the result's header carry: the
         # whole id was cut in a box this wide ('meta-llama/Llama-3.1-70B-Instru')
@@ -69,6 +84,7 @@ def preset_input(key: str, default: str) -> ModelSpec:
         "organisation, which the model id field below gives), each from its config.json (the source is under the "
         "box).",
     )
+    _keep(f"{key}.preset", name)
     spec = presets[name] if name in presets else cached_preset_spec(name)
     st.caption(f"{_count_caption(spec)}. Source: {spec.source}")
     return spec
@@ -83,10 +99,12 @@ def config_input(key: str) -> ModelSpec | None:
     )
     pasted = st.text_area(
         "…or paste its text",
+        value=_kept(f"{key}.paste", ""),
         key=f"{key}.paste",
         height=120,
         placeholder='{"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, ...}',
     ).strip()
+    _keep(f"{key}.paste", pasted)
     if up is None and not pasted:
         st.info("Upload a config.json or paste it, e.g. from a model's 'Files' tab on the hub.")
         return None
@@ -134,8 +152,12 @@ def model_input(key: str, *, default: str = "gpt-neo-2.7b") -> ModelSpec | None:
             return config_input(key)
         if source == "hub id":
             repo = st.text_input(
-                "Hub id (config.json only)", placeholder="EleutherAI/gpt-neo-125m", key=f"{key}.hub"
+                "Hub id (config.json only)",
+                value=_kept(f"{key}.hub", ""),
+                placeholder="EleutherAI/gpt-neo-125m",
+                key=f"{key}.hub",
             ).strip()
+            _keep(f"{key}.hub", repo)
             if not repo:
                 st.info("Type a hub id; only its config.json is fetched (or read from the local cache).")
                 return None
@@ -144,9 +166,13 @@ def model_input(key: str, *, default: str = "gpt-neo-2.7b") -> ModelSpec | None:
             return spec
         c1, c2, c3 = st.columns(3)
         numbers = {
-            field: (c1, c2, c3)[k % 3].number_input(label, lo, hi, value, key=f"{key}.{short}", help=why)
+            field: (c1, c2, c3)[k % 3].number_input(
+                label, lo, hi, _kept(f"{key}.{short}", value), key=f"{key}.{short}", help=why
+            )
             for k, (field, label, lo, hi, value, short, why) in enumerate(RAW_NUMBERS)
         }
+        for field, _label, _lo, _hi, _value, short, _why in RAW_NUMBERS:
+            _keep(f"{key}.{short}", numbers[field])
         layouts = list(ARCH_TRAITS)
         arch = c2.selectbox(
             "layer layout",
