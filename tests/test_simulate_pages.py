@@ -190,3 +190,19 @@ def test_an_slo_of_zero_turns_that_objective_off_as_on_the_command_line():
     at.number_input(key="calc.solve.tpot").set_value(0.0).run()
     at.button(key="calc.solve.go").click().run()
     assert any("give an objective to meet" in e.value for e in at.error)
+
+
+def test_the_serving_page_chooses_how_simulated_users_start():
+    """Spread users (steady state) by default, as the estimate and the most-users answer take them; 'together' for
+    the load generator's way, with the lock-step caption."""
+    at = _serving()
+    at.text_input(key="simulate.levels").set_value("8").run()
+    at.number_input(key="simulate.requests").set_value(32).run()
+    at.button(key="simulate.go").click().run()
+    assert not at.exception and not at.error
+    assert not at.session_state["simulate.result"].spec.starts_together
+    assert any("start spread over one round" in c.value for c in at.caption)
+    at.radio(key="simulate.start").set_value("together").run()
+    at.button(key="simulate.go").click().run()
+    assert at.session_state["simulate.result"].spec.lock_step
+    assert any("lock step" in c.value for c in at.caption)

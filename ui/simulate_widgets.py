@@ -68,6 +68,10 @@ def _defaults(measured: SweepResult | None) -> dict:
     }
 
 
+STARTS = ["spread", "together"]
+STARTS_WORDS = {"spread": "spread (steady state)", "together": "together (as a load generator)"}
+
+
 def _inputs(measured: SweepResult | None) -> tuple[SimulateSpec, SLO] | None:
     """The section's widgets as a SimulateSpec and the SLOs; None (with one sentence on the page) on bad input."""
     same = _defaults(measured)
@@ -98,6 +102,21 @@ def _inputs(measured: SweepResult | None) -> tuple[SimulateSpec, SLO] | None:
     )
     requests = spec_input(c[3], SimulateSpec, "n_requests", key=f"{NS}.requests", label="Requests per level",
                           value=same.get("n_requests"))  # fmt: skip
+    start = (
+        st.radio(
+            "Users start",
+            STARTS,
+            index=STARTS.index("together" if measured is not None else "spread"),
+            horizontal=True,
+            key=f"{NS}.start",
+            format_func=STARTS_WORDS.get,
+            help="Spread: the steady state a deployment's users reach, as the first-token time at a load and the "
+            "most-users answer take it. Together: every user at once, as a load generator's sweep starts them "
+            "(the measured sweep's way).",
+        )
+        if mode == "concurrency"
+        else None
+    )
     c = st.columns(4)
     prompt = spec_input(c[0], SimulateSpec, "prompt_tokens", key=f"{NS}.prompt", label="Prompt tokens",
                         value=same.get("prompt_tokens"))  # fmt: skip
@@ -116,7 +135,7 @@ def _inputs(measured: SweepResult | None) -> tuple[SimulateSpec, SLO] | None:
         slo = SLO.given(ttft, tpot / 1e3).validate()
         spec = SimulateSpec(
             model=model, gpu=gpu, n_gpus=n_gpus, dtype=dtype, engine=engine, mode=mode, sweep=levels,
-            n_requests=requests, prompt_tokens=prompt, output_tokens=output, keep_going=True,
+            n_requests=requests, prompt_tokens=prompt, output_tokens=output, keep_going=True, start=start,
         ).validate()  # fmt: skip
     except (EngineError, LoadSpecError) as exc:
         show_error(exc)
@@ -219,7 +238,7 @@ def simulated_section(measured: SweepResult | None = None) -> None:
             "The fixed users start spread over one round, as a deployment's users run (each sends its next request "
             "when its last ends), and each user's first request (the ramp, on a server not yet full) is left out: "
             "the steady state the calculator's first-token time at a load and the most-users answer also take. A "
-            "load generator's sweep starts them all at once instead (the simulate command's --start together)."
+            "load generator's sweep starts them all at once instead ('together' above)."
         )
     if sim.spec.lock_step:
         st.caption(
