@@ -217,7 +217,7 @@ def run_batch(lm, prompts: list[str], cfg, beside) -> None:
             f"finished at {fmt_seconds(c.measurement.latency_s)}"
         )
     st.markdown("**The batch as a whole**")
-    metrics_row(report.measurement, report.load, report.busy, report.cores)
+    metrics_row(report.measurement, report.load, report.busy, report.cores, report.own_threads)
     st.session_state[f"{NS}.history"].append(history_row(report.measurement, "batch", "mixed", report.decode))
     keep(NS, report.measurement.latency_s)
 
@@ -258,7 +258,7 @@ if last is not None and not batch_mode:
         if last.get("report") is not None:
             r = last["report"]
             show_decode_path(r.completion)
-            metrics_row(r.measurement, r.load, r.busy, r.cores)
+            metrics_row(r.measurement, r.load, r.busy, r.cores, r.own_threads)
         elif last.get("measurement") is not None:  # a stored run (a reload, presenter mode)
             metrics_row(last["measurement"], last.get("load"), last.get("busy"), last.get("cores"))
     curves = {}

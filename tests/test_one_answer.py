@@ -463,3 +463,22 @@ def test_the_gpus_needed_say_the_other_layout_when_it_takes_a_different_count():
     assert "GPUs needed: 3." in three and "In tensor parallel" in three and "it takes 4 GPUs" in three
     eight = sentence(8)
     assert "the fewest in tensor parallel that hold the load; the 8 asked hold it too" in eight
+
+
+def test_a_forecast_beside_other_work_below_the_core_count_still_expects_longer():
+    """The student's walk: at load 1.5 on 2 cores (not 'busy' by the one rule: the run's own threads are not
+    counted yet) the forecast said 76 s and the run took 5.4 min, labelled 'quiet otherwise'. Other work shares
+    the cores with the run's threads, so the forecast scales by it and says so; the label names the other work."""
+    from engine.calibration.beside import beside
+    from ui.playground_widgets import _shared_words
+
+    shared = beside("run time", measured_s=None, predicted=None, bound_s=10.0, loadavg_1m=1.5, n_cores=2)
+    assert not shared.busy and shared.busy_factor == pytest.approx(1.75)
+    assert "Other work is running now (load 1.5 on 2 cores)" in shared.sentence()
+    assert "expect about 1.8× as long or more" in shared.sentence()
+    quiet = beside("run time", measured_s=None, predicted=None, bound_s=10.0, loadavg_1m=0.2, n_cores=2)
+    assert quiet.busy_factor == 1.0 and "Other work" not in quiet.sentence()
+    assert "quiet otherwise" not in _shared_words(3.5, False, 2) and "1.5 of it other work" in _shared_words(
+        3.5, False, 2
+    )
+    assert _shared_words(2.1, False, 2) == " (quiet otherwise)."

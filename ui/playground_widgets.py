@@ -266,7 +266,12 @@ def live_line(
     return f"{line} · longer than the forecast ({fmt.seconds(expected_s)})"
 
 
-def metrics_row(m, load: float | None = None, busy: bool | None = None, cores: int | None = None) -> None:
+SHARED_FROM = 0.5  # other work's load average from which a run is said to have shared the CPU with it
+
+
+def metrics_row(
+    m, load: float | None = None, busy: bool | None = None, cores: int | None = None, own: int | None = None
+) -> None:
     """The run's measured figures, in two rows of three (six in a row cut their numbers), with the load the
     machine was under when it finished (a busy machine's TPOT is not this machine's TPOT: the calculator's bound
     and the race's figure are for a quiet one)."""
@@ -284,13 +289,24 @@ def metrics_row(m, load: float | None = None, busy: bool | None = None, cores: i
     if load is not None and load == load:
         st.caption(
             f"All measured on this run, on this machine: load average {load:.1f} on {cores} cores when it finished, "
-            "this run's own threads included"
-            + (
-                ": other work shared the CPU, so slower than it runs when quiet."
-                if busy
-                else " (quiet otherwise)."
-            )
+            "this run's own threads included" + _shared_words(load, busy, own)
         )
+
+
+def _shared_words(load: float, busy: bool | None, own: int | None) -> str:
+    """How the run shared the CPU, from the load at its end less its own threads (`own`: unknown for runs kept
+    before it was recorded): busy by the one rule, other work beside it, or quiet."""
+    if busy:
+        return ": other work shared the CPU, so slower than it runs when quiet."
+    if own is None:
+        return "."
+    others = load - own
+    if others >= SHARED_FROM:
+        return (
+            f"; about {others:.1f} of it other work, which shared the cores with it: it may have run slower than on "
+            "a quiet machine."
+        )
+    return " (quiet otherwise)."
 
 
 def history_row(m, mode: str, stop_reason: str, decode: str = "eager") -> dict:

@@ -22,6 +22,8 @@ from engine.calc import format as fmt
 from engine.core.interval import Interval
 from engine.core.load import cores, is_busy
 
+SHARED_FROM = 0.5  # other work's load average from which a forecast says a run now shares the cores with it
+
 CALIBRATE = (
     "calibrate this machine (Calibrate this machine on the Memory and cost page; `calibrate` on the command line) "
     "for an estimate with its interval"
@@ -67,11 +69,17 @@ class Beside:
         return self.predicted.low <= self.measured_s <= self.predicted.high
 
     @property
+    def shared(self) -> bool:
+        """Other work is running now (a forecast's load average is the others': the run has not started), enough
+        to share the cores with the run's threads, busy or not by the one rule."""
+        return self.busy or (math.isfinite(self.loadavg_1m) and self.loadavg_1m >= SHARED_FROM)
+
+    @property
     def busy_factor(self) -> float:
         """How much longer a run may take now, sharing the CPU: its threads (one a core) beside `loadavg_1m`
-        runnable others get cores / (load + cores) of the time, so (load + cores) / cores; 1 when not busy or the
-        load is unknown. A lower bound: memory bandwidth is shared too, and the load moves during a run."""
-        if not self.busy or not math.isfinite(self.loadavg_1m) or self.cores <= 0:
+        runnable others get cores / (load + cores) of the time, so (load + cores) / cores; 1 when nothing else runs
+        or the load is unknown. A lower bound: memory bandwidth is shared too, and the load moves during a run."""
+        if not self.shared or not math.isfinite(self.loadavg_1m) or self.cores <= 0:
             return 1.0
         return (self.loadavg_1m + self.cores) / self.cores
 
@@ -114,6 +122,11 @@ class Beside:
                 return (
                     f"{head}. The machine is busy now ({self.load_text()}): a run now is not comparable with it"
                     f"{slower}."
+                )
+            if self.shared and self.busy_factor > 1 and self.expected_s is not None:
+                return (
+                    f"{head}. Other work is running now ({self.load_text()}): a run now shares the cores with it, "
+                    f"so expect about {self.busy_factor:.1f}× as long or more (about {fmt.seconds(self.expected_s)})."
                 )
             return head + "."
         measured = f"Measured {q} {fmt.seconds(self.measured_s)}"
