@@ -127,3 +127,24 @@ def test_dead_names_are_gone():
 
     assert "icon" not in inspect.signature(common.page_setup).parameters
     assert not hasattr(common, "NAV_ICONS")
+
+
+def test_a_machine_without_the_peer_engines_is_told_where_to_install_them_in_plain_words(monkeypatch):
+    """On a machine without the side environments the race page listed `bash scripts/install_peers.sh` and
+    `.venv-vllm` (a worktree, or an install that skipped the optional steps): the page points at the README's
+    sections instead."""
+    from engine.backends import vllm as vllm_backend
+    from engine.race.peers import base
+    from ui.serving_server import vllm_status
+
+    monkeypatch.setattr(base, "version", lambda dist: None)
+    monkeypatch.setattr(base, "export_cli", lambda: (None, "run `bash scripts/install_peers.sh`"))
+    monkeypatch.setattr(
+        vllm_backend, "availability", lambda: (None, "make it with `bash scripts/make_vllm_env.sh`")
+    )
+    rows = base.installed()
+    notes = " ".join(r["note"] for r in rows)
+    assert internals(notes) == [] and "README" in notes
+    assert all(r["version"] == "not installed" for r in rows)
+    label, why = vllm_status()
+    assert label is None and internals(why) == [] and "README" in why

@@ -104,9 +104,10 @@ COMPARE_KEYS = {"engine": "lab", "vllm": "vllm"}  # the side-by-side's names (en
 def vllm_status() -> tuple[str | None, str]:
     """(vLLM's build in words, "") or (None, the one sentence saying how to make its environment)."""
     from engine.backends.vllm import availability
+    from engine.race.peers.base import PAGE_VLLM_NOTE
 
-    build, why = availability()
-    return (build.label, "") if build else (None, why)
+    build, _ = availability()
+    return (build.label, "") if build else (None, f"vLLM is {PAGE_VLLM_NOTE}.")
 
 
 def local_servers(target: str, ns: str) -> tuple[dict[str, str], str]:

@@ -11,6 +11,13 @@ from pathlib import Path
 from typing import Protocol
 
 INSTALL_HINT = "install the peer engines with `bash scripts/install_peers.sh`"
+# what a page says instead (no script or environment names on a page): the README section that installs them
+PAGE_INSTALL_NOTE = "not installed here: the README's 'Peer engines in the latency race' installs it"
+PAGE_EXPORTER_NOTE = (
+    "its exporter (optimum-intel) is not installed: it needs an environment of its own, which the README's 'Peer "
+    "engines in the latency race' makes"
+)
+PAGE_VLLM_NOTE = "not installed here: the README's 'vLLM beside the engine' makes its environment (a few minutes, about 4 GB)"
 
 
 @dataclass
@@ -116,7 +123,8 @@ def export_cli() -> tuple[Path | None, str]:
 
 def installed() -> list[dict]:
     """What the page shows before a race: each peer's installed version (metadata only, nothing imported)
-    or how to install it, and whether OpenVINO's exporter environment exists."""
+    or where the README installs it (no script or environment names), and whether OpenVINO's exporter
+    environment exists."""
     rows = []
     for name in BACKENDS:
         if name in SIDE_ENV:
@@ -124,10 +132,12 @@ def installed() -> list[dict]:
             continue
         b = backend(name)
         v = version(b.dist)
-        note = "" if v else INSTALL_HINT
+        note = "" if v else PAGE_INSTALL_NOTE
         if name == "openvino":
-            cli, why = export_cli()
-            note = note or ("its exporter is installed, in its own environment" if cli else why)
+            cli, _ = export_cli()
+            note = note or (
+                "its exporter is installed, in its own environment" if cli else PAGE_EXPORTER_NOTE
+            )
         rows.append({"engine": b.label, "lane": name, "version": v or "not installed", "note": note})
     return rows
 
@@ -136,9 +146,9 @@ def _side_env_row() -> dict:
     """vLLM lives in .venv-vllm: its build (read from that environment's metadata) or how to make it."""
     from engine.backends.vllm import availability
 
-    build, why = availability()
+    build, _ = availability()
     if build is None:
-        return {"engine": "vLLM", "lane": "vllm", "version": "not installed", "note": why}
+        return {"engine": "vLLM", "lane": "vllm", "version": "not installed", "note": PAGE_VLLM_NOTE}
     return {
         "engine": "vLLM",
         "lane": "vllm",
