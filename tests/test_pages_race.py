@@ -286,6 +286,23 @@ def test_a_pass_through_bar_is_never_drawn_as_a_win():
     assert "no measurable difference" in _bar_words(fig, "CTranslate2 float32")
 
 
+def test_a_bar_whose_ratio_is_unreliable_is_not_drawn_as_a_win():
+    """The student's race drew a lane green beside its verdict's "not a reliable ratio" (vanilla's re-run at the
+    end had drifted): the bar now takes the verdict's neutral colour and words."""
+    from engine.race import runner, serialise, verdict
+    from ui.race_widgets import VERDICT_COLOURS, speedup_figure
+
+    race = serialise.from_dict(_recorded_race(0.5, None))
+    runner.compare(race.contenders)
+    lane = next(c for c in race.contenders if c.name == "ctranslate2")
+    lane.baseline_drift = 1.3  # vanilla 30% slower at the end than at the start
+    assert "not a reliable ratio" in verdict.lane_verdict(lane)
+    fig = speedup_figure(race)
+    assert fig.data[0].marker.color[0] == VERDICT_COLOURS["same"]
+    assert fig.data[0].marker.color[0] != VERDICT_COLOURS["faster"]
+    assert "not a reliable ratio" in _bar_words(fig, "CTranslate2 float32")
+
+
 def _bar_words(fig, label: str) -> str:
     """The words drawn above a bar (an annotation over its whisker)."""
     return next(a.text for a in fig.layout.annotations if a.x == label)

@@ -60,20 +60,26 @@ VERDICT_COLOURS = {
     "slower": "#d62728",  # red: below 1x
     "same": GREY,  # the interval includes 1x: no measurable difference, whatever the point
     "unknown": "#dddddd",  # no interval (too few runs): a point, neither faster nor slower
+    "unreliable": GREY,  # vanilla drifted during the race: the verdict calls the ratio unreliable
 }
 VERDICT_WORDS = {
     "faster": "faster",
     "slower": "slower",
     "same": core_verdict.NO_DIFFERENCE.split(" (")[0],  # "no measurable difference"
     "unknown": "no interval",
+    "unreliable": "not a reliable ratio",
 }
 
 
 def bar_verdict(c: ContenderResult) -> str:
     """The bar's verdict: the lane's own (faster, slower, same or unknown); a pass-through engine is 'same'
-    whatever was measured (it runs vanilla's modules: the verdict calls the difference noise)."""
+    whatever was measured (it runs vanilla's modules: the verdict calls the difference noise), and a lane raced
+    while vanilla's own speed drifted is 'unreliable' (its verdict says "not a reliable ratio", so its bar is
+    never drawn as a win or a loss)."""
     if verdict.is_pass_through(c):
         return "same"
+    if verdict.drifted(c):
+        return "unreliable"
     return core_verdict.direction(
         c.speedup_vs_vanilla, (c.speedup_low, c.speedup_high) if c.interval_shown else None
     )
@@ -115,7 +121,8 @@ def speedup_figure(result: RaceResult) -> go.Figure:
     fig.add_hline(y=1.0, line_dash="dot", annotation_text="vanilla", annotation_position="top left")
     fig.update_layout(
         title="Speedup vs vanilla (ratio of median latencies, whiskers: bootstrap 95% interval)<br>"
-        f"<sup>green: faster, red: slower, grey: {VERDICT_WORDS['same']}, pale: too few runs for an interval "
+        f"<sup>green: faster, red: slower, grey: {VERDICT_WORDS['same']} or {VERDICT_WORDS['unreliable']}, "
+        "pale: too few runs for an interval "
         "(the verdict's own rule)</sup>",
         yaxis_title="× faster than vanilla",
         height=380,
