@@ -128,3 +128,41 @@ def test_auto_and_its_resolved_precision_share_one_loaded_copy():
         sum(lm is a for lm in loaded_models()) == 1
         and [lm.dtype for lm in loaded_models()].count("fp32") >= 1
     )
+
+
+@pytest.mark.parametrize("name", ["tiny-gpt-neo", "gpt-neo-125m-random", "gpt-neo-125m"])
+def test_the_wait_message_says_what_loading_does_for_each_kind_of_model(name, monkeypatch):
+    """The playground said a random GPT-Neo "dequantizes" while it loaded: that is the bundled GGUF's step only.
+    A random preset now says it is built with random weights from its config; a hub model says where it is read."""
+    import contextlib
+
+    from ui import widgets
+
+    said: list[str] = []
+
+    @contextlib.contextmanager
+    def spinner(text, *args, **kwargs):
+        said.append(text)
+        yield
+
+    monkeypatch.setattr(widgets.st, "spinner", spinner)
+    monkeypatch.setattr(widgets, "cached_model", lambda n, d: "loaded")
+    monkeypatch.setattr(models, "_bundled_copy_ready", lambda preset=None: True, raising=False)
+    assert widgets.load_with_progress(name, "auto") == "loaded"
+    assert said and said[0].startswith(f"Loading {name} (auto)…")
+    assert "dequantiz" not in said[0]
+    kind = models.PRESETS[name].kind
+    if kind == "random":
+        assert "random weights from a GPTNeoConfig" in said[0]
+    else:
+        assert "Hugging Face cache" in said[0]
+
+
+def test_only_the_bundled_model_is_said_to_dequantize_on_its_first_load(monkeypatch):
+    monkeypatch.setattr(models, "_bundled_copy_ready", lambda preset=None: False)
+    assert "dequantizes the bundled GGUF" in models.loading_note("smollm2-135m-instruct")
+    tiny = models.loading_note("tiny-gpt-neo")
+    assert tiny.startswith("building the model with random weights") and "tokenizer" in tiny
+    monkeypatch.setattr(models, "_bundled_copy_ready", lambda preset=None: True)
+    assert "dequantiz" not in models.loading_note("smollm2-135m-instruct")
+    assert models.loading_note("not a model!") == ""

@@ -62,10 +62,9 @@ def load_with_progress(name: str, dtype: str) -> models.LoadedModel | None:
     if not name:
         st.info("Enter a hub id or a local folder to load.")
         return None
+    note = models.loading_note(name)
     try:
-        with st.spinner(
-            f"Loading {name} ({dtype})… the first load of the bundled model dequantizes it (~20 s)"
-        ):
+        with st.spinner(f"Loading {name} ({dtype})…" + (f" {note}" if note else "")):
             return cached_model(name, dtype)
     except EngineError as exc:
         show_error(exc)

@@ -23,6 +23,7 @@ from typing import Any
 
 from engine.core import dtypes, paths
 from engine.core.errors import (
+    EngineError,
     HubUnreachableError,
     InvalidParameterError,
     ModelLoadError,
@@ -326,6 +327,41 @@ def _resolve(name: str) -> tuple[str, Preset | None, str | Path]:
         f"unknown model {name!r}. Choose a preset ({', '.join(PRESETS)}), a hub id like "
         f"EleutherAI/gpt-neo-125m, or a local folder under {paths.model_roots()[0]}"
     )
+
+
+def _bundled_copy_ready(preset: Preset | None = None) -> bool:
+    target = bundled_cache_dir(preset)
+    return (target / "config.json").is_file() and (target / "model.safetensors").is_file()
+
+
+def loading_note(name: str) -> str:
+    """What loading `name` does, in one clause for the wait message: only the bundled GGUF is dequantized (and a
+    random preset, which borrows its tokenizer, waits for that once too); a random preset is built from its
+    config, a hub model read from the local cache or downloaded, a folder read from disk. "" for a name that
+    will not resolve (the load itself then says why)."""
+    try:
+        kind, preset, source = _resolve(name)
+    except EngineError:
+        return ""
+    first = not _bundled_copy_ready()
+    if kind == "gguf":
+        return (
+            "the first load dequantizes the bundled GGUF once and saves a copy for fast loads"
+            if first
+            else "reading the saved copy of the bundled model"
+        )
+    if kind == "random":
+        assert preset is not None
+        config = preset.architecture.replace("ForCausalLM", "Config")
+        said = f"building the model with random weights from a {config}"
+        return said + (
+            "; its tokenizer is the bundled model's, which the first load dequantizes once" if first else ""
+        )
+    if kind == "hub":
+        return (
+            f"reading {source} from the local Hugging Face cache, or downloading it when the hub is reachable"
+        )
+    return "reading the model folder"
 
 
 def load_model(
