@@ -57,7 +57,7 @@ st.markdown(
 
 with st.sidebar:
     name, dtype = model_picker(NS, allow_custom=False)
-lm = load_with_progress(name, dtype)
+lm = load_with_progress(name, dtype, keep=f"{NS}.loaded")
 if lm is None:
     st.stop()
 

@@ -64,7 +64,30 @@ def test_playground_unknown_custom_model_shows_error():
     at.sidebar.text_input(key="playground.custom").set_value("../../etc").run()
     assert not at.exception
     assert at.error and "outside the folders" in at.error[0].value
-    assert at.button(key="playground.go").disabled
+    assert any("Still using smollm2-135m-instruct" in i.value for i in at.info)  # the default, loaded first
+    assert not at.button(key="playground.go").disabled
+
+
+def test_a_hub_id_that_cannot_load_offline_says_so_in_one_sentence_and_keeps_the_model_loaded_before():
+    """The student typed a hub id on an offline machine: the message ended "... a local model folder under
+    <lab home>models" and the model loaded before was dropped (Generate greyed out). The message is now one
+    sentence without a placeholder or a path, and the model loaded before stays loaded and generates."""
+    from ui.widgets import CUSTOM
+
+    at = playground()
+    at.sidebar.selectbox(key="playground.model").set_value(CUSTOM).run()
+    at.sidebar.text_input(key="playground.custom").set_value("EleutherAI/not-a-cached-model").run()
+    assert not at.exception
+    assert len(at.error) == 1
+    said = at.error[0].value
+    assert "cannot be loaded offline" in said and "tiny-gpt-neo" in said
+    assert "<" not in said and "lab home" not in said and "models/" not in said
+    assert said.endswith(".") and ". " not in said  # one sentence
+    assert any("Still using tiny-gpt-neo" in i.value for i in at.info)
+    assert not at.button(key="playground.go").disabled
+    at.button(key="playground.go").click().run()
+    assert not at.exception and len(at.error) == 1  # only the load's message; the run itself went through
+    assert at.session_state["playground.history"][-1]["model"] == "tiny-gpt-neo"
 
 
 def test_home_explains_missing_gpu():

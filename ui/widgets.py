@@ -57,18 +57,38 @@ def model_picker(
     return choice, dtype
 
 
-def load_with_progress(name: str, dtype: str) -> models.LoadedModel | None:
-    """The shared cached model, loading it with a status box the first time; None (with st.error) on failure."""
+def load_with_progress(name: str, dtype: str, *, keep: str | None = None) -> models.LoadedModel | None:
+    """The shared cached model, loading it with a status box the first time; None (with st.error) on failure.
+
+    With `keep` (a session-state key), the model that loaded last under that key stays in use when the one now
+    chosen fails to load (an id that cannot be loaded offline): the error says why in one sentence and a note
+    says which model the page still uses, so a mistyped id does not drop a working model."""
     if not name:
         st.info("Enter a hub id or a local folder to load.")
-        return None
+        return _kept(keep)
     note = models.loading_note(name)
     try:
         with st.spinner(f"Loading {name} ({dtype})…" + (f" {note}" if note else "")):
-            return cached_model(name, dtype)
+            lm = cached_model(name, dtype)
     except EngineError as exc:
         show_error(exc)
+        return _kept(keep)
+    if keep:
+        st.session_state[keep] = (name, dtype)
+    return lm
+
+
+def _kept(keep: str | None) -> models.LoadedModel | None:
+    """The model that loaded last under `keep`, said on the page; None when there is none (or it fails now)."""
+    before = st.session_state.get(keep) if keep else None
+    if not before:
         return None
+    try:
+        lm = cached_model(*before)
+    except EngineError:
+        return None
+    st.info(f"Still using {lm.name} ({lm.dtype}), the model loaded before.")
+    return lm
 
 
 NUMBER, SLIDER, SELECT, SELECT_SLIDER, RADIO = "number", "slider", "select", "select_slider", "radio"
@@ -277,4 +297,4 @@ def sidebar_model(namespace: str, **picker) -> models.LoadedModel | None:
     with st.sidebar:
         st.subheader("Model")
         name, dtype = model_picker(namespace, **picker)
-    return load_with_progress(name, dtype)
+    return load_with_progress(name, dtype, keep=f"{namespace}.loaded")

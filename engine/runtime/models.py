@@ -255,8 +255,9 @@ def hub_reachable(timeout_s: float = 2.0) -> bool:
 
 
 def _offline_options() -> str:
+    """The models that load without the hub, as the end of a sentence (no server path: a page shows it)."""
     local = ", ".join(n for n, p in PRESETS.items() if p.kind != "hub")
-    return f"Offline models: {local}; or a local model folder under {paths.public(paths.model_roots()[0])}"
+    return f"choose an offline model ({local}) or a model folder saved in the server's models folder"
 
 
 def _from_pretrained(source: str | Path, torch_dtype, device: str, *, local_only: bool, user_supplied: bool):
@@ -325,7 +326,7 @@ def _resolve(name: str) -> tuple[str, Preset | None, str | Path]:
         return "hub", None, name
     raise UnknownModelError(
         f"unknown model {name!r}. Choose a preset ({', '.join(PRESETS)}), a hub id like "
-        f"EleutherAI/gpt-neo-125m, or a local folder under {paths.model_roots()[0]}"
+        "EleutherAI/gpt-neo-125m, or a model folder saved in the server's models folder"
     )
 
 
@@ -415,8 +416,8 @@ def load_model(
                 except OSError:
                     if not hub_reachable():
                         raise HubUnreachableError(
-                            f"{source} is not in the local Hugging Face cache and the hub cannot be reached. "
-                            + _offline_options()
+                            f"{source} cannot be loaded offline (it is not in this machine's Hugging Face cache "
+                            f"and the hub cannot be reached): {_offline_options()}."
                         ) from None
                     local_only = False
             if kind == "local" or not local_only:
@@ -437,7 +438,9 @@ def load_model(
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         if isinstance(exc, UnknownModelError | HubUnreachableError | InvalidParameterError):
             raise
-        raise ModelLoadError(f"could not load {name}: {exc}. {_offline_options()}") from exc
+        raise ModelLoadError(
+            f"could not load {name}: {exc}. To load without the hub, {_offline_options()}."
+        ) from exc
     model.eval()
     from engine.runtime import cpu_layout
 
