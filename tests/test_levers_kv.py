@@ -59,7 +59,7 @@ def test_tiny_model_bytes_match_and_missing_backend_says_why(tiny_lm, monkeypatc
     assert (
         "The prompt was quantized at its first step" in said
     )  # 63 of 109 beside "up to 128" read as a contradiction
-    assert f"{quanto.quantized_ratio:.1f}x fewer bytes" in said and quanto.quantized_ratio == pytest.approx(
+    assert f"{quanto.quantized_ratio:.1f}× fewer bytes" in said and quanto.quantized_ratio == pytest.approx(
         4 / (0.5 + 2 * 4 / K.GROUP)
     )
     assert "no full-precision window" in K.verdict(fp8, rows[0])

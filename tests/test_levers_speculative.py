@@ -4,6 +4,7 @@ counting, bad input, and verdicts that follow the numbers."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -114,6 +115,41 @@ def test_verdict_follows_the_numbers():
     assert "2.00× slower" in S.verdict(replace(slow, speedup_ci=(0.4, 0.6))) and "NOT identical" in S.verdict(
         slow
     )
+
+
+def _above(**kw):
+    base = dict(
+        acceptance_rate=0.5,
+        tokens_per_target_forward=1.8,
+        speedup_vs_plain=1.6,
+        speedup_ci=(1.55, 1.65),
+        expected_speedup=1.2,
+        cost_ratio=0.1,
+        draft_length=3,
+        verify_tokens=4.0,
+        identical_to_greedy=True,
+    )
+    return S.SpecResult("prompt_lookup", "input_grounded", "ok", **{**base, **kw})
+
+
+def test_a_speedup_above_the_theory_says_why_from_its_numbers():
+    """The student read a measured speed-up above Leviathan et al.'s with no explanation, and 'x' beside '×'.
+    The verdict now says which of the theory's assumptions the row breaks (or that noise covers the gap), in ×."""
+    independent = scalc.tokens_per_forward(0.5, 3)  # 1.875
+    said = S.verdict(_above(tokens_per_target_forward=2.4))
+    assert "Measured 1.60× is above the theory's 1.20×" in said
+    assert f"keeps {independent:.2f} tokens per target forward" in said and "kept 2.40" in said
+    assert "predict 1.20× from these" in said and not re.search(r"\dx\b", said)
+    fewer = S.verdict(_above(verify_tokens=2.0))  # a verify forward checked 1 draft, not gamma = 3
+    assert "checked 1 (median" in fewer and "accepted independently" not in fewer
+    noise = S.verdict(_above(speedup_ci=(1.1, 2.0)))
+    assert "lies inside the measured 95% interval (1.10×–2.00×)" in noise
+    assert "no interval to tell timing noise" in S.verdict(_above(speedup_ci=None))
+    assert "outside the forward" in S.verdict(
+        _above()
+    )  # none of the above: c leaves out each step's fixed cost
+    below = S.verdict(_above(speedup_vs_plain=1.1, speedup_ci=(1.05, 1.15)))
+    assert "above the theory" not in below  # flip the numbers, the sentence goes
 
 
 def test_verify_cost_from_the_same_runs_forwards():

@@ -255,7 +255,7 @@ def verdict(row: KVResult, base: KVResult | None) -> str:
         else f"its greedy output departs from the plain cache's at token {row.first_divergence_token}"
     )
     said = (
-        f"{row.backend} {row.nbits}-bit holds {ratio:.1f}x "
+        f"{row.backend} {row.nbits}-bit holds {ratio:.1f}× "
         f"{'fewer' if ratio >= 1 else 'more'} bytes than the plain cache "
         f"({row.max_sequences:,} vs {base.max_sequences:,} sequences in the budget) and {match}."
     )
@@ -268,13 +268,13 @@ def _why_this_ratio(row: KVResult, ratio: float) -> str:
         return ""
     if row.full_precision_tokens == 0:
         return (
-            f" Every cached token is stored in {row.nbits} bits (no full-precision window), so {ratio:.1f}x is "
+            f" Every cached token is stored in {row.nbits} bits (no full-precision window), so {ratio:.1f}× is "
             "what it saves at any length."
         )
     return (
         f" The prompt was quantized at its first step; {row.full_precision_tokens:,} of the {row.tokens:,} tokens, "
         f"the ones made since, are still in the full-precision window (transformers keeps up to {RESIDUAL} new "
-        f"tokens unquantized, then quantizes them together), so this short run saves {ratio:.1f}x; "
-        f"tokens past the window cost {row.quantized_ratio:.1f}x fewer bytes (bits and a scale and zero point per "
+        f"tokens unquantized, then quantizes them together), so this short run saves {ratio:.1f}×; "
+        f"tokens past the window cost {row.quantized_ratio:.1f}× fewer bytes (bits and a scale and zero point per "
         f"{GROUP} values), which a long context approaches."
     )
