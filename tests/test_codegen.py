@@ -84,6 +84,21 @@ def test_every_stop_reason_is_explained():
         assert word in codegen.WHY_REVIEW
 
 
+def test_the_stop_line_does_not_repeat_its_reason():
+    """The page read "Why it stopped: length: the length limit: max_new_tokens ran out": the explanation beside
+    the reason's name no longer restates it."""
+    from engine.runtime.generation import Completion
+    from tests.factories import synthetic_run
+
+    for reason, explanation in codegen.STOP_REASONS.items():
+        assert not explanation.lower().startswith(("the length limit", reason)), explanation
+    closed = "```python\ndef f():\n    return 1\n```\nThis"
+    run = synthetic_run("m", "fp32", 0.1, 0.01)
+    done = codegen.review(Completion("Write f.", closed, closed, (1,), "length", run), "instruct")
+    shown = f"{done.stop_reason}: {done.stop_explanation}"  # as ui.lab_view draws it
+    assert "length: the length limit" not in shown and "max_new_tokens ran out" in shown
+
+
 def test_generate_code_complete_mode_on_tiny_model(tiny_lm):
     result = codegen.generate_code(tiny_lm, codegen.DEFAULT_PROMPT, max_new_tokens=8)
     assert result.mode == "complete"

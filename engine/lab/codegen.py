@@ -76,9 +76,9 @@ class CodeSpec(Spec):
 STOP_REASONS: dict[str, str] = {
     "eos": "end of sequence: the model emitted its end-of-text token and chose to stop.",
     "stop": "a stop sequence appeared (e.g. the start of the next top-level def); the text is cut before it.",
-    "length": "the length limit: max_new_tokens ran out, so the code may end mid-statement. This is why the "
-    "chapter's example output is truncated; raise max new tokens to see more.",
-    "cancelled": "cancelled before it finished.",
+    "length": "max_new_tokens ran out before the model stopped, so the code may end mid-statement. This is why "
+    "the chapter's example output is truncated; raise max new tokens to see more.",
+    "cancelled": "the run was stopped before the model finished; the code is what it had made by then.",
 }
 
 WHY_REVIEW = (
@@ -140,8 +140,8 @@ class CodeResult:
         block closed lost only the prose after it."""
         if self.stop_reason == "length" and self.mode == "instruct" and block_closed(self.completion.text):
             return (
-                "the length limit: max_new_tokens ran out after the code block had closed, so the code above is "
-                "whole; only the reply's words after it were cut (see the raw output)."
+                "max_new_tokens ran out after the code block had closed, so the code above is whole; only the "
+                "reply's words after it were cut (see the raw output)."
             )
         return STOP_REASONS.get(self.stop_reason, self.stop_reason)
 
