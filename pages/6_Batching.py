@@ -33,7 +33,8 @@ from ui.batching_widgets import (
 )
 from ui.calc_widgets import machine_known, machine_matmul, machine_provenance
 from ui.common import browser_session, fmt_bytes, fmt_seconds, init_state, page_setup, show_error
-from ui.narrative import sweep_sentence, tradeoff_sentences, users_sentence
+from ui.machine_view import machine_read_bandwidth
+from ui.narrative import bandwidth_words, sweep_sentence, tradeoff_sentences, users_sentence
 from ui.widgets import button_why, load_with_progress, model_picker, refused, sent_in_range, spec_input
 
 NS = "batching"
@@ -93,10 +94,14 @@ if sweep is not None and sweep.model == lm.name:
     fits = sweep.max_batch_fits
     st.markdown(
         sweep_sentence(sweep.points)
-        + f" Dashed: the calculator's rule, step = (weights + batch × KV) / bandwidth but never faster than "
-        f"2 × params × batch / FLOP/s, with bandwidth calibrated at batch {sweep.points[0].batch} "
-        f"({sweep.calibrated_bandwidth_bytes_per_s / 1e9:.1f} GB/s effective) and this machine's matmul "
-        f"({sweep.matmul_flops_per_s / 1e9:.0f} GFLOP/s). "
+        + " Dashed: the calculator's rule, step = (weights + batch × KV) / bandwidth but never quicker than "
+        "2 × params × batch / FLOP/s, with "
+        + bandwidth_words(
+            sweep.calibrated_bandwidth_bytes_per_s,
+            sweep.points[0].batch,
+            machine_read_bandwidth(lm) if machine_known() else None,
+        )
+        + f"; and this machine's matmul ({sweep.matmul_flops_per_s / 1e9:.0f} GFLOP/s). "
         + (machine_provenance() if machine_known() else "")
     )
     where = (

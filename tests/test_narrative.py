@@ -131,3 +131,16 @@ def test_a_later_first_token_with_the_cache_on_says_why():
     assert "shared scheduler, which prefills 256 tokens per step" in said
     alike = {"model": "m", "measurement": synthetic_run("m", "fp32", 0.65, 0.075)}
     assert "first token came later" not in narrative.latency_sentence({True: alike, False: off}, "m")
+
+
+def test_the_two_bandwidths_are_each_named_and_the_gap_between_them_follows_the_numbers():
+    """Batching page: "8.4 GB/s" and "35.8 GB/s" stood apart unnamed; the sentence names the sweep's effective
+    bandwidth and the machine's read roof, and the share of the roof the step reached moves with them."""
+    from ui.narrative import bandwidth_words
+
+    both = bandwidth_words(8.4e9, 1, 35.8e9)
+    assert "**8.4 GB/s effective**" in both and "read bandwidth roof is 35.8 GB/s" in both
+    assert "reached 23% of its roof" in both
+    assert "reached 50% of its roof" in bandwidth_words(17.9e9, 1, 35.8e9)
+    alone = bandwidth_words(8.4e9, 2, None)
+    assert "calibrated at batch 2" in alone and "roof" not in alone

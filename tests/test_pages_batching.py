@@ -56,6 +56,13 @@ def test_static_sweep_and_shared_scheduler():
     at.button(key="batching.sweep_go").click().run()
     assert not at.exception and not at.error
     assert any("Largest batch that fits" in i.value for i in at.info)
+    # the student read "8.4 GB/s" and "35.8 GB/s" with no word on which is which: each is now named
+    said = next(m.value for m in at.markdown if "GB/s effective" in m.value)
+    assert "divided by its measured time" in said
+    from ui.machine_view import machine_known
+
+    if machine_known():
+        assert "read bandwidth roof is" in said and "of its roof" in said
     send = [b for b in at.button if str(b.label) == "Send"]
     send[0].click().run()
     assert not at.exception and not at.error

@@ -103,6 +103,15 @@ def machine_matmul(lm) -> float | None:
     return cached_machine().flops_for(lm.dtype) if str(lm.device).startswith(measured_on) else None
 
 
+def machine_read_bandwidth(lm) -> float | None:
+    """This machine's measured read bandwidth (bytes/s) from the one source (cached_machine), where the model runs on
+    the device that source measured; else None (as machine_matmul)."""
+    import torch
+
+    measured_on = "cuda" if torch.cuda.is_available() else "cpu"
+    return cached_machine().bandwidth_bytes_per_s if str(lm.device).startswith(measured_on) else None
+
+
 def precision_words(roof) -> str:
     """Why the two matmul figures differ, from their ratio: a CPU without bf16 matrix instructions (AVX-512 BF16,
     AMX) multiplies bf16 through a conversion path, well under its fp32 rate; on a GPU's tensor cores the order

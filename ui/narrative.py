@@ -72,6 +72,25 @@ def sweep_sentence(points: Sequence[Any]) -> str:
     )
 
 
+def bandwidth_words(effective_bytes_per_s: float, batch: int, roof_bytes_per_s: float | None = None) -> str:
+    """Section 1's two bandwidths, each named: the sweep's effective one (the bytes a decode step at the first
+    batch reads, weights + KV cache, over that step's measured time, so it also pays for everything else a step
+    does) and this machine's measured read bandwidth, the roof a step that only streamed memory would reach; with
+    both, the share of the roof the step reached, which says why the two differ."""
+    effective = (
+        f"bandwidth calibrated at batch {batch}: **{effective_bytes_per_s / 1e9:.1f} GB/s effective**, the "
+        "bytes one decode step reads (weights + KV cache) divided by its measured time, so it also carries "
+        "everything else a step spends time on (the matmuls' arithmetic, attention, the Python around them)"
+    )
+    if roof_bytes_per_s is None or not (math.isfinite(roof_bytes_per_s) and roof_bytes_per_s > 0):
+        return effective
+    share = effective_bytes_per_s / roof_bytes_per_s
+    return (
+        f"{effective}; this machine's **read bandwidth roof is {roof_bytes_per_s / 1e9:.1f} GB/s** (measured by "
+        f"streaming a large array, nothing else to do), so the step reached {share:.0%} of its roof"
+    )
+
+
 def tradeoff_sentences(s: Any, i: Any, headline: Any = None) -> list[str]:
     """Section 2: static (s) against in-flight (i) on the same workload, from their PolicyResults. A headline
     (engine.batching.workload.throughput_headline) above its step-count bound is said as what the step count gives
