@@ -342,6 +342,37 @@ def test_the_price_follows_the_selected_gpu_with_its_source():
     assert price_for("a100-80gb").usd_per_gpu_hour != price_for("t4").usd_per_gpu_hour
 
 
+def test_a_gpu_without_a_published_price_has_no_invented_cost(monkeypatch):
+    """ "this machine" was priced at $1.00/h, a made-up figure: where no price is published the field starts empty
+    and the answer has no cost per token until the user enters their own price, which is then used."""
+    from engine.calc.prices import price_for
+    from engine.calibration import machine
+    from ui.common import cached_machine_measurement
+
+    cpu = machine.MachineMeasurement(
+        "m", "2026-11-30T00:00:00+00:00", "cpu", "this machine (CPU, measured)", 20e9, 20e9,
+        {"fp32": 2e11, "bf16": 5e10}, 1024, 64e9,
+    )  # fmt: skip
+    monkeypatch.setattr(machine, "measure", lambda *a, **k: cpu)
+    cached_machine_measurement.clear()
+    try:
+        assert price_for("this-machine") is None
+        at = _run(CALC)
+        at.selectbox(key="calc.gpu").set_value("this-machine").run()
+        assert not at.exception
+        assert at.number_input(key="calc.price.this-machine").value is None
+        cost = next(m for m in at.metric if m.label.startswith("$ per million output tokens"))
+        assert cost.value == "—" and "no price" in cost.delta
+        assert "$1.00" not in " ".join(str(m.value) for m in at.metric)
+        assert any("no cost per token until you enter yours" in c.value for c in at.caption)
+        at.number_input(key="calc.price.this-machine").set_value(2.5).run()
+        assert not at.exception
+        hour = next(m for m in at.metric if m.label.startswith("$ per hour"))
+        assert hour.value != "—" and any(c.value == "your price" for c in at.caption)
+    finally:
+        cached_machine_measurement.clear()
+
+
 @pytest.mark.slow
 def test_track_record_section_shows_targets_on_held_back_rows():
     at = _run(CALC)

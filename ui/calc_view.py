@@ -293,7 +293,7 @@ def cost_and_plan_tiles(est: Estimate) -> None:
         )
         k[1].metric("$ per hour" + at, fmt.usd(est.cost.usd_per_hour))
     else:
-        why = "no layout holds it" if fit.layout is None else "no price per GPU-hour"
+        why = "no layout holds it" if fit.layout is None else "no price per GPU-hour: enter yours"
         note_metric(k[0], "$ per million output tokens", "—", why)
         note_metric(k[1], "$ per hour", "—", why)
     request_time_tile(k[2], est)

@@ -107,14 +107,15 @@ def calc_inputs(key: str) -> CalcRequest | None:
             format="percent",  # the fraction, shown as 20%
             help="Activations, allocator fragmentation, CUDA context: the chapter's x1.2.",
         )
-    price = price_input(c2, key, gpu)
+    price, price_ok = price_input(c2, key, gpu)
     calibrated = calibrated_mode(key, gpu, cal)
     if (
         spec is None
         or weights is None
         or edited is None
         or not serving_ok
-        or refused(price, overhead, batch, n_gpus, prompt, output)
+        or not price_ok
+        or refused(overhead, batch, n_gpus, prompt, output)
     ):
         return None
     inputs = replace(
@@ -397,32 +398,49 @@ def engine_inputs(key: str, gpu: GPUSpec, n_gpus: int) -> tuple[dict, bool]:
     return out, True
 
 
-UNLISTED_PRICE = 1.0  # $ per GPU-hour to start from where no price is published: a round figure to edit
-
-
-def price_input(container, key: str, gpu: GPUSpec) -> float | None:
-    """The price per GPU-hour: the selected GPU's published on-demand price (with where and when), editable;
-    None when refused (the field says why)."""
+def price_input(container, key: str, gpu: GPUSpec) -> tuple[float | None, bool]:
+    """The price per GPU-hour and whether it may be used: the selected GPU's published on-demand price (with where
+    and when), editable; where no price is published (this machine, a GPU off the price list) the field starts
+    empty and the answer has no cost until the user enters their own: never an invented figure. (None, True):
+    no price; (None, False): refused (the field says why)."""
     from engine.calc.prices import price_for
 
     listed = price_for(gpu.key)
+    if listed is None:
+        label = "$ per GPU-hour"
+        value = container.number_input(
+            label,
+            value=None,
+            min_value=0.0,
+            max_value=1000.0,
+            step=0.05,
+            key=f"{key}.price.{gpu.key}",
+            placeholder="no published price: yours",
+            help="No published price for this GPU: enter yours to see a cost per token.",
+        )
+        if value is None:
+            container.caption("no published price for this GPU: no cost per token until you enter yours")
+            return None, True
+        why = Inputs.problem("usd_per_gpu_hour", value, label=label, hi=1000.0)
+        if why:
+            container.error(f"{why}: nothing runs with it until it is changed.")
+            return None, False
+        container.caption("your price")
+        return value, True
     value = spec_input(
         container,
         Inputs,
         "usd_per_gpu_hour",
         key=f"{key}.price.{gpu.key}",  # a new GPU starts from its own price
         label="$ per GPU-hour",
-        value=listed.usd_per_gpu_hour if listed else UNLISTED_PRICE,
+        value=listed.usd_per_gpu_hour,
         hi=1000.0,  # the page's own ceiling; the command line refuses only absurd prices (engine.calc.cost)
         step=0.05,
-        help=(listed.label if listed else "No published price for this GPU: enter yours."),
+        help=listed.label,
     )
     if value is None:
-        return None
-    if listed is None:
-        container.caption("no published price for this GPU: yours")
-    elif value == listed.usd_per_gpu_hour:
-        container.caption(f"{listed.provider}, {listed.date}")
-    else:
-        container.caption("your price")
-    return value
+        return None, False
+    container.caption(
+        f"{listed.provider}, {listed.date}" if value == listed.usd_per_gpu_hour else "your price"
+    )
+    return value, True
