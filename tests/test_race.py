@@ -69,6 +69,18 @@ def test_divergence_and_exact_match():
     assert quality.exact_match_rate([[1], [2], [3], [4]], [[1], [2], [0], [4]]) == 0.75
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the inherited peak is a Linux behaviour")
+def test_a_workers_peak_rss_is_its_own_not_the_parents():
+    """The presenter saw every race lane with the same peak RSS: getrusage's ru_maxrss survives fork and exec,
+    so each worker reported the dashboard's own peak. A child of a process that touched 600 MB reports its own."""
+    ballast = b"\x01" * 600_000_000  # written, so resident (not merely reserved)
+    assert quality.peak_rss_bytes() > 600_000_000
+    code = "from engine.race import quality; print(quality.peak_rss_bytes())"
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    del ballast
+    assert 0 < int(child.stdout.split()[-1]) < 300_000_000
+
+
 def test_speedup_is_a_ratio_of_medians_with_a_bootstrap_interval():
     base = [1.0, 1.1, 0.9, 1.05, 0.95]
     fast = [0.5, 0.55, 0.45, 0.52, 0.48]

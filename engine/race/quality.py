@@ -73,10 +73,25 @@ def perplexity(model, tokenizer, text: str = REFERENCE_TEXT) -> float:
 
 
 def peak_rss_bytes() -> int:
-    """This process's peak resident set size so far (Linux getrusage reports KiB)."""
-    import resource
+    """This process's own peak resident set size so far.
 
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+    Linux: VmHWM of /proc/self/status, the high-water mark of this process's address space, which starts afresh
+    at exec. Not getrusage's ru_maxrss: Linux carries it across fork and exec (getrusage(2): "resource usage
+    metrics are preserved across an execve"), so a race worker started by the dashboard reported the dashboard's
+    own peak (its loaded models), and every lane showed the same figure. Elsewhere: ru_maxrss (bytes on macOS).
+    """
+    import resource
+    import sys
+
+    try:
+        with open("/proc/self/status", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024  # "VmHWM:   13672 kB"
+    except OSError:
+        pass
+    peak = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    return peak if sys.platform == "darwin" else peak * 1024  # Linux and the BSDs report KiB
 
 
 def bpb_documents() -> list[str]:

@@ -97,7 +97,7 @@ class ContenderResult:
     peak_memory_bytes: int | None = None
     peak_memory_kind: str = ""
     peak_rss_bytes: int | None = (
-        None  # the worker process's peak resident set (getrusage ru_maxrss), every lane
+        None  # the worker process's peak resident set (VmHWM, its own: not the parent's), every lane
     )
     # against vanilla (engine.race.runner.compare)
     speedup_vs_vanilla: float = math.nan

@@ -10,7 +10,7 @@ Job: {"model", "dtype", "device", "contender": Contender.to_dict(), "prompts": [
       "runs", "warmup", "chat_template", "reference_text"}
 Result: {"status": "ran"|"failed"|"skipped", "reason", "notes", "kernel_inject", "deepspeed_mode",
       "runs": [Measurement dicts], "warmup_s", "token_ids": per prompt, "perplexity", "bits_per_byte",
-      "peak_rss_bytes" (getrusage: the worker's peak resident set), "versions", ...}; a peer engine's lane
+      "peak_rss_bytes" (VmHWM: the worker process's own peak resident set), "versions", ...}; a peer engine's lane
       (contender["peer"]) adds "engine_version", "precision", "conversion_s", "converted_now"
       (engine/race/peers/lane.py).
 Chapter 4.3.4's setup is `_deepspeed`: init_inference(model, dtype=fp16, replace_with_kernel_inject=True,
