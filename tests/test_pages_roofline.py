@@ -139,3 +139,44 @@ def test_the_ridge_note_keeps_off_the_measured_stars():
     assert 10 ** note["y"] != y  # moved from where it went before
     assert not any(_circle_meets_box(mx, my, r, box) for mx, my, r in markers_px(fig, frame))
     assert box.inside()
+
+
+def _note_box(spec_json: dict, x: float):
+    from ui.roofline_labels import note_box
+
+    frame = Frame(spec_json["layout"]["xaxis"]["range"], spec_json["layout"]["yaxis"]["range"])
+    note = next(a for a in spec_json["layout"]["annotations"] if a["text"].startswith("<b>ridge"))
+    lines = note["text"].replace("<b>", "").replace("</b>", "").split("<br>")
+    return frame, note_box(frame, x, 10 ** note["y"], lines, shift_px=note["ax"])
+
+
+def test_the_ridge_note_crosses_no_roof_line():
+    """The presenter saw the ridge note drawn across the sloped roof (1280 x 900, this machine's roof and measured
+    stars between 10 and 40 ops/byte, as on the page): every preferred height either crossed the roof or hid a
+    star. The note and its arrow now keep off every roof line and every marker."""
+    from engine.calc.roofline import Roof
+    from ui.roofline_labels import _circle_meets_box, _line_points, markers_px
+
+    spec = model_preset("gpt-neo-125m")
+    roof = roof_for(load_gpu_catalog()["t4"], "fp16")
+    results = [
+        analyse(spec, roof, phase=ph, seq_len=512, batch=1, dtype="fp16", gpu_name="T4") for ph in PHASES
+    ]
+    machine = Roof(150e9, 32e9, "this machine (measured, fp32)")
+    stars = [
+        {"intensity": i, "flops_per_s": f, "hover": "run"}
+        for i in (12, 18, 22, 30, 130)
+        for f in (6e8, 1.5e9, 1e10, 2e10, 5e10)
+    ]
+    for measured in ([], stars):
+        fig = roofline_figure(
+            [roof], results, measured=measured, machine_roof=machine, ridge_note="NVIDIA's datasheet: x"
+        )
+        spec_json = fig.to_plotly_json()
+        frame, box = _note_box(spec_json, roof.ridge)
+        roofs = [(list(t["x"]), list(t["y"])) for t in spec_json["data"] if t.get("mode") == "lines"]
+        assert len(roofs) == 2
+        crossing = [p for p in _line_points(frame, roofs) if box.contains(*p, 1.0)]
+        assert not crossing, f"the ridge note {box} crosses a roof at {crossing[:3]}"
+        assert not any(_circle_meets_box(mx, my, r, box) for mx, my, r in markers_px(fig, frame))
+        assert box.inside()

@@ -12,7 +12,7 @@ from engine.calc import format as fmt
 from engine.calc.memory import MemoryEstimate
 from engine.calc.paged import PagedComparison
 from engine.calc.roofline import Roof, RooflineResult
-from ui.roofline_labels import Frame, clear_note_y, markers_px, note_box, place_labels, wrap
+from ui.roofline_labels import Frame, clear_note_place, markers_px, note_box, place_labels, wrap
 
 COLORS = {"weights": "#4C78A8", "kv": "#F58518", "overhead": "#B279A2", "free": "#E6E6E6", "over": "#E45756"}
 PHASE_SYMBOL = {"prefill": "circle", "decode": "diamond"}
@@ -268,21 +268,21 @@ def roofline_figure(
         floor = 10 ** (y_range[0] + 0.1 * (y_range[1] - y_range[0]))
         decades = (3.5, 4.0, 3.0, 4.5, 2.5, 5.0, 2.0, 5.5, 1.5, 6.0)
         heights = [max(roof.peak_flops_per_s / 10**d, floor) for d in decades]
-        note_y = clear_note_y(frame, roof.ridge, heights, plain, markers_px(fig, frame), lines, shift_px=-60)
+        note_y, shift = clear_note_place(frame, roof.ridge, heights, plain, markers_px(fig, frame), lines)
         fig.add_annotation(
             x=math.log10(roof.ridge),
             y=math.log10(note_y),
             text=note,
             showarrow=True,
             arrowhead=2,
-            ax=-60,
+            ax=shift,
             ay=0,
-            xanchor="right",
-            align="right",
+            xanchor="right" if shift < 0 else "left",
+            align="right" if shift < 0 else "left",
             font=dict(size=13),
             bgcolor="rgba(255,255,255,0.9)",
         )
-        notes.append(note_box(frame, roof.ridge, note_y, plain, shift_px=-60))
+        notes.append(note_box(frame, roof.ridge, note_y, plain, shift_px=shift))
     place_labels(
         fig,
         {phase: [p["label"] for p in pts] for phase, pts in clusters.items()},

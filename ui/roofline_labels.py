@@ -19,7 +19,10 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
-PLOT_W, PLOT_H = 560.0, 440.0  # px of the plot area (axes only), the smallest the page draws
+PLOT_W, PLOT_H = (
+    480.0,
+    410.0,
+)  # px of the plot area (axes only): 486 x 418 measured at 1280 x 900, sidebar open
 CHAR_W, LINE_H, PAD = 7.2, 16.0, 3.0  # a 12-px label: average glyph width, line height, box padding (px)
 LINE_CHARS = 20  # a longer label wraps
 LABEL_NAME = "operator label"  # the annotation's name: "operator label · decode"
@@ -272,13 +275,15 @@ def _edge_towards(box: Box, x: float, y: float) -> tuple[float, float]:
 def note_box(
     frame: Frame, x: float, y: float, lines: Sequence[str], *, shift_px: float, size: int = 13
 ) -> Box:
-    """The box of a right-anchored note at data (x, y) whose text ends shift_px left of that point (the ridge
-    note), so labels keep off it."""
+    """The box of a note at data (x, y) whose text ends shift_px left of that point (shift_px < 0: the text's right
+    edge, the ridge note on the left) or starts shift_px right of it (shift_px > 0), arrow included, so labels keep
+    off it."""
     w = max(len(s) for s in lines) * CHAR_W * size / 12 + 2 * PAD
     h = len(lines) * LINE_H * size / 12 + 2 * PAD
-    right = frame.px(x) + shift_px
-    cy = frame.py(y)
-    return Box(right - w, cy - h / 2, right + abs(shift_px), cy + h / 2)
+    px, cy = frame.px(x), frame.py(y)
+    if shift_px < 0:
+        return Box(px + shift_px - w, cy - h / 2, px, cy + h / 2)
+    return Box(px, cy - h / 2, px + shift_px + w, cy + h / 2)
 
 
 def _marker_traces(fig: go.Figure) -> list:
@@ -299,7 +304,7 @@ def markers_px(fig: go.Figure, frame: Frame) -> list[tuple[float, float, float]]
     return out
 
 
-def clear_note_y(
+def clear_note_place(
     frame: Frame,
     x: float,
     ys: Sequence[float],
@@ -307,21 +312,31 @@ def clear_note_y(
     markers: Sequence[tuple[float, float, float]],
     roofs: Iterable[tuple[list[float], list[float]]] = (),
     *,
-    shift_px: float,
-) -> float:
-    """The height of `ys` (data, best first) where the note at x covers the least: no marker and no roof line where
-    one is clear, else the fewest markers (each hidden marker a run the chart loses), then the least line (the
-    ridge note once sat on this machine's measured stars)."""
+    shifts: Sequence[float] = (-60.0, 60.0),
+    step_px: float = 8.0,
+) -> tuple[float, float]:
+    """(height, shift_px) of the note at x: the first of the preferred heights `ys` (data, best first), then every
+    height of the plot `step_px` apart, on each side in `shifts` (left first), whose box and arrow cover no marker
+    and no roof line; where none is clear, the fewest markers (each hidden marker a run the chart loses), then the
+    least line. The preferred heights alone left the note across the sloped roof on the presenter's 1280-pixel
+    screen (every one of them either crossed the roof or hid measured stars); the ridge note once sat on this
+    machine's measured stars."""
     points = _line_points(frame, roofs)
+    grid = [10 ** frame.data_y(py) for py in _frange(0.0, frame.h, step_px)]
+    candidates = [(y, s) for s in shifts for y in ys] + [(y, s) for s in shifts for y in grid]
 
-    def covered(y: float) -> tuple[int, int]:
-        box = note_box(frame, x, y, lines, shift_px=shift_px)
+    def covered(place: tuple[float, float]) -> tuple[int, int]:
+        box = note_box(frame, x, place[0], lines, shift_px=place[1])
         if not box.inside(frame.w, frame.h):
             return (len(markers) + 1, 0)
         hidden = sum(_circle_meets_box(mx, my, r, box) for mx, my, r in markers)
         return hidden, sum(box.contains(px, py, 1.0) for px, py in points)
 
-    return min(ys, key=covered)  # min keeps the first of equals: the preferred height
+    return min(candidates, key=covered)  # min keeps the first of equals: the preferred place
+
+
+def _frange(start: float, stop: float, step: float) -> list[float]:
+    return [start + i * step for i in range(int((stop - start) / step) + 1)]
 
 
 def _line_points(frame: Frame, roofs: Iterable[tuple[list[float], list[float]]]) -> list[tuple[float, float]]:
