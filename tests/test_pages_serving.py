@@ -308,3 +308,46 @@ def test_the_answer_comes_first_and_follows_the_knee():
     assert len(answers) == 2 and all("held 1 user" in a for a in answers)
     assert "**3 · Results** below" in answers[0]
     assert "Measured knee: **1 user**" in " ".join(m.value for m in at.markdown)  # the same knee below
+
+
+def _legend_outside(legend: dict) -> bool:
+    """A horizontal legend that grows away from the plot as it wraps: anchored at its bottom above the plot, or at its
+    top below it (plotly's "auto" anchors at the bottom for y <= 1/3, at the top for y >= 2/3)."""
+    y = legend.get("y", 1.0)
+    anchor = legend.get("yanchor", "auto")
+    if anchor == "auto":
+        anchor = "bottom" if y <= 1 / 3 else "top" if y >= 2 / 3 else "middle"
+    return legend.get("yref", "paper") == "paper" and (
+        (anchor == "bottom" and y >= 1) or (anchor == "top" and y <= 0)
+    )
+
+
+def test_serving_chart_legends_sit_outside_the_plot():
+    """The presenter saw a Serving chart's legend over its lines: anchored at y = -0.3 (plotly then anchors it at its
+    bottom), a legend that wrapped onto a second row grew up over the axis title and the data. Every chart on the
+    page (and the side-by-side one) now puts it above the plot, where it grows upwards, away from the lines."""
+    import json
+
+    from engine.loadgen.workload import SLO
+    from ui.serving_vllm_view import side_by_side_figure
+
+    sweep = _sweep([_records(4, 0.2), _records(4, 0.5)], [1, 2], SLO(ttft_s=1.0, tpot_s=0.5))
+    at = _page_with(sweep)
+    assert not at.exception
+    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    assert len(charts) >= 4  # latency, throughput, per user, TTFT breakdown
+
+    class SideBySide:
+        levels = (1, 2)
+
+        def median_of(self, name, level, key):
+            return 1.0 * level
+
+    charts.append(side_by_side_figure(SideBySide()).to_plotly_json())
+    for chart in charts:
+        legend = chart["layout"].get("legend", {})
+        assert legend.get("orientation") == "h" and _legend_outside(legend), legend
+        titles = [
+            a for a in chart["layout"].get("annotations", []) if a.get("yref") == "paper" and a["y"] >= 1
+        ]
+        assert not titles, "a subplot title would sit where the legend goes"

@@ -8,6 +8,11 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
+# A horizontal legend above the plot, anchored at its bottom: plotly grows the top margin to fit it, however many
+# rows it wraps to. Below the plot in its own units (y=-0.3, which plotly anchors at the legend's bottom) a legend
+# that wrapped grew upwards, over the axis title and the lines (the Serving page's charts at 1280 px).
+LEGEND_ABOVE = {"orientation": "h", "x": 0, "xanchor": "left", "y": 1.02, "yanchor": "bottom"}
+
 
 @dataclass(frozen=True)
 class Series:
@@ -24,10 +29,11 @@ class Series:
 def two_panels(
     x: Sequence[float], titles: tuple[str, str], series: Sequence[Series], *, height: int = 340
 ) -> go.Figure:
-    """Two panels side by side sharing `x`, legend below."""
+    """Two panels side by side sharing `x`, legend above them (LEGEND_ABOVE). Each panel's title is its y axis's:
+    subplot titles sit where the legend goes."""
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=1, cols=2, subplot_titles=titles)
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12)
     for s in series:
         fig.add_scatter(
             x=list(x),
@@ -38,7 +44,9 @@ def two_panels(
             row=1,
             col=s.col,
         )
-    fig.update_layout(height=height, margin={"t": 40, "b": 10}, legend={"orientation": "h", "y": -0.3})
+    for col, title in enumerate(titles, start=1):
+        fig.update_yaxes(title=title, row=1, col=col)
+    fig.update_layout(height=height, margin={"t": 10, "b": 10}, legend=LEGEND_ABOVE)
     return fig
 
 

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 
 from engine.calc.capacity import CapacityPrediction
 from engine.loadgen.sweep import SweepResult, at_level
-from ui.charts import Series, two_panels
+from ui.charts import LEGEND_ABOVE, Series, two_panels
 
 
 def level_unit(mode: str) -> str:
@@ -112,7 +112,7 @@ def per_user_figure(sweep: SweepResult) -> go.Figure:
         xaxis_title="total output tokens/s",
         yaxis_title="tokens/s per user (median 1 / TPOT)",
         showlegend=True,
-        legend={"orientation": "h", "y": -0.3},
+        legend=LEGEND_ABOVE,
     )
     return fig
 
@@ -221,7 +221,7 @@ def breakdown_figure(sweep: SweepResult) -> go.Figure | None:
         # one bar per level measured: as categories, or plotly reads "1", "4", "8" as numbers and ticks 1, 4, 7
         xaxis_type="category",
         yaxis_title="mean TTFT (ms)",
-        legend={"orientation": "h", "y": -0.3},
+        legend=LEGEND_ABOVE,
     )
     return fig
 
