@@ -42,6 +42,7 @@ from ui.serving_widgets import (
     latency_figure,
     level_unit,
     per_user_figure,
+    table_parts,
     table_rows,
     throughput_figure,
     to_csv,
@@ -321,7 +322,9 @@ st.caption(
     f"{sweep.points[0].tokens_counted_by if sweep.points else 'n/a'}."
 )
 rows = table_rows(sweep)
-st.dataframe(rows, hide_index=True, width="stretch")
+for caption, part in table_parts(rows):  # three narrow tables: one of twenty columns scrolled sideways
+    st.caption(caption)
+    st.dataframe(part, hide_index=True, width="stretch")
 d1, d2 = st.columns(2)
 d1.download_button("Download CSV", to_csv(rows), "serving-sweep.csv", "text/csv", key=f"{NS}.csv")
 d2.download_button(

@@ -351,3 +351,19 @@ def test_serving_chart_legends_sit_outside_the_plot():
             a for a in chart["layout"].get("annotations", []) if a.get("yref") == "paper" and a["y"] >= 1
         ]
         assert not titles, "a subplot title would sit where the legend goes"
+
+
+def test_the_sweep_table_fits_the_page_without_losing_a_column():
+    """At 1280 px the sweep's one table of twenty columns scrolled sideways past the eighth; it is now three tables of
+    at most eight columns, each led by the level, which together hold every column of the CSV."""
+    from engine.loadgen.workload import SLO
+    from ui.serving_widgets import table_rows
+
+    sweep = _sweep([_records(4, 0.2), _records(4, 0.5)], [1, 2], SLO(ttft_s=1.0, tpot_s=0.5))
+    at = _page_with(sweep)
+    assert not at.exception
+    tables = [df.value for df in at.dataframe if "users" in df.value.columns]
+    sweep_tables = [t for t in tables if not {"queue (ms)", "joined"} & set(t.columns)]
+    assert sweep_tables and all(len(t.columns) <= 8 for t in sweep_tables)
+    shown = {c for t in sweep_tables for c in t.columns}
+    assert shown == set(table_rows(sweep)[0])

@@ -44,6 +44,28 @@ def table_rows(sweep: SweepResult) -> list[dict]:
     return rows
 
 
+def table_parts(rows: list[dict]) -> list[tuple[str, list[dict]]]:
+    """The sweep's table as three narrower ones, each led by the level column, so each fits the page's column at
+    1280 px (the twenty columns of one table scrolled sideways past the eighth); every column is in one of them and
+    the CSV keeps the whole table. (caption, rows) each."""
+    if not rows:
+        return []
+    level, *rest = list(rows[0])
+    verdict = [
+        c for c in rest if "SLO" in c or (c.startswith(("TTFT", "TPOT")) and (" p50" in c or " p90" in c))
+    ]
+    volume = [c for c in rest if c not in verdict and ("/s" in c or c in ("completed", "errors"))]
+    tails = [c for c in rest if c not in verdict + volume]
+    return [
+        (caption, [{level: r[level], **{c: r[c] for c in cols}} for r in rows])
+        for caption, cols in (
+            ("The SLO's verdict and the percentiles it rests on", verdict),
+            ("Throughput and counts", volume),
+            ("Tails, inter-token latency and end to end", tails),
+        )
+    ]
+
+
 def to_csv(rows: list[dict]) -> str:
     buf = io.StringIO()
     if rows:
