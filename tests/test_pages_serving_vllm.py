@@ -106,7 +106,8 @@ def test_a_missing_vllm_is_one_sentence_and_nothing_starts(monkeypatch, tmp_path
     at.radio(key="serving.target").set_value("vLLM's server").run()
     assert not at.exception
     warning = " ".join(w.value for w in at.warning)
-    assert "bash scripts/make_vllm_env.sh" in warning
+    assert "vLLM is not installed here: the README's 'vLLM beside the engine'" in warning
+    assert "scripts/" not in warning and ".venv" not in warning  # no script or environment names on a page
     assert at.button(key="serving.start").disabled
 
 
