@@ -74,7 +74,10 @@ def test_max_users_with_linear_steps_by_hand():
     )
     a = solve.max_users(spec, SLO(ttft_s=None, tpot_s=0.02055), deploy=d)
     assert a.value.low == 0 and 10 < a.value.central <= 12 and 31 < a.value.high <= 35
-    assert f"at most {a.value.central} concurrent users (interval 0 to {a.value.high})" in a.sentence
+    assert (
+        f"at most {a.value.central} concurrent users (interval 0 to {a.value.high}: at the step times' slow end"
+        in a.sentence
+    )
     assert (
         "in steady state" in a.sentence
         and "the estimate's TPOT (the decode step alone) leaves out" in a.sentence

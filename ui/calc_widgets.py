@@ -410,9 +410,7 @@ def price_input(container, key: str, gpu: GPUSpec) -> tuple[float | None, bool]:
         label = "$ per GPU-hour"
         value = container.number_input(
             label,
-            value=None,
-            min_value=0.0,
-            max_value=1000.0,
+            value=None,  # empty until the user prices it (bounds: Inputs.problem below, in one sentence)
             step=0.05,
             key=f"{key}.price.{gpu.key}",
             placeholder="no published price: yours",
