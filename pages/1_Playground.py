@@ -18,6 +18,7 @@ from ui.common import fmt_bytes, fmt_count, fmt_seconds, init_state, page_setup,
 from ui.forecast_view import show_run_forecast
 from ui.narrative import latency_sentence
 from ui.playground_widgets import (
+    HISTORY_PARTS,
     MEANING,
     PROMPTS,
     generation_settings,
@@ -31,7 +32,7 @@ from ui.playground_widgets import (
     show_decode_path,
     show_recorded_gpu_decode,
 )
-from ui.widgets import button_why, sidebar_model
+from ui.widgets import button_why, sidebar_model, split_dataframes
 
 NS = "playground"
 CHAT_SWITCH = "**Use the chat template** (sidebar)"
@@ -281,7 +282,7 @@ runs_heading = (
 st.subheader(runs_heading)
 if history:
     df = pd.DataFrame(history)
-    st.dataframe(df, hide_index=True, width="stretch")
+    split_dataframes([{"run": n, **row} for n, row in enumerate(history, 1)], "run", HISTORY_PARTS)
     c1, c2 = st.columns(2)
     c1.download_button(
         "Download runs (CSV)",

@@ -331,6 +331,27 @@ def history_row(m, mode: str, stop_reason: str, decode: str = "eager") -> dict:
     }
 
 
+# The run table as two, each led by the run's number: its sixteen columns in one table scrolled sideways at 1280 px.
+# The CSV keeps them in one table.
+HISTORY_PARTS = (
+    ("What ran", ("time (UTC)", "model", "dtype", "device", "mode", "batch", "decode")),
+    (
+        "What it measured, with the KV cache on or off",
+        (
+            "kv cache",
+            "prompt tokens",
+            "output tokens",
+            "TTFT (ms)",
+            "TPOT (ms)",
+            "latency (s)",
+            "tokens/s",
+            "peak memory (MB)",
+            "stop",
+        ),
+    ),
+)
+
+
 MEANING = (
     "- **TTFT** (time to first token): from the request to the first generated token. It is dominated by "
     "*prefill*, one forward pass over the whole prompt, and by any wait for the shared model.\n"

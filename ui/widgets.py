@@ -260,6 +260,29 @@ def word_table(container, rows) -> None:
     container.table(rows, hide_index=True, border="horizontal")
 
 
+def split_table(rows, key: str, parts) -> list[tuple[str, list[dict]]]:
+    """A table too wide for the page's column at 1280 px (818 px beside the open sidebar) as narrower ones, each led
+    by the `key` column so a row reads across them: `parts` is (caption, columns) each, in order. A column named in
+    no part joins the last, so none is lost; a part whose columns the rows lack is left out. (caption, rows) each."""
+    present = list(dict.fromkeys(c for r in rows for c in r if c != key))
+    named = {c for _, cols in parts for c in cols}
+    out = []
+    for i, (caption, cols) in enumerate(parts):
+        cols = [c for c in cols if c in present]
+        if i == len(parts) - 1:
+            cols += [c for c in present if c not in named]
+        if cols:
+            out.append((caption, [{key: r.get(key), **{c: r.get(c) for c in cols}} for r in rows]))
+    return out
+
+
+def split_dataframes(rows, key: str, parts) -> None:
+    """`split_table`'s tables, each under its caption."""
+    for caption, part in split_table(rows, key, parts):
+        st.caption(caption)
+        st.dataframe(part, hide_index=True, width="stretch")
+
+
 # st.table draws a text cell as Markdown: a cell starting with a list, heading or quote mark ("1. ...", "- ...",
 # "# ...") became a list or a heading inside the cell. Escaped, the mark reads as itself.
 _BLOCK_MARK = re.compile(r"^(\s*)(\d+)([.)])(?=\s|$)|^(\s*)([-*+#>])(?=\s|$)")
