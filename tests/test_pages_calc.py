@@ -821,3 +821,29 @@ def test_a_model_picked_comes_back_after_a_look_at_another_way_of_giving_it():
     assert at.selectbox(key="calc.preset").value == "meta-llama/Llama-3.1-8B-Instruct"
     at.radio(key="calc.source").set_value("raw numbers").run()
     assert at.number_input(key="calc.L").value == 48
+
+
+def test_the_measured_shapes_table_fits_the_page_without_losing_a_column():
+    """At 1280 px the table of runs measured here scrolled sideways (eleven columns, 1,281 px in an 818 px column);
+    it is now two tables of at most six columns, each led by the shape, whose name carries the prompt and output
+    lengths that had columns of their own: the TPOT against the estimates first, then the runs behind it."""
+    from engine.runtime import runlog
+
+    runlog.record(synthetic_run("gpt-neo-125m-random", "bf16", 0.05, 0.02))
+    at = _run(CALC)
+    tables = [df.value for df in at.dataframe if "shape" in df.value.columns]
+    assert len(tables) == 2 and all(t.columns[0] == "shape" and len(t.columns) <= 6 for t in tables)
+    assert list(tables[0].columns[1:3]) == ["measured", "estimate"]
+    assert {c for t in tables for c in t.columns} == {
+        "shape",
+        "measured",
+        "estimate",
+        "95%",
+        "roofs' bound",
+        "comparable",
+        "runs",
+        "from",
+        "newest",
+    }
+    assert list(tables[0]["shape"]) == ["gpt-neo-125m-random bf16 b1 40+32 tok"]
+    assert list(tables[0]["measured"]) == ["20.00"]
