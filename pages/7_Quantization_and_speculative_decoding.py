@@ -11,7 +11,7 @@ from engine.core.jsonsafe import from_jsonable
 from engine.levers import kvquant, quant, speculative
 from ui import levers_widgets, pace
 from ui.common import init_state, page_setup, show_error
-from ui.widgets import model_picker, sent_in_range, spec_input
+from ui.widgets import model_picker, sent_in_range, spec_input, split_dataframes
 
 NS = "levers"
 # The page's own starting runs, sized for a live demo on a 2-core CPU (bench/tour.py measures them): int8 against
@@ -82,7 +82,9 @@ with tab_q:
             f"{result.model} on {result.device}: {result.runs} timed runs of {result.max_new_tokens} tokens "
             f"per scheme; quality over {result.eval_documents} documents (measured)."
         )
-        st.dataframe(levers_widgets.quant_table(result.rows), hide_index=True, width="stretch")
+        split_dataframes(
+            levers_widgets.quant_table(result.rows).to_dict("records"), "scheme", levers_widgets.QUANT_PARTS
+        )
         base = result.rows[0] if result.rows and result.rows[0].scheme == "fp32" else None
         for row in result.rows:
             st.markdown(f"- {quant.verdict(row, base)}")

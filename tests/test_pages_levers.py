@@ -108,3 +108,25 @@ def test_a_word_table_cell_holding_a_lone_dash_is_not_a_markdown_bullet():
     box = Box()
     word_table(box, [{"engine": "vanilla", "note": "-"}, {"engine": "ct2", "note": "a - b"}])
     assert [r["note"] for r in box.rows] == ["—", "a - b"]
+
+
+def test_the_scheme_table_fits_the_page_without_losing_a_column():
+    """At 1280 px the scheme table's eighteen columns scrolled sideways (1,488 px in an 818 px column); it is now
+    three captioned tables of at most seven columns, each led by the scheme, the verdict's first, which together
+    show every column the one table had."""
+    from engine.levers.quant import QuantReport, SchemeResult
+    from ui.levers_widgets import quant_table
+
+    rows = (
+        SchemeResult("fp32", "ok", speedup_vs_fp32=1.0, runs=3),
+        SchemeResult("int8", "ok", speedup_vs_fp32=1.4, speedup_ci=(1.1, 1.7), runs=3),
+    )
+    at = AppTest.from_file(PAGE, default_timeout=300)
+    at.session_state["levers.quant"] = QuantReport("tiny-gpt-neo", "cpu", 8, 3, 2, "bits per byte", rows)
+    at.run()
+    assert not at.exception
+    tables = [df.value for df in at.dataframe if df.value.columns[0] == "scheme"]
+    assert len(tables) == 3 and all(len(t.columns) <= 7 for t in tables)
+    assert list(tables[0].columns[:4]) == ["scheme", "status", "speed vs fp32", "95% CI"]
+    assert list(tables[0]["speed vs fp32"]) == ["1×", "1.40× faster"]
+    assert {c for t in tables for c in t.columns} == set(quant_table(rows).columns)

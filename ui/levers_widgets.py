@@ -91,6 +91,26 @@ def _quant_columns(r) -> dict:
 
 quant_table = _table(_quant_columns)
 
+# The scheme table as three, each led by the scheme: its eighteen columns in one table scrolled sideways at
+# 1280 px. The downloads keep every raw field.
+QUANT_PARTS = (
+    (
+        "The verdict: speed against fp32 with its 95% interval, time per output token, and quality against fp32 "
+        "(bits per byte, greedy output)",
+        ("status", "speed vs fp32", "95% CI", "TPOT (ms)", "Δ bits/byte", "exact match"),
+    ),
+    (
+        "Weights: bytes read from the quantized tensors beside the calculator's, the process's peak memory, and "
+        "the time to quantize",
+        ("weights (measured)", "weights (calculator)", "measured / calculator", "peak RSS", "quantize (s)"),
+    ),
+    (
+        "In detail: throughput, first token, bits per byte, the first token where greedy output left fp32's, and why "
+        "a scheme did not run",
+        ("tok/s", "TTFT (s)", "bits/byte", "first divergence", "reason"),
+    ),
+)
+
 
 def _kv_columns(r) -> dict:
     return {
