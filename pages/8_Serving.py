@@ -33,6 +33,7 @@ from ui.serving_vllm_view import (
     vllm_parallel_section,
 )
 from ui.serving_widgets import (
+    BREAKDOWN_CAPTION,
     answer_sentence,
     breakdown_figure,
     breakdown_rows,
@@ -372,6 +373,7 @@ else:
     st.plotly_chart(fig, width="stretch")
 rows_b = breakdown_rows(sweep)
 if any(len(r) > 1 for r in rows_b):
+    st.caption(BREAKDOWN_CAPTION)
     st.dataframe(rows_b, hide_index=True, width="stretch")
 
 # ---------------------------------------------------------------- 4. knee vs calculator
