@@ -16,7 +16,7 @@ from ui import export
 from ui.batching_widgets import cached_scheduler
 from ui.common import fmt_bytes, fmt_count, fmt_seconds, init_state, page_setup, show_error
 from ui.forecast_view import show_run_forecast
-from ui.narrative import latency_sentence
+from ui.narrative import latency_sentence, run_headline
 from ui.playground_widgets import (
     HISTORY_PARTS,
     MEANING,
@@ -235,6 +235,16 @@ if go and lm is not None:
 
 last = st.session_state[f"{NS}.last"]
 report: list = []
+if (
+    last is not None
+    and not batch_mode
+    and last.get("measurement") is not None
+    and last["status"] != "cancelled"
+):
+    # beside the button, in view when it is pressed: the tiles land below the fold at 900 px
+    clock_col.markdown(
+        run_headline(last["measurement"], last["use_cache"], st.session_state[f"{NS}.curve"], last["model"])
+    )
 if last is not None and not batch_mode:
     st.code(last["text"], language=None, wrap_lines=True)
     report += [

@@ -144,3 +144,22 @@ def test_the_two_bandwidths_are_each_named_and_the_gap_between_them_follows_the_
     assert "reached 50% of its roof" in bandwidth_words(17.9e9, 1, 35.8e9)
     alone = bandwidth_words(8.4e9, 2, None)
     assert "calibrated at batch 2" in alone and "roof" not in alone
+
+
+def test_the_playground_headline_carries_the_runs_figures_and_flips_with_the_cache_verdict():
+    """The one line beside Generate: the run's TTFT, TPOT and throughput, and once the model ran both ways, what
+    the cache bought per token, flipping with the numbers as the chart's sentence does."""
+    on = {"model": "m", "measurement": synthetic_run("m", "fp32", 0.1, 0.01)}
+    off_slow = {"model": "m", "measurement": synthetic_run("m", "fp32", 0.1, 0.05, use_cache=False)}
+    off_fast = {"model": "m", "measurement": synthetic_run("m", "fp32", 0.1, 0.005, use_cache=False)}
+    alone = narrative.run_headline(on["measurement"], True, {True: on}, "m")
+    assert alone.startswith("**TTFT 100 ms · TPOT 10 ms · 1.0 tok/s**") and "KV cache on" in alone
+    assert "cache off" not in alone
+    slow = narrative.run_headline(off_slow["measurement"], False, {True: on, False: off_slow}, "m")
+    assert "per token, the cache off was 5.0× slower" in slow
+    fast = narrative.run_headline(off_fast["measurement"], False, {True: on, False: off_fast}, "m")
+    assert "per token, the cache off was 2.0× faster" in fast
+    other_model = narrative.run_headline(
+        on["measurement"], True, {True: on, False: {**off_slow, "model": "x"}}, "m"
+    )
+    assert "cache off" not in other_model

@@ -260,3 +260,18 @@ def test_the_run_table_fits_the_page_without_losing_a_column():
     assert len(tables) == 2 and all(len(t.columns) <= 10 and t.columns[0] == "run" for t in tables)
     shown = {c for t in tables for c in t.columns} - {"run"}
     assert shown == set(history)
+
+
+def test_the_runs_headline_is_beside_the_generate_button():
+    """At 1280 x 900 a run's tiles landed below the fold, under its text: the presenter pressed Generate and saw
+    nothing change in view. Its key figures now sit in one line beside the button, from the run's measurement."""
+    from engine.calc import format as fmt
+
+    at = playground()
+    at.button(key="playground.go").click().run()
+    assert not at.exception and not at.error
+    m = at.session_state["playground.last"]["measurement"]
+    [row] = [c for c in at.columns if any(b.key == "playground.go" for b in c.button)]
+    beside = at.columns[list(at.columns).index(row) + 1]
+    line = " ".join(md.value for md in beside.markdown)
+    assert f"TTFT {fmt.seconds(m.ttft_s)} · TPOT {fmt.seconds(m.tpot_s)}" in line and "KV cache on" in line

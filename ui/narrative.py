@@ -260,6 +260,24 @@ def _was_busy(run: dict) -> bool:
     return bool(report.busy if report is not None else run.get("busy"))
 
 
+def run_headline(m: Any, use_cache: bool, curves: dict[bool, dict], model: str) -> str:
+    """Playground: the run's key figures in one line beside the Generate button, where they are in view when it is
+    pressed (its tiles land below the fold at 900 px), and, once the model ran both ways, what the cache bought per
+    token: the verdict `latency_sentence` explains under the chart."""
+    line = (
+        f"**TTFT {fmt.seconds(m.ttft_s)} · TPOT {fmt.seconds(m.tpot_s)} · {m.tokens_per_s:.1f} tok/s** "
+        f"({m.output_tokens} tokens, KV cache {'on' if use_cache else 'off'})"
+    )
+    runs = {on: r["measurement"] for on, r in curves.items() if r["model"] == model and r.get("measurement")}
+    if True in runs and False in runs and math.isfinite(runs[True].tpot_s) and runs[True].tpot_s > 0:
+        on, off = runs[True].tpot_s, runs[False].tpot_s
+        verdict = compare_word(off, on, higher="slower", lower="faster", same="about as fast")
+        ratio = off / on if verdict == "slower" else on / off if verdict == "faster" else None
+        if verdict != "not comparable with":
+            line += f"; per token, the cache off was {f'{ratio:.1f}× ' if ratio else ''}{verdict}"
+    return line + ". The tiles and the chart below have the rest."
+
+
 def latency_sentence(curves: dict[bool, dict], model: str) -> str:
     """Playground: what the KV cache bought, from the last finished run with it on and off (same model)."""
     runs = {on: r for on, r in curves.items() if r["model"] == model and r.get("measurement") is not None}
