@@ -55,6 +55,7 @@ with tab_q:
             c[3], QS, "eval_docs", key=f"{NS}.qdocs", label="Bits/byte documents", value=PAGE_Q_DOCS
         )
         go_q = st.form_submit_button("Quantize and measure", type="primary")
+    headline = st.empty()  # the result in one line under the button: the tables land below the fold at 900 px
     if sent_in_range(go_q, q_tokens, q_runs, q_docs):
         levers_widgets.measure_into(
             f"{NS}.quant",
@@ -77,6 +78,8 @@ with tab_q:
     )
     if shown is not None:
         result = shown.result
+        if quant.headline(result.rows):
+            headline.markdown(quant.headline(result.rows) + " The tables and verdicts below have the rest.")
         pace.note(shown)
         st.caption(
             f"{result.model} on {result.device}: {result.runs} timed runs of {result.max_new_tokens} tokens "

@@ -159,3 +159,21 @@ def test_verdict_follows_the_numbers():
     # ... and no cause is drawn from a point estimate the verdict just called not measurable (a student read
     # "no measurable difference ... measured 0.68×, so the kernels ..., not the bytes, set its speed")
     assert "set its speed on this machine" not in unsure_slow and "set its speed on this machine" in slow
+
+
+def test_the_headline_follows_the_numbers():
+    """The one line under the button says each scheme's speed as its table cell does, and flips with the ratio."""
+    fp32 = Q.SchemeResult("fp32", "ok", speedup_vs_fp32=1.0, runs=3, weights_bytes=400)
+    slow = Q.SchemeResult(
+        "int8", "ok", speedup_vs_fp32=1 / 2, speedup_ci=(1 / 2.5, 1 / 1.5), runs=3, weights_bytes=100
+    )
+    fast = Q.SchemeResult("int8", "ok", speedup_vs_fp32=2.0, speedup_ci=(1.5, 2.5), runs=3, weights_bytes=100)
+    broken = Q.SchemeResult("int4", "error", reason="no kernel")
+    assert Q.headline((fp32, slow)) == (
+        "**int8** against fp32: 2.00× slower (95% interval 1.50×–2.50× slower), weights in 25% of fp32's bytes."
+    )
+    assert Q.headline((fp32, fast)).startswith(
+        "**int8** against fp32: 2.00× faster (95% interval 1.50×–2.50×)"
+    )
+    assert Q.headline((fp32, broken)) == "**int4** did not run here."
+    assert Q.headline((fp32,)) == ""

@@ -130,3 +130,24 @@ def test_the_scheme_table_fits_the_page_without_losing_a_column():
     assert list(tables[0].columns[:4]) == ["scheme", "status", "speed vs fp32", "95% CI"]
     assert list(tables[0]["speed vs fp32"]) == ["1×", "1.40× faster"]
     assert {c for t in tables for c in t.columns} == set(quant_table(rows).columns)
+
+
+def test_the_quantization_result_is_said_in_one_line_under_its_button():
+    """At 1280 x 900 the scheme tables and verdicts landed below the fold after 'Quantize and measure'; the result
+    is now one line right under the button, each scheme's speed as its table cell says it, before any table."""
+    from engine.levers.quant import QuantReport, SchemeResult
+
+    rows = (
+        SchemeResult("fp32", "ok", speedup_vs_fp32=1.0, runs=3, weights_bytes=400),
+        SchemeResult("int8", "ok", speedup_vs_fp32=1.4, speedup_ci=(1.1, 1.7), runs=3, weights_bytes=100),
+    )
+    at = AppTest.from_file(PAGE, default_timeout=300)
+    at.session_state["levers.quant"] = QuantReport("tiny-gpt-neo", "cpu", 8, 3, 2, "bits per byte", rows)
+    at.run()
+    assert not at.exception
+    elements = list(at.tabs[0])
+    after_button = elements[next(i for i, e in enumerate(elements) if e.type == "button") + 1]
+    assert after_button.type == "markdown" and after_button.value == (
+        "**int8** against fp32: 1.40× faster (95% interval 1.10×–1.70×), weights in 25% of fp32's bytes. The tables "
+        "and verdicts below have the rest."
+    )

@@ -35,7 +35,7 @@ from engine.core.errors import EngineError, InvalidParameterError
 from engine.core.interval import Interval
 from engine.core.paths import scrub
 from engine.core.spec import option
-from engine.core.verdict import direction, ratio_cell, speed_verdict
+from engine.core.verdict import direction, interval_cell, ratio_cell, speed_verdict
 from engine.lab import evaluation
 from engine.levers import runs as R
 from engine.race import quality
@@ -536,6 +536,31 @@ def verdict(row: SchemeResult, base: SchemeResult | None = None) -> str:
     else:
         why = "it reads no fewer bytes than fp32 and its kernels are slower here"
     return f"{row.scheme}, time per token: {speed}: {why}; it {cost}{size}{match}."
+
+
+def headline(rows: Sequence[SchemeResult]) -> str:
+    """The run in one line, for under its button (the tables and verdicts land below the fold at 900 px): each
+    scheme's speed against fp32 as its table cell says it, with its 95% interval, and its weight bytes as a share of
+    fp32's."""
+    base = next((r for r in rows if r.scheme == "fp32" and r.status == "ok"), None)
+    parts = []
+    for r in rows:
+        if r.scheme == "fp32":
+            continue
+        if r.status != "ok":
+            parts.append(f"**{r.scheme}** did not run here")
+            continue
+        speed = ratio_cell(r.speedup_vs_fp32, r.speedup_ci) or "no speed figure"
+        ci = interval_cell(r.speedup_vs_fp32, r.speedup_ci)
+        share = (
+            f", weights in {r.weights_bytes / base.weights_bytes:.0%} of fp32's bytes"
+            if base is not None and base.weights_bytes and r.weights_bytes
+            else ""
+        )
+        parts.append(
+            f"**{r.scheme}** against fp32: {speed}" + (f" (95% interval {ci})" if ci else "") + share
+        )
+    return "; ".join(parts) + "." if parts else ""
 
 
 def quality_cost(delta: float | None) -> str:
