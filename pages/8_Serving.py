@@ -213,7 +213,11 @@ elif not ((url or urls) and model):
     sweep_why = "start a server or give a server URL and a model first"
 else:
     sweep_why = ""
-if button_why(st, "Run sweep", key=f"{NS}.go", type="primary", why=sweep_why):
+run_pressed = button_why(st, "Run sweep", key=f"{NS}.go", type="primary", why=sweep_why)
+under_button = (
+    st.empty()
+)  # the answer again, in view where the button was pressed (section 3 is below the fold)
+if run_pressed:
     try:
         if both and mode != "concurrency":
             raise LoadSpecError(
@@ -262,6 +266,7 @@ if shown is not None and shown.result.points and not shown.result.all_failed:
         " (a stored run, dated there)." if shown.note else "."
     )
     top_answer.info(answer_sentence(shown.result, where), icon=":material/flag:")
+    under_button.markdown(answer_sentence(shown.result, where))
 simulated_section(shown.result if shown else None)  # a GPU this machine lacks (ui.simulate_widgets)
 
 # ---------------------------------------------------------------- 3. results

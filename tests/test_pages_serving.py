@@ -400,3 +400,19 @@ def test_the_ttft_breakdown_table_fits_the_page_with_its_unit_said_once():
     assert list(table["server decode"]) == [200.0, 200.0]
     captions = [c.value for c in at.caption]
     assert any(c.startswith("Means over each level's requests, in ms") for c in captions)
+
+
+def test_the_sweeps_answer_is_under_the_run_button():
+    """At 1280 x 900, with 'Run sweep' in view, the answer at the top of the page was above the viewport and the
+    results' answer below it; the same answer now sits right under the button."""
+    from engine.loadgen.workload import SLO
+    from ui.serving_widgets import answer_sentence
+
+    sweep = _sweep([_records(4, 0.2), _records(4, 0.5)], [1, 2], SLO(ttft_s=1.0, tpot_s=0.5))
+    at = _page_with(sweep)
+    assert not at.exception
+    elements = list(at.main)
+    at_button = next(i for i, e in enumerate(elements) if e.type == "button" and e.key == "serving.go")
+    under = [e for e in elements[at_button + 1 : at_button + 3] if e.type == "markdown"]
+    assert under and under[0].value.startswith(answer_sentence(sweep, "").rstrip())
+    assert "held 2 users within" in under[0].value
