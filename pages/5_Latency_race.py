@@ -92,6 +92,9 @@ with st.form("race.form"):
         c3, runner.RaceSpec, "warmup", key="race.warmup", label="Warm-up runs (dropped)", widget=SLIDER, hi=3
     )
     started = st.form_submit_button("Run the race", type="primary")
+headline = (
+    st.empty()
+)  # the winner in one line under the button: the race's tables land below the fold at 900 px
 
 why_no_interval = verdict.interval_reason(runs, warmup)
 if why_no_interval:
@@ -145,9 +148,13 @@ if started:
 
 shown = pace.shown_result(EXPERIMENT, st.session_state["race.result"], lambda d: d)
 if shown is not None:
+    race = serialise.from_dict(shown.result)
+    headline.markdown(
+        f"**Winner.** {verdict.winner_line(race.contenders)} The verdicts, tables and charts below have the rest."
+    )
     st.subheader("Live run (this machine)" if not shown.note else "Race (this machine)")
     pace.note(shown)
-    show_result(serialise.from_dict(shown.result), key="live")
+    show_result(race, key="live")
 
 st.subheader("Recorded races")
 recorded = serialise.load_recorded()

@@ -331,3 +331,23 @@ def test_the_baseline_row_reads_as_the_baseline_not_as_a_ratio_against_itself():
     rows = {c.name: _speed_row(c)["speedup vs vanilla [95% CI]"] for c in rec.contenders}
     assert rows["vanilla"].startswith("1× (the baseline; its runs spread ")
     assert rows["ctranslate2"].endswith("]") and "baseline" not in rows["ctranslate2"]
+
+
+def test_the_winner_is_said_right_under_the_run_button():
+    """At 1280 x 900, with 'Run the race' in view, the race's winner and verdicts landed below the fold; the winner
+    line now sits right under the button, the same line the results carry, and follows the numbers."""
+    from engine.race import serialise, verdict
+
+    for latency, words in ((0.5, "Fastest: CTranslate2 float32"), (2.0, "No lane beat vanilla")):
+        at = AppTest.from_file(str(ROOT / PAGE), default_timeout=120)
+        at.session_state["race.result"] = _recorded_race(latency, None)
+        at.run()
+        assert not at.exception, at.exception
+        elements = list(at.main)
+        after = elements[next(i for i, e in enumerate(elements) if e.type == "button") + 1]
+        line = verdict.winner_line(serialise.from_dict(_recorded_race(latency, None)).contenders)
+        assert (
+            after.type == "markdown"
+            and after.value.startswith(f"**Winner.** {line}")
+            and words in after.value
+        )
