@@ -124,7 +124,11 @@ with tab_fs:
             key=f"{NS}.fs_free",
             help="generate() continues the prompt; what it returns includes the prompt itself.",
         )
-        if st.button("Classify", key=f"{NS}.fs_classify", type="primary"):
+        classify_pressed = st.button("Classify", key=f"{NS}.fs_classify", type="primary")
+        headline = (
+            st.empty()
+        )  # the label in one line under the button: the prompt and scores push it below the fold
+        if classify_pressed:
 
             def classify(_report) -> dict:
                 demos = fewshot.select_demonstrations(ds.examples, k_one, seed=0)
@@ -155,6 +159,7 @@ with tab_fs:
         pace.note(done_shown)
         done = done_shown.result if done_shown is not None else None
         if done is not None:
+            headline.markdown(lab_widgets.classified_headline(done["scores"], done["k"]))
             st.markdown(f"**The exact prompt sent** ({done['k']}-shot):")
             st.code(done["prompt"], language=None)
             c1, c2 = st.columns([2, 3])

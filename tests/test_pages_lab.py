@@ -166,3 +166,17 @@ def test_code_generation_streams(monkeypatch):
     assert not at.exception
     assert len(calls) == 1 and calls[0].max_new_tokens == 16 and calls[0].include_prompt
     assert any(c.language == "python" and c.value.startswith("def is_palindrome") for c in at.code)
+
+
+def test_the_predicted_label_is_said_right_under_the_classify_button():
+    """At 1280 x 900 the predicted label landed below the fold, under the prompt; it is now one line right under
+    the Classify button, with each label's share from the scores the table shows."""
+    at = _app()
+    at.button(key="lab.fs_classify").click().run()
+    assert not at.exception, at.exception
+    elements = list(at.tabs[0])
+    after = elements[next(i for i, e in enumerate(elements) if e.type == "button") + 1]
+    probs = at.dataframe[1].value
+    best = probs.sort_values("probability", ascending=False).iloc[0]
+    assert after.type == "markdown" and after.value.startswith(f"Predicted label: **{at.metric[0].value}** (")
+    assert f"{best['label']} {best['probability']:.0%}" in after.value

@@ -53,6 +53,19 @@ def classified_from_record(stored: dict) -> dict:
     return {**stored, "scores": from_jsonable(LabelScores, stored["scores"])}
 
 
+def classified_headline(scores: LabelScores, k: int) -> str:
+    """The classification in one line for under its button (the prompt and scores land below the fold at 900 px):
+    the label that won and each candidate's share, from the scores the table below shows."""
+    shares = ", ".join(
+        f"{label} {p:.0%}"
+        for label, p in sorted(zip(scores.labels, scores.probabilities, strict=True), key=lambda lp: -lp[1])
+    )
+    return (
+        f"Predicted label: **{scores.predicted}** ({shares} among the labels; {k}-shot). The prompt and the scores "
+        "below have the rest."
+    )
+
+
 def accuracy_figure(results: Sequence[KAccuracy], baseline: float) -> go.Figure:
     ks = [r.k for r in results]
     fig = go.Figure(
