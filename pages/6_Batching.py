@@ -34,7 +34,7 @@ from ui.batching_widgets import (
 from ui.calc_widgets import machine_known, machine_matmul, machine_provenance
 from ui.common import browser_session, fmt_bytes, fmt_seconds, init_state, page_setup, show_error
 from ui.machine_view import machine_read_bandwidth
-from ui.narrative import bandwidth_words, sweep_sentence, tradeoff_sentences, users_sentence
+from ui.narrative import bandwidth_words, sweep_sentence, tradeoff_sentences, users_headline, users_sentence
 from ui.widgets import button_why, load_with_progress, model_picker, refused, sent_in_range, spec_input
 
 NS = "batching"
@@ -364,6 +364,7 @@ with st.form(f"{NS}.users_form"):
     user_tokens = spec_input(c[1], UsersSpec, "max_new_tokens", key=f"{NS}.users_tokens")
     stagger = spec_input(c[2], UsersSpec, "stagger_s", key=f"{NS}.users_stagger", step=0.1)
     simulate = st.form_submit_button("Simulate", type="primary")
+users_line = st.empty()  # the result in one line under the button: the table lands below the fold at 900 px
 auto = st.toggle("Refresh every 2 s", key=f"{NS}.live")
 # One panel for the shared batch: the simulation draws its queue here while it runs, then the live view takes the
 # same place (drawn below it, the last run's idle view stayed on screen, faded, beside the running simulation).
@@ -396,6 +397,7 @@ shown = pace.shown_result("batching-users", st.session_state.get(f"{NS}.users"),
 if shown is not None:
     pace.note(shown)
     users = shown.result
+    users_line.markdown(users_headline(users["n"], users["rows"]))
     show_users_result(users)
     report += [
         export.Heading(f"Simulated {users['n']} users"),

@@ -163,3 +163,14 @@ def test_the_playground_headline_carries_the_runs_figures_and_flips_with_the_cac
         on["measurement"], True, {True: on, False: {**off_slow, "model": "x"}}, "m"
     )
     assert "cache off" not in other_model
+
+
+def test_the_users_headline_follows_the_rows():
+    row = {"queued (s)": 0.0, "latency (s)": 2.0, "batch seen": 1, "stop": "length"}
+    alone = narrative.users_headline(2, [row, {**row, "latency (s)": 4.0}])
+    assert alone.startswith(
+        "**2 of 2 requests finished, up to 1 in one decode step**; longest wait to be admitted"
+    )
+    shared = narrative.users_headline(2, [{**row, "batch seen": 2}, {**row, "queued (s)": 1.5}])
+    assert "up to 2 in one decode step" in shared and "admitted 1.5 s" in shared
+    assert narrative.users_headline(1, [{**row, "stop": "error"}]).startswith("No request finished")

@@ -212,3 +212,27 @@ def test_a_shown_replay_and_users_table_name_no_module_and_keep_each_text_as_tex
     box = Box()
     word_table(box, [{"text": "1. Supercomputer", "n": 3}, {"text": "- a dash", "n": 4}])
     assert [r["text"] for r in box.rows] == ["1\\. Supercomputer", "\\- a dash"]  # Markdown marks escaped
+
+
+def test_the_simulated_users_result_is_said_right_under_the_simulate_button():
+    """At 1280 x 900 the simulated users' sentence and table landed below the fold after Simulate; the result is now
+    one line right under the button, from the same rows."""
+    row = {"user": 1, "queued (s)": 0.0, "TTFT (s)": 0.5, "latency (s)": 2.0, "tokens": 24, "tokens/s": 12.0}
+    at = _page()
+    at.session_state["batching.users"] = {
+        "n": 3,
+        "rows": [
+            {**row, "batch seen": 3, "stop": "length", "text": "a"},
+            {**row, "queued (s)": 0.25, "latency (s)": 3.0, "batch seen": 3, "stop": "length", "text": "b"},
+            {**row, "batch seen": 1, "stop": "error", "text": ""},
+        ],
+    }
+    at.run()
+    assert not at.exception
+    elements = list(_walk(at.main))
+    at_button = next(i for i, e in enumerate(elements) if e.type == "button" and e.label == "Simulate")
+    after = next(e for e in elements[at_button + 1 :] if e.type in ("markdown", "toggle"))
+    assert after.type == "markdown" and after.value.startswith(
+        "**2 of 3 requests finished, up to 3 in one decode step**; longest wait to be admitted 250 ms, latency 2 s "
+        "to 3 s."
+    )

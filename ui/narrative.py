@@ -203,6 +203,21 @@ def users_sentence(n: int, results: Sequence[dict], max_batch: int | None = None
     )
 
 
+def users_headline(n: int, results: Sequence[dict]) -> str:
+    """Simulate N users in one line for under its button (the sentence and table land below the fold at 900 px):
+    how many finished, the largest decode step they shared, the longest wait to be admitted and the latency span,
+    from the rows `users_sentence` words in full."""
+    done = [r for r in results if r.get("stop") != "error"]
+    if not done:
+        return "No request finished: the table below says why."
+    lat = [r["latency (s)"] for r in done]
+    return (
+        f"**{len(done)} of {n} requests finished, up to {max(r['batch seen'] for r in done)} in one decode step**; "
+        f"longest wait to be admitted {fmt.seconds(max(r['queued (s)'] for r in done))}, latency "
+        f"{fmt.seconds(min(lat))} to {fmt.seconds(max(lat))}. The sentence and the table below have the rest."
+    )
+
+
 def _growth(latencies: list[float] | None, prompt_tokens: int = 0) -> str:
     """How the cache-off run's steps grew, from its own per-token times (the first token, the prefill, left out):
     the median of its first and of its last fifth of steps. Said so where they did not grow, with the reason the
