@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -55,7 +56,7 @@ def _bound(at):
 
 def test_default_answers_t4_gpt_neo_2_7b_8_users_1024_tokens():
     at = _run(CALC)
-    assert "TPOT, hf estimate" in [m.label for m in at.metric]  # an estimate by default
+    assert "TPOT, decode step, hf estimate" in [m.label for m in at.metric]  # an estimate by default
     assert any("AWS" in c.value for c in at.caption)  # the T4's published price, with its provider
     at = _bound(at)
     # 24, not the 23 of 16e9 decimal bytes: the driver reports 15,360 MiB for a T4
@@ -323,7 +324,7 @@ def test_a_serving_engine_sizes_the_cache_as_it_allocates_and_gives_the_launch_c
     codes = [c.value for c in at.code]
     assert any(c.startswith("vllm serve EleutherAI/gpt-neo-2.7B") for c in codes)
     assert any("sglang.launch_server" in c for c in codes)
-    tpot = next(m for m in at.metric if m.label.startswith("TPOT, vllm estimate"))
+    tpot = next(m for m in at.metric if m.label.startswith("TPOT, decode step, vllm estimate"))
     # the interval beside the central estimate (a tile's note is cut at its width: the bound has its own line)
     from engine.calc.efficiency import INTERVAL_LEVEL
 
@@ -847,3 +848,45 @@ def test_the_measured_shapes_table_fits_the_page_without_losing_a_column():
     }
     assert list(tables[0]["shape"]) == ["gpt-neo-125m-random bf16 b1 40+32 tok"]
     assert list(tables[0]["measured"]) == ["20.00"]
+
+
+def test_a_max_model_len_shorter_than_one_request_is_refused_on_the_page_and_the_command_line(capsys):
+    """The engineer's walk: --max-model-len 1000 with 2,048 + 256-token requests read 'Fits ... 195 sequences of
+    2,304 tokens' and gave a command whose server would refuse every request."""
+    from engine.cli import main
+
+    at = _run(CALC)
+    at.selectbox(key="calc.engine").set_value("vllm").run()
+    at.number_input(key="calc.mml").set_value(1000).run()
+    assert not at.exception
+    said = [e.value for e in at.error if "shorter than one request" in e.value]
+    assert len(said) == 1 and "1,024" in said[0]
+    assert not any(m.label == "GPUs needed" for m in at.metric)
+    code = main(["estimate", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--engine", "vllm", "--prompt-tokens",
+                 "2048", "--output-tokens", "256", "--max-model-len", "1000", "--json"])  # fmt: skip
+    assert code == 2 and "shorter than one request" in json.loads(capsys.readouterr().out)["error"]
+
+
+def test_the_time_per_token_a_user_sees_at_the_load_is_said_beside_the_decode_step(capsys):
+    """The engineer's walk: the headline TPOT (15.2 ms, the decode step alone) read as what a user sees at 50 users,
+    where the request-time tile's small print said 23.8 ms and the simulator 23.4 ms; the command line's text never
+    said it."""
+    from engine.calc import format as fmt
+    from engine.calc.report import Inputs, estimate
+    from engine.calc.specs import gpu_spec, model_preset
+    from engine.cli import main
+
+    at = _run(CALC)
+    est = estimate(
+        model_preset("gpt-neo-2.7b"),
+        gpu_spec("t4"),
+        Inputs(batch=8, prompt_tokens=512, output_tokens=512, engine="hf"),
+    )
+    assert est.speed is not None and est.tpot_at_load_s > est.speed.tpot_s.central
+    line = next(c.value for c in at.caption if c.value.startswith("Per output token at this load"))
+    assert fmt.seconds(est.tpot_at_load_s) in line and fmt.seconds(est.speed.tpot_s.central) in line
+    assert (
+        main(["estimate", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--engine", "vllm", "--batch", "50"])
+        == 0
+    )
+    assert "at this load" in capsys.readouterr().out

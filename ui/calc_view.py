@@ -186,10 +186,16 @@ def speed_tiles(est: Estimate) -> None:
     tpot = sp.tpot_s if sp else (cal.tpot if cal else None)
     note_metric(
         k[0],
-        "TPOT" + kind,
+        ("TPOT, decode step" if sp else "TPOT") + kind,
         fmt.seconds(tpot.central if sp and tpot else t.decode_s_per_token),
         band(tpot, t.decode_step.bound),
-        help=memory.formula_of(timing.estimate_timing),
+        help=(
+            f"One decode step for the {users} users, the other users' prompts left out: at this load a user sees "
+            f"{fmt.seconds(est.tpot_at_load_s)} per token once they are counted (the request-time tile). "
+            if sp
+            else ""
+        )
+        + memory.formula_of(timing.estimate_timing),
     )
     if sp is not None:
         note_metric(
@@ -220,6 +226,11 @@ def speed_tiles(est: Estimate) -> None:
         help="batch x output tokens / generation time, over every replica",
     )
     if sp is not None:
+        st.caption(
+            f"Per output token at this load: {fmt.seconds(est.tpot_at_load_s)}, what each of the {users} users sees "
+            f"once the steps that carry the other users' prompts are counted; the TPOT tile is the decode step "
+            f"alone ({fmt.seconds(sp.tpot_s.central)})."
+        )
         st.caption(ttft_sentence(sp, users))
         st.caption(
             f"Physical bounds (every roof reached): TPOT ≥ {fmt.seconds(sp.tpot_s.bound)}, first token ≥ "
@@ -325,7 +336,7 @@ def request_time_tile(container, est: Estimate) -> None:
     if sp is None or o < 2:
         container.metric("Time per request", fmt.seconds(t.generation_s), help="TTFT + (output - 1) x TPOT")
         return
-    seen = (t.generation_s - sp.ttft_s.central) / (o - 1)
+    seen = est.tpot_at_load_s
     note_metric(
         container,
         "Time per request at this load",

@@ -183,6 +183,12 @@ class Inputs(Spec):
                 f"prompt ({p}) + output ({o}) tokens exceed the sequence length {s}; raise the sequence length "
                 "or shorten the prompt or output"
             )
+        if self.max_model_len and self.max_model_len < p + o:
+            raise InvalidParameterError(
+                f"max model length {self.max_model_len:,} is shorter than one request ({p:,} prompt + {o:,} output "
+                f"= {p + o:,} tokens): the server would refuse every request of this load; give at least {p + o:,}, "
+                "or 0 for prompt + output"
+            )
         positive_int("batch", self.batch)
         positive_int("GPUs", self.n_gpus)
         fmt = self.weight_format or None
@@ -289,6 +295,17 @@ class Estimate:
     def seen_note(self) -> str:
         """What a published run below the one-user interval means for the estimate (also its first warning)."""
         return below_sentence(self.seen_below, self.fit) if self.seen_below is not None else ""
+
+    @property
+    def tpot_at_load_s(self) -> float:
+        """The time per output token a user sees at the load asked: with a serving engine's estimate, each round
+        of a steady load also carries every user's prompt, so a request's later tokens share the batch's prefill
+        with the decode steps: (request time - its own first token) / (output - 1). Without one (the batch
+        arrives together), the decode step."""
+        t, sp, o = self.timing, self.speed, self.inputs.output_tokens
+        if sp is None or o is None or o < 2:
+            return t.decode_s_per_token
+        return (t.generation_s - sp.ttft_s.central) / (o - 1)
 
     @property
     def gpus_needed(self) -> int:

@@ -199,6 +199,7 @@ def flatten(est: Estimate) -> dict:
         "ttft_s": t.ttft_s,
         "prefill_batch_s": t.prefill_s,  # the whole batch's prefill (the times are one replica's)
         "generation_s": t.generation_s,
+        "tpot_at_load_s": est.tpot_at_load_s,
         "tokens_per_s": est.tokens_per_s,
         "usd_per_hour": est.cost.usd_per_hour,
         "usd_per_million_tokens": est.cost.usd_per_million_tokens,
@@ -339,6 +340,8 @@ def format_text(r: dict) -> str:
             + " + ".join(f"{fmt.seconds(v)} {k}" for k, v in parts.items()),
             f"  batch prefill     {fmt.seconds(r['prefill_batch_s']['central'])} for all {i.batch} prompts at once",
             f"  decode            {_rate(r['decode_tokens_per_s'], 'tok/s per sequence')}",
+            f"  at this load      {fmt.seconds(r['tpot_at_load_s'])} per output token with the other users' prompts "
+            f"counted; {fmt.seconds(r['generation_s'])} per request",
             f"  throughput        {_throughput(r)}",
         ]
         lines += [
