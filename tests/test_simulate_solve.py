@@ -254,3 +254,25 @@ def test_cheapest_searches_only_the_gpus_asked_from_the_cli_and_names_the_ones_i
     assert main([*argv, "--solve-gpus", "h100"]) != 0
     err = capsys.readouterr().err
     assert "priced catalogue keys" in err and "got h100" in err and "h100-sxm" in err
+
+
+def test_step_times_rest_on_a_published_run_of_the_setup_that_lies_below_the_estimate():
+    """The engineer's walk: Llama-3.3-70B on 4 x H100 with vLLM, the estimate 43.1 ms per token for one user beside
+    a published 23.6 ms of the same setup under load (its own warning: 'budget from the published figure'), while
+    the most-users and cheapest answers ran on the estimate's step times (4 replicas, $55.84/hour)."""
+    from engine.calc.efficiency import estimate_speed
+    from engine.simulate.steps import PublishedSteps
+    from engine.simulate.sweep import deployment
+
+    s = SimulateSpec(model="meta-llama/Llama-3.3-70B-Instruct", gpu="h100-sxm", n_gpus=4, prompt_tokens=2048,
+                     output_tokens=256)  # fmt: skip
+    d = deployment(s.validate())
+    steps = d.steps
+    assert isinstance(steps, PublishedSteps) and 0 < steps.scale < 1
+    one = estimate_speed(replace(steps.setup, batch=1), "vllm").tpot_s.central
+    assert steps.scale == pytest.approx(0.02358 / one)
+    assert any("published run of this setup" in n for n in d.notes)
+    assert steps.describe()["scaled_to_published"]["factor"] == steps.scale
+    # no published run of the 8B on one H100 below its estimate: the calculator's own step times
+    small = deployment(SimulateSpec(model="llama-3-8b", gpu="h100-sxm").validate()).steps
+    assert isinstance(small, PublishedSteps) and small.scale == 1.0 and not small.anchor

@@ -31,7 +31,16 @@ from engine.loadgen.metrics import summarize
 from engine.loadgen.workload import SLO
 from engine.simulate.clock import run
 from engine.simulate.spec import SimulateSpec
-from engine.simulate.sweep import Deployment, deployment, model_spec, requests_of, steady_stagger_s, workload
+from engine.simulate.steps import PublishedSteps
+from engine.simulate.sweep import (
+    Deployment,
+    anchored_words,
+    deployment,
+    model_spec,
+    requests_of,
+    steady_stagger_s,
+    workload,
+)
 from engine.simulate.sweep import prompt_lengths as lengths_of
 
 QUESTIONS = ("max-context", "max-users", "cheapest")
@@ -232,6 +241,14 @@ def knee_search(meets: Callable[[int], bool], ceiling: int = MAX_USERS) -> int:
     return good
 
 
+def _anchored(d: Deployment) -> str:
+    """The sentence's last words where the step times rest on a published run of the setup."""
+    steps = d.steps
+    if isinstance(steps, PublishedSteps) and steps.anchor:
+        return f" With {anchored_words(steps)}."
+    return ""
+
+
 def _users_interval(value: Interval) -> str:
     """The most-users interval in words: its low end comes from the slow end of the step times, where even one user
     may miss the objectives."""
@@ -283,15 +300,19 @@ def max_users(
     objectives = slo.words()
     at_least = " at least" if value.central >= MAX_USERS else ""
     sentence = (
-        f"{d.label}: at most{at_least} {value.central} concurrent users ({_users_interval(value)}) meet "
-        f"{objectives} for {slo.min_attainment:.0%} of their requests ({s.prompt_tokens} prompt + "
-        f"{s.output_tokens} output tokens each), in steady state: each user sends its next request when the "
-        "last ends, the users spread over a request's duration (not all at once), their first requests left out. "
-        "A user's TPOT here counts the steps that carry the other users' prompts, which the estimate's TPOT (the "
-        "decode step alone) leaves out, so fewer users meet a TPOT objective here than that figure suggests."
-        if value.central
-        else f"{d.label}: even one user misses {objectives}; relax them or pick a faster deployment."
-    ) + _beyond_full_length(d, value.central, s.prompt_tokens + s.output_tokens)
+        (
+            f"{d.label}: at most{at_least} {value.central} concurrent users ({_users_interval(value)}) meet "
+            f"{objectives} for {slo.min_attainment:.0%} of their requests ({s.prompt_tokens} prompt + "
+            f"{s.output_tokens} output tokens each), in steady state: each user sends its next request when the "
+            "last ends, the users spread over a request's duration (not all at once), their first requests left out. "
+            "A user's TPOT here counts the steps that carry the other users' prompts, which the estimate's TPOT (the "
+            "decode step alone) leaves out, so fewer users meet a TPOT objective here than that figure suggests."
+            if value.central
+            else f"{d.label}: even one user misses {objectives}; relax them or pick a faster deployment."
+        )
+        + _beyond_full_length(d, value.central, s.prompt_tokens + s.output_tokens)
+        + _anchored(d)
+    )
     return Answer(
         "max-users",
         value,
@@ -458,7 +479,7 @@ def cheapest(
         f"the {len(cands)} priced options that fit {'was' if len(tried) == 1 else 'were'} simulated (users in "
         "steady state, as the most-users answer counts them); each of the others costs more for one replica than "
         "this whole plan."
-    )
+    ) + _anchored(d)
     return Answer(
         "cheapest",
         value,

@@ -208,9 +208,16 @@ class PublishedSteps(_Bucketed):
     name: str = "published"
     fixed_s: Interval = ZERO
     handling_s: float = 0.0
+    scale: float = 1.0  # < 1: anchored to a published run of this very setup (`anchor_to_published`)
+    anchor: str = ""  # that run, in words
 
     def _predict(self, rows: int, context: int, prefill: int, seqs: int) -> Interval:
-        return step_time(self.setup, self.engine, rows, context, prefill, seqs)
+        t = step_time(self.setup, self.engine, rows, context, prefill, seqs)
+        return (
+            t
+            if self.scale == 1.0
+            else Interval(t.low * self.scale, t.central * self.scale, t.high * self.scale)
+        )
 
     def describe(self) -> dict:
         fit = fits().for_engine(self.engine)
@@ -229,13 +236,41 @@ class PublishedSteps(_Bucketed):
             "interval": "the engine class's published / predicted ratios (2.5-97.5%), applied per step",
             "per_request_fixed_s": self.fixed_s.central,
             "handling_s": self.handling_s,
+            "scaled_to_published": {"factor": self.scale, "run": self.anchor} if self.anchor else None,
             "rows": getattr(fit, "decode_rows", 0) + getattr(fit, "prefill_rows", 0),
         }
 
 
 def published_steps(setup: Setup, engine: str) -> PublishedSteps:
-    """A GPU from published runs; a request's fixed cost from the estimates' fit (step_model.request_fixed_s)."""
-    return PublishedSteps(setup, engine, fixed_s=Interval.exact(step_model.request_fixed_s(setup, engine)))
+    """A GPU from published runs; a request's fixed cost from the estimates' fit (step_model.request_fixed_s);
+    anchored to a published run of this very setup where one lies below the estimate (`anchor_to_published`)."""
+    steps = PublishedSteps(setup, engine, fixed_s=Interval.exact(step_model.request_fixed_s(setup, engine)))
+    return anchor_to_published(steps)
+
+
+def anchor_to_published(steps: PublishedSteps) -> PublishedSteps:
+    """Where a published time per output token of this very setup (model shape, GPU and count, engine class,
+    16-bit weights: engine.calc.seen) lies below the estimate's interval for one user, the step times are scaled
+    by published / estimated one-user TPOT, so the simulator and the answers built on it rest on the measurement,
+    as the estimate's own warning tells a budget to. A TPOT measured under load is at least one user's, so the
+    scaled steps are still no quicker than that run."""
+    from engine.calc.efficiency import ENGINES, estimate_speed
+    from engine.calc.seen import below_estimate, seen_runs
+
+    s = steps.setup
+    if steps.engine not in ENGINES or s.pipeline != 1:
+        return steps
+    one = estimate_speed(replace(s, batch=1), steps.engine).tpot_s
+    runs = seen_runs(s.spec, s.gpu.key, s.n_gpus, ENGINES[steps.engine], s.dtype)
+    below = below_estimate(runs, one.low)
+    if below is None:
+        return steps
+    factor = below.tpot_s / one.central
+    run = (
+        f"{below.tpot_s * 1e3:.1f} ms per output token under {below.load} ({below.engine}), where the estimate "
+        f"for one user is {one.central * 1e3:.1f} ms"
+    )
+    return replace(steps, scale=factor, anchor=run)
 
 
 # ---------------------------------------------------------------- this machine from its calibration
@@ -283,6 +318,7 @@ class CalibratedSteps(_Bucketed):
             "interval": "the fit's residual bootstrap, 95%",
             "per_request_fixed_s": self.fixed_s.central,
             "handling_s": self.handling_s,
+            "scaled_to_published": {"factor": self.scale, "run": self.anchor} if self.anchor else None,
             "rows": fit.shapes,
         }
 

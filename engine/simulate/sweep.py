@@ -27,7 +27,7 @@ from engine.loadgen.sweep import SweepResult, to_json
 from engine.loadgen.workload import SLO, LoadSpec, PlannedRequest, plan
 from engine.simulate.clock import SimRequest, run
 from engine.simulate.spec import DEFAULT_GPU_BATCH, SimulateSpec
-from engine.simulate.steps import CalibratedSteps, StepModel, end, published_steps
+from engine.simulate.steps import CalibratedSteps, PublishedSteps, StepModel, end, published_steps
 
 ENDS = ("low", "central", "high")
 SIMULATED_URL = "http://simulated/v1"  # LoadSpec wants a URL; nothing is sent
@@ -130,8 +130,17 @@ def deployment(s: SimulateSpec, spec: ModelSpec | None = None, gpu: GPUSpec | No
     setup = Setup(
         spec, gpu, s.dtype, None, None, None, kv_dtype, s.n_gpus, 1, s.prompt_tokens, s.output_tokens
     )
-    return Deployment(
-        spec, gpu, s.n_gpus, s.engine, limits, published_steps(setup, s.engine), sm, tuple(notes)
+    steps = published_steps(setup, s.engine)
+    if steps.anchor:
+        notes.append(anchored_words(steps))
+    return Deployment(spec, gpu, s.n_gpus, s.engine, limits, steps, sm, tuple(notes))
+
+
+def anchored_words(steps: PublishedSteps) -> str:
+    """What scaling the step times to a published run of the setup means, in one sentence."""
+    return (
+        f"step times scaled by {steps.scale:.2f} to a published run of this setup ({steps.anchor}): the "
+        "calculator's own count too much time per step here, so the answer rests on the measurement"
     )
 
 
