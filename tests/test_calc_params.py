@@ -125,5 +125,5 @@ def test_hub_id_offline_says_what_to_do(monkeypatch):
     from engine.core.errors import HubUnreachableError
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(HubUnreachableError, match=r"Upload the config\.json"):
+    with pytest.raises(HubUnreachableError, match=r"give the config\.json itself instead"):
         resolve_model_spec("no-such-owner/no-such-model")

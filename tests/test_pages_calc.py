@@ -277,7 +277,7 @@ def test_hub_id_offline_shows_what_to_do(monkeypatch):
     at.radio(key="calc.source").set_value("hub id").run()
     at.text_input(key="calc.hub").set_value("no-such-owner/no-such-model").run()
     assert not at.exception
-    assert any("Upload the config.json" in e.value for e in at.error)
+    assert any("give the config.json itself instead" in e.value and "--config" in e.value for e in at.error)
 
 
 def test_raw_numbers_take_a_layer_layout_and_say_the_count_is_a_formula():

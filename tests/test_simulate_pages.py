@@ -206,3 +206,36 @@ def test_the_serving_page_chooses_how_simulated_users_start():
     at.button(key="simulate.go").click().run()
     assert at.session_state["simulate.result"].spec.lock_step
     assert any("lock step" in c.value for c in at.caption)
+
+
+def test_a_knee_at_the_highest_level_tried_is_said_as_such():
+    """The engineer's walk: 'The simulated knee is 100 users' where 100 was only the highest level tried (every level
+    met the SLOs) and the most-users answer said 130; the command line printed Python's None for a missing end."""
+    import io
+    from contextlib import redirect_stdout
+
+    from engine.cli import main
+    from ui.simulate_widgets import knee_words
+
+    words = knee_words({"low": 100.0, "central": 100.0, "high": 100.0}, "users", every_level_met=True)
+    assert "Every simulated level met the SLOs" in words and "highest tried" in words
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert (
+            main(
+                [
+                    "simulate",
+                    "--model",
+                    "llama-3-8b",
+                    "--gpu",
+                    "h100-sxm",
+                    "--sweep",
+                    "1,2",
+                    "--requests",
+                    "8",
+                ]
+            )
+            == 0
+        )
+    text = buf.getvalue()
+    assert "None" not in text and "the knee is the highest level tried (2)" in text

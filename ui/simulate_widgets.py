@@ -182,10 +182,16 @@ def comparison_rows(measured: SweepResult, sim: SimulatedSweep) -> list[dict]:
     return rows
 
 
-def knee_words(k: dict, unit: str) -> str:
-    """The simulated knee and what it is with every step at its interval's ends, from the numbers."""
+def knee_words(k: dict, unit: str, every_level_met: bool = False) -> str:
+    """The simulated knee and what it is with every step at its interval's ends, from the numbers; where every
+    level met the SLOs the knee is only the highest level tried, and the sentence says so."""
     if k["central"] is None:
         return "No simulated level met the SLOs."
+    if every_level_met:
+        return (
+            f"Every simulated level met the SLOs, up to **{at_level(k['central'], unit)}**, the highest tried: the "
+            "limit lies beyond it (add higher levels, or ask the most-users question on the Memory and cost page)."
+        )
 
     def at(x: float | None) -> str:
         return "no level" if x is None else at_level(x, unit)
@@ -231,7 +237,7 @@ def simulated_section(measured: SweepResult | None = None) -> None:
         return
     st.subheader(sim.deployment.label)
     unit = level_unit(sim.result.spec.mode)
-    st.markdown(knee_words(sim.knee_interval(), unit))
+    st.markdown(knee_words(sim.knee_interval(), unit, all(p.meets_slo for p in sim.result.points)))
     st.dataframe(table_rows(sim.result), hide_index=True, width="stretch")
     if sim.spec.mode == "concurrency" and not sim.spec.starts_together:
         st.caption(

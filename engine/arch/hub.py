@@ -43,8 +43,8 @@ def config_from_hub(repo_id: str) -> dict[str, Any]:
         LocalEntryNotFoundError
     ) as exc:  # offline (or unreachable) and not cached; subclass of EntryNotFoundError
         raise HubUnreachableError(
-            f"{repo_id}/config.json is not in the local cache and the hub cannot be reached. Upload the config.json "
-            "instead, or pick a preset."
+            f"{repo_id}/config.json is not in the local cache and the hub cannot be reached: give the config.json "
+            "itself instead (the page's config.json box, or --config on the command line), or pick a preset."
         ) from exc
     except (RepositoryNotFoundError, EntryNotFoundError) as exc:
         raise InvalidParameterError(
@@ -53,7 +53,8 @@ def config_from_hub(repo_id: str) -> dict[str, Any]:
     except Exception as exc:  # network errors come in many types (requests, httpx, OSError, offline mode)
         raise HubUnreachableError(
             f"could not fetch {repo_id}/config.json ({type(exc).__name__}): the hub is unreachable and the file is "
-            "not in the local cache. Upload the config.json instead, or pick a preset."
+            "not in the local cache: give the config.json itself instead (the page's config.json box, or --config on "
+            "the command line), or pick a preset."
         ) from exc
     with open(path, encoding="utf-8") as f:
         return json.load(f)

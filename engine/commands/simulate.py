@@ -40,7 +40,17 @@ def format_text(out: dict) -> str:
     lines += loadgen.format_text(out).splitlines()[1:]  # the load generator's table, without its URL line
     k = sim["knee_interval"]
     if k["central"] is not None:
-        lines.append(f"knee interval (step times at their interval's ends): {k['low']} .. {k['high']}")
+
+        def end(x: float | None) -> str:
+            return "no level" if x is None else f"{x:g}"
+
+        lines.append(
+            f"knee interval (step times at their interval's ends): {end(k['low'])} .. {end(k['high'])}"
+        )
+    if k["central"] is not None and out["points"] and all(p.get("meets_slo") for p in out["points"]):
+        lines.append(
+            f"every level met the SLOs: the knee is the highest level tried ({k['central']:g}), not a limit"
+        )
     lines += [f"note: {n}" for n in sim["notes"]]
     return "\n".join(lines)
 

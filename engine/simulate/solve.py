@@ -433,8 +433,13 @@ def cheapest(
             )
     cands = candidates(spec, s, gpus)
     if not cands:
-        among = "priced GPU of the catalogue" if gpus is None else f"of {', '.join(gpus)}"
-        raise InvalidParameterError(f"{spec.name} fits no {among} at 1 to 8 GPUs")
+        catalog = load_gpu_catalog()
+        among = (
+            "priced GPU of the catalogue"
+            if gpus is None
+            else " or ".join(catalog[g].name if g in catalog else g for g in gpus)
+        )
+        raise InvalidParameterError(f"{spec.name} fits on no {among} at 1 to 8 GPUs")
     lengths = lengths_of(s)
     best: Option | None = None
     tried: list[Option] = []
@@ -442,7 +447,7 @@ def cheapest(
         if best is not None and one >= best.usd_per_hour:
             break  # every later option costs at least this much per replica
         if progress:
-            progress(i / len(cands), f"{key} x {n}")
+            progress(i / len(cands), f"{n} x {load_gpu_catalog()[key].name}")
         d = deployment(replace(s, gpu=key, n_gpus=n), spec)
         r = _replicas(lambda u, d=d: _meets(s, d, u, slo, "central", lengths), users)
         if r is None:
