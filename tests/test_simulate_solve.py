@@ -276,3 +276,17 @@ def test_step_times_rest_on_a_published_run_of_the_setup_that_lies_below_the_est
     # no published run of the 8B on one H100 below its estimate: the calculator's own step times
     small = deployment(SimulateSpec(model="llama-3-8b", gpu="h100-sxm").validate()).steps
     assert isinstance(small, PublishedSteps) and small.scale == 1.0 and not small.anchor
+
+
+def test_the_cheapest_answer_gives_the_command_of_one_replica_and_how_to_run_the_copies():
+    """The engineer's walk: 'Cheapest: 4 replicas of 4 x H100 SXM' came with a price only: no command, and no word
+    that the replicas are copies of that server behind a load balancer."""
+    s = SimulateSpec(model="llama-3-8b", gpu="h100-sxm", dtype="fp16", n_requests=40, prompt_tokens=2048,
+                     output_tokens=256)  # fmt: skip
+    a = solve.cheapest(s, SLO(ttft_s=1.0, tpot_s=0.03), 200, gpus=["h100-sxm"])
+    best = a.details["best"]
+    command = a.details["launch_command"]
+    assert command.startswith("vllm serve meta-llama/Meta-Llama-3-8B")
+    assert ("--tensor-parallel-size" in command) == (best["gpus"] > 1)
+    if best["replicas"] > 1:
+        assert f"Run it as {best['replicas']} copies of the {best['gpus']}-GPU server" in a.sentence

@@ -190,7 +190,7 @@ def knee_words(k: dict, unit: str, every_level_met: bool = False) -> str:
     if every_level_met:
         return (
             f"Every simulated level met the SLOs, up to **{at_level(k['central'], unit)}**, the highest tried: the "
-            "limit lies beyond it (add higher levels, or ask the most-users question on the Memory and cost page)."
+            "simulated knee lies beyond it (add higher levels, or ask the most-users question on the Memory and cost page)."
         )
 
     def at(x: float | None) -> str:
@@ -365,6 +365,9 @@ def solvers_section(key: str, spec: ModelSpec, gpu: GPUSpec, inputs) -> None:
     st.metric(label, value, note, delta_color="off", delta_arrow="off")
     st.markdown(answer.sentence)
     if q == "cheapest":
+        if answer.details.get("launch_command"):
+            st.caption("The command for one replica of this plan:")
+            st.code(answer.details["launch_command"], language="bash", wrap_lines=True)
         st.dataframe(options_table(answer.details["simulated"]), hide_index=True, width="stretch")
         st.caption(answer.details["price_source"])
 

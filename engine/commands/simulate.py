@@ -134,4 +134,6 @@ def solve_text(r: dict) -> str:
         return f"${x:,.2f}" if money else f"{x:,}"
 
     width = f", width {a['width']:.2f}x" if a.get("width") else ""
-    return f"{r['sentence']}\n  answer {show(a['central'])} {r['unit']} (interval {show(a['low'])} to {show(a['high'])}{width})"
+    text = f"{r['sentence']}\n  answer {show(a['central'])} {r['unit']} (interval {show(a['low'])} to {show(a['high'])}{width})"
+    command = r.get("details", {}).get("launch_command")
+    return text + (f"\n  launch {command}" if command else "")

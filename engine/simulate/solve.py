@@ -241,6 +241,26 @@ def knee_search(meets: Callable[[int], bool], ceiling: int = MAX_USERS) -> int:
     return good
 
 
+def _replica_command(s: SimulateSpec, spec: ModelSpec, best: Option) -> str | None:
+    """The launch command of one replica of the cheapest plan, as the estimate writes it for that GPU, count and
+    share of the users (None when the estimate gives none)."""
+    from engine.calc.report import Inputs, estimate
+
+    inputs = Inputs(
+        batch=best.users_per_replica, n_gpus=best.gpus, dtype=s.dtype, kv_dtype=s.kv_dtype,
+        prompt_tokens=s.prompt_tokens, output_tokens=s.output_tokens,
+        engine=s.engine if s.engine in ("vllm", "sglang") else "vllm",
+        gpu_memory_utilization=s.gpu_memory_utilization, max_num_seqs=s.max_batch,
+    )  # fmt: skip
+    try:
+        est = estimate(spec, load_gpu_catalog()[best.gpu], inputs)
+    except InvalidParameterError:
+        return None
+    if est.launch is None:
+        return None
+    return est.launch.sglang if s.engine == "sglang" else est.launch.vllm
+
+
 def _anchored(d: Deployment) -> str:
     """The sentence's last words where the step times rest on a published run of the setup."""
     steps = d.steps
@@ -485,12 +505,19 @@ def cheapest(
         "steady state, as the most-users answer counts them); each of the others costs more for one replica than "
         "this whole plan."
     ) + _anchored(d)
+    command = _replica_command(s, spec, best)
+    if best.replicas > 1:
+        sentence += (
+            f" Run it as {best.replicas} copies of the {best.gpus}-GPU server below, behind a load balancer, each "
+            f"taking {best.users_per_replica} users."
+        )
     return Answer(
         "cheapest",
         value,
         "USD per hour",
         sentence,
         {
+            "launch_command": command,
             "best": best.__dict__ | {"usd_per_hour": best.usd_per_hour},
             "price_source": price_for(best.gpu).label,  # type: ignore[union-attr]
             "simulated": sorted(
