@@ -45,6 +45,7 @@ st.caption(
 left, right = st.columns([1, 2], gap="large")
 with left:
     st.subheader("Inputs")
+    alert = st.container()  # a refused answer is said here, at the top of the inputs, in view
     request = calc_inputs(NS)
 
 if request is None:
@@ -59,9 +60,9 @@ if request is None:
 try:
     answer = calc_answer(request)
 except EngineError as exc:
-    with left:
-        show_error(exc)  # under the inputs, where the value to change is
-    right.info("Nothing to answer yet: the sentence under the inputs says what to change.")
+    with alert:
+        show_error(exc)  # at the top of the inputs, where the value to change is
+    right.info("Nothing to answer yet: the sentence at the top of the inputs says what to change.")
     st.stop()
 
 est = answer.est

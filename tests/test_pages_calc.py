@@ -766,7 +766,7 @@ def test_an_answer_the_engine_refuses_is_said_under_the_inputs():
     assert not at.exception
     errors = [e.value for e in at.error]
     assert len(errors) == 1 and "1000" in errors[0].replace(",", "")
-    assert any("the sentence under the inputs" in i.value for i in at.info)
+    assert any("the sentence at the top of the inputs" in i.value for i in at.info)
 
 
 def test_the_pages_gpu_memory_utilization_takes_the_command_lines_bounds():
@@ -890,3 +890,20 @@ def test_the_time_per_token_a_user_sees_at_the_load_is_said_beside_the_decode_st
         == 0
     )
     assert "at this load" in capsys.readouterr().out
+
+
+def test_the_paged_sentence_says_its_cache_is_every_gpu_of_the_replica():
+    """The engineer's walk: 'In the 160.27 GB vllm gives the cache' beside a tile of 40.07 GB per GPU, unsaid that
+    the first is four GPUs' worth."""
+    from engine.calc import format as fmt
+    from engine.calc.report import Inputs, estimate
+    from engine.calc.specs import gpu_spec, model_preset
+
+    at = _run(CALC)
+    at.selectbox(key="calc.preset").set_value("llama-3-8b").run()
+    at.selectbox(key="calc.engine").set_value("vllm").run()
+    at.number_input(key="calc.gpus").set_value(2).run()
+    est = estimate(model_preset("llama-3-8b"), gpu_spec("t4"), Inputs(n_gpus=2, engine="vllm"))
+    assert est.paged is not None
+    text = " ".join(m.value for m in at.markdown)
+    assert f"({fmt.gb(est.paged.kv_budget_bytes / 2)} per GPU x 2 GPUs)" in text

@@ -417,10 +417,12 @@ def paged_section(est: Estimate, key: str) -> None:
     if p is None:
         st.info(f"No room for a KV cache on the {i.n_gpus} GPU(s) asked: {est.fit.refusal}.")
         return
+    gpus = est.fit.layout.replica_gpus if est.fit.layout is not None else i.n_gpus
+    each = f" ({fmt.gb(p.kv_budget_bytes / gpus)} per GPU x {gpus} GPUs)" if gpus > 1 else ""
     where = (
-        f"the {fmt.gb(p.kv_budget_bytes)} {est.fit.model} gives the cache"
+        f"the {fmt.gb(p.kv_budget_bytes)} {est.fit.model} gives the cache{each}"
         if est.serving
-        else (f"the {fmt.gb(p.kv_budget_bytes)} left for the cache")
+        else (f"the {fmt.gb(p.kv_budget_bytes)} left for the cache{each}")
     )
     st.markdown(
         f"Requests stop at different lengths. A static cache reserves {i.seq_len:,} tokens for every sequence: "
