@@ -259,16 +259,17 @@ def published_runs(est: Estimate) -> None:
                     "TPOT (ms)": round(r.tpot_s * 1e3, 1),
                     "load": r.load,
                     "engine": r.engine,
-                    "source": r.source,
+                    "source": f"[{k + 1}]",
                 }
-                for r in est.seen
+                for k, r in enumerate(est.seen)
             ],
             hide_index=True,
             width="stretch",
         )
         st.caption(
             "The same model shape, GPU, GPU count and engine class, in 16-bit weights. A time per output token "
-            "measured under load is at least one user's: a step carries every running request."
+            "measured under load is at least one user's: a step carries every running request. Sources: "
+            + "; ".join(f"[{k + 1}] {r.source}" for k, r in enumerate(est.seen))
         )
 
 

@@ -9,6 +9,7 @@ import streamlit as st
 from engine import trackrecord as T
 from engine.calc import format as fmt
 from engine.calc.efficiency import ENGINE_CLASSES, INTERVAL_METHOD
+from ui.widgets import split_dataframes
 
 
 def speed_caption(est, gpu) -> str:
@@ -119,6 +120,21 @@ def _cached_record() -> dict:
     }
 
 
+SUMMARY_PARTS = (
+    ("The verdict on each target", ("target met", "target")),
+    (
+        "What was measured: errors of the central estimate; the share of rows inside their interval and its width",
+        ("median |error|", "inside the interval", "median width", "rows", "worst |error|"),
+    ),
+)
+
+
+def summary_tables(summaries: list[dict]) -> None:
+    """The targets as two tables led by the metric (one was wider than the page at 1280 px: its target column and
+    the errors were cut): the verdicts with their targets, then what was measured."""
+    split_dataframes(_summary_frame(summaries).to_dict("records"), "what", SUMMARY_PARTS)
+
+
 def _summary_frame(summaries: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(
         [
@@ -150,12 +166,12 @@ def track_record_section(key: str) -> None:
         return
     rec = _cached_record()
     st.subheader("On the held-back rows")
-    st.dataframe(_summary_frame(rec["held_back"]), hide_index=True, width="stretch")
+    summary_tables(rec["held_back"])
     st.caption(
         "On every row. The fits were made on about 70% of them, so a target is judged on the held-back rows above; "
         "here the same target is read against every row, the fitted ones included."
     )
-    st.dataframe(_summary_frame(rec["all"]), hide_index=True, width="stretch")
+    summary_tables(rec["all"])
     st.markdown(
         "Setups a source ran that the calculator says do not fit: "
         + (", ".join(rec["not_fitting"]) if rec["not_fitting"] else "**none**.")
