@@ -909,3 +909,21 @@ def test_the_paged_sentence_says_its_cache_is_every_gpu_of_the_replica():
     assert est.paged is not None
     text = " ".join(m.value for m in at.markdown)
     assert f"({fmt.gb(est.paged.kv_budget_bytes / 2)} per GPU x 2 GPUs)" in text
+
+
+def test_the_launch_command_shows_one_flag_a_line_and_pastes_as_the_one_line_command():
+    """The engineer's walk: the wrapped code block broke the command inside a flag ('--max-' / 'model-len')."""
+    from ui.widgets import shell_lines
+
+    one = "vllm serve acme/m --max-model-len 2304 --gpu-memory-utilization 0.9 --dtype float16"
+    shown = shell_lines(one)
+    assert shown.splitlines()[1:] == [
+        "  --max-model-len 2304 \\",
+        "  --gpu-memory-utilization 0.9 \\",
+        "  --dtype float16",
+    ]
+    assert shown.replace(" \\\n ", "") == one  # the shell reads the continued lines as the one command
+    at = _run(CALC)
+    at.selectbox(key="calc.engine").set_value("vllm").run()
+    code = next(c.value for c in at.code if c.value.startswith("vllm serve"))
+    assert all(line.lstrip().startswith("--") for line in code.splitlines()[1:])

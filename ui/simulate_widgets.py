@@ -22,7 +22,7 @@ from engine.simulate.spec import SimulateSpec
 from engine.simulate.sweep import SimulatedSweep, deployment, simulate
 from ui.common import init_state, show_error
 from ui.serving_widgets import latency_figure, level_unit, table_rows, throughput_figure
-from ui.widgets import refused, spec_input, upper_first
+from ui.widgets import refused, shell_lines, spec_input, upper_first
 
 NS = "simulate"
 SLO_OFF = "0 turns this objective off (as on the command line)."
@@ -367,7 +367,7 @@ def solvers_section(key: str, spec: ModelSpec, gpu: GPUSpec, inputs) -> None:
     if q == "cheapest":
         if answer.details.get("launch_command"):
             st.caption("The command for one replica of this plan:")
-            st.code(answer.details["launch_command"], language="bash", wrap_lines=True)
+            st.code(shell_lines(answer.details["launch_command"]), language="bash")
         st.dataframe(options_table(answer.details["simulated"]), hide_index=True, width="stretch")
         st.caption(answer.details["price_source"])
 

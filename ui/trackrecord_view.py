@@ -9,7 +9,7 @@ import streamlit as st
 from engine import trackrecord as T
 from engine.calc import format as fmt
 from engine.calc.efficiency import ENGINE_CLASSES, INTERVAL_METHOD
-from ui.widgets import split_dataframes
+from ui.widgets import shell_lines, split_dataframes
 
 
 def speed_caption(est, gpu) -> str:
@@ -60,11 +60,9 @@ def launch_commands(est) -> None:
             return
         (st.caption if est.fits and est.model_id else st.warning)(est.launch.note)
         st.caption("vLLM")
-        st.code(
-            est.launch.vllm, language="bash", wrap_lines=True
-        )  # the whole command in view, still one line
+        st.code(shell_lines(est.launch.vllm), language="bash")
         st.caption("SGLang")
-        st.code(est.launch.sglang, language="bash", wrap_lines=True)
+        st.code(shell_lines(est.launch.sglang), language="bash")
         for step in est.launch.multi_node:
             st.markdown(f"- {step}")
         st.caption(

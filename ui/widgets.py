@@ -321,3 +321,11 @@ def sidebar_model(namespace: str, **picker) -> models.LoadedModel | None:
         st.subheader("Model")
         name, dtype = model_picker(namespace, **picker)
     return load_with_progress(name, dtype, keep=f"{namespace}.loaded")
+
+
+def shell_lines(command: str) -> str:
+    """A command as a shell reads it over several lines, one flag with its value per line (' \\' continues the
+    line): the whole command in view at any width, pasted as it is, never broken inside a flag as a wrapped line
+    breaks at its hyphens ('--max-' / 'model-len')."""
+    head, *flags = command.split(" --")
+    return " \\\n  --".join([head, *flags])
