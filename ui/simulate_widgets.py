@@ -79,7 +79,9 @@ def _inputs(measured: SweepResult | None) -> tuple[SimulateSpec, SLO] | None:
     presets = [*load_model_presets(), *hub_presets()]  # the calculator's presets, then the published configs
     model = c[0].selectbox(
         "Model", presets, index=presets.index("llama-3-8b"), key=f"{NS}.model",
-        help="A calculator preset or a model by its Hugging Face id (its published config.json).",
+        format_func=lambda n: n.split("/", 1)[-1],  # the whole id was cut in a box this narrow
+        help="A calculator preset or a model by its Hugging Face id (its published config.json), shown without its "
+        "organisation.",
     )  # fmt: skip
     keys = [*load_gpu_catalog(), THIS_MACHINE]
     gpu = c[1].selectbox("GPU", keys, index=keys.index("h100-sxm"), key=f"{NS}.gpu", format_func=_gpu_label)
