@@ -927,3 +927,21 @@ def test_the_launch_command_shows_one_flag_a_line_and_pastes_as_the_one_line_com
     at.selectbox(key="calc.engine").set_value("vllm").run()
     code = next(c.value for c in at.code if c.value.startswith("vllm serve"))
     assert all(line.lstrip().startswith("--") for line in code.splitlines()[1:])
+
+
+def test_an_emptied_number_box_is_said_and_never_silently_becomes_the_default():
+    """The engineer's walk: letters typed into Batch (50) and Enter gave 8, the default, with every figure redone
+    for 8 users and no word: the browser empties a number box that gets letters, and Streamlit put the box's
+    starting value back."""
+    at = _run(CALC)
+    at.number_input(key="calc.batch").set_value(50).run()
+    assert at.number_input(key="calc.batch").value == 50
+    at.number_input(key="calc.batch").set_value(None).run()
+    assert not at.exception
+    said = [e.value for e in at.error if "is empty" in e.value]
+    assert len(said) == 1 and "Batch (concurrent users) is empty" in said[0] and "nothing runs" in said[0]
+    assert not any(m.label == "GPUs needed" for m in at.metric)  # no answer for a value nobody gave
+    at.number_input(key="calc.batch").set_value(50).run()
+    assert any(m.label == "GPUs needed" for m in at.metric) and not [
+        e for e in at.error if "is empty" in e.value
+    ]

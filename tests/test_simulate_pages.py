@@ -150,7 +150,9 @@ def test_serving_page_simulates_a_model_named_by_its_hugging_face_id():
     """The engineer's walk: the simulated section offered the nine calculator presets only, where the calculator
     takes every published config by its hub id."""
     at = _serving()
-    assert "Qwen2.5-7B-Instruct" in at.selectbox(key="simulate.model").options  # shown without its organisation
+    assert (
+        "Qwen2.5-7B-Instruct" in at.selectbox(key="simulate.model").options
+    )  # shown without its organisation
     at.selectbox(key="simulate.model").set_value("Qwen/Qwen2.5-7B-Instruct")
     at.text_input(key="simulate.levels").set_value("1,4").run()
     at.button(key="simulate.go").click().run()

@@ -156,13 +156,23 @@ def spec_input(
         return container.slider(
             label, cast(low), cast(high), cast(default), key=key, help=f"{help_text} ({span})", **kwargs
         )
+    # started from the session, not from `value`: a box Streamlit draws with a value puts that value back when it
+    # is emptied (letters typed, then Enter: 50 users became the default 8, silently); drawn without one, an empty
+    # box reads None and is said below
+    if key not in st.session_state:
+        st.session_state[key] = int(default) if kind is int else float(default)
     number = container.number_input(
         label,
-        value=int(default) if kind is int else float(default),
+        value=None,
         key=key,
         help=f"{help_text} ({span})",
-        **{"placeholder": digits_only(span), **kwargs},
+        **{"placeholder": digits_only(span), **({"step": 1} if kind is int else {}), **kwargs},
     )
+    if number is None:
+        said = f"{label} is empty (a number box takes digits only): type {span}"
+        container.error(f"{said}: nothing runs until it is given.")
+        st.session_state.setdefault(REFUSALS, []).append(said)
+        return None
     why = spec.problem(name, number, label=label, lo=lo, hi=hi)
     if why:
         # no icon: in a half-width column it took the room a word needed ("positiv e whole numbe r")
