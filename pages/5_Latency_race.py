@@ -11,7 +11,7 @@ from engine.race.peers import base as peers
 from engine.runtime import models
 from ui import pace
 from ui.common import cached_hardware, init_state, page_setup, show_error
-from ui.race_widgets import contender_picker, show_result
+from ui.race_widgets import contender_picker, race_defaults, show_result
 from ui.widgets import SLIDER, spec_input
 
 page_setup("Latency race", measures=True)
@@ -39,7 +39,7 @@ if not hw.has_gpu:
 # measured vanilla + CTranslate2 + DeepSpeed at 16 tokens at 125 s (load 2.0-2.2): each lane is a process of its
 # own (~10 s to import and load, then its quality checks), and vanilla runs again at the end. Every other lane,
 # the chapter's DeepSpeed included, is one click away.
-PAGE_CONTENDERS = ("vanilla", "ctranslate2")
+PAGE_CONTENDERS = race_defaults()
 PAGE_TOKENS = 8
 EXPERIMENT = "race"
 

@@ -351,3 +351,18 @@ def test_the_winner_is_said_right_under_the_run_button():
             and after.value.startswith(f"**Winner.** {line}")
             and words in after.value
         )
+
+
+def test_the_default_race_never_starts_a_lane_that_is_not_installed(monkeypatch):
+    """The presenter's walk: the page preselected CTranslate2 on a machine without it, ran a minute, and showed
+    'CTranslate2 is not installed in ~/.pyenv/versions/3.11.7/bin/python3.11: install the peer engines with bash
+    scripts/install_peers.sh' (and the baseline's version as its engine's)."""
+    from engine.race.peers import base
+    from ui.race_widgets import race_defaults
+
+    monkeypatch.setattr(base, "version", lambda dist: None)
+    assert race_defaults() == ("vanilla",)
+    usable, _, why = base.availability("ctranslate2")
+    assert not usable and "README" in why and "/" not in why and "scripts" not in why
+    monkeypatch.setattr(base, "version", lambda dist: "1.0" if dist == "onnxruntime-genai" else None)
+    assert race_defaults() == ("vanilla", "onnxruntime-genai")

@@ -190,12 +190,28 @@ def verdict_rows(result: RaceResult) -> list[dict]:
     ]
 
 
+FIRST_PEERS = ("ctranslate2", "onnxruntime-genai", "openvino")  # the quickest peer first (bench/tour.py)
+
+
+def race_defaults() -> tuple[str, ...]:
+    """The page's starting race, sized for a live demo: vanilla against the quickest peer engine installed here
+    (read from the installed packages' metadata, nothing imported); vanilla alone where none is, so a default
+    race never starts a lane that can only say it is missing."""
+    from engine.race.peers.base import backend, version
+
+    for peer in FIRST_PEERS:
+        if version(backend(peer).dist) is not None:
+            return ("vanilla", peer)
+    return ("vanilla",)
+
+
 def _status_rows(result: RaceResult) -> list[dict]:
     return [
         {
             "contender": c.label,
             "status": c.status,
-            "engine": f"{c.engine} {c.engine_version or ''}".strip(),
+            # a lane that did not run has no engine version of its own to show (it carried the baseline's)
+            "engine": f"{c.engine} {c.engine_version or ''}".strip() if c.ran else c.engine,
             "precision": c.precision or c.dtype or "-",
             "conversion": _conversion(c),
             "kernel injection": "yes" if c.kernel_inject else ("pass-through" if c.deepspeed_mode else "-"),

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import importlib
 import os
-import sys
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Protocol
 
-INSTALL_HINT = "install the peer engines with `bash scripts/install_peers.sh`"
 # what a page says instead (no script or environment names on a page): the README section that installs them
 PAGE_INSTALL_NOTE = "not installed here: the README's 'Peer engines in the latency race' installs it"
 PAGE_EXPORTER_NOTE = (
@@ -85,14 +83,20 @@ def availability(name: str) -> tuple[bool, str | None, str]:
     b = backend(name)
     v = version(b.dist)
     if v is None:
-        return False, None, f"{b.label} is not installed in {sys.executable}: {INSTALL_HINT}"
+        # said on the race page as it is: where to install it, not this interpreter's path or the script's name
+        return (
+            False,
+            None,
+            f"{b.label} is not installed in the lab's environment: {PAGE_INSTALL_NOTE.split(': ', 1)[1]}",
+        )
     try:
         importlib.import_module(b.module)
     except Exception as exc:  # a broken wheel raises anything from ImportError to OSError
         return (
             False,
             v,
-            f"{b.label} {v} is installed but failed to import ({type(exc).__name__}: {exc}); {INSTALL_HINT}",
+            f"{b.label} {v} is installed but failed to import ({type(exc).__name__}: {exc}); reinstall it: "
+            + PAGE_INSTALL_NOTE.split(": ", 1)[1],
         )
     return True, v, ""
 
