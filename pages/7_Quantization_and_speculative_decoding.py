@@ -79,7 +79,13 @@ with tab_q:
     if shown is not None:
         result = shown.result
         if quant.headline(result.rows):
-            headline.markdown(quant.headline(result.rows) + " The tables and verdicts below have the rest.")
+            # a ratio measured under load swings either way (a walk read int8 4.23× faster live, busy, where the
+            # quiet recorded run says 1.69× slower): said before the numbers, not after them
+            headline.markdown(
+                ("**Measured on a busy machine: these ratios are not reliable; run again when it is quiet.** "
+                 if shown.busy else "")
+                + quant.headline(result.rows) + " The tables and verdicts below have the rest."
+            )  # fmt: skip
         pace.note(shown)
         st.caption(
             f"{result.model} on {result.device}: {result.runs} timed runs of {result.max_new_tokens} tokens "
@@ -89,6 +95,9 @@ with tab_q:
             levers_widgets.quant_table(result.rows).to_dict("records"), "scheme", levers_widgets.QUANT_PARTS
         )
         base = result.rows[0] if result.rows and result.rows[0].scheme == "fp32" else None
+        if shown.busy:
+            st.markdown("**Verdicts of a run measured on a busy machine** (other work shifts each scheme's timing "
+                        "differently, so a ratio can turn either way):")  # fmt: skip
         for row in result.rows:
             st.markdown(f"- {quant.verdict(row, base)}")
         levers_widgets.downloads(result.rows, "quantization", f"{NS}.qdl")
