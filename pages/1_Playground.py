@@ -15,12 +15,13 @@ from engine.runtime import run
 from ui import export
 from ui.batching_widgets import cached_scheduler
 from ui.common import fmt_bytes, fmt_count, fmt_seconds, init_state, page_setup, show_error
-from ui.forecast_view import show_run_forecast
+from ui.forecast_view import forecast_outcome, show_run_forecast
 from ui.narrative import latency_sentence, run_headline
 from ui.playground_widgets import (
     HISTORY_PARTS,
     MEANING,
     PROMPTS,
+    SHARED_FROM,
     generation_settings,
     history_row,
     keep,
@@ -79,8 +80,10 @@ prompt = st.text_area(
 )
 # the forecast's seconds at the load now: the clock counts down from it before a first token
 expected_s = None
+forecast_box = st.empty()  # the forecast before a run; the outcome beside it once the run is over
 if lm is not None and cfg is not None and not batch_mode:
-    expected_s = show_run_forecast(lm, prompt, cfg.max_new_tokens, use_cache)
+    with forecast_box.container():
+        expected_s = show_run_forecast(lm, prompt, cfg.max_new_tokens, use_cache)
 why = (
     "load a model first" if lm is None else "a setting in the sidebar is out of range" if cfg is None else ""
 )
@@ -230,6 +233,13 @@ if go and lm is not None:
             run_batch(lm, [p for p in prompt.splitlines() if p.strip()], cfg, clock_col)
         else:
             run_single(lm, prompt, cfg, clock_col, expected_s)
+            done = st.session_state[f"{NS}.last"]
+            if expected_s is not None and done is not None and done.get("report") is not None:
+                report = done["report"]
+                shared = (
+                    report.busy or report.load - report.own_threads >= SHARED_FROM
+                )  # NaN load: not shared
+                forecast_box.caption(forecast_outcome(expected_s, report.measurement.latency_s, shared))
     except EngineError as exc:
         show_error(exc)
 

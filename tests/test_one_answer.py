@@ -482,3 +482,13 @@ def test_a_forecast_beside_other_work_below_the_core_count_still_expects_longer(
         3.5, False, 2
     )
     assert _shared_words(2.1, False, 2) == " (quiet otherwise)."
+
+
+def test_after_a_run_the_forecast_gives_way_to_what_the_run_took():
+    """The presenter's walk: '... (about 69.7 s)' stayed on screen beside a 5.5 min run, with no word why."""
+    from ui.forecast_view import forecast_outcome
+
+    slow = forecast_outcome(69.7, 332.5, True)
+    assert slow.startswith("Forecast before the run: 69.7 s; it took 5.5 min, 4.8× the forecast: other work")
+    assert forecast_outcome(69.7, 332.5, False).endswith("4.8× the forecast.")
+    assert forecast_outcome(36.5, 40.0, False) == "Forecast before the run: 36.5 s; it took 40 s."

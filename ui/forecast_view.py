@@ -6,7 +6,25 @@ from __future__ import annotations
 
 import streamlit as st
 
+from engine.calc import format as fmt
 from ui.playground_widgets import LONG_RUN_S, forecast
+
+FORECAST_MISSED = 1.5  # a run this many times its forecast says why
+
+
+def forecast_outcome(expected_s: float, took_s: float, busy: bool) -> str:
+    """What replaces the forecast once the run is over: the two times side by side and, when the run took much
+    longer, why (the forecast before it stays on screen otherwise, '69.7 s' beside a 5.5 min run)."""
+    ratio = took_s / expected_s if expected_s > 0 else float("nan")
+    said = f"Forecast before the run: {fmt.seconds(expected_s)}; it took {fmt.seconds(took_s)}"
+    if ratio > FORECAST_MISSED:
+        return said + (
+            f", {ratio:.1f}× the forecast: other work on the machine took its share of the CPU during the run "
+            "(the forecast can only scale by the load it saw before it)."
+            if busy
+            else f", {ratio:.1f}× the forecast."
+        )
+    return said + "."
 
 
 def show_run_forecast(lm, prompt: str, max_new: int, use_cache: bool) -> float | None:
