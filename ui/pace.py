@@ -250,7 +250,7 @@ def shown_result(experiment: str, live: Any, decode: Callable[[Any], Any]) -> Sh
         stored = quiet or runlog.last_result(experiment)
         if stored is not None:
             which = (
-                "the last run recorded on this machine while it was quiet"
+                "the last run recorded on this machine with no other work at its start or its end"
                 if quiet
                 else "the last run recorded on this machine"
             )
