@@ -162,3 +162,12 @@ def test_the_kv_cache_stop_opens_on_a_prompt_long_enough_to_show_the_cache():
     assert at.text_area(key="playground.prompt.False").value == prompt and not at.exception
     # a reload keeps the choice (the URL said the link's before)
     assert at.query_params["prompt"] == "passage"
+
+
+def test_the_tour_says_how_long_its_live_runs_took_when_measured():
+    """The presenter's walk: the tour gave no time per stop nor in all, and no word on which run to leave out."""
+    from ui.home import tour_pace
+
+    line = tour_pace()
+    assert line.startswith("Time it: every stop's live runs together took ") and "measured" in line
+    assert "KV cache off" in line

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
+from engine.calc import format as fmt
 from engine.runtime import models
 from ui.calc_widgets import machine_panel
 from ui.common import (
@@ -103,6 +106,25 @@ TOUR = (
 )
 
 
+def tour_pace() -> str:
+    """How long the tour's live runs took when the lab's tour benchmark last ran them on this kind of machine
+    (measured, dated, with the load it ran under), and which run to skip when short of time; "" without one."""
+    files = sorted((ROOT / "bench" / "results").glob("tour-full-*.json"))
+    if not files:
+        return ""
+    try:
+        d = json.loads(files[-1].read_text())
+        took, when, n, load = d["live_runs_s"], d["date"][:10], d["cores"], d["load_average_before"][0]
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return ""
+    return (
+        f"Time it: every stop's live runs together took {fmt.seconds(took)} when the lab's tour benchmark last ran "
+        f"them ({when}, {n} cores, load average {load:.1f} at the start, measured). Other work on the machine "
+        "stretches every run, and the Playground's second run, with the KV cache off, is the one that grows most: "
+        "short of time, give it fewer new tokens or leave it out."
+    )
+
+
 def tour_panel() -> None:
     """'Start here': one deep link per stop, half a minute each, with the chapter section it demonstrates."""
     st.subheader("Start here: a tour of every page")
@@ -120,6 +142,9 @@ def tour_panel() -> None:
             except StreamlitAPIException:
                 st.markdown(f"**{n}. {title}**")  # run on its own (a test), outside the app's navigation
         c2.markdown(f"{what} *(chapter section {section})*")
+    pace_line = tour_pace()
+    if pace_line:
+        st.caption(pace_line)
     st.caption(
         "Each live run shows a progress bar with the time so far and what is left. Presenting? Switch on "
         "**Presenter mode** in the sidebar: every page then opens on the last run recorded on this machine, with "
