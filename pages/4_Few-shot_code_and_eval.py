@@ -444,7 +444,7 @@ with tab_eval:
                 )
                 if c in table
             ]
-            st.dataframe(table[cols], hide_index=True)
+            st.dataframe(table[cols].rename(columns=lambda c: c.replace("_", " ")), hide_index=True)
             st.plotly_chart(lab_widgets.eval_comparison_figure(runs), key=f"{NS}.eval_chart")
             c1, c2 = st.columns(2)
             c1.download_button(

@@ -46,6 +46,14 @@ def _table(columns: Callable[[Any], dict]) -> Callable[[Sequence], pd.DataFrame]
     return table
 
 
+def _divergence(r) -> str:
+    """The first generated position that differs from the reference's, as the race says it: 'none: identical'
+    where every token matched, 'n/a' where the row did not run (a raw None read as Python's)."""
+    if getattr(r, "status", "ok") != "ok":
+        return "n/a"
+    return "none: identical" if r.first_divergence_token is None else str(r.first_divergence_token)
+
+
 def _r(x, digits: int = 3):
     return None if x is None else round(float(x), digits)
 
@@ -83,7 +91,7 @@ def _quant_columns(r) -> dict:
         "tok/s": _r(r.tokens_per_s, 1),
         "TTFT (s)": _r(r.ttft_s),
         "bits/byte": _r(r.bits_per_byte, 4),
-        "first divergence": r.first_divergence_token,
+        "first divergence": _divergence(r),
         "peak RSS": _bytes(r.rss_bytes),
         "quantize (s)": _r(r.quantize_s, 2),
     }
@@ -118,7 +126,10 @@ def _kv_columns(r) -> dict:
         "status": r.status,
         "bits": str(r.nbits) if r.nbits is not None else "model's own",  # one type a column (Arrow)
         "tokens": r.tokens,
-        "full-precision tokens": r.full_precision_tokens if r.full_precision_tokens is not None else "all",
+        # one type a column (Arrow refused a column of numbers and "all"): the count as text
+        "full-precision tokens": str(r.full_precision_tokens)
+        if r.full_precision_tokens is not None
+        else "all",
         "KV bytes (measured)": _bytes(r.kv_bytes),
         "KV bytes (calculator)": _bytes(r.predicted_bytes),
         "measured / calculator": _na(r.predicted_ratio, ".4f"),
@@ -126,7 +137,7 @@ def _kv_columns(r) -> dict:
         "sequences in budget (measured)": r.max_sequences,
         "sequences in budget (calculator)": r.predicted_max_sequences,
         "same greedy tokens": r.exact_match,
-        "first divergence": r.first_divergence_token,
+        "first divergence": _divergence(r),
         "tok/s": _r(r.tokens_per_s, 1),
     }
 
