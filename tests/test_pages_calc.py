@@ -36,6 +36,18 @@ def _metric(at: AppTest, label: str) -> str:
     return next(m.value for m in at.metric if m.label == label)
 
 
+def _page_default_estimate():
+    """The estimate the page answers with its defaults: GPT-Neo 2.7B on the T4, 8 users, 512 + 512 tokens, hf."""
+    from engine.calc.report import Inputs, estimate
+    from engine.calc.specs import gpu_spec, model_preset
+
+    return estimate(
+        model_preset("gpt-neo-2.7b"),
+        gpu_spec("t4"),
+        Inputs(batch=8, prompt_tokens=512, output_tokens=512, engine="hf"),
+    )
+
+
 def _assumptions(at: AppTest) -> str:
     """The text of the one Assumptions expander."""
     box = next(e for e in at.expander if e.label.startswith("Assumptions"))
@@ -496,19 +508,13 @@ def test_the_first_token_tile_says_whose_first_token_it_is():
     token at the load asked, in its parts, and the batch's prefill is its own figure; the bound says the batch
     arrives together."""
     from engine.calc import format as fmt
-    from engine.calc.report import Inputs, estimate
-    from engine.calc.specs import gpu_spec, model_preset
 
     at = _run(CALC)
     labels = [m.label for m in at.metric]
     assert "TTFT, one request, hf estimate" in labels
     assert not [label for label in labels if label == "TTFT, hf estimate"]
     tile = next(m for m in at.metric if m.label == "TTFT, one request, hf estimate")
-    est = estimate(
-        model_preset("gpt-neo-2.7b"),
-        gpu_spec("t4"),
-        Inputs(batch=8, prompt_tokens=512, output_tokens=512, engine="hf"),
-    )
+    est = _page_default_estimate()
     sp = est.speed
     assert sp is not None and tile.value == fmt.seconds(sp.ttft_s.central)
     assert sp.prefill_batch_s.central > sp.ttft_parts["prefill"]  # 8 prompts take longer than one
@@ -741,16 +747,10 @@ def test_the_request_time_tile_agrees_with_the_first_token_and_tpot_tiles():
     s) with the help 'TTFT + (output - 1) x TPOT': at a steady load each round also carries the other users'
     prompts. The tile says so and gives the time per token a user sees at that load."""
     from engine.calc import format as fmt
-    from engine.calc.report import Inputs, estimate
-    from engine.calc.specs import gpu_spec, model_preset
 
     at = _run(CALC)
     tile = next(m for m in at.metric if m.label == "Time per request at this load")
-    est = estimate(
-        model_preset("gpt-neo-2.7b"),
-        gpu_spec("t4"),
-        Inputs(batch=8, prompt_tokens=512, output_tokens=512, engine="hf"),
-    )
+    est = _page_default_estimate()
     sp = est.speed
     assert sp is not None and tile.value == fmt.seconds(est.timing.generation_s)
     seen = (est.timing.generation_s - sp.ttft_s.central) / 511
@@ -874,16 +874,10 @@ def test_the_time_per_token_a_user_sees_at_the_load_is_said_beside_the_decode_st
     where the request-time tile's small print said 23.8 ms and the simulator 23.4 ms; the command line's text never
     said it."""
     from engine.calc import format as fmt
-    from engine.calc.report import Inputs, estimate
-    from engine.calc.specs import gpu_spec, model_preset
     from engine.cli import main
 
     at = _run(CALC)
-    est = estimate(
-        model_preset("gpt-neo-2.7b"),
-        gpu_spec("t4"),
-        Inputs(batch=8, prompt_tokens=512, output_tokens=512, engine="hf"),
-    )
+    est = _page_default_estimate()
     assert est.speed is not None and est.tpot_at_load_s > est.speed.tpot_s.central
     line = next(c.value for c in at.caption if c.value.startswith("Per output token at this load"))
     assert fmt.seconds(est.tpot_at_load_s) in line and fmt.seconds(est.speed.tpot_s.central) in line
