@@ -224,7 +224,9 @@ with tab_s:
     )
     if shown is not None:
         pace.note(shown)
-        st.dataframe(levers_widgets.spec_table(shown.result.rows), hide_index=True, width="stretch")
+        split_dataframes(
+            levers_widgets.spec_rows(shown.result.rows), levers_widgets.SPEC_KEY, levers_widgets.SPEC_PARTS
+        )
         for row in shown.result.rows:
             st.markdown(f"- {speculative.verdict(row)}")
         levers_widgets.downloads(shown.result.rows, "speculative", f"{NS}.sdl")

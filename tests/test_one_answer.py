@@ -492,3 +492,14 @@ def test_after_a_run_the_forecast_gives_way_to_what_the_run_took():
     assert slow.startswith("Forecast before the run: 69.7 s; it took 5.5 min, 4.8× the forecast: other work")
     assert forecast_outcome(69.7, 332.5, False).endswith("4.8× the forecast.")
     assert forecast_outcome(36.5, 40.0, False) == "Forecast before the run: 36.5 s; it took 40 s."
+
+
+def test_the_labs_own_last_run_is_not_other_work_in_a_forecast():
+    """The presenter's quiet walk: 'Other work is running now (load 0.9 on 2 cores) ... expect about 1.4× as long'
+    where the 0.9 was the lab's own run a minute before; the run took 40.6 s against 36.5 s unscaled."""
+    from engine.calibration.beside import beside
+    from ui.playground_widgets import _shared_words
+
+    quiet = beside("run time", measured_s=None, predicted=None, bound_s=36.5, loadavg_1m=0.9, n_cores=2)
+    assert quiet.busy_factor == 1.0 and "Other work" not in quiet.sentence()
+    assert _shared_words(2.9, False, 2) == " (quiet otherwise)."

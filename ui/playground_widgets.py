@@ -266,7 +266,9 @@ def live_line(
     return f"{line} · longer than the forecast ({fmt.seconds(expected_s)})"
 
 
-SHARED_FROM = 0.5  # other work's load average from which a run is said to have shared the CPU with it
+# other work's load average from which a run is said to have shared the CPU with it: a core's worth (below it, the lab's own last run
+# lingering in the 1-minute average read as other work: 0.9 on a quiet machine)
+SHARED_FROM = 1.0
 
 
 def metrics_row(

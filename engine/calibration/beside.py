@@ -22,7 +22,9 @@ from engine.calc import format as fmt
 from engine.core.interval import Interval
 from engine.core.load import cores, is_busy
 
-SHARED_FROM = 0.5  # other work's load average from which a forecast says a run now shares the cores with it
+# other work's load average from which a forecast says a run now shares the cores with it: a core's worth (below it, the lab's own last run
+# lingering in the 1-minute average read as other work: 0.9 on a quiet machine)
+SHARED_FROM = 1.0
 
 CALIBRATE = (
     "calibrate this machine (Calibrate this machine on the Memory and cost page; `calibrate` on the command line) "
