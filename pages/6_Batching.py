@@ -55,6 +55,10 @@ st.markdown(
     "retires finished ones at every decode step. Both run for real here, with the same forward code; greedy "
     "outputs are token-for-token those of a solo run."
 )
+st.markdown(
+    "On the tour? Its stop is **[Simulate N users](#simulate-n-users)** in section 3, further down: six requests "
+    "sent at once, sharing the scheduler's decode steps live."
+)
 
 with st.sidebar:
     name, dtype = model_picker(NS, allow_custom=False)
@@ -352,7 +356,7 @@ if send:
         show_error(exc)
 
 
-st.subheader("Simulate N users")
+st.subheader("Simulate N users", anchor="simulate-n-users")  # the tour's stop: linked from the top
 st.caption(
     "Sends N requests to the shared scheduler at once, as N people pressing Generate together, and shows "
     "its queue and batch while they run, then what each request got. Other sessions' requests share the "

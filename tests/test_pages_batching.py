@@ -236,3 +236,13 @@ def test_the_simulated_users_result_is_said_right_under_the_simulate_button():
         "**2 of 3 requests finished, up to 3 in one decode step**; longest wait to be admitted 250 ms, latency 2 s "
         "to 3 s."
     )
+
+
+def test_the_tours_stop_is_linked_from_the_top_of_the_page():
+    """The presenter's quiet walk: the tour's stop, Simulate N users, sat about 4,500 px below the page's top in
+    presenter mode; the page's first lines now link to it (its heading's anchor, checked in Chromium)."""
+    at = _page()
+    assert not at.exception
+    first = next(m.value for m in at.markdown if "On the tour?" in m.value)
+    assert "[Simulate N users](#simulate-n-users)" in first
+    assert any(h.value == "Simulate N users" for h in at.subheader)
