@@ -13,11 +13,11 @@ from engine.core.errors import InvalidParameterError
 from engine.core.spec import Spec, option
 from engine.loadgen.workload import LoadSpecError, parse_levels
 
-MODES = ("concurrency", "rate")
+MODES = ("concurrency", "rate")  # the command's words; the load generator's are "concurrency" and "poisson"
 STARTS = (
     "spread",
     "together",
-)  # how fixed users start: a deployment's steady state, or a load generator's sweep  # the command's words; the load generator's are "concurrency" and "poisson"
+)  # how fixed users start: a deployment's steady state, or a load generator's sweep
 DEFAULT_GPU_BATCH = (
     256  # vLLM's default --max-num-seqs (vllm/engine/arg_utils.py), and the lab's MAX_BATCH_LIMIT
 )

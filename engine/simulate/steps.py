@@ -318,7 +318,6 @@ class CalibratedSteps(_Bucketed):
             "interval": "the fit's residual bootstrap, 95%",
             "per_request_fixed_s": self.fixed_s.central,
             "handling_s": self.handling_s,
-            "scaled_to_published": {"factor": self.scale, "run": self.anchor} if self.anchor else None,
             "rows": fit.shapes,
         }
 
