@@ -21,7 +21,6 @@ from ui.playground_widgets import (
     HISTORY_PARTS,
     MEANING,
     PROMPTS,
-    SHARED_FROM,
     generation_settings,
     history_row,
     keep,
@@ -236,10 +235,9 @@ if go and lm is not None:
             done = st.session_state[f"{NS}.last"]
             if expected_s is not None and done is not None and done.get("report") is not None:
                 report = done["report"]
-                shared = (
-                    report.busy or report.load - report.own_threads >= SHARED_FROM
-                )  # NaN load: not shared
-                forecast_box.caption(forecast_outcome(expected_s, report.measurement.latency_s, shared))
+                forecast_box.caption(
+                    forecast_outcome(expected_s, report.measurement.latency_s, report.shared)
+                )
     except EngineError as exc:
         show_error(exc)
 

@@ -11,6 +11,7 @@ import streamlit as st
 from engine.calc import format as fmt
 from engine.core.errors import EngineError
 from engine.core.jsonsafe import from_jsonable, to_jsonable
+from engine.core.load import shares_cores
 from engine.runtime import runlog
 from engine.runtime.measurement import Measurement
 from engine.runtime.settings import GenerationConfig, parse_stops
@@ -266,11 +267,6 @@ def live_line(
     return f"{line} · longer than the forecast ({fmt.seconds(expected_s)})"
 
 
-# other work's load average from which a run is said to have shared the CPU with it: a core's worth (below it, the lab's own last run
-# lingering in the 1-minute average read as other work: 0.9 on a quiet machine)
-SHARED_FROM = 1.0
-
-
 def metrics_row(
     m, load: float | None = None, busy: bool | None = None, cores: int | None = None, own: int | None = None
 ) -> None:
@@ -303,7 +299,7 @@ def _shared_words(load: float, busy: bool | None, own: int | None) -> str:
     if own is None:
         return "."
     others = load - own
-    if others >= SHARED_FROM:
+    if shares_cores(others):
         return (
             f"; about {others:.1f} of it other work, which shared the cores with it: it may have run slower than on "
             "a quiet machine."

@@ -20,11 +20,7 @@ from dataclasses import dataclass
 
 from engine.calc import format as fmt
 from engine.core.interval import Interval
-from engine.core.load import cores, is_busy
-
-# other work's load average from which a forecast says a run now shares the cores with it: a core's worth (below it, the lab's own last run
-# lingering in the 1-minute average read as other work: 0.9 on a quiet machine)
-SHARED_FROM = 1.0
+from engine.core.load import cores, is_busy, shares_cores
 
 CALIBRATE = (
     "calibrate this machine (Calibrate this machine on the Memory and cost page; `calibrate` on the command line) "
@@ -74,7 +70,7 @@ class Beside:
     def shared(self) -> bool:
         """Other work is running now (a forecast's load average is the others': the run has not started), enough
         to share the cores with the run's threads, busy or not by the one rule."""
-        return self.busy or (math.isfinite(self.loadavg_1m) and self.loadavg_1m >= SHARED_FROM)
+        return self.busy or shares_cores(self.loadavg_1m)
 
     @property
     def busy_factor(self) -> float:

@@ -11,6 +11,14 @@ import math
 import os
 
 BUSY_CPU_SHARE = 0.8  # below this share of its threads' time, a run is flagged as slowed by other work
+# Other work's load average from which a run shares the cores with it even below the busy rule: a core's worth
+# (below it, the lab's own last run lingering in the 1-minute average read as other work: 0.9 on a quiet machine).
+SHARED_FROM = 1.0
+
+
+def shares_cores(others_load: float) -> bool:
+    """Other work (the load average without the run's own threads) enough to take cores from a run; NaN: no."""
+    return math.isfinite(others_load) and others_load >= SHARED_FROM
 
 
 def cores() -> int:

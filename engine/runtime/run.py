@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.core.errors import CancelledError, InvalidParameterError
-from engine.core.load import cores, is_busy, loadavg_1m
+from engine.core.load import cores, is_busy, loadavg_1m, shares_cores
 from engine.runtime import generation, runlog, streaming
 from engine.runtime.generation import BatchResult, Completion, Progress, RowsDecode
 from engine.runtime.measurement import Measurement
@@ -93,8 +93,17 @@ class RunReport(RowsDecode):
         """Other work shared the CPU (engine.core.load's one rule): busy when it started, or at its end once its own
         threads are taken out of the load (a minute-long run on every core lifts the average by itself; the
         presenter's cache-off run read 'busy' with nothing else running)."""
-        others = self.load - self.own_threads if math.isfinite(self.load) else math.nan
-        return is_busy(self.load_before, self.cores) or is_busy(others, self.cores)
+        return is_busy(self.load_before, self.cores) or is_busy(self.other_load, self.cores)
+
+    @property
+    def other_load(self) -> float:
+        """The load average at its end without the run's own threads (NaN where the platform has none)."""
+        return self.load - self.own_threads if math.isfinite(self.load) else math.nan
+
+    @property
+    def shared(self) -> bool:
+        """Busy, or other work beside it enough to take cores from it (engine.core.load.shares_cores)."""
+        return self.busy or shares_cores(self.other_load)
 
     @property
     def latencies(self) -> list[float]:

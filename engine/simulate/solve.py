@@ -27,9 +27,7 @@ from engine.calc.specs import GPUSpec, ModelSpec, load_gpu_catalog
 from engine.core.errors import InvalidParameterError
 from engine.core.interval import Interval
 from engine.core.stats import quantile
-from engine.loadgen.metrics import summarize
 from engine.loadgen.workload import SLO
-from engine.simulate.clock import run
 from engine.simulate.spec import SimulateSpec
 from engine.simulate.steps import PublishedSteps
 from engine.simulate.sweep import (
@@ -38,6 +36,7 @@ from engine.simulate.sweep import (
     deployment,
     model_spec,
     requests_of,
+    run_level,
     steady_stagger_s,
     workload,
 )
@@ -208,18 +207,12 @@ def _meets(s: SimulateSpec, d, users: int, slo: SLO, which: str, lengths: Sequen
     """Whether `users` users meet the objectives in steady state: started `steady_stagger_s` apart, their first
     requests (the ramp, on a machine not yet full) left out of the count."""
     probe = replace(s, mode="concurrency", n_requests=max(s.n_requests, 3 * users))
-    _, planned = workload(probe, users)
+    load, planned = workload(probe, users)
     longer = list(lengths) + lengths_of(probe)[len(lengths) :]
-    records = run(
-        requests_of(planned, longer),
-        d.limits,
-        d.steps,
-        concurrency=users,
-        which=which,
-        stagger_s=steady_stagger_s(s, d, users, which),
-    )
-    steady = [r for r in records if r.index >= users]
-    return summarize(steady, level=users, mode="concurrency", slo=slo).meets_slo
+    stagger = steady_stagger_s(s, d, users, which)
+    return run_level(
+        d, load, requests_of(planned, longer), slo, which, stagger_s=stagger, skip=users
+    ).meets_slo
 
 
 def knee_search(meets: Callable[[int], bool], ceiling: int = MAX_USERS) -> int:
