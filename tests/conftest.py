@@ -101,3 +101,21 @@ def browser():
         )
         yield b
         b.close()
+
+
+@pytest.fixture
+def exact_calibration():
+    """(spec, machine, calibration) of SmolLM2-135M on a made-up machine whose runs are the model's own predictions:
+    a calibration without noise, for what reads one (the forecast, this machine's step model)."""
+    import math
+
+    from engine.calc.specs import model_preset
+    from engine.calibration import RunSample, build_calibration, machine_spec, predict
+
+    spec = model_preset("smollm2-135m")
+    machine = machine_spec(20e9, {"fp32": 2e11, "bf16": 5e10})
+    samples = [
+        RunSample("fp32", b, p, o, *predict(spec, RunSample("fp32", b, p, o, math.nan, math.nan), machine))
+        for b, p, o in ((1, 32, 8), (1, 128, 6), (4, 32, 6), (1, 64, 16))
+    ]
+    return spec, machine, build_calibration(spec, samples, machine, model="smollm2-135m-instruct")

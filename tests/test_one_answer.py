@@ -310,17 +310,10 @@ def test_a_measurement_taken_busy_is_not_compared():
     assert bound_only.ratio is None and "bound" in bound_only.sentence() and "%" not in bound_only.sentence()
 
 
-def test_the_forecast_carries_the_calibrated_interval_and_says_when_the_machine_is_busy():
-    from engine.calibration import RunSample, build_calibration, machine_spec, predict
+def test_the_forecast_carries_the_calibrated_interval_and_says_when_the_machine_is_busy(exact_calibration):
     from engine.calibration.check import forecast_run
 
-    spec = model_preset("smollm2-135m")
-    machine = machine_spec(20e9, {"fp32": 2e11, "bf16": 5e10})
-    samples = [
-        RunSample("fp32", b, p, o, *predict(spec, RunSample("fp32", b, p, o, math.nan, math.nan), machine))
-        for b, p, o in ((1, 32, 8), (1, 128, 6), (4, 32, 6), (1, 64, 16))
-    ]
-    cal = build_calibration(spec, samples, machine, model="smollm2-135m-instruct")
+    spec, machine, cal = exact_calibration
     fc = forecast_run(spec, "fp32", 20, 300, True, machine, cal)
     assert fc.interval is not None and fc.interval.low <= fc.seconds <= fc.interval.high
     assert "Forecast run time" in fc.beside(loadavg=0.1).sentence()

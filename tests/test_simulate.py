@@ -368,19 +368,11 @@ def test_spread_users_see_the_first_token_time_the_estimate_gives_at_that_load(c
     assert together > 5 * ttft["high"]
 
 
-def test_this_machines_step_model_describes_itself():
+def test_this_machines_step_model_describes_itself(exact_calibration):
     """A slip of this session gave CalibratedSteps.describe the published model's 'scaled_to_published' entry,
     which reads fields only PublishedSteps has: `simulate --gpu this-machine --json` would have raised."""
-    from engine.calc.specs import model_preset
-    from engine.calibration import RunSample, build_calibration, machine_spec, predict
     from engine.simulate.steps import CalibratedSteps
 
-    spec = model_preset("smollm2-135m")
-    machine = machine_spec(20e9, {"fp32": 2e11, "bf16": 5e10})
-    samples = [
-        RunSample("fp32", b, p, o, *predict(spec, RunSample("fp32", b, p, o, math.nan, math.nan), machine))
-        for b, p, o in ((1, 32, 8), (1, 128, 6), (4, 32, 6), (1, 64, 16))
-    ]
-    cal = build_calibration(spec, samples, machine, model="smollm2-135m-instruct")
+    spec, _, cal = exact_calibration
     described = CalibratedSteps(cal, spec, "fp32").describe()
     assert described["kind"] == "calibrated" and "scaled_to_published" not in described
