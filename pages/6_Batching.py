@@ -82,8 +82,8 @@ if button_why(c3, "Measure", key=f"{NS}.sweep_go", why=why_not, type="primary"):
         size=sum(sizes) * sweep_tokens,
         settings={"model": lm.name, "sizes": sizes, "max_new_tokens": sweep_tokens},
     )
-shown = pace.shown_result(
-    "batching-sweep", st.session_state[f"{NS}.sweep"], lambda p: from_jsonable(Sweep, p)
+shown = pace.shown_result(  # a stored sweep of this model (presenter mode: the last one on a quiet machine)
+    "batching-sweep", st.session_state[f"{NS}.sweep"], lambda p: from_jsonable(Sweep, p), {"model": lm.name}
 )
 sweep = shown.result if shown else None
 if sweep is not None and sweep.model == lm.name:
@@ -222,7 +222,7 @@ def _stored_compare(p: dict) -> dict:
 live = st.session_state[f"{NS}.compare"]
 if live is not None:
     live = {**live, "bound": st.session_state[f"{NS}.bound"], "load": st.session_state[f"{NS}.load"]}
-shown = pace.shown_result("batching-compare", live, _stored_compare)
+shown = pace.shown_result("batching-compare", live, _stored_compare, {"model": lm.name})
 pair = shown.result if shown else None
 if pair is not None and pair["static"].model == lm.name:
     pace.note(shown)

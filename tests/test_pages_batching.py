@@ -246,3 +246,43 @@ def test_the_tours_stop_is_linked_from_the_top_of_the_page():
     first = next(m.value for m in at.markdown if "On the tour?" in m.value)
     assert "[Simulate N users](#simulate-n-users)" in first
     assert any(h.value == "Simulate N users" for h in at.subheader)
+
+
+def test_presenter_mode_opens_on_the_last_quiet_replay_of_the_pages_model(monkeypatch, tmp_path):
+    """The presenter's walk: presenter mode opened sections 1-2 on a replay made on a busy machine although a quiet
+    one was in the log (it kept its load in its own result, not in the run's settings, and was not read as
+    quiet); it now opens on the newest quiet run of the page's model, dated, and says when only a busy one exists."""
+    from engine.batching.workload import PolicyResult
+    from engine.core.jsonsafe import to_jsonable
+    from engine.runtime import runlog
+    from ui import pace
+
+    monkeypatch.setenv("INFERENCE_LAB_RUNS_DIR", str(tmp_path))
+
+    def replay(model: str, tps: float, load: list | None = None) -> dict:
+        r = PolicyResult("static", model, 4, 12, 100, 2.0, tps, 6.0, 0.3, 0.6, 1.0, 1.5, 0.1, 0.7, ())
+        return to_jsonable({"static": r, "inflight": r, "bound": None, "load": load})
+
+    def save(payload: dict, settings: dict) -> None:
+        runlog.save_result("batching-compare", payload, wall_s=20.0, settings=settings)
+
+    # only busy runs of this model: one is shown, and the note says there is no quiet one
+    save(replay("tiny-gpt-neo", 11.0, [6.4, 5.5, 2]), {"model": "tiny-gpt-neo"})
+    found = pace.presented("batching-compare", {"model": "tiny-gpt-neo"})
+    assert found is not None and "no run recorded on a quiet machine" in found[1] and "busy" in found[1]
+    # a quiet replay (its load in its result only), then a busy one, then a quiet one of another model
+    save(replay("tiny-gpt-neo", 33.0, [1.4, 1.8, 2]), {"model": "tiny-gpt-neo"})
+    busy = {"before": 3.4, "after": 4.0, "cores": 2}
+    save(replay("tiny-gpt-neo", 22.0, [3.4, 4.0, 2]), {"model": "tiny-gpt-neo", "load": busy})
+    quiet = {"before": 0.2, "after": 2.1, "cores": 2}
+    save(replay("smollm2-135m-instruct", 44.0), {"model": "smollm2-135m-instruct", "load": quiet})
+
+    at = AppTest.from_file(PAGE, default_timeout=120)
+    at.query_params["presenter"] = "1"
+    at.run()
+    at.sidebar.selectbox(key="batching.model").select("tiny-gpt-neo").run()
+    assert not at.exception
+    notes = [i.value for i in at.info if i.value.startswith("Presenter mode")]
+    assert any("with no other work at its start or its end" in n and " UTC" in n for n in notes), notes
+    assert list(at.dataframe[0].value["throughput (tok/s)"]) == [33.0, 33.0]
+    assert not any("busy machine" in w.value for w in at.warning)

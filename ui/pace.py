@@ -55,7 +55,7 @@ def expected(experiment: str, work: float, settings: dict | None = None) -> Expe
 
     def alike(r: runlog.StoredResult) -> tuple[int, bool]:
         # the settings in common first, then a run on a quiet machine (a busy one took longer than this one will)
-        return sum(r.settings.get(k) == v for k, v in want.items()), not load_note(r.settings.get("load"))
+        return sum(r.settings.get(k) == v for k, v in want.items()), not load_note(recorded_load(r))
 
     best = max(runs, key=alike)  # the first of the most alike: the newest, as results come newest first
     same, quiet = alike(best)
@@ -229,36 +229,71 @@ class Shown:
     presenter: bool = False  # another session's run, shown by presenter mode
 
 
-def shown_result(experiment: str, live: Any, decode: Callable[[Any], Any]) -> Shown | None:
+def recorded_load(stored: runlog.StoredResult) -> dict | None:
+    """The load a stored run ran under: the one every run keeps in its settings (ui.pace.keep), else the one an
+    older run kept in its own result (the Batching replay's [before, after, cores]); None: not recorded."""
+    load = stored.settings.get("load")
+    if isinstance(load, dict) and load:
+        return load
+    kept = stored.payload.get("load") if isinstance(stored.payload, dict) else None
+    if isinstance(kept, list | tuple) and len(kept) == 3:
+        return {"before": kept[0], "after": kept[1], "cores": kept[2]}
+    return None
+
+
+def presented(experiment: str, match: dict | None = None) -> tuple[runlog.StoredResult, str] | None:
+    """Presenter mode's run of the experiment (of the `match` settings, e.g. the page's model): the newest one
+    measured on a quiet machine; only when there is none, the newest whose load was not recorded, then the newest
+    measured on a busy machine; with the words that say which it is. None: never run here."""
+    want = to_jsonable(match or {})
+    runs = [r for r in runlog.results(experiment) if all(r.settings.get(k) == v for k, v in want.items())]
+    if not runs:
+        return None
+
+    def rank(r: runlog.StoredResult) -> int:  # 0 quiet, 1 load unknown, 2 busy
+        load = recorded_load(r)
+        return 1 if load is None else 2 if load_note(load) else 0
+
+    best = min(runs, key=rank)  # the first of the best rank: the newest, as results come newest first
+    which = (
+        "the last run recorded on this machine with no other work at its start or its end",
+        "no run recorded on a quiet machine, so the last run recorded on this machine (its load was not recorded)",
+        "no run recorded on a quiet machine, so the last run recorded on this machine, on a busy machine",
+    )[rank(best)]
+    return best, which
+
+
+def shown_result(
+    experiment: str, live: Any, decode: Callable[[Any], Any], match: dict | None = None
+) -> Shown | None:
     """What the page draws: `live` (this session's result, kept in session state) when there is one; else the
     session's last stored run (a reload lost the session state, not the run); else, in presenter mode, the last
-    run recorded on this machine, dated. `decode` turns a stored payload back into the page's result."""
+    run recorded on this machine on a quiet machine (`presented`), dated. `decode` turns a stored payload back
+    into the page's result; `match`: settings a stored run must have to be shown (the page's model)."""
     if live is not None:
         return Shown(live, "", load_note(st.session_state.get(f"pace.{experiment}.load")))
-    stored = runlog.last_result(experiment, session=browser_session())
+    want = to_jsonable(match or {})
+    stored = runlog.last_result(
+        experiment,
+        session=browser_session(),
+        where=lambda r: all(r.settings.get(k) == v for k, v in want.items()),
+    )
     if stored is not None:
         return Shown(
             decode(stored.payload),
             f"This session's run of {stored.when}, kept across the page reload.",
-            load_note(stored.settings.get("load")),
+            load_note(recorded_load(stored)),
         )
     if presenter_mode():
         # a run measured on a quiet machine first: its times and ratios are the ones to show a room
-        quiet = runlog.last_result(
-            experiment, where=lambda r: bool(r.settings.get("load")) and not load_note(r.settings.get("load"))
-        )
-        stored = quiet or runlog.last_result(experiment)
-        if stored is not None:
-            which = (
-                "the last run recorded on this machine with no other work at its start or its end"
-                if quiet
-                else "the last run recorded on this machine"
-            )
+        found = presented(experiment, match)
+        if found is not None:
+            stored, which = found
             return Shown(
                 decode(stored.payload),
                 f"Presenter mode: {which}, {stored.when} "
                 f"(took {fmt.seconds(stored.wall_s)}); not live. Press the button to run it now.",
-                load_note(stored.settings.get("load")),
+                load_note(recorded_load(stored)),
                 presenter=True,
             )
     return None
