@@ -28,6 +28,8 @@ from ui.playground_widgets import (
     live_line,
     metrics_row,
     prompt_example,
+    ran_with,
+    ran_with_line,
     restore,
     show_decode_path,
     show_recorded_gpu_decode,
@@ -121,6 +123,7 @@ def run_single(lm, prompt: str, cfg, beside, expected_s: float | None = None) ->
     while it streams, so a Stop (which reruns the page) keeps its text."""
     r = run.start(lm, prompt, cfg, scheduler=cached_scheduler(lm), source="playground")
     cur = {
+        "ran_with": ran_with(lm.name, prompt, cfg),
         "model": lm.name,
         "use_cache": cfg.use_cache,
         "max_new": cfg.max_new_tokens,
@@ -254,6 +257,11 @@ if (
         run_headline(last["measurement"], last["use_cache"], st.session_state[f"{NS}.curve"], last["model"])
     )
 if last is not None and not batch_mode:
+    if (
+        st.session_state.get(f"{NS}.restored") is not None
+    ):  # a reload reset the inputs: say what this ran with
+        now = ran_with(lm.name, prompt, cfg) if lm is not None and cfg is not None else None
+        st.info(ran_with_line(last, now), icon=":material/tune:")
     st.code(last["text"], language=None, wrap_lines=True)
     report += [
         export.Heading(f"Last run: {last['model']}, KV cache {'on' if last['use_cache'] else 'off'}"),

@@ -125,6 +125,7 @@ with tab_fs:
             help="generate() continues the prompt; what it returns includes the prompt itself.",
         )
         classify_pressed = st.button("Classify", key=f"{NS}.fs_classify", type="primary")
+        classify_settings = {"model": lm.name, "dataset": ds.name, "k": k_one, "text": query}
         headline = (
             st.empty()
         )  # the label in one line under the button: the prompt and scores push it below the fold
@@ -149,12 +150,15 @@ with tab_fs:
                 CLASSIFY_EXPERIMENT,
                 f"Classifying one text with {k_one} examples",
                 classify,
-                settings={"model": lm.name, "dataset": ds.name, "k": k_one},
+                settings=classify_settings,
             )
             if done is not None:
                 state[f"{NS}.classified"] = done
         done_shown = pace.shown_result(
-            CLASSIFY_EXPERIMENT, state[f"{NS}.classified"], lab_widgets.classified_from_record
+            CLASSIFY_EXPERIMENT,
+            state[f"{NS}.classified"],
+            lab_widgets.classified_from_record,
+            now=classify_settings,
         )
         pace.note(done_shown)
         done = done_shown.result if done_shown is not None else None
@@ -209,6 +213,7 @@ with tab_fs:
             hi=len(ds),
             value=min(len(ds), QUICK_QUERIES),
         )
+        sweep_settings = {"model": lm.name, "dataset": ds.name, "ks": sorted(ks), "queries": n_queries}
         if st.button("Measure accuracy vs k", key=f"{NS}.fs_sweep"):
             record = pace.run_experiment(
                 SWEEP_EXPERIMENT,
@@ -222,11 +227,13 @@ with tab_fs:
                     n_queries,
                 ),
                 size=n_queries * sum(k + 1 for k in ks),  # prompt work grows with the demonstrations shown
-                settings={"model": lm.name, "dataset": ds.name, "ks": sorted(ks), "queries": n_queries},
+                settings=sweep_settings,
             )
             if record is not None:
                 state[f"{NS}.sweep"] = record
-        sweep_shown = pace.shown_result(SWEEP_EXPERIMENT, state[f"{NS}.sweep"], lab_widgets.sweep_from_record)
+        sweep_shown = pace.shown_result(
+            SWEEP_EXPERIMENT, state[f"{NS}.sweep"], lab_widgets.sweep_from_record, now=sweep_settings
+        )
         pace.note(sweep_shown)
         sweep = sweep_shown.result if sweep_shown is not None else None
         if sweep is not None and sweep["results"]:
@@ -287,6 +294,7 @@ with tab_code:
         key=f"{NS}.code_stop",
         disabled=mode == "instruct",
     )
+    code_settings = {"model": lm.name, "mode": mode, "prompt": prompt, "max_new_tokens": max_new}
     if st.button("Generate code", key=f"{NS}.code_go", type="primary"):
         stops = tuple(s.strip().replace("\\n", "\n") for s in stop_text.split(",") if s.strip())
         try:
@@ -308,10 +316,12 @@ with tab_code:
             live.empty()
             state[f"{NS}.code"] = codegen.review(done_run.completion, mode)
             pace.keep(CODE_EXPERIMENT, state[f"{NS}.code"], wall_s=done_run.completion.measurement.latency_s,
-                      size=max_new, settings={"model": lm.name, "mode": mode}, load_before=done_run.load_before)  # fmt: skip
+                      size=max_new, settings=code_settings, load_before=done_run.load_before)  # fmt: skip
         except EngineError as exc:
             show_error(exc)
-    shown_code = pace.shown_result(CODE_EXPERIMENT, state[f"{NS}.code"], lab_view.code_from_record)
+    shown_code = pace.shown_result(
+        CODE_EXPERIMENT, state[f"{NS}.code"], lab_view.code_from_record, now=code_settings
+    )
     pace.note(shown_code)
     if shown_code is not None:
         lab_view.show_code_result(shown_code.result)
@@ -363,6 +373,7 @@ with tab_eval:
                 else " (this task ships with the lab, not with lm-eval, so the lab's command is the one that finds it)"
             )
         )
+        eval_settings = {"model": lm.name, "task": task, "limit": limit, "crosscheck": check}
         if button_why(st, "Run evaluation", key=f"{NS}.eval_go", type="primary", why=eval_why):
             # with the clock (elapsed, what is left from the last run here), stored for a reload and presenter mode
             res = pace.run_experiment(
@@ -372,12 +383,16 @@ with tab_eval:
                     lm, task, limit=int(limit), crosscheck=check, progress=report
                 ),
                 size=float(limit),
+                settings=eval_settings,
             )
             if res is not None:
                 state[f"{NS}.last_eval"] = res
                 state[f"{NS}.eval_runs"] = [*state[f"{NS}.eval_runs"], res.summary()]
         shown = pace.shown_result(
-            EVAL_EXPERIMENT, state[f"{NS}.last_eval"], lambda p: from_jsonable(evaluation.EvalResult, p)
+            EVAL_EXPERIMENT,
+            state[f"{NS}.last_eval"],
+            lambda p: from_jsonable(evaluation.EvalResult, p),
+            now=eval_settings,
         )
         pace.note(shown)
         res = shown.result if shown else None

@@ -73,6 +73,7 @@ sizes = spec_input(c1, SweepSpec, "sizes", key=f"{NS}.sizes")
 sweep_tokens = spec_input(c2, SweepSpec, "max_new_tokens", key=f"{NS}.sweep_tokens")
 why_not = "choose at least one batch size" if not sizes else ""
 why_not = why_not or ("New tokens each is out of range" if refused(sweep_tokens) else "")
+sweep_settings = {"model": lm.name, "sizes": sizes, "max_new_tokens": sweep_tokens}
 if button_why(c3, "Measure", key=f"{NS}.sweep_go", why=why_not, type="primary"):
     matmul = machine_matmul(lm)
     st.session_state[f"{NS}.sweep"] = pace.run_experiment(
@@ -80,10 +81,14 @@ if button_why(c3, "Measure", key=f"{NS}.sweep_go", why=why_not, type="primary"):
         "One padded batch per size",
         lambda report: run_sweep(lm, sizes, max_new_tokens=int(sweep_tokens), matmul_flops_per_s=matmul),
         size=sum(sizes) * sweep_tokens,
-        settings={"model": lm.name, "sizes": sizes, "max_new_tokens": sweep_tokens},
+        settings=sweep_settings,
     )
 shown = pace.shown_result(  # a stored sweep of this model (presenter mode: the last one on a quiet machine)
-    "batching-sweep", st.session_state[f"{NS}.sweep"], lambda p: from_jsonable(Sweep, p), {"model": lm.name}
+    "batching-sweep",
+    st.session_state[f"{NS}.sweep"],
+    lambda p: from_jsonable(Sweep, p),
+    {"model": lm.name},
+    now=sweep_settings,
 )
 sweep = shown.result if shown else None
 if sweep is not None and sweep.model == lm.name:
@@ -177,6 +182,11 @@ with st.form(f"{NS}.wl"):
         c[3], WorkloadSpec, "prompt_tokens_max", key=f"{NS}.p_max", label="Prompt tokens max", hi=512
     )
     go = st.form_submit_button("Run both policies", type="primary")
+# what a stored replay says it was run with, and whether the form above holds the same
+compare_settings = {
+    "model": lm.name, "requests": n_req, "max_batch": max_batch, "arrivals per second": rate, "seed": seed,
+    "output tokens (min, max)": [out_min, out_max], "output lengths": dist, "prompt tokens at most": p_max,
+}  # fmt: skip
 if sent_in_range(go, n_req, rate, max_batch, seed, out_min, out_max, p_max):
     try:
         spec = WorkloadSpec(
@@ -201,7 +211,7 @@ if sent_in_range(go, n_req, rate, max_batch, seed, out_min, out_max, p_max):
             "Replaying the workload under static, then in-flight batching",
             lambda report: compare(lm, workload, int(max_batch)),
             size=sum(r.max_new_tokens for r in workload),
-            settings={"model": lm.name, "requests": n_req, "max_batch": max_batch},
+            settings=compare_settings,
             store=lambda res: {**res, "bound": bound, "load": (load_start, loadavg_1m(), cores())},
         )
         if results is not None:
@@ -222,7 +232,7 @@ def _stored_compare(p: dict) -> dict:
 live = st.session_state[f"{NS}.compare"]
 if live is not None:
     live = {**live, "bound": st.session_state[f"{NS}.bound"], "load": st.session_state[f"{NS}.load"]}
-shown = pace.shown_result("batching-compare", live, _stored_compare, {"model": lm.name})
+shown = pace.shown_result("batching-compare", live, _stored_compare, {"model": lm.name}, now=compare_settings)
 pair = shown.result if shown else None
 if pair is not None and pair["static"].model == lm.name:
     pace.note(shown)
@@ -397,7 +407,13 @@ def live() -> None:
 with panel.container():
     live()
 
-shown = pace.shown_result("batching-users", st.session_state.get(f"{NS}.users"), lambda p: p)
+users_now = {
+    "model": lm.name,
+    "users": n_users,
+    "max_new_tokens": user_tokens,
+    "seconds between users": stagger,
+}
+shown = pace.shown_result("batching-users", st.session_state.get(f"{NS}.users"), lambda p: p, now=users_now)
 if shown is not None:
     pace.note(shown)
     users = shown.result

@@ -249,6 +249,35 @@ def test_playground_runs_survive_a_reload_and_open_presenter_mode(monkeypatch, t
     assert any(i.value.startswith("Presenter mode") for i in presenter.info)
 
 
+def test_a_reloaded_playground_result_says_what_it_was_run_with(monkeypatch, tmp_path):
+    """The student's reload: the restored result (8 tokens, KV cache off) sat under inputs reset to their defaults
+    (64 tokens, cache on), so it did not match what was shown; it now says what it was run with, and which of the
+    inputs on the page differ."""
+    monkeypatch.setenv("INFERENCE_LAB_RUNS_DIR", str(tmp_path / "runs"))
+    at = playground()
+    at.sidebar.toggle(key="playground.cache").set_value(False).run()
+    at.button(key="playground.go").click().run()
+    assert not at.exception and not at.error
+    assert not any(
+        "**This result** was run with" in i.value for i in at.info
+    )  # a live run matches its inputs
+    reloaded = AppTest.from_file(str(ROOT / "pages/1_Playground.py"), default_timeout=TIMEOUT)
+    reloaded.query_params["session"] = at.session_state["lab.session"]
+    reloaded.query_params["model"] = "tiny-gpt-neo"
+    reloaded.run()
+    assert not reloaded.exception
+    said = next(i.value for i in reloaded.info if "**This result** was run with" in i.value)
+    assert (
+        "prompt “The capital of France is”" in said and "max new tokens 8" in said and "KV cache off" in said
+    )
+    assert "are **not** these (max new tokens, KV cache differ)" in said, said
+    # the same inputs set again: said so
+    reloaded.sidebar.number_input(key="playground.max_new").set_value(8).run()
+    reloaded.sidebar.toggle(key="playground.cache").set_value(False).run()
+    said = next(i.value for i in reloaded.info if "**This result** was run with" in i.value)
+    assert "The inputs on this page now are the same." in said, said
+
+
 def test_the_run_table_fits_the_page_without_losing_a_column():
     """At 1280 px the run table's sixteen columns scrolled sideways (1,338 px in an 818 px column); it is now two
     tables of at most ten columns, each led by the run's number, which together show every column the CSV keeps."""

@@ -286,3 +286,31 @@ def test_presenter_mode_opens_on_the_last_quiet_replay_of_the_pages_model(monkey
     assert any("with no other work at its start or its end" in n and " UTC" in n for n in notes), notes
     assert list(at.dataframe[0].value["throughput (tok/s)"]) == [33.0, 33.0]
     assert not any("busy machine" in w.value for w in at.warning)
+
+
+def test_a_reloaded_sweep_says_what_it_was_run_with(monkeypatch, tmp_path):
+    """The student's reload: the kept sweep (batch 1, 2; 4 tokens) sat under inputs reset to their defaults and
+    passed for theirs; it says what it was run with now, and which inputs differ."""
+    monkeypatch.setenv("INFERENCE_LAB_RUNS_DIR", str(tmp_path))
+    from engine.batching.sweep import Sweep, SweepPoint
+    from engine.core.jsonsafe import to_jsonable
+    from engine.runtime import runlog
+
+    at = _page()
+    points = tuple(SweepPoint(b, 10.0 * b, 1.0, 0.02, 0.1, 12.0 * b, 0.9, 10**8) for b in (1, 2))
+    sweep = Sweep("tiny-gpt-neo", 13, 4, points, 100, 1e9, False, 1e9, 1e11)
+    runlog.save_result(
+        "batching-sweep",
+        to_jsonable(sweep),
+        wall_s=3.0,
+        session=at.session_state["lab.session"],
+        settings={"model": "tiny-gpt-neo", "sizes": [1, 2], "max_new_tokens": 4},
+    )
+    reloaded = AppTest.from_file(PAGE, default_timeout=120)
+    reloaded.query_params["session"] = at.session_state["lab.session"]
+    reloaded.run()
+    reloaded.sidebar.selectbox(key="batching.model").select("tiny-gpt-neo").run()
+    assert not reloaded.exception
+    said = next(i.value for i in reloaded.info if "kept across the page reload" in i.value)
+    assert "It was run with model tiny-gpt-neo, sizes 1, 2, max new tokens 4." in said
+    assert "**not** these (sizes, max new tokens differ)" in said, said

@@ -61,6 +61,11 @@ def test_classify_shows_the_exact_prompt_and_label_probabilities():
     assert any("kept across the page reload" in i.value for i in reloaded.info)
     assert reloaded.metric[0].value == at.metric[0].value
     assert [c.value for c in reloaded.code] == prompts
+    # the student's reload: the kept result sat under inputs reset to their defaults (another text) and
+    # passed for theirs; it says what it was run with now, and which inputs on the page differ
+    said = next(i.value for i in reloaded.info if "kept across the page reload" in i.value)
+    assert "It was run with model tiny-gpt-neo" in said and "k 2, text “A lovely warm welcome.”" in said, said
+    assert "The inputs on this page now are **not** these (" in said and "text differ)" in said, said
 
 
 def test_accuracy_sweep_draws_chart_table_and_confusion_matrix():

@@ -257,3 +257,20 @@ def test_a_result_measured_busy_says_so_beside_it_live_reloaded_or_presented(mon
     said = pace.load_note(busy)
     assert "busy machine (load average 1.2 → 6.5 on 2 cores" in said and "rerun on a quieter machine" in said
     assert pace.load_note({"before": 2.5, "after": 2.0, "cores": 2})  # busy before it started
+
+
+def test_a_kept_result_says_what_it_was_run_with_and_whether_the_inputs_now_are_those():
+    """The student's reload: a kept result sat under inputs reset to their defaults and passed for theirs; its
+    line says what it was run with, and which inputs on the page now differ (or that they are the same)."""
+    from ui.pace import ran_with
+
+    kept = {"model": "tiny", "sizes": [1, 2], "max_new_tokens": 4, "load": {"before": 0.1}}
+    said = ran_with(kept, {"model": "tiny", "sizes": [1, 2, 4, 8], "max_new_tokens": 32})
+    assert said.startswith("It was run with model tiny, sizes 1, 2, max new tokens 4.") and "load" not in said
+    assert said.endswith("The inputs on this page now are **not** these (sizes, max new tokens differ).")
+    assert ran_with(kept, {"model": "tiny", "sizes": (1, 2), "max_new_tokens": 4}).endswith("are the same.")
+    assert "may not be these" in ran_with(kept, None)
+    assert "may not be these" in ran_with({"k": 2}, {"k": 2, "text": "other"})  # its text was not stored
+    assert ran_with({"load": {}}, {"k": 1}) == ""
+    long = ran_with({"prompt": "def f(x):\n    return x " * 10}, None)
+    assert "\n" not in long and "…”" in long

@@ -236,7 +236,7 @@ def simulate_users(
         work=n * max_new_tokens,
         session=session,
         settings={
-            "model": lm.name, "users": n, "max_new_tokens": max_new_tokens,
+            "model": lm.name, "users": n, "max_new_tokens": max_new_tokens, "seconds between users": stagger_s,
             "load": pace.load_record(load_before),  # presenter mode's quiet test
         },
     )  # fmt: skip

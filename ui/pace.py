@@ -263,13 +263,59 @@ def presented(experiment: str, match: dict | None = None) -> tuple[runlog.Stored
     return best, which
 
 
+def _setting(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, list | tuple):
+        return ", ".join(map(_setting, value))
+    if isinstance(value, str):  # a prompt in one line, cut: the setting is named, not printed
+        value = " ".join(value.split())
+    if isinstance(value, str) and len(value) > 60:
+        return f"“{value[:60]}…”"
+    return f"“{value}”" if isinstance(value, str) and " " in value else str(value)
+
+
+def ran_with(settings: dict, now: dict | None, subject: str = "It") -> str:
+    """What a stored run was run with (its settings, the load aside), and whether the inputs on the page now are
+    those: a reload resets them to their defaults, so a stored result must not pass for theirs. `now`: the page's
+    settings as it would store them (None: not known); `subject`: what the line is about. Empty when the run stored
+    no settings."""
+    kept = {k: v for k, v in to_jsonable(settings).items() if k != "load"}
+    if not kept:
+        return ""
+    line = (
+        f"{subject} was run with "
+        + ", ".join(f"{k.replace('_', ' ')} {_setting(v)}" for k, v in kept.items())
+        + "."
+    )
+    if now is None:
+        return line + " The inputs on this page were not set from it and may not be these."
+    now = to_jsonable(now)
+    differ = [k.replace("_", " ") for k, v in kept.items() if now.get(k) != v]
+    if differ:
+        return line + f" The inputs on this page now are **not** these ({', '.join(differ)} differ)."
+    unknown = [k.replace("_", " ") for k in now if k not in kept and k != "load"]
+    if unknown:
+        return (
+            line
+            + f" Its {', '.join(unknown)} {'was' if len(unknown) == 1 else 'were'} not stored with it: the inputs on "
+            "this page may not be these."
+        )
+    return line + " The inputs on this page now are the same."
+
+
 def shown_result(
-    experiment: str, live: Any, decode: Callable[[Any], Any], match: dict | None = None
+    experiment: str,
+    live: Any,
+    decode: Callable[[Any], Any],
+    match: dict | None = None,
+    now: dict | None = None,
 ) -> Shown | None:
     """What the page draws: `live` (this session's result, kept in session state) when there is one; else the
     session's last stored run (a reload lost the session state, not the run); else, in presenter mode, the last
     run recorded on this machine on a quiet machine (`presented`), dated. `decode` turns a stored payload back
-    into the page's result; `match`: settings a stored run must have to be shown (the page's model)."""
+    into the page's result; `match`: settings a stored run must have to be shown (the page's model); `now`: the
+    page's inputs as settings, so a stored run says whether they are the ones it was run with (ran_with)."""
     if live is not None:
         return Shown(live, "", load_note(st.session_state.get(f"pace.{experiment}.load")))
     want = to_jsonable(match or {})
@@ -281,7 +327,8 @@ def shown_result(
     if stored is not None:
         return Shown(
             decode(stored.payload),
-            f"This session's run of {stored.when}, kept across the page reload.",
+            f"This session's run of {stored.when}, kept across the page reload. "
+            f"{ran_with(stored.settings, now)}".rstrip(),
             load_note(recorded_load(stored)),
         )
     if presenter_mode():
@@ -292,7 +339,8 @@ def shown_result(
             return Shown(
                 decode(stored.payload),
                 f"Presenter mode: {which}, {stored.when} "
-                f"(took {fmt.seconds(stored.wall_s)}); not live. Press the button to run it now.",
+                f"(took {fmt.seconds(stored.wall_s)}); not live. Press the button to run it now. "
+                f"{ran_with(stored.settings, now)}".rstrip(),
                 load_note(recorded_load(stored)),
                 presenter=True,
             )

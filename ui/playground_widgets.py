@@ -422,6 +422,7 @@ _KEPT = (
     "latency",
     "load",
     "empty_note",
+    "ran_with",
 )
 
 
@@ -464,6 +465,35 @@ def keep(ns: str, wall_s: float) -> None:
         session=browser_session(),
         settings={"load": load} if load else None,
     )
+
+
+def ran_with(model: str, prompt: str, cfg: GenerationConfig) -> dict:
+    """The inputs a run was made with, stored beside it: a reload resets the page's inputs to their defaults, so
+    a restored result must say what it was run with (ran_with_line)."""
+    return {
+        "model": model,
+        "prompt": prompt,
+        "max new tokens": cfg.max_new_tokens,
+        "KV cache": cfg.use_cache,
+        "decoding": f"sampling, temperature {cfg.temperature:g}, top-p {cfg.top_p:g}, top-k {cfg.top_k}, seed "
+        f"{cfg.seed}"
+        if cfg.do_sample
+        else "greedy",
+        "compiled decode": cfg.compile,
+        "chat template": cfg.chat_template,
+    }
+
+
+def ran_with_line(run: dict, now: dict | None) -> str:
+    """What a stored run (a reload's, presenter mode's) was run with, and whether the inputs on the page now are
+    those (ui.pace.ran_with): the reload reset them, so the result must not pass for theirs. `now`: ran_with of
+    the page's inputs (None while a setting is refused or no model is loaded)."""
+    kept = run.get("ran_with") or {  # a run stored before its inputs were: what it carries of them
+        "model": run.get("model"),
+        "max new tokens": run.get("max_new"),
+        "KV cache": run.get("use_cache"),
+    }
+    return pace.ran_with(kept, now, "**This result**")
 
 
 def restore(ns: str) -> None:
