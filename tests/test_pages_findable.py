@@ -98,6 +98,27 @@ def test_home_puts_measuring_this_machine_above_the_tour_and_the_tour_points_at_
     assert '"Calibrate this machine again"' in (ROOT / "ui" / "machine_view.py").read_text()
 
 
+def test_the_top_of_home_links_to_the_tour_and_its_pace_comes_first(monkeypatch, tmp_path):
+    """The presenter's walk: the tour sat below the machine panel and its pace line below its eight stops, past the
+    first screen at 1280 x 900; the page's first lines now link to the tour's heading, and the pace line and
+    presenter mode come right under that heading, before the stops (checked in Chromium too)."""
+    monkeypatch.setenv("INFERENCE_LAB_HOME", str(tmp_path))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    assert not at.exception
+    from ui.home import TOUR_ANCHOR
+
+    els = in_order(at.main)
+    link = position(els, lambda e: e.type == "markdown" and f"](#{TOUR_ANCHOR})" in e.value)
+    roofs = position(els, text_is("subheader", "This machine's roofs"))
+    tour = position(els, text_is("subheader", "Start here"))
+    assert link < roofs < tour
+    assert els[tour].proto.anchor == TOUR_ANCHOR
+    first_stop = position(els, lambda e: e.type == "page_link")
+    assert tour < position(els, text_is("caption", "Each live run shows a progress bar")) < first_stop
+    if any((ROOT / "bench" / "results").glob("tour-full-*.json")):
+        assert tour < position(els, text_is("caption", "Time it:")) < first_stop
+
+
 def test_every_tab_the_tour_names_is_a_tab_of_its_page():
     """The tour said "(second tab) prompt lookup" where the second tab is KV-cache quantization; a tab is now named
     by its label (*Label* tab), and each such label is one the page's st.tabs draws."""

@@ -125,9 +125,21 @@ def tour_pace() -> str:
     )
 
 
+TOUR_ANCHOR = "start-here"
+
+
 def tour_panel() -> None:
     """'Start here': one deep link per stop, half a minute each, with the chapter section it demonstrates."""
-    st.subheader("Start here: a tour of every page")
+    st.subheader("Start here: a tour of every page", anchor=TOUR_ANCHOR)  # linked from the page's first lines
+    # how long it takes and presenter mode first: below the eight stops they sat past the first screen
+    pace_line = tour_pace()
+    if pace_line:
+        st.caption(pace_line)
+    st.caption(
+        "Each live run shows a progress bar with the time so far and what is left. Presenting? Switch on "
+        "**Presenter mode** in the sidebar: every page then opens on the last run recorded on this machine, with "
+        "its date, so the tour can be shown before anything runs. A page reload keeps this session's runs."
+    )
     pages = {p.title: p for p in PAGES}
     for n, (title, params, what, section) in enumerate(TOUR, 1):
         c1, c2 = st.columns([2, 5], vertical_alignment="center")
@@ -142,14 +154,6 @@ def tour_panel() -> None:
             except StreamlitAPIException:
                 st.markdown(f"**{n}. {title}**")  # run on its own (a test), outside the app's navigation
         c2.markdown(f"{what} *(chapter section {section})*")
-    pace_line = tour_pace()
-    if pace_line:
-        st.caption(pace_line)
-    st.caption(
-        "Each live run shows a progress bar with the time so far and what is left. Presenting? Switch on "
-        "**Presenter mode** in the sidebar: every page then opens on the last run recorded on this machine, with "
-        "its date, so the tour can be shown before anything runs. A page reload keeps this session's runs."
-    )
     st.caption(
         'What the lab follows: **chapter 4, "Running inference"**, of the Manning book this lab accompanies '
         "(GPT-Neo as the reference model; generating, few-shot prompting, code and evaluation in 4.1; memory and "
@@ -223,6 +227,10 @@ def render() -> None:
         "See LLM inference: **what a model costs to run, why it is slow, and what makes it faster.** "
         "Every figure is either measured on this machine or computed from a formula you can open; "
         "each says which."
+    )
+    st.markdown(
+        f"Presenting, or new here? **[Start here: a tour of every page](#{TOUR_ANCHOR})**, one stop per page, "
+        "with how long its live runs take and presenter mode; it follows this machine's roofs below."
     )
     st.subheader("This machine's roofs")
     st.caption(
