@@ -109,8 +109,14 @@ def test_code_generation_shows_code_stop_reason_and_lint():
     assert code and code[0].value.startswith("def is_palindrome")
     md = _texts(at, "markdown")
     assert "Why it stopped:" in md
-    assert "ruff" in md or any("ruff" in s.value for s in at.success)
-    assert any("ast.parse" in e.value for e in [*at.success, *at.error])
+    assert "ruff" in md or any("ruff" in c.value for c in at.caption)
+    assert any("ast.parse" in e.value for e in [*at.caption, *at.error])
+    # never green: the draft is not run, so passing the parser and the linter does not make it right
+    from ui.lab_view import code_outcome
+
+    kind, said = code_outcome(at.session_state["lab.code"])
+    boxes = {"error": at.error, "warning": at.warning, "neutral": at.info}
+    assert not at.success and any(b.value == said for b in boxes[kind])
     # the presenter's walk: a reload lost the draft, and the report's button went grey with it
     reloaded = AppTest.from_file(PAGE, default_timeout=120)
     reloaded.query_params["session"] = at.session_state["lab.session"]
@@ -185,3 +191,34 @@ def test_the_predicted_label_is_said_right_under_the_classify_button():
     best = probs.sort_values("probability", ascending=False).iloc[0]
     assert after.type == "markdown" and after.value.startswith(f"Predicted label: **{at.metric[0].value}** (")
     assert f"{best['label']} {best['probability']:.0%}" in after.value
+
+
+@pytest.mark.parametrize(
+    ("code", "findings", "kind", "said"),
+    [
+        ("def f(:\n", (), "error", "Does not parse"),
+        ("import os\n", (("F401", "`os` imported but unused"),), "warning", "lint found 1 finding(s)"),
+        ("def f(x):\n    return x + 1\n", (), "neutral", "lint found nothing"),
+    ],
+)
+def test_the_drafts_box_follows_the_outcome_of_its_checks(code, findings, kind, said):
+    """The presenter's walk: a generated draft sat in green boxes ('ast.parse accepts it', 'no findings') though
+    it was never run and could be wrong; the box now follows the checks (red: does not parse; amber: lint found
+    something; neutral, saying it was not checked, when both pass), and is never green."""
+    from types import SimpleNamespace
+
+    from engine.lab import codegen
+    from ui.lab_view import code_outcome
+
+    lint = codegen.LintReport(True, tuple(codegen.LintFinding(c, m, 1, 1) for c, m in findings), "ruff 0.x")
+    result = SimpleNamespace(syntax=codegen.check_syntax(code), lint=lint)
+    got, words = code_outcome(result)
+    assert got == kind and said in words
+    assert ("not checked" in words) == (kind != "error")
+    unlinted = SimpleNamespace(
+        syntax=codegen.check_syntax("x = 1\n"), lint=codegen.LintReport(False, (), "", "no ruff")
+    )
+    assert (
+        code_outcome(unlinted) == ("warning", code_outcome(unlinted)[1])
+        and "lint not run" in code_outcome(unlinted)[1]
+    )

@@ -32,27 +32,48 @@ def session_eval_runs(experiment: str) -> list[dict[str, Any]]:
     return rows
 
 
+def code_outcome(result: codegen.CodeResult) -> tuple[str, str]:
+    """The draft's verdict, from the checks that ran: ("error", ...) when it does not parse, ("warning", ...) when
+    lint found something or could not run, else ("neutral", ...): the code is never run or tested here, so passing
+    the parser and the linter is never shown as a success (a wrong program passes both)."""
+    unchecked = "It was never run or tested: whether it does what was asked was **not checked**."
+    if not result.syntax.ok:
+        where = f" at line {result.syntax.line}, column {result.syntax.column}" if result.syntax.line else ""
+        return (
+            "error",
+            f"**Does not parse**: `ast.parse` rejects it ({result.syntax.message}{where}), so it cannot run.",
+        )
+    lint = result.lint
+    if not lint.available:
+        return "warning", f"**Parses; lint not run** ({lint.reason}). {unchecked}"
+    if lint.findings:
+        return "warning", f"**Parses, but lint found {len(lint.findings)} finding(s)** (below). {unchecked}"
+    return "neutral", f"**Parses, and lint found nothing.** {unchecked}"
+
+
 def show_code_result(result: codegen.CodeResult) -> None:
-    """The draft, why it stopped, its syntax and lint verdicts, and the model's raw output."""
+    """The draft, its verdict (coloured by the outcome of the checks that ran, code_outcome), why it stopped, its
+    syntax and lint details, and the model's raw output."""
     m = result.completion.measurement
     st.markdown(
         f"**Generated code** ({result.mode} mode, {m.output_tokens} tokens in {fmt_seconds(m.latency_s)}):"
     )
     st.code(result.code, language="python", line_numbers=True)
+    kind, verdict = code_outcome(result)
+    box = {"error": st.error, "warning": st.warning, "neutral": st.info}[kind]
+    box(
+        verdict,
+        icon={"error": ":material/error:", "warning": ":material/warning:"}.get(kind, ":material/help:"),
+    )
     st.markdown(f"**Why it stopped:** `{result.stop_reason}`: {result.stop_explanation}")
     if result.syntax.ok:
-        st.success(
+        st.caption(
             "Syntax: `ast.parse` accepts it (parsing only: correct syntax says nothing about correct behaviour)."
         )
-    else:
-        where = f" at line {result.syntax.line}, column {result.syntax.column}" if result.syntax.line else ""
-        st.error(f"Syntax: `ast.parse` rejects it: {result.syntax.message}{where}.")
     lint = result.lint
-    if not lint.available:
-        st.warning(f"Lint skipped: {lint.reason}")
-    elif not lint.findings:
-        st.success(f"{lint.ruff_version} (rules {', '.join(lint.rules)}): no findings.")
-    else:
+    if lint.available and not lint.findings:
+        st.caption(f"{lint.ruff_version} (rules {', '.join(lint.rules)}): no findings.")
+    elif lint.findings:
         rows = codegen.collapse_findings(lint.findings)
         collapsed = len(rows) < len(lint.findings)
         st.markdown(
@@ -107,6 +128,7 @@ def report_sections(*, classified, sweep, code, eval_runs: list[dict[str, Any]])
             export.Heading(f"Generated code ({result.mode} mode, stopped by {result.stop_reason})"),
             export.Table([{"code": result.code}]),
             export.Text(f"Syntax: {syntax}"),
+            export.Text(code_outcome(result)[1]),
         ]
         if result.lint.findings:
             report += [export.Table(codegen.collapse_findings(result.lint.findings), "ruff findings")]
