@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from ui.common import fmt_seconds
+
 PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "4_Few-shot_code_and_eval.py")
 
 
@@ -109,6 +111,13 @@ def test_code_generation_shows_code_stop_reason_and_lint():
     assert code and code[0].value.startswith("def is_palindrome")
     md = _texts(at, "markdown")
     assert "Why it stopped:" in md
+    # the presenter's walk: 'N tokens in 4.1 s' and a stored 'took 4.1 s' counted the generation alone, not the
+    # review after it: each time now says what it counts, and the stored one is the whole wait
+    m = at.session_state["lab.code"].completion.measurement
+    assert f"generation took {fmt_seconds(m.latency_s)} from the request to its last token" in md
+    from engine.runtime import runlog
+
+    assert runlog.last_result("lab-code").wall_s > m.latency_s
     assert "ruff" in md or any("ruff" in c.value for c in at.caption)
     assert any("ast.parse" in e.value for e in [*at.caption, *at.error])
     # never green: the draft is not run, so passing the parser and the linter does not make it right

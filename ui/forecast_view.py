@@ -16,7 +16,11 @@ def forecast_outcome(expected_s: float, took_s: float, busy: bool) -> str:
     """What replaces the forecast once the run is over: the two times side by side and, when the run took much
     longer, why (the forecast before it stays on screen otherwise, '69.7 s' beside a 5.5 min run)."""
     ratio = took_s / expected_s if expected_s > 0 else float("nan")
-    said = f"Forecast before the run: {fmt.seconds(expected_s)}; it took {fmt.seconds(took_s)}"
+    # what took_s counts, said: the request to its last token (the model was loaded before the button)
+    said = (
+        f"Forecast before the run: {fmt.seconds(expected_s)}; generation took {fmt.seconds(took_s)} "
+        "(from the request to its last token)"
+    )
     if ratio > FORECAST_MISSED:
         return said + (
             f", {ratio:.1f}× the forecast: other work on the machine took its share of the CPU during the run "

@@ -56,7 +56,8 @@ def show_code_result(result: codegen.CodeResult) -> None:
     syntax and lint details, and the model's raw output."""
     m = result.completion.measurement
     st.markdown(
-        f"**Generated code** ({result.mode} mode, {m.output_tokens} tokens in {fmt_seconds(m.latency_s)}):"
+        f"**Generated code** ({result.mode} mode, {m.output_tokens} tokens; generation took "
+        f"{fmt_seconds(m.latency_s)} from the request to its last token, the review after it not counted):"
     )
     st.code(result.code, language="python", line_numbers=True)
     kind, verdict = code_outcome(result)

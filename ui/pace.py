@@ -62,7 +62,8 @@ def expected(experiment: str, work: float, settings: dict | None = None) -> Expe
     which = "the last run here" if same == len(want) else "the closest earlier run here (other settings)"
     busy = "" if quiet else ", on a busy machine"
     return Expected(
-        best.wall_s * work / best.work, f"{which}, {best.when}{busy}, took {fmt.seconds(best.wall_s)}"
+        best.wall_s * work / best.work,
+        f"{which}, {best.when}{busy}, took {fmt.seconds(best.wall_s)} from the button to its result",
     )
 
 
@@ -339,7 +340,7 @@ def shown_result(
             return Shown(
                 decode(stored.payload),
                 f"Presenter mode: {which}, {stored.when} "
-                f"(took {fmt.seconds(stored.wall_s)}); not live. Press the button to run it now. "
+                f"(it took {fmt.seconds(stored.wall_s)} from the button to its result); not live. Press the button to run it now. "
                 f"{ran_with(stored.settings, now)}".rstrip(),
                 load_note(recorded_load(stored)),
                 presenter=True,
