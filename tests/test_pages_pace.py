@@ -279,3 +279,31 @@ def test_a_kept_result_says_what_it_was_run_with_and_whether_the_inputs_now_are_
     assert ran_with({"load": {}}, {"k": 1}) == ""
     long = ran_with({"prompt": "def f(x):\n    return x " * 10}, None)
     assert "\n" not in long and "…”" in long
+
+
+def test_the_time_left_does_not_jump_up_between_coarse_reports():
+    """The presenter's walk: a bar read 'about 40 s left', then 'about 90 s left', then back, as coarse progress
+    reports moved the pace so far. A higher estimate now pauses the countdown (it rises by no more than the time
+    passed) until it has held for RISE_HOLD_S; a lower one is shown at once."""
+    from ui.pace import RISE_HOLD_S, SmoothedLeft, clock_line
+
+    smooth = SmoothedLeft()
+    assert smooth(10.0, 40.0) == 40.0
+    assert smooth(10.5, 90.0) == 40.0  # the jump is not shown: the countdown pauses
+    assert smooth(11.0, 89.5) == 40.0
+    assert smooth(11.5, 30.0) == 30.0  # lower: at once
+    assert smooth(12.0, 29.5) == 29.5
+    # a higher estimate that holds is believed after RISE_HOLD_S
+    t, shown = 12.0, []
+    while t < 12.0 + RISE_HOLD_S + 1.0:
+        t += 0.5
+        shown.append(smooth(t, 80.0))
+    assert shown[0] == 29.5 and shown[-1] == 80.0 and max(shown[:-3]) < 80.0
+    assert (
+        smooth(t + 0.5, None) is None
+    )  # nothing to go by: nothing shown, and the next estimate starts afresh
+    # the bar's words use it: the pace so far said 94.5 s half a second after 40 s
+    bar = SmoothedLeft()
+    clock_line("Racing", "", 10.0, 0.2, None, smooth=bar)  # 10 s for 20%: 40 s left
+    assert "about 94.5 s left" in clock_line("Racing", "", 10.5, 0.1, None)  # unsteadied: the jump
+    assert "about 40 s left" in clock_line("Racing", "", 10.5, 0.1, None, smooth=bar)

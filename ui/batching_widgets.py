@@ -202,6 +202,7 @@ def simulate_users(
 
     t0, load_before = time.perf_counter(), loadavg_1m()
     done, done_at = 0, None  # requests finished, and when the last of them was first seen finished
+    smooth = pace.SmoothedLeft()  # one run's 'left', steadied between its coarse steps (a request done)
     try:
         for k in range(n):
             if stagger_s and k:
@@ -215,7 +216,9 @@ def simulate_users(
                     done, done_at = finished, elapsed
                 st.progress(
                     done / n,
-                    text=pace.clock_line(f"{done} of {n} finished", "", elapsed, done / n, guess, done_at),
+                    text=pace.clock_line(
+                        f"{done} of {n} finished", "", elapsed, done / n, guess, done_at, smooth
+                    ),
                 )
                 show_snapshot(sched.snapshot())
             time.sleep(LIVE_REDRAW_S)

@@ -82,6 +82,37 @@ def left_s(
     return None
 
 
+# A higher 'left' is shown at once only after it has held this long; before that the shown one stops counting down
+# instead (a coarse progress report turned '40 s left' into '90 s left' and back within seconds).
+RISE_HOLD_S = 5.0
+
+
+class SmoothedLeft:
+    """One run's 'about N s left', steadied: a lower estimate is shown at once; a higher one may raise what is shown
+    by no more than the time passed since the last update (the countdown pauses) until it has held for RISE_HOLD_S,
+    when it is shown as it is. Call it with (elapsed, estimate) at every redraw of the run's bar."""
+
+    def __init__(self) -> None:
+        self.shown: float | None = None
+        self.at = 0.0
+        self.higher_since: float | None = None
+
+    def __call__(self, elapsed: float, left: float | None) -> float | None:
+        if left is None:
+            self.shown, self.higher_since = None, None
+            return None
+        counted = None if self.shown is None else max(self.shown - (elapsed - self.at), 0.0)
+        if counted is None or left <= counted:
+            self.higher_since = None
+            shown = left
+        else:
+            self.higher_since = elapsed if self.higher_since is None else self.higher_since
+            held = elapsed - self.higher_since >= RISE_HOLD_S
+            shown = left if held else min(left, counted + (elapsed - self.at))  # i.e. the last one shown
+        self.shown, self.at = shown, elapsed
+        return shown
+
+
 def clock_line(
     label: str,
     message: str,
@@ -89,9 +120,13 @@ def clock_line(
     fraction: float,
     guess: Expected | None,
     reported_at: float | None = None,
+    smooth: SmoothedLeft | None = None,
 ) -> str:
-    """The bar's words: what is happening, the time so far and what is left, and where the estimate comes from."""
+    """The bar's words: what is happening, the time so far and what is left (steadied by `smooth`, the run's own
+    SmoothedLeft, where given), and where the estimate comes from."""
     left = left_s(elapsed, fraction, guess, reported_at)
+    if smooth is not None:
+        left = smooth(elapsed, left)
     head = f"{label}: {message}" if message else label
     clock = f"{fmt.seconds(elapsed)} elapsed"
     if left is None:
@@ -130,7 +165,8 @@ def run_with_clock(label: str, work: Callable[[Report], T], guess: Expected | No
         except BaseException as exc:  # re-raised on the page's thread
             box.append((False, exc))
 
-    bar = st.progress(0.0, text=clock_line(label, "starting", 0.0, 0.0, guess))
+    smooth = SmoothedLeft()
+    bar = st.progress(0.0, text=clock_line(label, "starting", 0.0, 0.0, guess, smooth=smooth))
     thread = threading.Thread(target=target, name="inference-lab-page-run", daemon=True)
     thread.start()
     try:
@@ -140,7 +176,7 @@ def run_with_clock(label: str, work: Callable[[Report], T], guess: Expected | No
             f = state["fraction"]
             bar.progress(
                 _bar_fraction(elapsed, f, guess),
-                text=clock_line(label, state["message"], elapsed, f, guess, state["at"]),
+                text=clock_line(label, state["message"], elapsed, f, guess, state["at"], smooth),
             )
     finally:
         bar.empty()
