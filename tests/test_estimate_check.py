@@ -171,3 +171,33 @@ def test_a_measurement_that_recorded_no_load_is_not_compared():
     assert not beside(
         "TPOT", measured_s=None, predicted=predicted
     ).load_unknown  # a forecast measures nothing
+
+
+def test_the_interval_beside_runs_measured_here_is_for_one_run_and_says_how_many_it_held(exact_calibration):
+    """The engineer's walk (Memory and cost, this machine, calibrated): every shape's median measured TPOT fell
+    outside its own '95%' interval. That interval was the fit's, made on each shape's fastest run, so an interval for
+    the fastest run, which most runs on a shared machine sit above. Beside the runs it is now an interval for one
+    more run (the point times the spread of measured / estimated over the runs compared), and the page says how
+    many runs it held, each left out of the spread that judged it."""
+    from engine.calibration.prediction import predict_interval
+
+    spec, machine, cal = exact_calibration
+    point = predict_interval(cal, spec, dtype="fp32", prompt_tokens=40, output_tokens=32).tpot.central
+    factors = (0.95, 1.0, 1.05, 1.1, 1.2, 1.3, 1.5, 1.8, 2.0, 2.4)  # a quiet machine's run-to-run spread
+    runs = [synthetic_run("smollm2-135m-instruct", "fp32", 0.1, point * f) for f in factors]
+    [shape] = estimate_check.summarize(runs, machine, cal, spec_for=lambda _: spec)
+    lo, hi = shape.calibrated_tpot_interval
+    assert (
+        lo <= point * 1.25 <= hi and shape.beside().inside
+    )  # the fit's own interval here is a point: outside
+    spread = shape.run_spread
+    assert spread is not None and spread.n == 10 and 8 <= spread.held <= 10
+    assert f"it held {spread.held} of 10" in spread.sentence()
+    assert "(one run here, 95%: " in shape.explanation()
+    assert sum(lo <= point * f <= hi for f in factors) >= 8  # it holds most of the runs it sits beside
+    # too few runs for a spread: the fit's interval, named for what it is
+    [few] = estimate_check.summarize(runs[:3], machine, cal, spec_for=lambda _: spec)
+    assert (
+        few.run_spread is None and "(the fit's 95%, for the fastest of a shape's runs: " in few.explanation()
+    )
+    assert estimate_check.run_spread([few]) is None

@@ -841,7 +841,7 @@ def test_the_measured_shapes_table_fits_the_page_without_losing_a_column():
         "shape",
         "measured",
         "estimate",
-        "95%",
+        "interval",
         "roofs' bound",
         "comparable",
         "runs",
@@ -939,3 +939,30 @@ def test_an_emptied_number_box_is_said_and_never_silently_becomes_the_default():
     assert any(m.label == "GPUs needed" for m in at.metric) and not [
         e for e in at.error if "is empty" in e.value
     ]
+
+
+def test_one_slow_shape_no_longer_flattens_the_measured_chart_and_is_named_when_not_compared():
+    """The engineer's walk: one shape measured at 357 ms (no record of the machine's load) beside shapes of 60 to
+    130 ms, on a linear axis, left the others' bars unreadable. The chart is on a log axis, says so, draws a shape
+    that is not compared grey and names it, and shows the calibrated bar's interval."""
+    from ui.calc_view import chart_note
+    from ui.plots_calc import comparison_chart
+
+    rows = [
+        {"label": "slow", "measured": 0.357, "datasheet": 0.015, "calibrated": 0.065, "interval": (0.047, 0.25),
+         "comparable": False},
+        {"label": "quiet", "measured": 0.064, "datasheet": 0.015, "calibrated": 0.065, "interval": (0.047, 0.25),
+         "comparable": True},
+    ]  # fmt: skip
+    fig = comparison_chart(rows)
+    assert fig.layout.yaxis.type == "log"
+    grey = next(t for t in fig.data if t.name == "measured, not compared")
+    assert list(grey.y) == [357.0, None]
+    calibrated = next(t for t in fig.data if t.name.startswith("predicted (calibrated)"))
+    assert list(calibrated.error_y.array) == pytest.approx([185.0, 185.0])
+    note = chart_note(rows)
+    assert (
+        note.startswith("Log scale: the bars span 24×") and "not compared" in note and note.endswith("slow.")
+    )
+    rows[0]["comparable"] = True
+    assert "grey" not in chart_note(rows)

@@ -7,7 +7,7 @@ price and the launch command at the layout that model settled on; the words are 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import pandas as pd
@@ -496,10 +496,10 @@ def measured_section(a: CalcAnswer, key: str) -> None:
     cal = a.request.cal
     st.caption(
         "Runs the engine measured here (Playground, benchmarks, calibration), each beside the calibrated model's "
-        "estimate for its own shape, with its 95% interval (this machine's fit on its own runs; the GPU estimates "
-        "above state 80%, the level their published rows hold out of sample). A run measured while the machine was "
-        "busy is not compared; without a calibration only the measured roofs' bound is shown, which no real run "
-        "reaches."
+        "estimate for its own shape, with an interval for one more run here (what it is and how many runs it held "
+        "is said below; the GPU estimates above state 80%, the level their published rows hold out of sample). A "
+        "run measured while the machine was busy is not compared; without a calibration only the measured roofs' "
+        "bound is shown, which no real run reaches."
     )
     runs = [r for r in load_runs() if r.use_cache]
     if runs or machine_known(cal):
@@ -517,6 +517,15 @@ def measured_section(a: CalcAnswer, key: str) -> None:
         f"Each row is one shape (model, precision, batch, prompt and output length bucket): the median and middle "
         f"half of its last {estimate_check.RECENT} comparable runs, never one run. Cancelled runs are left out."
     )
+    if cal is not None:
+        spread = estimate_check.run_spread(shapes)
+        st.caption(
+            spread.sentence()
+            if spread is not None
+            else f"Fewer than {estimate_check.SPREAD_MIN_RUNS} quiet runs with their load recorded: no interval "
+            "for one run yet. The interval shown is the fit's 95% for the fastest of a shape's runs (the fit is "
+            "made on the fastest, as noise only adds time), which most runs on a shared machine sit above."
+        )
     best = shapes[-3:]
     for col, c in zip(st.columns(len(best)), best, strict=True):
         b = c.beside()
@@ -543,14 +552,34 @@ def measured_section(a: CalcAnswer, key: str) -> None:
             "measured": c.tpot.median,
             "datasheet": c.datasheet_tpot_s,
             "calibrated": c.calibrated_tpot_s,
+            "interval": c.calibrated_tpot_interval,
+            "comparable": c.beside().comparable or c.calibrated_tpot_s is None,
         }
         for c in shapes[-6:]
     ]
     st.plotly_chart(comparison_chart(chart), width="stretch", key=f"{key}.cmp")
+    st.caption(chart_note(chart))
     split_dataframes(_shape_rows(shapes), "shape", SHAPE_PARTS)
     if cal is None:
         st.caption("Calibrated estimates appear once this machine is calibrated.")
         calibrate_button(f"{key}.beside")
+
+
+def chart_note(rows: Sequence[dict]) -> str:
+    """The comparison chart's note: its log scale, the span it covers, and which shapes are drawn but not
+    compared (built from the rows it describes)."""
+    times = [v for r in rows for v in (r["measured"], r["datasheet"]) if v and math.isfinite(v) and v > 0]
+    span = max(times) / min(times) if times else 1.0
+    grey = [r["label"] for r in rows if not r.get("comparable", True)]
+    return (
+        f"Log scale: the bars span {span:,.0f}× from the shortest to the tallest, so one slow shape leaves the "
+        "others readable."
+        + (
+            f" Drawn grey and not compared (measured busy, or with no record of the load): {', '.join(grey)}."
+            if grey
+            else ""
+        )
+    )
 
 
 def comparable_word(b) -> str:
@@ -561,9 +590,9 @@ def comparable_word(b) -> str:
 # scrolled sideways at 1280 px.
 SHAPE_PARTS = (
     (
-        "Time per output token in ms: the shape's median measured beside the calibrated estimate, its 95% interval "
-        "and the measured roofs' bound",
-        ("measured", "estimate", "95%", "roofs' bound", "comparable"),
+        "Time per output token in ms: the shape's median measured beside the calibrated estimate, its interval "
+        "(for one more run here where enough runs were compared, as said above) and the measured roofs' bound",
+        ("measured", "estimate", "interval", "roofs' bound", "comparable"),
     ),
     (
         "The runs behind each shape: how many, from which page or tool, the newest (UTC)",
@@ -584,7 +613,7 @@ def _shape_rows(shapes) -> list[dict]:
             "newest": c.newest[:16].replace("T", " "),
             "measured": ms(c.tpot.median),
             "estimate": ms(c.calibrated_tpot_s),
-            "95%": f"{ms(c.calibrated_tpot_interval[0])}–{ms(c.calibrated_tpot_interval[1])}"
+            "interval": f"{ms(c.calibrated_tpot_interval[0])}–{ms(c.calibrated_tpot_interval[1])}"
             if c.calibrated_tpot_interval
             else "",
             "roofs' bound": ms(c.datasheet_tpot_s),

@@ -298,26 +298,70 @@ def roofline_figure(
 
 
 def comparison_chart(rows: Sequence[dict]) -> go.Figure:
-    """Measured versus predicted TPOT per run (datasheet and calibrated), one group per run."""
+    """Measured versus predicted TPOT per shape (datasheet and calibrated, the calibrated bar with its interval),
+    one group per shape, on a log axis: one slow shape (a run while the machine was busy) left the others' bars
+    flat on a linear one. A shape not compared (busy, or no load recorded) is drawn grey and named in the legend."""
     x = [r["label"] for r in rows]
     fig = go.Figure()
-    fig.add_bar(x=x, y=[r["measured"] * 1e3 for r in rows], name="measured", marker_color="black")
+    for compared, name, color in ((True, "measured", "black"), (False, "measured, not compared", "#bdbdbd")):
+        if any(r.get("comparable", True) == compared for r in rows):
+            fig.add_bar(
+                x=x,
+                y=[r["measured"] * 1e3 if r.get("comparable", True) == compared else None for r in rows],
+                name=name,
+                marker_color=color,
+                offsetgroup="measured",  # one slot per shape, whichever colour its bar is
+            )
     fig.add_bar(
         x=x,
         y=[r["datasheet"] * 1e3 for r in rows],
         name="predicted (datasheet roofs)",
         marker_color="#9ecae1",
+        offsetgroup="datasheet",
     )
     if any(r["calibrated"] is not None for r in rows):
+        has = [r["calibrated"] is not None and r.get("interval") is not None for r in rows]
         fig.add_bar(
             x=x,
-            y=[(r["calibrated"] or 0) * 1e3 for r in rows],
-            name="predicted (calibrated)",
+            y=[r["calibrated"] * 1e3 if r["calibrated"] is not None else None for r in rows],
+            name="predicted (calibrated), with its interval",
             marker_color="#3182bd",
+            offsetgroup="calibrated",
+            error_y=dict(
+                type="data",
+                symmetric=False,
+                array=[
+                    (r["interval"][1] - r["calibrated"]) * 1e3 if h else 0
+                    for r, h in zip(rows, has, strict=True)
+                ],
+                arrayminus=[
+                    (r["calibrated"] - r["interval"][0]) * 1e3 if h else 0
+                    for r, h in zip(rows, has, strict=True)
+                ],
+                color="#08306b",
+            ),
         )
     return _style(
-        fig, height=320, legend=dict(y=1.15), barmode="group", yaxis_title="decode time per token (ms)"
+        fig,
+        height=320,
+        legend=dict(y=1.15),
+        barmode="group",
+        yaxis=dict(type="log", title="ms per output token (log)", tickvals=_log_ticks(rows)),
     )
+
+
+def _log_ticks(rows: Sequence[dict]) -> list[float]:
+    """1, 2, 5 x 10^k ms ticks over the chart's values (plotly's own log ticks read '2, 5, 100, 2, 5')."""
+    vals = [
+        v * 1e3
+        for r in rows
+        for v in (r["measured"], r["datasheet"], r["calibrated"], *(r.get("interval") or ()))
+        if v is not None and math.isfinite(v) and v > 0
+    ]
+    if not vals:
+        return []
+    lo, hi = math.floor(math.log10(min(vals))), math.ceil(math.log10(max(vals)))
+    return [m * 10.0**k for k in range(lo, hi + 1) for m in (1, 2, 5)]
 
 
 def batch_curve(points: Sequence, fit_limit: int, *, priced: bool) -> go.Figure:

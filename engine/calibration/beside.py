@@ -40,6 +40,7 @@ class Beside:
     busy: bool
     cores: int
     load_unknown: bool = False  # a measurement that recorded no load (logged before runs carried it)
+    level: str = "95%"  # what the interval is, in the words beside it ("one run here, 95%")
 
     @property
     def comparable(self) -> bool:
@@ -97,7 +98,7 @@ class Beside:
     def _estimate(self) -> str:
         if self.predicted is not None:
             p = self.predicted
-            return f"calibrated estimate {fmt.seconds(p.central)} (95%: {fmt.seconds(p.low)}–{fmt.seconds(p.high)})"
+            return f"calibrated estimate {fmt.seconds(p.central)} ({self.level}: {fmt.seconds(p.low)}–{fmt.seconds(p.high)})"
         if self.bound_s is not None:
             return f"measured roofs' bound {fmt.seconds(self.bound_s)} (no per-step cost, never reached)"
         return "no estimate"
@@ -148,6 +149,7 @@ def beside(
     cpu_share: float = math.nan,
     busy: bool | None = None,
     n_cores: int | None = None,
+    level: str = "95%",
 ) -> Beside:
     """`measured_s` (None for a forecast) beside the calibrated `predicted` interval (None without a calibration)
     and the roofs' `bound_s`; busy by the one rule (engine.core.load) from the load average and CPU share, unless
@@ -161,7 +163,7 @@ def beside(
         and not math.isfinite(loadavg_1m)
         and not math.isfinite(cpu_share)
     )
-    return Beside(quantity, measured_s, predicted, bound_s, loadavg_1m, flagged, n, unknown)
+    return Beside(quantity, measured_s, predicted, bound_s, loadavg_1m, flagged, n, unknown, level)
 
 
 def run_load(run: object) -> tuple[float, float, bool | None]:

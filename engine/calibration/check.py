@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.arch.resolve import spec_for_run_model
@@ -30,11 +30,64 @@ from engine.core.interval import Interval
 from engine.core.load import cores, is_busy, loadavg_1m
 
 RECENT = 10  # the newest runs of a shape that count: older ones may predate a change of load or code
+SPREAD_LEVEL = 0.95  # the one-run interval's nominal level
+SPREAD_MIN_RUNS = 8  # fewer compared runs than this: no one-run interval (the fit's own is shown, and named)
 
 
 def _bucket(n: float) -> int:
     """Power-of-two bucket: 1, 2, 4, 8, ... (the bucket of 100 and of 120 is 128)."""
     return 1 << max(0, math.ceil(math.log2(max(1.0, n))))
+
+
+FIT_WORDS = "the fit's 95%, for the fastest of a shape's runs"
+
+
+@dataclass(frozen=True)
+class RunSpread:
+    """How far one run measured here strays from the calibrated point: the ratios measured / predicted TPOT of the
+    runs compared (quiet, with their load recorded), every shape pooled. The fit is made on each shape's fastest
+    run (noise only adds time), so its own interval is one for the fastest run, which most runs on a shared machine
+    sit above; the point times these ratios' 2.5th and 97.5th percentiles is a prediction interval for one more run.
+    `held` says how many compared runs it held when each was left out of the ratios that judged it."""
+
+    ratios: tuple[float, ...]
+    level: float = SPREAD_LEVEL
+
+    def _bounds(self, ratios: Sequence[float]) -> tuple[float, float]:
+        tail = (1 - self.level) / 2
+        return stats.quantile(ratios, tail), stats.quantile(ratios, 1 - tail)
+
+    @property
+    def factors(self) -> tuple[float, float]:
+        """(low, high) multipliers of the calibrated point."""
+        return self._bounds(self.ratios)
+
+    @property
+    def n(self) -> int:
+        return len(self.ratios)
+
+    @property
+    def held(self) -> int:
+        """Compared runs inside the interval built from the others' ratios (leave one out)."""
+        inside = 0
+        for i, r in enumerate(self.ratios):
+            lo, hi = self._bounds(self.ratios[:i] + self.ratios[i + 1 :])
+            inside += lo <= r <= hi
+        return inside
+
+    @property
+    def words(self) -> str:
+        return f"one run here, {self.level:.0%}"
+
+    def sentence(self) -> str:
+        """What the interval is and how many runs it actually held, from its numbers."""
+        lo, hi = self.factors
+        held = self.held
+        return (
+            f"The interval is for one more run here ({self.level:.0%} nominal): the calibrated estimate times "
+            f"{lo:.2f}–{hi:.2f}, the spread of measured / estimated TPOT over the {self.n} quiet runs compared. Each "
+            f"run judged by the interval built from the others, it held {held} of {self.n} ({held / self.n:.0%})."
+        )
 
 
 @dataclass(frozen=True)
@@ -53,13 +106,20 @@ class ShapeComparison:
     datasheet_ttft_s: float
     calibrated_tpot_s: float | None
     calibrated_ttft_s: float | None
-    calibrated_tpot_interval: tuple[float, float] | None = None  # 95%, from the calibration's fit
-    calibrated_ttft_interval: tuple[float, float] | None = None
+    # TPOT: one run's interval (RunSpread) where enough runs were compared, else the fit's 95% (of the fastest run)
+    calibrated_tpot_interval: tuple[float, float] | None = None
+    calibrated_ttft_interval: tuple[float, float] | None = None  # the fit's 95%
     loadavg_1m: float = math.nan  # median 1-minute load average of the runs that recorded one
     # of the runs compared, those measured busy: all of them or none (busy runs are compared only where the shape
     # has no quiet one)
     busy_runs: int = 0
     busy_left_out: int = 0  # busy runs of the shape left out because it has quiet ones
+    run_spread: RunSpread | None = None  # what calibrated_tpot_interval is, when it is one run's interval
+
+    @property
+    def interval_words(self) -> str:
+        """What the TPOT interval is, in the words beside it."""
+        return self.run_spread.words if self.run_spread is not None else FIT_WORDS
 
     @property
     def label(self) -> str:
@@ -98,6 +158,7 @@ class ShapeComparison:
             loadavg_1m=self.loadavg_1m,
             # busy when any compared run was; else the load decides, and runs that recorded none are not compared
             busy=True if self.busy_runs > 0 else None,
+            level=self.interval_words,
         )
 
     def explanation(self) -> str:
@@ -152,6 +213,7 @@ def summarize(
         )
         groups.setdefault(key, []).append(m)
     out = []
+    ratios: list[float] = []  # measured / calibrated TPOT of each run compared (RunSpread)
     for (model, dtype, b, use_cache, _p, _o), ms in groups.items():
         spec = spec_for(model)
         if spec is None:
@@ -196,7 +258,32 @@ def summarize(
                 left_out,
             )
         )
+        if c_tpot and not busy_runs:  # the runs a ratio is drawn for: quiet, with their load recorded
+            ratios += [m.tpot_s / c_tpot for m in ms if _load_recorded(m)]
+    if len(ratios) >= SPREAD_MIN_RUNS:
+        spread = RunSpread(tuple(ratios))
+        lo, hi = spread.factors
+        out = [
+            replace(
+                c,
+                calibrated_tpot_interval=(c.calibrated_tpot_s * lo, c.calibrated_tpot_s * hi),
+                run_spread=spread,
+            )
+            if c.calibrated_tpot_s is not None
+            else c
+            for c in out
+        ]
     return sorted(out, key=lambda c: c.newest)
+
+
+def run_spread(shapes: Sequence[ShapeComparison]) -> RunSpread | None:
+    """The one-run spread the shapes' intervals share (None: too few runs compared, or no calibration)."""
+    return next((c.run_spread for c in shapes if c.run_spread is not None), None)
+
+
+def _load_recorded(m: Any) -> bool:
+    load, share, flag = run_load(m)
+    return flag is not None or math.isfinite(load) or math.isfinite(share)
 
 
 def _measured_busy(m: Any) -> bool:
