@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from engine.calc.serving_memory import is_cpu
 from engine.calc.specs import THIS_MACHINE
 from engine.core.errors import EngineError
 from ui import export
@@ -88,7 +89,7 @@ with right:
         st.markdown(here)  # the same quantity measured, beside the estimate by the one rule
     if est.speed is not None:
         st.markdown(speed_caption(est, request.gpu))
-    cost_and_plan_tiles(est)
+    cost_and_plan_tiles(est, cpu=is_cpu(request.gpu))
     if est.fit.layout is not None and est.fit.layout.tensor_parallel > 1:
         tensor_parallel_tiles(est, request.gpu, answer.split)
     paged_section(est, NS)

@@ -966,3 +966,45 @@ def test_one_slow_shape_no_longer_flattens_the_measured_chart_and_is_named_when_
     )
     rows[0]["comparable"] = True
     assert "grey" not in chart_note(rows)
+
+
+def _on_this_cpu(monkeypatch) -> AppTest:
+    """The page with this machine picked, measured as a CPU (no fp16 peak)."""
+    from engine.calibration import machine
+    from ui.common import cached_machine_measurement
+
+    cpu = machine.MachineMeasurement(
+        "m",
+        "2026-11-30T00:00:00+00:00",
+        "cpu",
+        "this machine (measured)",
+        20e9,
+        20e9,
+        {"fp32": 2e11, "bf16": 5e10},
+        1024,
+        64e9,
+    )  # fmt: skip  (the name older measurements stored)
+    monkeypatch.setattr(machine, "measure", lambda *a, **k: cpu)
+    cached_machine_measurement.clear()
+    at = _run(CALC)
+    at.selectbox(key="calc.gpu").set_value("this-machine").run()
+    assert not at.exception
+    return at
+
+
+def test_this_machines_cpu_is_never_called_a_gpu(monkeypatch):
+    """The engineer's walk: with this machine picked the page read '1 x this machine' GPUs, 'GPU memory', 'per GPU'
+    and a 'GPUs needed' tile of 1, for a CPU. The CPU is named as one, and the GPU count gives way to its RAM."""
+    from ui.common import cached_machine_measurement
+
+    at = _on_this_cpu(monkeypatch)
+    head = next(s.value for s in at.subheader if "users ×" in s.value)
+    assert "this machine's CPU (measured)" in head and "1 ×" not in head
+    assert not any(m.label == "GPUs needed" for m in at.metric)
+    assert _metric(at, "This machine's memory") == "64.00 GB"
+    gpus = at.number_input(key="calc.gpus")
+    assert gpus.disabled and "this machine's CPU" in gpus.label
+    bar = at.get("plotly_chart")[0].proto.spec
+    assert "this machine's RAM 64.00 GB" in bar and "GPU memory" not in bar and "per GPU" not in bar
+    assert any("On this machine's CPU (measured), batch 1" in m.value for m in at.markdown)
+    cached_machine_measurement.clear()

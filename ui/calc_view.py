@@ -20,6 +20,7 @@ from engine.calc.cost import estimate_cost
 from engine.calc.efficiency import INTERVAL_LEVEL, SpeedEstimate
 from engine.calc.explain import efficiency_of, reasoning
 from engine.calc.report import Estimate, SplitAgainstOne, estimate, split_against_one
+from engine.calc.serving_memory import is_cpu
 from engine.calc.timing import Efficiency
 from engine.core.interval import Interval
 from ui.calc_widgets import CalcRequest
@@ -72,11 +73,16 @@ def swept_gpus(est: Estimate) -> int:
     return layout.tensor_parallel
 
 
+def on_device(gpu, n: int) -> str:
+    """'2 × H100 SXM', or this machine's CPU by its name alone (one CPU, never counted as GPUs)."""
+    return gpu.name if is_cpu(gpu) else f"{n} × {gpu.name}"
+
+
 def header(a: CalcAnswer) -> str:
     i = a.est.inputs
     return (
-        f"{a.label} · {i.weights_label} · {i.n_gpus} × {a.request.gpu.name} · {i.batch} users × {i.seq_len:,} tokens"
-        + (" · calibrated" if a.est.calibrated else "")
+        f"{a.label} · {i.weights_label} · {on_device(a.request.gpu, i.n_gpus)} · {i.batch} users × "
+        f"{i.seq_len:,} tokens" + (" · calibrated" if a.est.calibrated else "")
     )
 
 
@@ -90,7 +96,9 @@ def verdict(a: CalcAnswer, key: str) -> None:
     if fit.serving is not None:
         st.plotly_chart(serving_bar(fit.serving), width="stretch", key=f"{key}.servbar")
     else:
-        st.plotly_chart(memory_bar(est.memory), width="stretch", key=f"{key}.membar")
+        st.plotly_chart(
+            memory_bar(est.memory, cpu=is_cpu(a.request.gpu)), width="stretch", key=f"{key}.membar"
+        )
 
 
 def breakdown_frame(est: Estimate) -> pd.DataFrame:
@@ -289,9 +297,10 @@ def ttft_sentence(sp: SpeedEstimate, users: int) -> str:
     )
 
 
-def cost_and_plan_tiles(est: Estimate) -> None:
+def cost_and_plan_tiles(est: Estimate, *, cpu: bool = False) -> None:
     """$/M tokens and $/hour at the GPUs the answer settled on, generation time, max batch and sequence, and GPUs
-    needed: every tile from the same memory answer."""
+    needed: every tile from the same memory answer. On this machine's CPU (`cpu`) there are no GPUs to count: the
+    GPUs tile gives way to the memory the answer fits in."""
     i, fit = est.inputs, est.fit
     at = "" if est.priced_gpus == i.n_gpus else f" at {est.priced_gpus} GPUs"
     k = st.columns(3)
@@ -305,7 +314,11 @@ def cost_and_plan_tiles(est: Estimate) -> None:
         )
         k[1].metric("$ per hour" + at, fmt.usd(est.cost.usd_per_hour))
     else:
-        why = "no layout holds it" if fit.layout is None else "no price per GPU-hour: enter yours"
+        why = (
+            "no layout holds it"
+            if fit.layout is None
+            else f"no price per {'hour' if cpu else 'GPU-hour'}: enter yours"
+        )
         note_metric(k[0], "$ per million output tokens", "—", why)
         note_metric(k[1], "$ per hour", "—", why)
     request_time_tile(k[2], est)
@@ -313,7 +326,7 @@ def cost_and_plan_tiles(est: Estimate) -> None:
     k[0].metric(
         f"Max batch at {i.seq_len:,} tokens{_asked(est)}",
         f"{est.max_batch:,}",
-        help=f"On the {i.n_gpus} GPU(s) asked.",
+        help="In this machine's memory." if cpu else f"On the {i.n_gpus} GPU(s) asked.",
     )
     note_metric(
         k[1],
@@ -323,7 +336,15 @@ def cost_and_plan_tiles(est: Estimate) -> None:
     )
     asked = est.inputs.n_gpus
     fewer = f"; priced at the {asked} asked" if est.fits and est.gpus_needed < asked else ""
-    note_metric(k[2], "GPUs needed", f"{est.gpus_needed:,}", est.plan.brief() + fewer)
+    if cpu:
+        note_metric(
+            k[2],
+            "This machine's memory",
+            fmt.gb(est.memory.gpu_memory_bytes),
+            "installed RAM, all of it counted",
+        )
+    else:
+        note_metric(k[2], "GPUs needed", f"{est.gpus_needed:,}", est.plan.brief() + fewer)
     st.caption(fit.sentence)
 
 
@@ -482,7 +503,7 @@ def cost_curve(a: CalcAnswer, key: str) -> None:
         batch_curve(a.sweep, a.sweep_max_batch, priced=priced), width="stretch", key=f"{key}.curve"
     )
     st.markdown(
-        batch_sentence(a.sweep, a.sweep_max_batch, f"{swept_gpus(a.est)} × {a.request.gpu.name}", priced)
+        batch_sentence(a.sweep, a.sweep_max_batch, on_device(a.request.gpu, swept_gpus(a.est)), priced)
     )
 
 
@@ -681,7 +702,9 @@ def export_parts(a: CalcAnswer) -> list:
         export.Text("\n".join(f"- {line}" for line in why(a))),
         *(export.Text(f"Assumption: {w}") for w in est.warnings),
         export.Table(breakdown_frame(est), "parameters and bytes per component"),
-        export.Figure(serving_bar(est.serving) if est.serving else memory_bar(est.memory)),
+        export.Figure(
+            serving_bar(est.serving) if est.serving else memory_bar(est.memory, cpu=is_cpu(a.request.gpu))
+        ),
         export.Figure(
             batch_curve(a.sweep, a.sweep_max_batch, priced=math.isfinite(est.cost.usd_per_million_tokens)),
             "cost and latency against batch size",

@@ -18,7 +18,7 @@ from engine.calc import format as fmt
 from engine.calc import quant
 from engine.calc.quant import WEIGHT_FORMATS, quant_format_name
 from engine.calc.report import CALIBRATED_MODE, Inputs, default_precision
-from engine.calc.serving_memory import VLLM_UTILIZATION, sglang_fraction
+from engine.calc.serving_memory import VLLM_UTILIZATION, is_cpu, sglang_fraction
 from engine.calc.specs import (
     THIS_MACHINE,
     GPUFigures,
@@ -89,7 +89,17 @@ def calc_inputs(key: str) -> CalcRequest | None:
     gpu = edited or base_gpu  # the widgets below start from the GPU's own figures while an edit is refused
     c1, c2 = st.columns(2)
     batch = spec_input(c1, Inputs, "batch", key=f"{key}.batch", label="Batch (concurrent users)")
-    n_gpus = spec_input(c2, Inputs, "n_gpus", key=f"{key}.gpus", label="GPUs")
+    cpu = is_cpu(gpu)
+    n_gpus = spec_input(
+        c2,
+        Inputs,
+        "n_gpus",
+        key=f"{key}.gpus",
+        label="GPUs (none: this machine's CPU)" if cpu else "GPUs",
+        disabled=cpu,  # drawn, so the count comes back with a GPU
+    )
+    if cpu:
+        n_gpus = 1  # the one CPU
     prompt = spec_input(c1, Inputs, "prompt_tokens", key=f"{key}.prompt", label="Prompt tokens")
     output = spec_input(c2, Inputs, "output_tokens", key=f"{key}.output", label="Output tokens")
     serving, serving_ok = engine_inputs(key, gpu, int(n_gpus or 1))
@@ -236,9 +246,17 @@ def gpu_choice(key: str, *, default: str = "t4", cal=_UNREAD) -> GPUSpec:
         keys,
         index=keys.index(default),
         key=f"{key}.gpu",
-        format_func=lambda k: catalog[k].name if k in catalog else "this machine (measured)",
+        format_func=lambda k: catalog[k].name if k in catalog else this_machine_label(),
     )
     return cached_machine(cal) if choice == THIS_MACHINE else catalog[choice]
+
+
+def this_machine_label() -> str:
+    """The picker's name for this machine: its CPU, or its GPU where torch sees one (what engine.calibration.machine
+    measures), so a CPU is never offered as a GPU."""
+    import torch
+
+    return "this machine's GPU (measured)" if torch.cuda.is_available() else "this machine's CPU (measured)"
 
 
 GB, TFLOPS = 1e9, 1e12
@@ -407,17 +425,22 @@ def price_input(container, key: str, gpu: GPUSpec) -> tuple[float | None, bool]:
 
     listed = price_for(gpu.key)
     if listed is None:
-        label = "$ per GPU-hour"
+        cpu = is_cpu(gpu)
+        label = "$ per hour of this machine" if cpu else "$ per GPU-hour"
         value = container.number_input(
             label,
             value=None,  # empty until the user prices it (bounds: Inputs.problem below, in one sentence)
             step=0.05,
             key=f"{key}.price.{gpu.key}",
             placeholder="no published price: yours",
-            help="No published price for this GPU: enter yours to see a cost per token.",
+            help=f"No published price for {'this machine' if cpu else 'this GPU'}: enter yours to see a cost per "
+            "token.",
         )
         if value is None:
-            container.caption("no published price for this GPU: no cost per token until you enter yours")
+            container.caption(
+                f"no published price for {'this machine' if cpu else 'this GPU'}: no cost per token until you "
+                "enter yours"
+            )
             return None, True
         why = Inputs.problem("usd_per_gpu_hour", value, label=label, hi=1000.0)
         if why:

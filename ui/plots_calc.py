@@ -35,10 +35,10 @@ def _style(fig: go.Figure, *, height: int, top: int = 30, legend: dict, **layout
     return fig
 
 
-def _add_gb_bar(fig: go.Figure, name: str, value: float, color: str) -> None:
-    """One segment of a horizontal stacked bar of bytes per GPU, labelled in GB (10^9 B)."""
+def _add_gb_bar(fig: go.Figure, name: str, value: float, color: str, where: str = "per GPU") -> None:
+    """One segment of a horizontal stacked bar of bytes per GPU (or in `where`), labelled in GB (10^9 B)."""
     fig.add_bar(
-        y=["per GPU"],
+        y=[where],
         x=[value / 1e9],
         name=f"{name} {fmt.gb(value)}",
         orientation="h",
@@ -87,18 +87,22 @@ def serving_bar(sm) -> go.Figure:
     )
 
 
-def memory_bar(m: MemoryEstimate) -> go.Figure:
-    """One stacked bar per GPU: weights, KV cache, overhead, and the free memory (or the overflow)."""
-    parts = [
+def memory_bar(m: MemoryEstimate, *, cpu: bool = False) -> go.Figure:
+    """One stacked bar per GPU: weights, KV cache, overhead, and the free memory (or the overflow). `cpu`: this
+    machine's CPU, whose memory is its RAM, named so (not a GPU's)."""
+    where = "in RAM" if cpu else "per GPU"
+    fig = go.Figure()
+    for name, value, color in (
         ("weights", m.weights_bytes / m.n_gpus, COLORS["weights"]),
         ("KV cache", m.kv_cache_bytes / m.n_gpus, COLORS["kv"]),
         ("overhead", m.overhead_bytes / m.n_gpus, COLORS["overhead"]),
-    ]
-    fig = _stacked_gb(parts)
+    ):
+        _add_gb_bar(fig, name, value, color, where)
     spare = m.gpu_memory_bytes - m.per_gpu_bytes
     if spare >= 0:
-        _add_gb_bar(fig, "free", spare, COLORS["free"])
-    _gpu_line(fig, m.gpu_memory_bytes, f"GPU memory {fmt.gb(m.gpu_memory_bytes)}")
+        _add_gb_bar(fig, "free", spare, COLORS["free"], where)
+    label = "this machine's RAM" if cpu else "GPU memory"
+    _gpu_line(fig, m.gpu_memory_bytes, f"{label} {fmt.gb(m.gpu_memory_bytes)}")
     return _style(
         fig,
         height=230,

@@ -46,9 +46,14 @@ class MachineMeasurement:
             self.matmul_flops_per_s,
             memory_bytes=self.memory_bytes,
             source=f"measured {self.measured_at}",
-            name=self.name,
+            name=CPU_NAME
+            if self.device == "cpu"
+            else self.name,  # older files said "this machine (measured)"
             matmul_n=self.matmul_n,
         )
+
+
+CPU_NAME = "this machine's CPU (measured)"  # never "GPU": where the calculator's GPU is this machine's CPU
 
 
 def machine_spec(
@@ -57,7 +62,7 @@ def machine_spec(
     *,
     memory_bytes: float | None = None,
     source: str = "measured",
-    name: str = "this machine (measured)",
+    name: str | None = None,
     matmul_n: int = 1024,
 ) -> GPUSpec:
     """A machine's measured roofs as a GPUSpec; memory defaults to installed RAM. Only measured precisions
@@ -70,7 +75,7 @@ def machine_spec(
     peaks = dict(flops)
     return GPUSpec(
         key=THIS_MACHINE,
-        name=name,
+        name=name or (CPU_NAME if "fp16" not in peaks else "this machine (measured)"),  # no fp16 peak: a CPU
         memory_bytes=memory_bytes,
         bandwidth_bytes_per_s=bandwidth,
         peak_flops=peaks,
@@ -101,7 +106,7 @@ def measure(dtypes: Sequence[str] = DEFAULT_DTYPES, *, store: bool = True) -> Ma
     else:
         import psutil
 
-        memory, name = float(psutil.virtual_memory().total), "this machine (measured)"
+        memory, name = float(psutil.virtual_memory().total), CPU_NAME
     load = loadavg_1m()
     m = MachineMeasurement(
         machine_id=paths.machine_id(),
