@@ -1008,3 +1008,16 @@ def test_this_machines_cpu_is_never_called_a_gpu(monkeypatch):
     assert "this machine's RAM 64.00 GB" in bar and "GPU memory" not in bar and "per GPU" not in bar
     assert any("On this machine's CPU (measured), batch 1" in m.value for m in at.markdown)
     cached_machine_measurement.clear()
+
+
+def test_picking_this_machines_cpu_says_why_the_precision_became_fp32(monkeypatch):
+    """The engineer's walk: picking this machine changed the weights from fp16 to fp32 under the user, unsaid."""
+    from ui.common import cached_machine_measurement
+
+    at = _on_this_cpu(monkeypatch)
+    assert at.selectbox(key="calc.dtype.cpu").value == "fp32"
+    [note] = [c.value for c in at.caption if c.value.startswith("This machine's CPU runs fp32")]
+    assert "switched to fp32 when it was picked (its bf16 matmul measured at 1/4 of its fp32 rate)" in note
+    cached_machine_measurement.clear()
+    at.selectbox(key="calc.gpu").set_value("t4").run()
+    assert not any(c.value.startswith("This machine's CPU runs fp32") for c in at.caption)

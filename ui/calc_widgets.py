@@ -181,6 +181,21 @@ KV_AUTO = "auto"
 PLAIN = ("fp32", "fp16", "bf16")
 
 
+def cpu_precision_note(gpu: GPUSpec) -> str:
+    """Why the weights start at fp32 when this machine's CPU is picked (the box is a new one, so the precision
+    chosen for a GPU does not carry over): from the CPU's own measured matmul rates."""
+    fp32, bf16 = gpu.flops_for("fp32"), gpu.flops_for("bf16")
+    ratio = (
+        f" (its bf16 matmul measured at 1/{fp32 / bf16:.0f} of its fp32 rate)"
+        if fp32 and bf16 and fp32 >= 1.5 * bf16
+        else ""
+    )
+    return (
+        f"This machine's CPU runs fp32, so the weights switched to fp32 when it was picked{ratio}; the lab loads "
+        "models on a CPU in fp32. Pick another precision to estimate it anyway."
+    )
+
+
 def precision_inputs(key: str, gpu: GPUSpec, spec: ModelSpec | None = None) -> Inputs | None:
     """Weights (a precision, or a quantized format with its scales: torchao int8/int4 with a group size, fp8,
     AWQ/GPTQ, NVFP4/MXFP4, bitsandbytes, GGUF blocks), which modules the format covers, and the KV cache's
@@ -231,6 +246,8 @@ def precision_inputs(key: str, gpu: GPUSpec, spec: ModelSpec | None = None) -> I
         if group is None:
             return None
         group = group or None
+    if kind == "cpu":
+        c1.caption(cpu_precision_note(gpu))
     dtype = weights if weights in PLAIN else "fp16"
     return Inputs(
         dtype=dtype, kv_dtype=None if kv == KV_AUTO else kv, weight_format=fmt, group_size=group, scope=scope
