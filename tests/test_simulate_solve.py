@@ -290,3 +290,22 @@ def test_the_cheapest_answer_gives_the_command_of_one_replica_and_how_to_run_the
     assert ("--tensor-parallel-size" in command) == (best["gpus"] > 1)
     if best["replicas"] > 1:
         assert f"Run it as {best['replicas']} copies of the {best['gpus']}-GPU server" in a.sentence
+
+
+def test_too_few_requests_per_probe_are_raised_and_the_answer_says_so():
+    """The engineer's walk: `estimate ... --solve max-users --solve-requests 1` answered with no word that the
+    request count had been raised (the help said 'at least twice the users'; the rule is three per user)."""
+    spec = SimulateSpec(model="llama-3-8b", gpu="h100-sxm", n_requests=1, prompt_tokens=64, output_tokens=8)
+    d = deployment(spec)
+    d = replace(d, steps=LinearSteps(0.010, 0.001), limits=replace(d.limits, max_batch=256))
+    a = solve.max_users(spec, SLO(ttft_s=None, tpot_s=0.02055), deploy=d)
+    users = a.value.central
+    assert a.details["requests_per_probe_at_answer"] == 3 * users
+    assert (
+        f"The 1 simulated request(s) asked per probe are fewer than 3 per user (each user's first request is left "
+        f"out as the ramp): each probe used 3 per user instead, {3 * users:,} at {users:,} users."
+        in a.sentence
+    )
+    enough = solve.max_users(replace(spec, n_requests=1000), SLO(ttft_s=None, tpot_s=0.02055), deploy=d)
+    assert "asked per probe are fewer" not in enough.sentence
+    assert enough.details["requests_per_probe_at_answer"] == 1000

@@ -74,7 +74,8 @@ def add_solve_arguments(parser) -> None:
         "--solve-requests",
         type=int,
         default=SimulateSpec.default("n_requests"),
-        help="simulated requests per probe of max-users and cheapest (at least twice the users)",
+        help="simulated requests per probe of max-users and cheapest; a probe of N users uses at least 3N (each "
+        "user's first request is the ramp, left out), and the answer says when it raised this",
     )
     group.add_argument(
         "--solve-gpus",

@@ -203,10 +203,31 @@ def max_context(
 # ---------------------------------------------------------------- the most users at the SLOs
 
 
+PROBE_REQUESTS_PER_USER = 3  # a probe of u users simulates at least 3u requests: u are the ramp, left out
+
+
+def probe_requests(s: SimulateSpec, users: int) -> int:
+    """Requests one probe of `users` users simulates: the spec's, raised to 3 per user where fewer (each user's
+    first request is the ramp and is left out of the count, so fewer leave too few to judge)."""
+    return max(s.n_requests, PROBE_REQUESTS_PER_USER * users)
+
+
+def requests_raised(s: SimulateSpec, users: int) -> str:
+    """A sentence when the requests asked were fewer than a probe of `users` needs, saying what was used."""
+    used = probe_requests(s, users)
+    if used == s.n_requests:
+        return ""
+    return (
+        f" The {s.n_requests:,} simulated request(s) asked per probe are fewer than {PROBE_REQUESTS_PER_USER} per user "
+        f"(each user's first request is left out as the ramp): each probe used {PROBE_REQUESTS_PER_USER} per user "
+        f"instead, {used:,} at {users:,} users."
+    )
+
+
 def _meets(s: SimulateSpec, d, users: int, slo: SLO, which: str, lengths: Sequence[int]) -> bool:
     """Whether `users` users meet the objectives in steady state: started `steady_stagger_s` apart, their first
     requests (the ramp, on a machine not yet full) left out of the count."""
-    probe = replace(s, mode="concurrency", n_requests=max(s.n_requests, 3 * users))
+    probe = replace(s, mode="concurrency", n_requests=probe_requests(s, users))
     load, planned = workload(probe, users)
     longer = list(lengths) + lengths_of(probe)[len(lengths) :]
     stagger = steady_stagger_s(s, d, users, which)
@@ -325,6 +346,7 @@ def max_users(
         )
         + _beyond_full_length(d, value.central, s.prompt_tokens + s.output_tokens)
         + _anchored(d)
+        + requests_raised(s, max(value.central, 1))
     )
     return Answer(
         "max-users",
@@ -336,6 +358,7 @@ def max_users(
             "step_model": d.steps.describe(),
             "max_batch": d.limits.max_batch,
             "search_ceiling": MAX_USERS,
+            "requests_per_probe_at_answer": probe_requests(s, max(value.central, 1)),
         },
     )
 
@@ -492,12 +515,16 @@ def cheapest(
             "these replicas meets the objectives"
         )
     sentence = (
-        f"Cheapest for {users} users at {slo.words()}: {each}{best.gpus} x {best.name} at "
-        f"${best.usd_per_hour:,.2f}/hour, {best.users_per_replica} users per replica ({spread}); {len(tried)} of "
-        f"the {len(cands)} priced options that fit {'was' if len(tried) == 1 else 'were'} simulated (users in "
-        "steady state, as the most-users answer counts them); each of the others costs more for one replica than "
-        "this whole plan."
-    ) + _anchored(d)
+        (
+            f"Cheapest for {users} users at {slo.words()}: {each}{best.gpus} x {best.name} at "
+            f"${best.usd_per_hour:,.2f}/hour, {best.users_per_replica} users per replica ({spread}); {len(tried)} of "
+            f"the {len(cands)} priced options that fit {'was' if len(tried) == 1 else 'were'} simulated (users in "
+            "steady state, as the most-users answer counts them); each of the others costs more for one replica than "
+            "this whole plan."
+        )
+        + _anchored(d)
+        + requests_raised(s, best.users_per_replica)
+    )
     command = _replica_command(s, spec, best)
     if best.replicas > 1:
         sentence += (
