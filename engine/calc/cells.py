@@ -27,8 +27,9 @@ The rule's constants were chosen on the fitted rows' own out-of-fold residuals, 
 (`Bands.calibration`: each residual's band read from the others, without the row itself or without its whole
 source). At a nominal 80% with 6 rows from 2 sources, the band without any widening held 82% of decode, 75% of
 first-token and 74% of throughput residuals left out one at a time; 12% per borrowed level is the smallest
-widening that holds at least 80% of each kind (85%, 80%, 84%; 88%, 88%, 84% leaving out whole sources, as
-`python -m engine trackrecord` prints them after the served first-token row of vLLM issue #20469 came, 2026-12-05).
+widening that holds at least 80% of each kind (86%, 81%, 84%; 88%, 89%, 84% leaving out whole sources, as
+`python -m engine trackrecord` prints them after the first-token rows of vLLM issue #20469 and NVIDIA's NIM
+benchmarking docs came, 2026-12-05).
 It was 10% until two served first-token rows of the vLLM class came (2026-12-05): out of fold they are predicted with
 the borrowed fixed cost, 1.35x and 1.65x low, and at 10% first-token residuals held 79.2%. The
 first pass's 25% held 85-95% at 1.5-3.5x the width. COVERAGE is the one level the page and the JSON state.
