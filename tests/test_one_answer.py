@@ -129,6 +129,23 @@ def test_a_serving_engine_decides_memory_the_overhead_model_is_only_a_comparison
     assert hf.fit.model == "overhead" and hf.fit.serving is None
 
 
+def test_the_gpus_memory_is_named_by_who_reports_it():
+    """An H100's memory read four ways (80 GB, 85.52 GB, 85.06 GB, the pool) with no label telling them apart: the
+    serving sentence says the total is CUDA's and what the engine keeps of it; the driver's figure is not it."""
+    from engine.calc import format as fmt
+    from engine.calc.serving_startup import cuda_total_bytes
+
+    h100 = gpu_spec("h100-sxm")
+    est = estimate(model_preset("llama-3-8b"), h100, Inputs(dtype="bf16", batch=8, engine="vllm"))
+    cuda, util = cuda_total_bytes(h100), est.fit.serving.utilization
+    assert cuda < h100.memory_bytes  # the driver keeps some for itself
+    sentence = est.fit.sentence
+    assert (
+        f"keeps {util:.0%} of the {fmt.gb(cuda)} CUDA reports on each GPU ({fmt.gb(cuda * util)})" in sentence
+    )
+    assert fmt.gb(h100.memory_bytes) not in sentence and "each GPU's" not in sentence
+
+
 def test_sglang_keeps_its_own_fraction_per_gpu_count():
     spec, h100 = model_preset("llama-3-8b"), gpu_spec("h100-sxm")
     for n, fraction in ((1, 0.88), (2, 0.87), (4, 0.85), (8, 0.81)):

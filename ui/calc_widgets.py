@@ -310,8 +310,9 @@ def gpu_figures(key: str, base: GPUSpec, *, dtype: str) -> GPUSpec | None:
             GB,
             key=f"{key}.{base.key}.mem",
             label="memory (GB)",
-            help="What the driver reports (nvidia-smi's figure x 1,048,576 bytes), in GB of 10^9 bytes: an '80 GB' "
-            "H100 reports 85.52 GB.",
+            help="What the driver reports (nvidia-smi's figure x 1,048,576 bytes), in GB of 10^9 bytes: an H100 sold "
+            "as 80 GB reports 85.52 GB. CUDA, which a serving engine budgets from, reports a little less (the "
+            "driver keeps some for itself): the serving sentences say that figure.",
         )
         bw = figure_input(
             c2,

@@ -38,7 +38,7 @@ from engine.calc.memory import (
     max_seq_len,
     sequences_held,
 )
-from engine.calc.serving_memory import SERVING_ENGINES, ServingMemory, serving_memory_of
+from engine.calc.serving_memory import SERVING_ENGINES, ServingMemory, is_cpu, serving_memory_of
 from engine.calc.specs import THIS_MACHINE, ModelSpec
 from engine.calc.timing import Setup
 
@@ -286,7 +286,9 @@ def _serving_answer(
         plan=plan,
         overhead=mem,
         serving=sm,
-        sentence=_serving_sentence(server.engine, sm, asked, plan, held, batch, seq_len, fits, refusal)
+        sentence=_serving_sentence(
+            server.engine, sm, asked, plan, held, batch, seq_len, fits, refusal, cpu=is_cpu(setup.gpu)
+        )
         + _uneven(spec, asked, server.engine)
         + _other_layout(
             spec, asked, plan, fits, lambda t, s: _held(alloc(t, s), seq_len), batch, memory_gpus
@@ -375,14 +377,24 @@ def _serving_sentence(
     seq_len: int,
     fits: bool,
     refusal: str,
+    cpu: bool = False,
 ) -> str:
-    on = f"on {asked.layout()}" if asked.gpus > 1 else "on one GPU"
-    kept = f"The engine ({engine}) keeps {sm.utilization:.0%} of each GPU's {fmt.gb(sm.total_bytes)}"
+    on = f"on {asked.layout()}" if asked.gpus > 1 else "on one GPU" if not cpu else "on this machine's CPU"
+    kept = (
+        f"The engine ({engine}) keeps {sm.utilization:.0%} of this machine's {fmt.gb(sm.total_bytes)} of RAM "
+        f"({fmt.gb(sm.total_bytes * sm.utilization)})"
+        if cpu
+        # CUDA's total, not the driver's or the datasheet's: the figure the engine budgets from (serving_startup)
+        else f"The engine ({engine}) keeps {sm.utilization:.0%} of the {fmt.gb(sm.total_bytes)} CUDA reports on "
+        f"each GPU ({fmt.gb(sm.total_bytes * sm.utilization)})"
+    )
     capped = bool(sm.max_num_seqs) and held == sm.max_num_seqs
     if sm.kv_bytes > 0:
+        each = "" if cpu else " per GPU"
         cache = (
-            f"; {on} the weights ({fmt.gb(sm.weights_bytes)} per GPU), its profile run and runtime leave "
-            f"{fmt.gb(sm.kv_bytes)} per GPU for the cache: {sm.kv_cache_tokens:,} tokens, {held:,} sequences of "
+            f"; {on} the weights ({fmt.gb(sm.weights_bytes)}{each}), its "
+            + ("runtime" if cpu else "profile run and runtime")  # a CPU worker profiles no forward pass
+            + f" leave {fmt.gb(sm.kv_bytes)}{each} for the cache: {sm.kv_cache_tokens:,} tokens, {held:,} sequences of "
             f"{seq_len:,} tokens at once" + (f" (--max-num-seqs {sm.max_num_seqs} caps it)" if capped else "")
         )
         if fits:
@@ -393,7 +405,9 @@ def _serving_sentence(
             verdict = f": {refusal}"
     else:
         cache, verdict = f"; {on} {refusal}", ""
-    if plan.pipeline_needed:
+    if cpu:
+        need = "" if fits else "It does not fit in this machine's RAM."
+    elif plan.pipeline_needed:
         need = f"No layout up to {plan.gpus - 1} GPUs holds one request."
     elif fits and plan.gpus == asked.gpus:
         need = f"GPUs needed: {plan.gpus}."
@@ -409,4 +423,4 @@ def _serving_sentence(
                 "heads evenly within a node of 8, pipeline stages only across nodes (vLLM's distributed-serving "
                 "guide), on the fewest GPUs that layout allows."
             )
-    return f"{kept}{cache}{verdict}. {need}"
+    return f"{kept}{cache}{verdict}. {need}".rstrip()

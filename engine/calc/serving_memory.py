@@ -85,7 +85,7 @@ def sglang_fraction(total_bytes: float, tp: int) -> float:
 @dataclass(frozen=True)
 class ServingMemory:
     engine: str  # "vllm" | "sglang"
-    total_bytes: float  # per GPU, as the driver reports it
+    total_bytes: float  # per GPU, as CUDA reports it (the figure the engine budgets from); a CPU's RAM
     utilization: float  # gpu_memory_utilization / mem_fraction_static
     budget_bytes: float  # total x utilisation
     weights_bytes: float  # per GPU
