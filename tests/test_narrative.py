@@ -3,9 +3,11 @@ built from the figures beside it, so flipping the figures flips the sentence."""
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import replace
 from types import SimpleNamespace as NS
 
+from engine.calc import format as fmt
 from tests.factories import synthetic_run
 from ui import narrative
 
@@ -67,9 +69,10 @@ def test_kv_cache_sentence_flips():
     # the student's walk: 15.2x on a busy machine, 7.9x minutes later, and the sentence said neither was suspect
     assert "Caution" not in narrative.latency_sentence({True: on, False: off_slow}, "m")
     busy = narrative.latency_sentence({True: on, False: {**off_slow, "busy": True}}, "m")
-    assert "Caution: the cache-off run was measured on a busy machine" in busy
+    assert "not comparable, other work shared the CPU with the cache-off run" in busy and "×" not in busy
+    assert "The cache-off run: measured on a busy machine (load 0.5 at its end)" in busy
     both = narrative.latency_sentence({True: {**on, "busy": True}, False: {**off_slow, "busy": True}}, "m")
-    assert "the cache-on and cache-off runs were measured on a busy machine" in both
+    assert "other work shared the CPU with the cache-on and cache-off runs" in both
 
 
 def test_users_sentence_follows_the_batch_seen():
@@ -174,3 +177,78 @@ def test_the_users_headline_follows_the_rows():
     shared = narrative.users_headline(2, [{**row, "batch seen": 2}, {**row, "queued (s)": 1.5}])
     assert "up to 2 in one decode step" in shared and "admitted 1.5 s" in shared
     assert narrative.users_headline(1, [{**row, "stop": "error"}]).startswith("No request finished")
+
+
+# The student's walk on a busy machine: the passage prompt, 64 tokens, cache on then off. The cache-on run's steps
+# took 60 ms to token ~26, then ~280 ms; the cache-off run's grew from ~760 ms to ~900 ms with spikes to ~10 s, so
+# its mean (the TPOT) was 1.92 s; the load rule flagged the cache-off run only.
+SMOOTH_ON = [0.7] + [0.06] * 63
+SHIFTED_ON = [3.79] + [0.06] * 25 + [0.28] * 38
+SMOOTH_OFF = [0.7] + [0.76 + 0.14 * k / 62 for k in range(63)]
+SPIKY_OFF = [0.704] + [
+    10.0 if k in (12, 20, 28, 35, 50, 58) else 2.5 if k % 9 == 4 else 0.76 + 0.14 * k / 62 for k in range(63)
+]
+
+
+def _run(lat: list[float], cache_on: bool, **extra) -> dict:
+    steps = lat[1:]
+    m = synthetic_run(
+        "m", "fp32", lat[0], sum(steps) / len(steps), use_cache=cache_on, output_tokens=len(lat), batch_size=1
+    )
+    return {"model": "m", "measurement": m, "latency": lat, "load": 1.4, "cores": 2, "busy": False, **extra}
+
+
+def test_step_shape_tells_spiky_and_shifted_steps_from_smooth_ones():
+    from engine.runtime.metrics import step_shape
+
+    assert step_shape(SMOOTH_ON, True).uneven == ""
+    assert (
+        step_shape(SMOOTH_OFF, False).uneven == ""
+    )  # growth without the cache is the model's, not other work
+    assert step_shape(SHIFTED_ON, True).uneven == "shift"
+    spiky = step_shape(SPIKY_OFF, False)
+    assert spiky.uneven == "spike" and spiky.max_s == 10.0 and spiky.mean_s > 2 * spiky.median_s
+    assert step_shape(SMOOTH_ON[:5], True) is None  # too few steps to judge
+
+
+def test_the_kv_cache_comparison_on_a_busy_machine_judges_each_run_and_withholds_the_ratio():
+    """Headline 'TPOT 1.92 s' beside a sentence saying the steps grew from 759 ms to 900 ms and a chart spiking to
+    10 s; the caution blamed only the cache-off run though the cache-on run's steps jumped too, and a 9.8x ratio
+    was drawn from both."""
+    on, off = _run(SHIFTED_ON, True), _run(SPIKY_OFF, False, busy=True, load=3.1)
+    curves = {True: on, False: off}
+    said = narrative.latency_sentence(curves, "m")
+    head = narrative.run_headline(off["measurement"], False, curves, "m")
+    mean, med = off["measurement"].tpot_s, statistics.median(SPIKY_OFF[1:])
+    # the headline and the sentence quote the same statistics: the mean (the TPOT tile) and the median step
+    quoted = f"{fmt.seconds(mean)} (mean; median step {fmt.seconds(med)})"
+    assert f"TPOT {quoted}" in head and quoted in said
+    # no ratio from contaminated runs, in either place; both runs are named
+    assert "not comparable" in head and "cache-on and cache-off runs" in head and "×" not in head
+    assert (
+        "other work shared the CPU with the cache-on and cache-off runs" in said
+        and "faster per token" not in said
+    )
+    # each run's own note: the cache-on run was not flagged by the load rule, but its own steps show other work
+    assert "The cache-on run: the load rule did not flag it (load 1.4 on 2 cores at its end)" in said
+    assert "its steps moved from 60 ms near the start to 280 ms by the end" in said
+    assert "The cache-off run: measured on a busy machine (load 3.1 on 2 cores at its end)" in said
+    assert "a step took 10 s against a median step of" in said
+    # flip: two smooth quiet runs give the ratio, in the headline and the sentence alike
+    calm = {True: _run(SMOOTH_ON, True), False: _run(SMOOTH_OFF, False)}
+    ratio = calm[False]["measurement"].tpot_s / calm[True]["measurement"].tpot_s
+    said = narrative.latency_sentence(calm, "m")
+    head = narrative.run_headline(calm[False]["measurement"], False, calm, "m")
+    assert (
+        f"the cache off was {ratio:.1f}× slower" in head and f"({ratio:.1f}× faster per token here)" in said
+    )
+    assert "not comparable" not in said + head
+    assert (
+        "The cache-on run: not busy by the load rule (load 1.4 on 2 cores at its end); its steps are even (median 60 ms)"
+        in said
+    )
+    # one spiky run alone is enough to withhold it
+    one = narrative.run_headline(
+        calm[True]["measurement"], True, {**calm, False: _run(SPIKY_OFF, False)}, "m"
+    )
+    assert "not comparable, other work shared the cache-off run" in one and "×" not in one

@@ -11,6 +11,7 @@ from typing import Any
 
 from engine.batching.scheduler import DEFAULT_PREFILL_CHUNK_TOKENS
 from engine.calc import format as fmt
+from engine.runtime.metrics import StepShape, step_shape
 
 # Within this relative band two measured figures are called "about the same": timing on a shared CPU moves by a
 # few percent between identical runs, so a 3% difference is not a result.
@@ -256,9 +257,78 @@ def _growth(latencies: list[float] | None, prompt_tokens: int = 0) -> str:
     )
 
 
-def _first_token(on: Any, off: Any) -> str:
+def _load_of(run: dict) -> tuple[float, int | None]:
+    """The 1-minute load average a Playground run ended under, and the cores: its live report's, the ones stored
+    with it, or its measurement's (NaN, None where unknown)."""
+    report = run.get("report")
+    if report is not None:
+        return report.load, report.cores
+    load = run.get("load")
+    if not isinstance(load, int | float):
+        load = getattr(run.get("measurement"), "loadavg_1m", math.nan)
+    return load, run.get("cores")
+
+
+def _load_words(run: dict) -> str:
+    load, n = _load_of(run)
+    if not math.isfinite(load):
+        return "no load recorded"
+    return f"load {load:.1f}{f' on {n} cores' if n else ''} at its end"
+
+
+def _shape(run: dict, cache_on: bool) -> StepShape | None:
+    return step_shape(run.get("latency"), cache_on)
+
+
+def _disturbed(run: dict, cache_on: bool) -> bool:
+    """Other work shared this run's CPU: the load rule said busy, or its own steps show it (step_shape)."""
+    shape = _shape(run, cache_on)
+    return _was_busy(run) or bool(shape and shape.uneven)
+
+
+def _steps_words(shape: StepShape) -> str:
+    """What a run's own steps show of other work, from the numbers step_shape judged them by."""
+    med = fmt.seconds(shape.median_s)
+    if shape.uneven == "spike":
+        return f"a step took {fmt.seconds(shape.max_s)} against a median step of {med}"
+    if shape.uneven == "shift":
+        return (
+            f"its steps moved from {fmt.seconds(shape.early_s)} near the start to {fmt.seconds(shape.late_s)} by the "
+            "end, where each step with the cache does the same work"
+        )
+    if shape.uneven == "fall":
+        return (
+            f"its steps fell from {fmt.seconds(shape.early_s)} near the start to {fmt.seconds(shape.late_s)} by the "
+            "end, where each step without the cache re-runs more than the last"
+        )
+    if shape.uneven == "skew":
+        return f"its mean step ({fmt.seconds(shape.mean_s)}) is {shape.mean_s / shape.median_s:.1f}× its median ({med})"
+    return f"its steps are even (median {med})"
+
+
+def _run_note(run: dict, cache_on: bool) -> str:
+    """One run's own load note: the load it ended under, the load rule's verdict, and what its steps show."""
+    name = f"The cache-{'on' if cache_on else 'off'} run"
+    shape = _shape(run, cache_on)
+    steps = f"; {_steps_words(shape)}" if shape is not None else ""
+    if _was_busy(run):
+        return f"{name}: measured on a busy machine ({_load_words(run)}){steps}."
+    if shape is not None and shape.uneven:
+        return f"{name}: the load rule did not flag it ({_load_words(run)}), but {_steps_words(shape)}."
+    return f"{name}: not busy by the load rule ({_load_words(run)}){steps}."
+
+
+def _tpot_words(m: Any, shape: StepShape | None) -> str:
+    """TPOT as the headline and the tiles give it (the mean step), with the median step beside it."""
+    if shape is None:
+        return f"TPOT {fmt.seconds(m.tpot_s)}"
+    return f"TPOT {fmt.seconds(m.tpot_s)} (mean; median step {fmt.seconds(shape.median_s)})"
+
+
+def _first_token(on_run: dict, off_run: dict) -> str:
     """Why the first token can come later with the cache on: both runs do the same prefill, but a single prompt
     with the cache on goes through the shared scheduler (chunked prefill, other sessions' steps between chunks)."""
+    on, off = on_run["measurement"], off_run["measurement"]
     if not (math.isfinite(on.ttft_s) and math.isfinite(off.ttft_s)) or on.ttft_s <= 1.2 * off.ttft_s:
         return ""
     return (
@@ -275,60 +345,79 @@ def _was_busy(run: dict) -> bool:
     return bool(report.busy if report is not None else run.get("busy"))
 
 
+def _not_comparable(curves: dict[bool, dict]) -> list[str]:
+    """Which of the two runs other work shared the CPU with ("on", "off"): any, and the ratio is withheld."""
+    return [name for on, name in ((True, "on"), (False, "off")) if _disturbed(curves[on], on)]
+
+
 def run_headline(m: Any, use_cache: bool, curves: dict[bool, dict], model: str) -> str:
     """Playground: the run's key figures in one line beside the Generate button, where they are in view when it is
-    pressed (its tiles land below the fold at 900 px), and, once the model ran both ways, what the cache bought per
-    token: the verdict `latency_sentence` explains under the chart."""
+    pressed (its tiles land below the fold at 900 px), the TPOT said as the mean with the median step beside it
+    (a few spikes from other work lift a mean), and, once the model ran both ways, what the cache bought per token:
+    the verdict `latency_sentence` explains under the chart, withheld where other work shared either run's CPU."""
+    mine = curves.get(use_cache)
+    shape = _shape(mine, use_cache) if mine is not None and mine.get("measurement") == m else None
     line = (
-        f"**TTFT {fmt.seconds(m.ttft_s)} · TPOT {fmt.seconds(m.tpot_s)} · {m.tokens_per_s:.1f} tok/s** "
+        f"**TTFT {fmt.seconds(m.ttft_s)} · {_tpot_words(m, shape)} · {m.tokens_per_s:.1f} tok/s** "
         f"({m.output_tokens} tokens, KV cache {'on' if use_cache else 'off'})"
     )
-    runs = {on: r["measurement"] for on, r in curves.items() if r["model"] == model and r.get("measurement")}
-    if True in runs and False in runs and math.isfinite(runs[True].tpot_s) and runs[True].tpot_s > 0:
-        on, off = runs[True].tpot_s, runs[False].tpot_s
+    runs = {on: r for on, r in curves.items() if r["model"] == model and r.get("measurement")}
+    if True in runs and False in runs and math.isfinite(runs[True]["measurement"].tpot_s):
+        on, off = runs[True]["measurement"].tpot_s, runs[False]["measurement"].tpot_s
+        shared = _not_comparable(runs)
         verdict = compare_word(off, on, higher="slower", lower="faster", same="about as fast")
-        ratio = off / on if verdict == "slower" else on / off if verdict == "faster" else None
-        if verdict != "not comparable with":
+        if shared:
+            which = " and cache-".join(shared)
+            line += (
+                f"; per token, cache on against off: not comparable, other work shared the cache-{which} "
+                f"run{'s' if len(shared) > 1 else ''}"
+            )
+        elif verdict != "not comparable with" and on > 0:
+            ratio = off / on if verdict == "slower" else on / off if verdict == "faster" else None
             line += f"; per token, the cache off was {f'{ratio:.1f}× ' if ratio else ''}{verdict}"
     return line + ". The tiles and the chart below have the rest."
 
 
 def latency_sentence(curves: dict[bool, dict], model: str) -> str:
-    """Playground: what the KV cache bought, from the last finished run with it on and off (same model)."""
+    """Playground: what the KV cache bought, from the last finished run with it on and off (same model), each run
+    with its own load note; the ratio only where neither run shared the CPU with other work."""
     runs = {on: r for on, r in curves.items() if r["model"] == model and r.get("measurement") is not None}
     if True in runs and False in runs:
         on, off = runs[True]["measurement"], runs[False]["measurement"]
         if not (math.isfinite(on.tpot_s) and math.isfinite(off.tpot_s)) or on.tpot_s <= 0:
             return "One of the two runs made a single token: no TPOT to compare."
+        both = (
+            f"{_tpot_words(on, _shape(runs[True], True))} with the KV cache ({on.output_tokens} tokens) against "
+            f"{_tpot_words(off, _shape(runs[False], False)).removeprefix('TPOT ')} without "
+            f"({off.output_tokens} tokens)"
+        )
+        notes = " " + " ".join(_run_note(runs[c], c) for c in (True, False))
+        growth = _growth(runs[False].get("latency"), off.prompt_tokens)
+        shared = _not_comparable(runs)
+        if shared:
+            which = " and cache-".join(shared)
+            return (
+                f"{both}: not comparable, other work shared the CPU with the cache-{which} "
+                f"run{'s' if len(shared) > 1 else ''}, so no ratio is drawn; rerun both on a quiet machine. Without "
+                f"the cache every step re-runs the whole sequence so far{growth}."
+                + notes
+                + _first_token(runs[True], runs[False])
+            )
         r = off.tpot_s / on.tpot_s
         verdict = compare_word(off.tpot_s, on.tpot_s, higher="slower", lower="faster", same="about as fast")
         if verdict == "slower":
             why = (
-                "without the cache every step re-runs the whole sequence so far"
-                f"{_growth(runs[False].get('latency'), off.prompt_tokens)}; "
+                f"without the cache every step re-runs the whole sequence so far{growth}; "
                 f"with it, each step reads the stored keys and values ({r:.1f}× faster per token here)"
             )
         elif verdict == "faster":
             why = (
                 f"the cache-off run was {1 / r:.1f}× faster per token: at these lengths re-running a short "
-                "sequence costs less than the cache's bookkeeping, or the machine was busier during the cached run"
+                "sequence costs less than the cache's bookkeeping"
             )
         else:
             why = "at these lengths re-running the sequence costs about what reading the cache does"
-        busy = [name for name, run in (("on", runs[True]), ("off", runs[False])) if _was_busy(run)]
-        caution = (
-            f" Caution: the cache-{' and cache-'.join(busy)} run{'s were' if len(busy) > 1 else ' was'} measured on a "
-            "busy machine, so this ratio carries other work's share of the CPU; rerun both on a quiet machine before "
-            "quoting it."
-            if busy
-            else ""
-        )
-        return (
-            f"TPOT {fmt.seconds(on.tpot_s)} with the KV cache ({on.output_tokens} tokens) against "
-            f"{fmt.seconds(off.tpot_s)} without ({off.output_tokens} tokens): cache off was {verdict}; {why}."
-            + _first_token(on, off)
-            + caution
-        )
+        return f"{both}: cache off was {verdict}; {why}." + notes + _first_token(runs[True], runs[False])
     only = "on" if True in runs else "off"
     other = "off" if only == "on" else "on"
     return (

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import pairwise
 
 from engine.core.stats import median
@@ -167,3 +168,53 @@ def without_compile(token_times: Sequence[float], compile_steps: Sequence[int]) 
             gap = typical
         out.append(out[-1] + gap)
     return out, cut
+
+
+# A decode step costs about what its neighbours cost: the same work each step with the KV cache, a little more each
+# step without it. So a step well above the run's median, a mean far from its median, or (with the cache) a level
+# that moved between the run's start and end, is other work taking the CPU, not the model. The thresholds are wide
+# (a quiet CPU run's steps stay within ~20% of their median): only what other work does crosses them.
+SPIKE_OF_MEDIAN = 3.0  # a step above 3x the run's median step
+MEAN_OFF_MEDIAN = 0.25  # a mean step more than 25% above or below the median step
+CACHED_SHIFT = 1.5  # cache on: the last fifth's median step 1.5x the first fifth's, or the other way round
+UNCACHED_FALL = (
+    1.15  # cache off: the last fifth's median 15% below the first fifth's (each step re-runs more)
+)
+MIN_STEPS = 10  # fewer decode steps say nothing about their shape
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """A run's decode steps (its first token, the prefill, left out), in seconds: their mean (the TPOT), median,
+    slowest, and the medians of the first and last fifth; `uneven` names what shows other work ("" for none)."""
+
+    steps: int
+    mean_s: float
+    median_s: float
+    max_s: float
+    early_s: float
+    late_s: float
+    uneven: str  # "" | "spike" | "shift" | "fall" | "skew"
+
+
+def step_shape(latencies: Sequence[float] | None, use_cache: bool) -> StepShape | None:
+    """The shape of a run's per-token latencies (token_latencies: the TTFT, then each step), or None for fewer than
+    MIN_STEPS decode steps. `uneven`: "spike" (a step above SPIKE_OF_MEDIAN x the median), "shift" (cache on: the
+    level moved by CACHED_SHIFT), "fall" (cache off: the steps fell by UNCACHED_FALL), "skew" (the mean more than
+    MEAN_OFF_MEDIAN from the median), checked in that order; "" when the steps are as smooth as the model makes them."""
+    steps = [s for s in list(latencies or ())[1:] if math.isfinite(s)]
+    if len(steps) < MIN_STEPS:
+        return None
+    k = max(2, len(steps) // 5)
+    mid, mean = median(steps), sum(steps) / len(steps)
+    early, late = median(steps[:k]), median(steps[-k:])
+    uneven = ""
+    if mid > 0 and max(steps) > SPIKE_OF_MEDIAN * mid:
+        uneven = "spike"
+    elif use_cache and early > 0 and late > 0 and max(late / early, early / late) >= CACHED_SHIFT:
+        uneven = "shift"
+    elif not use_cache and late * UNCACHED_FALL < early:
+        uneven = "fall"
+    elif mid > 0 and abs(mean / mid - 1) > MEAN_OFF_MEDIAN:
+        uneven = "skew"
+    return StepShape(len(steps), mean, mid, max(steps), early, late, uneven)
