@@ -131,7 +131,12 @@ def test_a_later_first_token_with_the_cache_on_says_why():
     off = {"model": "m", "measurement": synthetic_run("m", "fp32", 0.643, 0.66, use_cache=False)}
     said = narrative.latency_sentence({True: on, False: off}, "m")
     assert "The first token came later with the cache on (1.06 s against 643 ms)" in said
+    # the scheduler ran it alone and the machine was quiet: no one to blame, said so
+    assert "the cause is not known from these runs" in said and "other sessions" not in said
+    shared = {**on, "measurement": replace(on["measurement"], batch_size=3)}
+    said = narrative.latency_sentence({True: shared, False: off}, "m")
     assert "shared scheduler, which prefills 256 tokens per step" in said
+    assert "with up to 2 other request(s)" in said
     alike = {"model": "m", "measurement": synthetic_run("m", "fp32", 0.65, 0.075)}
     assert "first token came later" not in narrative.latency_sentence({True: alike, False: off}, "m")
 
@@ -234,6 +239,9 @@ def test_the_kv_cache_comparison_on_a_busy_machine_judges_each_run_and_withholds
     assert "its steps moved from 60 ms near the start to 280 ms by the end" in said
     assert "The cache-off run: measured on a busy machine (load 3.1 on 2 cores at its end)" in said
     assert "a step took 10 s against a median step of" in said
+    # the later first token: the scheduler ran no one else, so it is the machine's other work, not other sessions
+    assert "the scheduler ran no other request beside it" in said and "other sessions" not in said
+    assert "machine's other work (load 1.4 on 2 cores at its end)" in said
     # flip: two smooth quiet runs give the ratio, in the headline and the sentence alike
     calm = {True: _run(SMOOTH_ON, True), False: _run(SMOOTH_OFF, False)}
     ratio = calm[False]["measurement"].tpot_s / calm[True]["measurement"].tpot_s

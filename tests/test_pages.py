@@ -339,3 +339,5 @@ def test_playground_cache_comparison_on_a_busy_machine_agrees_with_its_chart():
     fig = json.loads(at.get("plotly_chart")[0].proto.spec)
     top = max(max(t["y"]) for t in fig["data"] if t["name"].startswith("KV cache off"))
     assert top == pytest.approx(10_000) and "a step took 10 s against" in said
+    # the later first token: the scheduler ran the request alone, so the machine's other work is named
+    assert "other sessions" not in said and "it was the machine's other work" in said

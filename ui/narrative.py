@@ -326,16 +326,35 @@ def _tpot_words(m: Any, shape: StepShape | None) -> str:
 
 
 def _first_token(on_run: dict, off_run: dict) -> str:
-    """Why the first token can come later with the cache on: both runs do the same prefill, but a single prompt
-    with the cache on goes through the shared scheduler (chunked prefill, other sessions' steps between chunks)."""
+    """Why the first token came later with the cache on, from what was seen: both runs do the same prefill, but a
+    single prompt with the cache on goes through the shared scheduler. Other sessions are blamed only where the
+    request shared a step with them (its batch above 1); else the machine's other work where the load or the run's
+    own steps show it; else the cause is said to be unknown."""
     on, off = on_run["measurement"], off_run["measurement"]
     if not (math.isfinite(on.ttft_s) and math.isfinite(off.ttft_s)) or on.ttft_s <= 1.2 * off.ttft_s:
         return ""
-    return (
+    head = (
         f" The first token came later with the cache on ({fmt.seconds(on.ttft_s)} against "
-        f"{fmt.seconds(off.ttft_s)}), though both runs do the same prefill: with the cache on the prompt goes "
-        f"through the shared scheduler, which prefills {DEFAULT_PREFILL_CHUNK_TOKENS} tokens per step and lets "
-        "other sessions' steps in between, where the cache-off run is one direct forward pass."
+        f"{fmt.seconds(off.ttft_s)}), though both runs do the same prefill"
+    )
+    waited = f", and it waited {fmt.seconds(on.queue_s)} to be admitted" if on.queue_s >= 0.05 else ""
+    if on.batch_size > 1:
+        return (
+            f"{head}: with the cache on the prompt went through the shared scheduler, which prefills "
+            f"{DEFAULT_PREFILL_CHUNK_TOKENS} tokens per step and let other sessions' steps in between (it shared a "
+            f"step with up to {on.batch_size - 1} other request(s){waited}), where the cache-off run is one direct "
+            "forward pass."
+        )
+    report = on_run.get("report")
+    shared = report.shared if report is not None else False
+    if _disturbed(on_run, True) or shared:
+        return (
+            f"{head}: the scheduler ran no other request beside it{waited}, so it was the machine's other work "
+            f"({_load_words(on_run)}) that took the CPU from it."
+        )
+    return (
+        f"{head}: the scheduler ran no other request beside it{waited}, and the load rule saw the machine quiet "
+        f"({_load_words(on_run)}), so the cause is not known from these runs; rerun both to see whether it repeats."
     )
 
 
