@@ -116,6 +116,35 @@ def test_simulate_users_through_the_shared_scheduler():
     assert toggle < idle < got
 
 
+def test_simulated_users_on_a_busy_machine_say_so_and_number_requests_as_the_live_table(monkeypatch):
+    """A student simulated 6 users on a busy machine: the result carried no 'measured on a busy machine' note (only
+    the generic banner at the top), and its table numbered users 1-6 while the live table numbered requests 2-7."""
+    from engine.core import load
+    from ui import batching_widgets, pace
+
+    seen: list[int] = []
+    submit = batching_widgets.Scheduler.submit
+
+    def spy(self, *a, **k):
+        handle = submit(self, *a, **k)
+        seen.append(handle.id)
+        return handle
+
+    monkeypatch.setattr(batching_widgets.Scheduler, "submit", spy)
+    monkeypatch.setattr(load, "loadavg_1m", lambda: 9.0)
+    monkeypatch.setattr(pace, "loadavg_1m", lambda: 9.0)
+    at = _page()
+    at.number_input(key="batching.users_n").set_value(2)
+    at.number_input(key="batching.users_tokens").set_value(4)
+    next(b for b in at.button if "Simulate" in str(b.label)).click().run()
+    assert not at.exception and not at.error
+    assert any(w.value.startswith("Measured on a busy machine (load average 9.0") for w in at.warning)
+    rows = at.session_state["batching.users"]["rows"]
+    # the scheduler's own request ids, as the live table shows them (the first sent may not be request 1)
+    assert [r["request"] for r in rows] == seen and all("user" not in r for r in rows)
+    assert at.table[0].value.columns[0] == "request"
+
+
 def _text(element) -> str:
     for attr in ("label", "value"):
         v = getattr(element, attr, None)
@@ -202,7 +231,7 @@ def test_a_shown_replay_and_users_table_name_no_module_and_keep_each_text_as_tex
         text=long, stop_reason="length", measurement=synthetic_run("tiny-gpt-neo", "fp32", 0.1, 0.01)
     )
     assert (
-        _user_row(0, SimpleNamespace(completion=done), None)["text"] == long.strip()
+        _user_row(SimpleNamespace(completion=done, id=7), None)["text"] == long.strip()
     )  # whole, not cut at 80
 
     class Box:
