@@ -343,3 +343,22 @@ def test_a_reloaded_sweep_says_what_it_was_run_with(monkeypatch, tmp_path):
     said = next(i.value for i in reloaded.info if "kept across the page reload" in i.value)
     assert "It was run with model tiny-gpt-neo, sizes 1, 2, max new tokens 4." in said
     assert "**not** these (sizes, max new tokens differ)" in said, said
+
+
+def test_the_live_table_wraps_its_latest_text_instead_of_cutting_it():
+    """At 1280 px the live table's 'latest text' column was cut at the right edge (a dataframe's fixed columns); it
+    is a table whose cells wrap now (checked in Chromium at 1280 x 900), numbers as rounded."""
+
+    def script():
+        from engine.batching.handle import RowView, SchedulerSnapshot
+        from ui.batching_widgets import show_snapshot
+
+        text = " In-flight batching lets new requests join a running batch at"[-60:]
+        rows = tuple(RowView(2 + i, "running", 30, 12, 24, 0.01 * i, 3.2, text) for i in range(6))
+        show_snapshot(SchedulerSnapshot("m", True, 8, 10**9, 9216, 5 * 10**6, 64, rows, (), 80, 300, 1, ()))
+
+    at = AppTest.from_function(script, default_timeout=60).run()
+    assert not at.exception and not at.dataframe
+    table = at.table[0].value
+    assert list(table["request"]) == [2, 3, 4, 5, 6, 7] and list(table["queued (s)"])[:2] == ["0", "0.01"]
+    assert table["latest text"][0] == "In-flight batching lets new requests join a running batch at"[-60:]

@@ -161,7 +161,11 @@ def show_snapshot(snap: SchedulerSnapshot) -> None:
         for r in snap.running + snap.waiting
     ]
     if rows:
-        st.dataframe(rows, hide_index=True, width="stretch")
+        from ui.widgets import word_table
+
+        # a table whose text wraps: in a dataframe the latest text was cut at the right edge at 1280 px; numbers
+        # as rounded (a static table draws 0.01 as "0.0100")
+        word_table(st, [{k: f"{v:g}" if isinstance(v, float) else v for k, v in r.items()} for r in rows])
     else:
         st.caption("The shared batch is idle: nothing running, nothing queued.")
 
