@@ -280,10 +280,26 @@ def _shape(run: dict, cache_on: bool) -> StepShape | None:
     return step_shape(run.get("latency"), cache_on)
 
 
+# what a run's own steps show that a median cannot mend: the level of every step moved (a spike or a skew lifts the
+# mean, and the comparison is drawn on the median steps instead)
+SUSTAINED = ("shift", "fall")
+
+
 def _disturbed(run: dict, cache_on: bool) -> bool:
-    """Other work shared this run's CPU: the load rule said busy, or its own steps show it (step_shape)."""
+    """Other work shared this run's CPU for long: the load rule said busy, or its own steps' level moved
+    (step_shape's shift or fall). A few spikes are not enough: the comparison reads the median steps."""
     shape = _shape(run, cache_on)
-    return _was_busy(run) or bool(shape and shape.uneven)
+    return _was_busy(run) or bool(shape and shape.uneven in SUSTAINED)
+
+
+def _per_token(runs: dict[bool, dict]) -> tuple[float, float, str]:
+    """The per-token times the cache comparison reads (cache on, cache off, what they are): the median steps where
+    both runs have enough steps to judge (a few spikes from other work lift a mean, not a median), else both TPOTs
+    (the mean step): one statistic for both, never one of each."""
+    on, off = _shape(runs[True], True), _shape(runs[False], False)
+    if on is not None and off is not None and on.median_s > 0:
+        return on.median_s, off.median_s, "median step"
+    return runs[True]["measurement"].tpot_s, runs[False]["measurement"].tpot_s, "TPOT"
 
 
 def _steps_words(shape: StepShape) -> str:
@@ -313,8 +329,13 @@ def _run_note(run: dict, cache_on: bool) -> str:
     steps = f"; {_steps_words(shape)}" if shape is not None else ""
     if _was_busy(run):
         return f"{name}: measured on a busy machine ({_load_words(run)}){steps}."
-    if shape is not None and shape.uneven:
+    if shape is not None and shape.uneven in SUSTAINED:
         return f"{name}: the load rule did not flag it ({_load_words(run)}), but {_steps_words(shape)}."
+    if shape is not None and shape.uneven:
+        return (
+            f"{name}: not busy by the load rule ({_load_words(run)}), but {_steps_words(shape)}: its mean is "
+            "lifted, so the comparison reads its median step."
+        )
     return f"{name}: not busy by the load rule ({_load_words(run)}){steps}."
 
 
@@ -382,7 +403,7 @@ def run_headline(m: Any, use_cache: bool, curves: dict[bool, dict], model: str) 
     )
     runs = {on: r for on, r in curves.items() if r["model"] == model and r.get("measurement")}
     if True in runs and False in runs and math.isfinite(runs[True]["measurement"].tpot_s):
-        on, off = runs[True]["measurement"].tpot_s, runs[False]["measurement"].tpot_s
+        on, off, _ = _per_token(runs)
         shared = _not_comparable(runs)
         verdict = compare_word(off, on, higher="slower", lower="faster", same="about as fast")
         if shared:
@@ -422,12 +443,14 @@ def latency_sentence(curves: dict[bool, dict], model: str) -> str:
                 + notes
                 + _first_token(runs[True], runs[False])
             )
-        r = off.tpot_s / on.tpot_s
-        verdict = compare_word(off.tpot_s, on.tpot_s, higher="slower", lower="faster", same="about as fast")
+        t_on, t_off, read = _per_token(runs)
+        r = t_off / t_on
+        verdict = compare_word(t_off, t_on, higher="slower", lower="faster", same="about as fast")
         if verdict == "slower":
             why = (
                 f"without the cache every step re-runs the whole sequence so far{growth}; "
-                f"with it, each step reads the stored keys and values ({r:.1f}× faster per token here)"
+                f"with it, each step reads the stored keys and values ({r:.1f}× faster per token here, "
+                f"{read} against {read})"
             )
         elif verdict == "faster":
             why = (
