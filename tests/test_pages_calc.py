@@ -1021,3 +1021,42 @@ def test_picking_this_machines_cpu_says_why_the_precision_became_fp32(monkeypatc
     cached_machine_measurement.clear()
     at.selectbox(key="calc.gpu").set_value("t4").run()
     assert not any(c.value.startswith("This machine's CPU runs fp32") for c in at.caption)
+
+
+def _catalogue_tags() -> set[str]:
+    """The short source names engine/data/gpus.toml's header defines ('#   MODAL = https://...')."""
+    import re
+
+    text = (ROOT / "engine" / "data" / "gpus.toml").read_text()
+    return set(re.findall(r"^#\s+([A-Z]{3,})\s+=", text, flags=re.M))
+
+
+def test_gpu_source_captions_read_as_prose_without_catalogue_tags_or_keys():
+    """The T4's memory caption read "MODAL: '- T4: 15360MiB (16.11 GB)'" and its note "see t4-datasheet": a short
+    name and a catalogue key a reader cannot decode. Every GPU's shown sources and notes now name the page quoted
+    in words, and no catalogue key stands in for a GPU's name (a quote such as '"rtx-3090": {...}' may keep one)."""
+    import re
+
+    from engine.calc.specs import SOURCE_NAMES, load_gpu_catalog
+
+    catalog = load_gpu_catalog()
+    tags = _catalogue_tags() | {"DERIVED", "UNATTRIBUTED"}
+    assert {"MODAL", "GSPEC", "GDS"} <= tags and _catalogue_tags() <= set(SOURCE_NAMES)
+    for key, gpu in catalog.items():
+        for figure, text in [*gpu.sources.items(), ("notes", gpu.notes)]:
+            assert not tags & set(re.findall(r"\b[A-Z]{3,}\b", text)), (key, figure, text)
+            assert not re.search(r"\b[A-Z]{3,}:", text), (key, figure, text)
+            for other in catalog:
+                assert not re.search(rf"(?<![\w.\"-]){re.escape(other)}(?![\w.\"-])", text), (
+                    key,
+                    other,
+                    text,
+                )
+            assert "supplements." not in text, (key, figure, text)
+
+    at = _run(CALC)  # the T4 by default: its figures' captions as the page shows them
+    captions = " ".join(c.value for c in at.caption)
+    assert "memory: 15360 MiB as the driver reports it: Modal's list of nvidia-smi totals (" in captions
+    assert "'- T4: 15360MiB (16.11 GB)'" in captions  # the quote itself is kept word for word
+    assert "MODAL" not in captions and "t4-datasheet" not in captions
+    assert "pick the T4 (NVIDIA datasheet: 320 GB/s) to use it" in captions

@@ -11,6 +11,7 @@ modeling_llama.py); `ArchTraits` says where they differ (biases, norm type, gate
 from __future__ import annotations
 
 import math
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -434,6 +435,47 @@ def spec_from_numbers(
 
 THIS_MACHINE = "this-machine"
 
+# The short names engine/data/gpus.toml gives the public pages its quotes come from (its header pins each to a
+# commit). A reader is shown the name, never the tag: (first mention, later mentions in the same text).
+SOURCE_NAMES: dict[str, tuple[str, str]] = {
+    "MODAL": (
+        "Modal's list of nvidia-smi totals (github.com/modal-labs/modal-client, pull request 2797)",
+        "Modal's list",
+    ),
+    "GSPEC": (
+        "the gpu-specs table of NVIDIA datasheets (github.com/winston-zhang-orz/gpu-specs)",
+        "the gpu-specs table",
+    ),
+    "GDS": (
+        "the gpu-datasheet summary of NVIDIA datasheets (github.com/astroC86/gpu-datasheet)",
+        "the gpu-datasheet summary",
+    ),
+    "GPUP": ("gpu_poor's GPU table (github.com/RahulSChand/gpu_poor)", "gpu_poor's table"),
+    "MLI": (
+        "Mu Li's transformers-benchmarks table (github.com/mli/transformers-benchmarks)",
+        "Mu Li's table",
+    ),
+    "LLMA": ("llm-analysis's GPU configs (github.com/cli99/llm-analysis)", "llm-analysis"),
+    "LLMV": ("LLM-Viewer's hardware table (github.com/hahnyuan/LLM-Viewer)", "LLM-Viewer"),
+}
+_SOURCE_TAG = re.compile(r"\b(" + "|".join(SOURCE_NAMES) + r")\b( [\w.-]+\.json)?")
+
+
+def plain_source(text: str) -> str:
+    """`text` with the catalogue's short source names spelled out: the first mention with its address, unless
+    it sits in an aside (inside brackets) or a possessive, where the address would break the sentence."""
+    said: set[str] = set()
+
+    def name(m: re.Match[str]) -> str:
+        first, again = SOURCE_NAMES[m[1]]
+        before = text[: m.start()]
+        aside = before.count("(") > before.count(")") or text.startswith("'s", m.end())
+        out = again if m[1] in said or aside else first
+        said.add(m[1])
+        return out + (f", {m[2].strip()}" if m[2] else "")
+
+    return _SOURCE_TAG.sub(name, text)
+
 
 def _gpu_from_row(key: str, row: Mapping[str, Any]) -> GPUSpec:
     peaks = {}
@@ -458,6 +500,7 @@ def _gpu_from_row(key: str, row: Mapping[str, Any]) -> GPUSpec:
         )
     else:
         sources["memory"] += f" ({row['memory_gb']} GB as the datasheet prints it: no driver figure found)"
+    sources = {figure: plain_source(text) for figure, text in sources.items()}
     return GPUSpec(
         key=key,
         name=row["name"],
@@ -465,7 +508,7 @@ def _gpu_from_row(key: str, row: Mapping[str, Any]) -> GPUSpec:
         bandwidth_bytes_per_s=float(row["bandwidth_gb_s"]) * 1e9,
         peak_flops=peaks,
         sources=sources,
-        notes=row.get("notes", ""),
+        notes=plain_source(row.get("notes", "")),
         interconnect=row.get("interconnect", ""),
         interconnect_bytes_per_s=float(row.get("interconnect_gb_s", 0.0)) * 1e9 / 2,
     )
