@@ -382,7 +382,7 @@ def test_the_bandwidth_share_and_the_bytes_read_agree_between_the_caption_and_th
     decode = next(r for r in reasoning(est, spec, a100) if r.startswith("**Decode**"))
     share = re.search(r"\((\d+)% of the datasheet's", decode).group(1)
     assert f"({share}% on the {a100.name}" in speed_caption(est, a100)
-    assert "not the input embedding table" in decode
+    assert "looks up one row per token of the input embedding table instead of reading it" in decode
 
 
 def test_a_gpu_count_that_cannot_split_the_heads_is_said_in_one_sentence():

@@ -1060,3 +1060,15 @@ def test_gpu_source_captions_read_as_prose_without_catalogue_tags_or_keys():
     assert "'- T4: 15360MiB (16.11 GB)'" in captions  # the quote itself is kept word for word
     assert "MODAL" not in captions and "t4-datasheet" not in captions
     assert "pick the T4 (NVIDIA datasheet: 320 GB/s) to use it" in captions
+
+
+def test_the_decode_step_says_why_it_reads_less_than_the_weights_tile():
+    """'Weights 5.30 GB' sat beside 'each step reads 5.29 GB of weights' with no word on the gap: GPT-Neo's
+    position-embedding table is looked up a row per token, and the norms are too small to time."""
+    at = _run(CALC)
+    assert _metric(at, "Weights") == "5.30 GB"
+    decode = next(m.value for m in at.markdown if "**Decode**" in m.value)
+    assert (
+        "each step reads 5.29 GB of weights (11.15 MB less than the 5.30 GB stored: a step looks up one row per "
+        "token of the position-embedding table instead of reading it; the estimate leaves out the norms' 665.60 KB"
+    ) in decode
