@@ -32,7 +32,10 @@ def test_median_and_spread_of_comparable_runs_with_sources():
     assert main.n == 3 and main.tpot.median == 0.020
     assert (main.tpot.q1, main.tpot.q3) == (0.015, 0.025)
     assert main.sources == {"playground": 2, "calibration": 1}
-    assert "median of 3 run(s) (calibration ×1, playground ×2)" in main.explanation()
+    assert (
+        "median of 3 run(s) (2 from the Playground, 1 from a calibration of this machine)"
+        in main.explanation()
+    )
     assert len(rows) == 2
     # shapes that differ only in length are told apart in their labels (the chart's bars are keyed on them: nine
     # rows of "tiny-gpt-neo fp32 b1" stacked into one bar beside three identical tiles)

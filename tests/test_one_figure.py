@@ -80,7 +80,7 @@ def test_calculator_puts_this_machines_measured_tpot_beside_its_bound(stored):
     assert "bound" in tpot.label or "estimate" in tpot.label  # what the tile is, in its label
     lines = [m.value for m in at.markdown if m.value.startswith("On this machine (")]
     assert lines, [m.value for m in at.markdown]
-    assert "median of 3 runs: playground ×3" in lines[0] and "2026-11-29 10:00 UTC" in lines[0]
+    assert "median of 3 runs: 3 from the Playground" in lines[0] and "2026-11-29 10:00 UTC" in lines[0]
     assert "60 ms" in lines[0]  # the measured median, beside the estimate by the one rule
 
 

@@ -1072,3 +1072,36 @@ def test_the_decode_step_says_why_it_reads_less_than_the_weights_tile():
         "each step reads 5.29 GB of weights (11.15 MB less than the 5.30 GB stored: a step looks up one row per "
         "token of the position-embedding table instead of reading it; the estimate leaves out the norms' 665.60 KB"
     ) in decode
+
+
+def test_the_runs_table_says_where_runs_came_from_and_why_one_is_not_compared_in_words():
+    """The runs table read 'unlabelled ×4', 'probe ×1' and 'no: load not recorded': the log's own tags. It now says
+    who measured the runs and that a run without a recorded load is an older one."""
+    import json
+
+    from engine.runtime import runlog
+
+    log = runlog.log_path()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    older = synthetic_run("gpt-neo-125m-random", "bf16", 0.05, 0.02, loadavg_1m=None, busy=None)
+    probe = synthetic_run(
+        "gpt-neo-125m-random", "bf16", 0.05, 0.02, loadavg_1m=None, busy=None, source="probe"
+    )
+    with log.open("a") as f:  # as logged before runs carried where they came from and their load
+        for m in [older] * 4 + [probe]:
+            f.write(json.dumps(m.to_dict()) + "\n")
+    at = _run(CALC)
+    runs = next(df.value for df in at.dataframe if "from" in df.value.columns)
+    cmp = next(df.value for df in at.dataframe if "comparable" in df.value.columns)
+    assert list(runs["from"]) == [
+        "4 older runs that did not record where they came from, 1 from another tool"
+    ]
+    assert list(cmp["comparable"]) == ["no: load not recorded (older run)"]
+    shown = " ".join(
+        [str(v) for df in at.dataframe for v in df.value.to_numpy().ravel()]
+        + [c.value for c in at.caption]
+        + [str(m.delta) for m in at.metric]
+    )
+    for tag in ("unlabelled", "probe", "×4", "×1"):
+        assert tag not in shown
+    assert "not compared: load not recorded (older run)" in shown

@@ -554,7 +554,7 @@ def measured_section(a: CalcAnswer, key: str) -> None:
             col,
             c.label,
             f"measured {fmt.seconds(c.tpot.median)}",
-            "not compared: load not recorded"
+            "not compared: load not recorded (older run)"
             if b.load_unknown
             else "not comparable (busy)"
             if b.busy
@@ -604,7 +604,9 @@ def chart_note(rows: Sequence[dict]) -> str:
 
 
 def comparable_word(b) -> str:
-    return "no: load not recorded" if b.load_unknown else "no: busy" if b.busy else "yes"
+    return (
+        "no: load not recorded (older run)" if b.load_unknown else "no: machine was busy" if b.busy else "yes"
+    )
 
 
 # The shapes' table as two, each led by the shape (its lengths are in its name): its eleven columns in one table

@@ -28,6 +28,7 @@ from engine.calibration.prediction import predict, predict_interval
 from engine.core import stats
 from engine.core.interval import Interval
 from engine.core.load import cores, is_busy, loadavg_1m
+from engine.runtime.measurement import sources_in_words
 
 RECENT = 10  # the newest runs of a shape that count: older ones may predate a change of load or code
 SPREAD_LEVEL = 0.95  # the one-run interval's nominal level
@@ -98,7 +99,7 @@ class ShapeComparison:
     use_cache: bool
     prompt_tokens: int  # median per sequence
     output_tokens: int  # median per sequence
-    sources: dict[str, int]  # source -> runs ("unlabelled" for log lines that predate sources)
+    sources: dict[str, int]  # source -> runs ("" for log lines that predate sources)
     newest: str
     tpot: stats.Spread  # measured, seconds
     ttft: stats.Spread
@@ -141,7 +142,7 @@ class ShapeComparison:
 
     @property
     def source_text(self) -> str:
-        return ", ".join(f"{k} ×{v}" for k, v in sorted(self.sources.items()))
+        return sources_in_words(self.sources)
 
     def beside(self) -> Beside:
         """The median measured TPOT beside the calibrated estimate (engine.calibration.beside): not comparable when
@@ -243,7 +244,7 @@ def summarize(
                 use_cache,
                 p,
                 o,
-                dict(Counter(getattr(m, "source", "") or "unlabelled" for m in ms)),
+                dict(Counter(getattr(m, "source", "") for m in ms)),
                 max(m.started_at for m in ms),
                 stats.spread([m.tpot_s for m in ms]),
                 stats.spread([m.ttft_s for m in ms]),

@@ -15,6 +15,29 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+# Who measured a run (Measurement.source) in a reader's words; a source not listed is "another tool".
+SOURCE_WORDS = {
+    "playground": "the Playground",
+    "batching": "the Batching page",
+    "lab": "the Few-shot, code and eval page",
+    "race": "the Latency race",
+    "calibration": "a calibration of this machine",
+    "benchmark": "a benchmark script",
+    "cli": "the command line",
+    "server": "the Serving page's server",
+}
+NO_SOURCE = "older runs that did not record where they came from"
+
+
+def sources_in_words(counts: dict[str, int]) -> str:
+    """Run counts by source ({"playground": 27, "": 4}) as a reader says them: "27 from the Playground, 4 older
+    runs that did not record where they came from"; sources not in SOURCE_WORDS are counted as another tool."""
+    said: dict[str, int] = {}
+    for source, n in counts.items():
+        where = NO_SOURCE if not source else f"from {SOURCE_WORDS.get(source, 'another tool')}"
+        said[where] = said.get(where, 0) + n
+    return ", ".join(f"{n} {where}" for where, n in sorted(said.items(), key=lambda kv: (-kv[1], kv[0])))
+
 
 @dataclass(frozen=True)
 class Measurement:
