@@ -8,7 +8,9 @@ import streamlit as st
 
 from engine.core.errors import EngineError
 from engine.core.jsonsafe import from_jsonable
+from engine.lab.evaluation import scored_text
 from engine.levers import kvquant, quant, speculative
+from engine.race.quality import BPB_DOCUMENTS
 from ui import levers_widgets, pace
 from ui.common import init_state, page_setup, show_error
 from ui.widgets import model_picker, sent_in_range, spec_input, split_dataframes
@@ -89,7 +91,9 @@ with tab_q:
         pace.note(shown)
         st.caption(
             f"{result.model} on {result.device}: {result.runs} timed runs of {result.max_new_tokens} tokens "
-            f"per scheme; quality over {result.eval_documents} documents (measured)."
+            f"per scheme; bits per byte over {scored_text(result.eval_documents)}. The Latency race scores the "
+            f"first {BPB_DOCUMENTS}, so its figure for the same model differs wherever the counts differ: other "
+            "text, not another model."
         )
         split_dataframes(
             levers_widgets.quant_table(result.rows).to_dict("records"), "scheme", levers_widgets.QUANT_PARTS

@@ -194,3 +194,26 @@ def test_the_speculative_table_fits_the_page_without_losing_a_column():
     assert len(tables) == 2 and all(len(t.columns) <= 8 for t in tables)
     shown = {c for t in tables for c in t.columns} - {"run"}
     assert shown == set(spec_table(rows).columns) - {"method", "workload"}
+
+
+def test_bits_per_byte_says_how_much_text_it_scored_and_why_the_race_differs():
+    """The Quantization page's fp32 bits per byte (1.1534) and the race's (1.100) for one model read as a
+    contradiction, neither saying how much text it scored. The caption now names the documents and their bytes,
+    and says the race scores another count; both pages give four decimals."""
+    from engine.levers.quant import QuantReport, SchemeResult
+
+    rows = (
+        SchemeResult("fp32", "ok", speedup_vs_fp32=1.0, runs=3, bits_per_byte=1.15341),
+        SchemeResult("int8", "ok", speedup_vs_fp32=1.4, speedup_ci=(1.1, 1.7), runs=3, bits_per_byte=1.15412),
+    )
+    at = AppTest.from_file(PAGE, default_timeout=300)
+    at.session_state["levers.quant"] = QuantReport("tiny-gpt-neo", "cpu", 8, 3, 4, "bits per byte", rows)
+    at.run()
+    assert not at.exception
+    captions = " ".join(c.value for c in at.caption)
+    assert (
+        "bits per byte over the first 4 of the 48 documents of the shipped Python documentation text (2.24 KB). "
+        "The Latency race scores the first 8, so its figure for the same model differs"
+    ) in captions
+    detail = next(df.value for df in at.dataframe if "bits/byte" in df.value.columns)
+    assert list(detail["bits/byte"]) == [1.1534, 1.1541]

@@ -366,3 +366,26 @@ def test_the_default_race_never_starts_a_lane_that_is_not_installed(monkeypatch)
     assert not usable and "README" in why and "/" not in why and "scripts" not in why
     monkeypatch.setattr(base, "version", lambda dist: "1.0" if dist == "onnxruntime-genai" else None)
     assert race_defaults() == ("vanilla", "onnxruntime-genai")
+
+
+def test_bits_per_byte_says_how_much_text_it_scored_and_why_the_quantization_page_differs():
+    """The race read 'bits per byte (Python docs) 1.100' and the Quantization page fp32 '1.1534' for the same model,
+    neither saying how much text it scored: they read as a contradiction. The race now names its 8 documents and
+    their bytes, gives four decimals as the Quantization page does, and says why the two figures differ."""
+    from engine.lab.evaluation import scored_text
+    from engine.race.quality import BPB_DOCUMENTS
+
+    race = _recorded_race(0.5, None)
+    for lane in race["contenders"]:
+        lane["bits_per_byte"] = 1.10037
+    at = AppTest.from_file(str(ROOT / PAGE), default_timeout=120)
+    at.session_state["race.result"] = race
+    at.run()
+    assert not at.exception, at.exception
+    header = f"bits per byte (first {BPB_DOCUMENTS} Python docs)"
+    frame = next(d.value for d in at.table if header in d.value.columns)
+    assert set(frame[header]) == {"1.1004"}
+    said = _text(at)
+    assert f"*Bits per byte* on {scored_text(BPB_DOCUMENTS)}" in said
+    assert "the first 8 of the 48 documents of the shipped Python documentation text (4.97 KB)" in said
+    assert "The Quantization page scores as many of those documents as its box asks" in said

@@ -14,7 +14,8 @@ from engine.calc import format as fmt
 from engine.core import verdict as core_verdict
 from engine.core.jsonsafe import is_number
 from engine.core.paths import scrub
-from engine.race import compat, serialise, verdict
+from engine.lab.evaluation import scored_text
+from engine.race import compat, quality, serialise, verdict
 from engine.race.contenders import BASELINE
 from engine.race.record import ContenderResult, RaceResult
 from engine.runtime import runlog
@@ -275,8 +276,9 @@ def _quality_row(c: ContenderResult) -> dict:
         "contender": c.label,
         "first divergence": divergence,
         "exact match (prompts)": f"{c.exact_match_rate:.0%}" if is_number(c.exact_match_rate) else "n/a",
-        "bits per byte (Python docs)": (
-            f"{c.bits_per_byte:.3f}" if is_number(c.bits_per_byte) else (c.bits_per_byte_note or "n/a")
+        # four decimals, as the Quantization page's bits/byte; the header says how much text it scored
+        f"bits per byte (first {quality.BPB_DOCUMENTS} Python docs)": (
+            f"{c.bits_per_byte:.4f}" if is_number(c.bits_per_byte) else (c.bits_per_byte_note or "n/a")
         ),
         "perplexity (reference text)": f"{c.perplexity:.2f}" if is_number(c.perplexity) else "n/a",
     }
@@ -317,8 +319,10 @@ def show_result(result: RaceResult, *, key: str) -> None:
         "**Quality beside speed.** Greedy decoding is deterministic, so a contender computing the same function "
         "as vanilla gives the same tokens. *First divergence*: the first generated token that differs from "
         "vanilla's on the timed prompt. *Exact match*: the share of the race's prompts whose whole continuation "
-        "equals vanilla's. *Bits per byte* on the first documents of the shipped Python documentation text (the evaluation tab's pydoc_topics task) "
-        "(lm-eval's definition; independent of the tokenizer), where the engine exposes log-probabilities. "
+        f"equals vanilla's. *Bits per byte* on {scored_text(quality.BPB_DOCUMENTS)}, the evaluation tab's "
+        "pydoc_topics task (lm-eval's definition; independent of the tokenizer), where the engine exposes "
+        "log-probabilities. The Quantization page scores as many of those documents as its box asks, so its "
+        "figure for the same model differs wherever the counts differ: other text, not another model. "
         "*Perplexity* of a fixed reference text (teacher-forced; torch lanes only)."
     )
     word_table(st, [_quality_row(c) for c in ran])
