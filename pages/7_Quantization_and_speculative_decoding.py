@@ -96,7 +96,9 @@ with tab_q:
             "text, not another model."
         )
         split_dataframes(
-            levers_widgets.quant_table(result.rows).to_dict("records"), "scheme", levers_widgets.QUANT_PARTS
+            levers_widgets.quant_table(result.rows).to_dict("records"),
+            "scheme",
+            levers_widgets.quant_parts(quant.memory_note(result.rows)),
         )
         base = result.rows[0] if result.rows and result.rows[0].scheme == "fp32" else None
         if shown.busy:

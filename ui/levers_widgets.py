@@ -120,6 +120,15 @@ QUANT_PARTS = (
 )
 
 
+def quant_parts(memory_note: str = "") -> tuple:
+    """QUANT_PARTS with `memory_note` (engine.levers.quant.memory_note) in the weights table's caption, beside the
+    peak RSS it explains."""
+    if not memory_note:
+        return QUANT_PARTS
+    (verdict, (caption, columns), *rest) = QUANT_PARTS
+    return (verdict, (f"{caption}. {memory_note}", columns), *rest)
+
+
 def _kv_columns(r) -> dict:
     return {
         "cache": r.backend,

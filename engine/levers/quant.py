@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from engine.calc import quant as qcalc
+from engine.calc.format import gb
 from engine.core import stats
 from engine.core.errors import EngineError, InvalidParameterError
 from engine.core.interval import Interval
@@ -561,6 +562,40 @@ def headline(rows: Sequence[SchemeResult]) -> str:
             f"**{r.scheme}** against fp32: {speed}" + (f" (95% interval {ci})" if ci else "") + share
         )
     return "; ".join(parts) + "." if parts else ""
+
+
+def memory_note(rows: Sequence[SchemeResult]) -> str:
+    """Why a scheme with fewer weight bytes than fp32 can show a higher peak RSS (a walk read int8 2.34 GB beside
+    fp32's 1.54 GB, "weights in 41% of fp32's bytes"): every row is this one process's resident memory, which
+    holds the fp32 reference throughout; a scheme is made from a full fp32 copy of it, and the memory that copy
+    frees on conversion stays with the process (glibc's allocator keeps it: on SmolLM2-135M int8, malloc_trim
+    gave back 0.32 GB of 1.52). "" when no such row."""
+    base = next((r for r in rows if r.scheme == "fp32" and r.status == "ok"), None)
+    if base is None or not base.rss_bytes or not base.weights_bytes:
+        return ""
+    above = [
+        r
+        for r in rows
+        if r is not base
+        and r.status == "ok"
+        and r.rss_bytes
+        and r.weights_bytes
+        and r.rss_bytes > base.rss_bytes
+        and r.weights_bytes < base.weights_bytes
+    ]
+    if not above:
+        return ""
+    said = ", ".join(
+        f"{r.scheme}'s {gb(r.rss_bytes)} (weights {r.weights_bytes / base.weights_bytes:.0%} of fp32's)"
+        for r in above
+    )
+    return (
+        f"Peak RSS above fp32's {gb(base.rss_bytes)} with smaller weights: {said}. Each peak is the whole "
+        "measuring process's memory, and that process keeps the fp32 reference loaded throughout; each scheme is "
+        "made by converting a full fp32 copy of it, and the memory freed by the conversion stays with the "
+        "process. So a row's peak holds the fp32 model and the scheme's weights together (plus its library's own "
+        "code): compare the weights columns for what a scheme needs."
+    )
 
 
 def quality_cost(delta: float | None) -> str:
