@@ -389,3 +389,34 @@ def test_bits_per_byte_says_how_much_text_it_scored_and_why_the_quantization_pag
     assert f"*Bits per byte* on {scored_text(BPB_DOCUMENTS)}" in said
     assert "the first 8 of the 48 documents of the shipped Python documentation text (4.97 KB)" in said
     assert "The Quantization page scores as many of those documents as its box asks" in said
+
+
+def test_a_busy_race_says_in_plain_words_what_the_other_work_was_and_what_it_means():
+    """'1-minute load average 4.6 before it and up to 2.1 beyond the race's own threads' was hard to parse. The
+    note now says how much other work ran, in cores' worth on this machine, and what that does to the timings; a
+    race recorded with the old line is worded again from its readings."""
+    from engine.race.runner import busy_note
+
+    race = _recorded_race(0.5, None)
+    race["load_avg_start"] = [4.6, 3.0, 2.0]
+    for lane, after in zip(race["contenders"], (3.5, 4.1), strict=True):
+        lane["load_avg"] = [4.0, after]
+    race["notes"] = [
+        "the machine was busy during the race (1-minute load average 4.6 before it and up to 2.1 beyond the race's "
+        "own threads, on 2 cores): timings include contention from other processes; rerun for cleaner numbers"
+    ]
+    at = AppTest.from_file(str(ROOT / PAGE), default_timeout=120)
+    at.session_state["race.result"] = race
+    at.run()
+    assert not at.exception, at.exception
+    said = _text(at)
+    assert "beyond the race's own threads" not in said
+    assert (
+        "Other work was running on this machine during the race: before the race began, about 4.6 cores' worth "
+        "of work was running or waiting on this 2-core machine (its 1-minute load average); while the lanes ran, "
+        "other programs added up to 2.1 cores' worth on top of the race's own. Every timing here includes time "
+        "the race spent waiting for that work"
+    ) in said
+    assert busy_note(float("nan"), 0.0, 2).startswith(
+        "Other work was running on this machine during the race. "
+    )

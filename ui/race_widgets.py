@@ -15,7 +15,7 @@ from engine.core import verdict as core_verdict
 from engine.core.jsonsafe import is_number
 from engine.core.paths import scrub
 from engine.lab.evaluation import scored_text
-from engine.race import compat, quality, serialise, verdict
+from engine.race import compat, quality, runner, serialise, verdict
 from engine.race.contenders import BASELINE
 from engine.race.record import ContenderResult, RaceResult
 from engine.runtime import runlog
@@ -296,7 +296,12 @@ def show_result(result: RaceResult, *, key: str) -> None:
         f"{result.runs} timed runs after {result.warmup} warm-up · {result.max_new_tokens} new tokens, greedy · "
         f"started {runlog.readable_date(result.started_at)}{load}"
     )
+    cores = hw.get("cpu_cores_logical") or 1
     for note in result.notes:
+        if note.startswith(
+            runner.OLD_BUSY_NOTE_START
+        ):  # a recorded race's line, worded again from its readings
+            note = runner.busy_note(*runner.other_load(result, cores), cores)
         (st.caption if note.startswith("baseline steady") else st.warning)(scrub(note))
     # worded again from the lanes' numbers (a recorded file's stored line may predate the one verdict rule)
     st.markdown(f"**Winner.** {verdict.winner_line(result.contenders)}")

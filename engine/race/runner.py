@@ -266,13 +266,36 @@ def run_race(
     result.notes.extend(compare(result.contenders, result.baseline_recheck, busy=busy))
     result.winner = verdict.winner_line(result.contenders)
     if busy:
-        result.notes.append(
-            f"the machine was busy during the race (1-minute load average {before:.1f} before it and up to "
-            f"{others:.1f} beyond the race's own threads, on {cores} cores): timings include contention from other "
-            "processes; rerun for cleaner numbers"
-        )
+        result.notes.append(busy_note(before, others, cores))
     result.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
     return result
+
+
+BUSY_NOTE_START = "Other work was running on this machine during the race"
+OLD_BUSY_NOTE_START = "the machine was busy during the race"  # as races recorded before 2026-12-05 word it
+
+
+def busy_note(before: float, others: float, cores: int) -> str:
+    """The busy machine in plain words, from other_load's two readings: what the other work was, how much, and
+    what it means for the timings."""
+    how_much = []
+    if math.isfinite(before):
+        how_much.append(
+            f"before the race began, about {before:.1f} cores' worth of work was running or waiting on this "
+            f"{cores}-core machine (its 1-minute load average)"
+        )
+    if others > 0:
+        how_much.append(
+            f"while the lanes ran, other programs added up to {others:.1f} cores' worth on top of the race's own"
+        )
+    said = "; ".join(how_much)
+    return (
+        f"{BUSY_NOTE_START}"
+        + (f": {said}." if said else ".")
+        + " Every timing here includes time the race spent "
+        "waiting for that work, so the times are longer and more scattered than on a quiet machine, and the "
+        "comparisons less sure. Run the race again when the machine is quiet."
+    )
 
 
 def other_load(result: RaceResult, cores: int) -> tuple[float, float]:
