@@ -46,6 +46,11 @@ if lm is None:
     st.stop()
 st.caption(f"Loaded **{lm.name}** in {lm.dtype} on {lm.device} ({lm.params / 1e6:.1f} M parameters).")
 
+kept = lab_view.kept_in_other_tabs(
+    code=(CODE_EXPERIMENT, state[f"{NS}.code"]), evaluation_run=(EVAL_EXPERIMENT, state[f"{NS}.last_eval"])
+)
+if kept:
+    st.info(kept, icon=":material/history:")
 tab_fs, tab_code, tab_eval = st.tabs(["Few-shot", "Code generation", "Evaluation"])
 done_shown = sweep_shown = None  # what the few-shot tab shows, for the report (none without a dataset)
 

@@ -133,6 +133,12 @@ def test_code_generation_shows_code_stop_reason_and_lint():
     assert not reloaded.exception, reloaded.exception
     assert any("kept across the page reload" in i.value for i in reloaded.info)
     assert [c.value for c in reloaded.code if c.language == "python"] == [code[0].value]
+    # the reload opens on the Few-shot tab, where the kept draft looked lost: the top of the page names its tab
+    kept = "Kept from before the page was reloaded: a code-generation result in the **Code generation** tab."
+    top = list(reloaded.main)
+    tabs_at = next(i for i, e in enumerate(top) if e.type == "tab_container")
+    assert any(getattr(e, "value", None) == kept for e in top[:tabs_at])
+    assert not any("Kept from before" in i.value for i in at.info)  # not while the session's own run is live
     report = [b for b in reloaded.get("download_button") if "lab.html" in b.proto.id]
     assert len(report) == 1 and not report[0].proto.disabled
 
@@ -231,3 +237,21 @@ def test_the_drafts_box_follows_the_outcome_of_its_checks(code, findings, kind, 
         code_outcome(unlinted) == ("warning", code_outcome(unlinted)[1])
         and "lint not run" in code_outcome(unlinted)[1]
     )
+
+
+def test_the_accuracy_labels_sit_above_their_error_bars():
+    """The accuracy chart's '56%', '75%', '88%' were drawn on the points, over the error bars; each label now sits
+    just above its interval's top, and the axis leaves room for one over an interval that reaches 100%."""
+    from engine.lab.fewshot import KAccuracy
+    from ui.lab_widgets import accuracy_figure
+
+    rows = [
+        KAccuracy(k, right / 16, right, 16, ("a", "b"), (), 0.0, 0.0, ())
+        for k, right in ((0, 9), (2, 12), (4, 14))
+    ]
+    fig = accuracy_figure(rows, 0.5)
+    points, labels = fig.data[0], fig.data[1]
+    assert points.error_y.array is not None and "text" not in points.mode and not points.text
+    assert labels.mode == "text" and list(labels.text) == ["56%", "75%", "88%"]
+    assert list(labels.y) == [r.interval.high for r in rows]
+    assert labels.textposition == "top center" and fig.layout.yaxis.range[1] > 1.1

@@ -32,6 +32,24 @@ def session_eval_runs(experiment: str) -> list[dict[str, Any]]:
     return rows
 
 
+def kept_in_other_tabs(*, code: tuple[str, Any], evaluation_run: tuple[str, Any]) -> str:
+    """A page reload opens on the Few-shot tab, so a code-generation or evaluation run kept across it looked lost:
+    a sentence naming the tab that holds each kept run; "" when none is kept or this session's run is live. Each
+    argument is (the run log's experiment, this session's live result or None)."""
+    tabs = (
+        (code, "a code-generation result in the **Code generation** tab"),
+        (evaluation_run, "an evaluation result in the **Evaluation** tab"),
+    )
+    kept = [
+        where
+        for (experiment, live), where in tabs
+        if live is None and runlog.last_result(experiment, session=browser_session()) is not None
+    ]
+    if not kept:
+        return ""
+    return f"Kept from before the page was reloaded: {' and '.join(kept)}."
+
+
 def code_outcome(result: codegen.CodeResult) -> tuple[str, str]:
     """The draft's verdict, from the checks that ran: ("error", ...) when it does not parse, ("warning", ...) when
     lint found something or could not run, else ("neutral", ...): the code is never run or tested here, so passing

@@ -72,9 +72,7 @@ def accuracy_figure(results: Sequence[KAccuracy], baseline: float) -> go.Figure:
         go.Scatter(
             x=ks,
             y=[r.accuracy for r in results],
-            mode="lines+markers+text",
-            text=[f"{r.accuracy:.0%}" for r in results],
-            textposition="top center",
+            mode="lines+markers",
             name="label log-likelihood",
             # the 95% Wilson interval over the queries: on 16 queries one more right answer moves 6 points
             error_y={
@@ -88,6 +86,18 @@ def accuracy_figure(results: Sequence[KAccuracy], baseline: float) -> go.Figure:
             "%{customdata[2]:.0%}-%{customdata[3]:.0%})<extra></extra>",
         )
     )
+    # each value just above its interval's top: drawn on the point, the label sat over the error bar
+    fig.add_trace(
+        go.Scatter(
+            x=ks,
+            y=[r.interval.high for r in results],
+            mode="text",
+            text=[f"{r.accuracy:.0%}" for r in results],
+            textposition="top center",
+            showlegend=False,
+            hoverinfo="skip",
+        )
+    )
     fig.add_hline(
         y=baseline,
         line_dash="dot",
@@ -97,7 +107,8 @@ def accuracy_figure(results: Sequence[KAccuracy], baseline: float) -> go.Figure:
     fig.update_layout(
         title="Accuracy vs number of examples in the prompt (k), with its 95% interval",
         xaxis={"title": "k (examples in the prompt)", "tickmode": "array", "tickvals": ks},
-        yaxis={"title": "accuracy", "range": [0, 1.08], "tickformat": ".0%"},
+        # room above 100% for a label over an interval that reaches it
+        yaxis={"title": "accuracy", "range": [0, 1.14], "tickformat": ".0%"},
         height=380,
         margin={"l": 10, "r": 10, "t": 50, "b": 10},
     )
