@@ -11,6 +11,7 @@ from engine.calc.hf_config import spec_from_hf_config
 from engine.calc.report import Inputs, estimate
 from engine.calc.seen import Seen, below_estimate, seen_runs
 from engine.calc.specs import gpu_spec
+from engine.calc.timing import Setup
 from engine.cli import main
 
 NAME = "meta-llama/Llama-3.3-70B-Instruct"
@@ -37,18 +38,40 @@ def test_only_a_published_time_below_the_one_user_interval_is_called_out():
 
 
 def test_the_estimate_shows_them_and_says_which_figure_to_budget_from(capsys):
-    est = estimate(_spec(), gpu_spec("h100-sxm"), Inputs(dtype="bf16", batch=1, n_gpus=4, engine="vllm"))
+    from engine.calc.efficiency import estimate_speed
+
+    i = Inputs(dtype="bf16", batch=1, n_gpus=4, engine="vllm")
+    est = estimate(_spec(), gpu_spec("h100-sxm"), i)
     assert est.seen and est.seen_below is est.seen[0]
-    assert est.speed.tpot_s.low > est.seen_below.tpot_s  # below the one-user interval: the reason it is said
-    assert est.warnings[0] == est.seen_note
-    assert est.seen_note.startswith(
-        "A published run of this model on these 4 GPUs measured 23.6 ms per output token"
+    # below the fit's own one-user interval: the reason it is said, and taken in (engine.calc.anchor)
+    j = est.inputs
+    one = Setup(
+        _spec(),
+        gpu_spec("h100-sxm"),
+        "bf16",
+        None,
+        None,
+        None,
+        "bf16",
+        4,
+        1,
+        j.prompt_tokens,
+        j.output_tokens,
     )
-    assert "Budget from the published figure" in est.seen_note
+    fitted = estimate_speed(one, "vllm").tpot_s  # the fit's own, before the anchor
+    assert fitted.low > est.seen_below.tpot_s
+    assert est.anchor is not None and est.speed.tpot_s.central < fitted.central
+    assert est.warnings[0] == est.seen_note
+    assert est.seen_note.startswith("Anchored to a measurement: a published run of ")
+    assert (
+        "The times, throughput and price here, and the simulated answers below, use those costs"
+        in est.seen_note
+    )
     argv = f"estimate --model {NAME} --gpu h100-sxm --dtype bf16 --engine vllm --gpus 4".split()
     assert main([*argv, "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["published_below_estimate"] is True and r["published_runs"][0]["tpot_s"] == 0.02358
+    assert r["fixed_costs_anchored"]["factor"] == est.anchor.factor
     assert main(argv) == 0
     assert (
         "published         23.6 ms per output token (request rate 4/s; vllm v0.6.0;"

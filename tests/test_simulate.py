@@ -291,7 +291,7 @@ def test_simulated_sweep_stops_at_the_first_level_that_misses_the_slos():
     [
         ({"sweep": "a,b"}, "not a number"),
         ({"sweep": "1.5"}, "whole numbers"),
-        ({"n_gpus": 3}, "cannot split evenly"),
+        ({"n_gpus": 264}, "more stages than the model's 32 layers"),  # 8-way tensor parallel x 33 stages
         ({"prompt_tokens": 9000}, "context"),
         ({"model": None}, "--model"),
         ({"gpu": "no-such-gpu"}, "no-such-gpu"),

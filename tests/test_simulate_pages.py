@@ -46,7 +46,7 @@ def test_serving_page_simulates_a_sweep_for_a_gpu():
     ("widget", "value", "words"),
     [
         ("simulate.levels", "a,b", "not a number"),
-        ("simulate.gpus", 2, "cannot split evenly"),
+        ("simulate.gpus", 93, "more stages than the model's 30 layers"),  # 3-way tensor parallel x 31 stages
         ("simulate.slo_ttft", -1.0, "positive number of seconds"),  # 0 turns it off, as on the CLI
     ],
 )

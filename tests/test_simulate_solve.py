@@ -80,7 +80,7 @@ def test_max_users_with_linear_steps_by_hand():
     )
     assert (
         "in steady state" in a.sentence
-        and "the estimate's TPOT (the decode step alone) leaves out" in a.sentence
+        and "as the estimate's time per output token at this load does" in a.sentence
     )
 
 
@@ -256,26 +256,58 @@ def test_cheapest_searches_only_the_gpus_asked_from_the_cli_and_names_the_ones_i
     assert "priced catalogue keys" in err and "got h100" in err and "h100-sxm" in err
 
 
-def test_step_times_rest_on_a_published_run_of_the_setup_that_lies_below_the_estimate():
-    """The engineer's walk: Llama-3.3-70B on 4 x H100 with vLLM, the estimate 43.1 ms per token for one user beside
-    a published 23.6 ms of the same setup under load (its own warning: 'budget from the published figure'), while
-    the most-users and cheapest answers ran on the estimate's step times (4 replicas, $55.84/hour)."""
+def test_fixed_costs_rest_on_a_published_run_of_the_layout_for_the_estimate_and_the_simulator_alike():
+    """The engineer's walks: Llama-3.3-70B on 4 x H100 with vLLM, the estimate 43.1 ms per token for one user beside
+    a published 23.6-25.0 ms of the same setup under load. First the answers ran on the estimate's steps (4
+    replicas, $55.84/hour); then only the simulator was scaled, so the estimate's tiles (69.4 ms at 50 users) and
+    the most-users answer (93 users at TPOT <= 50 ms) disagreed, Qwen2.5-72B (the same layers) got 12 users against
+    Llama's 93, and the cheapest answer set scaled H100 steps against unscaled A100 ones."""
+    from engine.calc.anchor import anchor_for
     from engine.calc.efficiency import estimate_speed
+    from engine.calc.report import Inputs, estimate
+    from engine.calc.specs import gpu_spec
     from engine.simulate.steps import PublishedSteps
-    from engine.simulate.sweep import deployment
+    from engine.simulate.sweep import deployment, model_spec
 
     s = SimulateSpec(model="meta-llama/Llama-3.3-70B-Instruct", gpu="h100-sxm", n_gpus=4, prompt_tokens=2048,
                      output_tokens=256)  # fmt: skip
     d = deployment(s.validate())
     steps = d.steps
-    assert isinstance(steps, PublishedSteps) and 0 < steps.scale < 1
-    one = estimate_speed(replace(steps.setup, batch=1), "vllm").tpot_s.central
-    assert steps.scale == pytest.approx(0.02358 / one)
-    assert any("published run of this setup" in n for n in d.notes)
-    assert steps.describe()["scaled_to_published"]["factor"] == steps.scale
+    assert isinstance(steps, PublishedSteps)
+    a = steps.anchor
+    assert a is not None and 0 < a.factor < 1 and a.tpot_s < a.estimate_s
+    # anchored, the one-user step lands on the published run it rests on (its GPU, its lengths)
+    one = replace(steps.setup, batch=1, prompt_tokens=2048, output_tokens=256)
+    fitted = estimate_speed(one, "vllm").tpot_s.central
+    anchored = estimate_speed(one, "vllm", anchored=True).tpot_s.central
+    assert anchored < fitted and anchored == pytest.approx(a.tpot_s, rel=0.15)
+    assert any("anchored to a measurement" in n for n in d.notes)
+    assert steps.describe()["fixed_costs_anchored"]["factor"] == a.factor
+    # the estimate reads the same anchor: its one-user TPOT is the simulator's step of one row
+    spec = model_spec(s.validate())
+    est = estimate(spec, gpu_spec("h100-sxm"), Inputs(dtype="fp16", batch=1, n_gpus=4, prompt_tokens=2048,
+                                                       output_tokens=256, engine="vllm"))  # fmt: skip
+    assert est.anchor == a and est.speed.tpot_s.central == pytest.approx(anchored)
+    assert "Anchored to a measurement" in est.seen_note
+    # the anchor is the layout's, not one model's or one GPU's: Qwen2.5-72B has Llama-70B's layers, width and heads
+    qwen = replace(steps.setup, spec=model_spec(replace(s, model="Qwen/Qwen2.5-72B").validate()))
+    assert anchor_for(qwen, "vllm") == a
+    assert anchor_for(replace(steps.setup, gpu=gpu_spec("a100-80gb")), "vllm") == a
     # no published run of the 8B on one H100 below its estimate: the calculator's own step times
     small = deployment(SimulateSpec(model="llama-3-8b", gpu="h100-sxm").validate()).steps
-    assert isinstance(small, PublishedSteps) and small.scale == 1.0 and not small.anchor
+    assert isinstance(small, PublishedSteps) and small.anchor is None
+
+
+def test_a_count_the_estimate_runs_as_pipeline_stages_is_simulated_as_such():
+    """The engineer's walk: the estimate offered 3 GPUs for a 70B model as pipeline stages, and the most-users
+    answer refused the same count ('64 attention heads, which 3 GPUs cannot split evenly')."""
+    from engine.simulate.sweep import deployment
+
+    s = SimulateSpec(model="meta-llama/Llama-3.3-70B-Instruct", gpu="h100-sxm", n_gpus=3, prompt_tokens=512,
+                     output_tokens=64)  # fmt: skip
+    d = deployment(s.validate())
+    assert d.steps.setup.n_gpus == 1 and d.steps.setup.pipeline == 3
+    assert any("3 pipeline stages of 1" in n and "floor" in n for n in d.notes)
 
 
 def test_the_cheapest_answer_gives_the_command_of_one_replica_and_how_to_run_the_copies():
@@ -302,10 +334,9 @@ def test_too_few_requests_per_probe_are_raised_and_the_answer_says_so():
     users = a.value.central
     assert a.details["requests_per_probe_at_answer"] == 3 * users
     assert (
-        f"The 1 simulated request(s) asked per probe are fewer than 3 per user (each user's first request is left "
-        f"out as the ramp): each probe used 3 per user instead, {3 * users:,} at {users:,} users."
-        in a.sentence
+        f"Each probe simulated 3 requests per user ({3 * users:,} at {users:,} users) rather than the 1 set, as "
+        "each user's first request is left out as the ramp." in a.sentence
     )
     enough = solve.max_users(replace(spec, n_requests=1000), SLO(ttft_s=None, tpot_s=0.02055), deploy=d)
-    assert "asked per probe are fewer" not in enough.sentence
+    assert "Each probe simulated" not in enough.sentence
     assert enough.details["requests_per_probe_at_answer"] == 1000

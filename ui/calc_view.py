@@ -256,10 +256,10 @@ def speed_tiles(est: Estimate) -> None:
 def published_runs(est: Estimate) -> None:
     """Published TPOTs of this very setup beside the estimate, and a warning when one lies below its interval
     for a single user (a TPOT under load is at least one user's)."""
+    if est.seen_note:
+        st.warning(est.seen_note, icon=":material/fact_check:")
     if not est.seen:
         return
-    if est.seen_below is not None:
-        st.warning(est.seen_note, icon=":material/fact_check:")
     with st.expander(f"Published runs of this setup ({len(est.seen)}): measured, not estimated"):
         st.dataframe(
             [

@@ -63,7 +63,7 @@ from engine.calc.fitting import (
 )
 from engine.calc.observations import Observation, held_back, observation, observations, parallel, setup_of
 from engine.calc.serving_time import LoadTimes, closed_loop
-from engine.calc.timing import Setup, timing_inputs
+from engine.calc.timing import Efficiency, Setup, timing_inputs
 from engine.core.errors import InvalidParameterError
 from engine.core.interval import Interval
 from engine.core.memo import on_disk
@@ -250,6 +250,16 @@ class SpeedEstimate:
     gpu_family: str = ""  # engine.calc.cells.gpu_family of the GPU timed
 
 
+def class_efficiency(fit: ClassFit, s: Setup, *, anchored: bool = False) -> Efficiency:
+    """The class's efficiency on the setup's GPU (its family's factors), its fixed costs anchored where asked."""
+    eff = fit.efficiency(s.gpu)
+    if not anchored:
+        return eff
+    from engine.calc.anchor import efficiency_for
+
+    return efficiency_for(eff, s, fit.engine_class)
+
+
 def _time(central: float, band: Band, bound: float) -> Interval:
     """A time's interval from its band, never below the physical bound."""
     return Interval(max(central * band.low, bound), central, central * band.high, bound, band.rows)
@@ -260,14 +270,16 @@ def _rate(central: float, band: Band, bound: float) -> Interval:
     return Interval(central / band.high, central, min(central / band.low, bound), bound, band.rows)
 
 
-def estimate_speed(s: Setup, engine: str) -> SpeedEstimate:
+def estimate_speed(s: Setup, engine: str, *, anchored: bool = False) -> SpeedEstimate:
     """Decode rate, first-token latency (one request at the load asked, in parts), the batch's prefill and batch
     throughput for `engine` on the setup's GPU, each as a central estimate from the class's fitted utilisation
-    at the GPU's family, an interval from the residuals of rows like it, and the physical bound."""
+    at the GPU's family, an interval from the residuals of rows like it, and the physical bound. `anchored`: the
+    fixed costs as a published run of the setup's layout puts them (engine.calc.anchor; never for the track
+    record, which would score a row against its own anchor)."""
     all_fits = fits()
     fit = all_fits.for_engine(engine)
     s = parallel(s, fit.engine_class)
-    eff = fit.efficiency(s.gpu)
+    eff = class_efficiency(fit, s, anchored=anchored)
     central = timing(s, eff)
     bound = bound_timing(s)
     load = closed_loop(s, eff, s.batch)

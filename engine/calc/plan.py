@@ -41,6 +41,7 @@ from engine.calc.memory import (
 from engine.calc.serving_memory import SERVING_ENGINES, ServingMemory, is_cpu, serving_memory_of
 from engine.calc.specs import THIS_MACHINE, ModelSpec
 from engine.calc.timing import Setup
+from engine.core.errors import InvalidParameterError
 
 MAX_STAGES = 32  # pipeline stages tried (nodes of 8 past one node): 256 GPUs
 
@@ -216,6 +217,20 @@ def asked_layout(spec: ModelSpec, n_gpus: int) -> tuple[int, int]:
     as pipeline stages (vLLM's guide: tensor parallel within a node, pipeline parallel across nodes)."""
     tp = max(t for t in tensor_sizes(spec) if n_gpus % t == 0)
     return tp, n_gpus // tp
+
+
+def served_layout(spec: ModelSpec, n_gpus: int) -> tuple[int, int]:
+    """`asked_layout`, refused in one sentence when it would need more stages than the model has layers (a stage
+    holds at least one): the estimate and the simulator take the same counts."""
+    tp, pp = asked_layout(spec, n_gpus)
+    if pp > spec.n_layer:
+        most = max(tensor_sizes(spec)) * spec.n_layer
+        raise InvalidParameterError(
+            f"{n_gpus:,} GPUs would run as {tp}-way tensor parallel x {pp} pipeline stages, more stages than "
+            f"the model's {spec.n_layer} layers: one copy of it spreads over at most {most:,} GPUs; serve more "
+            "users with replicas (fewer GPUs each)"
+        )
+    return tp, pp
 
 
 def allocation(setup: Setup, server: Server, tp: int, pp: int) -> ServingMemory:

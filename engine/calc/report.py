@@ -19,8 +19,9 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from engine.calc import quant
+from engine.calc.anchor import Anchor, anchor_for
 from engine.calc.cost import CostEstimate, estimate_cost
-from engine.calc.efficiency import ENGINES, SpeedEstimate, estimate_speed
+from engine.calc.efficiency import ENGINES, SpeedEstimate, class_efficiency, estimate_speed
 from engine.calc.efficiency import timing as timing_of
 from engine.calc.explain import assumptions, launch_note
 from engine.calc.launch import (
@@ -38,11 +39,10 @@ from engine.calc.plan import (
     MemoryAnswer,
     Server,
     allocation,
-    asked_layout,
     held_at,
     memory_answer,
+    served_layout,
     setup_for,
-    tensor_sizes,
 )
 from engine.calc.quant import WEIGHT_FORMATS, format_scope, quant_format_name
 from engine.calc.seen import Seen, below_estimate, seen_runs
@@ -286,6 +286,7 @@ class Estimate:
     cost_interval: tuple[float, float] | None = None  # $/M output tokens at the throughput interval's ends
     seen: tuple[Seen, ...] = ()  # published TPOTs of this setup (engine.calc.seen), quickest first
     seen_below: Seen | None = None  # the quickest, when below the estimate's one-user interval
+    anchor: Anchor | None = None  # the published run its fixed costs are anchored to (engine.calc.anchor)
 
     @property
     def fits(self) -> bool:
@@ -293,7 +294,10 @@ class Estimate:
 
     @property
     def seen_note(self) -> str:
-        """What a published run below the one-user interval means for the estimate (also its first warning)."""
+        """What a published run below the one-user interval means for the estimate (also its first warning): the
+        anchor that took it in, or, without one, the figure to budget from."""
+        if self.anchor is not None:
+            return anchor_sentence(self.anchor)
         return below_sentence(self.seen_below, self.fit) if self.seen_below is not None else ""
 
     @property
@@ -368,7 +372,18 @@ def estimate(
     fit = memory(setup, i)
     timing, replicas, speed, calibrated = speed_of(setup, fit, i, calibration)
     seen, below = published_beside(setup, fit, i, speed)
-    seen_note = below_sentence(below, fit) if below is not None else ""
+    anchor = (
+        anchor_for(parallel(setup_for(setup, fit.layout), speed.engine_class), speed.engine_class)
+        if speed is not None and fit.layout is not None
+        else None
+    )
+    seen_note = (
+        anchor_sentence(anchor)
+        if anchor is not None
+        else below_sentence(below, fit)
+        if below is not None
+        else ""
+    )
     cost, cost_interval = cost_of(i, fit, timing.tokens_per_s * replicas, speed, replicas)
     model_id = i.model_id or spec.hub_id or None
     launch = serving(setup, fit, i, model_id)
@@ -402,6 +417,7 @@ def estimate(
         cost_interval=cost_interval,
         seen=seen,
         seen_below=below,
+        anchor=anchor,
     )
 
 
@@ -417,7 +433,7 @@ def published_beside(
     if not runs:
         return (), None
     at = setup_for(setup, layout)
-    one = speed if at.batch == 1 else estimate_speed(replace(at, batch=1), i.engine)
+    one = estimate_speed(replace(at, batch=1), i.engine)  # the fit's own, before any anchor
     return runs, below_estimate(list(runs), one.tpot_s.low)
 
 
@@ -437,18 +453,19 @@ def below_sentence(below: Seen, fit: MemoryAnswer) -> str:
     )
 
 
+def anchor_sentence(a: Anchor) -> str:
+    """The anchor in words a budget can act on: every time above already rests on the measurement."""
+    return (
+        f"Anchored to a measurement: {a.words()}. The times, throughput and price here, and the simulated answers "
+        "below, use those costs; a step carrying more users only takes longer than that run's."
+    )
+
+
 def resolve(spec: ModelSpec, gpu: GPUSpec, inputs: Inputs) -> tuple[Inputs, Setup]:
     """The inputs validated and filled, and the one Setup (the GPUs asked) every later step starts from."""
     i = inputs.resolved()
     assert i.seq_len is not None and i.kv_dtype is not None
-    tp, pp = asked_layout(spec, i.n_gpus)
-    if pp > spec.n_layer:  # a stage holds at least one layer
-        most = max(tensor_sizes(spec)) * spec.n_layer
-        raise InvalidParameterError(
-            f"{i.n_gpus:,} GPUs would run as {tp}-way tensor parallel x {pp} pipeline stages, more stages than "
-            f"the model's {spec.n_layer} layers: one copy of it spreads over at most {most:,} GPUs; serve more "
-            "users with replicas (fewer GPUs each)"
-        )
+    served_layout(spec, i.n_gpus)  # refuses a count with more stages than layers
     setup = Setup(
         spec,
         gpu,
@@ -492,9 +509,10 @@ def speed_of(
         cal = calibration.speed_at(at)
         return timing_of(at, cal.efficiency), replicas, None, cal
     if i.engine is not None and setup.gpu.key != THIS_MACHINE:
-        s = estimate_speed(at, i.engine)
+        s = estimate_speed(at, i.engine, anchored=True)
         # the GPUs as the class uses them (layer-split engines: pipeline stages), so the times equal its centrals
-        return timing_of(parallel(at, s.engine_class), s.fit.efficiency(setup.gpu)), replicas, s, None
+        split = parallel(at, s.engine_class)
+        return timing_of(split, class_efficiency(s.fit, split, anchored=True)), replicas, s, None
     return timing_of(at, DATASHEET), replicas, None, None
 
 

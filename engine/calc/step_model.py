@@ -15,20 +15,27 @@ model, GPU, precision, weight format, KV precision and GPU count matter; its bat
 from __future__ import annotations
 
 from engine.calc.cells import gpu_family, regime_of
-from engine.calc.efficiency import bound_efficiency, fits
+from engine.calc.efficiency import bound_efficiency, class_efficiency, fits
 from engine.calc.observations import parallel
 from engine.calc.timing import Setup, step_seconds
 from engine.core.interval import Interval
 
 
 def step_time(
-    setup: Setup, engine: str, decode_rows: int, context_tokens: int, prefill_tokens: int
+    setup: Setup,
+    engine: str,
+    decode_rows: int,
+    context_tokens: int,
+    prefill_tokens: int,
+    *,
+    anchored: bool = False,
 ) -> Interval:
-    """Seconds of one scheduler step (central, interval, physical bound, rows behind the interval)."""
+    """Seconds of one scheduler step (central, interval, physical bound, rows behind the interval); `anchored`:
+    the fixed costs as a published run of the layout puts them (engine.calc.anchor), as the estimate takes them."""
     all_fits = fits()
     fit = all_fits.for_engine(engine)
     s = parallel(setup, fit.engine_class)
-    eff = fit.efficiency(s.gpu)
+    eff = class_efficiency(fit, s, anchored=anchored)
     kw = {"decode_rows": decode_rows, "context_tokens": context_tokens, "prefill_tokens": prefill_tokens}
     t = step_seconds(s, eff, **kw)
     bound = step_seconds(s, bound_efficiency(), **kw).seconds

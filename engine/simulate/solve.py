@@ -218,9 +218,8 @@ def requests_raised(s: SimulateSpec, users: int) -> str:
     if used == s.n_requests:
         return ""
     return (
-        f" The {s.n_requests:,} simulated request(s) asked per probe are fewer than {PROBE_REQUESTS_PER_USER} per user "
-        f"(each user's first request is left out as the ramp): each probe used {PROBE_REQUESTS_PER_USER} per user "
-        f"instead, {used:,} at {users:,} users."
+        f" Each probe simulated {PROBE_REQUESTS_PER_USER} requests per user ({used:,} at {users:,} users) rather "
+        f"than the {s.n_requests:,} set, as each user's first request is left out as the ramp."
     )
 
 
@@ -278,7 +277,7 @@ def _replica_command(s: SimulateSpec, spec: ModelSpec, best: Option) -> str | No
 def _anchored(d: Deployment) -> str:
     """The sentence's last words where the step times rest on a published run of the setup."""
     steps = d.steps
-    if isinstance(steps, PublishedSteps) and steps.anchor:
+    if isinstance(steps, PublishedSteps) and steps.anchor is not None:
         return f" With {anchored_words(steps)}."
     return ""
 
@@ -339,8 +338,9 @@ def max_users(
             f"{objectives} for {slo.min_attainment:.0%} of their requests ({s.prompt_tokens} prompt + "
             f"{s.output_tokens} output tokens each), in steady state: each user sends its next request when the "
             "last ends, the users spread over a request's duration (not all at once), their first requests left out. "
-            "A user's TPOT here counts the steps that carry the other users' prompts, which the estimate's TPOT (the "
-            "decode step alone) leaves out, so fewer users meet a TPOT objective here than that figure suggests."
+            "A user's TPOT here counts the steps that carry the other users' prompts, as the estimate's time per "
+            "output token at this load does; its decode-step TPOT leaves them out, so read the objective against "
+            "the former."
             if value.central
             else f"{d.label}: even one user misses {objectives}; relax them or pick a faster deployment."
         )

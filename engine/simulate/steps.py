@@ -29,7 +29,9 @@ from functools import lru_cache
 from typing import Protocol
 
 from engine.calc import step_model
-from engine.calc.efficiency import Setup, fits
+from engine.calc.anchor import Anchor, anchor_for
+from engine.calc.efficiency import ENGINES, Setup, fits
+from engine.calc.observations import parallel
 from engine.core.errors import InvalidParameterError
 from engine.core.interval import Interval
 
@@ -156,6 +158,8 @@ def step_time(
     context_tokens: int,
     prefill_tokens: int,
     prefill_seqs: int = 1,
+    *,
+    anchored: bool = False,
 ) -> Interval:
     """Seconds of one forward of `engine` on the setup's GPUs: `decode_rows` rows reading `context_tokens` cached
     tokens in all, plus `prefill_tokens` prompt tokens (engine.calc.step_model.step_time: the calculator's
@@ -164,7 +168,7 @@ def step_time(
     prompts' count is checked but not used: the step model counts prompt tokens alone (attention linear in them).
     """
     _check(decode_rows, context_tokens, prefill_tokens, prefill_seqs)
-    return step_model.step_time(setup, engine, decode_rows, context_tokens, prefill_tokens)
+    return step_model.step_time(setup, engine, decode_rows, context_tokens, prefill_tokens, anchored=anchored)
 
 
 StepFn = Callable[[int, int, int, int], Interval]
@@ -208,20 +212,21 @@ class PublishedSteps(_Bucketed):
     name: str = "published"
     fixed_s: Interval = ZERO
     handling_s: float = 0.0
-    scale: float = 1.0  # < 1: anchored to a published run of this very setup (`anchor_to_published`)
-    anchor: str = ""  # that run, in words
 
     def _predict(self, rows: int, context: int, prefill: int, seqs: int) -> Interval:
-        t = step_time(self.setup, self.engine, rows, context, prefill, seqs)
-        return (
-            t
-            if self.scale == 1.0
-            else Interval(t.low * self.scale, t.central * self.scale, t.high * self.scale)
-        )
+        return step_time(self.setup, self.engine, rows, context, prefill, seqs, anchored=True)
+
+    @property
+    def anchor(self) -> Anchor | None:
+        """The published run the step's fixed costs are anchored to, as the estimate's are (engine.calc.anchor)."""
+        if self.engine not in ENGINES:
+            return None
+        return anchor_for(parallel(self.setup, ENGINES[self.engine]), ENGINES[self.engine])
 
     def describe(self) -> dict:
         fit = fits().for_engine(self.engine)
         read = {k: getattr(fit, k, None) for k in ("bandwidth", "flops", "overhead_s_per_layer", "borrowed")}
+        a = self.anchor
         return {
             "kind": self.name,
             "what": (
@@ -236,41 +241,23 @@ class PublishedSteps(_Bucketed):
             "interval": "the engine class's published / predicted ratios (2.5-97.5%), applied per step",
             "per_request_fixed_s": self.fixed_s.central,
             "handling_s": self.handling_s,
-            "scaled_to_published": {"factor": self.scale, "run": self.anchor} if self.anchor else None,
+            "fixed_costs_anchored": None
+            if a is None
+            else {
+                "factor": a.factor,
+                "run": a.row_id,
+                "tpot_s": a.tpot_s,
+                "model": a.model,
+                "words": a.words(),
+            },
             "rows": getattr(fit, "decode_rows", 0) + getattr(fit, "prefill_rows", 0),
         }
 
 
 def published_steps(setup: Setup, engine: str) -> PublishedSteps:
-    """A GPU from published runs; a request's fixed cost from the estimates' fit (step_model.request_fixed_s);
-    anchored to a published run of this very setup where one lies below the estimate (`anchor_to_published`)."""
-    steps = PublishedSteps(setup, engine, fixed_s=Interval.exact(step_model.request_fixed_s(setup, engine)))
-    return anchor_to_published(steps)
-
-
-def anchor_to_published(steps: PublishedSteps) -> PublishedSteps:
-    """Where a published time per output token of this very setup (model shape, GPU and count, engine class,
-    16-bit weights: engine.calc.seen) lies below the estimate's interval for one user, the step times are scaled
-    by published / estimated one-user TPOT, so the simulator and the answers built on it rest on the measurement,
-    as the estimate's own warning tells a budget to. A TPOT measured under load is at least one user's, so the
-    scaled steps are still no quicker than that run."""
-    from engine.calc.efficiency import ENGINES, estimate_speed
-    from engine.calc.seen import below_estimate, seen_runs
-
-    s = steps.setup
-    if steps.engine not in ENGINES or s.pipeline != 1:
-        return steps
-    one = estimate_speed(replace(s, batch=1), steps.engine).tpot_s
-    runs = seen_runs(s.spec, s.gpu.key, s.n_gpus, ENGINES[steps.engine], s.dtype)
-    below = below_estimate(runs, one.low)
-    if below is None:
-        return steps
-    factor = below.tpot_s / one.central
-    run = (
-        f"{below.tpot_s * 1e3:.1f} ms per output token under {below.load} ({below.engine}), where the estimate "
-        f"for one user is {one.central * 1e3:.1f} ms"
-    )
-    return replace(steps, scale=factor, anchor=run)
+    """A GPU from published runs; a request's fixed cost from the estimates' fit (step_model.request_fixed_s); the
+    steps' fixed costs anchored as the estimate's are, where a published run of the layout says so."""
+    return PublishedSteps(setup, engine, fixed_s=Interval.exact(step_model.request_fixed_s(setup, engine)))
 
 
 # ---------------------------------------------------------------- this machine from its calibration

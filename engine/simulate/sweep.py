@@ -17,6 +17,7 @@ from engine.batching import policy
 from engine.calc.efficiency import ENGINES, Setup
 from engine.calc.hf_config import read_config_file, spec_from_hf_config
 from engine.calc.memory import kv_bytes_per_token
+from engine.calc.plan import served_layout
 from engine.calc.serving_memory import ServingMemory, serving_memory
 from engine.calc.specs import THIS_MACHINE, GPUSpec, ModelSpec, gpu_spec
 from engine.core.errors import InvalidParameterError
@@ -97,8 +98,17 @@ def deployment(s: SimulateSpec, spec: ModelSpec | None = None, gpu: GPUSpec | No
     if s.gpu == THIS_MACHINE:
         return _this_machine(s, spec, per_token)
     gpu = gpu or gpu_spec(s.gpu)
-    check_split(spec, s.n_gpus)
+    # the GPUs as the estimate lays them out: the widest tensor-parallel size that divides the count, the rest as
+    # pipeline stages (engine.calc.plan.served_layout), so a count the estimate prices is one the simulator runs
+    tp, pp = served_layout(spec, s.n_gpus)
+    check_split(spec, tp)
     notes = []
+    if pp > 1:
+        notes.append(
+            f"{s.n_gpus} GPUs run as {pp} pipeline stages of {tp} (--pipeline-parallel-size {pp}): a step passes "
+            "through every stage in turn here, where a server keeps the stages busy with micro-batches, so the "
+            "simulated throughput is a floor"
+        )
     allocator = s.engine if s.engine in ("vllm", "sglang") else "vllm"
     if allocator != s.engine:
         notes.append(f"the KV budget is sized as vLLM allocates it ({s.engine} has no allocation model here)")
@@ -108,7 +118,8 @@ def deployment(s: SimulateSpec, spec: ModelSpec | None = None, gpu: GPUSpec | No
         engine=allocator,
         dtype=s.dtype,
         kv_dtype=kv_dtype,
-        tensor_parallel=s.n_gpus,
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
         gpu_memory_utilization=s.gpu_memory_utilization,
         max_model_len=longest,
         max_num_seqs=s.max_batch,
@@ -128,20 +139,19 @@ def deployment(s: SimulateSpec, spec: ModelSpec | None = None, gpu: GPUSpec | No
         mixed_prompt_tokens=s.mixed_prompt_tokens or chunk,
     )
     setup = Setup(
-        spec, gpu, s.dtype, None, None, None, kv_dtype, s.n_gpus, 1, s.prompt_tokens, s.output_tokens
+        spec, gpu, s.dtype, None, None, None, kv_dtype, tp, 1, s.prompt_tokens, s.output_tokens, pipeline=pp
     )
     steps = published_steps(setup, s.engine)
-    if steps.anchor:
+    if steps.anchor is not None:
         notes.append(anchored_words(steps))
     return Deployment(spec, gpu, s.n_gpus, s.engine, limits, steps, sm, tuple(notes))
 
 
 def anchored_words(steps: PublishedSteps) -> str:
-    """What scaling the step times to a published run of the setup means, in one sentence."""
-    return (
-        f"step times scaled by {steps.scale:.2f} to a published run of this setup ({steps.anchor}): the "
-        "calculator's own count too much time per step here, so the answer rests on the measurement"
-    )
+    """What anchoring the steps' fixed costs to a published run means, in one sentence."""
+    a = steps.anchor
+    assert a is not None
+    return f"step times anchored to a measurement, as the estimate's are: {a.words()}"
 
 
 def _this_machine(s: SimulateSpec, spec: ModelSpec, per_token: int) -> Deployment:

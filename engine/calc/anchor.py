@@ -1,0 +1,119 @@
+"""Fixed per-step costs anchored to a published run of the same layer layout.
+
+An engine class's per-layer overhead and all-reduce latency are fitted on the runs it has, for vLLM runs of
+7B-class models; for a deeper model in tensor parallel they count too much time per step (Llama-3.1-70B on 4 x H100
+with vLLM: 43.8 ms for one user estimated, 23.6 ms per output token measured under a load). Where a published time
+per output token of a model with the same layers, width and heads, on as many GPUs in tensor parallel, by an engine
+of the same class, in 16-bit weights, lies below the estimate's one-user interval, the step's fixed costs (those
+two: what scales with neither bytes nor FLOPs) are multiplied by
+
+    g = (published TPOT - the step's byte, FLOP and transfer time) / the step's fixed time,   within [0, 1]
+
+at that run's own GPU and lengths, and the same g applies to that layout on any GPU: the fixed costs are the
+software's and the collectives' launch, not the memory's. A TPOT measured under load is at least one user's, so
+the anchored step is still no quicker than that run. The estimate, the simulator and the answers built on them
+read one g (`efficiency_for`); the track record never does, so no row is scored against its own anchor.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from functools import cache
+
+from engine.calc import published
+from engine.calc.seen import TPOT_METRICS, _load, _width
+from engine.calc.specs import ModelSpec
+from engine.calc.timing import Efficiency, Setup, timing_from, timing_inputs
+
+
+@dataclass(frozen=True)
+class Anchor:
+    factor: float  # g: the fitted fixed costs x g
+    tpot_s: float  # the published run's time per output token
+    estimate_s: float  # the estimate's one-user TPOT for that run's setup, before the anchor
+    model: str  # the run's model, as the source names it
+    gpu: str  # its GPUs, in words
+    load: str  # the load it was measured under
+    engine: str  # the engine and version, as the source names them
+    row_id: str
+
+    def words(self) -> str:
+        """The anchor in one clause: what was measured, and what the estimate makes of it."""
+        return (
+            f"a published run of {self.model} on {self.gpu} measured {self.tpot_s * 1e3:.1f} ms per output token "
+            f"under {self.load} ({self.engine}) where the calculator's own fit says {self.estimate_s * 1e3:.1f} ms "
+            f"for one user, so its per-layer and all-reduce costs are taken at {self.factor:.2f}x the fit's for a "
+            "model of these layers on this many GPUs"
+        )
+
+
+def _layout(spec: ModelSpec) -> tuple[int, int, int, int]:
+    """What the fixed costs of a step depend on: layers (a per-layer cost each, two all-reduces each in tensor
+    parallel), the width and the heads (the shape of every kernel launched)."""
+    return (spec.n_layer, spec.hidden, spec.n_head, spec.n_kv_head)
+
+
+def efficiency_for(eff: Efficiency, setup: Setup, engine_class: str) -> Efficiency:
+    """The class's efficiency with its fixed costs anchored (`anchor_for`) where a published run of the setup's
+    layout says so; unchanged otherwise (and for pipeline stages, which no published run anchors)."""
+    a = anchor_for(setup, engine_class)
+    if a is None:
+        return eff
+    return replace(
+        eff,
+        step_overhead_s_per_layer=eff.step_overhead_s_per_layer * a.factor,
+        allreduce_latency_s=eff.allreduce_latency_s * a.factor,
+    )
+
+
+def anchor_for(setup: Setup, engine_class: str) -> Anchor | None:
+    if setup.pipeline != 1 or setup.n_gpus <= 1 or setup.weight_format is not None:
+        return None
+    return _anchor(_layout(setup.spec), setup.n_gpus, engine_class, _width(setup.dtype))
+
+
+@cache
+def _anchor(layout: tuple[int, int, int, int], tp: int, engine_class: str, width: str) -> Anchor | None:
+    """The published runs of this layout and tensor-parallel size below the estimate's one-user interval; of
+    those, the one that asks the smallest correction (the largest g)."""
+    from engine.calc.efficiency import estimate_speed, fits
+    from engine.calc.observations import setup_of
+
+    fit = fits().classes.get(engine_class)
+    if fit is None:
+        return None
+    best: Anchor | None = None
+    for r in published.rows():
+        if r.kind != "speed" or r.metric not in TPOT_METRICS or r.engine_class != engine_class:
+            continue
+        if (
+            r.gpu_count != tp
+            or r.tensor_parallel != tp
+            or r.calc_format is not None
+            or _width(r.dtype) != width
+        ):
+            continue
+        scale = TPOT_METRICS[r.metric]
+        if scale is None and not (r.batch <= 1 and r.batch_kind in ("batch", "concurrency")):
+            continue  # a rate under load is not one user's time per token
+        s = setup_of(r)
+        if isinstance(s, str) or s.pipeline != 1 or _layout(s.spec) != layout or r.value <= 0:
+            continue
+        tpot = r.value * scale if scale is not None else 1.0 / r.value
+        one = replace(s, batch=1)
+        est = estimate_speed(one, fit.engine_class).tpot_s
+        if not (math.isfinite(est.low) and tpot < est.low):
+            continue
+        eff = fit.efficiency(one.gpu)
+        step = timing_from(timing_inputs(one), eff).decode_step
+        fixed = step.overhead_s + timing_inputs(one).allreduces * eff.allreduce_latency_s
+        if fixed <= 0:
+            continue
+        g = min(1.0, max(0.0, (tpot - (step.seconds - fixed)) / fixed))
+        if best is None or g > best.factor:
+            gpus = f"{tp} x {one.gpu.name}"
+            best = Anchor(
+                g, tpot, est.central, r.model, gpus, _load(r), f"{r.engine} {r.engine_version}", r.id
+            )
+    return best
