@@ -7,6 +7,7 @@ price and the launch command at the layout that model settled on; the words are 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -260,6 +261,7 @@ def published_runs(est: Estimate) -> None:
         st.warning(est.seen_note, icon=":material/fact_check:")
     if not est.seen:
         return
+    sources = list(dict.fromkeys(r.source for r in est.seen))  # each once, in the rows' order
     with st.expander(f"Published runs of this setup ({len(est.seen)}): measured, not estimated"):
         st.dataframe(
             [
@@ -267,9 +269,9 @@ def published_runs(est: Estimate) -> None:
                     "TPOT (ms)": round(r.tpot_s * 1e3, 1),
                     "load": r.load,
                     "engine": r.engine,
-                    "source": f"[{k + 1}]",
+                    "source": f"[{sources.index(r.source) + 1}]",
                 }
-                for k, r in enumerate(est.seen)
+                for r in est.seen
             ],
             hide_index=True,
             width="stretch",
@@ -277,8 +279,19 @@ def published_runs(est: Estimate) -> None:
         st.caption(
             "The same model shape, GPU, GPU count and engine class, in 16-bit weights. A time per output token "
             "measured under load is at least one user's: a step carries every running request. Sources: "
-            + "; ".join(f"[{k + 1}] {r.source}" for k, r in enumerate(est.seen))
+            + "; ".join(f"[{k + 1}] {source_link(src)}" for k, src in enumerate(sources))
         )
+
+
+def source_link(source: str) -> str:
+    """A published row's source as a link a person can follow: 'github.com/OWNER/REPO@COMMIT:PATH' becomes
+    [OWNER/REPO on GitHub, at commit C](https://github.com/OWNER/REPO/blob/COMMIT/PATH); anything else is shown
+    as given."""
+    m = re.fullmatch(r"github\.com/([^/@]+/[^/@]+)@([0-9a-f]{7,40}):(\S+)", source)
+    if m is None:
+        return source
+    repo, commit, path = m.groups()
+    return f"[{repo} on GitHub, at commit {commit[:7]}](https://github.com/{repo}/blob/{commit}/{path})"
 
 
 def ttft_sentence(sp: SpeedEstimate, users: int) -> str:

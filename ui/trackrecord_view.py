@@ -36,7 +36,7 @@ def speed_caption(est, gpu) -> str:
     else:
         compute += f", fitted on {f.prefill_rows} published first-token and {f.throughput_rows} throughput measurements"
     return (
-        f"**Estimates, not bounds.** {ENGINE_CLASSES[f.engine_class]} reach {f.bandwidth:.0%} of the memory bandwidth "
+        f"**Estimates, not bounds.** {ENGINE_CLASSES[f.engine_class][0].upper()}{ENGINE_CLASSES[f.engine_class][1:]} reach {f.bandwidth:.0%} of the memory bandwidth "
         f"in decode{on_gpu}{fixed}, fitted on {f.decode_rows} published decode measurements; {compute}. The interval is "
         f"{INTERVAL_METHOD}; 'physics' is the bound with every roof reached. How well this held on published runs: "
         "the track record below."
@@ -120,9 +120,10 @@ def _cached_record() -> dict:
 
 SUMMARY_PARTS = (
     ("The verdict on each target", ("target met", "target")),
+    ("What was measured: the errors of the central estimate", ("rows", "median |error|", "worst |error|")),
     (
-        "What was measured: errors of the central estimate; the share of rows inside their interval and its width",
-        ("median |error|", "inside the interval", "median width", "rows", "worst |error|"),
+        "What was measured: the share of rows inside their interval, and its width",
+        ("inside the interval", "median width"),
     ),
 )
 

@@ -14,7 +14,7 @@ from engine.calc.memory import param_count
 from engine.calc.plan import MemoryAnswer
 from engine.calc.quant import weight_storage_note
 from engine.calc.specs import THIS_MACHINE, GPUSpec, ModelSpec
-from engine.calc.timing import DATASHEET, Efficiency, TimingEstimate
+from engine.calc.timing import DATASHEET, Efficiency, TimingEstimate, ramped_flops
 
 TP_DOMINATES = 0.5  # all-reduces above half of a step: tensor parallel costs more than it saves
 FP8_DOCS = "vLLM's FP8 guide (docs.vllm.ai, features/quantization/fp8)"
@@ -64,8 +64,9 @@ def _speed_notes(speed: SpeedEstimate, tp: int) -> list[str]:
     if fam in speed.fit.families_borrowed:
         f = speed.fit.factor("decode", fam)
         out.append(
-            f"No published {engine}-class runs on this GPU family: its time per token here is {f:.2f} times its "
-            f"own fit's, the ratio the engines that ran on both this family and {engine}'s GPUs show between them."
+            f"None of the published {engine}-class runs the fit rests on used this GPU family: its time per token "
+            f"here is {f:.2f} times its own fit's, the ratio the engines that ran on both this family and "
+            f"{engine}'s GPUs show between them."
         )
     wider = {1: f"{engine}-class runs on any GPU of this family", 2: f"{engine}-class runs on any GPU"}
     what = {"decode": "time per token", "ttft": "first-token", "throughput": "throughput"}
@@ -234,6 +235,12 @@ def reasoning(est: Any, spec: ModelSpec, gpu: GPUSpec) -> list[str]:
             return ""
         return f" ({fmt.gb(stored - read)} less than the {fmt.gb(stored)} stored: {'; '.join(said)})"
 
+    def _activations(phase, bw: float) -> str:
+        """The bytes the memory-bound operators move besides weights and KV cache (activations), where they add
+        more than 0.5%: said, so that the bytes over the bandwidth give the time shown."""
+        other = phase.memory_s * bw - phase.weights_bytes - phase.kv_bytes
+        return f" + {fmt.gb(other)} of activations" if other > 0.005 * phase.memory_s * bw else ""
+
     def _parts(phase) -> str:
         """The phase's time as the sum it is: memory-bound and compute-bound operators, fixed cost, all-reduces."""
         named = (
@@ -252,6 +259,10 @@ def reasoning(est: Any, spec: ModelSpec, gpu: GPUSpec) -> list[str]:
         f"{spec.kv_layers} attention layers" if spec.kv_layers != spec.n_layer else f"{spec.n_layer} layers"
     )
     users = layout.batch_per_replica if layout is not None else i.batch
+    bandwidth = gpu.bandwidth_bytes_per_s * n * eff.bandwidth
+    # a prefill of b x P tokens reaches the ramped share of its utilisation (engine.calc.timing.ramped)
+    prefill_share = ramped_flops(eff, max(1, users * i.prompt_tokens))
+    prefill_rate = gpu.flops_for(i.dtype) * n * prefill_share
     lines = [
         f"**Weights** = {m.params:,} parameters ({est.params.source}) × {m.weights_bytes / m.params:.4g} B "
         f"({i.weights_label}) = **{fmt.gb(m.weights_bytes)}**.",
@@ -266,11 +277,18 @@ def reasoning(est: Any, spec: ModelSpec, gpu: GPUSpec) -> list[str]:
         + ".",
         f"**Memory** ({_memory_model(fit)}): {fit.sentence}",
         f"**Decode**: each step reads {fmt.gb(t.decode_step.weights_bytes)} of weights{_unread(m.weights_bytes)} + "
-        f"{fmt.gb(t.decode_step.kv_bytes)} of KV cache at {fmt.gb(gpu.bandwidth_bytes_per_s * n * eff.bandwidth)}/s{_share(eff.bandwidth)}: "
+        f"{fmt.gb(t.decode_step.kv_bytes)} of KV cache{_activations(t.decode_step, bandwidth)} at "
+        f"{fmt.gb(bandwidth)}/s{_share(eff.bandwidth)}: "
         f"{_parts(t.decode_step)}{fmt.seconds(t.decode_s_per_token)} per step, for all {users} users at once: "
         f"{t.decode_step.bound}-bound.",
-        f"**Prefill**: {fmt.flops(t.prefill.flops)} at {fmt.flops(gpu.flops_for(i.dtype) * n * eff.flops, 'FLOP/s')}"
-        f"{_share(eff.flops)}: {_parts(t.prefill)}{fmt.seconds(t.prefill_s)}: {t.prefill.bound}-bound.",
+        f"**Prefill**: {fmt.flops(t.prefill.flops)}"
+        + (
+            f", {fmt.flops(t.prefill.compute_s * prefill_rate)} of it in compute-bound operators"
+            if t.prefill.memory_s > 0 and t.prefill.compute_s > 0
+            else ""
+        )
+        + f" at {fmt.flops(prefill_rate, 'FLOP/s')}{_share(prefill_share)}: {_parts(t.prefill)}"
+        f"{fmt.seconds(t.prefill_s)}: {t.prefill.bound}-bound.",
     ]
     if spec.is_moe:
         lines.append(

@@ -21,7 +21,7 @@ from engine.calc.specs import ARCH_TRAITS, ModelSpec, positive_int, validate_spe
 from engine.core.errors import InvalidParameterError
 
 NOT_A_CONFIG = (
-    "this does not look like a Hugging Face config.json: {why}. Give the config.json from the model's "
+    "This does not look like a Hugging Face config.json: {why}. Give the config.json from the model's "
     "folder on the hub (it has model_type, hidden_size or n_embd, the layer and head counts, vocab_size)."
 )
 MAX_CONFIG_BYTES = 5 * 2**20  # a config.json is a few KB; anything this large is not one

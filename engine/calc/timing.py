@@ -21,7 +21,7 @@ from functools import lru_cache, partial
 from engine.calc import quant
 from engine.calc.memory import params_of, weights_bytes
 from engine.calc.roofline import Operator, Roof, activation_bytes, operators, roof_for
-from engine.calc.specs import GPUSpec, ModelSpec, positive_float, positive_int
+from engine.calc.specs import THIS_MACHINE, GPUSpec, ModelSpec, positive_float, positive_int
 from engine.core.errors import InvalidParameterError
 
 
@@ -230,6 +230,11 @@ def timing_inputs(s: Setup) -> TimingInputs:
     base = roof_for(gpu, dtype)
     roof = Roof(base.peak_flops_per_s * n, base.bandwidth_bytes_per_s * n, base.label)
     if (n > 1 or stages > 1) and gpu.interconnect_bytes_per_s <= 0:
+        if gpu.key == THIS_MACHINE:
+            raise InvalidParameterError(
+                f"{spec.name} in {dtype} with this load does not fit in this machine's memory, and this machine is "
+                "one device: pick a smaller model, a smaller precision or fewer users, or a GPU from the catalogue"
+            )
         raise InvalidParameterError(
             f"{gpu.name} has no interconnect bandwidth in the catalog, so a plan split over more than one of it "
             "cannot be timed (a model too big for one is split over as many as it needs, whatever the count "

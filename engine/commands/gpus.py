@@ -67,18 +67,20 @@ def format_text(r: dict) -> str:
         )
     key = max(len("key"), *(len(g["key"]) for g in r["gpus"])) + 2  # the longest key and two spaces
     lines = [
-        f"{'key':<{key}}{'name':<34}{'mem GB':>7}{'GB/s':>7}{'fp16 TF':>9}{'ridge':>8}{'$/GPU-h':>9}  source"
+        f"{'key':<{key}}{'name':<34}{'mem GB':>8}{'GB/s':>7}{'fp16 TF':>9}{'ridge':>8}{'$/GPU-h':>9}  source"
     ]
     for g in r["gpus"]:
         usd = "-" if g["usd_per_gpu_hour"] is None else f"{g['usd_per_gpu_hour']:.2f}"
         lines.append(
-            f"{g['key']:<{key}}{g['name']:<34}{g['memory_bytes'] / 1e9:>7.0f}"
+            f"{g['key']:<{key}}{g['name']:<34}{g['memory_bytes'] / 1e9:>8.2f}"
             f"{g['bandwidth_bytes_per_s'] / 1e9:>7.0f}"
             f"{g['peak_flops'].get('fp16', 0) / 1e12:>9.0f}{fmt_ridge(g['ridge_fp16_ops_per_byte']):>8}{usd:>9}"
             f"  {g['sources']['bandwidth']}"
         )
     lines.append(r["also"])
     lines.append(
-        "$/GPU-h: the list price an estimate uses by default (`--json`: each one's provider, date and source)"
+        "mem GB: what the driver reports (nvidia-smi's MiB x 1,048,576 bytes), not the datasheet's round figure; a "
+        "serving engine budgets from CUDA's total, a little less (the estimate says that figure). $/GPU-h: the list "
+        "price an estimate uses by default (`--json`: each one's provider, date and source)"
     )
     return "\n".join(lines)

@@ -212,6 +212,11 @@ def probe_requests(s: SimulateSpec, users: int) -> int:
     return max(s.n_requests, PROBE_REQUESTS_PER_USER * users)
 
 
+def _capital(text: str) -> str:
+    """A label that opens a sentence ("simulated for ...") with its first letter raised."""
+    return text[:1].upper() + text[1:]
+
+
 def requests_raised(s: SimulateSpec, users: int) -> str:
     """A sentence when the requests asked were fewer than a probe of `users` needs, saying what was used."""
     used = probe_requests(s, users)
@@ -334,7 +339,7 @@ def max_users(
     at_least = " at least" if value.central >= MAX_USERS else ""
     sentence = (
         (
-            f"{d.label}: at most{at_least} {value.central} concurrent users ({_users_interval(value)}) meet "
+            f"{_capital(d.label)}: at most{at_least} {value.central} concurrent users ({_users_interval(value)}) meet "
             f"{objectives} for {slo.min_attainment:.0%} of their requests ({s.prompt_tokens} prompt + "
             f"{s.output_tokens} output tokens each), in steady state: each user sends its next request when the "
             "last ends, the users spread over a request's duration (not all at once), their first requests left out. "
@@ -342,7 +347,7 @@ def max_users(
             "output token at this load does; its decode-step TPOT leaves them out, so read the objective against "
             "the former."
             if value.central
-            else f"{d.label}: even one user misses {objectives}; relax them or pick a faster deployment."
+            else f"{_capital(d.label)}: even one user misses {objectives}; relax them or pick a faster deployment."
         )
         + _beyond_full_length(d, value.central, s.prompt_tokens + s.output_tokens)
         + _anchored(d)
