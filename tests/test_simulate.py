@@ -358,11 +358,21 @@ def test_spread_users_see_the_first_token_time_the_estimate_gives_at_that_load(c
     common = ["--model", "llama-3-8b", "--gpu", "h100-sxm", "--dtype", "fp16", "--engine", "vllm",
               "--prompt-tokens", "2048", "--output-tokens", "256", "--json"]  # fmt: skip
     assert main(["estimate", *common, "--batch", "50"]) == 0
-    ttft = json.loads(capsys.readouterr().out)["ttft_s"]
+    est = json.loads(capsys.readouterr().out)
+    ttft = est["ttft_s"]
     sim = ["simulate", *common, "--sweep", "50", "--requests", "150", "--slo-ttft", "0", "--slo-tpot", "0"]
     assert main(sim) == 0
-    spread = json.loads(capsys.readouterr().out)["points"][0]["ttft_s"]["p50"]
+    out = json.loads(capsys.readouterr().out)
+    point = out["points"][0]
+    spread = point["ttft_s"]["p50"]
     assert ttft["low"] <= spread <= ttft["high"]
+    # its rates are the steady state's, as the estimate counts them: users / mean request time (the wall clock
+    # took in the spread start and the drain: 1,699 tok/s against the estimate's 2,052)
+    assert out["simulated"]["rates"] == "steady state: users / mean request time"
+    assert point["request_throughput"] == pytest.approx(50 / point["e2e_s"]["mean"])
+    rate = est["output_tokens_per_s"]
+    assert rate["low"] <= point["output_tokens_per_s"] <= rate["high"]
+    assert point["output_tokens_per_s"] == pytest.approx(rate["central"], rel=0.15)  # 3 requests a user here
     assert main([*sim, "--start", "together"]) == 0
     together = json.loads(capsys.readouterr().out)["points"][0]["ttft_s"]["p50"]
     assert together > 5 * ttft["high"]
