@@ -881,11 +881,17 @@ def test_the_time_per_token_a_user_sees_at_the_load_is_said_beside_the_decode_st
     assert est.speed is not None and est.tpot_at_load_s > est.speed.tpot_s.central
     line = next(c.value for c in at.caption if c.value.startswith("Per output token at this load"))
     assert fmt.seconds(est.tpot_at_load_s) in line and fmt.seconds(est.speed.tpot_s.central) in line
-    assert (
-        main(["estimate", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--engine", "vllm", "--batch", "50"])
-        == 0
-    )
+    # with its interval (the second walk: only the decode step had one), the throughput's read as a time
+    lo, hi = est.tpot_at_load_interval
+    rate = est.speed.output_tokens_per_s
+    assert lo < est.tpot_at_load_s < hi and hi / lo == pytest.approx(rate.high / rate.low)
+    assert f"{fmt.seconds(lo)}–{fmt.seconds(hi)}" in line
+    argv = ["estimate", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--engine", "vllm", "--batch", "50"]
+    assert main(argv) == 0
     assert "at this load" in capsys.readouterr().out
+    assert main([*argv, "--json"]) == 0
+    low, high = json.loads(capsys.readouterr().out)["tpot_at_load_interval_s"]
+    assert low < high
 
 
 def test_the_paged_sentence_says_its_cache_is_every_gpu_of_the_replica():

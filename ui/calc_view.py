@@ -236,7 +236,14 @@ def speed_tiles(est: Estimate) -> None:
     )
     if sp is not None:
         st.caption(
-            f"Per output token at this load: {fmt.seconds(est.tpot_at_load_s)}, what each of the {users} users sees "
+            f"Per output token at this load: {fmt.seconds(est.tpot_at_load_s)}"
+            + (
+                f" ({INTERVAL_LEVEL}: {fmt.seconds(est.tpot_at_load_interval[0])}–"
+                f"{fmt.seconds(est.tpot_at_load_interval[1])}, the throughput's interval)"
+                if est.tpot_at_load_interval
+                else ""
+            )
+            + f", what each of the {users} users sees "
             f"once the steps that carry the other users' prompts are counted; the TPOT tile is the decode step "
             f"alone ({fmt.seconds(sp.tpot_s.central)})."
         )

@@ -312,6 +312,19 @@ class Estimate:
         return (t.generation_s - sp.ttft_s.central) / (o - 1)
 
     @property
+    def tpot_at_load_interval(self) -> tuple[float, float] | None:
+        """The interval of `tpot_at_load_s`: the throughput's, read as a time (a request's later tokens come at
+        the batch's output rate), so the two intervals say the same doubt. None without an engine's estimate."""
+        sp = self.speed
+        if sp is None:
+            return None
+        rate = sp.output_tokens_per_s
+        if not (rate.low > 0 and rate.high > 0):
+            return None
+        x = self.tpot_at_load_s
+        return x * rate.central / rate.high, x * rate.central / rate.low
+
+    @property
     def gpus_needed(self) -> int:
         return self.fit.gpus_needed
 

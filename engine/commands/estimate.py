@@ -200,6 +200,7 @@ def flatten(est: Estimate) -> dict:
         "prefill_batch_s": t.prefill_s,  # the whole batch's prefill (the times are one replica's)
         "generation_s": t.generation_s,
         "tpot_at_load_s": est.tpot_at_load_s,
+        "tpot_at_load_interval_s": list(est.tpot_at_load_interval) if est.tpot_at_load_interval else None,
         "tokens_per_s": est.tokens_per_s,
         "usd_per_hour": est.cost.usd_per_hour,
         "usd_per_million_tokens": est.cost.usd_per_million_tokens,
@@ -352,8 +353,14 @@ def format_text(r: dict) -> str:
             + " + ".join(f"{fmt.seconds(v)} {k}" for k, v in parts.items()),
             f"  batch prefill     {fmt.seconds(r['prefill_batch_s']['central'])} for all {i.batch} prompts at once",
             f"  decode            {_rate(r['decode_tokens_per_s'], 'tok/s per sequence')}",
-            f"  at this load      {fmt.seconds(r['tpot_at_load_s'])} per output token with the other users' prompts "
-            f"counted; {fmt.seconds(r['generation_s'])} per request",
+            f"  at this load      {fmt.seconds(r['tpot_at_load_s'])} per output token"
+            + (
+                f" ({INTERVAL_LEVEL} interval {fmt.seconds(r['tpot_at_load_interval_s'][0])}-"
+                f"{fmt.seconds(r['tpot_at_load_interval_s'][1])})"
+                if r.get("tpot_at_load_interval_s")
+                else ""
+            )
+            + f" with the other users' prompts counted; {fmt.seconds(r['generation_s'])} per request",
             f"  throughput        {_throughput(r)}",
         ]
         lines += [
