@@ -38,6 +38,10 @@ class Anchor:
     engine: str  # the engine and version, as the source names them
     row_id: str
 
+    def to_json(self) -> dict:
+        return {"factor": self.factor, "run": self.row_id, "tpot_s": self.tpot_s, "model": self.model,
+                "words": self.words()}  # fmt: skip
+
     def words(self) -> str:
         """The anchor in one clause: what was measured, and what the estimate makes of it."""
         return (

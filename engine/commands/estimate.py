@@ -249,18 +249,7 @@ def flatten(est: Estimate) -> dict:
             for r in est.seen
         ]
         out["published_below_estimate"] = est.seen_below is not None
-        a = est.anchor
-        out["fixed_costs_anchored"] = (
-            None
-            if a is None
-            else {
-                "factor": a.factor,
-                "run": a.row_id,
-                "tpot_s": a.tpot_s,
-                "model": a.model,
-                "words": a.words(),
-            }
-        )
+        out["fixed_costs_anchored"] = est.anchor.to_json() if est.anchor is not None else None
     if est.serving is not None:
         sm = est.serving
         out |= {

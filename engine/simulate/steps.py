@@ -241,15 +241,7 @@ class PublishedSteps(_Bucketed):
             "interval": "the engine class's published / predicted ratios (2.5-97.5%), applied per step",
             "per_request_fixed_s": self.fixed_s.central,
             "handling_s": self.handling_s,
-            "fixed_costs_anchored": None
-            if a is None
-            else {
-                "factor": a.factor,
-                "run": a.row_id,
-                "tpot_s": a.tpot_s,
-                "model": a.model,
-                "words": a.words(),
-            },
+            "fixed_costs_anchored": a.to_json() if a is not None else None,
             "rows": getattr(fit, "decode_rows", 0) + getattr(fit, "prefill_rows", 0),
         }
 
