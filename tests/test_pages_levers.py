@@ -18,6 +18,15 @@ def _page() -> AppTest:
     return at
 
 
+def _quant_page(rows, docs: int = 2):
+    """The Quantization page drawn over a stored report of `rows` (tiny-gpt-neo on the CPU, `docs` documents)."""
+    from engine.levers.quant import QuantReport
+
+    at = AppTest.from_file(PAGE, default_timeout=300)
+    at.session_state["levers.quant"] = QuantReport("tiny-gpt-neo", "cpu", 8, 3, docs, "bits per byte", rows)
+    return at.run()
+
+
 def test_page_renders():
     at = _page()
     assert not at.exception and not at.error
@@ -114,16 +123,14 @@ def test_the_scheme_table_fits_the_page_without_losing_a_column():
     """At 1280 px the scheme table's eighteen columns scrolled sideways (1,488 px in an 818 px column); it is now
     three captioned tables of at most seven columns, each led by the scheme, the verdict's first, which together
     show every column the one table had."""
-    from engine.levers.quant import QuantReport, SchemeResult
+    from engine.levers.quant import SchemeResult
     from ui.levers_widgets import quant_table
 
     rows = (
         SchemeResult("fp32", "ok", speedup_vs_fp32=1.0, runs=3),
         SchemeResult("int8", "ok", speedup_vs_fp32=1.4, speedup_ci=(1.1, 1.7), runs=3),
     )
-    at = AppTest.from_file(PAGE, default_timeout=300)
-    at.session_state["levers.quant"] = QuantReport("tiny-gpt-neo", "cpu", 8, 3, 2, "bits per byte", rows)
-    at.run()
+    at = _quant_page(rows, docs=2)
     assert not at.exception
     tables = [df.value for df in at.dataframe if df.value.columns[0] == "scheme"]
     assert len(tables) == 3 and all(len(t.columns) <= 7 for t in tables)
@@ -135,15 +142,13 @@ def test_the_scheme_table_fits_the_page_without_losing_a_column():
 def test_the_quantization_result_is_said_in_one_line_under_its_button():
     """At 1280 x 900 the scheme tables and verdicts landed below the fold after 'Quantize and measure'; the result
     is now one line right under the button, each scheme's speed as its table cell says it, before any table."""
-    from engine.levers.quant import QuantReport, SchemeResult
+    from engine.levers.quant import SchemeResult
 
     rows = (
         SchemeResult("fp32", "ok", speedup_vs_fp32=1.0, runs=3, weights_bytes=400),
         SchemeResult("int8", "ok", speedup_vs_fp32=1.4, speedup_ci=(1.1, 1.7), runs=3, weights_bytes=100),
     )
-    at = AppTest.from_file(PAGE, default_timeout=300)
-    at.session_state["levers.quant"] = QuantReport("tiny-gpt-neo", "cpu", 8, 3, 2, "bits per byte", rows)
-    at.run()
+    at = _quant_page(rows, docs=2)
     assert not at.exception
     elements = list(at.tabs[0])
     after_button = elements[next(i for i, e in enumerate(elements) if e.type == "button") + 1]
@@ -200,15 +205,13 @@ def test_bits_per_byte_says_how_much_text_it_scored_and_why_the_race_differs():
     """The Quantization page's fp32 bits per byte (1.1534) and the race's (1.100) for one model read as a
     contradiction, neither saying how much text it scored. The caption now names the documents and their bytes,
     and says the race scores another count; both pages give four decimals."""
-    from engine.levers.quant import QuantReport, SchemeResult
+    from engine.levers.quant import SchemeResult
 
     rows = (
         SchemeResult("fp32", "ok", speedup_vs_fp32=1.0, runs=3, bits_per_byte=1.15341),
         SchemeResult("int8", "ok", speedup_vs_fp32=1.4, speedup_ci=(1.1, 1.7), runs=3, bits_per_byte=1.15412),
     )
-    at = AppTest.from_file(PAGE, default_timeout=300)
-    at.session_state["levers.quant"] = QuantReport("tiny-gpt-neo", "cpu", 8, 3, 4, "bits per byte", rows)
-    at.run()
+    at = _quant_page(rows, docs=4)
     assert not at.exception
     captions = " ".join(c.value for c in at.caption)
     assert (
@@ -224,7 +227,7 @@ def test_a_smaller_scheme_with_a_larger_peak_rss_says_why_beside_the_figure(int8
     """int8's peak RSS read 2.34 GB against fp32's 1.54 GB, beside 'weights in 41% of fp32's bytes', unexplained.
     The weights table's caption now says the peak is the one measuring process's, which keeps the fp32 reference
     and converts a full fp32 copy; when the smaller scheme's peak is not above fp32's, nothing is said."""
-    from engine.levers.quant import QuantReport, SchemeResult
+    from engine.levers.quant import SchemeResult
 
     rows = (
         SchemeResult(
@@ -234,9 +237,7 @@ def test_a_smaller_scheme_with_a_larger_peak_rss_says_why_beside_the_figure(int8
             "int8", "ok", speedup_vs_fp32=1.4, runs=3, weights_bytes=220_000_000, rss_bytes=int8_rss
         ),
     )
-    at = AppTest.from_file(PAGE, default_timeout=300)
-    at.session_state["levers.quant"] = QuantReport("tiny-gpt-neo", "cpu", 8, 3, 2, "bits per byte", rows)
-    at.run()
+    at = _quant_page(rows, docs=2)
     assert not at.exception
     caption = next(c.value for c in at.caption if c.value.startswith("Weights: bytes read"))
     note = (
