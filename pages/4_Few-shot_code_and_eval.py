@@ -49,8 +49,9 @@ st.caption(f"Loaded **{lm.name}** in {lm.dtype} on {lm.device} ({lm.params / 1e6
 kept = lab_view.kept_in_other_tabs(
     code=(CODE_EXPERIMENT, state[f"{NS}.code"]), evaluation_run=(EVAL_EXPERIMENT, state[f"{NS}.last_eval"])
 )
-if kept:
-    st.info(kept, icon=":material/history:")
+kept_slot = st.empty()  # always drawn: a note that comes and goes above the tabs would move them, and a moved
+if kept:  # st.tabs is a new one, back on its first tab (a click on Generate code jumped the view to Few-shot)
+    kept_slot.info(kept, icon=":material/history:")
 tab_fs, tab_code, tab_eval = st.tabs(["Few-shot", "Code generation", "Evaluation"])
 done_shown = sweep_shown = None  # what the few-shot tab shows, for the report (none without a dataset)
 

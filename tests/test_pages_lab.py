@@ -255,3 +255,19 @@ def test_the_accuracy_labels_sit_above_their_error_bars():
     assert labels.mode == "text" and list(labels.text) == ["56%", "75%", "88%"]
     assert list(labels.y) == [r.interval.high for r in rows]
     assert labels.textposition == "top center" and fig.layout.yaxis.range[1] > 1.1
+
+
+def test_the_tabs_keep_their_place_whether_or_not_the_machine_is_busy(monkeypatch):
+    """The presenter's walk: a click on Generate code jumped the view to the Few-shot tab for the whole run. The busy
+    warning above the page came and went between reruns (and so did the note of runs kept across a reload), which
+    moved the tabs, and Streamlit draws a moved st.tabs anew, on its first tab. Both now hold one place always."""
+    import ui.common
+
+    where = {}
+    for busy in (False, True):
+        monkeypatch.setattr(ui.common, "is_busy", lambda load, n, b=busy: b)
+        at = AppTest.from_file(PAGE, default_timeout=120).run()
+        kinds = [getattr(e, "type", "") for e in at.main]
+        assert len(at.warning) == busy
+        where[busy] = kinds.index("tab_container")
+    assert where[False] == where[True]

@@ -180,8 +180,11 @@ def busy_warning() -> None:
     """The one busy rule (engine.core.load.is_busy) on the load right now: other work competes with the runs this
     page times, so they come out slower than the machine can go, and by a different amount each time."""
     load, n = loadavg_1m(), cores()
+    # always one element, filled or not: a warning that comes and goes between reruns moved every element after
+    # it, and a moved st.tabs is drawn anew on its first tab (a click on Generate code jumped the view to Few-shot)
+    slot = st.empty()
     if is_busy(load, n):
-        st.warning(
+        slot.warning(
             f"This machine is busy: 1-minute load average {load:.1f} on {n} cores (a run that just ended here, "
             "the lab's own included, counts in that average for a minute or so). Timings measured now include "
             "waiting for a core: wait a minute and rerun, or compare with runs made on a quieter machine.",
