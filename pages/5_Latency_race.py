@@ -11,7 +11,7 @@ from engine.race.peers import base as peers
 from engine.runtime import models
 from ui import pace
 from ui.common import cached_hardware, init_state, page_setup, show_error
-from ui.race_widgets import contender_picker, race_defaults, show_result
+from ui.race_widgets import BUSY_WINNER, contender_picker, race_defaults, show_result
 from ui.widgets import SLIDER, spec_input
 
 page_setup("Latency race", measures=True)
@@ -150,11 +150,13 @@ shown = pace.shown_result(EXPERIMENT, st.session_state["race.result"], lambda d:
 if shown is not None:
     race = serialise.from_dict(shown.result)
     headline.markdown(
-        f"**Winner.** {verdict.winner_line(race.contenders)} The verdicts, tables and charts below have the rest."
+        f"{BUSY_WINNER} The tables and charts below have what was measured."
+        if shown.busy
+        else f"**Winner.** {verdict.winner_line(race.contenders)} The verdicts, tables and charts below have the rest."
     )
     st.subheader("Live run (this machine)" if not shown.note else "Race (this machine)")
     pace.note(shown)
-    show_result(race, key="live")
+    show_result(race, key="live", busy=bool(shown.busy))
 
 st.subheader("Recorded races")
 recorded = serialise.load_recorded()

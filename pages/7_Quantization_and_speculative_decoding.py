@@ -81,12 +81,12 @@ with tab_q:
     if shown is not None:
         result = shown.result
         if quant.headline(result.rows):
-            # a ratio measured under load swings either way (a walk read int8 4.23× faster live, busy, where the
-            # quiet recorded run says 1.69× slower): said before the numbers, not after them
+            # a ratio measured under load swings either way (walks read int8 4.23× and 1.26× faster live, busy,
+            # where the quiet recorded run says 1.58-1.69× slower): no direction is called from a busy run
             headline.markdown(
-                ("**Measured on a busy machine: these ratios are not reliable; run again when it is quiet.** "
-                 if shown.busy else "")
-                + quant.headline(result.rows) + " The tables and verdicts below have the rest."
+                ("**Measured on a busy machine: no speed verdict; run again when it is quiet** (presenter mode "
+                 "shows the last quiet run). " if shown.busy else "")
+                + quant.headline(result.rows, busy=bool(shown.busy)) + " The tables and verdicts below have the rest."
             )  # fmt: skip
         pace.note(shown)
         st.caption(
@@ -96,7 +96,7 @@ with tab_q:
             "text, not another model."
         )
         split_dataframes(
-            levers_widgets.quant_table(result.rows).to_dict("records"),
+            levers_widgets.quant_records(result.rows, busy=bool(shown.busy)),
             "scheme",
             levers_widgets.quant_parts(quant.memory_note(result.rows)),
         )
@@ -105,7 +105,7 @@ with tab_q:
             st.markdown("**Verdicts of a run measured on a busy machine** (other work shifts each scheme's timing "
                         "differently, so a ratio can turn either way):")  # fmt: skip
         for row in result.rows:
-            st.markdown(f"- {quant.verdict(row, base)}")
+            st.markdown(f"- {quant.verdict(row, base, busy=bool(shown.busy))}")
         levers_widgets.downloads(result.rows, "quantization", f"{NS}.qdl")
     else:
         st.info(

@@ -174,7 +174,7 @@ def test_a_quantization_run_measured_busy_says_so_before_its_ratios():
     assert not at.exception
     elements = list(at.tabs[0])
     after_button = elements[next(i for i, e in enumerate(elements) if e.type == "button") + 1]
-    assert after_button.value.startswith("**Measured on a busy machine: these ratios are not reliable")
+    assert after_button.value.startswith("**Measured on a busy machine: no speed verdict")
     assert any(m.value.startswith("**Verdicts of a run measured on a busy machine**") for m in at.markdown)
 
 
@@ -245,3 +245,26 @@ def test_a_smaller_scheme_with_a_larger_peak_rss_says_why_beside_the_figure(int8
         "the whole measuring process's memory, and that process keeps the fp32 reference loaded throughout"
     )
     assert (note in caption) is said
+
+
+def test_a_busy_run_calls_no_speed_verdict_and_a_quiet_one_does():
+    """The presenter's walk: live and busy, int8 read '1.26× faster (95% interval 1.04×-3.04×)' where presenter mode's
+    quiet run says 1.58× slower: a ratio measured under load swings either way, so a busy run calls no direction."""
+    from engine.levers.quant import SchemeResult
+
+    rows = (
+        SchemeResult("fp32", "ok", speedup_vs_fp32=1.0, runs=3, weights_bytes=400),
+        SchemeResult("int8", "ok", speedup_vs_fp32=1.26, speedup_ci=(1.04, 3.04), runs=3, weights_bytes=100),
+    )
+    quiet = _quant_page(rows)
+    said = " ".join(m.value for m in quiet.markdown)
+    assert "1.26× faster" in said and "not comparable" not in said
+    busy = AppTest.from_file(PAGE, default_timeout=300)
+    busy.session_state["levers.quant"] = _quant_page(rows).session_state["levers.quant"]
+    busy.session_state["pace.quant.load"] = {"before": 4.6, "after": 5.0, "cores": 2}
+    busy.run()
+    said = " ".join(m.value for m in busy.markdown)
+    assert "no speed verdict" in said and "speed not comparable (busy machine)" in said
+    assert "int8, time per token: not comparable" in said and "1.26×" not in said and "faster" not in said
+    cells = [str(v) for df in busy.dataframe for v in df.value.to_numpy().ravel()]
+    assert "not comparable (busy machine)" in cells and not any("faster" in c for c in cells)

@@ -420,3 +420,18 @@ def test_a_busy_race_says_in_plain_words_what_the_other_work_was_and_what_it_mea
     assert busy_note(float("nan"), 0.0, 2).startswith(
         "Other work was running on this machine during the race. "
     )
+
+
+def test_a_race_measured_busy_calls_no_winner():
+    """The presenter's walk: live on a busy machine the race read 'CTranslate2 float32, 21.79× faster' where the quiet
+    recorded race says 2.19× faster: no winner is called from a busy race, under the button or in its results."""
+    at = AppTest.from_file(str(ROOT / PAGE), default_timeout=120)
+    at.session_state["race.result"] = _recorded_race(0.5, None)
+    at.session_state["pace.race.load"] = {"before": 4.6, "after": 6.1, "cores": 2}
+    at.run()
+    assert not at.exception, at.exception
+    said = [m.value for m in at.markdown]
+    assert sum(v.startswith("**Winner: not called.**") for v in said) == 2  # under the button, in the results
+    elements = list(at.main)
+    after = elements[next(i for i, e in enumerate(elements) if e.type == "button") + 1]
+    assert after.value.startswith("**Winner: not called.**") and "21" not in after.value

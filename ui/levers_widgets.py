@@ -99,6 +99,18 @@ def _quant_columns(r) -> dict:
 
 quant_table = _table(_quant_columns)
 
+
+def quant_records(rows, *, busy: bool = False) -> list[dict]:
+    """The quantization table's rows; a run measured on a busy machine keeps its times but calls no speed verdict
+    (engine.levers.quant.BUSY_SPEED): its ratio cells say so instead of faster or slower."""
+    records = quant_table(rows).to_dict("records")
+    if busy:
+        for r in records:
+            if r["scheme"] != "fp32":
+                r["speed vs fp32"], r["95% CI"] = "not comparable (busy machine)", "—"
+    return records
+
+
 # The scheme table as three, each led by the scheme: its eighteen columns in one table scrolled sideways at
 # 1280 px. The downloads keep every raw field.
 QUANT_PARTS = (

@@ -284,8 +284,16 @@ def _quality_row(c: ContenderResult) -> dict:
     }
 
 
-def show_result(result: RaceResult, *, key: str) -> None:
-    """The whole results view: verdicts, statuses, speed, quality, downloads. `key` keeps widget ids unique."""
+BUSY_WINNER = (
+    "**Winner: not called.** The race ran on a busy machine: other work shifts each lane's timing differently, so a "
+    "ratio measured now can turn either way. Run it again when the machine is quiet (presenter mode shows the last "
+    "quiet race)."
+)
+
+
+def show_result(result: RaceResult, *, key: str, busy: bool = False) -> None:
+    """The whole results view: verdicts, statuses, speed, quality, downloads. `key` keeps widget ids unique;
+    `busy`: measured on a busy machine, so no winner is called (BUSY_WINNER)."""
     hw = result.hardware
     where = hw.get("gpu") or f"CPU: {hw.get('cpu', '?')} ({hw.get('cpu_cores_logical', '?')} cores)"
     load = f" · load average at start {result.load_avg_start[0]:.2f}" if result.load_avg_start else ""
@@ -304,7 +312,7 @@ def show_result(result: RaceResult, *, key: str) -> None:
             note = runner.busy_note(*runner.other_load(result, cores), cores)
         (st.caption if note.startswith("baseline steady") else st.warning)(scrub(note))
     # worded again from the lanes' numbers (a recorded file's stored line may predate the one verdict rule)
-    st.markdown(f"**Winner.** {verdict.winner_line(result.contenders)}")
+    st.markdown(BUSY_WINNER if busy else f"**Winner.** {verdict.winner_line(result.contenders)}")
     st.markdown("**Verdict per lane** (engines: whole inference engines; levers: one change to vanilla)")
     word_table(st, verdict_rows(result))
     st.markdown("**What ran** (a contender that could not run says why; the race went on without it)")

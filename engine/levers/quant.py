@@ -500,8 +500,13 @@ def run_quant(
 # --- words from numbers -------------------------------------------------------------------------------------------
 
 
-def verdict(row: SchemeResult, base: SchemeResult | None = None) -> str:
-    """One sentence from the row's own numbers (and the fp32 row's, for the size ratio)."""
+BUSY_SPEED = "not comparable (measured on a busy machine: other work shifts each scheme's timing differently)"
+
+
+def verdict(row: SchemeResult, base: SchemeResult | None = None, *, busy: bool = False) -> str:
+    """One sentence from the row's own numbers (and the fp32 row's, for the size ratio); `busy`: the run was
+    measured on a busy machine, so its speed is said not comparable instead of faster or slower (a walk read
+    int8 1.26x faster live, busy, where the quiet recorded run says 1.58x slower)."""
     if row.status != "ok":
         return f"{row.scheme} did not run here: {scrub(row.reason)}"
     if row.scheme == "fp32":
@@ -520,6 +525,8 @@ def verdict(row: SchemeResult, base: SchemeResult | None = None) -> str:
     )
     if sp is None or sp != sp:
         return f"{row.scheme}: no speed figure{size}."
+    if busy:
+        return f"{row.scheme}, time per token: {BUSY_SPEED}; it {cost}{size}{match}."
     speed = speed_verdict(sp, ci, baseline="fp32", no_interval="fewer than 3 runs, no 95% interval")
     way = direction(sp, ci)
     if way == "faster" or (way != "slower" and (bound is None or bound <= 1)):
@@ -539,7 +546,7 @@ def verdict(row: SchemeResult, base: SchemeResult | None = None) -> str:
     return f"{row.scheme}, time per token: {speed}: {why}; it {cost}{size}{match}."
 
 
-def headline(rows: Sequence[SchemeResult]) -> str:
+def headline(rows: Sequence[SchemeResult], *, busy: bool = False) -> str:
     """The run in one line, for under its button (the tables and verdicts land below the fold at 900 px): each
     scheme's speed against fp32 as its table cell says it, with its 95% interval, and its weight bytes as a share of
     fp32's."""
@@ -551,8 +558,12 @@ def headline(rows: Sequence[SchemeResult]) -> str:
         if r.status != "ok":
             parts.append(f"**{r.scheme}** did not run here")
             continue
-        speed = ratio_cell(r.speedup_vs_fp32, r.speedup_ci) or "no speed figure"
-        ci = interval_cell(r.speedup_vs_fp32, r.speedup_ci)
+        speed = (
+            "speed not comparable (busy machine)"
+            if busy
+            else ratio_cell(r.speedup_vs_fp32, r.speedup_ci) or "no speed figure"
+        )
+        ci = "" if busy else interval_cell(r.speedup_vs_fp32, r.speedup_ci)
         share = (
             f", weights in {r.weights_bytes / base.weights_bytes:.0%} of fp32's bytes"
             if base is not None and base.weights_bytes and r.weights_bytes
