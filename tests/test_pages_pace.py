@@ -233,8 +233,13 @@ def test_the_playgrounds_running_line_says_what_is_left():
     from ui.playground_widgets import progress_text
 
     line = progress_text(13, 64, 2.26)
-    assert "2.26 s elapsed" in line and "at most about 8.87 s left" in line
+    assert "2.26 s elapsed" in line and "about 8.87 s left (sooner if the model stops early)" in line
     assert "left" not in progress_text(0, 64, 0.5) and "left" not in progress_text(64, 64, 10.0)
+    # the presenter's walk, cache off: 'at most about 26.9 s left' at 25.3 s, 63 s before the end, the forecast
+    # (56.2 s) saying more: what is left is the larger of the two, and past the forecast the line says so
+    line = progress_text(31, 64, 25.3, expected_s=56.2)
+    assert "about 30.9 s left" in line and "at most" not in line
+    assert "longer than the forecast (56.2 s)" in progress_text(50, 64, 63.3, expected_s=56.2)
 
 
 def test_before_its_first_token_a_run_counts_down_from_its_forecast():

@@ -126,15 +126,28 @@ def forecast(lm, prompt: str, max_new: int, use_cache: bool):
         return None
 
 
-def progress_text(tokens: int, max_new: int, elapsed: float) -> str:
-    """Tokens so far, elapsed, the rate so far, and what is left at that rate if the run goes to `max_new` (an
-    end-of-sequence token may stop it sooner: "at most")."""
+def progress_text(tokens: int, max_new: int, elapsed: float, expected_s: float | None = None) -> str:
+    """Tokens so far, elapsed, the rate so far, and what is left if the run goes to `max_new` (an end-of-sequence
+    token may stop it sooner): at the rate so far, or what is left of the forecast `expected_s` where that is more
+    (without the cache each step costs more than the last, so the rate so far promises too little: a walk read
+    'at most about 26.9 s left' 63 s before the end). Past the forecast it says so."""
     rate = tokens / elapsed if elapsed > 0 else math.nan
     left = (max_new - tokens) / rate if tokens and math.isfinite(rate) and rate > 0 else math.nan
+    late = ""
+    if expected_s is not None and math.isfinite(expected_s) and tokens:
+        if elapsed < expected_s:
+            left = max(left, expected_s - elapsed) if math.isfinite(left) else expected_s - elapsed
+        else:
+            late = f" · longer than the forecast ({fmt.seconds(expected_s)}): other work may share the CPU"
     return (
         f"{tokens} / {max_new} tokens · {fmt.seconds(elapsed)} elapsed · "
         + (f"{rate:.1f} tok/s" if math.isfinite(rate) else "— tok/s")
-        + (f" · at most about {fmt.seconds(left)} left" if math.isfinite(left) and left > 0 else "")
+        + (
+            f" · about {fmt.seconds(left)} left (sooner if the model stops early)"
+            if math.isfinite(left) and left > 0 and tokens < max_new
+            else ""
+        )
+        + late
     )
 
 
@@ -259,7 +272,7 @@ def live_line(
     """The progress line under a running single prompt: tokens / max, elapsed, tok/s, and what it waits for;
     before the first token (no rate yet) what is left of the forecast `expected_s`, where there is one."""
     waiting = compile_status_text(compiling) or ("" if tokens else "waiting for the first token (prefill)")
-    line = progress_text(tokens, max_new, elapsed) + (f" · {waiting}" if waiting else "")
+    line = progress_text(tokens, max_new, elapsed, expected_s) + (f" · {waiting}" if waiting else "")
     if tokens or expected_s is None or not math.isfinite(expected_s):
         return line
     if elapsed < expected_s:
