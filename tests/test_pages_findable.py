@@ -192,3 +192,17 @@ def test_the_tour_says_how_long_its_live_runs_took_when_measured():
     line = tour_pace()
     assert line.startswith("Time it: every stop's live runs together took ") and "measured" in line
     assert "KV cache off" in line
+
+
+def test_each_stop_of_the_tour_says_how_long_its_live_runs_took():
+    """The presenter's second walk: Home promised how long the live runs take but gave only the total, so no one
+    could plan stop by stop. Each stop the tour benchmark timed now says its own time, from the same record."""
+    from engine.calc import format as fmt
+    from ui.home import stop_times
+
+    times = stop_times()
+    assert times and all(t > 0 for t in times.values())
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    said = " ".join(m.value for m in at.markdown)
+    for title, seconds in times.items():
+        assert f"its live runs took {fmt.seconds(seconds)} in that benchmark" in said, title

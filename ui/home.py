@@ -106,16 +106,33 @@ TOUR = (
 )
 
 
+def _tour_record() -> dict | None:
+    """The lab's tour benchmark's last record on this kind of machine (bench/results), or None."""
+    files = sorted((ROOT / "bench" / "results").glob("tour-full-*.json"))
+    try:
+        return json.loads(files[-1].read_text()) if files else None
+    except (OSError, ValueError):
+        return None
+
+
+def stop_times() -> dict[str, float]:
+    """Each stop's live runs in the tour benchmark's last record, in seconds, by the stop's page title."""
+    d = _tour_record() or {}
+    try:
+        return {s["title"]: float(s["live_s"]) for s in d.get("stops", []) if s.get("live_s")}
+    except (KeyError, TypeError, ValueError):
+        return {}
+
+
 def tour_pace() -> str:
     """How long the tour's live runs took when the lab's tour benchmark last ran them on this kind of machine
     (measured, dated, with the load it ran under), and which run to skip when short of time; "" without one."""
-    files = sorted((ROOT / "bench" / "results").glob("tour-full-*.json"))
-    if not files:
+    d = _tour_record()
+    if d is None:
         return ""
     try:
-        d = json.loads(files[-1].read_text())
         took, when, n, load = d["live_runs_s"], d["date"][:10], d["cores"], d["load_average_before"][0]
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
+    except (KeyError, IndexError, TypeError):
         return ""
     return (
         f"Time it: every stop's live runs together took {fmt.seconds(took)} when the lab's tour benchmark last ran "
@@ -141,6 +158,7 @@ def tour_panel() -> None:
         "its date, so the tour can be shown before anything runs. A page reload keeps this session's runs."
     )
     pages = {p.title: p for p in PAGES}
+    times = stop_times()
     for n, (title, params, what, section) in enumerate(TOUR, 1):
         c1, c2 = st.columns([2, 5], vertical_alignment="center")
         with c1:
@@ -153,7 +171,8 @@ def tour_panel() -> None:
                 )
             except StreamlitAPIException:
                 st.markdown(f"**{n}. {title}**")  # run on its own (a test), outside the app's navigation
-        c2.markdown(f"{what} *(chapter section {section})*")
+        took = f"; its live runs took {fmt.seconds(times[title])} in that benchmark" if title in times else ""
+        c2.markdown(f"{what} *(chapter section {section}{took})*")
     st.caption(
         'What the lab follows: **chapter 4, "Running inference"**, of the Manning book this lab accompanies '
         "(GPT-Neo as the reference model; generating, few-shot prompting, code and evaluation in 4.1; memory and "
