@@ -146,7 +146,12 @@ def show_snapshot(snap: SchedulerSnapshot) -> None:
         fmt_bytes(snap.kv_budget_bytes),
         help=f"{fmt_bytes(snap.kv_bytes_per_token)} per token (2 × layers × KV heads × head dim × bytes)",
     )
-    c[4].metric("Decode steps / tokens", f"{snap.steps} / {snap.tokens_generated}")
+    c[4].metric(
+        "Decode steps / tokens",
+        f"{snap.steps} / {snap.tokens_generated}",
+        help="since the shared scheduler started: the Playground's cache-on prompts run through it too, so these "
+        "counts and the request numbers include theirs",
+    )
     rows = [
         {
             "request": r.id,
@@ -166,6 +171,10 @@ def show_snapshot(snap: SchedulerSnapshot) -> None:
         # a table whose text wraps: in a dataframe the latest text was cut at the right edge at 1280 px; numbers
         # as rounded (a static table draws 0.01 as "0.0100")
         word_table(st, [{k: f"{v:g}" if isinstance(v, float) else v for k, v in r.items()} for r in rows])
+        st.caption(
+            "Requests carry the shared scheduler's numbers: those taken by earlier runs (the Playground's cache-on "
+            "prompts go through it too) are not reused, so a run's numbers need not start at 1."
+        )
     else:
         st.caption("The shared batch is idle: nothing running, nothing queued.")
 
