@@ -137,7 +137,12 @@ if started:
         )  # one worker process each: what a race costs
         result = pace.run_experiment(
             EXPERIMENT,
-            "Racing",
+            f"Racing {len(spec.contenders)} contenders"
+            + (
+                " (then vanilla again, to check the baseline held: one worker each)"
+                if spec.recheck_baseline
+                else ""
+            ),
             lambda report: runner.run_race(spec, progress=lambda d, t, m: report(d / t, f"{d}/{t} · {m}")),
             size=lanes,
             settings={"model": model, "lanes": lanes, "runs": runs, "max_new_tokens": max_new},

@@ -243,9 +243,13 @@ def speed_tiles(est: Estimate) -> None:
                 if est.tpot_at_load_interval
                 else ""
             )
-            + f", what each of the {users} users sees "
-            f"once the steps that carry the other users' prompts are counted; the TPOT tile is the decode step "
-            f"alone ({fmt.seconds(sp.tpot_s.central)})."
+            + (
+                f", what each of the {users} users of a replica sees (the {i.batch} over {est.replicas} replicas) "
+                if est.replicas > 1
+                else f", what each of the {users} users sees "
+            )
+            + "once the steps that carry the other users' prompts are counted; the TPOT tile is the decode step "
+            + f"alone ({fmt.seconds(sp.tpot_s.central)})."
         )
         st.caption(ttft_sentence(sp, users))
         st.caption(
