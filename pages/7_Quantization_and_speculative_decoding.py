@@ -199,6 +199,7 @@ with tab_s:
             f"**{speculative.workload_name(w)}**: {speculative.WORKLOAD_DESCRIPTIONS[w]} "
             f"({len(speculative.WORKLOADS[w])} prompts)"
         )
+    spec_headline = st.empty()  # the result in one line under the button, as the quantization tab has
     if sent_in_range(go_s, gamma, s_tokens, s_runs):
         try:
             spec = SS(
@@ -229,6 +230,9 @@ with tab_s:
         "speculative", st.session_state[f"{NS}.spec"], lambda p: from_jsonable(speculative.SpecReport, p)
     )
     if shown is not None:
+        line = speculative.headline(shown.result.rows, busy=bool(shown.busy))
+        if line:
+            spec_headline.markdown(line + " The tables and verdicts below have the rest.")
         pace.note(shown)
         split_dataframes(
             levers_widgets.spec_rows(shown.result.rows), levers_widgets.SPEC_KEY, levers_widgets.SPEC_PARTS

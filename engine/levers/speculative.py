@@ -27,6 +27,7 @@ import copy
 import math
 import time
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +36,7 @@ from engine.core import stats
 from engine.core.errors import EngineError, InvalidParameterError
 from engine.core.paths import scrub
 from engine.core.spec import option
-from engine.core.verdict import speed_verdict
+from engine.core.verdict import interval_cell, ratio_cell, speed_verdict
 from engine.levers import runs as R
 from engine.runtime import hardware
 from engine.runtime.chat import render_chat, user_turn
@@ -452,6 +453,29 @@ def run_speculate(lm: LoadedModel, spec: SpeculateSpec, progress: R.Progress | N
     if progress is not None:
         progress(1.0, "done")
     return SpecReport(lm.name, lm.device, max_new_tokens, runs, draft, tuple(rows))
+
+
+def headline(rows: Sequence[SpecResult], *, busy: bool = False) -> str:
+    """The run in one line, for under its button: each method's speed against plain greedy as its table cell says
+    it (none called on a busy machine), the theory's expectation, and whether the output stayed greedy's."""
+    parts = []
+    for r in rows:
+        name = f"**{method_name(r.method)}** on {workload_name(r.workload)}"
+        if r.status != "ok":
+            parts.append(f"{name} did not run here")
+            continue
+        if busy:
+            speed = "speed not comparable (measured on a busy machine)"
+        else:
+            cell = ratio_cell(r.speedup_vs_plain, r.speedup_ci) or "no speed figure"
+            ci = interval_cell(r.speedup_vs_plain, r.speedup_ci)
+            speed = cell + (f" (95% interval {ci})" if ci else "")
+        theory = (
+            f", Leviathan et al. predict {r.expected_speedup:.2f}×" if r.expected_speedup is not None else ""
+        )
+        same = "identical to" if r.identical_to_greedy else "not identical to"
+        parts.append(f"{name}: {speed}{theory}; output {same} plain greedy")
+    return "; ".join(parts) + "." if parts else ""
 
 
 def verdict(row: SpecResult) -> str:
