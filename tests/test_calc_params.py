@@ -132,7 +132,7 @@ def test_hub_id_offline_says_what_to_do(monkeypatch):
 def test_hub_id_offline_points_to_the_shipped_variant_and_a_shipped_name_needs_no_owner(monkeypatch):
     """The engineer's walk: Qwen/Qwen2.5-72B-Instruct offline got no word of the Qwen/Qwen2.5-72B config the lab
     ships, and the page's hub-id box refused 'llama-3.1-8b-instruct', a name the command line takes."""
-    from engine.arch.hub import spec_from_hub
+    from engine.arch.resolve import hub_spec
     from engine.calibration import resolve_model_spec
     from engine.core.errors import HubUnreachableError
 
@@ -142,4 +142,4 @@ def test_hub_id_offline_points_to_the_shipped_variant_and_a_shipped_name_needs_n
     with pytest.raises(HubUnreachableError) as exc:
         resolve_model_spec("no-such-owner/no-such-model")
     assert "ships the config" not in str(exc.value)
-    assert spec_from_hub("llama-3.1-8b-instruct").name == "meta-llama/Llama-3.1-8B-Instruct"
+    assert hub_spec("llama-3.1-8b-instruct").name == "meta-llama/Llama-3.1-8B-Instruct"

@@ -279,7 +279,7 @@ def test_fixed_costs_rest_on_a_published_run_of_the_layout_for_the_estimate_and_
     # anchored, the one-user step lands on the published run it rests on (its GPU, its lengths)
     one = replace(steps.setup, batch=1, prompt_tokens=2048, output_tokens=256)
     fitted = estimate_speed(one, "vllm").tpot_s.central
-    anchored = estimate_speed(one, "vllm", anchored=True).tpot_s.central
+    anchored = estimate_speed(one, "vllm", fixed_factor=a.factor).tpot_s.central
     assert anchored < fitted and anchored == pytest.approx(a.tpot_s, rel=0.15)
     assert any("anchored to a measurement" in n for n in d.notes)
     assert steps.describe()["fixed_costs_anchored"]["factor"] == a.factor

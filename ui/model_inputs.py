@@ -15,9 +15,9 @@ from engine.core.errors import EngineError
 
 @st.cache_data(show_spinner="Fetching config.json…", max_entries=32)
 def cached_hub_spec(repo_id: str) -> ModelSpec:
-    from engine.arch.hub import spec_from_hub
+    from engine.arch.resolve import hub_spec
 
-    return spec_from_hub(repo_id)
+    return hub_spec(repo_id)
 
 
 @st.cache_data(

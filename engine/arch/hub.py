@@ -42,15 +42,9 @@ def config_from_hub(repo_id: str) -> dict[str, Any]:
     except (
         LocalEntryNotFoundError
     ) as exc:  # offline (or unreachable) and not cached; subclass of EntryNotFoundError
-        near = near_preset(repo_id)
-        hint = (
-            f" (the lab ships the config of {near}, a variant with the same layers and widths)"
-            if near is not None
-            else ""
-        )
         raise HubUnreachableError(
             f"{repo_id}/config.json is not in the local cache and the hub cannot be reached: give the config.json "
-            f"itself instead (the page's config.json box, or --config on the command line), or pick a preset{hint}."
+            "itself instead (the page's config.json box, or --config on the command line), or pick a preset."
         ) from exc
     except (RepositoryNotFoundError, EntryNotFoundError) as exc:
         raise InvalidParameterError(
@@ -67,34 +61,7 @@ def config_from_hub(repo_id: str) -> dict[str, Any]:
 
 
 def spec_from_hub(repo_id: str) -> ModelSpec:
-    """The spec of a hub model from its config.json, counted with its real class on the meta device; a model whose
-    config.json the lab ships (its id in any case, or its name alone) is read from there, as on the command line."""
+    """The spec of a hub model from its config.json, counted with its real class on the meta device."""
     from engine.arch.meta import exact_spec
-    from engine.arch.resolve import hub_preset_id, hub_preset_spec
 
-    known = hub_preset_id(repo_id.strip())
-    if known is not None:
-        return hub_preset_spec(known)
     return exact_spec(config_from_hub(repo_id), name=repo_id)
-
-
-VARIANT_SUFFIXES = ("-Instruct", "-instruct", "-Chat", "-chat", "-hf", "-it", "-Base", "-base")
-
-
-def near_preset(repo_id: str) -> str | None:
-    """A model whose config.json the lab ships and that differs from `repo_id` only by a fine-tune suffix
-    (Qwen/Qwen2.5-72B for Qwen/Qwen2.5-72B-Instruct): the same layers, heads and widths, as aliases.toml says of
-    instruct and chat variants."""
-    from engine.arch.resolve import hub_presets
-
-    presets = {k.lower(): k for k in hub_presets()}
-
-    def base(name: str) -> str:
-        for suffix in VARIANT_SUFFIXES:
-            if name.lower().endswith(suffix.lower()):
-                return name[: -len(suffix)]
-        return name
-
-    want = base(repo_id).lower()
-    hits = [k for low, k in presets.items() if base(low) == want]
-    return hits[0] if hits else None

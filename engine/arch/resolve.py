@@ -109,14 +109,49 @@ def resolve_model_spec(name: str) -> ModelSpec:
         if hub_id is not None:
             return hub_preset_spec(hub_id)
         if "/" in name:  # a hub id: config.json only, from the hub or the local cache
-            from engine.arch.hub import spec_from_hub
-
-            return spec_from_hub(name)
+            return hub_spec(name)
         raise UnknownModelError(
             f"{exc}; a model with a published config also goes by its Hugging Face id or its name alone "
             f"(meta-llama/Llama-3.1-8B-Instruct, llama-3.1-8b-instruct): `python -m engine gpus --models` lists all "
             f"{len(hub_presets())}"
         ) from None
+
+
+def hub_spec(repo_id: str) -> ModelSpec:
+    """A hub id's spec: a model whose config.json the lab ships (its id in any case, or its name alone, as the
+    command line takes it) from there; else its config.json from the hub or the local cache, and offline, the
+    shipped config of a variant with the same layers (`near_preset`) named in the refusal."""
+    from engine.arch.hub import spec_from_hub
+    from engine.core.errors import HubUnreachableError
+
+    known = hub_preset_id(repo_id.strip())
+    if known is not None:
+        return hub_preset_spec(known)
+    try:
+        return spec_from_hub(repo_id)
+    except HubUnreachableError as exc:
+        near = near_preset(repo_id)
+        if near is None:
+            raise
+        raise HubUnreachableError(
+            f"{str(exc).rstrip('.')} (the lab ships the config of {near}, a variant with the same layers and widths)."
+        ) from None
+
+
+VARIANT_SUFFIXES = ("-instruct", "-chat", "-hf", "-it", "-base")
+
+
+def near_preset(repo_id: str) -> str | None:
+    """A model whose config.json the lab ships and that differs from `repo_id` only by a fine-tune suffix
+    (Qwen/Qwen2.5-72B for Qwen/Qwen2.5-72B-Instruct): the same layers, heads and widths, as aliases.toml says of
+    instruct and chat variants."""
+
+    def base(name: str) -> str:
+        low = name.lower()
+        return next((low[: -len(x)] for x in VARIANT_SUFFIXES if low.endswith(x)), low)
+
+    want = base(repo_id)
+    return next((k for k in hub_presets() if base(k) == want), None)
 
 
 def hub_preset_id(name: str) -> str | None:

@@ -12,7 +12,7 @@ two: what scales with neither bytes nor FLOPs) are multiplied by
 at that run's own GPU and lengths, and the same g applies to that layout on any GPU: the fixed costs are the
 software's and the collectives' launch, not the memory's. A TPOT measured under load is at least one user's, so
 the anchored step is still no quicker than that run. The estimate, the simulator and the answers built on them
-read one g (`efficiency_for`); the track record never does, so no row is scored against its own anchor.
+read one g (`fixed_factor`); the track record never does, so no row is scored against its own anchor.
 """
 
 from __future__ import annotations
@@ -22,9 +22,11 @@ from dataclasses import dataclass, replace
 from functools import cache
 
 from engine.calc import published
+from engine.calc.efficiency import estimate_speed, fits
+from engine.calc.observations import setup_of
 from engine.calc.seen import TPOT_METRICS, _load, _width
 from engine.calc.specs import ModelSpec
-from engine.calc.timing import Efficiency, Setup, timing_from, timing_inputs
+from engine.calc.timing import Setup, timing_from, timing_inputs
 
 
 @dataclass(frozen=True)
@@ -58,17 +60,10 @@ def _layout(spec: ModelSpec) -> tuple[int, int, int, int]:
     return (spec.n_layer, spec.hidden, spec.n_head, spec.n_kv_head)
 
 
-def efficiency_for(eff: Efficiency, setup: Setup, engine_class: str) -> Efficiency:
-    """The class's efficiency with its fixed costs anchored (`anchor_for`) where a published run of the setup's
-    layout says so; unchanged otherwise (and for pipeline stages, which no published run anchors)."""
+def fixed_factor(setup: Setup, engine_class: str) -> float:
+    """The factor on the setup's fixed costs: its anchor's, else 1 (the fit's own)."""
     a = anchor_for(setup, engine_class)
-    if a is None:
-        return eff
-    return replace(
-        eff,
-        step_overhead_s_per_layer=eff.step_overhead_s_per_layer * a.factor,
-        allreduce_latency_s=eff.allreduce_latency_s * a.factor,
-    )
+    return a.factor if a is not None else 1.0
 
 
 def anchor_for(setup: Setup, engine_class: str) -> Anchor | None:
@@ -81,9 +76,6 @@ def anchor_for(setup: Setup, engine_class: str) -> Anchor | None:
 def _anchor(layout: tuple[int, int, int, int], tp: int, engine_class: str, width: str) -> Anchor | None:
     """The published runs of this layout and tensor-parallel size below the estimate's one-user interval; of
     those, the one that asks the smallest correction (the largest g)."""
-    from engine.calc.efficiency import estimate_speed, fits
-    from engine.calc.observations import setup_of
-
     fit = fits().classes.get(engine_class)
     if fit is None:
         return None

@@ -30,7 +30,7 @@ every estimate and the estimates themselves. Standard library only; the fit take
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import cache
 from pathlib import Path
 
@@ -250,14 +250,17 @@ class SpeedEstimate:
     gpu_family: str = ""  # engine.calc.cells.gpu_family of the GPU timed
 
 
-def class_efficiency(fit: ClassFit, s: Setup, *, anchored: bool = False) -> Efficiency:
-    """The class's efficiency on the setup's GPU (its family's factors), its fixed costs anchored where asked."""
+def class_efficiency(fit: ClassFit, s: Setup, *, fixed_factor: float = 1.0) -> Efficiency:
+    """The class's efficiency on the setup's GPU (its family's factors), its fixed costs (per-layer overhead and
+    all-reduce latency) x `fixed_factor` (engine.calc.anchor)."""
     eff = fit.efficiency(s.gpu)
-    if not anchored:
+    if fixed_factor == 1.0:
         return eff
-    from engine.calc.anchor import efficiency_for
-
-    return efficiency_for(eff, s, fit.engine_class)
+    return replace(
+        eff,
+        step_overhead_s_per_layer=eff.step_overhead_s_per_layer * fixed_factor,
+        allreduce_latency_s=eff.allreduce_latency_s * fixed_factor,
+    )
 
 
 def _time(central: float, band: Band, bound: float) -> Interval:
@@ -270,16 +273,16 @@ def _rate(central: float, band: Band, bound: float) -> Interval:
     return Interval(central / band.high, central, min(central / band.low, bound), bound, band.rows)
 
 
-def estimate_speed(s: Setup, engine: str, *, anchored: bool = False) -> SpeedEstimate:
+def estimate_speed(s: Setup, engine: str, *, fixed_factor: float = 1.0) -> SpeedEstimate:
     """Decode rate, first-token latency (one request at the load asked, in parts), the batch's prefill and batch
     throughput for `engine` on the setup's GPU, each as a central estimate from the class's fitted utilisation
-    at the GPU's family, an interval from the residuals of rows like it, and the physical bound. `anchored`: the
-    fixed costs as a published run of the setup's layout puts them (engine.calc.anchor; never for the track
-    record, which would score a row against its own anchor)."""
+    at the GPU's family, an interval from the residuals of rows like it, and the physical bound. `fixed_factor`:
+    the step's fixed costs x this factor, as a published run of the setup's layout puts them (engine.calc.anchor;
+    never for the track record, which would score a row against its own anchor)."""
     all_fits = fits()
     fit = all_fits.for_engine(engine)
     s = parallel(s, fit.engine_class)
-    eff = class_efficiency(fit, s, anchored=anchored)
+    eff = class_efficiency(fit, s, fixed_factor=fixed_factor)
     central = timing(s, eff)
     bound = bound_timing(s)
     load = closed_loop(s, eff, s.batch)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from engine.calc import quant
-from engine.calc.anchor import Anchor, anchor_for
+from engine.calc.anchor import Anchor, anchor_for, fixed_factor
 from engine.calc.cost import CostEstimate, estimate_cost
 from engine.calc.efficiency import ENGINES, SpeedEstimate, class_efficiency, estimate_speed
 from engine.calc.efficiency import timing as timing_of
@@ -522,10 +522,12 @@ def speed_of(
         cal = calibration.speed_at(at)
         return timing_of(at, cal.efficiency), replicas, None, cal
     if i.engine is not None and setup.gpu.key != THIS_MACHINE:
-        s = estimate_speed(at, i.engine, anchored=True)
+        cls = ENGINES.get(i.engine, i.engine)
         # the GPUs as the class uses them (layer-split engines: pipeline stages), so the times equal its centrals
-        split = parallel(at, s.engine_class)
-        return timing_of(split, class_efficiency(s.fit, split, anchored=True)), replicas, s, None
+        split = parallel(at, cls)
+        g = fixed_factor(split, cls)  # the anchor's, where a published run of the layout sets one
+        s = estimate_speed(at, i.engine, fixed_factor=g)
+        return timing_of(split, class_efficiency(s.fit, split, fixed_factor=g)), replicas, s, None
     return timing_of(at, DATASHEET), replicas, None, None
 
 

@@ -28,14 +28,14 @@ def step_time(
     context_tokens: int,
     prefill_tokens: int,
     *,
-    anchored: bool = False,
+    fixed_factor: float = 1.0,
 ) -> Interval:
-    """Seconds of one scheduler step (central, interval, physical bound, rows behind the interval); `anchored`:
-    the fixed costs as a published run of the layout puts them (engine.calc.anchor), as the estimate takes them."""
+    """Seconds of one scheduler step (central, interval, physical bound, rows behind the interval); `fixed_factor`:
+    on the fixed costs, as a published run of the layout puts them (engine.calc.anchor), as the estimate takes it."""
     all_fits = fits()
     fit = all_fits.for_engine(engine)
     s = parallel(setup, fit.engine_class)
-    eff = class_efficiency(fit, s, anchored=anchored)
+    eff = class_efficiency(fit, s, fixed_factor=fixed_factor)
     kw = {"decode_rows": decode_rows, "context_tokens": context_tokens, "prefill_tokens": prefill_tokens}
     t = step_seconds(s, eff, **kw)
     bound = step_seconds(s, bound_efficiency(), **kw).seconds

@@ -159,7 +159,7 @@ def step_time(
     prefill_tokens: int,
     prefill_seqs: int = 1,
     *,
-    anchored: bool = False,
+    fixed_factor: float = 1.0,
 ) -> Interval:
     """Seconds of one forward of `engine` on the setup's GPUs: `decode_rows` rows reading `context_tokens` cached
     tokens in all, plus `prefill_tokens` prompt tokens (engine.calc.step_model.step_time: the calculator's
@@ -168,7 +168,9 @@ def step_time(
     prompts' count is checked but not used: the step model counts prompt tokens alone (attention linear in them).
     """
     _check(decode_rows, context_tokens, prefill_tokens, prefill_seqs)
-    return step_model.step_time(setup, engine, decode_rows, context_tokens, prefill_tokens, anchored=anchored)
+    return step_model.step_time(
+        setup, engine, decode_rows, context_tokens, prefill_tokens, fixed_factor=fixed_factor
+    )
 
 
 StepFn = Callable[[int, int, int, int], Interval]
@@ -214,7 +216,9 @@ class PublishedSteps(_Bucketed):
     handling_s: float = 0.0
 
     def _predict(self, rows: int, context: int, prefill: int, seqs: int) -> Interval:
-        return step_time(self.setup, self.engine, rows, context, prefill, seqs, anchored=True)
+        a = self.anchor
+        g = a.factor if a is not None else 1.0
+        return step_time(self.setup, self.engine, rows, context, prefill, seqs, fixed_factor=g)
 
     @property
     def anchor(self) -> Anchor | None:
