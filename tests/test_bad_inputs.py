@@ -756,6 +756,10 @@ CASES = [
             message="larger than 5 MB",
         ),
     ),
+    Case(  # a device reports no size: it hung reading /dev/zero into 10 GB of memory (an engineer's walk)
+        "cli-estimate-config-endless",
+        cli_rejects("estimate", "--config", "/dev/zero", "--gpu", "t4", message="larger than 5 MB"),
+    ),
     Case(
         "cli-estimate-config-missing",
         cli_rejects(

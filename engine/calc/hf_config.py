@@ -473,12 +473,18 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     p = Path(path).expanduser()
     if p.is_dir():
         p = p / "config.json"
+    too_big = InvalidParameterError(
+        f"{p.name} is larger than 5 MB; pass the model's config.json, not its weights"
+    )
     try:
         if p.stat().st_size > MAX_CONFIG_BYTES:
-            raise InvalidParameterError(
-                f"{p.name} is larger than 5 MB; pass the model's config.json, not its weights"
-            )
-        data = p.read_bytes()
+            raise too_big
+        with p.open(
+            "rb"
+        ) as f:  # at most the cap and one byte: a device or a pipe reports no size (/dev/zero)
+            data = f.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise too_big
     except OSError as exc:
         raise InvalidParameterError(
             f"cannot read {p.name}: {exc.strerror}. Pass the path of a config.json"
