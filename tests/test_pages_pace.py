@@ -238,8 +238,12 @@ def test_the_playgrounds_running_line_says_what_is_left():
     # the presenter's walk, cache off: 'at most about 26.9 s left' at 25.3 s, 63 s before the end, the forecast
     # (56.2 s) saying more: what is left is the larger of the two, and past the forecast the line says so
     line = progress_text(31, 64, 25.3, expected_s=56.2)
-    assert "about 30.9 s left" in line and "at most" not in line
+    assert "about 29 s left" in line and "at most" not in line  # the forecast's share for 33 of 64 tokens
     assert "longer than the forecast (56.2 s)" in progress_text(50, 64, 63.3, expected_s=56.2)
+    # the third walk: near the end the rate decides ('60 / 64 · 1.0 tok/s · about 24.3 s left' ended 3 s later),
+    # and one token (the prompt's) gives no rate to count down by
+    assert "about 5 s left" in progress_text(60, 64, 60.0, expected_s=80.0)  # not 20 s: the last 4 tokens
+    assert "min left" not in progress_text(1, 64, 3.88)
 
 
 def test_before_its_first_token_a_run_counts_down_from_its_forecast():

@@ -132,11 +132,16 @@ def progress_text(tokens: int, max_new: int, elapsed: float, expected_s: float |
     (without the cache each step costs more than the last, so the rate so far promises too little: a walk read
     'at most about 26.9 s left' 63 s before the end). Past the forecast it says so."""
     rate = tokens / elapsed if elapsed > 0 else math.nan
-    left = (max_new - tokens) / rate if tokens and math.isfinite(rate) and rate > 0 else math.nan
+    # the first token carries the prompt: a rate over one token says nothing of the steps ("1 / 64 tokens · 0.3
+    # tok/s · about 4.1 min left" for a run that ended 6 s later)
+    left = (max_new - tokens) / rate if tokens > 1 and math.isfinite(rate) and rate > 0 else math.nan
     late = ""
     if expected_s is not None and math.isfinite(expected_s) and tokens:
         if elapsed < expected_s:
-            left = max(left, expected_s - elapsed) if math.isfinite(left) else expected_s - elapsed
+            # the forecast's share for the tokens still to come (not its whole remainder: '60 / 64 tokens · 1.0
+            # tok/s · about 24.3 s left' ended 3 s later)
+            share = expected_s * (max_new - tokens) / max_new
+            left = max(left, share) if math.isfinite(left) else share
         else:
             late = f" · longer than the forecast ({fmt.seconds(expected_s)}): other work may share the CPU"
     return (
