@@ -235,8 +235,10 @@ with tab_s:
             spec_headline.markdown(line + " The tables and verdicts below have the rest.")
         pace.note(shown)
         split_dataframes(
-            levers_widgets.spec_rows(shown.result.rows), levers_widgets.SPEC_KEY, levers_widgets.SPEC_PARTS
+            levers_widgets.spec_rows(shown.result.rows, busy=bool(shown.busy)),
+            levers_widgets.SPEC_KEY,
+            levers_widgets.SPEC_PARTS,
         )
         for row in shown.result.rows:
-            st.markdown(f"- {speculative.verdict(row)}")
+            st.markdown(f"- {speculative.verdict(row, busy=bool(shown.busy))}")
         levers_widgets.downloads(shown.result.rows, "speculative", f"{NS}.sdl")

@@ -206,6 +206,19 @@ def test_the_speculative_table_fits_the_page_without_losing_a_column():
         "**prompt lookup** on input-grounded: 1.30× faster" in said
         and "Leviathan et al. predict 1.50×" in said
     )
+    # measured busy: no speed verdict in the line, the verdicts or the table (the third walk: 'speed not comparable'
+    # over '2.19× faster' in the table and the text)
+    busy = AppTest.from_file(PAGE, default_timeout=300)
+    busy.session_state["levers.spec"] = SpecReport("tiny-gpt-neo", "cpu", 8, 3, "", rows)
+    busy.session_state["pace.speculative.load"] = {"before": 4.6, "after": 6.0, "cores": 2}
+    busy.run()
+    said = " ".join(m.value for m in busy.tabs[2] if m.type == "markdown")
+    cells = [str(v) for df in busy.dataframe for v in df.value.to_numpy().ravel()]
+    assert "faster" not in said and not any("faster" in c for c in cells)
+    assert (
+        "speed not comparable (measured on a busy machine" in said
+        and "not comparable (busy machine)" in cells
+    )
 
 
 def test_bits_per_byte_says_how_much_text_it_scored_and_why_the_race_differs():

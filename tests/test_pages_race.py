@@ -435,3 +435,11 @@ def test_a_race_measured_busy_calls_no_winner():
     elements = list(at.main)
     after = elements[next(i for i, e in enumerate(elements) if e.type == "button") + 1]
     assert after.value.startswith("**Winner: not called.**") and "21" not in after.value
+    # the lanes' verdicts and bars say the same (the third walk: 'not called' over '2.51× faster beyond noise')
+    lane = _verdicts(at)["CTranslate2 float32"]
+    assert lane.startswith("not comparable: measured on a busy machine") and "faster" not in lane
+    from engine.race import serialise
+    from ui.race_widgets import speedup_figure
+
+    bars = speedup_figure(serialise.from_dict(_recorded_race(0.5, None)), busy=True)
+    assert set(bars.data[0].customdata) == {"unreliable"}

@@ -86,15 +86,16 @@ def bar_verdict(c: ContenderResult) -> str:
     )
 
 
-def speedup_figure(result: RaceResult) -> go.Figure:
+def speedup_figure(result: RaceResult, *, busy: bool = False) -> go.Figure:
     """Bars with their bootstrap 95% interval, coloured and labelled by the lane's verdict; a lane without an
-    interval (too few runs) is a pale bar labelled so."""
+    interval (too few runs) is a pale bar labelled so; a race measured on a busy machine is 'unreliable' (grey)
+    throughout, as its words say."""
     ran = [
         c
         for c in _ordered(result)
         if c.ran and is_number(c.speedup_vs_vanilla) and c.name != verdict.BASELINE
     ]
-    ways = [bar_verdict(c) for c in ran]
+    ways = ["unreliable" if busy else bar_verdict(c) for c in ran]
     fig = go.Figure(
         go.Bar(
             x=[c.label for c in ran],
@@ -178,14 +179,29 @@ SIDE_ENV_LANES = {
 }
 
 
-def verdict_rows(result: RaceResult) -> list[dict]:
+BUSY_LANE = "not comparable: measured on a busy machine (other work shifts each lane's timing differently)"
+
+
+def verdict_rows(result: RaceResult, *, busy: bool = False) -> list[dict]:
+    """One row per lane: its verdict worded from its numbers, or, for a race measured on a busy machine, said not
+    comparable (the winner line calls none either); the measured interval stays."""
     return [
         {
             "group": c.group,
             "lane": c.label,
             # worded again from the numbers: a recorded file's stored sentence may predate the one rule
-            "verdict": verdict.lane_verdict(c),
-            "speedup interval": verdict.interval_line(c) if c.ran and c.name != verdict.BASELINE else "-",
+            "verdict": BUSY_LANE
+            if busy and c.ran and c.name != verdict.BASELINE
+            else verdict.lane_verdict(c),
+            "speedup interval": (
+                (
+                    f"[{c.speedup_low:.2f}×–{c.speedup_high:.2f}×] run to run, on a busy machine"
+                    if busy and c.interval_shown
+                    else verdict.interval_line(c)
+                )
+                if c.ran and c.name != verdict.BASELINE
+                else "-"
+            ),
         }
         for c in _ordered(result)
     ]
@@ -314,7 +330,7 @@ def show_result(result: RaceResult, *, key: str, busy: bool = False) -> None:
     # worded again from the lanes' numbers (a recorded file's stored line may predate the one verdict rule)
     st.markdown(BUSY_WINNER if busy else f"**Winner.** {verdict.winner_line(result.contenders)}")
     st.markdown("**Verdict per lane** (engines: whole inference engines; levers: one change to vanilla)")
-    word_table(st, verdict_rows(result))
+    word_table(st, verdict_rows(result, busy=busy))
     st.markdown("**What ran** (a contender that could not run says why; the race went on without it)")
     word_table(st, _status_rows(result))
     lines = _reasons(result)
@@ -345,7 +361,7 @@ def show_result(result: RaceResult, *, key: str, busy: bool = False) -> None:
                 st.markdown(f"**{c.label}**")
                 st.text(c.texts[0])
     st.plotly_chart(latency_figure(result), key=f"{key}.latency")
-    st.plotly_chart(speedup_figure(result), key=f"{key}.speedup")
+    st.plotly_chart(speedup_figure(result, busy=busy), key=f"{key}.speedup")
     cols = st.columns(2)
     cols[0].plotly_chart(
         metric_figure(result, "ttft_s_median", "TTFT (median): request to first token", 1e3, "ms"),

@@ -478,10 +478,26 @@ def headline(rows: Sequence[SpecResult], *, busy: bool = False) -> str:
     return "; ".join(parts) + "." if parts else ""
 
 
-def verdict(row: SpecResult) -> str:
-    """One sentence from the row's numbers: measured speedup, why (alpha, c), and whether output matched."""
+BUSY_SPEED = (
+    "speed not comparable (measured on a busy machine: other work shifts each run's timing differently)"
+)
+
+
+def verdict(row: SpecResult, *, busy: bool = False) -> str:
+    """One sentence from the row's numbers: measured speedup, why (alpha, c), and whether output matched; on a
+    busy machine no speed verdict (BUSY_SPEED), the rest as measured."""
     if row.status != "ok":
         return f"{method_name(row.method)} on {workload_name(row.workload)} did not run: {scrub(row.reason)}"
+    if busy:
+        same = "identical to plain greedy" if row.identical_to_greedy else "NOT identical to plain greedy"
+        accepted = (
+            f"{row.acceptance_rate:.0%} of drafted tokens accepted" if row.acceptance_rate is not None else ""
+        )
+        return (
+            f"{method_name(row.method)} on {workload_name(row.workload)}: {BUSY_SPEED}"
+            + (f"; {accepted}" if accepted else "")
+            + f"; output {same}."
+        )
     sp, exp = row.speedup_vs_plain, row.expected_speedup
     same = "identical to plain greedy" if row.identical_to_greedy else "NOT identical to plain greedy"
     why = (
