@@ -253,7 +253,11 @@ class SpeedEstimate:
 def class_efficiency(fit: ClassFit, s: Setup, *, fixed_factor: float = 1.0) -> Efficiency:
     """The class's efficiency on the setup's GPU (its family's factors), its fixed costs (per-layer overhead and
     all-reduce latency) x `fixed_factor` (engine.calc.anchor)."""
-    eff = fit.efficiency(s.gpu)
+    return scaled_fixed(fit.efficiency(s.gpu), fixed_factor)
+
+
+def scaled_fixed(eff: Efficiency, fixed_factor: float) -> Efficiency:
+    """`eff` with its per-layer overhead and all-reduce latency x `fixed_factor`."""
     if fixed_factor == 1.0:
         return eff
     return replace(

@@ -9,7 +9,7 @@ from typing import Any
 
 from engine.calc import format as fmt
 from engine.calc.cells import BORROW_WIDENING
-from engine.calc.efficiency import ENGINES, SpeedEstimate
+from engine.calc.efficiency import ENGINES, SpeedEstimate, scaled_fixed
 from engine.calc.memory import param_count
 from engine.calc.plan import MemoryAnswer
 from engine.calc.quant import weight_storage_note
@@ -193,8 +193,9 @@ def efficiency_of(est: Any, gpu: GPUSpec) -> Efficiency:
     """The Efficiency an estimate's times were computed with: calibrated, the engine class's fit, or the bound."""
     if est.calibrated is not None:
         return est.calibrated.efficiency
-    if est.speed is not None:
-        return est.speed.fit.efficiency(gpu)
+    if est.speed is not None:  # with the anchor's factor on its fixed costs, as the tiles were timed
+        anchor = getattr(est, "anchor", None)
+        return scaled_fixed(est.speed.fit.efficiency(gpu), anchor.factor if anchor is not None else 1.0)
     return DATASHEET
 
 
