@@ -288,6 +288,12 @@ def test_fixed_costs_rest_on_a_published_run_of_the_layout_for_the_estimate_and_
     est = estimate(spec, gpu_spec("h100-sxm"), Inputs(dtype="fp16", batch=1, n_gpus=4, prompt_tokens=2048,
                                                        output_tokens=256, engine="vllm"))  # fmt: skip
     assert est.anchor == a and est.speed.tpot_s.central == pytest.approx(anchored)
+    # and the cost curve beside the tiles (it read 43.8 ms at batch 1, the fit's own, beside them)
+    from engine.calc.batch_cost import batch_sweep
+    from engine.calc.explain import efficiency_of
+
+    curve = batch_sweep(spec, gpu_spec("h100-sxm"), est.inputs, efficiency_of(est, gpu_spec("h100-sxm")))
+    assert curve[0].batch == 1 and curve[0].decode_s_per_token == pytest.approx(est.timing.decode_s_per_token)
     assert "Anchored to a measurement" in est.seen_note
     # the anchor is the layout's, not one model's or one GPU's: Qwen2.5-72B has Llama-70B's layers, width and heads
     qwen = replace(steps.setup, spec=model_spec(replace(s, model="Qwen/Qwen2.5-72B").validate()))
