@@ -173,7 +173,7 @@ def test_presenter_mode_prefers_the_last_run_taken_on_a_quiet_machine():
     at.run()
     assert not at.exception
     note = next(i.value for i in at.info if i.value.startswith("Presenter mode"))
-    assert "with no other work at its start or its end" in note, note
+    assert "with these settings and no other work at their start or their end" in note, note
     assert f"it took {fmt.seconds(40.0)} from the button to its result" in note, note
     assert not any("busy machine" in w.value for w in at.warning)
 
