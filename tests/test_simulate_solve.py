@@ -340,9 +340,22 @@ def test_too_few_requests_per_probe_are_raised_and_the_answer_says_so():
     users = a.value.central
     assert a.details["requests_per_probe_at_answer"] == 3 * users
     assert (
-        f"Each probe simulated 3 requests per user ({3 * users:,} at {users:,} users) rather than the 1 set, as "
+        f"Each probe simulated 3 requests per user ({3 * users:,} at {users:,} users) rather than 1 in all, as "
         "each user's first request is left out as the ramp." in a.sentence
     )
     enough = solve.max_users(replace(spec, n_requests=1000), SLO(ttft_s=None, tpot_s=0.02055), deploy=d)
     assert "Each probe simulated" not in enough.sentence
     assert enough.details["requests_per_probe_at_answer"] == 1000
+
+
+def test_the_cheapest_search_takes_the_users_own_price_for_their_gpu():
+    """The engineer's walk: the A100 typed at $10 an hour (the cost tile said $10.00) and the cheapest answer was
+    '1 x A100 80GB SXM at $1.59/hour', the list price; there was no way to give the search a cloud's own price."""
+    s = SimulateSpec(model="llama-3-8b", gpu="a100-80gb", dtype="fp16", n_requests=40, prompt_tokens=512,
+                     output_tokens=64)  # fmt: skip
+    slo = SLO(ttft_s=1.0, tpot_s=0.05)
+    listed = solve.cheapest(s, slo, 8, gpus=["a100-80gb", "h100-sxm"])
+    assert listed.details["best"]["gpu"] == "a100-80gb" and "list prices" in listed.sentence
+    own = solve.cheapest(s, slo, 8, gpus=["a100-80gb", "h100-sxm"], prices={"a100-80gb": 100.0})
+    assert own.details["best"]["gpu"] == "h100-sxm"
+    assert "Prices: your own $100.00 per A100 80GB SXM hour; list prices for the others." in own.sentence

@@ -286,14 +286,43 @@ QUESTIONS = {
 
 
 def _answer(
-    q: str, spec: ModelSpec, gpu: GPUSpec, sim: SimulateSpec, slo: SLO, users: int, progress, among=None
+    q: str,
+    spec: ModelSpec,
+    gpu: GPUSpec,
+    sim: SimulateSpec,
+    slo: SLO,
+    users: int,
+    progress,
+    among=None,
+    usd_per_gpu_hour: float | None = None,
 ) -> solve.Answer:
     if q == "max-context":
         serving = sim if sim.engine in ("vllm", "sglang") else replace(sim, engine="vllm")
         return solve.max_context_for(serving, spec, gpu)
     if q == "max-users":
         return solve.max_users(sim, slo, progress=progress, deploy=deployment(sim, spec, gpu))
-    return solve.cheapest(sim, slo, users, gpus=among, progress=progress, model=spec)
+    return solve.cheapest(
+        sim,
+        slo,
+        users,
+        gpus=among,
+        progress=progress,
+        model=spec,
+        prices=own_price(gpu.key, usd_per_gpu_hour),
+    )
+
+
+def own_price(key: str, usd_per_gpu_hour: float | None) -> dict[str, float] | None:
+    """The page's price box for its GPU as the search's price of that GPU, where the user changed it from the
+    catalogue's list price (an A100 typed at $10 was searched at its list $1.59)."""
+    from engine.calc.prices import price_for
+
+    if usd_per_gpu_hour is None:
+        return None
+    listed = price_for(key)
+    if listed is not None and abs(listed.usd_per_gpu_hour - usd_per_gpu_hour) < 1e-9:
+        return None
+    return {key: usd_per_gpu_hour}
 
 
 def solvers_section(key: str, spec: ModelSpec, gpu: GPUSpec, inputs) -> None:
@@ -345,7 +374,7 @@ def solvers_section(key: str, spec: ModelSpec, gpu: GPUSpec, inputs) -> None:
                 gpu_memory_utilization=inputs.gpu_memory_utilization,
             ).validate()  # fmt: skip
             st.session_state[f"{key}.solve.answer"] = _answer(
-                q, spec, gpu, sim, slo, inputs.batch, progress, among
+                q, spec, gpu, sim, slo, inputs.batch, progress, among, inputs.usd_per_gpu_hour
             )
         except (EngineError, LoadSpecError) as exc:
             st.session_state[f"{key}.solve.answer"] = None

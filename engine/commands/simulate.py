@@ -119,7 +119,9 @@ def solve(args) -> dict:
         only = (
             None if args.solve_gpus is None else [k.strip() for k in args.solve_gpus.split(",") if k.strip()]
         )
-        answer = solver.cheapest(spec, slo, args.batch, gpus=only)
+        own = getattr(args, "usd_per_gpu_hour", None)  # the estimate's --usd-per-hour: the price of --gpu
+        prices = {args.gpu: own} if own is not None and args.gpu else None
+        answer = solver.cheapest(spec, slo, args.batch, gpus=only, prices=prices)
     return answer.to_json()
 
 

@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 
@@ -217,6 +217,16 @@ def _capital(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
+def _priced(prices: Mapping[str, float] | None, gpus: Sequence[str] | None) -> str:
+    """Which prices the search compared: the user's own where given, list prices for the rest."""
+    if not prices:
+        return " Prices: the catalogue's list prices (give your own with the price box or --usd-per-hour)."
+    catalog = load_gpu_catalog()
+    own = ", ".join(f"${v:,.2f} per {catalog[k].name if k in catalog else k} hour" for k, v in prices.items())
+    rest = "" if gpus is not None and set(gpus) <= set(prices) else "; list prices for the others"
+    return f" Prices: your own {own}{rest}."
+
+
 def requests_raised(s: SimulateSpec, users: int) -> str:
     """A sentence when the requests asked were fewer than a probe of `users` needs, saying what was used."""
     used = probe_requests(s, users)
@@ -224,7 +234,7 @@ def requests_raised(s: SimulateSpec, users: int) -> str:
         return ""
     return (
         f" Each probe simulated {PROBE_REQUESTS_PER_USER} requests per user ({used:,} at {users:,} users) rather "
-        f"than the {s.n_requests:,} set, as each user's first request is left out as the ramp."
+        f"than {s.n_requests:,} in all, as each user's first request is left out as the ramp."
     )
 
 
@@ -420,8 +430,19 @@ def priced_gpus() -> dict[str, str]:
     return {key: gpu.name for key, gpu in load_gpu_catalog().items() if price_for(key) is not None}
 
 
+def gpu_hour(key: str, prices: Mapping[str, float] | None = None) -> float | None:
+    """A GPU's $ per hour: the user's own where given (their cloud's), else the catalogue's list price."""
+    if prices and key in prices:
+        return prices[key]
+    listed = price_for(key)
+    return listed.usd_per_gpu_hour if listed is not None else None
+
+
 def candidates(
-    spec: ModelSpec, s: SimulateSpec, gpus: Sequence[str] | None = None
+    spec: ModelSpec,
+    s: SimulateSpec,
+    gpus: Sequence[str] | None = None,
+    prices: Mapping[str, float] | None = None,
 ) -> list[tuple[float, str, int]]:
     """(dollars per hour of one replica, GPU key, GPUs) for every priced GPU and count the model splits into and
     fits on, cheapest first."""
@@ -431,8 +452,8 @@ def candidates(
     for key, gpu in load_gpu_catalog().items():
         if gpus is not None and key not in gpus:
             continue
-        price = price_for(key)
-        if price is None:
+        hourly = gpu_hour(key, prices)
+        if hourly is None:
             continue
         for n in TP_COUNTS:
             try:
@@ -445,7 +466,7 @@ def candidates(
             except InvalidParameterError:
                 continue
             if sm.fits:
-                out.append((n * price.usd_per_gpu_hour, key, n))
+                out.append((n * hourly, key, n))
     return sorted(out)
 
 
@@ -457,8 +478,10 @@ def cheapest(
     gpus: Sequence[str] | None = None,
     progress: Progress | None = None,
     model: ModelSpec | None = None,
+    prices: Mapping[str, float] | None = None,
 ) -> Answer:
-    """`model`: a model shape given directly (the Memory-and-cost page's); default: the spec's preset or config."""
+    """`model`: a model shape given directly (the Memory-and-cost page's); default: the spec's preset or config.
+    `prices`: $ per GPU-hour by catalogue key where the user gave their own (the rest at list prices)."""
     s.validate()
     slo.validate()
     _need_slo(slo)
@@ -472,7 +495,7 @@ def cheapest(
                 f"the GPUs to search are priced catalogue keys ({', '.join(priced_gpus())}); "
                 + (f"got {', '.join(unknown)}" if unknown else "none was given")
             )
-    cands = candidates(spec, s, gpus)
+    cands = candidates(spec, s, gpus, prices)
     if not cands:
         catalog = load_gpu_catalog()
         among = (
@@ -493,9 +516,9 @@ def cheapest(
         r = _replicas(lambda u, d=d: _meets(s, d, u, slo, "central", lengths), users)
         if r is None:
             continue
-        price = price_for(key)
-        assert price is not None
-        opt = Option(key, d.gpu.name, n, r, price.usd_per_gpu_hour, math.ceil(users / r))
+        hourly = gpu_hour(key, prices)
+        assert hourly is not None
+        opt = Option(key, d.gpu.name, n, r, hourly, math.ceil(users / r))
         tried.append(opt)
         if best is None or opt.usd_per_hour < best.usd_per_hour:
             best = opt
@@ -529,6 +552,7 @@ def cheapest(
         )
         + _anchored(d)
         + requests_raised(s, best.users_per_replica)
+        + _priced(prices, gpus)
     )
     command = _replica_command(s, spec, best)
     if best.replicas > 1:
@@ -544,7 +568,7 @@ def cheapest(
         {
             "launch_command": command,
             "best": best.__dict__ | {"usd_per_hour": best.usd_per_hour},
-            "price_source": price_for(best.gpu).label,  # type: ignore[union-attr]
+            "price_source": "your own price" if prices and best.gpu in prices else price_for(best.gpu).label,  # type: ignore[union-attr]
             "simulated": sorted(
                 ({**o.__dict__, "usd_per_hour": o.usd_per_hour} for o in tried),
                 key=lambda o: o["usd_per_hour"],
