@@ -143,3 +143,4 @@ def test_hub_id_offline_points_to_the_shipped_variant_and_a_shipped_name_needs_n
         resolve_model_spec("no-such-owner/no-such-model")
     assert "ships the config" not in str(exc.value)
     assert hub_spec("llama-3.1-8b-instruct").name == "meta-llama/Llama-3.1-8B-Instruct"
+    assert hub_spec("llama-3-8b").n_layer == 32  # a calculator preset by its name, as --model takes it

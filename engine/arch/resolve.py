@@ -127,6 +127,11 @@ def hub_spec(repo_id: str) -> ModelSpec:
     known = hub_preset_id(repo_id.strip())
     if known is not None:
         return hub_preset_spec(known)
+    if "/" not in repo_id:  # a name the command line takes (llama-3-8b): a preset, not a hub id
+        try:
+            return model_preset(repo_id.strip())
+        except UnknownModelError:
+            pass
     try:
         return spec_from_hub(repo_id)
     except HubUnreachableError as exc:
