@@ -4,6 +4,7 @@ opens on the last run recorded on this machine, dated)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -316,3 +317,21 @@ def test_the_time_left_does_not_jump_up_between_coarse_reports():
     clock_line("Racing", "", 10.0, 0.2, None, smooth=bar)  # 10 s for 20%: 40 s left
     assert "about 94.5 s left" in clock_line("Racing", "", 10.5, 0.1, None)  # unsteadied: the jump
     assert "about 40 s left" in clock_line("Racing", "", 10.5, 0.1, None, smooth=bar)
+
+
+def test_a_run_is_judged_busy_by_what_other_programs_took_while_it_ran():
+    """The presenter's quiet walk: at the tour's own pace the race and quantization called no verdict, 'measured on
+    a busy machine', the 1-minute load average (2.5, 2.0) still holding the lab's own previous stop. A run now stores
+    the cores' worth of CPU other processes took while it ran, and that decides where it was measured."""
+    from engine.core.load import cpu_seconds, others_during
+    from ui.pace import load_note
+
+    lingering = {"before": 2.5, "after": 3.0, "cores": 2}
+    assert load_note(lingering)  # without the measurement, the load averages decide, as before
+    assert load_note({**lingering, "others": 0.1}) == ""
+    busy = load_note({"before": 0.2, "after": 1.0, "cores": 2, "others": 1.2})
+    assert "other programs took 1.2 cores' worth of CPU" in busy
+    before = cpu_seconds()
+    if before is not None:  # Linux: /proc/stat
+        took = others_during(before, 0.5)
+        assert math.isfinite(took) and took >= 0

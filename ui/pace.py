@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -24,7 +25,7 @@ import streamlit as st
 from engine.calc import format as fmt
 from engine.core.errors import EngineError
 from engine.core.jsonsafe import to_jsonable
-from engine.core.load import cores, is_busy, loadavg_1m
+from engine.core.load import OTHERS_BUSY, cores, cpu_seconds, is_busy, loadavg_1m, others_during
 from engine.runtime import runlog
 from ui.common import browser_session, presenter_mode, show_error
 
@@ -199,23 +200,32 @@ def run_experiment(
     for a reload and for presenter mode. `size`: the work in the experiment's own unit, so the next run's estimate
     scales; `store`: what to keep of the result when it is not a plain dataclass."""
     t0 = time.perf_counter()
-    load_before = loadavg_1m()
+    load_before, cpu_before = loadavg_1m(), cpu_seconds()
     try:
         result = run_with_clock(label, work, expected(experiment, size, settings))
     except (EngineError, ValueError) as exc:
         show_error(exc)
         return None
-    keep(experiment, store(result) if store else result, wall_s=time.perf_counter() - t0, size=size,
-         settings=settings, load_before=load_before)  # fmt: skip
+    wall = time.perf_counter() - t0
+    keep(experiment, store(result) if store else result, wall_s=wall, size=size, settings=settings,
+         load_before=load_before, others=others_during(cpu_before, wall))  # fmt: skip
     return result
 
 
 def keep(
-    experiment: str, result: Any, *, wall_s: float, size: float, settings: dict | None, load_before: float
+    experiment: str,
+    result: Any,
+    *,
+    wall_s: float,
+    size: float,
+    settings: dict | None,
+    load_before: float,
+    others: float = math.nan,
 ) -> None:
-    """Store a finished run (with the load it ran under) for a reload, presenter mode and the next run's clock,
-    and mark it as this session's live one."""
-    load = load_record(load_before)
+    """Store a finished run (with the load it ran under: `others`, other processes' cores' worth of CPU while it
+    ran, where measured) for a reload, presenter mode and the next run's clock, and mark it as this session's
+    live one."""
+    load = load_record(load_before, others)
     runlog.save_result(
         experiment,
         result,
@@ -228,9 +238,13 @@ def keep(
     st.session_state[f"pace.{experiment}.load"] = load
 
 
-def load_record(before: float) -> dict:
-    """The load a run is stored with: the 1-minute average before it and now (its end), and the cores."""
-    return {"before": before, "after": loadavg_1m(), "cores": cores()}
+def load_record(before: float, others: float = math.nan) -> dict:
+    """The load a run is stored with: the 1-minute average before it and now (its end), the cores, and, where
+    measured, the cores' worth of CPU other processes took while it ran (engine.core.load.others_during)."""
+    record = {"before": before, "after": loadavg_1m(), "cores": cores()}
+    if math.isfinite(others):
+        record["others"] = others
+    return record
 
 
 def load_note(load: dict | None) -> str:
@@ -244,6 +258,17 @@ def load_note(load: dict | None) -> str:
         return float(x) if isinstance(x, int | float) and x == x else None
 
     before, after = number(load.get("before")), number(load.get("after"))
+    others = number(load.get("others"))
+    if others is not None:
+        # measured while it ran: what other processes took, not the 1-minute average, which still holds the
+        # lab's own run of a minute ago (a tour that moved on read its next stop as busy)
+        if others < OTHERS_BUSY:
+            return ""
+        return (
+            f"Measured on a busy machine: other programs took {others:.1f} cores' worth of CPU on this {n}-core "
+            "machine while it ran, so its times and speed ratios carry their share; rerun on a quieter machine "
+            "before trusting a ratio."
+        )
     # at the end the 1-minute average holds the run's own threads too (one a core): only the rest is other work
     others_after = None if after is None else max(0.0, after - n)
     if not any(x is not None and is_busy(x, n) for x in (before, others_after)):

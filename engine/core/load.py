@@ -45,3 +45,34 @@ def is_busy(loadavg: float, cpu_count: int | None = None, cpu_share: float = mat
     return (math.isfinite(cpu_share) and cpu_share < BUSY_CPU_SHARE) or (
         math.isfinite(loadavg) and loadavg > cpu_count
     )
+
+
+# Other processes' CPU time during a run, in cores' worth, from which the run was measured on a busy machine. The
+# 1-minute load average lags: after one of the lab's own runs it stays high for a minute, and a tour that moves on
+# read the next stop as busy (the race and quantization called no verdict at the tour's own pace, with nothing else
+# running); what other processes actually took while the run ran says it directly.
+OTHERS_BUSY = 0.5
+
+
+def cpu_seconds() -> tuple[float, float] | None:
+    """(every process's CPU seconds on this machine, this process's and its waited-for children's), for
+    `others_during`; None where /proc/stat cannot be read (not Linux)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = [float(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
+    busy = (sum(fields[:8]) - idle) / hz  # user nice system (idle iowait) irq softirq steal
+    t = os.times()
+    return busy, t.user + t.system + t.children_user + t.children_system
+
+
+def others_during(before: tuple[float, float] | None, wall_s: float) -> float:
+    """Cores' worth of other processes' CPU time between `before` (cpu_seconds()) and now, over `wall_s`; NaN
+    where it cannot be read. Work this process runs for other browser sessions counts as its own."""
+    after = cpu_seconds()
+    if before is None or after is None or wall_s <= 0:
+        return math.nan
+    return max(0.0, (after[0] - before[0]) - (after[1] - before[1])) / wall_s
