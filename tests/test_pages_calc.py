@@ -183,7 +183,7 @@ def test_breakdown_table_and_batch_curve_are_shown():
     assert frame["parameters"].iloc[-1] == "2,651.3 M"  # in millions: the exact count is in the caption
     assert any("(2,651,307,520 in all)" in c.value for c in at.caption)
     assert any("fit limit" in str(c.proto.spec) for c in at.get("plotly_chart"))
-    curve = next(m.value for m in at.markdown if "time per output token goes from" in m.value)
+    curve = next(m.value for m in at.markdown if "the decode step (a token" in m.value)
     assert "Past batch 24" in curve
 
 
@@ -531,12 +531,12 @@ def _curve(at):
     fig = None
     for chart in at.get("plotly_chart"):
         spec = _json.loads(chart.proto.spec)
-        if any(t.get("name", "").startswith("TPOT (ms)") for t in spec["data"]):
+        if any(t.get("name", "").startswith("decode step (ms)") for t in spec["data"]):
             fig = spec
     assert fig is not None, "the cost curve is drawn"
     hollow = sorted({x for t in fig["data"] if t.get("name", "").endswith("does not fit") for x in t["x"]})
     solid = sorted({x for t in fig["data"] if t.get("name", "").endswith(": fits") for x in t["x"]})
-    sentence = next(m.value for m in at.markdown if "time per output token goes from" in m.value)
+    sentence = next(m.value for m in at.markdown if "the decode step (a token" in m.value)
     return hollow, solid, sentence
 
 

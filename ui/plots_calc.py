@@ -377,7 +377,7 @@ def batch_curve(points: Sequence, fit_limit: int, *, priced: bool) -> go.Figure:
     fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.08)
     fits = [p for p in points if p.fits]
     over = [p for p in points if not p.fits]
-    series = [("TPOT (ms)", lambda p: p.decode_s_per_token * 1e3, rows)]
+    series = [("decode step (ms)", lambda p: p.decode_s_per_token * 1e3, rows)]
     if priced:
         series.insert(0, ("$ per million output tokens", lambda p: p.usd_per_million_tokens, 1))
     for title, y, row in series:
@@ -431,8 +431,9 @@ def batch_sentence(points: Sequence, fit_limit: int, where: str, priced: bool) -
     )
     first = fitting[0]
     text = (
-        f"On {where}, batch {first.batch} → {cheapest.batch}: time per output token goes from "
-        f"{fmt.seconds(first.decode_s_per_token)} to {fmt.seconds(cheapest.decode_s_per_token)}"
+        f"On {where}, batch {first.batch} → {cheapest.batch}: the decode step (a token's time with every user "
+        f"decoding, the other users' prompts not counted) goes from {fmt.seconds(first.decode_s_per_token)} to "
+        f"{fmt.seconds(cheapest.decode_s_per_token)}"
     )
     if priced:
         text += (
