@@ -66,11 +66,17 @@ def test_small_speculative_run():
     next(b for b in at.button if "speculative" in str(b.label)).click().run()
     assert not at.exception and not at.error
     table = at.dataframe[0].value
-    assert table["run"][0].startswith("prompt lookup on ") and bool(table["identical to greedy"][0])
-    # one run gives no interval: the verdict shows the point and calls it neither faster nor slower
-    assert any(
-        "plain greedy's speed" in m.value and "not called faster or slower" in m.value for m in at.markdown
-    )
+    same = next(df.value for df in at.dataframe if "identical to greedy" in df.value.columns)
+    assert table["run"][0].startswith("prompt lookup on ") and bool(same["identical to greedy"][0])
+    # one run gives no interval: the verdict shows the point and calls it neither faster nor slower; measured on a
+    # busy machine (other programs' CPU while it ran, ui.pace.load_note), it calls no speed at all
+    from ui.pace import load_note
+
+    said = [m.value for m in at.markdown]
+    if load_note(at.session_state["pace.speculative.load"]):
+        assert any("speed not comparable (measured on a busy machine" in v for v in said)
+    else:
+        assert any("plain greedy's speed" in v and "not called faster or slower" in v for v in said)
 
 
 def test_the_fp32_row_reads_as_the_reference_not_as_missing_runs():
