@@ -101,9 +101,9 @@ def _anchor(layout: tuple[int, int, int, int], tp: int, engine_class: str, width
         est = estimate_speed(one, fit.engine_class).tpot_s
         if not (math.isfinite(est.low) and tpot < est.low):
             continue
-        eff = fit.efficiency(one.gpu)
-        step = timing_from(timing_inputs(one), eff).decode_step
-        fixed = step.overhead_s + timing_inputs(one).allreduces * eff.allreduce_latency_s
+        eff, inputs = fit.efficiency(one.gpu), timing_inputs(one)
+        step = timing_from(inputs, eff).decode_step
+        fixed = step.overhead_s + inputs.allreduces * eff.allreduce_latency_s
         if fixed <= 0:
             continue
         g = min(1.0, max(0.0, (tpot - (step.seconds - fixed)) / fixed))
