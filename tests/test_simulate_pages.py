@@ -174,6 +174,10 @@ def test_the_cheapest_answer_searches_the_gpus_picked_and_names_its_plan_in_the_
     assert [m.label for m in at.metric if m.label.startswith("Cheapest: ")] == [
         f"Cheapest: {best['gpus']} x {best['name']}"
     ]
+    # the runner-up and why it lost, in one line under the answer (the JSON had it, the page did not)
+    runner = at.session_state["calc.solve.answer"].details["runner_up"]
+    assert runner is not None and runner["sentence"].startswith("Runner-up: ")
+    assert runner["sentence"] in [m.value for m in at.markdown]
     at.multiselect(key="calc.solve.gpus").set_value([]).run()
     assert any("Pick at least one GPU" in i.value for i in at.info)
 
@@ -241,3 +245,28 @@ def test_a_knee_at_the_highest_level_tried_is_said_as_such():
         )
     text = buf.getvalue()
     assert "None" not in text and "the knee is the highest level tried (2)" in text
+
+
+def test_the_cheapest_answer_shows_why_a_larger_split_holds_fewer_users():
+    """The engineer's walk: 8 x A100 at 10 users per replica beside 4 x A100 at 13, unexplained on the page. The
+    engine's sentence (engine.simulate.solve.split_words) is shown under the options."""
+    from engine.core.interval import Interval
+    from engine.simulate.solve import Answer
+
+    why = "Why 8 x A100 80GB SXM holds fewer users per replica than 4 x A100 80GB SXM (10 against 13): test words."
+    row = {"gpu": "a100-80gb", "name": "A100 80GB SXM", "gpus": 4, "replicas": 4, "usd_per_gpu_hour": 1.59,
+           "users_per_replica": 13, "usd_per_hour": 25.44}  # fmt: skip
+    answer = Answer("cheapest", Interval(25.44, 25.44, 25.44), "USD per hour", "Cheapest: words.", {
+        "best": row, "simulated": [row, {**row, "gpus": 8, "replicas": 5, "users_per_replica": 10,
+                                         "usd_per_hour": 63.6}],
+        "runner_up": {"sentence": "Runner-up: words."}, "price_source": "list price", "launch_command": None,
+        "larger_split_holds_fewer": [{"gpu": "a100-80gb", "smaller": 4, "larger": 8, "sentence": why}],
+    })  # fmt: skip
+    at = AppTest.from_file(MEMORY, default_timeout=300).run()
+    at.radio(key="calc.solve.q").set_value("cheapest").run()
+    at.session_state["calc.solve.answer"] = answer
+    at.run()
+    assert not at.exception
+    shown = [m.value for m in at.markdown]
+    assert why in shown and "Runner-up: words." in shown
+    assert shown.index("Runner-up: words.") < shown.index("Cheapest: words.") < shown.index(why)

@@ -366,3 +366,72 @@ def test_the_cheapest_search_takes_the_users_own_price_for_their_gpu():
         f"The estimate for {users} users gives " in own.sentence
         and "against the objective's 50 ms" in own.sentence
     )
+
+
+def _seventy(gpu: str = "a100-80gb", n: int = 4) -> SimulateSpec:
+    return SimulateSpec(model="meta-llama/Llama-3.3-70B-Instruct", gpu=gpu, n_gpus=n, dtype="bf16", engine="vllm",
+                        prompt_tokens=2048, output_tokens=256).validate()  # fmt: skip
+
+
+def test_a_larger_split_that_holds_fewer_users_says_why_from_its_own_steps(monkeypatch):
+    """The engineer's walk: the cheapest search listed 5 replicas of 8 x A100 at 10 users each beside 4 replicas of
+    4 x A100 at 13 each, unexplained. The answer now says why from each deployment's own decode step: the fixed
+    costs on 8 GPUs are the fit's, where a published run of this layout on 4 GPUs cuts those of 4."""
+    from engine.calc import format as fmt
+    from engine.calc.step_model import step_parts
+
+    s = _seventy()
+    small = solve.Option("a100-80gb", "A100 80GB SXM", 4, 4, 1.59, 13)
+    large = solve.Option("a100-80gb", "A100 80GB SXM", 8, 5, 1.59, 10)
+    other = solve.Option("h100-sxm", "H100 SXM", 8, 1, 3.49, 50)
+    assert solve.larger_split_holds_fewer([large, small, other]) == [(small, large)]
+    assert solve.larger_split_holds_fewer([small, replace(large, users_per_replica=13)]) == []
+    d4, d8 = deployment(s), deployment(replace(s, n_gpus=8))
+    words = solve.split_words(s, small, large, d4, d8)
+    a4, a8 = d4.steps.anchor, d8.steps.anchor
+    assert a4 is not None and a8 is None  # the published runs of this layout are on 4 GPUs only
+    context = 13 * (2048 + 128)
+    p = step_parts(d4.steps.setup, "vllm", 13, context, 0, fixed_factor=a4.factor)
+    q = step_parts(d8.steps.setup, "vllm", 13, context, 0)
+    assert q.seconds > p.seconds and q.fixed_s > p.fixed_s and q.roofs_s < p.roofs_s
+    assert words.startswith(
+        "Why 8 x A100 80GB SXM holds fewer users per replica than 4 x A100 80GB SXM (10 against 13)"
+    )
+    assert (
+        f"a decode step takes {fmt.seconds(q.seconds)} on 8 GPUs against {fmt.seconds(p.seconds)} on 4 GPUs"
+        in words
+    )
+    assert f"take {fmt.seconds(q.fixed_s)} against {fmt.seconds(p.fixed_s)}" in words
+    assert f"on 4 GPUs a published run of this layout puts them at {a4.factor:.2f}x the fit's" in words
+    assert "on 8 GPUs no published run of this layout corrects the fit's" in words
+    # the parts add up to the step the simulator runs
+    assert p.seconds == pytest.approx(p.roofs_s + p.fixed_s + p.transfer_s)
+    assert d4.steps.duration(13, context, 0).central == pytest.approx(p.seconds, rel=0.02)
+    # the words follow the numbers: with the fit's own costs on both, 8 GPUs are the quicker and it says so
+    unanchored = step_parts(d4.steps.setup, "vllm", 13, context, 0)
+    assert unanchored.seconds > q.seconds
+    assert "8 GPUs would be the quicker, so the gap comes from the published run" in words
+    # without any anchor, 8 GPUs' step is the quicker: the sentence says the decode step is not the reason
+    monkeypatch.setattr(type(d4.steps), "anchor", property(lambda self: None))
+    plain = solve.split_words(s, small, large, d4, d8)
+    assert "its decode step at 13 users is no slower" in plain and "published run" not in plain
+
+
+def test_the_cheapest_answer_names_its_runner_up_and_why_it_lost():
+    """The engineer's walk: the JSON held the options the search simulated, the page showed the winner alone."""
+    best = solve.Option("h100-sxm", "H100 SXM", 4, 1, 3.49, 50)
+    second = solve.Option("a100-80gb", "A100 80GB SXM", 4, 4, 1.59, 13)
+    third = solve.Option("a100-80gb", "A100 80GB SXM", 8, 5, 1.59, 10)
+    r = solve.runner_up(best, [best, third, second], [(13.96, "h100-sxm", 4), (6.36, "a100-80gb", 4)])
+    assert r is not None and r["gpus"] == 4 and r["simulated"] is True
+    assert r["sentence"] == (
+        "Runner-up: 4 replicas of 4 x A100 80GB SXM at $25.44/hour, 13 users per replica: $11.48/hour more than the "
+        "cheapest (16 GPUs at $1.59 an hour each against 4 at $3.49)."
+    )
+    # nothing else simulated: the next option, whose one replica already costs more than the whole plan
+    cands = [(6.36, "a100-80gb", 4), (13.96, "h100-sxm", 4)]
+    alone = solve.Option("a100-80gb", "A100 80GB SXM", 4, 1, 1.59, 8)
+    r = solve.runner_up(alone, [alone], cands)
+    assert r is not None and r["simulated"] is False
+    assert "none simulated. The next option, 4 x H100 SXM, costs $13.96/hour for one replica" in r["sentence"]
+    assert solve.runner_up(alone, [alone], cands[:1]) is None

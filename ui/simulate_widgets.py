@@ -394,12 +394,16 @@ def solvers_section(key: str, spec: ModelSpec, gpu: GPUSpec, inputs) -> None:
         label = f"Cheapest: {b['replicas']} replicas of " if b["replicas"] > 1 else "Cheapest: "
         label += f"{b['gpus']} x {b['name']}"
     st.metric(label, value, note, delta_color="off", delta_arrow="off")
+    if q == "cheapest" and answer.details.get("runner_up"):
+        st.markdown(answer.details["runner_up"]["sentence"])  # what came second, and why it lost
     st.markdown(answer.sentence)
     if q == "cheapest":
         if answer.details.get("launch_command"):
             st.caption("The command for one replica of this plan:")
             st.code(shell_lines(answer.details["launch_command"]), language="bash")
         st.dataframe(options_table(answer.details["simulated"]), hide_index=True, width="stretch")
+        for fewer in answer.details.get("larger_split_holds_fewer", ()):
+            st.markdown(fewer["sentence"])  # a row above with more GPUs and fewer users, said why
         st.caption(answer.details["price_source"])
 
 

@@ -3,6 +3,7 @@ not have, for an engine class fitted on published runs (engine.calc.efficiency),
 before its first token.
 
     step_time(setup, engine, decode_rows, context_tokens, prefill_tokens) -> Interval   seconds of one step
+    step_parts(setup, engine, decode_rows, context_tokens, prefill_tokens) -> StepParts  its central value, in parts
     request_fixed_s(setup, engine) -> float                                                seconds per request
 
 A step is one forward over `decode_rows` sequences decoding a token each (against `context_tokens` cached tokens
@@ -14,11 +15,25 @@ model, GPU, precision, weight format, KV precision and GPU count matter; its bat
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from engine.calc.cells import gpu_family, regime_of
 from engine.calc.efficiency import bound_efficiency, class_efficiency, fits
 from engine.calc.observations import parallel
-from engine.calc.timing import Setup, step_seconds
+from engine.calc.timing import Setup, step_inputs, step_seconds
 from engine.core.interval import Interval
+
+
+@dataclass(frozen=True)
+class StepParts:
+    """One step's central time in the parts a reader can weigh against each other (seconds)."""
+
+    seconds: float  # the whole step: the sum of the three parts below
+    roofs_s: float  # the operators at the class's fitted bandwidth and FLOP/s: the weights and KV cache read
+    fixed_s: float  # what scales with neither bytes nor FLOPs: per-layer launches and all-reduce latencies
+    transfer_s: float  # the all-reduces' bytes over the GPU link (and any pipeline hand-over)
+    allreduces: int  # all-reduces in the step (2 per layer in tensor parallel, else 0)
+    fixed_factor: float  # the factor on the fixed costs (engine.calc.anchor; 1: the fit's own)
 
 
 def step_time(
@@ -44,6 +59,31 @@ def step_time(
     kind = "decode" if not prefill_tokens else ("ttft" if not decode_rows else "throughput")
     band = all_fits.band(kind, (fit.engine_class, gpu_family(s.gpu), regime))
     return Interval(max(t.seconds * band.low, bound), t.seconds, t.seconds * band.high, bound, band.rows)
+
+
+def step_parts(
+    setup: Setup,
+    engine: str,
+    decode_rows: int,
+    context_tokens: int,
+    prefill_tokens: int,
+    *,
+    fixed_factor: float = 1.0,
+) -> StepParts:
+    """`step_time`'s central value in its parts: the same efficiency and the same operators, split into what reads
+    bytes or does FLOPs, what is fixed per step, and what moves the all-reduces' bytes."""
+    fit = fits().for_engine(engine)
+    s = parallel(setup, fit.engine_class)
+    eff = class_efficiency(fit, s, fixed_factor=fixed_factor)
+    kw = {"decode_rows": decode_rows, "context_tokens": context_tokens, "prefill_tokens": prefill_tokens}
+    t = step_seconds(s, eff, **kw)
+    allreduces = step_inputs(s, **kw)[3]
+    latencies = allreduces * eff.allreduce_latency_s + (s.pipeline - 1) * eff.stage_hop_s
+    # comm_s holds the latencies and the bytes' time: the bytes' time is what is left of it
+    transfer = max(0.0, t.comm_s - latencies)
+    return StepParts(
+        t.seconds, t.memory_s + t.compute_s, t.overhead_s + latencies, transfer, allreduces, fixed_factor
+    )
 
 
 def request_fixed_s(setup: Setup, engine: str) -> float:

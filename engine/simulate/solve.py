@@ -10,7 +10,8 @@
 - cheapest: the cheapest GPU type and count for a load of N users at the SLOs: every catalogue GPU with a published
   price (engine/data/prices.toml) at 1, 2, 4 and 8 GPUs in tensor parallel, with as many replicas as the load
   needs (each replica serving its share of the users); cheapest first, so a configuration whose one replica already
-  costs more than the best found is never simulated.
+  costs more than the best found is never simulated. The answer names its runner-up and why it lost, and where a
+  replica of more GPUs holds fewer users than one of fewer GPUs of the same type, why, from each one's decode step.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from engine.calc.plan import held_at
 from engine.calc.prices import price_for
 from engine.calc.serving_memory import serving_memory
 from engine.calc.specs import GPUSpec, ModelSpec, load_gpu_catalog
+from engine.calc.step_model import StepParts, step_parts
 from engine.core.errors import EngineError, InvalidParameterError
 from engine.core.interval import Interval
 from engine.core.stats import quantile
@@ -547,12 +549,14 @@ def cheapest(
     lengths = lengths_of(s)
     best: Option | None = None
     tried: list[Option] = []
+    deploys: dict[tuple[str, int], Deployment] = {}
     for i, (one, key, n) in enumerate(cands):
         if best is not None and one >= best.usd_per_hour:
             break  # every later option costs at least this much per replica
         if progress:
             progress(i / len(cands), f"{n} x {load_gpu_catalog()[key].name}")
         d = deployment(replace(s, gpu=key, n_gpus=n), spec)
+        deploys[(key, n)] = d
         r = _replicas(lambda u, d=d: _meets(s, d, u, slo, "central", lengths), users)
         if r is None:
             continue
@@ -596,6 +600,16 @@ def cheapest(
         + _priced(prices, gpus)
     )
     command = _replica_command(s, spec, best)
+    fewer = [
+        {"gpu": small.gpu, "smaller": small.gpus, "larger": large.gpus, "sentence": why}
+        for small, large in larger_split_holds_fewer(tried)
+        if (
+            why := split_words(
+                s, small, large, deploys[(small.gpu, small.gpus)], deploys[(large.gpu, large.gpus)]
+            )
+        )
+    ]
+    runner = runner_up(best, tried, cands, prices)
     if best.replicas > 1:
         sentence += (
             f" Run it as {best.replicas} copies of the {best.gpus}-GPU server below, behind a load balancer, each "
@@ -614,5 +628,128 @@ def cheapest(
                 ({**o.__dict__, "usd_per_hour": o.usd_per_hour} for o in tried),
                 key=lambda o: o["usd_per_hour"],
             ),
+            "runner_up": runner,
+            "larger_split_holds_fewer": fewer,
         },
+    )
+
+
+def runner_up(
+    best: Option,
+    tried: Sequence[Option],
+    cands: Sequence[tuple[float, str, int]],
+    prices: Mapping[str, float] | None = None,
+) -> dict | None:
+    """The option that came second and why it lost, in one sentence: the next cheapest plan simulated, or, where no
+    other was simulated, the cheapest option left out (one replica of it already costs more than the whole plan).
+    None when the search had nothing else to compare."""
+    catalog = load_gpu_catalog()
+    others = sorted((o for o in tried if o != best), key=lambda o: o.usd_per_hour)
+    if others:
+        o = others[0]
+        more = o.usd_per_hour - best.usd_per_hour
+        each = f"{o.replicas} replicas of " if o.replicas > 1 else ""
+        why = (
+            f"{o.replicas * o.gpus} GPUs at ${o.usd_per_gpu_hour:,.2f} an hour each against "
+            f"{best.replicas * best.gpus} at ${best.usd_per_gpu_hour:,.2f}"
+        )
+        sentence = (
+            f"Runner-up: {each}{o.gpus} x {o.name} at ${o.usd_per_hour:,.2f}/hour, {o.users_per_replica} users per "
+            f"replica: ${more:,.2f}/hour more than the cheapest ({why})."
+        )
+        return {**o.__dict__, "usd_per_hour": o.usd_per_hour, "simulated": True, "sentence": sentence}
+    skipped = [(one, key, n) for one, key, n in cands if (key, n) != (best.gpu, best.gpus)]
+    if not skipped:
+        return None
+    one, key, n = skipped[0]
+    name = catalog[key].name if key in catalog else key
+    sentence = (
+        f"Runner-up: none simulated. The next option, {n} x {name}, costs ${one:,.2f}/hour for one replica, already "
+        f"more than the cheapest plan's ${best.usd_per_hour:,.2f}/hour for all of its users, so it could not win."
+    )
+    hourly = gpu_hour(key, prices)
+    return {"gpu": key, "name": name, "gpus": n, "usd_per_gpu_hour": hourly, "usd_per_hour_one_replica": one,
+            "simulated": False, "sentence": sentence}  # fmt: skip
+
+
+def larger_split_holds_fewer(tried: Sequence[Option]) -> list[tuple[Option, Option]]:
+    """(smaller, larger) pairs of one GPU type where the larger tensor-parallel replica holds fewer users at the
+    objectives than the smaller one: each the nearest smaller count to the larger."""
+    out = []
+    for o in tried:
+        smaller = [x for x in tried if x.gpu == o.gpu and x.gpus < o.gpus]
+        if not smaller:
+            continue
+        s = max(smaller, key=lambda x: x.gpus)
+        if o.users_per_replica < s.users_per_replica:
+            out.append((s, o))
+    return sorted(out, key=lambda p: (p[0].gpu, p[0].gpus))
+
+
+def split_words(
+    s: SimulateSpec, small: Option, large: Option, d_small: Deployment, d_large: Deployment
+) -> str:
+    """Why `large` (more GPUs in tensor parallel) holds fewer users per replica than `small`, from each
+    deployment's own decode step at the users `small` holds, each rows' context halfway through its output: the
+    step in its parts (the weights and KV cache read at the fitted utilisation; the fixed per-layer and all-reduce
+    latencies, with the anchor's factor on them where a published run of the layout sets one; the all-reduces'
+    bytes). Empty when a deployment's steps are not the calculator's (this machine, hand-set steps)."""
+    steps_small, steps_large = d_small.steps, d_large.steps
+    if not isinstance(steps_small, PublishedSteps) or not isinstance(steps_large, PublishedSteps):
+        return ""
+    users = small.users_per_replica
+    context = users * (s.prompt_tokens + s.output_tokens // 2)
+
+    def parts(steps: PublishedSteps, rows: int, ctx: int, prompt: int) -> StepParts:
+        a = steps.anchor
+        g = a.factor if a is not None else 1.0
+        return step_parts(steps.setup, steps.engine, rows, ctx, prompt, fixed_factor=g)
+
+    p, q = parts(steps_small, users, context, 0), parts(steps_large, users, context, 0)
+    n, m, ms = small.gpus, large.gpus, fmt.seconds
+    head = (
+        f"Why {m} x {large.name} holds fewer users per replica than {n} x {small.name} ({large.users_per_replica} "
+        f"against {small.users_per_replica}):"
+    )
+    if q.seconds <= p.seconds:
+        pp, pq = (parts(st, 0, 0, s.prompt_tokens) for st in (steps_small, steps_large))
+        return (
+            f"{head} its decode step at {users} users is no slower ({ms(q.seconds)} on {m} GPUs against "
+            f"{ms(p.seconds)} on {n}); a prompt of {s.prompt_tokens} tokens takes {ms(pq.seconds)} on {m} GPUs "
+            f"against {ms(pp.seconds)} on {n}, and each user's time per token also counts the steps that carry the others' "
+            "prompts."
+        )
+    if p.fixed_factor != q.fixed_factor:
+        anchors = {k: st.anchor for k, st in ((n, steps_small), (m, steps_large))}
+        said = [
+            f"on {k} GPUs a published run of this layout puts them at {a.factor:.2f}x the fit's"
+            if a is not None
+            else f"on {k} GPUs no published run of this layout corrects the fit's"
+            for k, a in anchors.items()
+        ]
+        anchor = f" ({'; '.join(said)})"
+        fp, fq = (step_parts(st.setup, st.engine, users, context, 0) for st in (steps_small, steps_large))
+        unanchored = (
+            f" With the fit's own fixed costs on both, the step would take {ms(fq.seconds)} on {m} GPUs against "
+            f"{ms(fp.seconds)} on {n}: "
+            + (
+                f"{m} GPUs would still be slower, so the gap is not only the published run's."
+                if fq.seconds > fp.seconds
+                else f"{m} GPUs would be the quicker, so the gap comes from the published run that sets {n} GPUs' "
+                f"costs, where none sets {m} GPUs'."
+            )
+        )
+    else:
+        anchor = unanchored = ""
+    gpus = f"{n} GPU{'s' if n > 1 else ''}"
+    reads = f"1/{n}" if n > 1 else "all of them on one"
+    none = " (one GPU has no all-reduces)" if not p.allreduces else ""
+    return (
+        f"{head} at {users} users per replica ({s.prompt_tokens} + {s.output_tokens} tokens each, what {gpus} "
+        f"{'hold' if n > 1 else 'holds'} within the objectives) a decode step takes {ms(q.seconds)} on {m} GPUs "
+        f"against {ms(p.seconds)} on {gpus}. Reading the weights and the KV cache takes {ms(q.roofs_s)} against "
+        f"{ms(p.roofs_s)} (each GPU reads 1/{m} of them rather than {reads}), but the step's fixed costs, the "
+        f"per-layer launches and {q.allreduces} all-reduce latencies, take {ms(q.fixed_s)} against "
+        f"{ms(p.fixed_s)}{none}{anchor}, and the all-reduces' bytes {ms(q.transfer_s)} against "
+        f"{ms(p.transfer_s)}.{unanchored}"
     )
