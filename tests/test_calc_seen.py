@@ -83,3 +83,36 @@ def test_an_estimate_without_published_runs_of_its_setup_says_nothing_of_them():
     est = estimate(_spec(), gpu_spec("h100-sxm"), Inputs(dtype="bf16", batch=1, n_gpus=8, engine="vllm"))
     assert est.seen == () and est.seen_below is None and est.seen_note == ""
     assert not any(w.startswith("A published run") for w in est.warnings)
+
+
+def test_each_published_run_says_its_lengths_and_load_and_which_would_check_the_estimate():
+    """The engineer's walk: 23.6-33.1 ms published at 4 and 8 requests/s with ShareGPT lengths were listed beside the
+    70B estimate for 50 users of 2,048 + 256 tokens without their lengths, below its interval: read as 'the estimate
+    is wrong'. Each run now says its lengths and load, and one sentence says they are context, not a check."""
+    from engine.calc.seen import context_words
+
+    runs = seen_runs(_spec(), "h100-sxm", 4, "vllm", "bf16")
+    assert {r.lengths for r in runs} == {"ShareGPT's own (varied, not stated)"}
+    assert {r.load for r in runs} == {"request rate 4/s", "request rate 8/s"}
+    assert all(r.users is None for r in runs)  # a request rate is not a number of users
+    said = context_words(runs, 2048, 256, 50)
+    assert said == (
+        "None of these runs is at this estimate's 50 users of 2,048 + 256 tokens: runs at other lengths or loads "
+        "are context, not a check of it (a step's time grows with the users in it and the tokens each holds); only "
+        "a run of the same lengths and load would check it."
+    )
+    # the words follow the runs: one at the estimate's lengths and users checks it
+    same = Seen(0.040, "50 concurrent users", "vllm v0.8", "s", "id", 2048, 256, None, 50)
+    assert same.lengths == "2,048 + 256 tokens" and same.same_as(2048, 256, 50)
+    assert not same.same_as(2048, 256, 8) and not same.same_as(1024, 256, 50)
+    assert context_words([*runs, same], 2048, 256, 50) == (
+        "1 of these runs is at this estimate's 50 users of 2,048 + 256 tokens and so checks it; the others, at "
+        "other lengths or loads, are context, not a check of it."
+    )
+    assert (
+        Seen(0.02, "one user", "e", "s", "id", 229, 218, "ShareGPT", 1).lengths
+        == "229 + 218 tokens (ShareGPT, means)"
+    )
+    assert Seen(0.02, "one user", "e", "s", "id").lengths == "not stated"
+    assert Seen(0.02, "one user", "e", "s", "id", 512).lengths == "512 prompt tokens, output not stated"
+    assert context_words([], 2048, 256, 50) == ""

@@ -1113,3 +1113,26 @@ def test_the_runs_table_says_where_runs_came_from_and_why_one_is_not_compared_in
     for tag in ("unlabelled", "probe", "×4", "×1"):
         assert tag not in shown
     assert "not compared: load not recorded (older run)" in shown
+
+
+def test_the_published_runs_beside_an_estimate_say_their_lengths_and_load():
+    """The engineer's walk: the 70B's published runs (23.6-33.1 ms at 4-8 requests/s, ShareGPT lengths) sat beside
+    the estimate for 50 users of 2,048 + 256 tokens with no lengths, below its interval: read as 'the estimate is
+    wrong'. Each row now gives its lengths and load, and one sentence says they are context, not a check."""
+    at = _run(CALC)
+    at.selectbox(key="calc.preset").set_value("meta-llama/Llama-3.3-70B-Instruct").run()
+    at.selectbox(key="calc.gpu").set_value("h100-sxm").run()
+    at.selectbox(key="calc.engine").set_value("vllm").run()
+    at.number_input(key="calc.gpus").set_value(4).run()
+    at.number_input(key="calc.batch").set_value(50).run()
+    at.number_input(key="calc.prompt").set_value(2048).run()
+    at.number_input(key="calc.output").set_value(256).run()
+    assert not at.exception
+    box = next(e for e in at.expander if e.label.startswith("Published runs of this setup"))
+    said = " ".join(m.value for m in box.markdown)
+    assert "None of these runs is at this estimate's 50 users of 2,048 + 256 tokens" in said
+    assert "context, not a check of it" in said
+    table = box.dataframe[0].value
+    assert list(table.columns[:3]) == ["TPOT (ms)", "prompt + output", "load"]
+    assert set(table["prompt + output"]) == {"ShareGPT's own (varied, not stated)"}
+    assert set(table["load"]) == {"request rate 4/s", "request rate 8/s"}

@@ -21,6 +21,7 @@ from engine.calc.cost import estimate_cost
 from engine.calc.efficiency import INTERVAL_LEVEL, SpeedEstimate
 from engine.calc.explain import efficiency_of, reasoning
 from engine.calc.report import Estimate, SplitAgainstOne, estimate, split_against_one
+from engine.calc.seen import context_words
 from engine.calc.serving_memory import is_cpu
 from engine.calc.timing import Efficiency
 from engine.core.interval import Interval
@@ -273,25 +274,32 @@ def published_runs(est: Estimate) -> None:
     if not est.seen:
         return
     sources = list(dict.fromkeys(r.source for r in est.seen))  # each once, in the rows' order
+    i = est.inputs
+    users = est.fit.layout.batch_per_replica if est.fit.layout else i.batch
     with st.expander(f"Published runs of this setup ({len(est.seen)}): measured, not estimated"):
-        st.dataframe(
-            [
-                {
-                    "TPOT (ms)": round(r.tpot_s * 1e3, 1),
-                    "load": r.load,
-                    "engine": r.engine,
-                    "source": f"[{sources.index(r.source) + 1}]",
-                }
-                for r in est.seen
-            ],
-            hide_index=True,
-            width="stretch",
-        )
+        st.markdown(context_words(est.seen, i.prompt_tokens, i.output_tokens, users))
+        st.dataframe(published_rows(est), hide_index=True, width="stretch")
         st.caption(
             "The same model shape, GPU, GPU count and engine class, in 16-bit weights. A time per output token "
             "measured under load is at least one user's: a step carries every running request. Sources: "
             + "; ".join(f"[{k + 1}] {source_link(src)}" for k, src in enumerate(sources))
         )
+
+
+def published_rows(est: Estimate) -> list[dict]:
+    """The published runs beside the estimate as table rows: each with its lengths and load, so a run at other
+    lengths or loads is not read as a check of this estimate."""
+    sources = list(dict.fromkeys(r.source for r in est.seen))
+    return [
+        {
+            "TPOT (ms)": round(r.tpot_s * 1e3, 1),
+            "prompt + output": r.lengths,
+            "load": r.load,
+            "engine": r.engine,
+            "source": f"[{sources.index(r.source) + 1}]",
+        }
+        for r in est.seen
+    ]
 
 
 def source_link(source: str) -> str:

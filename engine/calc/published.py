@@ -91,6 +91,7 @@ class PublishedRow:
         None  # "row": llama.cpp's old split of each matrix over the GPUs (tensor parallel)
     )
     log_text: str = ""  # every quote of the startup log this row comes from (its other rows' too)
+    dataset: str | None = None  # the prompts' dataset as the source names it ("ShareGPT"), where it says one
 
     @property
     def source_key(self) -> str:
@@ -200,6 +201,7 @@ def _row(kind: str, r: dict[str, Any]) -> PublishedRow:
         max_num_seqs=r.get("max_num_seqs"),
         requests=r.get("requests"),
         split_mode=r.get("split_mode"),
+        dataset=r.get("dataset"),
     )
 
 

@@ -29,6 +29,37 @@ class Seen:
     engine: str  # the engine and its version, as the source names them
     source: str
     row_id: str
+    prompt_tokens: int | None = None  # per request, as the source states them (None: not stated)
+    output_tokens: int | None = None
+    dataset: str | None = None  # the prompts' dataset, where the source names one ("ShareGPT")
+    users: int | None = (
+        None  # sequences in flight at once (a batch or a concurrency); None: a rate or the engine's
+    )
+
+    @property
+    def lengths(self) -> str:
+        """The run's prompt and output lengths in words: the stated tokens, else the dataset, else "not stated"."""
+        if self.prompt_tokens is None and self.output_tokens is None:
+            return f"{self.dataset}'s own (varied, not stated)" if self.dataset else "not stated"
+        p, o = self.prompt_tokens, self.output_tokens
+        if p is None or o is None:
+            words = (
+                f"{p:,} prompt tokens, output not stated"
+                if o is None
+                else f"prompt not stated, {o:,} output tokens"
+            )
+        else:
+            words = f"{p:,} + {o:,} tokens"
+        return words + (f" ({self.dataset}, means)" if self.dataset else "")
+
+    def same_as(self, prompt_tokens: int, output_tokens: int, users: int) -> bool:
+        """Whether this run is of an estimate's very workload: the same lengths (stated) at the same users in flight
+        (a request rate is not a number of users): only such a run checks that estimate."""
+        return self.dataset is None and (self.prompt_tokens, self.output_tokens, self.users) == (
+            prompt_tokens,
+            output_tokens,
+            users,
+        )
 
 
 def _shape(spec: ModelSpec) -> tuple[int, ...]:
@@ -75,8 +106,44 @@ def seen_runs(spec: ModelSpec, gpu_key: str, gpus: int, engine_class: str, dtype
             r.batch <= 1 and r.batch_kind in ("batch", "concurrency")
         ):
             continue  # a rate under load is not one user's time per token
-        out.append(Seen(tpot, _load(r), f"{r.engine} {r.engine_version}", r.source, r.id))
+        users = max(1, r.batch) if r.batch_kind in ("batch", "concurrency") else None
+        out.append(
+            Seen(
+                tpot,
+                _load(r),
+                f"{r.engine} {r.engine_version}",
+                r.source,
+                r.id,
+                r.prompt_tokens,
+                r.output_tokens,
+                r.dataset,
+                users,
+            )
+        )
     return sorted(out, key=lambda s: s.tpot_s)
+
+
+def context_words(
+    seen: list[Seen] | tuple[Seen, ...], prompt_tokens: int, output_tokens: int, users: int
+) -> str:
+    """One sentence on what the published runs beside an estimate can say about it: a time per output token grows
+    with the users in a step and the tokens each holds, so only a run of the estimate's lengths and load checks
+    it; the rest are context. Empty without runs."""
+    if not seen:
+        return ""
+    at = f"{users:,} user{'s' if users != 1 else ''} of {prompt_tokens:,} + {output_tokens:,} tokens"
+    same = [r for r in seen if r.same_as(prompt_tokens, output_tokens, users)]
+    if not same:
+        return (
+            f"None of these runs is at this estimate's {at}: runs at other lengths or loads are context, not a "
+            "check of it (a step's time grows with the users in it and the tokens each holds); only a run of the "
+            "same lengths and load would check it."
+        )
+    many = len(same) > 1
+    return (
+        f"{len(same)} of these runs {'are' if many else 'is'} at this estimate's {at} and so check{'' if many else 's'} "
+        "it; the others, at other lengths or loads, are context, not a check of it."
+    )
 
 
 def below_estimate(seen: list[Seen], one_user_low_s: float) -> Seen | None:
