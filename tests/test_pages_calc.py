@@ -763,14 +763,39 @@ def test_the_request_time_tile_agrees_with_the_first_token_and_tpot_tiles():
     ]  # the bound: TTFT + (O - 1) x TPOT holds
 
 
-def test_an_answer_the_engine_refuses_is_said_under_the_inputs():
-    """GPUs = 1000 was refused at the top of the answer column, away from the field the user had just typed in."""
+def _after(at: AppTest, key: str):
+    """The element drawn right after the widget `key`, in the same block (None: it is the block's last)."""
+
+    def walk(node):
+        kids = list(getattr(node, "children", {}).values())
+        for i, kid in enumerate(kids):
+            if getattr(kid, "key", None) == key:
+                return kids[i + 1] if i + 1 < len(kids) else None
+            found = walk(kid)
+            if found is not None:
+                return found
+        return None
+
+    return walk(at.main)
+
+
+def test_a_gpu_count_the_engine_refuses_is_said_under_its_field():
+    """GPUs = 1000 was refused at the top of the answer column, then at the top of the inputs column, away from the
+    field the user had just typed in. It is said under the GPUs field now, as a number out of range is, and nothing
+    runs with the old count."""
     at = _run(CALC)
+    assert any(m.label == "GPUs needed" for m in at.metric)
     at.number_input(key="calc.gpus").set_value(1000).run()
     assert not at.exception
     errors = [e.value for e in at.error]
-    assert len(errors) == 1 and "1000" in errors[0].replace(",", "")
-    assert any("the sentence at the top of the inputs" in i.value for i in at.info)
+    assert len(errors) == 1 and "1000 GPUs would run as" in errors[0].replace(",", "")
+    under = _after(at, "calc.gpus")
+    assert under is not None and under.type == "error" and under.value == errors[0]
+    assert errors[0].endswith("nothing runs with it until it is changed.")
+    assert not any(m.label == "GPUs needed" for m in at.metric)  # no answer for the old count
+    assert any(i.value.startswith("Nothing to answer yet: 1,000 GPUs would run as") for i in at.info)
+    at.number_input(key="calc.gpus").set_value(2).run()
+    assert not at.error and any(m.label == "GPUs needed" for m in at.metric)
 
 
 def test_the_pages_gpu_memory_utilization_takes_the_command_lines_bounds():

@@ -16,6 +16,7 @@ import streamlit as st
 from engine import calibration
 from engine.calc import format as fmt
 from engine.calc import quant
+from engine.calc.plan import served_layout
 from engine.calc.quant import WEIGHT_FORMATS, quant_format_name
 from engine.calc.report import CALIBRATED_MODE, Inputs, default_precision
 from engine.calc.serving_memory import VLLM_UTILIZATION, is_cpu, sglang_fraction
@@ -27,6 +28,7 @@ from engine.calc.specs import (
     custom_gpu,
     load_gpu_catalog,
 )
+from engine.core.errors import InvalidParameterError
 from ui.machine_view import (
     _UNREAD,
     cached_machine,
@@ -40,7 +42,7 @@ from ui.machine_view import (
     measured_roofline_points,
 )
 from ui.model_inputs import model_input
-from ui.widgets import RADIO, SLIDER, refused, spec_input
+from ui.widgets import RADIO, SLIDER, refuse, refused, spec_input, upper_first
 
 # the pages that import these from here (Roofline, Batching, Home) keep working
 __all__ = [
@@ -100,6 +102,8 @@ def calc_inputs(key: str) -> CalcRequest | None:
     )
     if cpu:
         n_gpus = 1  # the one CPU
+    elif n_gpus is not None and spec is not None and not gpu_count_fits(c2, spec, int(n_gpus)):
+        n_gpus = None  # refused under its field: nothing runs with the old count
     prompt = spec_input(c1, Inputs, "prompt_tokens", key=f"{key}.prompt", label="Prompt tokens")
     output = spec_input(c2, Inputs, "output_tokens", key=f"{key}.output", label="Output tokens")
     serving, serving_ok = engine_inputs(key, gpu, int(n_gpus or 1))
@@ -142,6 +146,18 @@ def calc_inputs(key: str) -> CalcRequest | None:
         **serving,
     )
     return CalcRequest(spec, gpu, inputs, cal, calibrated)
+
+
+def gpu_count_fits(container, spec: ModelSpec, n_gpus: int) -> bool:
+    """Whether the estimate can lay `spec` out on `n_gpus` GPUs (engine.calc.plan.served_layout: no more pipeline
+    stages than layers); where not, its sentence goes under the GPUs field, as a number out of range does, rather
+    than at the top of the inputs once the answer is asked."""
+    try:
+        served_layout(spec, n_gpus)
+    except InvalidParameterError as exc:
+        refuse(container, upper_first(str(exc)))
+        return False
+    return True
 
 
 def calibrated_mode(key: str, gpu: GPUSpec, cal: calibration.Calibration | None) -> bool:

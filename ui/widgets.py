@@ -175,11 +175,18 @@ def spec_input(
         return None
     why = spec.problem(name, number, label=label, lo=lo, hi=hi)
     if why:
-        # no icon: in a half-width column it took the room a word needed ("positiv e whole numbe r")
-        container.error(f"{why}: nothing runs with it until it is changed.")
-        st.session_state.setdefault(REFUSALS, []).append(why)
+        refuse(container, why)
         return None
     return number
+
+
+def refuse(container, why: str) -> None:
+    """A field's value refused: `why` (one sentence) said under the field, in `container`, and kept for the page to
+    repeat where its answer would be (refusals). The caller then treats the field as not given, so nothing runs
+    with the old value."""
+    # no icon: in a half-width column it took the room a word needed ("positiv e whole numbe r")
+    container.error(f"{why}: nothing runs with it until it is changed.")
+    st.session_state.setdefault(REFUSALS, []).append(why)
 
 
 def digits_only(span: str) -> str:
