@@ -1161,3 +1161,38 @@ def test_the_published_runs_beside_an_estimate_say_their_lengths_and_load():
     assert list(table.columns[:3]) == ["TPOT (ms)", "prompt + output", "load"]
     assert set(table["prompt + output"]) == {"ShareGPT's own (varied, not stated)"}
     assert set(table["load"]) == {"request rate 4/s", "request rate 8/s"}
+
+
+def _columns_around(at: AppTest, key: str) -> int:
+    """How many columns hold the widget `key` (1: the page's inputs column alone; 2: a pair inside it)."""
+
+    def walk(node, depth):
+        for kid in getattr(node, "children", {}).values():
+            if getattr(kid, "key", None) == key:
+                return depth
+            found = walk(kid, depth + (getattr(kid, "type", "") == "column"))
+            if found is not None:
+                return found
+        return None
+
+    return walk(at.main, 0)
+
+
+def test_the_inputs_take_the_columns_whole_width_at_1280_px():
+    """The engineer's walk at 1280 px: two fields a row in the inputs column left 113 px each ('Batch (concurrent
+    users)' on three lines beside 'GPUs' on one, the rows out of step; the GPU's figures three a row at 60 px). One
+    field a row now; only the two lengths share one."""
+    at = _run(CALC)
+    at.selectbox(key="calc.engine").set_value("vllm").run()
+    alone = [
+        "calc.batch",
+        "calc.gpus",
+        "calc.mml",
+        "calc.price.t4",
+        "calc.kv_dtype",
+        "calc.t4.mem",
+        "calc.t4.link",
+    ]
+    assert {k: _columns_around(at, k) for k in alone} == dict.fromkeys(alone, 1)
+    assert _columns_around(at, next(n.key for n in at.number_input if n.key.startswith("calc.util"))) == 1
+    assert [_columns_around(at, k) for k in ("calc.prompt", "calc.output")] == [2, 2]

@@ -89,11 +89,12 @@ def calc_inputs(key: str) -> CalcRequest | None:
     # a refused group size is int8/int4's, whose math runs in fp16
     edited = gpu_figures(key, base_gpu, dtype=weights.dtype if weights else "fp16")
     gpu = edited or base_gpu  # the widgets below start from the GPU's own figures while an edit is refused
-    c1, c2 = st.columns(2)
-    batch = spec_input(c1, Inputs, "batch", key=f"{key}.batch", label="Batch (concurrent users)")
+    # one field a row, the column's whole width (at 1280 px two a row left 113 px each: 'Batch (concurrent users)'
+    # on three lines beside 'GPUs' on one, the rows out of step); only the two lengths share a row
+    batch = spec_input(st, Inputs, "batch", key=f"{key}.batch", label="Batch (concurrent users)")
     cpu = is_cpu(gpu)
     n_gpus = spec_input(
-        c2,
+        st,
         Inputs,
         "n_gpus",
         key=f"{key}.gpus",
@@ -102,15 +103,16 @@ def calc_inputs(key: str) -> CalcRequest | None:
     )
     if cpu:
         n_gpus = 1  # the one CPU
-    elif n_gpus is not None and spec is not None and not gpu_count_fits(c2, spec, int(n_gpus)):
+    elif n_gpus is not None and spec is not None and not gpu_count_fits(st, spec, int(n_gpus)):
         n_gpus = None  # refused under its field: nothing runs with the old count
+    c1, c2 = st.columns(2)
     prompt = spec_input(c1, Inputs, "prompt_tokens", key=f"{key}.prompt", label="Prompt tokens")
     output = spec_input(c2, Inputs, "output_tokens", key=f"{key}.output", label="Output tokens")
     serving, serving_ok = engine_inputs(key, gpu, int(n_gpus or 1))
     overhead = DEFAULTS.overhead
     if serving.get("engine") not in ("vllm", "sglang"):  # a serving engine's own allocation replaces the x1.2
         overhead = spec_input(
-            c1,
+            st,
             Inputs,
             "overhead",
             key=f"{key}.overhead",
@@ -121,7 +123,7 @@ def calc_inputs(key: str) -> CalcRequest | None:
             format="percent",  # the fraction, shown as 20%
             help="Activations, allocator fragmentation, CUDA context: the chapter's x1.2.",
         )
-    price, price_ok = price_input(c2, key, gpu)
+    price, price_ok = price_input(st, key, gpu)
     calibrated = calibrated_mode(key, gpu, cal)
     if (
         spec is None
@@ -221,8 +223,7 @@ def precision_inputs(key: str, gpu: GPUSpec, spec: ModelSpec | None = None) -> I
     choices = [*PLAIN, *WEIGHT_FORMATS]
     default = default_precision(gpu, spec)
     kind = {"fp16": "gpu", "fp32": "cpu"}.get(default, default)  # "bf16": a GPU with a bf16 model
-    c1, c2 = st.columns(2)
-    weights = c1.selectbox(
+    weights = st.selectbox(
         "Weights",
         choices,
         index=choices.index(default),
@@ -230,7 +231,7 @@ def precision_inputs(key: str, gpu: GPUSpec, spec: ModelSpec | None = None) -> I
         format_func=lambda w: w if w in PLAIN else f"{w}: {quant.weight_format(w).description}",
         help="A precision, or a quantized format with its scales counted (the format's own layout).",
     )
-    kv = c2.selectbox(
+    kv = st.selectbox(
         "KV cache",
         [KV_AUTO, "fp16", "bf16", "fp8", "int8", "fp32"],
         key=f"{key}.kv_dtype",
@@ -240,7 +241,7 @@ def precision_inputs(key: str, gpu: GPUSpec, spec: ModelSpec | None = None) -> I
     if weights in WEIGHT_FORMATS:
         fmt = weights
         default_scope = quant.weight_format(fmt).scope
-        scope = c2.selectbox(
+        scope = st.selectbox(
             "Quantized modules",
             list(quant.SCOPES),
             index=list(quant.SCOPES).index(default_scope),
@@ -251,7 +252,7 @@ def precision_inputs(key: str, gpu: GPUSpec, spec: ModelSpec | None = None) -> I
     if weights in ("int8", "int4"):
         own = quant_format_name(weights, None)[1]  # the format's own: per output channel (None) / 128
         group = spec_input(
-            c1,
+            st,
             Inputs,
             "group_size",
             key=f"{key}.group.{weights}",
@@ -263,7 +264,7 @@ def precision_inputs(key: str, gpu: GPUSpec, spec: ModelSpec | None = None) -> I
             return None
         group = group or None
     if kind == "cpu":
-        c1.caption(cpu_precision_note(gpu))
+        st.caption(cpu_precision_note(gpu))
     dtype = weights if weights in PLAIN else "fp16"
     return Inputs(
         dtype=dtype, kv_dtype=None if kv == KV_AUTO else kv, weight_format=fmt, group_size=group, scope=scope
@@ -318,9 +319,9 @@ def gpu_figures(key: str, base: GPUSpec, *, dtype: str) -> GPUSpec | None:
     """Every figure of `base` editable, its source beside it; None while a figure is refused (it says why)."""
     math_dtype = "fp16" if dtype in ("int8", "int4") else dtype
     with st.expander(f"{base.name}: figures and sources (editable: any GPU from its datasheet)"):
-        c1, c2, c3 = st.columns(3)
+        # one figure a row, its source under it (three a row left 60 px each in the inputs column)
         mem = figure_input(
-            c1,
+            st,
             "memory_bytes",
             base.memory_bytes,
             GB,
@@ -330,16 +331,18 @@ def gpu_figures(key: str, base: GPUSpec, *, dtype: str) -> GPUSpec | None:
             "as 80 GB reports 85.52 GB. CUDA, which a serving engine budgets from, reports a little less (the "
             "driver keeps some for itself): the serving sentences say that figure.",
         )
+        st.caption(f"memory: {base.sources.get('memory', '')}")
         bw = figure_input(
-            c2,
+            st,
             "bandwidth_bytes_per_s",
             base.bandwidth_bytes_per_s,
             GB,
             key=f"{key}.{base.key}.bw",
             label="bandwidth (GB/s)",
         )
+        st.caption(f"bandwidth: {base.sources.get('bandwidth', '')}")
         tf = figure_input(
-            c3,
+            st,
             "peak_flops",
             base.flops_for(math_dtype),
             TFLOPS,
@@ -347,11 +350,9 @@ def gpu_figures(key: str, base: GPUSpec, *, dtype: str) -> GPUSpec | None:
             label=f"{math_dtype} peak (TFLOP/s)",
             format="%.4g",
         )
-        st.caption(f"memory: {base.sources.get('memory', '')}")
-        st.caption(f"bandwidth: {base.sources.get('bandwidth', '')}")
         st.caption(f"{math_dtype}: {base.flops_source(math_dtype)}")
         link = figure_input(
-            c1,
+            st,
             "interconnect_bytes_per_s",
             base.interconnect_bytes_per_s,
             LINK,
@@ -421,10 +422,9 @@ def engine_inputs(key: str, gpu: GPUSpec, n_gpus: int) -> tuple[dict, bool]:
     )
     out: dict = {"engine": engine or None}
     if engine in ("vllm", "sglang"):
-        c1, c2 = st.columns(2)
         rule = default_utilization(engine, gpu, n_gpus)
         util = spec_input(
-            c1,
+            st,
             Inputs,
             "gpu_memory_utilization",
             key=f"{key}.util.{engine}.{gpu.key}.{n_gpus}",  # the rule's value for each GPU and count
@@ -435,7 +435,7 @@ def engine_inputs(key: str, gpu: GPUSpec, n_gpus: int) -> tuple[dict, bool]:
             "more: its own rule).",
         )
         mml = spec_input(
-            c2,
+            st,
             Inputs,
             "max_model_len",
             key=f"{key}.mml",
