@@ -262,6 +262,62 @@ def test_loadgen_flags_come_from_the_spec_with_their_old_names_and_json_keys():
         LoadSpec.from_args(parser.parse_args(["--model", "m", "--endpoint", "embeddings"]))
 
 
+@pytest.mark.parametrize(
+    ("typed", "seconds"),
+    [("0.05", 0.05), ("0.05s", 0.05), ("50ms", 0.05), ("50 ms", 0.05), ("2", 2.0), ("2S", 2.0), ("0", 0.0)],
+)
+def test_an_slo_flag_takes_seconds_or_a_number_with_its_unit(typed, seconds):
+    """The engineer's walk: the page asks TPOT in milliseconds, --slo-tpot in seconds, and its help never said so:
+    '--slo-tpot 50' meant 50 seconds. The flags take seconds or a unit ("50ms", "0.05s"), and say so."""
+    import argparse
+
+    from engine.commands import loadgen as cmd
+
+    parser = argparse.ArgumentParser()
+    cmd.add_arguments(parser)
+    for flag, name in (("--slo-tpot", "tpot_s"), ("--slo-ttft", "ttft_s"), ("--slo-e2e", "e2e_s")):
+        assert getattr(parser.parse_args([flag, typed]), name) == pytest.approx(seconds)
+
+
+def test_a_duration_that_is_not_one_is_refused_in_a_line_that_shows_the_forms(capsys):
+    from engine.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["simulate", "--model", "llama-3-8b", "--slo-tpot", "50 msec"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1
+    assert "'50 msec' is not a duration: give seconds (0.05) or a number with its unit (0.05s, 50ms)" in err
+
+
+def test_the_slo_help_says_its_unit_with_an_example_and_no_contradiction(capsys):
+    """'TPOT objective in seconds, above 0 (0 turns it off)': above 0, yet 0 allowed. The help says the unit, an
+    example in each form and what 0 does; the page's box (in ms) shows the field's own words, which name no unit."""
+    from engine.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "above 0" not in text
+    assert (
+        "TPOT objective in seconds, or with a unit: 0.05, 0.05s and 50ms are all 50 milliseconds; 0 turns it off"
+        in text
+    )
+    assert (
+        "TTFT objective in seconds, or with a unit: 2, 2s and 2000ms are all two seconds; 0 turns it off"
+        in text
+    )
+    assert "second" not in SLO.help("tpot_s") and "0 turns it off" in SLO.help("tpot_s")
+
+
+def test_the_loadgen_knee_line_says_the_objectives_with_their_units():
+    from engine.commands.loadgen import slo_words
+
+    assert slo_words({"ttft_s": 2.0, "tpot_s": 0.05, "e2e_s": None, "min_attainment": 0.9}) == (
+        " (TTFT <= 2 s and TPOT <= 50 ms for 90% of requests)"
+    )
+    assert slo_words({"ttft_s": None, "tpot_s": None, "e2e_s": None, "min_attainment": 0.9}) == ""
+
+
 def test_shared_prefix_prompts_share_their_prefix_and_reach_the_server(server, tiny_lm):
     """N prompts behind num_prefixes common prefixes of P words (one token each in GPT-2's and Llama's BPE);
     the server's own prompt-token count shows the prefix arrived."""

@@ -79,12 +79,24 @@ def format_text(out: dict) -> str:
             turns = ", ".join(f"{i} {f(d['p50'])}" for i, d in enumerate(p["ttft_by_turn"], 1))
             lines.append(f"{p['level']:>6g} {unit}: TTFT p50 by turn (s): {turns}")
     knee = out["knee"]
+    slo = slo_words(out.get("slo"))
     lines.append(
-        f"knee: {knee:g} {unit} meets the SLOs"
+        f"knee: {knee:g} {unit} meets the SLOs{slo}"
         if knee is not None
-        else "knee: none of the levels met the SLOs"
+        else f"knee: none of the levels met the SLOs{slo}"
     )
     return "\n".join(lines)
+
+
+def slo_words(slo: dict | None) -> str:
+    """' (TTFT <= 2 s and TPOT <= 200 ms for 90% of requests)': the objectives with their units, as the result's
+    JSON holds them (in seconds); '' where none was set."""
+    if not slo:
+        return ""
+    fields = {k: slo.get(k) for k in ("ttft_s", "tpot_s", "e2e_s")}
+    words = SLO(**fields).words()
+    share = slo.get("min_attainment")
+    return f" ({words} for {share:.0%} of requests)" if words and share else f" ({words})" if words else ""
 
 
 def ttft_split_lines(points: list[dict], unit: str) -> list[str]:

@@ -38,10 +38,15 @@ def option(
     label: str | None = None,
     flag: str | None = None,
     cli: bool = True,
+    parse: Callable[[str], Any] | None = None,
+    cli_help: str = "",
 ) -> Any:
     """A spec field: its default, a one-line help, and what a valid value is (bounds, choices). `label` is the
     words an error uses ("max new tokens"); `flag` overrides the command-line name; `cli=False` keeps it off
-    the command line (set by code, e.g. a page's progress callback)."""
+    the command line (set by code, e.g. a page's progress callback). `parse` reads the flag's text where the
+    kind alone cannot (a duration with its unit: `parse_seconds`); `cli_help` is the flag's help in place of `help`
+    where the command line says more (the unit and an example of the text it takes) than a page, which may ask
+    the field in units of its own, can show beside its box."""
     meta = {
         "help": help,
         "lo": lo,
@@ -51,6 +56,8 @@ def option(
         "label": label,
         "flag": flag,
         "cli": cli,
+        "parse": parse,
+        "cli_help": cli_help,
     }
     if isinstance(default, list | dict | set):
         raise TypeError("spec defaults must be immutable: use a tuple")
@@ -168,7 +175,8 @@ class Spec:
             if f.name in defaults:
                 f = _with_default(f, defaults[f.name])
             kind, flag, dest = _kind(f), cls.flag(f.name), f.name
-            help_text = f.metadata["help"].replace("%", "%%")
+            help_text = (f.metadata.get("cli_help") or f.metadata["help"]).replace("%", "%%")
+            read = f.metadata.get("parse") or kind  # the flag's text to a value
             if kind is bool:
                 parser.add_argument(
                     flag,
@@ -189,7 +197,7 @@ class Spec:
             if f.default is None:  # the help says what None means ("default: the context window")
                 listed = f" (one of {', '.join(map(str, choices))})" if choices and kind is str else ""
                 parser.add_argument(
-                    flag, dest=dest, default=None, type=kind, metavar=metavar, help=help_text + listed
+                    flag, dest=dest, default=None, type=read, metavar=metavar, help=help_text + listed
                 )
                 continue
             if kind is tuple:
@@ -206,7 +214,7 @@ class Spec:
                 flag,
                 dest=dest,
                 default=f.default,
-                type=kind,
+                type=read,
                 metavar=metavar,
                 help=f"{help_text} (default: {shown}"
                 + (f"; one of {', '.join(map(str, choices))})" if choices and kind is str else ")"),
@@ -277,6 +285,24 @@ def _problem(f: dataclasses.Field, value: Any, label: str, lo: Any, hi: Any) -> 
         if bad:
             return f"unknown {label} {bad[0]!r}; choose from {', '.join(map(str, choices))}"
     return ""
+
+
+_SECONDS_PER = {"ms": 1e-3, "s": 1.0}
+
+
+def parse_seconds(text: str) -> float:
+    """A duration typed on the command line, in seconds: "0.05", "0.05s" and "50ms" are all 0.05 (a space
+    before the unit is allowed). A flag's `parse` (argparse's type): its error names the forms it takes."""
+    raw = text.strip().lower()
+    unit = next((u for u in ("ms", "s") if raw.endswith(u)), "")
+    number = raw.removesuffix(unit).strip()
+    try:
+        value = float(number)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration: give seconds (0.05) or a number with its unit (0.05s, 50ms)"
+        ) from None
+    return value * _SECONDS_PER.get(unit, 1.0)
 
 
 def _comma_list(text: str) -> tuple[str, ...]:

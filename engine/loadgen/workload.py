@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from engine.core.errors import InvalidParameterError
-from engine.core.spec import Spec, option
+from engine.core.spec import Spec, option, parse_seconds
 
 SHIPPED_PROMPTS = Path(__file__).with_name("prompts.jsonl")
 MODES = ("poisson", "concurrency")
@@ -43,13 +43,30 @@ class SLO(Spec):
     line 0 means none (`from_args`)."""
 
     ttft_s: float | None = option(
-        2.0, "TTFT objective in seconds, above 0 (0 turns it off)", kind=float, flag="--slo-ttft"
+        2.0,
+        "TTFT objective: the longest a request may wait for its first token; 0 turns it off",
+        kind=float,
+        flag="--slo-ttft",
+        parse=parse_seconds,
+        cli_help="TTFT objective in seconds, or with a unit: 2, 2s and 2000ms are all two seconds; 0 turns it off",
     )
     tpot_s: float | None = option(
-        0.2, "TPOT objective in seconds, above 0 (0 turns it off)", kind=float, flag="--slo-tpot"
+        0.2,
+        "TPOT objective: the longest time per output token a request may see; 0 turns it off",
+        kind=float,
+        flag="--slo-tpot",
+        parse=parse_seconds,
+        cli_help="TPOT objective in seconds, or with a unit: 0.05, 0.05s and 50ms are all 50 milliseconds; 0 turns "
+        "it off",
     )
     e2e_s: float | None = option(
-        None, "end-to-end objective in seconds, above 0 (0 turns it off)", kind=float, flag="--slo-e2e"
+        None,
+        "end-to-end objective: the longest a whole request may take; 0 turns it off",
+        kind=float,
+        flag="--slo-e2e",
+        parse=parse_seconds,
+        cli_help="end-to-end objective in seconds, or with a unit: 30, 30s and 30000ms are all 30 seconds; 0 turns "
+        "it off",
     )
     min_attainment: float = option(0.9, "share of requests that must meet them", flag="--slo-attainment")
 

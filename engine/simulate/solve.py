@@ -352,7 +352,8 @@ def _users_interval(value: Interval) -> str:
 def _need_slo(slo: SLO) -> None:
     if slo.ttft_s is None and slo.tpot_s is None and slo.e2e_s is None:
         raise InvalidParameterError(
-            "give an objective to meet: a TTFT and/or a TPOT above 0 (0 turns one off)"
+            "give an objective to meet: a TTFT and/or a TPOT objective (an objective set to 0 is off, and every "
+            "one is off now)"
         )
 
 
