@@ -328,7 +328,26 @@ def test_deployment_uses_vllms_kv_budget_and_batch():
         d.memory is not None
         and d.limits.kv_budget_bytes == d.memory.kv_cache_tokens * d.limits.kv_bytes_per_token
     )
-    assert d.limits.max_batch == 256 and d.limits.prefill_chunk_tokens == d.memory.max_num_batched_tokens
+    # vLLM's own default on a GPU of 70 GiB or more other than an A100 (vllm/engine/arg_utils.py,
+    # get_batch_defaults): the number the allocation profiled and the launch command states
+    assert d.limits.max_batch == 1024 == d.memory.max_num_seqs
+    assert d.limits.prefill_chunk_tokens == d.memory.max_num_batched_tokens
+
+
+@pytest.mark.parametrize(("gpu", "engine", "cap"), [("l4", "vllm", 256), ("a100-80gb", "vllm", 256),
+                                                    ("h200", "vllm", 1024), ("h100-sxm", "sglang", 256)])  # fmt: skip
+def test_the_simulated_max_batch_is_the_servers_own_cap(gpu, engine, cap):
+    """The engineer's walk: the simulator ran at most 256 requests at once on an H100 ('vLLM's default') while the
+    launch command of the same plan said --max-num-seqs 1024, vLLM's real default there. One plan, one number:
+    vLLM's default for the GPU (1024 on 70 GiB or more but A100s), or the cap asked; SGLang's is not modelled and
+    the note says the simulator's."""
+    from engine.simulate.sweep import deployment
+
+    d = deployment(SimulateSpec(model="llama-3-8b", gpu=gpu, engine=engine).validate())
+    assert d.limits.max_batch == cap
+    assert any("--max-running-requests 256" in n for n in d.notes) == (engine == "sglang")
+    asked = deployment(SimulateSpec(model="llama-3-8b", gpu=gpu, engine=engine, max_batch=2048).validate())
+    assert asked.limits.max_batch == 2048  # past the old ceiling of 256: vLLM takes any cap
 
 
 def test_a_sweep_is_the_same_twice_and_threads_do_not_share_state():

@@ -330,6 +330,26 @@ def test_the_cheapest_answer_gives_the_command_of_one_replica_and_how_to_run_the
         assert f"Run it as {best['replicas']} copies of the {best['gpus']}-GPU server" in a.sentence
 
 
+@pytest.mark.parametrize(
+    ("engine", "flag"), [("vllm", "--max-num-seqs"), ("sglang", "--max-running-requests")]
+)
+def test_the_cheapest_plans_command_caps_the_requests_its_simulation_ran(engine, flag):
+    """The engineer's walk: the cheapest plan's launch command said one cap on the requests a server runs at once
+    and the plan simulated another (the simulator's 256 against vLLM's 1024 on an H100; SGLang's command named
+    none). The command states the simulated cap, and the answer says whether that cap or the KV cache binds."""
+    s = SimulateSpec(model="llama-3-8b", gpu="h100-sxm", dtype="fp16", engine=engine, n_requests=24,
+                     prompt_tokens=512, output_tokens=64)  # fmt: skip
+    a = solve.cheapest(s, SLO(ttft_s=1.0, tpot_s=0.05), 8, gpus=["h100-sxm"])
+    d = deployment(replace(s, gpu=a.details["best"]["gpu"], n_gpus=a.details["best"]["gpus"]))
+    cap = d.limits.max_batch
+    assert cap == (1024 if engine == "vllm" else 256)
+    assert f"{flag} {cap} " in a.details["launch_command"] and a.details["max_num_seqs"] == cap
+    held = a.details["kv_cache_holds_requests"]
+    assert held > 0 and a.details["binding_limit"] == ("kv_cache" if held < cap else "max_num_seqs")
+    assert f"Each server runs at most {cap:,} requests at once ({flag} {cap}" in a.sentence
+    assert ("the cache binds first" in a.sentence) == (held < cap)
+
+
 def test_too_few_requests_per_probe_are_raised_and_the_answer_says_so():
     """The engineer's walk: `estimate ... --solve max-users --solve-requests 1` answered with no word that the
     request count had been raised (the help said 'at least twice the users'; the rule is three per user)."""

@@ -144,7 +144,13 @@ class Inputs(Spec):
         lo=0,  # 0 is prompt + output, as the server plan reads it (`i.max_model_len or i.seq_len`)
         hi=10_000_000,
     )
-    max_num_seqs: int | None = option(None, "the server's --max-num-seqs (default: vLLM's)", kind=int, lo=1)
+    max_num_seqs: int | None = option(
+        None,
+        "the requests the server runs at once, its --max-num-seqs (default: vLLM's own for the GPU, 1024 on GPUs of "
+        "70 GiB or more other than A100s and 256 on the rest; SGLang's own)",
+        kind=int,
+        lo=1,
+    )
     model_id: str | None = option(
         None,
         "the Hugging Face id the launch command serves (default: the preset's id or the config's _name_or_path)",

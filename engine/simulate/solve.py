@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from functools import cache
 
 from engine.calc import format as fmt
+from engine.calc.launch import CAP_FLAG
 from engine.calc.plan import held_at
 from engine.calc.prices import price_for
 from engine.calc.serving_memory import serving_memory
@@ -272,16 +273,17 @@ def knee_search(meets: Callable[[int], bool], ceiling: int = MAX_USERS) -> int:
     return good
 
 
-def _replica_command(s: SimulateSpec, spec: ModelSpec, best: Option) -> str | None:
+def _replica_command(s: SimulateSpec, spec: ModelSpec, best: Option, max_batch: int) -> str | None:
     """The launch command of one replica of the cheapest plan, as the estimate writes it for that GPU, count and
-    share of the users (None when the estimate gives none)."""
+    share of the users, with the max batch the simulation ran as its cap on running requests (None when the
+    estimate gives none)."""
     from engine.calc.report import Inputs, estimate
 
     inputs = Inputs(
         batch=best.users_per_replica, n_gpus=best.gpus, dtype=s.dtype, kv_dtype=s.kv_dtype,
         prompt_tokens=s.prompt_tokens, output_tokens=s.output_tokens,
         engine=s.engine if s.engine in ("vllm", "sglang") else "vllm",
-        gpu_memory_utilization=s.gpu_memory_utilization, max_num_seqs=s.max_batch,
+        gpu_memory_utilization=s.gpu_memory_utilization, max_num_seqs=max_batch,
     )  # fmt: skip
     try:
         est = estimate(spec, load_gpu_catalog()[best.gpu], inputs)
@@ -290,6 +292,48 @@ def _replica_command(s: SimulateSpec, spec: ModelSpec, best: Option) -> str | No
     if est.launch is None:
         return None
     return est.launch.sglang if s.engine == "sglang" else est.launch.vllm
+
+
+def batch_limit(s: SimulateSpec, d: Deployment, users: int) -> tuple[str, dict]:
+    """Which limit binds one server of the plan first: the requests it runs at once (the simulated max batch, the
+    launch command's --max-num-seqs) or the requests of full length its KV cache holds. A sentence and the figures
+    for the answer's details; nothing for this machine's own server (no launch command, no allocation)."""
+    if d.memory is None:
+        return "", {}
+    engine = "sglang" if s.engine == "sglang" else "vllm"  # the command's server (_replica_command)
+    flag, cap = CAP_FLAG[engine], d.limits.max_batch
+    if s.max_batch:
+        source = "as asked"
+    elif d.memory.max_num_seqs:
+        source = f"vLLM's default on the {d.gpu.name}"
+    else:
+        source = "SGLang's own default is not modelled, so the simulation and the command use this one"
+    length = (s.prompt_tokens_max or s.prompt_tokens) + (s.output_tokens_max or s.output_tokens)
+    held = held_at(d.memory, length)
+    cache_binds = held < cap
+    if not cache_binds:
+        binding = f"{flag} binds first"
+    elif held:
+        binding = f"the cache binds first (past {held:,} running requests of full length, more wait for free blocks)"
+    else:
+        binding = "the cache binds first (it holds less than one request of full length)"
+    if users <= min(cap, held):
+        tail = f"; the {users:,} users per server stay below both"
+    elif users > cap:
+        tail = f"; of the {users:,} users per server, those past {cap:,} wait in its queue"
+    else:
+        tail = ""
+    sentence = (
+        f" Each server runs at most {cap:,} requests at once ({flag} {cap}: {source}) and its cache holds "
+        f"{held:,} requests of {length:,} tokens: {binding}{tail}."
+    )
+    return sentence, {
+        "max_num_seqs": cap,
+        "max_num_seqs_flag": flag,
+        "kv_cache_holds_requests": held,
+        "request_tokens": length,
+        "binding_limit": "kv_cache" if cache_binds else "max_num_seqs",
+    }
 
 
 def _beside_estimate(s: SimulateSpec, d: Deployment, users: int, slo: SLO) -> str:
@@ -389,6 +433,7 @@ def max_users(
     value = Interval(knees["high"], knees["central"], knees["low"], rows=d.steps.describe().get("rows"))
     objectives = slo.words()
     at_least = " at least" if value.central >= MAX_USERS else ""
+    limit, limits = batch_limit(s, d, value.central)
     sentence = (
         (
             f"{_capital(d.label)}: at most{at_least} {value.central} concurrent users ({_users_interval(value)}) meet "
@@ -402,6 +447,7 @@ def max_users(
             else f"{_capital(d.label)}: even one user misses {objectives}; relax them or pick a faster deployment."
         )
         + _beyond_full_length(d, value.central, s.prompt_tokens + s.output_tokens)
+        + limit
         + _anchored(d)
         + _beside_estimate(s, d, value.central, slo)
         + requests_raised(s, max(value.central, 1))
@@ -417,7 +463,8 @@ def max_users(
             "max_batch": d.limits.max_batch,
             "search_ceiling": MAX_USERS,
             "requests_per_probe_at_answer": probe_requests(s, max(value.central, 1)),
-        },
+        }
+        | limits,
     )
 
 
@@ -578,6 +625,7 @@ def cheapest(
         ends[which] = math.inf if r is None else r * best.gpus * best.usd_per_gpu_hour
     value = Interval(ends["low"], best.usd_per_hour, ends["high"], rows=d.steps.describe().get("rows"))
     each = f"{best.replicas} replicas of " if best.replicas > 1 else ""
+    limit, limits = batch_limit(s, d, best.users_per_replica)
     if value.low == value.high == value.central:
         spread = "the same at both ends of the step times' interval"
     elif math.isfinite(value.high):
@@ -598,9 +646,10 @@ def cheapest(
         + _anchored(d)
         + _beside_estimate(s, d, best.users_per_replica, slo)
         + requests_raised(s, best.users_per_replica)
+        + limit
         + _priced(prices, gpus)
     )
-    command = _replica_command(s, spec, best)
+    command = _replica_command(s, spec, best, d.limits.max_batch)
     fewer = [
         {"gpu": small.gpu, "smaller": small.gpus, "larger": large.gpus, "sentence": why}
         for small, large in larger_split_holds_fewer(tried)
@@ -624,6 +673,7 @@ def cheapest(
         {
             "launch_command": command,
             "best": best.__dict__ | {"usd_per_hour": best.usd_per_hour},
+            **limits,
             "price_source": "your own price" if prices and best.gpu in prices else price_for(best.gpu).label,  # type: ignore[union-attr]
             "simulated": sorted(
                 ({**o.__dict__, "usd_per_hour": o.usd_per_hour} for o in tried),

@@ -18,8 +18,11 @@ STARTS = (
     "spread",
     "together",
 )  # how fixed users start: a deployment's steady state, or a load generator's sweep
-DEFAULT_GPU_BATCH = (
-    256  # vLLM's default --max-num-seqs (vllm/engine/arg_utils.py), and the lab's MAX_BATCH_LIMIT
+# the scheduler's cap where the server names none: SGLang's (its own default, sized from its pool, is not modelled;
+# the launch command states this one). vLLM's is its default for the GPU (engine.calc.serving_startup.vllm_max_num_seqs)
+DEFAULT_GPU_BATCH = 256
+MAX_GPU_BATCH = (
+    4096  # the most users the solver searches (engine.simulate.solve): a larger cap would never bind
 )
 
 
@@ -63,11 +66,12 @@ class SimulateSpec(Spec):
     seed: int = option(0, "seed of the workload (lengths and arrival times), the load generator's")
     max_batch: int | None = option(
         None,
-        f"the scheduler's max batch (default: {DEFAULT_GPU_BATCH} on a GPU, vLLM's max-num-seqs; the server's 8 on "
-        f"{THIS_MACHINE})",
+        "the scheduler's max batch, the server's --max-num-seqs (default: vLLM's own for the GPU: 1024 on GPUs of "
+        f"70 GiB or more other than A100s, 256 on the rest; {DEFAULT_GPU_BATCH} with --engine sglang; the server's 8 "
+        f"on {THIS_MACHINE})",
         kind=int,
         lo=1,
-        hi=DEFAULT_GPU_BATCH,
+        hi=MAX_GPU_BATCH,
     )
     prefill_chunk_tokens: int | None = option(
         None,

@@ -130,9 +130,14 @@ def deployment(s: SimulateSpec, spec: ModelSpec | None = None, gpu: GPUSpec | No
             f"({sm.weights_bytes / 1e9:.1f} GB of weights per GPU of {sm.total_bytes / 1e9:.1f} GB): add GPUs, "
             "pick a larger GPU or a smaller format"
         )
+    if not s.max_batch and not sm.max_num_seqs:
+        notes.append(
+            f"SGLang's own cap on running requests is not modelled: at most {DEFAULT_GPU_BATCH} run at once here "
+            f"(--max-running-requests {DEFAULT_GPU_BATCH})"
+        )
     chunk = s.prefill_chunk_tokens or sm.max_num_batched_tokens or 2048
     limits = policy.Limits(
-        max_batch=s.max_batch or DEFAULT_GPU_BATCH,
+        max_batch=gpu_max_batch(s, sm),
         kv_budget_bytes=int(sm.kv_cache_tokens * per_token),
         kv_bytes_per_token=per_token,
         prefill_chunk_tokens=chunk,
@@ -145,6 +150,13 @@ def deployment(s: SimulateSpec, spec: ModelSpec | None = None, gpu: GPUSpec | No
     if steps.anchor is not None:
         notes.append(anchored_words(steps))
     return Deployment(spec, gpu, s.n_gpus, s.engine, limits, steps, sm, tuple(notes))
+
+
+def gpu_max_batch(s: SimulateSpec, sm: ServingMemory) -> int:
+    """The requests the simulated server runs at once: --max-num-seqs as asked, else the allocation's (vLLM's
+    default for the GPU, the number its profile run sized and the launch command states: 1024 on GPUs of 70 GiB or
+    more other than A100s, 256 on the rest), else (SGLang, whose own cap is not modelled) DEFAULT_GPU_BATCH."""
+    return s.max_batch or sm.max_num_seqs or DEFAULT_GPU_BATCH
 
 
 def anchored_words(steps: PublishedSteps) -> str:
