@@ -386,3 +386,59 @@ def test_a_refusal_under_json_is_json_and_a_bad_flag_is_one_line(capsys):
     assert stop.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "invalid int value: 'abc'" in err and "usage:" not in err
+
+
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_a_serving_engines_memory_keys_are_its_allocation_and_the_overhead_model_a_named_comparison(
+    capsys, gpus
+):
+    """The engineer's walk: `estimate --engine vllm --json` gave the generic 20%-overhead model's total_bytes as if
+    it were the plan's memory (24 GB for an 8B on an H100, where vLLM takes 77 GB of it: weights, its profile run,
+    its runtime and a KV pool). With a serving engine the top-level figures are the engine's allocation; the
+    overhead model's sit under overhead_model; fits, gpus_needed, launch_command, ttft_s, prefill_batch_s stay."""
+    base = ["estimate", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--dtype", "fp16", "--batch", "32",
+            "--seq-len", "1024", "--gpus", str(gpus), "--json"]  # fmt: skip
+    generic = _json(capsys, base)
+    r = _json(capsys, [*base, "--engine", "vllm"])
+    sm = r["serving_memory"]
+    runtime = sm["activation_bytes"] + sm["non_torch_bytes"]
+    per_gpu = sm["weights_bytes"] + runtime + sm["kv_bytes"]
+    assert r["per_gpu_bytes"] == pytest.approx(per_gpu) == pytest.approx(sm["budget_bytes"])
+    assert r["total_bytes"] == pytest.approx(gpus * per_gpu)
+    assert r["overhead_bytes"] == pytest.approx(gpus * runtime)
+    assert r["kv_pool_bytes_per_gpu"] == pytest.approx(sm["kv_bytes"])
+    # the load's own KV and the weights are the same count in both models; the overhead model is kept, named
+    assert r["kv_cache_bytes"] == generic["kv_cache_bytes"] and r["weights_bytes"] == generic["weights_bytes"]
+    om = r["overhead_model"]
+    assert om["total_bytes"] == generic["total_bytes"] and om["per_gpu_bytes"] == generic["per_gpu_bytes"]
+    assert om["overhead_bytes"] == generic["overhead_bytes"] and om["overhead_fraction"] == 0.2
+    assert r["memory_figures"].startswith(f"vllm's allocation on the {gpus} GPU(s) asked")
+    assert generic["memory_figures"].startswith("the overhead model") and "overhead_model" not in generic
+    assert r.keys() >= ESTIMATE_KEYS | {"fits", "gpus_needed", "launch_command", "ttft_s", "prefill_batch_s"}
+    assert r["fits"] is True and r["gpus_needed"] == 1 and r["launch_command"].startswith("vllm serve")
+
+
+@pytest.mark.parametrize(("seq_len", "limit"), [("1024", "kv_cache"), ("128", "max_num_seqs")])
+def test_the_plan_says_which_limit_sets_its_max_batch_and_the_command_states_the_cap(capsys, seq_len, limit):
+    """One plan, one number: the max batch the plan prints is the cache's or the --max-num-seqs the launch command
+    states (vLLM's 1024 on an H100), whichever binds first, and the output says which."""
+    argv = ["estimate", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--dtype", "fp16", "--engine", "vllm",
+            "--batch", "32", "--seq-len", seq_len]  # fmt: skip
+    r = _json(capsys, [*argv, "--json"])
+    assert "--max-num-seqs 1024 " in r["launch_command"] and r["max_batch_limited_by"] == limit
+    assert (r["max_batch"] == 1024) == (limit == "max_num_seqs") and r["max_batch"] <= 1024
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    said = (
+        "(--max-num-seqs 1024 binds before the KV cache)"
+        if limit == "max_num_seqs"
+        else "(its KV cache binds, "
+    )
+    assert f"max batch at {seq_len} tokens: {r['max_batch']} {said}" in text
+
+
+def test_the_estimate_help_says_what_the_memory_keys_hold(capsys):
+    with pytest.raises(SystemExit):
+        main(["estimate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "overhead_model" in text and "memory_figures" in text and "engine's allocation" in text

@@ -16,6 +16,8 @@ from engine.arch.resolve import resolve_gpu, resolve_model_spec
 from engine.calc import format as fmt
 from engine.calc.efficiency import INTERVAL_LEVEL, INTERVAL_METHOD
 from engine.calc.hf_config import read_config_file
+from engine.calc.launch import CAP_FLAG
+from engine.calc.plan import held_at
 from engine.calc.prices import price_for
 from engine.calc.report import Estimate, Inputs, estimate, split_prompt_output
 from engine.calc.serving_memory import VLLM_CPU_KV_ENV, cpu_kv_space_bytes
@@ -28,7 +30,19 @@ HELP = "estimate memory, fit, decode/prefill time and cost for a model on a GPU"
 CUSTOM = "custom"
 
 
+JSON_MEMORY = (
+    "--json memory keys: weights_bytes, and kv_cache_bytes / kv_bytes_per_token (the KV cache of the load asked: "
+    "batch x tokens). Without a serving engine, overhead_bytes, total_bytes and per_gpu_bytes are the overhead "
+    "model's: (weights + KV) x (1 + --overhead). With --engine vllm or sglang they are the engine's allocation on "
+    "the GPUs asked (per GPU: weights + its profile run's activations and runtime, the overhead_bytes, + its KV pool, "
+    "kv_pool_bytes_per_gpu); the overhead model's figures move under overhead_model, a comparison only; "
+    "memory_figures says which model the keys hold, serving_memory has every figure of the allocation, and "
+    "max_batch_limited_by says whether the KV cache or --max-num-seqs sets max_batch."
+)
+
+
 def add_arguments(parser) -> None:
+    parser.epilog = JSON_MEMORY
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument(
         "--model", help="a calculator preset (see `python -m engine gpus --models`) or an engine preset"
@@ -257,6 +271,13 @@ def flatten(est: Estimate) -> dict:
             "max_concurrency": sm.max_concurrency,
             "serving_memory": sm,
         }
+        out |= allocated(est, sm)
+    else:
+        out["memory_figures"] = (
+            f"the overhead model: (weights + the load's KV cache) x (1 + {est.inputs.overhead:g}), split over the "
+            "GPUs; max_batch is limited by memory"
+        )
+        out["max_batch_limited_by"] = "memory"
     if est.inputs.engine in ("vllm", "sglang"):
         launch = est.launch
         out["launch_command"] = (
@@ -269,6 +290,53 @@ def flatten(est: Estimate) -> dict:
             else f"No command: {fit.sentence}"  # no layout holds even one request
         )
     return out
+
+
+def allocated(est: Estimate, sm) -> dict:
+    """A serving engine's memory as the top-level figures: what it allocates on each of the GPUs asked (weights,
+    its profile run's activations, its runtime, the KV pool) and over all of them. The overhead model's figures,
+    which those keys hold without a serving engine, move under "overhead_model" as a comparison; kv_cache_bytes
+    and kv_bytes_per_token stay the load's (batch x tokens), as both models count them."""
+    m, fit = est.memory, est.fit
+    gpus = max(1, fit.asked.gpus)
+    runtime = sm.activation_bytes + sm.non_torch_bytes
+    per_gpu = (
+        sm.weights_bytes + runtime + max(0.0, sm.kv_bytes)
+    )  # past the budget when the weights leave no cache
+    cap, held = sm.max_num_seqs, held_at(sm, est.inputs.seq_len or sm.max_model_len)
+    return {
+        "overhead_bytes": runtime * gpus,
+        "total_bytes": per_gpu * gpus,
+        "per_gpu_bytes": per_gpu,
+        "kv_pool_bytes_per_gpu": max(0.0, sm.kv_bytes),
+        "memory_figures": (
+            f"{sm.engine}'s allocation on the {gpus} GPU(s) asked: per_gpu_bytes = weights + profile-run activations "
+            "+ runtime (overhead_bytes, over all GPUs) + KV pool (kv_pool_bytes_per_gpu), total_bytes over all "
+            "GPUs; kv_cache_bytes is the load's own KV (batch x tokens); overhead_model holds the generic "
+            "(weights + KV) x (1 + overhead) figures, for comparison only"
+        ),
+        "overhead_model": {
+            "overhead_fraction": est.inputs.overhead,
+            "overhead_bytes": m.overhead_bytes,
+            "total_bytes": m.total_bytes,
+            "per_gpu_bytes": m.per_gpu_bytes,
+            "fits": m.fits,
+        },
+        # what caps max_batch: the requests the server runs at once (--max-num-seqs) or the full-length requests
+        # its KV cache holds
+        "max_batch_limited_by": "max_num_seqs" if cap and held >= cap else "kv_cache",
+    }
+
+
+def _batch_limit(r: dict) -> str:
+    """' (its KV cache binds; --max-num-seqs 1024)': which limit sets a serving engine's max batch."""
+    if "serving_memory" not in r:
+        return ""
+    sm = r["serving_memory"]
+    cap = f"{CAP_FLAG[sm.engine]} {sm.max_num_seqs}" if sm.max_num_seqs else ""
+    if r["max_batch_limited_by"] == "max_num_seqs":
+        return f" ({cap} binds before the KV cache)"
+    return f" (its KV cache binds{f', below {cap}' if cap else ''})"
 
 
 def _rate(r: dict | float, unit: str) -> str:
@@ -327,7 +395,8 @@ def format_text(r: dict) -> str:
             f"{fmt.gb(r['gpu_memory_bytes'])}: {verdict}",
         ]
     lines.append(
-        f"  max batch at {i.seq_len} tokens: {r['max_batch']}; max tokens at batch {i.batch}: {r['max_seq_len']} "
+        f"  max batch at {i.seq_len} tokens: {r['max_batch']}{_batch_limit(r)}; max tokens at batch {i.batch}: "
+        f"{r['max_seq_len']} "
         f"({r['max_seq_len_limited_by']}); GPUs needed: {r['gpus_needed']}"
     )
     lines.append(f"  GPUs needed       {r['gpus_needed_sentence']}")
