@@ -405,3 +405,26 @@ def test_this_machines_step_model_describes_itself(exact_calibration):
     spec, _, cal = exact_calibration
     described = CalibratedSteps(cal, spec, "fp32").describe()
     assert described["kind"] == "calibrated" and "scaled_to_published" not in described
+
+
+def test_simulate_and_solve_say_their_progress_on_stderr_and_keep_json_stdout_pure(capsys):
+    """The engineer's walk: the command printed nothing for ten seconds while it worked. It says what it is doing
+    and how long each step took, on stderr only: under --json stdout is still one JSON document."""
+    from engine.cli import main
+
+    sim = ["simulate", "--model", "smollm2-135m", "--gpu", "l4", "--sweep", "1,2", "--requests", "4",
+           "--output-tokens", "4", "--slo-tpot", "50ms", "--json"]  # fmt: skip
+    assert main(sim) == 0
+    out, err = capsys.readouterr()
+    doc = json.loads(out)  # the whole of stdout
+    assert doc["slo"]["tpot_s"] == pytest.approx(0.05)
+    assert err.startswith("simulating 2 load levels (1, 2 users) of 4 requests each on 1 x l4")
+    assert "  1 user, central step times: done in " in err and "  2 users, high step times: done in " in err
+    assert err.rstrip().splitlines()[-1].startswith("finished in ")
+    solve = ["estimate", "--model", "llama-3-8b", "--gpu", "l4", "--engine", "vllm", "--prompt-tokens", "64",
+             "--output-tokens", "4", "--solve", "max-users", "--solve-requests", "4", "--slo-tpot", "60ms", "--json"]  # fmt: skip
+    assert main(solve) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["solve"] == "max-users"
+    assert "searching the most users that meet TTFT <= 2 s and TPOT <= 60 ms on 1 x l4" in err
+    assert "  searching the knee with central step times: done in " in err

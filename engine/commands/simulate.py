@@ -5,6 +5,7 @@ JSON (points, knee) plus "simulated" (GPU, engine, step model, scheduler, interv
 from __future__ import annotations
 
 from engine.commands import loadgen
+from engine.commands.progress import progress_lines
 from engine.core.errors import InvalidParameterError
 from engine.loadgen.workload import SLO, LoadSpecError
 from engine.simulate.spec import SimulateSpec
@@ -26,7 +27,15 @@ def run(args) -> dict:
         slo = SLO.from_args(args)
     except LoadSpecError as exc:
         raise InvalidParameterError(str(exc)) from None
-    return simulate(spec, slo).to_json()
+    levels = spec.levels()
+    unit = "users" if spec.mode == "concurrency" else "requests/s"
+    what = (
+        f"simulating {len(levels)} load level{'s' if len(levels) > 1 else ''} ({', '.join(f'{v:g}' for v in levels)} "
+        f"{unit}) of {spec.n_requests:,} requests each on {spec.n_gpus} x {spec.gpu}, with central, low and high "
+        "step times…"
+    )
+    with progress_lines(what) as progress:
+        return simulate(spec, slo, progress=progress).to_json()
 
 
 def format_text(out: dict) -> str:
@@ -114,14 +123,24 @@ def solve(args) -> dict:
             spec, model_spec(spec), resolve_gpu(spec.gpu, this_machine=this_machine_gpu)
         )
     elif args.solve == "max-users":
-        answer = solver.max_users(spec, slo)
+        what = (
+            f"searching the most users that meet {slo.words() or 'no objective'} on {spec.n_gpus} x {spec.gpu}: "
+            "doubling, then bisecting, with central, slow and quick step times…"
+        )
+        with progress_lines(what) as progress:
+            answer = solver.max_users(spec, slo, progress=progress)
     else:
         only = (
             None if args.solve_gpus is None else [k.strip() for k in args.solve_gpus.split(",") if k.strip()]
         )
         own = getattr(args, "usd_per_gpu_hour", None)  # the estimate's --usd-per-hour: the price of --gpu
         prices = {args.gpu: own} if own is not None and args.gpu else None
-        answer = solver.cheapest(spec, slo, args.batch, gpus=only, prices=prices)
+        what = (
+            f"pricing {args.batch:,} users at {slo.words() or 'no objective'} on "
+            f"{'the GPUs ' + ', '.join(only) if only else 'every priced GPU'}, cheapest option first…"
+        )
+        with progress_lines(what) as progress:
+            answer = solver.cheapest(spec, slo, args.batch, gpus=only, prices=prices, progress=progress)
     return answer.to_json()
 
 

@@ -423,6 +423,8 @@ def max_users(
     s.validate()
     slo.validate()
     _need_slo(slo)
+    if progress and deploy is None:
+        progress(0.0, f"reading {s.model or s.config}'s shape and sizing its memory")
     d = deploy or deployment(s)
     lengths = lengths_of(s)
     knees = {}
@@ -577,6 +579,8 @@ def cheapest(
     _need_slo(slo)
     if not isinstance(users, int) or users < 1:
         raise InvalidParameterError(f"the load is a whole number of users >= 1, got {users!r}")
+    if progress and model is None:
+        progress(0.0, f"reading {s.model or s.config}'s shape")
     spec = model or model_spec(s)
     if gpus is not None:
         unknown = sorted(set(gpus) - set(priced_gpus()))
@@ -598,11 +602,13 @@ def cheapest(
     best: Option | None = None
     tried: list[Option] = []
     deploys: dict[tuple[str, int], Deployment] = {}
+    share = 0.0  # of the candidates looked at, for the progress bar
     for i, (one, key, n) in enumerate(cands):
         if best is not None and one >= best.usd_per_hour:
             break  # every later option costs at least this much per replica
+        share = i / len(cands)
         if progress:
-            progress(i / len(cands), f"{n} x {load_gpu_catalog()[key].name}")
+            progress(share, f"{n} x {load_gpu_catalog()[key].name}")
         d = deployment(replace(s, gpu=key, n_gpus=n), spec)
         deploys[(key, n)] = d
         r = _replicas(lambda u, d=d: _meets(s, d, u, slo, "central", lengths), users)
@@ -619,6 +625,8 @@ def cheapest(
             f"no priced GPU meets {slo.words()} even with one user per replica; relax the objectives"
         )
     d = deployment(replace(s, gpu=best.gpu, n_gpus=best.gpus), spec)
+    if progress:
+        progress(share, f"{best.gpus} x {best.name} at the step times' quick and slow ends")
     ends = {}
     for which in ("low", "high"):
         r = _replicas(lambda u, w=which: _meets(s, d, u, slo, w, lengths), users)

@@ -398,6 +398,8 @@ def simulate(
     `deploy`: a resolved deployment (bench/simulate.py passes measured step times)."""
     s.validate()
     slo.validate()
+    if progress and deploy is None:
+        progress(0.0, f"reading {s.model or s.config}'s shape and sizing its memory")
     d = deploy or deployment(s)
     lengths = list(lengths) if lengths is not None else prompt_lengths(s)
     if len(lengths) < s.n_requests:
@@ -413,7 +415,8 @@ def simulate(
         todo = levels if which == "central" else ran
         for i, level in enumerate(todo):
             if progress:
-                progress((j * len(levels) + i) / total, f"{which} step times: {s.mode} {level:g}")
+                unit = ("user" if level == 1 else "users") if s.mode == "concurrency" else "requests/s"
+                progress((j * len(levels) + i) / total, f"{level:g} {unit}, {which} step times")
             load, planned = workload(s, level)
             users = warm_up(s, int(level))  # spread users: as many as the level, else 0
             stagger = steady_stagger_s(s, d, users, which) if users else 0.0
