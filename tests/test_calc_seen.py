@@ -5,6 +5,7 @@ setup at 23.6 ms under load, unscored and unshown."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from engine.calc import published
 from engine.calc.hf_config import spec_from_hf_config
@@ -80,9 +81,24 @@ def test_the_estimate_shows_them_and_says_which_figure_to_budget_from(capsys):
 
 
 def test_an_estimate_without_published_runs_of_its_setup_says_nothing_of_them():
-    est = estimate(_spec(), gpu_spec("h100-sxm"), Inputs(dtype="bf16", batch=1, n_gpus=8, engine="vllm"))
-    assert est.seen == () and est.seen_below is None and est.seen_note == ""
+    other = replace(_spec(), n_layer=79)  # a layout nobody published
+    est = estimate(other, gpu_spec("h100-sxm"), Inputs(dtype="bf16", batch=1, n_gpus=8, engine="vllm"))
+    assert est.seen == () and est.seen_below is None and est.seen_note == "" and est.anchor is None
     assert not any(w.startswith("A published run") for w in est.warnings)
+
+
+def test_a_run_on_4_gpus_anchors_the_layout_on_8_and_2_and_says_so():
+    """The engineer's walk: Llama-3.3-70B with vLLM on H100s ran 55.2 ms per token on 2 GPUs, 25.1 on 4 (anchored to
+    a published run on 4) and 38.1 on 8 (the fit's own fixed costs): 8 GPUs slower than 4. The run's factor on the
+    fit's per-layer and all-reduce costs now carries to the sizes nobody published, and the words say where from."""
+    times = {}
+    for n in (2, 4, 8):
+        est = estimate(_spec(), gpu_spec("h100-sxm"), Inputs(dtype="bf16", batch=1, n_gpus=n, engine="vllm"))
+        assert est.anchor is not None and est.anchor.run_tp == 4 and est.anchor.tp == n
+        times[n] = est.speed.tpot_s.central
+        carried = f"on {n} GPUs as on the run's 4 (no run of this layout on {n} GPUs was published"
+        assert (carried in est.seen_note) == (n != 4)
+    assert times[2] > times[4] > times[8]
 
 
 def test_each_published_run_says_its_lengths_and_load_and_which_would_check_the_estimate():

@@ -10,7 +10,11 @@ two: what scales with neither bytes nor FLOPs) are multiplied by
     g = (published TPOT - the step's byte, FLOP and transfer time) / the step's fixed time,   within [0, 1]
 
 at that run's own GPU and lengths, and the same g applies to that layout on any GPU: the fixed costs are the
-software's and the collectives' launch, not the memory's. A TPOT measured under load is at least one user's, so
+software's and the collectives' launch, not the memory's. Where no run of the layout was published at the setup's
+own tensor-parallel size, the run at the nearest size (by ratio) sets g, and the words say so: g scales the fit's
+per-layer launch and per-all-reduce latency, which the fit already counts for each size, so one engine's correction
+carries across sizes as it does across GPUs. Without that, a 70B layout anchored at 4 GPUs only ran slower on 8 than
+on 4 (38.1 against 25.1 ms per token on H100s with vLLM), because 8 kept the fit's costs that the run on 4 cut. A TPOT measured under load is at least one user's, so
 the anchored step is still no quicker than that run. The estimate, the simulator and the answers built on them
 read one g (`fixed_factor`); the track record never does, so no row is scored against its own anchor.
 """
@@ -39,10 +43,12 @@ class Anchor:
     load: str  # the load it was measured under
     engine: str  # the engine and version, as the source names them
     row_id: str
+    run_tp: int  # the run's tensor-parallel size
+    tp: int  # the size it is applied to (the setup's); another when no run of the layout has the setup's own
 
     def to_json(self) -> dict:
         return {"factor": self.factor, "run": self.row_id, "tpot_s": self.tpot_s, "model": self.model,
-                "words": self.words()}  # fmt: skip
+                "run_gpus": self.run_tp, "words": self.words()}  # fmt: skip
 
     def words(self) -> str:
         """The anchor in one clause: what was measured, and what the estimate makes of it."""
@@ -50,7 +56,12 @@ class Anchor:
             f"a published run of {self.model} on {self.gpu} measured {self.tpot_s * 1e3:.1f} ms per output token "
             f"under {self.load} ({self.engine}) where the calculator's own fit says {self.estimate_s * 1e3:.1f} ms "
             f"for one user, so its per-layer and all-reduce costs are taken at {self.factor:.2f}x the fit's for a "
-            "model of these layers on this many GPUs"
+            + (
+                "model of these layers on this many GPUs"
+                if self.run_tp == self.tp
+                else f"model of these layers, on {self.tp} GPUs as on the run's {self.run_tp} (no run of this layout "
+                f"on {self.tp} GPUs was published; the factor is the engine's, on costs the fit counts for each size)"
+            )
         )
 
 
@@ -74,18 +85,19 @@ def anchor_for(setup: Setup, engine_class: str) -> Anchor | None:
 
 @cache
 def _anchor(layout: tuple[int, int, int, int], tp: int, engine_class: str, width: str) -> Anchor | None:
-    """The published runs of this layout and tensor-parallel size below the estimate's one-user interval; of
-    those, the one that asks the smallest correction (the largest g)."""
+    """The published runs of this layout below the estimate's one-user interval, at this tensor-parallel size if
+    any was published, else at the nearest (by ratio: 4 is as near to 8 as to 2); of those, the one that asks the
+    smallest correction (the largest g)."""
     fit = fits().classes.get(engine_class)
     if fit is None:
         return None
-    best: Anchor | None = None
+    found: list[tuple[float, Anchor]] = []
     for r in published.rows():
         if r.kind != "speed" or r.metric not in TPOT_METRICS or r.engine_class != engine_class:
             continue
         if (
-            r.gpu_count != tp
-            or r.tensor_parallel != tp
+            r.gpu_count < 2
+            or r.tensor_parallel != r.gpu_count
             or r.calc_format is not None
             or _width(r.dtype) != width
         ):
@@ -107,9 +119,12 @@ def _anchor(layout: tuple[int, int, int, int], tp: int, engine_class: str, width
         if fixed <= 0:
             continue
         g = min(1.0, max(0.0, (tpot - (step.seconds - fixed)) / fixed))
-        if best is None or g > best.factor:
-            gpus = f"{tp} x {one.gpu.name}"
-            best = Anchor(
-                g, tpot, est.central, r.model, gpus, _load(r), f"{r.engine} {r.engine_version}", r.id
-            )
-    return best
+        gpus = f"{r.gpu_count} x {one.gpu.name}"
+        a = Anchor(
+            g, tpot, est.central, r.model, gpus, _load(r), f"{r.engine} {r.engine_version}", r.id, r.gpu_count, tp
+        )
+        found.append((abs(math.log2(r.gpu_count / tp)), a))
+    if not found:
+        return None
+    nearest = min(d for d, _ in found)
+    return max((a for d, a in found if d == nearest), key=lambda a: a.factor)

@@ -781,7 +781,8 @@ def split_words(
     if p.fixed_factor != q.fixed_factor:
         anchors = {k: st.anchor for k, st in ((n, steps_small), (m, steps_large))}
         said = [
-            f"on {k} GPUs a published run of this layout puts them at {a.factor:.2f}x the fit's"
+            f"on {k} GPUs a published run of this layout{'' if a.run_tp == k else f' (on {a.run_tp} GPUs)'} puts "
+            f"them at {a.factor:.2f}x the fit's"
             if a is not None
             else f"on {k} GPUs no published run of this layout corrects the fit's"
             for k, a in anchors.items()
