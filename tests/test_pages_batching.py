@@ -133,6 +133,8 @@ def test_simulated_users_on_a_busy_machine_say_so_and_number_requests_as_the_liv
     monkeypatch.setattr(batching_widgets.Scheduler, "submit", spy)
     monkeypatch.setattr(load, "loadavg_1m", lambda: 9.0)
     monkeypatch.setattr(pace, "loadavg_1m", lambda: 9.0)
+    # the load average's rule, as where other processes' CPU cannot be read
+    monkeypatch.setattr(load, "others_during", lambda *a: float("nan"))
     at = _page()
     at.number_input(key="batching.users_n").set_value(2)
     at.number_input(key="batching.users_tokens").set_value(4)
@@ -372,3 +374,49 @@ def test_the_live_table_wraps_its_latest_text_instead_of_cutting_it():
     table = at.table[0].value
     assert list(table["request"]) == [2, 3, 4, 5, 6, 7] and list(table["queued (s)"])[:2] == ["0", "0.01"]
     assert table["latest text"][0] == "In-flight batching lets new requests join a running batch at"[-60:]
+
+
+def test_the_simulated_users_clock_forecasts_from_quiet_runs_of_the_same_settings(monkeypatch, tmp_path):
+    """The presenter's quiet walk: Simulate N users' clock read its forecast off the last replay of any settings,
+    a 75 s one made beside other work, where its quiet replays took seconds. It asks for the median of the quiet
+    replays of these settings now (ui.pace.expected), and stores the load measured while it ran (other programs'
+    CPU, not the load average at its two ends alone), so the next forecast can tell a busy replay."""
+    from engine.runtime import runlog
+    from ui import batching_widgets, pace
+
+    monkeypatch.setenv("INFERENCE_LAB_RUNS_DIR", str(tmp_path))
+    asked: list = []
+    real = pace.expected
+    monkeypatch.setattr(pace, "expected", lambda *a, **k: asked.append((a, k)) or real(*a, **k))
+
+    def script():
+        from types import SimpleNamespace
+
+        import streamlit as st
+
+        from engine.batching.spec import UsersSpec
+        from ui.batching_widgets import simulate_users
+
+        class Done:  # a request the scheduler has finished (with an error: no model runs here)
+            def __init__(self, k):
+                self.id, self.done, self.completion, self.error = k, True, None, "stopped"
+
+            def cancel(self):
+                pass
+
+        class Scheduler:
+            lm, max_batch, sent = SimpleNamespace(name="m", has_chat_template=False), 4, 0
+
+            def submit(self, prompt, cfg):
+                Scheduler.sent += 1
+                return Done(Scheduler.sent)
+
+        st.session_state["got"] = simulate_users(Scheduler(), UsersSpec(users=3, max_new_tokens=4))
+
+    at = AppTest.from_function(script, default_timeout=60).run()
+    assert not at.exception, at.exception
+    [(args, _)] = asked
+    assert args[:2] == (batching_widgets.USERS_EXPERIMENT, 12)
+    assert args[2] == {"model": "m", "users": 3, "max_new_tokens": 4, "seconds between users": 0.0}
+    stored = runlog.last_result(batching_widgets.USERS_EXPERIMENT)
+    assert stored is not None and "others" in stored.settings["load"]  # measured while it ran (Linux /proc)

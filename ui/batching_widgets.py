@@ -209,11 +209,16 @@ def simulate_users(
     lm, n, max_new_tokens, stagger_s = sched.lm, users.users, users.max_new_tokens, users.stagger_s
     cfg = GenerationConfig(max_new_tokens=max_new_tokens, chat_template=lm.has_chat_template)
     handles = []
-    guess = pace.expected(USERS_EXPERIMENT, n * max_new_tokens)
+    settings = {
+        "model": lm.name, "users": n, "max_new_tokens": max_new_tokens, "seconds between users": stagger_s,
+    }  # fmt: skip
+    # the clock's forecast: the median of the newest quiet replays of these settings (the last replay, whatever its
+    # load and its users, read '75 s' for a 5 s replay)
+    guess = pace.expected(USERS_EXPERIMENT, n * max_new_tokens, settings)
     live = panel if panel is not None else st.empty()
-    from engine.core.load import loadavg_1m
+    from engine.core.load import cpu_seconds, loadavg_1m, others_during
 
-    t0, load_before = time.perf_counter(), loadavg_1m()
+    t0, load_before, cpu_before = time.perf_counter(), loadavg_1m(), cpu_seconds()
     done, done_at = 0, None  # requests finished, and when the last of them was first seen finished
     smooth = pace.SmoothedLeft()  # one run's 'left', steadied between its coarse steps (a request done)
     try:
@@ -242,7 +247,10 @@ def simulate_users(
     live.empty()
     # the load it ran under, stored with it and kept for this session's view: pace.note says "measured on a busy
     # machine" beside the result, as every other page's result does (a student read batching as slow without it)
-    load = pace.load_record(load_before)
+    wall_s = time.perf_counter() - t0
+    # what other processes took while it ran, not the load average at its two ends alone: work between them
+    # escaped that rule (ui.pace.load_record)
+    load = pace.load_record(load_before, others_during(cpu_before, wall_s))
     st.session_state[f"pace.{USERS_EXPERIMENT}.load"] = load
     result = {
         "n": n,
@@ -252,14 +260,11 @@ def simulate_users(
     runlog.save_result(
         USERS_EXPERIMENT,
         result,
-        wall_s=time.perf_counter() - t0,
+        wall_s=wall_s,
         work=n * max_new_tokens,
         session=session,
-        settings={
-            "model": lm.name, "users": n, "max_new_tokens": max_new_tokens, "seconds between users": stagger_s,
-            "load": load,  # presenter mode's quiet test
-        },
-    )  # fmt: skip
+        settings={**settings, "load": load},  # the load: presenter mode's and the forecast's quiet test
+    )
     return result
 
 

@@ -3,8 +3,8 @@
 - `run_with_clock(label, work, expected)`: the work runs on a thread of its own (engine.core.threads' rule: model
   work does not keep a long-lived thread's OpenMP team) while the page's own thread redraws one progress bar every
   half second with the elapsed time and an estimate of what is left: from the engine's own progress (fraction
-  done so far) once it reports one, else from the last run of that experiment on this machine, scaled by the work
-  asked (lanes x runs x tokens, requests...).
+  done so far) once it reports one, else from the median of the newest runs of that experiment on this machine
+  measured on a quiet machine, scaled by the work asked (lanes x runs x tokens, requests...).
 - `run_experiment(...)`: that, plus the engine's error on the page (engine.core.paths.scrub via show_error) and the
   result stored with its date, wall time and browser session (engine.runtime.runlog.save_result).
 - `shown_result(...)`: what a page draws: this session's result; after a reload, the session's last stored one;
@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import streamlit as st
 
 from engine.calc import format as fmt
+from engine.core import stats
 from engine.core.errors import EngineError
 from engine.core.jsonsafe import to_jsonable
 from engine.core.load import OTHERS_BUSY, cores, cpu_seconds, is_busy, loadavg_1m, others_during
@@ -45,27 +46,48 @@ class Expected:
     source: str
 
 
+# The forecast's median: of the newest runs of the same settings measured on a quiet machine (one run beside other
+# work, a walk's 75 s Batching replay against its 5 s peers, must not set the clock).
+FORECAST_RUNS = 5
+
+
+def quiet(stored: runlog.StoredResult) -> bool:
+    """The run was measured on a quiet machine: its load was recorded and the one rule (load_note) finds no other
+    work; a run whose load was not recorded is not known to be quiet."""
+    load = recorded_load(stored)
+    return load is not None and not load_note(load)
+
+
 def expected(experiment: str, work: float, settings: dict | None = None) -> Expected | None:
-    """The earlier run of this experiment on this machine most like this one (the most `settings` in common, then
-    one measured on a quiet machine, then the newest: another model's race, or a race run beside other work, says
-    little about this one), scaled by the work asked; None: never run here."""
-    runs = [r for r in runlog.results(experiment) if r.work > 0 and r.wall_s > 0]
+    """How long a run should take, from the earlier runs of this experiment on this machine measured on a quiet
+    machine (a busy run, or one whose load was not recorded, says little about this one): the median time per unit
+    of work of the newest FORECAST_RUNS of them with these `settings` (where none has them all, of those with the
+    most in common: another model's race says little about this one), scaled by the work asked. None: no run here
+    measured on a quiet machine."""
+    runs = [r for r in runlog.results(experiment) if r.work > 0 and r.wall_s > 0 and quiet(r)]
     if not runs:
         return None
     want = to_jsonable(settings or {})
 
-    def alike(r: runlog.StoredResult) -> tuple[int, bool]:
-        # the settings in common first, then a run on a quiet machine (a busy one took longer than this one will)
-        return sum(r.settings.get(k) == v for k, v in want.items()), not load_note(recorded_load(r))
+    def same(r: runlog.StoredResult) -> int:
+        return sum(r.settings.get(k) == v for k, v in want.items())
 
-    best = max(runs, key=alike)  # the first of the most alike: the newest, as results come newest first
-    same, quiet = alike(best)
-    which = "the last run here" if same == len(want) else "the closest earlier run here (other settings)"
-    busy = "" if quiet else ", on a busy machine"
-    return Expected(
-        best.wall_s * work / best.work,
-        f"{which}, {best.when}{busy}, took {fmt.seconds(best.wall_s)} from the button to its result",
-    )
+    most = max(map(same, runs))
+    alike = [r for r in runs if same(r) == most][:FORECAST_RUNS]  # results come newest first
+    per_work = stats.median([r.wall_s / r.work for r in alike])
+    other = "" if most == len(want) else " (other settings)"
+    if len(alike) == 1:
+        basis = (
+            f"the last quiet run here{other}, {alike[0].when}, took {fmt.seconds(alike[0].wall_s)} from the button "
+            "to its result"
+        )
+    else:
+        basis = (
+            f"median of the last {len(alike)} quiet runs here{other}: "
+            f"{fmt.seconds(stats.median([r.wall_s for r in alike]))} from the button to the result, the newest "
+            f"{alike[0].when}"
+        )
+    return Expected(per_work * work, basis)
 
 
 def left_s(
@@ -131,7 +153,7 @@ def clock_line(
     head = f"{label}: {message}" if message else label
     clock = f"{fmt.seconds(elapsed)} elapsed"
     if left is None:
-        return f"{head} · {clock} · no earlier run on this machine to estimate from"
+        return f"{head} · {clock} · no earlier run on a quiet machine here to estimate from"
     if fraction >= TRUST_FRACTION or guess is None:
         if left <= 0 and fraction < 1:
             return f"{head} · {clock} · {fraction:.0%} done, taking longer than the pace so far said"
@@ -147,10 +169,13 @@ def _bar_fraction(elapsed: float, fraction: float, guess: Expected | None) -> fl
     return min(elapsed / guess.seconds, 0.95)  # a guess never fills the bar: the run is not done until it is
 
 
-def run_with_clock(label: str, work: Callable[[Report], T], guess: Expected | None = None) -> T:
-    """work(report) on its own thread, a progress bar with the clock redrawn while it runs; its result returned,
-    its exception raised here. A rerun or a closed tab stops this loop, not the thread: the run finishes (or
-    fails) on its own and is simply not shown."""
+def run_with_clock(
+    label: str, work: Callable[[Report], T], guess: Expected | None = None, where: Any = None
+) -> T:
+    """work(report) on its own thread, a progress bar with the clock redrawn while it runs (in `where`, a place
+    the page keeps beside its button, where given; else where the page has got to); its result returned, its
+    exception raised here. A rerun or a closed tab stops this loop, not the thread: the run finishes (or fails) on
+    its own and is simply not shown."""
     state: dict = {"fraction": 0.0, "message": "", "at": None}
     box: list = []
     t0 = time.perf_counter()
@@ -167,7 +192,9 @@ def run_with_clock(label: str, work: Callable[[Report], T], guess: Expected | No
             box.append((False, exc))
 
     smooth = SmoothedLeft()
-    bar = st.progress(0.0, text=clock_line(label, "starting", 0.0, 0.0, guess, smooth=smooth))
+    bar = (where if where is not None else st).progress(
+        0.0, text=clock_line(label, "starting", 0.0, 0.0, guess, smooth=smooth)
+    )
     thread = threading.Thread(target=target, name="inference-lab-page-run", daemon=True)
     thread.start()
     try:
@@ -195,14 +222,16 @@ def run_experiment(
     size: float = 1.0,
     settings: dict | None = None,
     store: Callable[[T], Any] | None = None,
+    where: Any = None,
 ) -> T | None:
     """Run one experiment with the clock, show an engine error in one sentence (None then), and store the result
     for a reload and for presenter mode. `size`: the work in the experiment's own unit, so the next run's estimate
-    scales; `store`: what to keep of the result when it is not a plain dataclass."""
+    scales; `store`: what to keep of the result when it is not a plain dataclass; `where`: the clock's place
+    (run_with_clock)."""
     t0 = time.perf_counter()
     load_before, cpu_before = loadavg_1m(), cpu_seconds()
     try:
-        result = run_with_clock(label, work, expected(experiment, size, settings))
+        result = run_with_clock(label, work, expected(experiment, size, settings), where)
     except (EngineError, ValueError) as exc:
         show_error(exc)
         return None
