@@ -333,6 +333,17 @@ def test_the_baseline_row_reads_as_the_baseline_not_as_a_ratio_against_itself():
     assert rows["ctranslate2"].endswith("]") and "baseline" not in rows["ctranslate2"]
 
 
+# the button's row: its column, and the clock's place beside it (empty until a race runs)
+LAYOUT = ("column", "flex_container", "empty")
+
+
+def _after_button(at: AppTest):
+    """The first thing drawn after the Run button, past its row's layout."""
+    elements = list(at.main)
+    start = next(i for i, e in enumerate(elements) if e.type == "button") + 1
+    return next(e for e in elements[start:] if e.type not in LAYOUT)
+
+
 def test_the_winner_is_said_right_under_the_run_button():
     """At 1280 x 900, with 'Run the race' in view, the race's winner and verdicts landed below the fold; the winner
     line now sits right under the button, the same line the results carry, and follows the numbers."""
@@ -343,8 +354,7 @@ def test_the_winner_is_said_right_under_the_run_button():
         at.session_state["race.result"] = _recorded_race(latency, None)
         at.run()
         assert not at.exception, at.exception
-        elements = list(at.main)
-        after = elements[next(i for i, e in enumerate(elements) if e.type == "button") + 1]
+        after = _after_button(at)
         line = verdict.winner_line(serialise.from_dict(_recorded_race(latency, None)).contenders)
         assert (
             after.type == "markdown"
@@ -432,8 +442,7 @@ def test_a_race_measured_busy_calls_no_winner():
     assert not at.exception, at.exception
     said = [m.value for m in at.markdown]
     assert sum(v.startswith("**Winner: not called.**") for v in said) == 2  # under the button, in the results
-    elements = list(at.main)
-    after = elements[next(i for i, e in enumerate(elements) if e.type == "button") + 1]
+    after = _after_button(at)
     assert after.value.startswith("**Winner: not called.**") and "21" not in after.value
     # the lanes' verdicts and bars say the same (the third walk: 'not called' over '2.51× faster beyond noise')
     lane = _verdicts(at)["CTranslate2 float32"]
@@ -443,3 +452,26 @@ def test_a_race_measured_busy_calls_no_winner():
 
     bars = speedup_figure(serialise.from_dict(_recorded_race(0.5, None)), busy=True)
     assert set(bars.data[0].customdata) == {"unreliable"}
+
+
+def test_the_presenter_note_and_the_clock_are_in_view_by_the_run_button():
+    """The presenter's quiet walk at 1280 x 800: the race's progress bar and presenter mode's note sat below the
+    fold (under the contenders' list and the results' heading), so Run showed nothing move. The clock's place is
+    beside the button now, and the note comes right after the winner line, before anything else."""
+    from engine.runtime import runlog
+
+    quiet = {"before": 0.1, "after": 0.3, "cores": 2, "others": 0.05}
+    runlog.save_result(
+        "race", _recorded_race(0.5, None), wall_s=40.0, session="e" * 12, settings={"load": quiet}
+    )
+    at = AppTest.from_file(str(ROOT / PAGE), default_timeout=120)
+    at.query_params["presenter"] = "1"
+    at.run()
+    assert not at.exception, at.exception
+    elements = list(at.main)
+    button = next(i for i, e in enumerate(elements) if e.type == "button")
+    # the button's row: its column, then the clock's (an empty place until a race runs)
+    assert [e.type for e in elements[button + 1 : button + 3]] == ["column", "empty"]
+    shown = [e for e in elements[button + 1 :] if e.type not in LAYOUT and e.type != "vertical"]
+    assert shown[0].value.startswith("**Winner.**")
+    assert shown[1].type == "info" and shown[1].value.startswith("Presenter mode"), shown[1]
