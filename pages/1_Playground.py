@@ -21,12 +21,15 @@ from ui.playground_widgets import (
     HISTORY_PARTS,
     MEANING,
     PROMPTS,
+    generate_asked,
     generation_settings,
     history_row,
     keep,
     latency_figure,
     live_line,
     metrics_row,
+    missing_cache_off,
+    offer_cache_off,
     prompt_example,
     ran_with,
     ran_with_line,
@@ -43,9 +46,10 @@ page_setup("Playground", measures=True)
 init_state(NS, history=[], last=None, running=None, curve={})
 restore(NS)  # a reload, or presenter mode: the stored runs, said so
 st.title("Playground")
-st.caption(
-    "Generate with a causal LM and see what each run cost. Every number below a completion was "
-    "measured on this run."
+st.markdown(
+    "Press **Generate**, then switch **Use KV cache** off in the sidebar and press it again. Each run is measured "
+    "here: time to the first token, time per output token, throughput and peak memory. The chart then sets the two "
+    "runs side by side, token by token."
 )
 
 lm = sidebar_model(NS)
@@ -89,7 +93,10 @@ why = (
     "load a model first" if lm is None else "a setting in the sidebar is out of range" if cfg is None else ""
 )
 go_col, clock_col = st.columns([1, 3], vertical_alignment="center")  # the clock beside the button, in view
-go = button_why(go_col, "Generate", type="primary", why=why, key=f"{NS}.go")
+# presenter mode's "Generate with the KV cache off" (below) asks for one run with the cache switched off
+go = button_why(go_col, "Generate", type="primary", why=why, key=f"{NS}.go") or generate_asked(NS)
+if not go and missing_cache_off(NS):
+    offer_cache_off(NS)  # no cache on/off pair recorded here: said in one sentence, beside its button
 if lm is not None:
     snap = cached_scheduler(lm).snapshot()
     st.caption(

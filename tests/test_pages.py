@@ -341,3 +341,113 @@ def test_playground_cache_comparison_on_a_busy_machine_agrees_with_its_chart():
     assert top == pytest.approx(10_000) and "a step took 10 s against" in said
     # the later first token: the scheduler ran the request alone, so the machine's other work is named
     assert "other sessions" not in said and "it was the machine's other work" in said
+
+
+QUIET_LOAD = {"before": 0.1, "after": 0.3, "cores": 2, "others": 0.05}
+
+
+def _half(lat: list[float], cache_on: bool, *, busy: bool = False, prompt: str = "The capital of France is"):
+    """A Playground run as the run log stores it (one half of a cache on/off pair)."""
+    from engine.runtime.settings import GenerationConfig
+    from tests.test_narrative import _run
+    from ui.playground_widgets import _slim, ran_with
+
+    run = _run(lat, cache_on, busy=busy)
+    cfg = GenerationConfig(max_new_tokens=len(lat), use_cache=cache_on)
+    run.update(model="tiny-gpt-neo", use_cache=cache_on, tokens=len(lat), max_new=len(lat), status="length",
+               text="x", ran_with=ran_with("tiny-gpt-neo", prompt, cfg))  # fmt: skip
+    return _slim(run)
+
+
+def _store(*halves: dict, wall_s: float = 30.0) -> None:
+    from engine.runtime import runlog
+
+    payload = {
+        "last": halves[-1],
+        "curve": {str(h["use_cache"]): h for h in halves},
+        "history": [{"model": "tiny-gpt-neo", "kv cache": h["use_cache"]} for h in halves],
+    }
+    runlog.save_result("playground", payload, wall_s=wall_s, session="p" * 12, settings={"load": QUIET_LOAD})
+
+
+def test_presenter_mode_opens_the_playground_on_the_newest_quiet_cache_pair(monkeypatch, tmp_path):
+    """The presenter's quiet walk: presenter mode opened the Playground on a cache-on run alone (the quickest stored
+    run), so the KV cache comparison, the page's point, could not be shown before running it live. It opens on the
+    newest cache on/off pair of the same settings, both measured on a quiet machine, now: its chart and sentence."""
+    import json
+
+    from tests.test_narrative import SMOOTH_OFF, SMOOTH_ON, SPIKY_OFF
+    from ui.playground_widgets import cache_pair
+
+    monkeypatch.setenv("INFERENCE_LAB_RUNS_DIR", str(tmp_path / "runs"))
+    _store(_half(SMOOTH_ON, True), _half(SMOOTH_OFF, False))  # the quiet pair
+    _store(_half(SMOOTH_ON, True), _half(SPIKY_OFF, False, busy=True))  # newer, its cache-off half busy
+    _store(
+        _half(SMOOTH_ON, True), _half(SMOOTH_OFF, False, prompt="Once upon a time")
+    )  # two prompts: no pair
+    _store(_half(SMOOTH_ON, True), wall_s=2.0)  # the newest and quickest: the cache on alone
+    pair = cache_pair()
+    assert pair is not None and pair.quiet and pair.off["latency"] == SMOOTH_OFF
+    at = AppTest.from_file(str(ROOT / "pages/1_Playground.py"), default_timeout=TIMEOUT)
+    at.query_params["presenter"] = "1"
+    at.query_params["model"] = "tiny-gpt-neo"
+    at.run()
+    assert not at.exception
+    note = next(i.value for i in at.info if i.value.startswith("Presenter mode"))
+    assert "cache on/off pair" in note and "both measured on a quiet machine" in note and "not live" in note
+    fig = json.loads(at.get("plotly_chart")[0].proto.spec)
+    drawn = {t["name"].split(" (")[0]: t["y"] for t in fig["data"]}
+    assert drawn["KV cache off"] == pytest.approx([v * 1e3 for v in SMOOTH_OFF])
+    assert any("with the KV cache (" in c.value for c in at.caption)  # the comparison's sentence
+    assert not any("No run with the KV cache off" in i.value for i in at.info)
+    # with no quiet pair recorded, the newest pair is shown and said to be measured beside other work
+    monkeypatch.setenv("INFERENCE_LAB_RUNS_DIR", str(tmp_path / "busy"))
+    _store(_half(SMOOTH_ON, True), _half(SPIKY_OFF, False, busy=True))
+    pair = cache_pair()
+    assert pair is not None and not pair.quiet and pair.off["latency"] == SPIKY_OFF
+
+
+def test_presenter_mode_with_no_cache_off_run_says_so_beside_the_button_that_runs_it(monkeypatch, tmp_path):
+    """Presenter mode with only a cache-on run recorded: one sentence says there is no cache comparison yet, and its
+    button runs the cache-off half now; the run then stores both halves, so the next presenter finds the pair."""
+    from engine.runtime import runlog
+    from ui.playground_widgets import cache_pair
+
+    monkeypatch.setenv("INFERENCE_LAB_RUNS_DIR", str(tmp_path / "runs"))
+    first = playground()  # another session's run with the cache on (8 new tokens)
+    first.button(key="playground.go").click().run()
+    assert not first.exception and cache_pair() is None
+    at = AppTest.from_file(str(ROOT / "pages/1_Playground.py"), default_timeout=TIMEOUT)
+    at.query_params["presenter"] = "1"
+    at.query_params["model"] = "tiny-gpt-neo"
+    at.run()
+    assert not at.exception
+    said = [i.value for i in at.info if i.value.startswith("No run with the KV cache off is recorded")]
+    assert len(said) == 1 and said[0].count(". ") == 0  # one sentence
+    at.sidebar.number_input(key="playground.max_new").set_value(8).run()  # the recorded run's settings
+    at.button(key="playground.cache_off_go").click().run()
+    assert not at.exception and not at.error
+    assert at.sidebar.toggle(key="playground.cache").value is False
+    off = at.session_state["playground.curve"][False]
+    assert off["status"] != "cancelled" and off.get("report") is not None  # run live, now
+    assert not any(i.value.startswith("No run with the KV cache off") for i in at.info)
+    stored = runlog.last_result("playground")
+    assert set(stored.payload["curve"]) == {"True", "False"}  # both halves stored
+    pair = cache_pair()
+    assert pair is not None and pair.off["latency"] == off["latency"]
+
+
+def test_the_playgrounds_intro_says_what_to_do_first_and_what_is_measured():
+    """The presenter's quiet walk found the Playground's opening dense: it is two or three short sentences now,
+    the first what to press, then what each run measures, with no typed number in it."""
+    import re
+
+    at = playground()
+    elements = list(at.main)
+    title = next(i for i, e in enumerate(elements) if e.type == "title")
+    intro = next(e for e in elements[title + 1 :] if e.type == "markdown").value
+    sentences = [s for s in re.split(r"(?<=[.!?])\s+", intro) if s]
+    assert 2 <= len(sentences) <= 3 and all(len(s) <= 160 for s in sentences), sentences
+    assert sentences[0].startswith("Press **Generate**") and "**Use KV cache** off" in sentences[0]
+    assert "time to the first token" in intro and "time per output token" in intro
+    assert not re.search(r"\d", intro)  # a number here would be typed: the runs below carry the measured ones

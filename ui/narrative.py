@@ -285,7 +285,7 @@ def _shape(run: dict, cache_on: bool) -> StepShape | None:
 SUSTAINED = ("shift", "fall")
 
 
-def _disturbed(run: dict, cache_on: bool) -> bool:
+def disturbed(run: dict, cache_on: bool) -> bool:
     """Other work shared this run's CPU for long: the load rule said busy, or its own steps' level moved
     (step_shape's shift or fall). A few spikes are not enough: the comparison reads the median steps."""
     shape = _shape(run, cache_on)
@@ -368,7 +368,7 @@ def _first_token(on_run: dict, off_run: dict) -> str:
         )
     report = on_run.get("report")
     shared = report.shared if report is not None else False
-    if _disturbed(on_run, True) or shared:
+    if disturbed(on_run, True) or shared:
         return (
             f"{head}: the scheduler ran no other request beside it{waited}, so it was the machine's other work "
             f"({_load_words(on_run)}) that took the CPU from it."
@@ -387,7 +387,7 @@ def _was_busy(run: dict) -> bool:
 
 def _not_comparable(curves: dict[bool, dict]) -> list[str]:
     """Which of the two runs other work shared the CPU with ("on", "off"): any, and the ratio is withheld."""
-    return [name for on, name in ((True, "on"), (False, "off")) if _disturbed(curves[on], on)]
+    return [name for on, name in ((True, "on"), (False, "off")) if disturbed(curves[on], on)]
 
 
 def run_headline(m: Any, use_cache: bool, curves: dict[bool, dict], model: str) -> str:

@@ -4,6 +4,7 @@ the per-token latency chart, and the pre-run forecast. The run itself is the eng
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import plotly.graph_objects as go
 import streamlit as st
@@ -17,7 +18,7 @@ from engine.runtime.measurement import Measurement
 from engine.runtime.settings import GenerationConfig, parse_stops
 from ui import pace
 from ui.charts import log_ticks
-from ui.common import browser_session
+from ui.common import browser_session, presenter_mode
 from ui.widgets import SLIDER, refused, spec_input
 
 # A run predicted to take longer than this gets a warning before it starts.
@@ -514,9 +515,124 @@ def ran_with_line(run: dict, now: dict | None) -> str:
     return pace.ran_with(kept, now, "**This result**")
 
 
+# ------------------------------------------------------- presenter mode's cache on/off comparison
+# What a cache on/off pair may differ in: the cache itself, and the compiled decode, which needs it.
+PAIR_FREE = ("KV cache", "compiled decode")
+
+
+def _pair_setup(run: dict | None) -> str | None:
+    """What a run must share with its other half to be compared with it: everything it was run with but PAIR_FREE,
+    as one comparable key; None for a run that cannot be half of a pair (cancelled, no per-token times, stored
+    before its inputs were)."""
+    if not isinstance(run, dict) or run.get("status") == "cancelled" or not run.get("latency"):
+        return None
+    kept = run.get("ran_with")
+    if not isinstance(kept, dict):
+        return None
+    return repr(sorted((k, repr(v)) for k, v in kept.items() if k not in PAIR_FREE))
+
+
+@dataclass(frozen=True)
+class CachePair:
+    """The newest cache on/off pair recorded on this machine: its two halves, the stored results they came from
+    (the newer one's session table is shown), and whether both were measured on a quiet machine."""
+
+    on: dict
+    off: dict
+    newer: runlog.StoredResult
+    quiet: bool
+
+
+def cache_pair() -> CachePair | None:
+    """Presenter mode's cache comparison, from every stored Playground result (a session stores its last run and
+    the cache on/off pair its chart draws; a presenter's two runs may also lie in two sessions): walking back from
+    the newest, the first cache-on and cache-off runs of the same settings both measured on a quiet machine
+    (ui.narrative.disturbed: the load rule, or its own steps' level moved); where no such pair is recorded, the
+    first pair of the same settings whatever its load (the sentence under its chart then withholds the ratio).
+    None: no run with the cache off of a cache-on run's settings is recorded here."""
+    from ui.narrative import disturbed
+
+    found: dict[tuple[str, bool], dict[bool, tuple[dict, runlog.StoredResult]]] = {}
+    first_any: CachePair | None = None
+    for stored in runlog.results(EXPERIMENT):  # newest first
+        payload = stored.payload if isinstance(stored.payload, dict) else {}
+        for key, half in (payload.get("curve") or {}).items():
+            setup = _pair_setup(half)
+            if setup is None or key not in ("True", "False"):
+                continue
+            on = key == "True"
+            # every half counts towards a pair of any load; a quiet one towards a quiet pair as well
+            for quiet in {False, not disturbed(half, on)}:
+                halves = found.setdefault((setup, quiet), {})
+                halves.setdefault(on, (half, stored))
+                if len(halves) == 2:
+                    (a, at_a), (b, at_b) = halves[True], halves[False]
+                    pair = CachePair(a, b, max(at_a, at_b, key=lambda r: r.date), quiet)
+                    if quiet:
+                        return pair
+                    first_any = first_any or pair
+    return first_any
+
+
+def _pair_note(pair: CachePair) -> str:
+    """The line above presenter mode's pair: whose runs, when, and on what load."""
+    when = pair.newer.when
+    load = (
+        "both measured on a quiet machine"
+        if pair.quiet
+        else "no pair measured on a quiet machine is recorded, so the newest pair, measured beside other work"
+    )
+    return (
+        f"Presenter mode: the newest KV cache on/off pair recorded on this machine with the same settings ({load}), "
+        f"stored {when}; not live. Press Generate to run it now."
+    )
+
+
+def _run_cache_off(ns: str) -> None:
+    """The offer's button: the sidebar's cache switch off, and a Generate on the page's next run."""
+    st.session_state[f"{ns}.cache"] = False
+    st.session_state[f"{ns}.generate"] = True
+
+
+def generate_asked(ns: str) -> bool:
+    """The presenter's cache-off button was pressed (once: the request is spent when read)."""
+    return bool(st.session_state.pop(f"{ns}.generate", False))
+
+
+def missing_cache_off(ns: str) -> bool:
+    """Presenter mode before anything ran live here, with no cache on/off pair of the same settings to show."""
+    state = st.session_state
+    restored = state.get(f"{ns}.restored")
+    before_live = (
+        restored.presenter
+        if restored is not None
+        else state[f"{ns}.last"] is None and not state[f"{ns}.history"]
+    )
+    return presenter_mode() and before_live and not _has_pair(state[f"{ns}.curve"])
+
+
+def offer_cache_off(ns: str) -> None:
+    """Presenter mode with no cache on/off pair recorded (missing_cache_off): one sentence that says so, and the
+    button that runs the missing half now."""
+    st.info(
+        "No run with the KV cache off is recorded on this machine beside a cache-on run of the same settings, so "
+        "there is no cache comparison to show yet: this button runs it now, with the prompt and settings on this page.",
+        icon=":material/compare_arrows:",
+    )
+    st.button(
+        "Generate with the KV cache off",
+        key=f"{ns}.cache_off_go",
+        on_click=_run_cache_off,
+        args=(ns,),
+        help="Turns Use KV cache off in the sidebar and generates once.",
+    )
+
+
 def restore(ns: str) -> None:
     """A fresh session (a reload, or presenter mode) opens on the stored runs, with the line that says whose; the
-    line stays on every rerun until a live run replaces them (they must never pass for this session's runs)."""
+    line stays on every rerun until a live run replaces them (they must never pass for this session's runs).
+    Presenter mode opens on the newest cache on/off pair recorded here (cache_pair); with none, the page says so
+    beside its button (missing_cache_off, offer_cache_off)."""
     state = st.session_state
     if state[f"{ns}.last"] is not None or state[f"{ns}.history"]:
         restored = state.get(f"{ns}.restored")
@@ -524,6 +640,13 @@ def restore(ns: str) -> None:
             pace.note(restored)
         return
     shown = pace.shown_result(EXPERIMENT, None, lambda p: p)
+    pair = cache_pair() if (shown is None or shown.presenter) and presenter_mode() else None
+    if pair is not None:
+        p = pair.newer.payload
+        halves = {True: pair.on, False: pair.off}
+        last = pair.on  # the page's own default: the line under it then finds the inputs the same
+        shown = pace.Shown({**p, "last": last, "curve": {str(k): v for k, v in halves.items()}}, _pair_note(pair),
+                           presenter=True)  # fmt: skip
     if shown is None:
         return
     state[f"{ns}.restored"] = shown
@@ -532,3 +655,9 @@ def restore(ns: str) -> None:
     state[f"{ns}.curve"] = {on == "True": _unslim(r) for on, r in p.get("curve", {}).items()}
     state[f"{ns}.history"] = list(p.get("history", []))
     pace.note(shown)
+
+
+def _has_pair(curve: dict) -> bool:
+    """The page's chart has both halves of the same settings to compare."""
+    on, off = _pair_setup(curve.get(True)), _pair_setup(curve.get(False))
+    return on is not None and on == off
