@@ -28,7 +28,7 @@ STOP_TARGET_S = 60.0  # each stop's live runs (issue 33: a 15-minute tour on a 2
 TOUR_TARGET_S = 15 * 60.0
 
 # In the page: every tile value, select value, page link and sidebar link that is cut (an ellipsis in its text,
-# or text wider than its box). Shared with tests/test_browser.py.
+# or text wider than its box), and every table wider than its box. Shared with tests/test_browser.py.
 CLIPPED_JS = """() => {
   const out = [];
   const sel = [
@@ -47,6 +47,23 @@ CLIPPED_JS = """() => {
       const cut = /(…|\\.\\.\\.)$/.test(text);  // a value cut by the code that wrote it ("8.2 to…")
       const wide = el.scrollWidth > el.clientWidth + 1;  // cut by its box (CSS ellipsis or overflow)
       if (cut || wide) out.push(`${kind}: ${text.slice(0, 60)}${wide ? ' (wider than its box)' : ''}`);
+    }
+  }
+  // a table wider than its box: a dataframe (drawn on a canvas: its cells are not in the page, its scroller is) or
+  // a static table scrolls sideways, and its last columns are cut at the edge ('answer quotes prompt' read 'ar…')
+  const tables = [
+    ['[data-testid="stDataFrame"]', '.dvn-scroller'],
+    ['[data-testid="stTable"]', 'table'],
+  ];
+  for (const [css, inner] of tables) {
+    for (const box of document.querySelectorAll(css)) {
+      const el = box.querySelector(inner);
+      if (!el || !box.clientWidth) continue;
+      const edge = inner === 'table' ? box.getBoundingClientRect().right : el.getBoundingClientRect().right;
+      const wide = inner === 'table' ? el.getBoundingClientRect().right > edge + 1 : el.scrollWidth > el.clientWidth + 1;
+      if (!wide) continue;
+      const heads = [...box.querySelectorAll('[role="columnheader"], th')].map(h => h.innerText.trim()).filter(Boolean);
+      out.push(`table: ${heads[0] || ''} … ${heads[heads.length - 1] || ''} (wider than its box)`);
     }
   }
   return [...new Set(out)];

@@ -127,6 +127,33 @@ def test_every_page_at_1280_px_clips_no_value(dashboard, browser, tmp_path):
     assert clipped == {}
 
 
+def test_the_speculative_tables_fit_1280_px(dashboard, browser):
+    """The presenter's quiet walk: the speculative 'How it ran' table was wider than its column at 1280 px, its
+    last column cut to 'ar…'; the clipped-value check reads tables too now (a dataframe's sideways scroll)."""
+    from bench.tour import CLIPPED_JS, idle
+    from engine.levers.speculative import SpecReport, SpecResult
+    from engine.runtime import runlog
+
+    row = SpecResult("prompt_lookup", "input_grounded", "ok", draft="n-grams of the prompt", draft_length=4,
+                     acceptance_rate=0.712, tokens_per_target_forward=3.6, speedup_vs_plain=2.05,
+                     speedup_ci=(1.65, 2.1), identical_to_greedy=True, expected_speedup=1.76, cost_ratio=0.15,
+                     verify_ratio=1.61, verify_tokens=5.0, prompt_overlap=0.98, plain_latency_s=1.0,
+                     method_latency_s=0.49, runs=3)  # fmt: skip
+    quiet = {"before": 0.1, "after": 0.3, "cores": 2, "others": 0.05}
+    runlog.save_result("speculative", SpecReport("smollm2-135m-instruct", "cpu", 24, 3, "", (row,)), wall_s=15.0,
+                       session="ffffffffffff", settings={"load": quiet})  # fmt: skip
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    page.set_default_timeout(300_000)  # guards against a hang on a busy machine, not speed claims
+    page.goto(f"{dashboard}/Quantization_and_speculative_decoding?presenter=1")
+    idle(page, 300)
+    page.get_by_role("tab", name="Speculative decoding").click()
+    page.get_by_text("How it ran").first.wait_for()
+    page.wait_for_timeout(1000)  # the tab's tables drawn
+    assert page.locator('[data-testid="stDataFrame"]').filter(has_text="answer quotes prompt").count() == 1
+    assert page.evaluate(CLIPPED_JS) == []
+    page.close()
+
+
 # Selects a page may still cut (a select's value is an input: it cannot wrap, the page must give it room or
 # shorter words): none now ('Hugging Face transformers (eager)' and 'fixed users (concurrency)' got shorter words).
 LEFT_TO_OWNERS: dict[str, tuple[str, ...]] = {}
@@ -135,12 +162,22 @@ LEFT_TO_OWNERS: dict[str, tuple[str, ...]] = {}
 def test_a_race_run_shows_its_clock_and_survives_a_reload(dashboard, browser):
     """The race's live run draws a progress bar with the elapsed time and what is left; the result stays after a
     reload of the page (the browser session's key is in the URL)."""
-    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
     page.set_default_timeout(600_000)
     page.goto(f"{dashboard}/Latency_race?model=tiny-gpt-neo")  # the tiny random model: seconds, not minutes
     page.get_by_role("button", name="Run the race").wait_for()
     page.get_by_role("button", name="Run the race").click()
     page.get_by_text("elapsed").first.wait_for()
+    # the presenter's quiet walk at 1280 x 800: the clock was drawn below the fold, under the contenders' list; it
+    # is beside the button now, in view wherever the button is
+    button = page.get_by_role("button", name="Run the race").bounding_box()
+    clock = page.get_by_text("elapsed").first.bounding_box()
+    if button and clock:  # a race that ends between the two reads has no clock to measure
+        middle = lambda box: box["y"] + box["height"] / 2  # noqa: E731
+        assert abs(middle(clock) - middle(button)) < button["height"] and clock["x"] > button["x"], (
+            button,
+            clock,
+        )
     # the winner line, or on a busy machine its refusal to call one (the headline says either)
     page.get_by_text(re.compile(r"^Winner(\.|: not called\.)")).first.wait_for()
     page.reload()

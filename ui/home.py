@@ -227,11 +227,12 @@ def models_panel() -> None:
             "memory footprint": fmt_bytes(lm.footprint_bytes),
             "placement": ", ".join(f"{k or 'all'} → {v}" for k, v in lm.device_map.items()),
             "load time": fmt_seconds(lm.load_s),
-            "source": lm.source,
         }
         for lm in loaded
     ]
     st.dataframe(rows, hide_index=True, width="stretch")
+    # each model's source in a line of its own: a column of them pushed the table past 1280 px
+    st.markdown("\n".join(f"- **{lm.name}**: {lm.source}" for lm in loaded))
     st.caption(
         "Footprint: `model.get_memory_footprint()` (parameters + buffers), measured. Placement: "
         "accelerate's `hf_device_map` when device_map='auto' split the model, else its single device. "
