@@ -44,7 +44,7 @@ CHAT_SWITCH = "**Use the chat template** (sidebar)"
 
 page_setup("Playground", measures=True)
 init_state(NS, history=[], last=None, running=None, curve={})
-restore(NS)  # a reload, or presenter mode: the stored runs, said so
+restored_note = restore(NS)  # a reload, or presenter mode: the stored runs, said so
 st.title("Playground")
 st.markdown(
     "Press **Generate**, then switch **Use KV cache** off in the sidebar and press it again. Each run is measured "
@@ -113,6 +113,7 @@ if running is not None:
     running["elapsed"] = time.perf_counter() - running["request_t"]
     st.session_state[f"{NS}.last"] = running
     st.session_state.pop(f"{NS}.restored", None)
+    restored_note.empty()
     st.session_state[f"{NS}.running"] = None
     st.session_state[f"{NS}.history"].append(
         {
@@ -200,6 +201,7 @@ def run_single(lm, prompt: str, cfg, beside, expected_s: float | None = None) ->
     )
     st.session_state[f"{NS}.last"] = cur
     st.session_state.pop(f"{NS}.restored", None)  # a live run: the stored runs' line no longer applies
+    restored_note.empty()
     if c.stop_reason != "cancelled":
         st.session_state[f"{NS}.curve"][cfg.use_cache] = cur
     st.session_state[f"{NS}.history"].append(history_row(c.measurement, "single", c.stop_reason, c.decode))

@@ -431,6 +431,8 @@ def test_presenter_mode_with_no_cache_off_run_says_so_beside_the_button_that_run
     off = at.session_state["playground.curve"][False]
     assert off["status"] != "cancelled" and off.get("report") is not None  # run live, now
     assert not any(i.value.startswith("No run with the KV cache off") for i in at.info)
+    # the recorded run's 'not live' line, drawn before the run, went with it (it sat above the live result)
+    assert not any(i.value.startswith("Presenter mode") for i in at.info)
     stored = runlog.last_result("playground")
     assert set(stored.payload["curve"]) == {"True", "False"}  # both halves stored
     pair = cache_pair()

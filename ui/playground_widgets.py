@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from engine.calc import format as fmt
 from engine.core.errors import EngineError
@@ -628,17 +629,20 @@ def offer_cache_off(ns: str) -> None:
     )
 
 
-def restore(ns: str) -> None:
+def restore(ns: str) -> DeltaGenerator:
     """A fresh session (a reload, or presenter mode) opens on the stored runs, with the line that says whose; the
     line stays on every rerun until a live run replaces them (they must never pass for this session's runs).
     Presenter mode opens on the newest cache on/off pair recorded here (cache_pair); with none, the page says so
-    beside its button (missing_cache_off, offer_cache_off)."""
+    beside its button (missing_cache_off, offer_cache_off). Returns the line's place: a live run empties it (it
+    was drawn before the run, and said 'not live' above the run's own result)."""
     state = st.session_state
+    slot = st.empty()
     if state[f"{ns}.last"] is not None or state[f"{ns}.history"]:
         restored = state.get(f"{ns}.restored")
         if restored is not None:
-            pace.note(restored)
-        return
+            with slot.container():
+                pace.note(restored)
+        return slot
     shown = pace.shown_result(EXPERIMENT, None, lambda p: p)
     pair = cache_pair() if (shown is None or shown.presenter) and presenter_mode() else None
     if pair is not None:
@@ -648,13 +652,15 @@ def restore(ns: str) -> None:
         shown = pace.Shown({**p, "last": last, "curve": {str(k): v for k, v in halves.items()}}, _pair_note(pair),
                            presenter=True)  # fmt: skip
     if shown is None:
-        return
+        return slot
     state[f"{ns}.restored"] = shown
     p = shown.result
     state[f"{ns}.last"] = _unslim(p["last"]) if p.get("last") else None
     state[f"{ns}.curve"] = {on == "True": _unslim(r) for on, r in p.get("curve", {}).items()}
     state[f"{ns}.history"] = list(p.get("history", []))
-    pace.note(shown)
+    with slot.container():
+        pace.note(shown)
+    return slot
 
 
 def _has_pair(curve: dict) -> bool:
