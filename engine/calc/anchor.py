@@ -119,10 +119,8 @@ def _anchor(layout: tuple[int, int, int, int], tp: int, engine_class: str, width
         if fixed <= 0:
             continue
         g = min(1.0, max(0.0, (tpot - (step.seconds - fixed)) / fixed))
-        gpus = f"{r.gpu_count} x {one.gpu.name}"
-        a = Anchor(
-            g, tpot, est.central, r.model, gpus, _load(r), f"{r.engine} {r.engine_version}", r.id, r.gpu_count, tp
-        )
+        gpus, engine = f"{r.gpu_count} x {one.gpu.name}", f"{r.engine} {r.engine_version}"
+        a = Anchor(g, tpot, est.central, r.model, gpus, _load(r), engine, r.id, r.gpu_count, tp)
         found.append((abs(math.log2(r.gpu_count / tp)), a))
     if not found:
         return None
