@@ -1196,3 +1196,36 @@ def test_the_inputs_take_the_columns_whole_width_at_1280_px():
     assert {k: _columns_around(at, k) for k in alone} == dict.fromkeys(alone, 1)
     assert _columns_around(at, next(n.key for n in at.number_input if n.key.startswith("calc.util"))) == 1
     assert [_columns_around(at, k) for k in ("calc.prompt", "calc.output")] == [2, 2]
+
+
+# ---------------------------------------------------------------- a refused field keeps the others
+
+
+def _utilization(at: AppTest):
+    return next(n for n in at.number_input if n.key.startswith("calc.util.vllm"))
+
+
+def _launch(at: AppTest) -> str:
+    return next(c.value for c in at.code if c.value.startswith("vllm serve"))
+
+
+def test_a_refused_gpu_count_never_clears_the_gpu_memory_utilization():
+    """The engineer's walk: GPUs = 1000 (refused under the field, fine), then back to 1, and the GPU memory
+    utilization box was empty, every answer blocked until 0.90 was typed again in a box never touched: the box's
+    key named the GPU count, so each count (and a refused one) drew another box. One box now, whatever the count:
+    it follows the engine's rule until the user types a value, and a value typed stays."""
+    at = _run(CALC)
+    at.selectbox(key="calc.engine").set_value("vllm").run()
+    at.number_input(key="calc.gpus").set_value(1000).run()
+    assert "1000 GPUs would run as" in at.error[0].value.replace(",", "")
+    assert _utilization(at).value == 0.9  # the refused count leaves it alone
+    at.number_input(key="calc.gpus").set_value(1).run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert _utilization(at).value == 0.9
+    assert any(m.label == "GPUs needed" for m in at.metric) and "--gpu-memory-utilization 0.9" in _launch(at)
+    # a value typed survives a new count, a refused count and the way back
+    _utilization(at).set_value(0.8).run()
+    for n in (2, 1000, 2, 1):
+        at.number_input(key="calc.gpus").set_value(n).run()
+        assert _utilization(at).value == 0.8, n
+    assert "--gpu-memory-utilization 0.8" in _launch(at)

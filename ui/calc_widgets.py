@@ -108,7 +108,7 @@ def calc_inputs(key: str) -> CalcRequest | None:
     c1, c2 = st.columns(2)
     prompt = spec_input(c1, Inputs, "prompt_tokens", key=f"{key}.prompt", label="Prompt tokens")
     output = spec_input(c2, Inputs, "output_tokens", key=f"{key}.output", label="Output tokens")
-    serving, serving_ok = engine_inputs(key, gpu, int(n_gpus or 1))
+    serving, serving_ok = engine_inputs(key, gpu, None if n_gpus is None else int(n_gpus))
     overhead = DEFAULTS.overhead
     if serving.get("engine") not in ("vllm", "sglang"):  # a serving engine's own allocation replaces the x1.2
         overhead = spec_input(
@@ -403,10 +403,11 @@ def default_utilization(engine: str, gpu: GPUSpec, n_gpus: int) -> float:
     return VLLM_UTILIZATION if engine == "vllm" else sglang_fraction(gpu.memory_bytes, n_gpus)
 
 
-def engine_inputs(key: str, gpu: GPUSpec, n_gpus: int) -> tuple[dict, bool]:
+def engine_inputs(key: str, gpu: GPUSpec, n_gpus: int | None) -> tuple[dict, bool]:
     """The engine that will serve it (GPUs only: the efficiencies were fitted on GPU runs) and, for vLLM/SGLang,
     the server's memory knobs, starting from the engine's own rule for this GPU and count (left to it unless
-    changed). Returns Inputs fields, and False while a knob is refused (it says why)."""
+    changed). `n_gpus` None: the count is refused, and the knobs stay as they are. Returns Inputs fields, and False
+    while a knob is refused (it says why)."""
     if gpu.key == THIS_MACHINE:
         return {"engine": None}, True
     engine = st.selectbox(
@@ -422,17 +423,21 @@ def engine_inputs(key: str, gpu: GPUSpec, n_gpus: int) -> tuple[dict, bool]:
     )
     out: dict = {"engine": engine or None}
     if engine in ("vllm", "sglang"):
-        rule = default_utilization(engine, gpu, n_gpus)
+        rule = default_utilization(engine, gpu, n_gpus or 1)
+        box = f"{key}.util.{engine}"  # one box whatever the GPU and count: a value typed stays (follow_rule)
+        if n_gpus is not None:
+            follow_rule(box, rule)
         util = spec_input(
             st,
             Inputs,
             "gpu_memory_utilization",
-            key=f"{key}.util.{engine}.{gpu.key}.{n_gpus}",  # the rule's value for each GPU and count
+            key=box,
             label="GPU memory utilization" if engine == "vllm" else "mem fraction static",
             value=rule,  # bounds: the spec's, as on the command line
             step=0.01,
             help="vLLM's --gpu-memory-utilization (0.9) / SGLang's --mem-fraction-static (0.88 on one GPU, lower on "
             "more: its own rule).",
+            persist_state="page",  # a look at another engine does not forget it
         )
         mml = spec_input(
             st,
@@ -442,12 +447,25 @@ def engine_inputs(key: str, gpu: GPUSpec, n_gpus: int) -> tuple[dict, bool]:
             label="max model len (0 = prompt + output)",
             value=0,
             help="The server's --max-model-len: 'Maximum concurrency' is for requests of this length.",
+            persist_state="page",
         )
         if refused(util, mml):
             return out, False
         out["gpu_memory_utilization"] = None if util == rule else util
         out["max_model_len"] = mml or None
     return out, True
+
+
+def follow_rule(box: str, rule: float) -> None:
+    """A knob that starts from the engine's rule for the GPU and count: while it holds the rule's last value it
+    takes the new rule's (SGLang's fraction on 4 GPUs), and a value the user typed stays through any change of
+    GPU or count. Its key never names the count: a key per count (the box before) made a new, empty box whenever
+    the count changed or was refused, and the value typed in the old one was forgotten."""
+    ruled = f"{box}.rule"
+    last = st.session_state.get(ruled)
+    if last is not None and last != rule and st.session_state.get(box) == last:
+        st.session_state[box] = rule  # before the box is drawn in this run, so Streamlit takes it
+    st.session_state[ruled] = rule
 
 
 def price_input(container, key: str, gpu: GPUSpec) -> tuple[float | None, bool]:
