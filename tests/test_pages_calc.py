@@ -68,7 +68,8 @@ def _bound(at):
 
 def test_default_answers_t4_gpt_neo_2_7b_8_users_1024_tokens():
     at = _run(CALC)
-    assert "TPOT, decode step, hf estimate" in [m.label for m in at.metric]  # an estimate by default
+    # an estimate by default, its headline the time per output token at the load asked
+    assert "Time per output token at 8 users, hf estimate" in [m.label for m in at.metric]
     assert any("AWS" in c.value for c in at.caption)  # the T4's published price, with its provider
     at = _bound(at)
     # 24, not the 23 of 16e9 decimal bytes: the driver reports 15,360 MiB for a T4
@@ -161,7 +162,7 @@ def test_cost_is_priced_at_the_gpus_needed_when_it_does_not_fit():
     priced = next(m for m in at.metric if m.label.startswith("$ per million output tokens at "))
     n = int(priced.label.split(" at ")[1].split()[0])
     assert f"GPUs needed: {n}." in at.error[0].value and n > 1 and _metric(at, "GPUs needed") == str(n)
-    tpot = next(m for m in at.metric if m.label.startswith("TPOT"))
+    tpot = next(m for m in at.metric if m.label.startswith("Time per output token"))
     assert tpot.label.endswith(f"at the {n} GPUs it needs"), tpot.label
 
 
@@ -336,12 +337,12 @@ def test_a_serving_engine_sizes_the_cache_as_it_allocates_and_gives_the_launch_c
     codes = [c.value for c in at.code]
     assert any(c.startswith("vllm serve EleutherAI/gpt-neo-2.7B") for c in codes)
     assert any("sglang.launch_server" in c for c in codes)
-    tpot = next(m for m in at.metric if m.label.startswith("TPOT, decode step, vllm estimate"))
+    tpot = next(m for m in at.metric if m.label.startswith("Time per output token at 8 users, vllm estimate"))
     # the interval beside the central estimate (a tile's note is cut at its width: the bound has its own line)
     from engine.calc.efficiency import INTERVAL_LEVEL
 
     assert tpot.delta.startswith(f"{INTERVAL_LEVEL}: ")  # the interval's nominal level, as the fit states it
-    assert any(c.value.startswith("Physical bounds (every roof reached): TPOT ≥ ") for c in at.caption)
+    assert any(c.value.startswith("Physical bounds (every roof reached): decode step ≥ ") for c in at.caption)
 
 
 def test_the_price_follows_the_selected_gpu_with_its_source():
@@ -444,7 +445,7 @@ def test_a_plan_that_needs_more_gpus_says_which_gpus_each_tile_is_for():
     assert "KV cache vllm allocates on the 1 GPU asked" in labels
     assert "Max batch at 1,024 tokens on the 1 GPU asked" in labels
     assert any(lbl.startswith("Max tokens at batch") and lbl.endswith("on the 1 GPU asked") for lbl in labels)
-    assert any("GPUs it needs" in lbl for lbl in labels if lbl.startswith("TPOT"))
+    assert any("GPUs it needs" in lbl for lbl in labels if lbl.startswith("Time per output token"))
     at.number_input(key="calc.gpus").set_value(2).run()  # it fits: no qualifier
     assert "KV cache vllm allocates" in [m.label for m in at.metric]
 
@@ -834,7 +835,14 @@ def test_the_report_carries_the_answer_tiles_and_the_launch_command():
     page = export.build_html("Memory and cost", export_parts(answer))
     est = answer.est
     assert est.launch is not None and est.speed is not None
-    for figure in ("GPUs needed", "TTFT, one request", "TPOT", "$ per hour", "Throughput"):
+    for figure in (
+        "GPUs needed",
+        "TTFT, one request",
+        "Time per output token at 16 users",
+        "Decode step alone",
+        "$ per hour",
+        "Throughput",
+    ):
         assert f"<td>{figure}</td>" in page
     assert "vllm serve meta-llama/Meta-Llama-3-8B" in page
 
@@ -896,23 +904,45 @@ def test_a_max_model_len_shorter_than_one_request_is_refused_on_the_page_and_the
     assert code == 2 and "shorter than one request" in json.loads(capsys.readouterr().out)["error"]
 
 
-def test_the_time_per_token_a_user_sees_at_the_load_is_said_beside_the_decode_step(capsys):
-    """The engineer's walk: the headline TPOT (15.2 ms, the decode step alone) read as what a user sees at 50 users,
-    where the request-time tile's small print said 23.8 ms and the simulator 23.4 ms; the command line's text never
-    said it."""
+def test_the_time_per_token_a_user_sees_at_the_load_is_the_headline_and_the_decode_step_is_labelled(capsys):
+    """The engineer's walks: the big tile said 'TPOT, decode step' 15.4 ms while what each of 50 users sees is 24 ms,
+    said only in small grey text (and before that, nowhere; the command line's text never said it). The headline
+    tile is now the time per output token at the load asked, with its interval; the decode step alone is a labelled
+    figure under the tiles; every sentence that quotes them gives the same numbers."""
+    from dataclasses import replace
+
     from engine.calc import format as fmt
+    from engine.calc.efficiency import INTERVAL_LEVEL
+    from engine.calc.report import estimate
+    from engine.calc.specs import gpu_spec, model_preset
     from engine.cli import main
 
     at = _run(CALC)
-    est = _page_default_estimate()
-    assert est.speed is not None and est.tpot_at_load_s > est.speed.tpot_s.central
-    line = next(c.value for c in at.caption if c.value.startswith("Per output token at this load"))
-    assert fmt.seconds(est.tpot_at_load_s) in line and fmt.seconds(est.speed.tpot_s.central) in line
+    at.number_input(key="calc.batch").set_value(50).run()
+    assert not at.exception
+    base = _page_default_estimate()
+    est = estimate(model_preset("gpt-neo-2.7b"), gpu_spec("t4"), replace(base.inputs, batch=50))
+    sp = est.speed
+    assert sp is not None and est.tpot_at_load_s > sp.tpot_s.central
+    tile = next(m for m in at.metric if m.label.startswith("Time per output token at 50 users, hf estimate"))
+    assert tile.value == fmt.seconds(est.tpot_at_load_s)
     # with its interval (the second walk: only the decode step had one), the throughput's read as a time
     lo, hi = est.tpot_at_load_interval
-    rate = est.speed.output_tokens_per_s
+    rate = sp.output_tokens_per_s
     assert lo < est.tpot_at_load_s < hi and hi / lo == pytest.approx(rate.high / rate.low)
-    assert f"{fmt.seconds(lo)}–{fmt.seconds(hi)}" in line
+    assert tile.delta == f"{INTERVAL_LEVEL}: {fmt.seconds(lo)}–{fmt.seconds(hi)}"
+    assert not any(m.label.startswith("TPOT") for m in at.metric)  # one headline, not two figures called TPOT
+    step = next(c.value for c in at.caption if c.value.startswith("Decode step alone: "))
+    assert step.startswith(
+        f"Decode step alone: {fmt.seconds(sp.tpot_s.central)} ({INTERVAL_LEVEL}: {fmt.seconds(sp.tpot_s.low)}–"
+    )
+    assert f"The time per output token above ({fmt.seconds(est.tpot_at_load_s)})" in step
+    # the request-time tile and every help text say the same two numbers, and none calls the step 'the TPOT tile'
+    request = next(m for m in at.metric if m.label.startswith("Time per request at this load"))
+    assert fmt.seconds(est.tpot_at_load_s) in request.delta
+    assert fmt.seconds(sp.tpot_s.central) in (request.help or "")
+    words = [c.value for c in at.caption] + [m.value for m in at.markdown] + [m.help or "" for m in at.metric]
+    assert not any("TPOT tile" in w for w in words)
     argv = ["estimate", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--engine", "vllm", "--batch", "50"]
     assert main(argv) == 0
     assert "at this load" in capsys.readouterr().out

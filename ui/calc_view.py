@@ -180,6 +180,11 @@ def _where(est: Estimate) -> str:
     return f" at the {est.priced_gpus:,} GPUs it needs"
 
 
+def per_token_label(batch: int) -> str:
+    """The headline speed figure's name: the time per output token a user sees at the load asked."""
+    return f"Time per output token at {batch:,} {'user' if batch == 1 else 'users'}"
+
+
 def speed_tiles(est: Estimate) -> None:
     """TPOT, the first token and throughput: the calibrated fit, an engine's fitted estimate with its interval,
     or the physical bound. With a serving engine's estimate TTFT is one request's at the load asked (in parts)
@@ -193,20 +198,29 @@ def speed_tiles(est: Estimate) -> None:
         return f"{level}: {fmt.seconds(iv.low)}–{fmt.seconds(iv.high)}" if iv else f"{bound}-bound"
 
     k = st.columns(3)
-    tpot = sp.tpot_s if sp else (cal.tpot if cal else None)
-    note_metric(
-        k[0],
-        ("TPOT, decode step" if sp else "TPOT") + kind,
-        fmt.seconds(tpot.central if sp and tpot else t.decode_s_per_token),
-        band(tpot, t.decode_step.bound),
-        help=(
-            f"One decode step for the {users} users, the other users' prompts left out: at this load a user sees "
-            f"{fmt.seconds(est.tpot_at_load_s)} per token once they are counted (the request-time tile). "
-            if sp
-            else ""
+    if (
+        sp is not None
+    ):  # a user's time per token at this load is the headline; the decode step is its lower part
+        at_load = est.tpot_at_load_interval
+        note_metric(
+            k[0],
+            per_token_label(i.batch) + kind,
+            fmt.seconds(est.tpot_at_load_s),
+            f"{level}: {fmt.seconds(at_load[0])}–{fmt.seconds(at_load[1])}" if at_load else None,
+            help=f"What each user sees per token after their first at this load (vLLM's TPOT: (request time - first "
+            f"token) / (output - 1)): every round of a steady load carries the other users' prompts as well as the "
+            f"decode step of the {users} users ({fmt.seconds(sp.tpot_s.central)} alone, said under the tiles). The "
+            "interval is the throughput's, read as a time.",
         )
-        + memory.formula_of(timing.estimate_timing),
-    )
+    else:
+        tpot = cal.tpot if cal else None
+        note_metric(
+            k[0],
+            "TPOT" + kind,
+            fmt.seconds(t.decode_s_per_token),
+            band(tpot, t.decode_step.bound),
+            help=memory.formula_of(timing.estimate_timing),
+        )
     if sp is not None:
         note_metric(
             k[1],
@@ -236,25 +250,10 @@ def speed_tiles(est: Estimate) -> None:
         help="batch x output tokens / generation time, over every replica",
     )
     if sp is not None:
-        st.caption(
-            f"Per output token at this load: {fmt.seconds(est.tpot_at_load_s)}"
-            + (
-                f" ({INTERVAL_LEVEL}: {fmt.seconds(est.tpot_at_load_interval[0])}–"
-                f"{fmt.seconds(est.tpot_at_load_interval[1])}, the throughput's interval)"
-                if est.tpot_at_load_interval
-                else ""
-            )
-            + (
-                f", what each of the {users} users of a replica sees (the {i.batch} over {est.replicas} replicas) "
-                if est.replicas > 1
-                else f", what each of the {users} users sees "
-            )
-            + "once the steps that carry the other users' prompts are counted; the TPOT tile is the decode step "
-            + f"alone ({fmt.seconds(sp.tpot_s.central)})."
-        )
+        st.caption(decode_step_sentence(est, users, level))
         st.caption(ttft_sentence(sp, users))
         st.caption(
-            f"Physical bounds (every roof reached): TPOT ≥ {fmt.seconds(sp.tpot_s.bound)}, first token ≥ "
+            f"Physical bounds (every roof reached): decode step ≥ {fmt.seconds(sp.tpot_s.bound)}, first token ≥ "
             f"{fmt.seconds(sp.ttft_s.bound)}, throughput ≤ {sp.output_tokens_per_s.bound * est.replicas:,.0f} tok/s."
         )
         published_runs(est)
@@ -311,6 +310,22 @@ def source_link(source: str) -> str:
         return source
     repo, commit, path = m.groups()
     return f"[{repo} on GitHub, at commit {commit[:7]}](https://github.com/{repo}/blob/{commit}/{path})"
+
+
+def decode_step_sentence(est: Estimate, users: int, level: str) -> str:
+    """The decode step alone, labelled, under the tiles: the part of the time per output token that is one step of
+    every user's token, the other users' prompts left out (the figure the fit predicts and published batch-1 TPOTs
+    are measured against)."""
+    sp, i = est.speed, est.inputs
+    assert sp is not None
+    step = sp.tpot_s
+    replicas = f" of a replica (the {i.batch:,} over {est.replicas} replicas)" if est.replicas > 1 else ""
+    return (
+        f"Decode step alone: {fmt.seconds(step.central)} ({level}: {fmt.seconds(step.low)}–"
+        f"{fmt.seconds(step.high)}), one step that gives each of the {users:,} users{replicas} a token, with the "
+        f"other users' prompts left out. The time per output token above ({fmt.seconds(est.tpot_at_load_s)}) adds "
+        "the share of the steps that carry those prompts: it is what a user sees at this load."
+    )
 
 
 def ttft_sentence(sp: SpeedEstimate, users: int) -> str:
@@ -383,9 +398,9 @@ def cost_and_plan_tiles(est: Estimate, *, cpu: bool = False) -> None:
 def request_time_tile(container, est: Estimate) -> None:
     """One request's time from its first prompt token to its last output token at the load asked. Without a serving
     engine's estimate: the batch's prefill (every prompt at once, the TTFT tile) + (output - 1) x TPOT. With one, the
-    TTFT tile is one request's and the TPOT tile the decode step alone, while each round of a steady load carries
-    every user's prompt: the request time is the batch's prefill + (output - 1) x the decode step, and the tile
-    says the time per token a user sees once the others' prompts are counted."""
+    TTFT tile is one request's, while each round of a steady load carries every user's prompt: the request time is
+    the batch's prefill + (output - 1) x the decode step, and the time per output token tile is what a user sees
+    once the others' prompts are counted (the decode step alone is said under the speed tiles)."""
     t, sp, o = est.timing, est.speed, est.inputs.output_tokens
     if sp is None or o < 2:
         container.metric("Time per request", fmt.seconds(t.generation_s), help="TTFT + (output - 1) x TPOT")
@@ -399,8 +414,8 @@ def request_time_tile(container, est: Estimate) -> None:
         help=f"Every user's prompt is prefilled once per round: a request's fixed cost + the batch's prefill "
         f"({fmt.seconds(t.prefill_s)}) + (output - 1) x the decode step ({fmt.seconds(t.decode_s_per_token)}). Spread over a request's "
         f"{o - 1} later tokens, after its own first token ({fmt.seconds(sp.ttft_s.central)}), that is "
-        f"{fmt.seconds(seen)} per token, the TPOT a user sees at this load (the TPOT tile is the decode step "
-        "alone). The throughput tile counts the same time.",
+        f"{fmt.seconds(seen)} per token, the time per output token tile (the decode step alone is "
+        f"{fmt.seconds(sp.tpot_s.central)}). The throughput tile counts the same time.",
     )
 
 
@@ -680,7 +695,7 @@ def _shape_rows(shapes) -> list[dict]:
 
 def headline_rows(est: Estimate) -> list[dict]:
     """The answer's tiles as table rows for the report: the same figures, each with its interval or note."""
-    t, sp = est.timing, est.speed
+    t, sp, at_load = est.timing, est.speed, est.tpot_at_load_interval
 
     def iv(x: Interval | None, show: Callable[[float], str]) -> str:
         return f"{INTERVAL_LEVEL}: {show(x.low)} to {show(x.high)}" if x is not None else ""
@@ -693,10 +708,19 @@ def headline_rows(est: Estimate) -> list[dict]:
             fmt.gb(est.memory.kv_cache_bytes),
             f"{est.memory.kv_bytes_per_token:,.0f} B per token",
         ),
-        (
-            "TPOT",
-            fmt.seconds(sp.tpot_s.central if sp else t.decode_s_per_token),
-            iv(sp and sp.tpot_s, fmt.seconds),
+        *(
+            [
+                (
+                    per_token_label(est.inputs.batch),
+                    fmt.seconds(est.tpot_at_load_s),
+                    f"{INTERVAL_LEVEL}: {fmt.seconds(at_load[0])} to {fmt.seconds(at_load[1])}"
+                    if at_load
+                    else "",
+                ),
+                ("Decode step alone", fmt.seconds(sp.tpot_s.central), iv(sp.tpot_s, fmt.seconds)),
+            ]
+            if sp
+            else [("TPOT", fmt.seconds(t.decode_s_per_token), "")]
         ),
         (
             "TTFT, one request" if sp else "TTFT, the batch together",
