@@ -184,3 +184,24 @@ def test_a_race_run_shows_its_clock_and_survives_a_reload(dashboard, browser):
     page.get_by_text("kept across the page reload").first.wait_for()
     page.get_by_role("heading", name="Race (this machine)").wait_for()
     page.close()
+
+
+def test_a_whole_number_typed_as_1e9_is_refused_not_read_as_1(dashboard, browser):
+    """'1e9' typed in Batch (concurrent users) became 1 user, silently: the browser side read an integer box's text
+    with parseInt. The box is read as a number now, and a billion users is refused with the field's range."""
+    from bench.tour import idle
+
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.set_default_timeout(300_000)  # guards against a hang on a busy machine, not speed claims
+    page.goto(f"{dashboard}/Memory_and_cost")
+    box = page.get_by_role("spinbutton", name="Batch (concurrent users)", exact=True)
+    box.wait_for(timeout=240_000)
+    idle(page, 300)
+    assert box.input_value() == "8"  # a whole number shown without decimals
+    box.fill("1e9")
+    box.press("Enter")
+    page.get_by_text("must be a positive whole number up to 1,000,000, got 1000000000").first.wait_for()
+    idle(page, 300)
+    assert box.input_value() == "1000000000"
+    assert page.locator('[data-testid="stMetric"]').count() == 0  # nothing answered with 1 user or the old 8
+    page.close()

@@ -1259,3 +1259,26 @@ def test_a_refused_gpu_count_never_clears_the_gpu_memory_utilization():
         at.number_input(key="calc.gpus").set_value(n).run()
         assert _utilization(at).value == 0.8, n
     assert "--gpu-memory-utilization 0.8" in _launch(at)
+
+
+def test_a_whole_number_box_reads_1e9_as_a_billion_and_refuses_it():
+    """'1e9' typed in Batch (concurrent users) became 1 user, silently: Streamlit's browser side reads an integer
+    box's text with parseInt ('1e9' -> 1). A whole-number field is a float box now (shown without decimals), so the
+    browser hands over 1,000,000,000, and it is refused with the allowed range, as any number out of range is."""
+    from streamlit.proto.NumberInput_pb2 import NumberInput as NumberInputProto
+
+    at = _run(CALC)
+    box = at.number_input(key="calc.batch")
+    assert box.proto.data_type == NumberInputProto.FLOAT  # parsed with parseFloat in the browser
+    assert box.proto.format == "%g" and box.proto.step == 1  # '8', not '8.00'
+    box.set_value(1e9).run()
+    said = [e.value for e in at.error]
+    assert said == [
+        "Batch (concurrent users) must be a positive whole number up to 1,000,000, got 1000000000: nothing runs "
+        "with it until it is changed."
+    ]
+    assert not any(m.label == "GPUs needed" for m in at.metric)  # no answer with 1 user nor the old 8
+    at.number_input(key="calc.batch").set_value(2.5).run()
+    assert any("must be a whole number, got 2.5" in e for e in [e.value for e in at.error])
+    at.number_input(key="calc.batch").set_value(16).run()
+    assert not at.error and any(m.label.startswith("Time per output token at 16 users") for m in at.metric)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 import streamlit as st
@@ -158,21 +159,30 @@ def spec_input(
         )
     # started from the session, not from `value`: a box Streamlit draws with a value puts that value back when it
     # is emptied (letters typed, then Enter: 50 users became the default 8, silently); drawn without one, an empty
-    # box reads None and is said below
+    # box reads None and is said below. A whole-number field is a float box too (step 1, shown without decimals):
+    # the browser reads an int box's text with parseInt, so '1e9' users arrived as 1 and '2.5' as 2; read as a
+    # number, they are refused below with the field's range.
     if key not in st.session_state:
-        st.session_state[key] = int(default) if kind is int else float(default)
+        st.session_state[key] = float(default)
+    if kind is int:
+        kwargs = {"step": 1.0, "format": "%g", **kwargs}
+        kwargs["step"] = float(kwargs["step"])
     number = container.number_input(
         label,
         value=None,
         key=key,
         help=f"{help_text} ({span})",
-        **{"placeholder": digits_only(span), **({"step": 1} if kind is int else {}), **kwargs},
+        **{"placeholder": digits_only(span), **kwargs},
     )
     if number is None:
         said = f"{label} is empty (a number box takes digits only): type {span}"
         container.error(f"{said}: nothing runs until it is given.")
         st.session_state.setdefault(REFUSALS, []).append(said)
         return None
+    if kind is int and math.isfinite(number) and float(number).is_integer():
+        number = int(
+            number
+        )  # the field's own kind; '2.5' and 'inf' stay as typed and are refused as not whole
     why = spec.problem(name, number, label=label, lo=lo, hi=hi)
     if why:
         refuse(container, why)
