@@ -144,3 +144,57 @@ def test_hub_id_offline_points_to_the_shipped_variant_and_a_shipped_name_needs_n
     assert "ships the config" not in str(exc.value)
     assert hub_spec("llama-3.1-8b-instruct").name == "meta-llama/Llama-3.1-8B-Instruct"
     assert hub_spec("llama-3-8b").n_layer == 32  # a calculator preset by its name, as --model takes it
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "https://huggingface.co/meta-llama/Llama-3.1-8B-Instruct",
+        "https://huggingface.co/meta-llama/Llama-3.1-8B-Instruct/",
+        "https://huggingface.co/meta-llama/Llama-3.1-8B-Instruct/tree/main",
+        "https://huggingface.co/meta-llama/Llama-3.1-8B-Instruct/blob/main/config.json",
+        "huggingface.co/meta-llama/Llama-3.1-8B-Instruct?library=transformers",
+        "  http://www.huggingface.co/meta-llama/Llama-3.1-8B-Instruct#model-card ",
+        "https://hf.co/meta-llama/Llama-3.1-8B-Instruct",
+        "meta-llama/Llama-3.1-8B-Instruct",
+    ],
+)
+def test_a_hub_address_reads_as_its_owner_and_name(text):
+    """A model's page address pasted from the browser was refused as 'not a hub id' on the page and the command
+    line; the engine reads it as owner/name, and a shipped config needs nothing fetched."""
+    from engine.arch.hub import hub_repo_id
+    from engine.arch.resolve import hub_spec
+    from engine.calibration import resolve_model_spec
+
+    assert hub_repo_id(text) == "meta-llama/Llama-3.1-8B-Instruct"
+    assert hub_spec(text).name == resolve_model_spec(text).name == "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def test_a_hub_address_that_names_no_model_is_refused_with_what_to_give():
+    from engine.arch.hub import config_from_hub, hub_repo_id
+    from engine.core.errors import InvalidParameterError
+
+    for text, what in (
+        ("https://huggingface.co/datasets/HuggingFaceFW/fineweb", "a dataset"),
+        ("https://huggingface.co/spaces/owner/app", "a Space"),
+        ("https://huggingface.co/meta-llama", "an owner's page"),
+        ("https://huggingface.co/", "the hub's front page"),
+    ):
+        with pytest.raises(
+            InvalidParameterError, match=f"is {what}, not a model's page: give a model's address"
+        ):
+            hub_repo_id(text)
+    with pytest.raises(InvalidParameterError, match="a Space"):
+        config_from_hub("https://huggingface.co/spaces/owner/app")
+    assert hub_repo_id("gpt-neo-2.7b") == "gpt-neo-2.7b"  # a preset's name is left as it is
+
+
+def test_the_command_line_takes_a_hub_address(capsys):
+    import json
+
+    from engine.cli import main
+
+    url = "https://huggingface.co/meta-llama/Llama-3.1-8B-Instruct/tree/main"
+    assert main(["estimate", "--model", url, "--gpu", "h100-sxm", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["model"] == out["model_id"] == "meta-llama/Llama-3.1-8B-Instruct" and out["fits"] is True

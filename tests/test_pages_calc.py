@@ -1305,3 +1305,21 @@ def test_the_track_records_targets_are_drawn_whole_in_cells_that_wrap():
     assert list(verdicts["target"]) == targets and len(targets) == len(TARGETS)
     assert any(t.endswith("median width <= 1.6x") for t in targets)  # the one that was cut
     assert all("target" not in d.value.columns for d in at.dataframe)
+
+
+def test_a_hub_address_pasted_in_the_hub_id_box_reads_as_its_id(monkeypatch):
+    """A hub URL pasted into the hub-id box was refused ('is not a hub id'); it reads as its owner/name now (the
+    engine trims it, so the command line takes it too), and the page says what it read."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a config the lab ships: nothing fetched
+    at = _run(CALC)
+    at.radio(key="calc.source").set_value("hub id").run()
+    at.text_input(key="calc.hub").set_value(
+        "https://huggingface.co/meta-llama/Llama-3.1-8B-Instruct/tree/main"
+    ).run()
+    assert not at.exception
+    assert not [
+        e.value for e in at.error if "hub id" in e.value or "Does not fit" not in e.value
+    ]  # an answer
+    assert "Read as meta-llama/Llama-3.1-8B-Instruct." in [c.value for c in at.caption]
+    assert any(m.label == "GPUs needed" for m in at.metric)
+    assert at.subheader and any("Llama-3.1-8B-Instruct" in h.value for h in at.subheader)

@@ -7,6 +7,7 @@ from typing import TypeVar
 
 import streamlit as st
 
+from engine.arch.hub import hub_repo_id
 from engine.arch.resolve import hub_presets
 from engine.calc.memory import param_count
 from engine.calc.specs import ARCH_TRAITS, ModelSpec, load_model_presets, spec_from_numbers
@@ -151,16 +152,20 @@ def model_input(key: str, *, default: str = "gpt-neo-2.7b") -> ModelSpec | None:
         if source == "config.json":
             return config_input(key)
         if source == "hub id":
-            repo = st.text_input(
+            typed = st.text_input(
                 "Hub id (config.json only)",
                 value=_kept(f"{key}.hub", ""),
                 placeholder="EleutherAI/gpt-neo-125m",
                 key=f"{key}.hub",
+                help="owner/name, or the model's page address (https://huggingface.co/owner/name).",
             ).strip()
-            _keep(f"{key}.hub", repo)
-            if not repo:
+            _keep(f"{key}.hub", typed)
+            if not typed:
                 st.info("Type a hub id; only its config.json is fetched (or read from the local cache).")
                 return None
+            repo = hub_repo_id(typed)  # a page address pasted from the browser reads as its owner/name
+            if repo != typed:
+                st.caption(f"Read as {repo}.")
             spec = cached_preset_spec(repo) if repo in hub_presets() else cached_hub_spec(repo)
             st.caption(_count_caption(spec))
             return spec

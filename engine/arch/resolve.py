@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
+from engine.arch.hub import hub_repo_id
 from engine.calc import published
 from engine.calc.hf_config import spec_from_hf_config
 from engine.calc.specs import DATA_DIR, THIS_MACHINE, GPUSpec, ModelSpec, model_preset
@@ -98,7 +99,9 @@ def spec_for_run_model(name: str) -> ModelSpec | None:
 def resolve_model_spec(name: str) -> ModelSpec:
     """A calculator preset (gpt-neo-2.7b, llama-2-7b...), a model the engine loads (smollm2-135m-instruct,
     gpt-neo-125m-random...), a published config by its hub id (meta-llama/Llama-3.1-8B-Instruct...) or any other
-    hub id (owner/name: its config.json only, from the hub or the local cache)."""
+    hub id (owner/name: its config.json only, from the hub or the local cache), or a model's page address on the hub
+    (read as its owner/name)."""
+    name = hub_repo_id(name)
     try:
         return model_preset(name)
     except UnknownModelError as exc:
@@ -120,16 +123,18 @@ def resolve_model_spec(name: str) -> ModelSpec:
 def hub_spec(repo_id: str) -> ModelSpec:
     """A hub id's spec: a model whose config.json the lab ships (its id in any case, or its name alone, as the
     command line takes it) from there; else its config.json from the hub or the local cache, and offline, the
-    shipped config of a variant with the same layers (`near_preset`) named in the refusal."""
+    shipped config of a variant with the same layers (`near_preset`) named in the refusal. A model's page address
+    (https://huggingface.co/owner/name/tree/main) reads as its owner/name (`hub_repo_id`)."""
     from engine.arch.hub import spec_from_hub
     from engine.core.errors import HubUnreachableError
 
-    known = hub_preset_id(repo_id.strip())
+    repo_id = hub_repo_id(repo_id)
+    known = hub_preset_id(repo_id)
     if known is not None:
         return hub_preset_spec(known)
     if "/" not in repo_id:  # a name the command line takes (llama-3-8b): a preset, not a hub id
         try:
-            return model_preset(repo_id.strip())
+            return model_preset(repo_id)
         except UnknownModelError:
             pass
     try:
