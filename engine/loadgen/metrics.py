@@ -75,6 +75,17 @@ def good(r: RequestRecord, slo: SLO) -> bool:
     return slo.e2e_s is None or r.e2e_s <= slo.e2e_s
 
 
+def attainment(records: Sequence[RequestRecord], slo: SLO) -> float:
+    """The share of requests within every SLO set (`good`); 0 for none."""
+    return sum(good(r, slo) for r in records) / len(records) if records else 0.0
+
+
+def meets(records: Sequence[RequestRecord], slo: SLO) -> bool:
+    """Whether a run meets the SLOs: at least `min_attainment` of its requests good (RunMetrics.meets_slo, without
+    the percentiles: the simulator's solvers ask it of thousands of runs)."""
+    return bool(records) and attainment(records, slo) >= slo.min_attainment
+
+
 def summarize(
     records: Sequence[RequestRecord],
     *,
@@ -90,7 +101,7 @@ def summarize(
     wall = (max(ends) - min(starts)) if ends else math.nan
     out_tokens = sum(r.output_tokens for r in done)
     n_good = sum(good(r, slo) for r in records)
-    attainment = n_good / len(records) if records else 0.0
+    share = attainment(records, slo)
     sources = {r.tokens_from_usage for r in done}
     counted = "mixed" if len(sources) > 1 else ("server usage" if sources == {True} else "content chunks")
     per_user = [1 / r.tpot_s for r in done if math.isfinite(r.tpot_s) and r.tpot_s > 0]
@@ -110,8 +121,8 @@ def summarize(
         itl_s=dist([g for r in done for g in r.itls]),
         e2e_s=dist([r.e2e_s for r in done]),
         goodput_rps=n_good / wall if wall and wall > 0 else 0.0,
-        slo_attainment=attainment,
-        meets_slo=bool(records) and attainment >= slo.min_attainment,
+        slo_attainment=share,
+        meets_slo=meets(records, slo),
         tokens_counted_by=counted,
         prompt_tokens_median=stats.median([r.prompt_tokens for r in done]) if done else math.nan,
         first_error=next((f"{r.error}: {r.detail}" for r in records if not r.ok), ""),

@@ -23,7 +23,8 @@ from engine.calc.specs import THIS_MACHINE, GPUSpec, ModelSpec, gpu_spec
 from engine.core.errors import InvalidParameterError
 from engine.core.interval import Interval
 from engine.core.jsonsafe import to_jsonable
-from engine.loadgen.metrics import RunMetrics, summarize
+from engine.loadgen.client import RequestRecord
+from engine.loadgen.metrics import RunMetrics, meets, summarize
 from engine.loadgen.sweep import SweepResult, to_json
 from engine.loadgen.workload import SLO, LoadSpec, PlannedRequest, plan
 from engine.simulate.clock import SimRequest, run
@@ -265,6 +266,30 @@ def run_level(
 ) -> RunMetrics:
     """One level of the sweep: the workload through the virtual scheduler, summarised as the load generator does
     (fixed users start `stagger_s` apart; the first `skip` requests are left out of the figures)."""
+    records = _counted(d, load, reqs, which, stagger_s, skip)
+    m = summarize(records, level=load.level, mode=load.mode, slo=slo)
+    return steady_rates(m, load) if skip and load.mode == "concurrency" else m
+
+
+def level_meets(
+    d: Deployment,
+    load: LoadSpec,
+    reqs: Sequence[SimRequest],
+    slo: SLO,
+    which: str = "central",
+    *,
+    stagger_s: float = 0.0,
+    skip: int = 0,
+) -> bool:
+    """run_level(...).meets_slo without the figures (their percentiles over every token's gap took half of a
+    solver's probe): the solvers ask only whether a level meets the SLOs."""
+    return meets(_counted(d, load, reqs, which, stagger_s, skip), slo)
+
+
+def _counted(
+    d: Deployment, load: LoadSpec, reqs: Sequence[SimRequest], which: str, stagger_s: float, skip: int
+) -> list[RequestRecord]:
+    """The level's records through the virtual scheduler, the first `skip` (the ramp) left out."""
     records = run(
         reqs,
         d.limits,
@@ -273,8 +298,7 @@ def run_level(
         which=which,
         stagger_s=stagger_s,
     )
-    m = summarize([r for r in records if r.index >= skip], level=load.level, mode=load.mode, slo=slo)
-    return steady_rates(m, load) if skip and load.mode == "concurrency" else m
+    return [r for r in records if r.index >= skip]
 
 
 def steady_rates(m: RunMetrics, load: LoadSpec) -> RunMetrics:
