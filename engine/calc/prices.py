@@ -19,6 +19,7 @@ class Price:
     date: str
     source: str
     quote: str
+    instance_gpus: int = 1  # GPUs of the instance the quote prices (a 1-GPU droplet, an 8-GPU node)
 
     @property
     def label(self) -> str:
@@ -34,7 +35,13 @@ def prices() -> dict[str, Price]:
         raw = tomllib.load(f)
     return {
         key: Price(
-            key, float(r["usd_per_gpu_hour"]), r["provider"], str(r["date"]), r["source"], r.get("quote", "")
+            key,
+            float(r["usd_per_gpu_hour"]),
+            r["provider"],
+            str(r["date"]),
+            r["source"],
+            r.get("quote", ""),
+            int(r.get("instance_gpus", 1)),
         )
         for key, r in raw.items()
         if isinstance(r, dict) and "usd_per_gpu_hour" in r
@@ -45,3 +52,17 @@ def price_for(gpu_key: str) -> Price | None:
     """The published price of a catalogue GPU (the book's T4 is the datasheet T4's card), or None."""
     table = prices()
     return table.get(gpu_key) or table.get({"t4-datasheet": "t4", "t4": "t4-datasheet"}.get(gpu_key, ""))
+
+
+def instance_words(gpu_key: str, gpus: int, name: str) -> str:
+    """A sentence where a server of `gpus` GPUs is priced from a quote for a smaller instance (every row of the price
+    data is a 1-GPU offering): that many times its rate, with no offering of that size behind it; empty where the
+    quote's instance holds the GPUs or the GPU has no published price."""
+    p = price_for(gpu_key)
+    if p is None or gpus <= p.instance_gpus:
+        return ""
+    return (
+        f"{gpus} x {name} is priced as {gpus} x the {p.instance_gpus}-GPU rate of {p.provider} "
+        f"(${p.usd_per_gpu_hour:g} per GPU-hour); the price data has no {gpus}-GPU offering of this GPU, and one "
+        "whose GPUs are linked for tensor parallel may cost more per GPU or not be offered."
+    )
