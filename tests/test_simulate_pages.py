@@ -178,6 +178,11 @@ def test_the_cheapest_answer_searches_the_gpus_picked_and_names_its_plan_in_the_
     runner = at.session_state["calc.solve.answer"].details["runner_up"]
     assert runner is not None and runner["sentence"].startswith("Runner-up: ")
     assert runner["sentence"] in [m.value for m in at.markdown]
+    # the plan with margin, searched again at the slow step times, in its own line under the tile
+    margin = at.session_state["calc.solve.answer"].details["margin_plan"]
+    assert margin["sentence"].startswith("A plan with margin") and margin["sentence"] in [
+        m.value for m in at.markdown
+    ]
     at.multiselect(key="calc.solve.gpus").set_value([]).run()
     assert any("Pick at least one GPU" in i.value for i in at.info)
 
@@ -270,3 +275,38 @@ def test_the_cheapest_answer_shows_why_a_larger_split_holds_fewer_users():
     shown = [m.value for m in at.markdown]
     assert why in shown and "Runner-up: words." in shown
     assert shown.index("Runner-up: words.") < shown.index("Cheapest: words.") < shown.index(why)
+
+
+def test_the_cheapest_answer_shows_its_plan_with_margin():
+    """The engineer's walk: '$13.96 to $111.68, 8.00x wide' under the cheapest plan, the same plan with more
+    replicas at the slow step times. The tile now says the plan with margin and its price, the line under it says
+    what it is."""
+    from engine.core.interval import Interval
+    from engine.simulate.solve import Answer
+    from ui.simulate_widgets import answer_figures
+
+    row = {"gpu": "h100-sxm", "name": "H100 SXM", "gpus": 4, "replicas": 1, "usd_per_gpu_hour": 3.49,
+           "users_per_replica": 50, "usd_per_hour": 13.96}  # fmt: skip
+    words = "A plan with margin, the cheapest that still meets the objectives with every step at the slow end: words."
+    margin = {**row, "gpus": 8, "replicas": 2, "users_per_replica": 25, "usd_per_hour": 55.84, "sentence": words,
+              "step_times": "slow end", "launch_command": None, "price_note": ""}  # fmt: skip
+    answer = Answer("cheapest", Interval(13.96, 13.96, 55.84), "USD per hour", "Cheapest: words.", {
+        "best": row, "simulated": [row], "runner_up": None, "price_source": "list price", "launch_command": None,
+        "larger_split_holds_fewer": [], "margin_plan": margin,
+    })  # fmt: skip
+    assert answer_figures(answer) == ("$13.96 per hour", "with margin: $55.84 (2 replicas of 8 x H100 SXM)")
+    same = Answer("cheapest", Interval(13.96, 13.96, 13.96), "USD per hour", "", {
+        "best": row, "margin_plan": {**row, "sentence": words}})  # fmt: skip
+    assert answer_figures(same)[1] == "with margin: the same plan meets them at the slow step times"
+    users = Answer("max-users", Interval(78, 121, 144), "users", "", {"ends": {}})
+    assert answer_figures(users) == ("121 users", "78 at the slow step times (margin), 144 at the quick")
+    at = AppTest.from_file(MEMORY, default_timeout=300).run()
+    at.radio(key="calc.solve.q").set_value("cheapest").run()
+    at.session_state["calc.solve.answer"] = answer
+    at.run()
+    assert not at.exception
+    shown = [m.value for m in at.markdown]
+    assert words in shown and shown.index(words) < shown.index("Cheapest: words.")
+    assert [str(m.proto.delta) for m in at.metric if m.label.startswith("Cheapest: ")] == [
+        "with margin: $55.84 (2 replicas of 8 x H100 SXM)"
+    ]

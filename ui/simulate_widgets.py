@@ -394,6 +394,10 @@ def solvers_section(key: str, spec: ModelSpec, gpu: GPUSpec, inputs) -> None:
         label = f"Cheapest: {b['replicas']} replicas of " if b["replicas"] > 1 else "Cheapest: "
         label += f"{b['gpus']} x {b['name']}"
     st.metric(label, value, note, delta_color="off", delta_arrow="off")
+    if q == "cheapest" and answer.details.get("margin_plan"):
+        st.markdown(
+            answer.details["margin_plan"]["sentence"]
+        )  # the plan that meets them at the slow step times
     if q == "cheapest" and answer.details.get("runner_up"):
         st.markdown(answer.details["runner_up"]["sentence"])  # what came second, and why it lost
     st.markdown(answer.sentence)
@@ -419,6 +423,18 @@ def answer_figures(answer: solve.Answer) -> tuple[str, str]:
 
     unit = "per hour" if answer.question == "cheapest" else answer.unit
     value = f"{show(v.central)} {unit}"
+    margin = answer.details.get("margin_plan")
+    if answer.question == "cheapest" and margin is not None:  # the plan with margin, searched at the slow end
+        if margin.get("usd_per_hour") is None:
+            return value, "with margin: no plan meets them at the slow step times"
+        if (margin["gpu"], margin["gpus"], margin["replicas"]) == tuple(
+            answer.details["best"][k] for k in ("gpu", "gpus", "replicas")
+        ):
+            return value, "with margin: the same plan meets them at the slow step times"
+        each = f"{margin['replicas']} replicas of " if margin["replicas"] > 1 else ""
+        return value, f"with margin: {show(v.high)} ({each}{margin['gpus']} x {margin['name']})"
+    if answer.question == "max-users" and "ends" in answer.details and v.low != v.high:
+        return value, f"{show(v.low)} at the slow step times (margin), {show(v.high)} at the quick"
     if v.low == v.high == v.central:
         if answer.question == "max-context":
             return value, "exact: memory arithmetic, no interval"

@@ -69,7 +69,7 @@ def format_text(out: dict) -> str:
 
 def add_solve_arguments(parser) -> None:
     """The inverse questions' flags on the estimate command (which owns the model, GPU, precision and lengths)."""
-    from engine.simulate.solve import QUESTIONS
+    from engine.simulate.solve import CONFIRM_REQUESTS_PER_USER, PROBE_REQUESTS_PER_USER, QUESTIONS
 
     group = parser.add_argument_group("--solve: the inverse questions")
     group.add_argument(
@@ -83,8 +83,10 @@ def add_solve_arguments(parser) -> None:
         "--solve-requests",
         type=int,
         default=SimulateSpec.default("n_requests"),
-        help="simulated requests per probe of max-users and cheapest; a probe of N users uses at least 3N (each "
-        "user's first request is the ramp, left out), and the answer says when it raised this",
+        help="simulated requests per probe of max-users and cheapest; a search probe of N users uses at least "
+        f"{PROBE_REQUESTS_PER_USER}N (each user's first request is the ramp, left out), and the answer says when it "
+        f"raised this; the answer is then confirmed with runs of at least {CONFIRM_REQUESTS_PER_USER}N, long enough "
+        "to reach steady state",
     )
     group.add_argument(
         "--solve-gpus",
@@ -125,7 +127,7 @@ def solve(args) -> dict:
     elif args.solve == "max-users":
         what = (
             f"searching the most users that meet {slo.words() or 'no objective'} on {spec.n_gpus} x {spec.gpu}: "
-            "doubling, then bisecting, with central, slow and quick step times…"
+            "doubling, then bisecting, with central, slow and quick step times, each answer confirmed with longer runs…"
         )
         with progress_lines(what) as progress:
             answer = solver.max_users(spec, slo, progress=progress)
@@ -156,6 +158,26 @@ def solve_text(r: dict) -> str:
         return f"${x:,.2f}" if money else f"{x:,}"
 
     width = f", width {a['width']:.2f}x" if a.get("width") else ""
-    text = f"{r['sentence']}\n  answer {show(a['central'])} {r['unit']} (interval {show(a['low'])} to {show(a['high'])}{width})"
-    command = r.get("details", {}).get("launch_command")
-    return text + (f"\n  launch {command}" if command else "")
+    details = r.get("details", {})
+    if money and details.get("margin_plan"):  # the range's ends are two plans: say which is which
+        span = (
+            f"at the central step times; with margin {show(a['high'])}, the cheapest plan that meets them with every "
+            "step at the slow end of its interval"
+        )
+    else:
+        span = f"interval {show(a['low'])} to {show(a['high'])}{width}"
+    text = f"{r['sentence']}\n  answer {show(a['central'])} {r['unit']} ({span})"
+    ends = details.get("ends")
+    if ends:  # max-users: each end of the interval by the step times that give it
+        text += (
+            f"\n  with every step at the slow end of its interval {show(ends['slow_steps'])} users (the answer with "
+            f"margin); at the quick end {show(ends['quick_steps'])}"
+        )
+    command = details.get("launch_command")
+    text += f"\n  launch {command}" if command else ""
+    margin = details.get("margin_plan")
+    if margin:  # cheapest: the plan that still meets the objectives with every step at its slow end
+        text += f"\n{margin['sentence']}"
+        if margin.get("launch_command"):
+            text += f"\n  launch with margin {margin['launch_command']}"
+    return text

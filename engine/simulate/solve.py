@@ -6,12 +6,17 @@
   block, fit the KV memory less one block (the null block the pool holds back). The interval scales that memory by
   how far vLLM's published KV capacities landed from this calculator's (the track record's kv_cache_tokens rows).
 - max-users: the most users at the SLOs on this deployment: the simulator's knee (engine.simulate), found by
-  doubling the users until a level misses the SLOs and bisecting between; once per end of the step-time interval.
+  doubling the users until a level misses the SLOs and bisecting between with short runs (3 requests per user),
+  then confirmed with runs long enough to reach steady state (20 per user, CONFIRM_REQUESTS_PER_USER says why),
+  walked from the short runs' answer to a level that holds beside one that misses; once per end of the step-time
+  interval, whose slow end is the answer with margin.
 - cheapest: the cheapest GPU type and count for a load of N users at the SLOs: every catalogue GPU with a published
   price (engine/data/prices.toml) at 1, 2, 4 and 8 GPUs in tensor parallel, with as many replicas as the load
-  needs (each replica serving its share of the users); cheapest first, so a configuration whose one replica already
-  costs more than the best found is never simulated. The answer names its runner-up and why it lost, and where a
-  replica of more GPUs holds fewer users than one of fewer GPUs of the same type, why, from each one's decode step.
+  needs (each replica serving its share of the users, confirmed as the most users are); cheapest first, so a
+  configuration whose one replica already costs more than the best found is never simulated. The same search with
+  every step at the slow end of its interval gives a plan with margin, which may be another GPU or count. The
+  answer names its runner-up and why it lost, and where a replica of more GPUs holds fewer users than one of fewer
+  GPUs of the same type, why, from each one's decode step.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from functools import cache
 from engine.calc import format as fmt
 from engine.calc.launch import CAP_FLAG
 from engine.calc.plan import held_at
-from engine.calc.prices import price_for
+from engine.calc.prices import instance_words, price_for
 from engine.calc.serving_memory import serving_memory
 from engine.calc.specs import GPUSpec, ModelSpec, load_gpu_catalog
 from engine.calc.step_model import StepParts, step_parts
@@ -38,9 +43,9 @@ from engine.simulate.sweep import (
     Deployment,
     anchored_words,
     deployment,
+    level_meets,
     model_spec,
     requests_of,
-    run_level,
     steady_stagger_s,
     workload,
 )
@@ -207,13 +212,31 @@ def max_context(
 # ---------------------------------------------------------------- the most users at the SLOs
 
 
-PROBE_REQUESTS_PER_USER = 3  # a probe of u users simulates at least 3u requests: u are the ramp, left out
+# A search probe of u users simulates at least 3u requests: the first u are the ramp, left out.
+PROBE_REQUESTS_PER_USER = 3
+# A confirming run simulates at least 20 requests per user. A run of fixed users ends one user at a time, so each
+# user's last request runs while the others leave, on a lighter machine than in steady state (its first, the ramp, is
+# left out). Of the R - 1 requests a user has counted, one is light: at 3 per user half of them, at 20 one in 19
+# (5%), so a run's 90% attainment stands for at least 89.4% in steady state where at 3 it stood for 80%
+# (`steady_attainment`). Llama-3.1-8B on one H100, vLLM, 2048 + 256 tokens, TPOT <= 50 ms: the knee with 3, 5, 8, 12,
+# 20 and 40 requests per user was 129, 122, 121, 121, 121, 121 at the central step times and 157, 154 (8), 144 (20),
+# 143 (40) at the quick end; 20 lands within one user of 40, where 3 was 7% over (tests/test_simulate_solve.py).
+CONFIRM_REQUESTS_PER_USER = 20
 
 
-def probe_requests(s: SimulateSpec, users: int) -> int:
-    """Requests one probe of `users` users simulates: the spec's, raised to 3 per user where fewer (each user's
-    first request is the ramp and is left out of the count, so fewer leave too few to judge)."""
-    return max(s.n_requests, PROBE_REQUESTS_PER_USER * users)
+def probe_requests(s: SimulateSpec, users: int, per_user: int = PROBE_REQUESTS_PER_USER) -> int:
+    """Requests one probe of `users` users simulates: the spec's, raised to `per_user` per user where fewer (each
+    user's first request is the ramp and is left out of the count, so fewer leave too few to judge); a confirming
+    run asks CONFIRM_REQUESTS_PER_USER."""
+    return max(s.n_requests, per_user * users)
+
+
+def steady_attainment(min_attainment: float, requests_per_user: float) -> float:
+    """The least steady-state attainment a run's `min_attainment` stands for when, of the R - 1 requests a user has
+    counted (the first is the ramp), the last runs on a lighter machine and meets the objectives whatever the load:
+    (a - L) / (1 - L) with L = 1 / (R - 1)."""
+    light = 1 / max(1.0, requests_per_user - 1)
+    return max(0.0, (min_attainment - light) / (1 - light)) if light < 1 else 0.0
 
 
 def _capital(text: str) -> str:
@@ -242,16 +265,40 @@ def requests_raised(s: SimulateSpec, users: int) -> str:
     )
 
 
-def _meets(s: SimulateSpec, d, users: int, slo: SLO, which: str, lengths: Sequence[int]) -> bool:
+def _meets(
+    s: SimulateSpec,
+    d,
+    users: int,
+    slo: SLO,
+    which: str,
+    lengths: Sequence[int],
+    per_user: int = PROBE_REQUESTS_PER_USER,
+) -> bool:
     """Whether `users` users meet the objectives in steady state: started `steady_stagger_s` apart, their first
-    requests (the ramp, on a machine not yet full) left out of the count."""
-    probe = replace(s, mode="concurrency", n_requests=probe_requests(s, users))
+    requests (the ramp, on a machine not yet full) left out of the count; at least `per_user` requests per user."""
+    probe = replace(s, mode="concurrency", n_requests=probe_requests(s, users, per_user))
     load, planned = workload(probe, users)
     longer = list(lengths) + lengths_of(probe)[len(lengths) :]
     stagger = steady_stagger_s(s, d, users, which)
-    return run_level(
-        d, load, requests_of(planned, longer), slo, which, stagger_s=stagger, skip=users
-    ).meets_slo
+    return level_meets(d, load, requests_of(planned, longer), slo, which, stagger_s=stagger, skip=users)
+
+
+def judge(
+    s: SimulateSpec,
+    d,
+    slo: SLO,
+    which: str,
+    lengths: Sequence[int],
+    per_user: int = PROBE_REQUESTS_PER_USER,
+) -> Callable[[int], bool]:
+    """`_meets` at one end of the step times and one run length as a function of the users, each level simulated
+    once (the searches ask some twice: replicas of 50 users take 25 each at 2 replicas and at 3 of 49)."""
+
+    @cache
+    def meets(users: int) -> bool:
+        return _meets(s, d, users, slo, which, lengths, per_user)
+
+    return meets
 
 
 def knee_search(meets: Callable[[int], bool], ceiling: int = MAX_USERS) -> int:
@@ -270,6 +317,39 @@ def knee_search(meets: Callable[[int], bool], ceiling: int = MAX_USERS) -> int:
     while bad - good > 1:
         mid = (good + bad) // 2
         good, bad = (mid, bad) if meets(mid) else (good, mid)
+    return good
+
+
+def walk_to_edge(holds: Callable[[int], bool], start: int, lo: int, hi: int) -> int:
+    """The last x in [lo, hi] where `holds` is true (lo - 1 where it holds nowhere), for a test true up to a point and
+    false after it, searched outwards from `start`: steps of 1, 2, 4, ... until the answer flips, then bisection.
+    From a nearby search's answer (a confirmation) it takes a few probes where a search from scratch takes
+    2 log2(hi); the answer is always bracketed: `holds` at it and not one past it (unless it is hi or lo - 1)."""
+    x = min(max(start, lo), hi)
+    step = 1
+    if holds(x):
+        good = x
+        while True:
+            if good == hi:
+                return hi
+            nxt = min(hi, good + step)
+            if not holds(nxt):
+                bad = nxt
+                break
+            good, step = nxt, step * 2
+    else:
+        bad = x
+        while True:
+            if bad == lo:
+                return lo - 1
+            nxt = max(lo, bad - step)
+            if holds(nxt):
+                good = nxt
+                break
+            bad, step = nxt, step * 2
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        good, bad = (mid, bad) if holds(mid) else (good, mid)
     return good
 
 
@@ -382,15 +462,48 @@ def _anchored(d: Deployment) -> str:
     return ""
 
 
-def _users_interval(value: Interval) -> str:
-    """The most-users interval in words: its low end comes from the slow end of the step times, where even one user
-    may miss the objectives."""
-    if value.low == 0:
-        return (
-            f"interval 0 to {value.high}: at the step times' slow end even one user misses the objectives, at "
-            f"their quick end {value.high} users meet them"
+def _users_ends(value: Interval) -> str:
+    """The most-users answer's ends in words, each labelled with the step times that give it: the slow end (every
+    step at the slow end of its interval) is the answer with margin, where even one user may miss."""
+    slow = "not even one" if value.low == 0 else f"{value.low}, the answer with margin,"
+    return f"{slow} with every step at the slow end of its interval; {value.high} at the quick end"
+
+
+def _confirmed(s: SimulateSpec, slo: SLO, searched: Mapping[str, int], knees: Mapping[str, int]) -> str:
+    """How the answers were confirmed: searched with short runs, then walked with long ones to a level that holds
+    beside one that misses, and what the short runs had said."""
+    users = knees["central"]
+    n = probe_requests(s, max(users, 1), CONFIRM_REQUESTS_PER_USER)
+    per_user = n / max(users, 1)
+    short = PROBE_REQUESTS_PER_USER
+    if users == 0:
+        held = "even one user misses them there"
+    elif users >= MAX_USERS:
+        held = f"{users:,} users, the search's ceiling, meet them there"
+    else:
+        held = f"{users:,} users meet them there and {users + 1:,} miss"
+    said = searched["central"]
+    if said == users:
+        before = f"the runs of {short} requests per user found the same"
+    else:
+        before = (
+            f"the runs of {short} requests per user said {said:,}: each user's last request runs while the others "
+            f"leave, on a lighter machine, so their {slo.min_attainment:.0%} stood for "
+            f"{steady_attainment(slo.min_attainment, short):.0%} in steady state; at {per_user:,.0f} per user it "
+            f"stands for {steady_attainment(slo.min_attainment, per_user):.1%}"
         )
-    return f"interval {value.low} to {value.high}"
+    moved = [
+        f"the {name} end from {searched[w]:,} to {knees[w]:,}"
+        for name, w in (("slow", "high"), ("quick", "low"))
+        if searched[w] != knees[w]
+    ]
+    ends = f"; confirming moved {' and '.join(moved)}" if moved else ""
+    return (
+        f" Confirmed with runs long enough to reach steady state: each answer was searched with runs of {short} "
+        f"requests per user, then simulated again with at least {CONFIRM_REQUESTS_PER_USER} per user ({n:,} "
+        f"requests at {max(users, 1):,} users) and moved until one level held and the next missed: {held} "
+        f"({before}){ends}."
+    )
 
 
 def _need_slo(slo: SLO) -> None:
@@ -427,18 +540,28 @@ def max_users(
         progress(0.0, f"reading {s.model or s.config}'s shape and sizing its memory")
     d = deploy or deployment(s)
     lengths = lengths_of(s)
-    knees = {}
+    knees: dict[str, int] = {}
+    searched: dict[str, int] = {}
     for i, which in enumerate(("central", "high", "low")):  # a slow step (high) gives the low end
         if progress:
             progress(i / 3, f"searching the knee with {which} step times")
-        knees[which] = knee_search(lambda u, w=which: _meets(s, d, u, slo, w, lengths))
+        searched[which] = knee_search(judge(s, d, slo, which, lengths))
+        if progress:
+            progress(
+                (i + 0.5) / 3,
+                f"confirming {searched[which]:,} users with {which} step times and runs of "
+                f"{CONFIRM_REQUESTS_PER_USER} requests per user",
+            )
+        long = judge(s, d, slo, which, lengths, CONFIRM_REQUESTS_PER_USER)
+        knees[which] = walk_to_edge(long, searched[which], 1, MAX_USERS)
     value = Interval(knees["high"], knees["central"], knees["low"], rows=d.steps.describe().get("rows"))
     objectives = slo.words()
     at_least = " at least" if value.central >= MAX_USERS else ""
     limit, limits = batch_limit(s, d, value.central)
     sentence = (
         (
-            f"{_capital(d.label)}: at most{at_least} {value.central} concurrent users ({_users_interval(value)}) meet "
+            f"{_capital(d.label)}: at most{at_least} {value.central} concurrent users at the central step times "
+            f"({_users_ends(value)}) meet "
             f"{objectives} for {slo.min_attainment:.0%} of their requests ({s.prompt_tokens} prompt + "
             f"{s.output_tokens} output tokens each), in steady state: each user sends its next request when the "
             "last ends, the users spread over a request's duration (not all at once), their first requests left out. "
@@ -448,6 +571,7 @@ def max_users(
             if value.central
             else f"{_capital(d.label)}: even one user misses {objectives}; relax them or pick a faster deployment."
         )
+        + _confirmed(s, slo, searched, knees)
         + _beyond_full_length(d, value.central, s.prompt_tokens + s.output_tokens)
         + limit
         + _anchored(d)
@@ -465,6 +589,19 @@ def max_users(
             "max_batch": d.limits.max_batch,
             "search_ceiling": MAX_USERS,
             "requests_per_probe_at_answer": probe_requests(s, max(value.central, 1)),
+            # the interval's ends, labelled: the users that meet the objectives with every step at that end
+            "ends": {"slow_steps": value.low, "central_steps": value.central, "quick_steps": value.high},
+            "margin_users": value.low,  # the answer with margin: every step at the slow end of its interval
+            "confirmed": {
+                "requests_per_user": CONFIRM_REQUESTS_PER_USER,
+                "requests_at_answer": probe_requests(s, max(value.central, 1), CONFIRM_REQUESTS_PER_USER),
+                "search_requests_per_user": PROBE_REQUESTS_PER_USER,
+                "searched": {
+                    "slow_steps": searched["high"],
+                    "central_steps": searched["central"],
+                    "quick_steps": searched["low"],
+                },
+            },
         }
         | limits,
     )
@@ -599,58 +736,38 @@ def cheapest(
         )
         raise InvalidParameterError(f"{spec.name} fits on no {among} at 1 to 8 GPUs")
     lengths = lengths_of(s)
-    best: Option | None = None
-    tried: list[Option] = []
     deploys: dict[tuple[str, int], Deployment] = {}
-    share = 0.0  # of the candidates looked at, for the progress bar
-    for i, (one, key, n) in enumerate(cands):
-        if best is not None and one >= best.usd_per_hour:
-            break  # every later option costs at least this much per replica
-        share = i / len(cands)
-        if progress:
-            progress(share, f"{n} x {load_gpu_catalog()[key].name}")
-        d = deployment(replace(s, gpu=key, n_gpus=n), spec)
-        deploys[(key, n)] = d
-        r = _replicas(lambda u, d=d: _meets(s, d, u, slo, "central", lengths), users)
-        if r is None:
-            continue
-        hourly = gpu_hour(key, prices)
-        assert hourly is not None
-        opt = Option(key, d.gpu.name, n, r, hourly, math.ceil(users / r))
-        tried.append(opt)
-        if best is None or opt.usd_per_hour < best.usd_per_hour:
-            best = opt
+    best, tried = _plan(s, spec, slo, users, cands, prices, lengths, "central", deploys, progress, (0.0, 0.5))
     if best is None:
         raise InvalidParameterError(
             f"no priced GPU meets {slo.words()} even with one user per replica; relax the objectives"
         )
-    d = deployment(replace(s, gpu=best.gpu, n_gpus=best.gpus), spec)
-    if progress:
-        progress(share, f"{best.gpus} x {best.name} at the step times' quick and slow ends")
-    ends = {}
-    for which in ("low", "high"):
-        r = _replicas(lambda u, w=which: _meets(s, d, u, slo, w, lengths), users)
-        ends[which] = math.inf if r is None else r * best.gpus * best.usd_per_gpu_hour
-    value = Interval(ends["low"], best.usd_per_hour, ends["high"], rows=d.steps.describe().get("rows"))
+    margin, margin_tried = _plan(
+        s, spec, slo, users, cands, prices, lengths, "high", deploys, progress, (0.5, 1.0)
+    )
+    d = deploys[(best.gpu, best.gpus)]
+    value = Interval(
+        best.usd_per_hour,
+        best.usd_per_hour,
+        margin.usd_per_hour if margin is not None else math.inf,
+        rows=d.steps.describe().get("rows"),
+    )
     each = f"{best.replicas} replicas of " if best.replicas > 1 else ""
     limit, limits = batch_limit(s, d, best.users_per_replica)
-    if value.low == value.high == value.central:
-        spread = "the same at both ends of the step times' interval"
-    elif math.isfinite(value.high):
-        spread = f"interval ${value.low:,.2f} to ${value.high:,.2f}, from the step times' quick and slow ends"
-    else:
-        spread = (
-            f"interval ${value.low:,.2f} to unbounded: with every step at its interval's slow end no number of "
-            "these replicas meets the objectives"
-        )
+    price_note = "" if prices and best.gpu in prices else instance_words(best.gpu, best.gpus, best.name)
+    margin_plan = _margin_plan(s, spec, margin, best, deploys, prices)
     sentence = (
         (
             f"Cheapest for {users} users at {slo.words()}: {each}{best.gpus} x {best.name} at "
-            f"${best.usd_per_hour:,.2f}/hour, {best.users_per_replica} users per replica ({spread}); {len(tried)} of "
-            f"the {len(cands)} priced options that fit {'was' if len(tried) == 1 else 'were'} simulated (users in "
-            "steady state, as the most-users answer counts them); each of the others costs more for one replica than "
-            "this whole plan."
+            f"${best.usd_per_hour:,.2f}/hour, {best.users_per_replica} users per replica, at the step times' "
+            f"central estimates; {len(tried)} of the {len(cands)} priced options that fit "
+            f"{'was' if len(tried) == 1 else 'were'} simulated (users in steady state, as the most-users answer "
+            "counts them); each of the others costs more for one replica than this whole plan."
+            f" Each option's replicas were searched with runs of {PROBE_REQUESTS_PER_USER} requests per user and "
+            f"confirmed with runs of at least {CONFIRM_REQUESTS_PER_USER} per user, long enough to reach steady "
+            "state, as the most-users answer confirms its own."
         )
+        + (f" {price_note}" if price_note else "")
         + _anchored(d)
         + _beside_estimate(s, d, best.users_per_replica, slo)
         + requests_raised(s, best.users_per_replica)
@@ -683,14 +800,131 @@ def cheapest(
             "best": best.__dict__ | {"usd_per_hour": best.usd_per_hour},
             **limits,
             "price_source": "your own price" if prices and best.gpu in prices else price_for(best.gpu).label,  # type: ignore[union-attr]
-            "simulated": sorted(
-                ({**o.__dict__, "usd_per_hour": o.usd_per_hour} for o in tried),
-                key=lambda o: o["usd_per_hour"],
-            ),
+            "price_note": price_note,
+            "simulated": _rows(tried),
             "runner_up": runner,
             "larger_split_holds_fewer": fewer,
+            "margin_plan": margin_plan,
+            "margin_simulated": _rows(margin_tried),
+            "confirmed": {
+                "requests_per_user": CONFIRM_REQUESTS_PER_USER,
+                "search_requests_per_user": PROBE_REQUESTS_PER_USER,
+            },
         },
     )
+
+
+def _rows(options: Sequence[Option]) -> list[dict]:
+    """The options a search simulated, cheapest first, as the JSON and the page's table show them."""
+    return sorted(
+        ({**o.__dict__, "usd_per_hour": o.usd_per_hour} for o in options), key=lambda o: o["usd_per_hour"]
+    )
+
+
+def _plan(
+    s: SimulateSpec,
+    spec: ModelSpec,
+    slo: SLO,
+    users: int,
+    cands: Sequence[tuple[float, str, int]],
+    prices: Mapping[str, float] | None,
+    lengths: Sequence[int],
+    which: str,
+    deploys: dict[tuple[str, int], Deployment],
+    progress: Progress | None,
+    span: tuple[float, float],
+) -> tuple[Option | None, list[Option]]:
+    """The cheapest plan with every step at `which` end of its interval ("central"; "high": the slow end, a plan
+    with margin): the candidates cheapest first, each one's fewest replicas searched with short runs and confirmed
+    with long ones (`confirmed_replicas`), until one replica of the next costs as much as the best plan found.
+    Returns the plan (None where no option meets the objectives) and every option that met them."""
+    best: Option | None = None
+    tried: list[Option] = []
+    ends = "central step times" if which == "central" else "every step at its slow end"
+    for i, (one, key, n) in enumerate(cands):
+        if best is not None and one >= best.usd_per_hour:
+            break  # every later option costs at least this much per replica
+        if progress:
+            progress(
+                span[0] + (span[1] - span[0]) * i / len(cands),
+                f"{n} x {load_gpu_catalog()[key].name}, {ends}",
+            )
+        d = deploys.get((key, n)) or deployment(replace(s, gpu=key, n_gpus=n), spec)
+        deploys[(key, n)] = d
+        r = confirmed_replicas(
+            judge(s, d, slo, which, lengths),
+            judge(s, d, slo, which, lengths, CONFIRM_REQUESTS_PER_USER),
+            users,
+        )
+        if r is None:
+            continue
+        hourly = gpu_hour(key, prices)
+        assert hourly is not None
+        opt = Option(key, d.gpu.name, n, r, hourly, math.ceil(users / r))
+        tried.append(opt)
+        if best is None or opt.usd_per_hour < best.usd_per_hour:
+            best = opt
+    return best, tried
+
+
+def confirmed_replicas(short: Callable[[int], bool], long: Callable[[int], bool], users: int) -> int | None:
+    """Fewest replicas whose share of `users` meets the objectives in runs long enough to reach steady state
+    (`long`), walked from what the short runs (`short`) found; None where one user per replica misses."""
+    found = _replicas(short, users)
+    if found is None:
+        return None  # a short run is the lighter one: one user that misses there misses in a long one too
+    too_few = walk_to_edge(lambda r: not long(math.ceil(users / r)), found - 1, 1, users)
+    return None if too_few >= users else too_few + 1
+
+
+def _margin_words(best: Option, margin: Option | None) -> str:
+    """The plan with margin in one sentence, beside the cheapest at the central step times."""
+    if margin is None:
+        return (
+            "With every step at the slow end of its interval no priced option meets the objectives, even with one "
+            "user per replica: there is no plan with margin, so budget above this one."
+        )
+    each = f"{margin.replicas} replicas of " if margin.replicas > 1 else ""
+    same = (margin.gpu, margin.gpus, margin.replicas) == (best.gpu, best.gpus, best.replicas)
+    plan = (
+        "the same plan, which meets them there too"
+        if same
+        else f"{each}{margin.gpus} x {margin.name} at ${margin.usd_per_hour:,.2f}/hour, "
+        f"{margin.users_per_replica} users per replica"
+    )
+    budget = (
+        "" if same else f"; budget between ${best.usd_per_hour:,.2f} and ${margin.usd_per_hour:,.2f} an hour"
+    )
+    return (
+        f"A plan with margin, the cheapest that still meets the objectives with every step at the slow end of its "
+        f"interval (all candidates searched again there): {plan}{budget}."
+    )
+
+
+def _margin_plan(
+    s: SimulateSpec,
+    spec: ModelSpec,
+    margin: Option | None,
+    best: Option,
+    deploys: Mapping[tuple[str, int], Deployment],
+    prices: Mapping[str, float] | None,
+) -> dict:
+    """The plan with margin for the JSON, the command line and the page: the option, its sentence (with the price
+    note where its servers have more GPUs than the quote's instance), its command."""
+    words = _margin_words(best, margin)
+    if margin is None:
+        return {"sentence": words, "step_times": "slow end", "usd_per_hour": None}
+    d = deploys[(margin.gpu, margin.gpus)]
+    own = prices is not None and margin.gpu in prices
+    note = "" if own else instance_words(margin.gpu, margin.gpus, margin.name)
+    same = (margin.gpu, margin.gpus) == (best.gpu, best.gpus)
+    return margin.__dict__ | {
+        "usd_per_hour": margin.usd_per_hour,
+        "step_times": "slow end",
+        "sentence": words + (f" {note}" if note and not same else ""),
+        "launch_command": _replica_command(s, spec, margin, d.limits.max_batch),
+        "price_note": note,
+    }
 
 
 def runner_up(
