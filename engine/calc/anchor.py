@@ -14,7 +14,11 @@ software's and the collectives' launch, not the memory's. Where no run of the la
 own tensor-parallel size, the run at the nearest size (by ratio) sets g, and the words say so: g scales the fit's
 per-layer launch and per-all-reduce latency, which the fit already counts for each size, so one engine's correction
 carries across sizes as it does across GPUs. Without that, a 70B layout anchored at 4 GPUs only ran slower on 8 than
-on 4 (38.1 against 25.1 ms per token on H100s with vLLM), because 8 kept the fit's costs that the run on 4 cut. A TPOT measured under load is at least one user's, so
+on 4 (38.1 against 25.1 ms per token on H100s with vLLM), because 8 kept the fit's costs that the run on 4 cut.
+What this takes on trust: the anchor is the newest engines' (vLLM 0.6 and SGLang 0.3 on 4 x H100, 2024). The 2023
+runs of the same layout on A100s (vLLM 0.1-0.2: 65.5, 56.7 and 69.8 ms for one user on 2, 4 and 8 GPUs) lie inside
+or above the fit's interval, slower than the anchored estimate (54.0, 34.0 and 24.0 ms): an older engine's costs,
+which the fit averages in and the anchor sets aside. A TPOT measured under load is at least one user's, so
 the anchored step is still no quicker than that run. The estimate, the simulator and the answers built on them
 read one g (`fixed_factor`); the track record never does, so no row is scored against its own anchor.
 """
