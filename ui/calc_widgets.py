@@ -9,6 +9,7 @@ machine's calibration is read once per render and handed to everything that need
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, replace
 
 import streamlit as st
@@ -80,7 +81,8 @@ class CalcRequest:
 
 def calc_inputs(key: str) -> CalcRequest | None:
     """Every input of the calculator, as widgets; None (with the reason on the page) while the model is missing
-    or a number is refused (its field says why). Every widget is drawn either way, so none loses its value."""
+    or a number is refused (its field says why). Every widget is drawn either way, so none loses its value; each
+    keeps it for the browser session (persist_state), so a visit to another page does not reset the inputs."""
     cal = calibration.load_calibration()  # the one read of this render
     spec = model_input(key)
     model_id = model_id_input(key, spec)
@@ -91,13 +93,16 @@ def calc_inputs(key: str) -> CalcRequest | None:
     gpu = edited or base_gpu  # the widgets below start from the GPU's own figures while an edit is refused
     # one field a row, the column's whole width (at 1280 px two a row left 113 px each: 'Batch (concurrent users)'
     # on three lines beside 'GPUs' on one, the rows out of step); only the two lengths share a row
-    batch = spec_input(st, Inputs, "batch", key=f"{key}.batch", label="Batch (concurrent users)")
+    batch = spec_input(
+        st, Inputs, "batch", key=f"{key}.batch", persist_state="session", label="Batch (concurrent users)"
+    )
     cpu = is_cpu(gpu)
     n_gpus = spec_input(
         st,
         Inputs,
         "n_gpus",
         key=f"{key}.gpus",
+        persist_state="session",
         label="GPUs (none: this machine's CPU)" if cpu else "GPUs",
         disabled=cpu,  # drawn, so the count comes back with a GPU
     )
@@ -106,8 +111,12 @@ def calc_inputs(key: str) -> CalcRequest | None:
     elif n_gpus is not None and spec is not None and not gpu_count_fits(st, spec, int(n_gpus)):
         n_gpus = None  # refused under its field: nothing runs with the old count
     c1, c2 = st.columns(2)
-    prompt = spec_input(c1, Inputs, "prompt_tokens", key=f"{key}.prompt", label="Prompt tokens")
-    output = spec_input(c2, Inputs, "output_tokens", key=f"{key}.output", label="Output tokens")
+    prompt = spec_input(
+        c1, Inputs, "prompt_tokens", key=f"{key}.prompt", persist_state="session", label="Prompt tokens"
+    )
+    output = spec_input(
+        c2, Inputs, "output_tokens", key=f"{key}.output", persist_state="session", label="Output tokens"
+    )
     serving, serving_ok = engine_inputs(key, gpu, None if n_gpus is None else int(n_gpus))
     overhead = DEFAULTS.overhead
     if serving.get("engine") not in ("vllm", "sglang"):  # a serving engine's own allocation replaces the x1.2
@@ -116,6 +125,7 @@ def calc_inputs(key: str) -> CalcRequest | None:
             Inputs,
             "overhead",
             key=f"{key}.overhead",
+            persist_state="session",
             label="Overhead (%)",
             widget=SLIDER,
             hi=1.0,  # the page offers up to 100%; the command line allows more
@@ -172,6 +182,7 @@ def calibrated_mode(key: str, gpu: GPUSpec, cal: calibration.Calibration | None)
         Inputs,
         "mode",
         key=f"{key}.mode",
+        persist_state="session",
         widget=RADIO,
         horizontal=True,
         help="Calibrated: the bandwidth, FLOP/s and per-step cost a real run reached on this machine.",
@@ -189,6 +200,7 @@ def model_id_input(key: str, spec: ModelSpec | None) -> str | None:
         "Model id for the launch command",
         value=known,
         key=f"{key}.model_id.{known}",  # a new model starts from its own id
+        persist_state="session",
         placeholder="ORG/NAME, e.g. meta-llama/Llama-3.1-8B-Instruct",
         help="What `vllm serve` loads. Presets and configs that name themselves fill it in.",
     ).strip()
@@ -228,6 +240,7 @@ def precision_inputs(key: str, gpu: GPUSpec, spec: ModelSpec | None = None) -> I
         choices,
         index=choices.index(default),
         key=f"{key}.dtype.{kind}",  # a new default when the device kind or the model's own precision changes
+        persist_state="session",
         format_func=lambda w: w if w in PLAIN else f"{w}: {quant.weight_format(w).description}",
         help="A precision, or a quantized format with its scales counted (the format's own layout).",
     )
@@ -235,6 +248,7 @@ def precision_inputs(key: str, gpu: GPUSpec, spec: ModelSpec | None = None) -> I
         "KV cache",
         [KV_AUTO, "fp16", "bf16", "fp8", "int8", "fp32"],
         key=f"{key}.kv_dtype",
+        persist_state="session",
         help="auto: the weights' precision, 16-bit when the weights are quantized. fp8: --kv-cache-dtype fp8.",
     )
     fmt = group = scope = None
@@ -246,6 +260,7 @@ def precision_inputs(key: str, gpu: GPUSpec, spec: ModelSpec | None = None) -> I
             list(quant.SCOPES),
             index=list(quant.SCOPES).index(default_scope),
             key=f"{key}.scope.{fmt}",
+            persist_state="session",
             help="linear: every decoder linear (head and embeddings 16-bit); mlp: FFN only; experts: MoE experts "
             "only; all: everything (GGUF).",
         )
@@ -256,6 +271,7 @@ def precision_inputs(key: str, gpu: GPUSpec, spec: ModelSpec | None = None) -> I
             Inputs,
             "group_size",
             key=f"{key}.group.{weights}",
+            persist_state="session",
             label="Group size (weights per scale; 0 = per output channel)" if own is None else "Group size",
             value=own or 0,
             lo=None if own is None else 1,  # 0 means per channel, which int4's groups of 128 are not
@@ -280,6 +296,7 @@ def gpu_choice(key: str, *, default: str = "t4", cal=_UNREAD) -> GPUSpec:
         keys,
         index=keys.index(default),
         key=f"{key}.gpu",
+        persist_state="session",
         format_func=lambda k: catalog[k].name if k in catalog else this_machine_label(),
     )
     return cached_machine(cal) if choice == THIS_MACHINE else catalog[choice]
@@ -306,6 +323,7 @@ def figure_input(container, name: str, base: float, unit: float, *, key: str, la
         GPUFigures,
         name,
         key=key,
+        persist_state="session",
         label=label,
         unit=unit,
         value=base / unit,
@@ -315,9 +333,21 @@ def figure_input(container, name: str, base: float, unit: float, *, key: str, la
     )
 
 
+def figures_key(key: str, base: GPUSpec) -> str:
+    """Where a GPU's editable figures live: under its key; for this machine, under the figures measured too, so a
+    new measurement (or calibration) starts its boxes from the new figures. Streamlit keeps a box's value whatever
+    value it is drawn with: after 'Measure this machine again' the boxes kept the old bandwidth, and every estimate
+    below them used it."""
+    if base.key != THIS_MACHINE:
+        return f"{key}.{base.key}"
+    figures = (base.memory_bytes, base.bandwidth_bytes_per_s, sorted(base.peak_flops.items()))
+    return f"{key}.{base.key}.{zlib.crc32(repr(figures).encode()):08x}"
+
+
 def gpu_figures(key: str, base: GPUSpec, *, dtype: str) -> GPUSpec | None:
     """Every figure of `base` editable, its source beside it; None while a figure is refused (it says why)."""
     math_dtype = "fp16" if dtype in ("int8", "int4") else dtype
+    box = figures_key(key, base)
     with st.expander(f"{base.name}: figures and sources (editable: any GPU from its datasheet)"):
         # one figure a row, its source under it (three a row left 60 px each in the inputs column)
         mem = figure_input(
@@ -325,7 +355,7 @@ def gpu_figures(key: str, base: GPUSpec, *, dtype: str) -> GPUSpec | None:
             "memory_bytes",
             base.memory_bytes,
             GB,
-            key=f"{key}.{base.key}.mem",
+            key=f"{box}.mem",
             label="memory (GB)",
             help="What the driver reports (nvidia-smi's figure x 1,048,576 bytes), in GB of 10^9 bytes: an H100 sold "
             "as 80 GB reports 85.52 GB. CUDA, which a serving engine budgets from, reports a little less (the "
@@ -337,7 +367,7 @@ def gpu_figures(key: str, base: GPUSpec, *, dtype: str) -> GPUSpec | None:
             "bandwidth_bytes_per_s",
             base.bandwidth_bytes_per_s,
             GB,
-            key=f"{key}.{base.key}.bw",
+            key=f"{box}.bw",
             label="bandwidth (GB/s)",
         )
         st.caption(f"bandwidth: {base.sources.get('bandwidth', '')}")
@@ -346,7 +376,7 @@ def gpu_figures(key: str, base: GPUSpec, *, dtype: str) -> GPUSpec | None:
             "peak_flops",
             base.flops_for(math_dtype),
             TFLOPS,
-            key=f"{key}.{base.key}.{math_dtype}",
+            key=f"{box}.{math_dtype}",
             label=f"{math_dtype} peak (TFLOP/s)",
             format="%.4g",
         )
@@ -356,7 +386,7 @@ def gpu_figures(key: str, base: GPUSpec, *, dtype: str) -> GPUSpec | None:
             "interconnect_bytes_per_s",
             base.interconnect_bytes_per_s,
             LINK,
-            key=f"{key}.{base.key}.link",
+            key=f"{box}.link",
             label="GPU-to-GPU link (GB/s, both ways)",
             help="NVLink 4: 900; PCIe Gen4 x16: 64; Gen5: 128. Tensor parallel needs it.",
         )
@@ -416,6 +446,7 @@ def engine_inputs(key: str, gpu: GPUSpec, n_gpus: int | None) -> tuple[dict, boo
         index=list(ENGINE_LABELS).index("hf"),  # the chapter runs GPT-Neo with transformers
         format_func=ENGINE_LABELS.get,
         key=f"{key}.engine",
+        persist_state="session",
         help="transformers is Hugging Face's eager generate; transformers compiled is torch.compile with CUDA graphs "
         "(gpt-fast's recipe); none is the physical bound (every roof reached). "
         "Times become that class of engine's estimate, fitted on published measurements, with an interval; "
@@ -484,6 +515,7 @@ def price_input(container, key: str, gpu: GPUSpec) -> tuple[float | None, bool]:
             value=None,  # empty until the user prices it (bounds: Inputs.problem below, in one sentence)
             step=0.05,
             key=f"{key}.price.{gpu.key}",
+            persist_state="session",
             placeholder="no published price: yours",
             help=f"No published price for {'this machine' if cpu else 'this GPU'}: enter yours to see a cost per "
             "token.",
@@ -505,6 +537,7 @@ def price_input(container, key: str, gpu: GPUSpec) -> tuple[float | None, bool]:
         Inputs,
         "usd_per_gpu_hour",
         key=f"{key}.price.{gpu.key}",  # a new GPU starts from its own price
+        persist_state="session",
         label="$ per GPU-hour",
         value=listed.usd_per_gpu_hour,
         hi=1000.0,  # the page's own ceiling; the command line refuses only absurd prices (engine.calc.cost)

@@ -78,6 +78,7 @@ def preset_input(key: str, default: str) -> ModelSpec:
         names,
         index=names.index(_kept(f"{key}.preset", default if default in names else names[0])),
         key=f"{key}.preset",
+        persist_state="session",
         # the name without its organisation, which the model id field below and the result's header carry: the
         # whole id was cut in a box this wide ('meta-llama/Llama-3.1-70B-Instru')
         format_func=lambda n: n.split("/", 1)[-1],
@@ -102,6 +103,7 @@ def config_input(key: str) -> ModelSpec | None:
         "…or paste its text",
         value=_kept(f"{key}.paste", ""),
         key=f"{key}.paste",
+        persist_state="session",
         height=120,
         placeholder='{"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, ...}',
     ).strip()
@@ -144,7 +146,11 @@ def model_input(key: str, *, default: str = "gpt-neo-2.7b") -> ModelSpec | None:
     """A preset, a config.json (uploaded or pasted; parsed with json only), a hub id or raw numbers. None (with
     st.error) on bad input."""
     source = st.radio(
-        "Model from", ["preset", "config.json", "hub id", "raw numbers"], horizontal=True, key=f"{key}.source"
+        "Model from",
+        ["preset", "config.json", "hub id", "raw numbers"],
+        horizontal=True,
+        key=f"{key}.source",
+        persist_state="session",
     )
     try:
         if source == "preset":
@@ -158,6 +164,7 @@ def model_input(key: str, *, default: str = "gpt-neo-2.7b") -> ModelSpec | None:
                 placeholder="EleutherAI/gpt-neo-125m",
                 key=f"{key}.hub",
                 help="owner/name, or the model's page address (https://huggingface.co/owner/name).",
+                persist_state="session",
             ).strip()
             _keep(f"{key}.hub", typed)
             if not typed:
@@ -172,7 +179,13 @@ def model_input(key: str, *, default: str = "gpt-neo-2.7b") -> ModelSpec | None:
         c1, c2, c3 = st.columns(3)
         numbers = {
             field: (c1, c2, c3)[k % 3].number_input(
-                label, lo, hi, _kept(f"{key}.{short}", value), key=f"{key}.{short}", help=why
+                label,
+                lo,
+                hi,
+                _kept(f"{key}.{short}", value),
+                key=f"{key}.{short}",
+                persist_state="session",
+                help=why,
             )
             for k, (field, label, lo, hi, value, short, why) in enumerate(RAW_NUMBERS)
         }
@@ -184,10 +197,17 @@ def model_input(key: str, *, default: str = "gpt-neo-2.7b") -> ModelSpec | None:
             layouts,
             index=layouts.index("llama"),
             key=f"{key}.arch",
+            persist_state="session",
             help="Whose layer: biases, LayerNorm or RMSNorm, gated MLP or not, parallel block (each family's modelling code).",
         )
-        experts = c3.number_input("MLP experts (1 = dense)", 1, 1024, 1, key=f"{key}.E")
-        per_token = c3.number_input("experts per token", 1, 1024, 1, key=f"{key}.k") if experts > 1 else 1
+        experts = c3.number_input(
+            "MLP experts (1 = dense)", 1, 1024, 1, key=f"{key}.E", persist_state="session"
+        )
+        per_token = (
+            c3.number_input("experts per token", 1, 1024, 1, key=f"{key}.k", persist_state="session")
+            if experts > 1
+            else 1
+        )
         # a field that takes 0 reads it as "none" or "derived" (the others start at 1)
         spec = spec_from_numbers(
             name="custom",
