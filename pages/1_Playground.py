@@ -16,7 +16,7 @@ from ui import export
 from ui.batching_widgets import cached_scheduler
 from ui.common import fmt_bytes, fmt_count, fmt_seconds, init_state, page_setup, show_error
 from ui.forecast_view import forecast_outcome, show_run_forecast
-from ui.narrative import latency_sentence, run_headline
+from ui.narrative import greedy_text_note, latency_sentence, run_headline
 from ui.playground_widgets import (
     HISTORY_PARTS,
     MEANING,
@@ -36,6 +36,7 @@ from ui.playground_widgets import (
     restore,
     show_decode_path,
     show_recorded_gpu_decode,
+    went_live,
 )
 from ui.widgets import button_why, sidebar_model, split_dataframes
 
@@ -112,8 +113,7 @@ if running is not None:
     running["status"] = "cancelled"
     running["elapsed"] = time.perf_counter() - running["request_t"]
     st.session_state[f"{NS}.last"] = running
-    st.session_state.pop(f"{NS}.restored", None)
-    restored_note.empty()
+    went_live(NS, restored_note)
     st.session_state[f"{NS}.running"] = None
     st.session_state[f"{NS}.history"].append(
         {
@@ -200,8 +200,9 @@ def run_single(lm, prompt: str, cfg, beside, expected_s: float | None = None) ->
         empty_note=run.ended_at_once_note(report, lm, cfg, CHAT_SWITCH),
     )
     st.session_state[f"{NS}.last"] = cur
-    st.session_state.pop(f"{NS}.restored", None)  # a live run: the stored runs' line no longer applies
-    restored_note.empty()
+    went_live(
+        NS, restored_note
+    )  # a live run: the stored runs' line and presenter mode's rows no longer apply
     if c.stop_reason != "cancelled":
         st.session_state[f"{NS}.curve"][cfg.use_cache] = cur
     st.session_state[f"{NS}.history"].append(history_row(c.measurement, "single", c.stop_reason, c.decode))
@@ -233,6 +234,7 @@ def run_batch(lm, prompts: list[str], cfg, beside) -> None:
         )
     st.markdown("**The batch as a whole**")
     metrics_row(report.measurement, report.load, report.busy, report.cores, report.own_threads)
+    went_live(NS, restored_note)
     st.session_state[f"{NS}.history"].append(history_row(report.measurement, "batch", "mixed", report.decode))
     keep(NS, time.perf_counter() - r.request_t)
 
@@ -272,6 +274,17 @@ if last is not None and not batch_mode:
         now = ran_with(lm.name, prompt, cfg) if lm is not None and cfg is not None else None
         st.info(ran_with_line(last, now), icon=":material/tune:")
     st.code(last["text"], language=None, wrap_lines=True)
+    looped = greedy_text_note(
+        [last["text"]],
+        last["model"],
+        lm.params if lm is not None and lm.name == last["model"] else None,
+        greedy=(last.get("ran_with") or {}).get("decoding", "greedy") == "greedy",
+        measures="how fast it generates",
+    )
+    if looped:
+        st.caption(
+            f"{looped} For varied text, switch on **Sample** or raise **Repetition penalty** in the sidebar."
+        )
     report += [
         export.Heading(f"Last run: {last['model']}, KV cache {'on' if last['use_cache'] else 'off'}"),
         export.Text(f"Stopped by **{last['status']}** after {last['tokens']} of {last['max_new']} tokens."),

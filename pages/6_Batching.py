@@ -419,7 +419,7 @@ if shown is not None:
     pace.note(shown)
     users = shown.result
     users_line.markdown(users_headline(users["n"], users["rows"]))
-    show_users_result(users)
+    show_users_result(users, lm)
     report += [
         export.Heading(f"Simulated {users['n']} users"),
         export.Text(users_sentence(users["n"], users["rows"], users.get("max_batch"))),

@@ -272,3 +272,22 @@ def test_the_kv_cache_comparison_on_a_busy_machine_judges_each_run_and_withholds
     shifted = {**calm, True: _run(SHIFTED_ON, True)}
     one = narrative.run_headline(calm[True]["measurement"], True, shifted, "m")
     assert "not comparable, other work shared the cache-on run" in one and "×" not in one
+
+
+def test_generated_text_is_said_to_loop_only_when_it_does_and_was_greedy():
+    """A 135M model's greedy text said the same sentence four times with nothing on the page to say why; the note
+    follows the text: a run of words said twice makes it, varied or sampled text does not."""
+    from ui.narrative import greedy_text_note, repeats_itself
+
+    loop = "In-flight batching lets new requests join a batch while others are still running. " * 2
+    plain = "In-flight batching lets new requests join a batch while others are still running, step by step."
+    assert repeats_itself(loop) and not repeats_itself(plain)
+    one = greedy_text_note([loop], "smollm2-135m-instruct", 134_515_008, greedy=True, measures="speed")
+    assert one.startswith(
+        "This text repeats itself: smollm2-135m-instruct (134.52M parameters) decodes greedily"
+    )
+    assert one.endswith("The page measures speed, not the quality of the text.")
+    assert greedy_text_note([plain], "m", None, greedy=True, measures="speed") == ""
+    assert greedy_text_note([loop], "m", None, greedy=False, measures="speed") == ""
+    many = greedy_text_note([loop, plain, loop], "m", None, greedy=True, measures="how requests share steps")
+    assert many.startswith("2 of these 3 replies repeat: m decodes greedily")

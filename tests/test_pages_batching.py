@@ -420,3 +420,34 @@ def test_the_simulated_users_clock_forecasts_from_quiet_runs_of_the_same_setting
     assert args[2] == {"model": "m", "users": 3, "max_new_tokens": 4, "seconds between users": 0.0}
     stored = runlog.last_result(batching_widgets.USERS_EXPERIMENT)
     assert stored is not None and "others" in stored.settings["load"]  # measured while it ran (Linux /proc)
+
+
+def test_simulated_replies_that_loop_say_why_under_the_table():
+    """The presenter's walk: a simulated user's reply read oddly (greedy decoding of a 135M model repeats itself) and
+    nothing said so. Under the table, one caption names the model and that the page measures how the requests
+    share decode steps, not the text; with no reply looping there is none."""
+    loop = "Bonjour! Hello in French is bonjour, said as a greeting. " * 2
+    row = {
+        "request": 2,
+        "queued (s)": 0.0,
+        "TTFT (s)": 0.5,
+        "latency (s)": 2.0,
+        "tokens": 24,
+        "tokens/s": 12.0,
+    }
+
+    def captions(texts: list[str]) -> list[str]:
+        at = _page()
+        at.session_state["batching.users"] = {
+            "n": len(texts),
+            "model": "tiny-gpt-neo",
+            "rows": [{**row, "batch seen": 2, "stop": "length", "text": t} for t in texts],
+        }
+        at.run()
+        assert not at.exception
+        return [c.value for c in at.caption if "replies repeat" in c.value]
+
+    said = captions([loop, "Bonjour."])
+    assert len(said) == 1 and said[0].startswith("1 of these 2 replies repeat: tiny-gpt-neo (")
+    assert "how the requests share decode steps, not the quality of the text" in said[0]
+    assert captions(["Bonjour.", "Hello."]) == []

@@ -254,6 +254,7 @@ def simulate_users(
     st.session_state[f"pace.{USERS_EXPERIMENT}.load"] = load
     result = {
         "n": n,
+        "model": lm.name,
         "max_batch": sched.max_batch,
         "rows": [_user_row(h, session) for h in handles],
     }
@@ -292,8 +293,11 @@ def _user_row(h, session: str | None) -> dict:
     }
 
 
-def show_users_result(result: dict) -> None:
-    from ui.narrative import users_sentence
+def show_users_result(result: dict, lm=None) -> None:
+    """The simulated users' sentence and table; under it, where replies loop, that the text is greedy decoding's
+    of a small model (simulate_users decodes greedily) and the page measures the sharing, not the text. `lm`: the
+    model loaded now, whose size is said when it made these replies (a stored run may be another's)."""
+    from ui.narrative import greedy_text_note, users_sentence
     from ui.widgets import word_table
 
     st.markdown(users_sentence(result["n"], result["rows"], result.get("max_batch")))
@@ -301,3 +305,9 @@ def show_users_result(result: dict) -> None:
     word_table(
         st, [{k: f"{v:g}" if isinstance(v, float) else v for k, v in r.items()} for r in result["rows"]]
     )
+    texts = [r["text"] for r in result["rows"] if r.get("stop") != "error" and r.get("text")]
+    model = result.get("model") or "the model"  # runs stored before the model was kept with them
+    params = lm.params if lm is not None and lm.name == model else None
+    note = greedy_text_note(texts, model, params, greedy=True, measures="how the requests share decode steps")
+    if note:
+        st.caption(note)

@@ -543,3 +543,40 @@ def gpu_decode_sentences(rows: Sequence[Any]) -> list[str]:
             parts.append("compiled decode was not recorded in this run")
         out.append(head + "; ".join(parts) + ".")
     return out
+
+
+# A run of this many words found twice in one output: the text loops (a sentence said again, not a shared phrase).
+REPEAT_WORDS = 8
+
+
+def repeats_itself(text: str, n: int = REPEAT_WORDS) -> bool:
+    """Whether some run of `n` words occurs twice in `text` (case and punctuation kept: a loop repeats exactly)."""
+    words = text.split()
+    seen: set[tuple[str, ...]] = set()
+    for i in range(len(words) - n + 1):
+        gram = tuple(words[i : i + n])
+        if gram in seen:
+            return True
+        seen.add(gram)
+    return False
+
+
+def greedy_text_note(
+    texts: Sequence[str], model: str, params: int | None, *, greedy: bool, measures: str
+) -> str:
+    """One caption under generated text that repeats itself: greedy decoding of a small model loops, and the page
+    measures `measures`, not the text's quality. '' when no text repeats, or when it was sampled (then the
+    repetition is the sampler's, not greedy decoding's)."""
+    looped = [t for t in texts if repeats_itself(t)]
+    if not looped or not greedy:
+        return ""
+    size = f" ({fmt.compact(params)} parameters)" if params else ""
+    which = (
+        "This text repeats itself"
+        if len(texts) == 1
+        else f"{len(looped)} of these {len(texts)} replies repeat"
+    )
+    return (
+        f"{which}: {model}{size} decodes greedily here (the likeliest token at every step), and a model this size "
+        f"falls into loops that way. The page measures {measures}, not the quality of the text."
+    )

@@ -663,6 +663,17 @@ def restore(ns: str) -> DeltaGenerator:
     return slot
 
 
+def went_live(ns: str, note: DeltaGenerator) -> None:
+    """A live run (finished, stopped or a batch) replaces what `restore` drew: the 'not live' line above goes, and
+    presenter mode's table rows, another session's runs, leave this session's table, which holds its own runs
+    only (they passed for the user's own after a live run, numbered 1 and 2). A reload's rows are the session's
+    own, and stay."""
+    restored = st.session_state.pop(f"{ns}.restored", None)
+    note.empty()
+    if restored is not None and restored.presenter:
+        st.session_state[f"{ns}.history"] = []
+
+
 def _has_pair(curve: dict) -> bool:
     """The page's chart has both halves of the same settings to compare."""
     on, off = _pair_setup(curve.get(True)), _pair_setup(curve.get(False))
