@@ -265,8 +265,8 @@ if shown is not None and shown.result.points and not shown.result.all_failed:
     where = "Its table and charts: **3 · Results** below" + (
         " (a stored run, dated there)." if shown.note else "."
     )
-    top_answer.info(answer_sentence(shown.result, where), icon=":material/flag:")
-    under_button.markdown(answer_sentence(shown.result, where))
+    top_answer.info(answer_sentence(shown.result, where, shown.busy), icon=":material/flag:")
+    under_button.markdown(answer_sentence(shown.result, where, shown.busy))
 simulated_section(shown.result if shown else None)  # a GPU this machine lacks (ui.simulate_widgets)
 
 # ---------------------------------------------------------------- 3. results
@@ -319,7 +319,7 @@ if sweep.all_failed:
         f"First failure: {first}. Check that the server is running and serves `{sweep.spec.model}`."
     )
     st.stop()
-st.info(answer_sentence(sweep), icon=":material/flag:")
+st.info(answer_sentence(sweep, busy=shown.busy), icon=":material/flag:")
 if sweep.skipped:
     st.warning(sweep.stop_reason(), icon=":material/skip_next:")
 st.caption(

@@ -416,3 +416,33 @@ def test_the_sweeps_answer_is_under_the_run_button():
     under = [e for e in elements[at_button + 1 : at_button + 3] if e.type == "markdown"]
     assert under and under[0].value.startswith(answer_sentence(sweep, "").rstrip())
     assert "held 2 users within" in under[0].value
+
+
+def test_a_sweep_measured_on_a_busy_machine_says_so_in_its_headline_too():
+    """The presenter's walk: the results said 'Measured on a busy machine: other programs took 1.1 cores' worth'
+    while the headline above, 'Answer (measured): ... held 8 users', carried no caveat. Every headline of a busy
+    sweep now says so; a quiet sweep's says 'measured' alone."""
+    from engine.loadgen.workload import SLO
+
+    sweep = _sweep([_records(4, 0.2), _records(4, 0.5)], [1, 2], SLO(ttft_s=1.0, tpot_s=0.5))
+
+    def headlines(others: float) -> list[str]:
+        at = AppTest.from_file(PAGE, default_timeout=180)
+        at.session_state["serving.sweep"] = sweep
+        at.session_state["pace.serving-sweep.load"] = {
+            "before": 0.4,
+            "after": 1.2,
+            "cores": 2,
+            "others": others,
+        }
+        at.run()
+        assert not at.exception
+        return [e.value for e in [*at.info, *at.markdown] if e.value.startswith("**Answer (")]
+
+    busy = headlines(1.1)
+    assert len(busy) == 3, busy  # the page's top, under the button, the results' head
+    assert all(h.startswith("**Answer (measured on a busy machine") and "held 2 users" in h for h in busy)
+    quiet = headlines(0.05)
+    assert len(quiet) == 3 and all(
+        h.startswith("**Answer (measured): this deployment held 2 users") for h in quiet
+    )

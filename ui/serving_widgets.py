@@ -140,15 +140,22 @@ def per_user_figure(sweep: SweepResult) -> go.Figure:
 
 
 def answer_sentence(
-    sweep: SweepResult, tail: str = "Details, charts and the calculator's prediction below."
+    sweep: SweepResult, tail: str = "Details, charts and the calculator's prediction below.", busy: str = ""
 ) -> str:
-    """The page's question answered first, from the sweep's knee: how many users (or what rate) met the SLOs."""
+    """The page's question answered first, from the sweep's knee: how many users (or what rate) met the SLOs.
+    `busy`: the sweep's load note (ui.pace.load_note), non-empty when it was measured on a busy machine; the
+    headline then says so too (it sat in the results section alone, under a headline with no caveat)."""
     unit = level_unit(sweep.spec.mode)
     objectives = sweep.slo.words() or "no objectives set"
     share = f"{sweep.slo.min_attainment:.0%} of requests"
+    measured = (
+        "measured on a busy machine, where other programs took CPU from the server: a quiet machine may hold more"
+        if busy
+        else "measured"
+    )
     if sweep.knee is None:
         return (
-            f"**Answer (measured): no level of this sweep held {objectives} for {share}.** Lower the load or "
+            f"**Answer ({measured}): no level of this sweep held {objectives} for {share}.** Lower the load or "
             "relax the objectives to find how much it holds."
         )
     levels = sorted(p.level for p in sweep.points)
@@ -159,7 +166,7 @@ def answer_sentence(
         else "; the sweep went no higher, so it may hold more"
     )
     return (
-        f"**Answer (measured): this deployment held {at_level(sweep.knee, unit)} within {objectives} for "
+        f"**Answer ({measured}): this deployment held {at_level(sweep.knee, unit)} within {objectives} for "
         f"{share}**{beyond}. {tail}"
     )
 
