@@ -554,6 +554,10 @@ def cost_curve(a: CalcAnswer, key: str) -> None:
     )
 
 
+SHOWN_SHAPES = 6  # the newest shapes measured here, each a tile, a line and a bar (the table holds them all)
+TILES_A_ROW = 3  # at 1280 px a tile's label ('smollm2-135m-instruct fp32 b1 ...') needs a third of the column
+
+
 def measured_section(a: CalcAnswer, key: str) -> None:
     """Runs measured here beside the calculator's estimate for their shape, by the one rule
     (engine.calibration.beside): the calibrated model with its interval, and no ratio for a run measured busy."""
@@ -594,8 +598,11 @@ def measured_section(a: CalcAnswer, key: str) -> None:
             "for one run yet. The interval shown is the fit's 95% for the fastest of a shape's runs (the fit is "
             "made on the fastest, as noise only adds time), which most runs on a shared machine sit above."
         )
-    best = shapes[-3:]
-    for col, c in zip(st.columns(len(best)), best, strict=True):
+    # the newest shapes: one tile, one line of reasoning and one bar each, the same shapes in all three (the chart
+    # drew four while the lines under the tiles named three); the table below holds every shape
+    shown = shapes[-SHOWN_SHAPES:]
+    cols = [col for _ in range(0, len(shown), TILES_A_ROW) for col in st.columns(TILES_A_ROW)]
+    for col, c in zip(cols, shown, strict=False):
         b = c.beside()
         note_metric(
             col,
@@ -612,7 +619,7 @@ def measured_section(a: CalcAnswer, key: str) -> None:
             ),
             help="median measured TPOT of the shape's recent runs, beside the calibrated estimate",
         )
-    for c in best:
+    for c in shown:
         st.caption(f"**{c.label}**: {c.explanation()}")
     chart = [
         {
@@ -623,7 +630,7 @@ def measured_section(a: CalcAnswer, key: str) -> None:
             "interval": c.calibrated_tpot_interval,
             "comparable": c.beside().comparable or c.calibrated_tpot_s is None,
         }
-        for c in shapes[-6:]
+        for c in shown
     ]
     st.plotly_chart(comparison_chart(chart), width="stretch", key=f"{key}.cmp")
     st.caption(chart_note(chart))

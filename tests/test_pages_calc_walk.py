@@ -1,5 +1,6 @@
-"""Memory and cost keeps one state: a new measurement of this machine reaches every figure in the same rerun, and
-the inputs keep their values while the user visits other pages (AppTest)."""
+"""Memory and cost as a presenter walks it (AppTest): a new measurement of this machine reaches every figure in the
+same rerun, the inputs keep their values while the user visits other pages, and the runs measured here are listed
+alike in tiles, lines and chart."""
 
 from __future__ import annotations
 
@@ -82,3 +83,30 @@ def test_the_inputs_keep_their_values_while_the_user_visits_another_page(machine
     assert at.selectbox(key="calc.gpu").value == "this-machine"
     assert at.selectbox(key="calc.dtype.cpu").value == "fp32" and at.number_input(key="calc.batch").value == 3
     assert any(m.label.startswith("Weights") and m.value.endswith("GB") for m in at.metric)
+
+
+def test_the_measured_shapes_are_the_same_in_the_tiles_the_lines_and_the_chart(tmp_path, monkeypatch):
+    """The presenter's walk: 'Estimate vs measurement' drew four shapes in its chart while the lines under its
+    tiles explained three (b1 66+2 was missing). Tiles, lines and bars now name the same shapes."""
+    import json
+
+    from engine.runtime import runlog
+    from tests.factories import synthetic_run
+
+    monkeypatch.setenv("INFERENCE_LAB_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("INFERENCE_LAB_RUNS_DIR", str(tmp_path / "runs"))
+    for batch, prompt in ((1, 66), (1, 40), (2, 40), (4, 40)):
+        shape = {
+            "batch_size": batch,
+            "prompt_tokens": prompt,
+            "weights_bytes": 538_000_000,
+            "params": 134_515_008,
+        }
+        runlog.record(synthetic_run("smollm2-135m-instruct", "fp32", 0.2, 0.05, **shape))
+    at = AppTest.from_file(str(ROOT / CALC), default_timeout=TIMEOUT).run()
+    assert not at.exception
+    chart = next(c for c in at.get("plotly_chart") if "cmp" in c.proto.id)  # the comparison chart
+    bars = {x for t in json.loads(chart.proto.spec)["data"] for x in t.get("x") or []}
+    tiles = {m.label for m in at.metric if m.value.startswith("measured ")}
+    lines = {c.value.split("**")[1] for c in at.caption if c.value.startswith("**smollm2")}
+    assert len(tiles) == 4 and tiles == lines == bars, (tiles, lines, bars)
