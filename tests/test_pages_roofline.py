@@ -180,3 +180,19 @@ def test_the_ridge_note_crosses_no_roof_line():
         assert not crossing, f"the ridge note {box} crosses a roof at {crossing[:3]}"
         assert not any(_circle_meets_box(mx, my, r, box) for mx, my, r in markers_px(fig, frame))
         assert box.inside()
+
+
+def test_a_small_ridge_reads_as_its_figures_divide():
+    """The presenter's walk: 'this machine (measured, fp32): ridge 3.4' beside 172.49 GFLOP/s and 49.4 GB/s, whose
+    quotient is 3.49 (the chapter's one truncated decimal). Below 10 the ridge keeps two decimals; the chapter's
+    T4 still reads 216.6."""
+    from engine.calc import format as fmt
+    from engine.calc.roofline import Roof
+    from ui.plots_calc import roofline_figure
+
+    machine = Roof(172.49e9, 49.41e9, "this machine (measured, fp32)")
+    assert fmt.ridge(machine.ridge) == "3.49" and fmt.ridge(65e12 / 300e9) == "216.6"
+    assert fmt.ridge(0.29) == "0.29" and fmt.ridge(12.345) == "12.3"
+    fig = roofline_figure([Roof(65e12, 320e9, "T4")], [], machine_roof=machine)
+    names = [t.name for t in fig.data if t.name]
+    assert "this machine (measured, fp32): ridge 3.49" in names and "T4: ridge 203.1" in names
