@@ -452,3 +452,20 @@ def test_long_windows_on_gpt_neo_are_not_mixed(tiny_lm):
     cache = kvcache.SlotCache(4)
     window = tiny_lm.model.config.window_size
     assert kv.mixed_reason(tiny_lm, cache, [window + 1]) != ""
+
+
+def test_the_live_tables_latest_text_starts_on_a_whole_word():
+    """The presenter's walk: the live batch table showed a reply as 'n-flight batching…': the last 60 characters
+    cut 'In-flight' in two. The latest text now starts after an ellipsis on a whole word."""
+    from engine.batching.handle import PREVIEW_CHARS, tail
+
+    reply = "In-flight batching lets new requests join the running batch!!"
+    assert len(reply) == PREVIEW_CHARS + 1 and reply[-PREVIEW_CHARS:].startswith("n-flight")  # the walk's cut
+    shown = tail(reply)
+    assert shown == "…batching lets new requests join the running batch!!"
+    assert len(shown) <= PREVIEW_CHARS and reply.endswith(shown[1:])
+    assert tail("short reply") == "short reply"
+    assert tail("x" * 100) == "…" + "x" * (PREVIEW_CHARS - 1)  # one long word: its end, marked cut
+    assert (
+        tail("a " * 40) == "…" + ("a " * 40)[-(PREVIEW_CHARS - 1) :].lstrip()
+    )  # cut between words: kept whole

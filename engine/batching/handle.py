@@ -128,8 +128,23 @@ class RowView:
     def of(cls, s: Request, state: str, now: float) -> RowView:
         t = s.times
         waited = (t.admitted if not math.isnan(t.admitted) else now) - t.arrival
-        args = (s.prompt_len, len(s.generated), s.cfg.max_new_tokens, waited, now - t.arrival, s.text[-60:])
+        args = (s.prompt_len, len(s.generated), s.cfg.max_new_tokens, waited, now - t.arrival, tail(s.text))
         return cls(s.id, state, *args)
+
+
+PREVIEW_CHARS = 60
+
+
+def tail(text: str, n: int = PREVIEW_CHARS) -> str:
+    """The latest words of a growing text in about `n` characters: whole words after an ellipsis when it is longer
+    (the last 60 characters cut 'In-flight batching' to 'n-flight batching')."""
+    if len(text) <= n:
+        return text
+    cut = text[-(n - 1) :]
+    if text[-n].isspace():  # the cut falls between two words
+        return "…" + cut.lstrip()
+    space = cut.find(" ")
+    return "…" + (cut[space + 1 :] if 0 <= space < len(cut) - 1 else cut)
 
 
 @dataclass(frozen=True)
