@@ -325,14 +325,14 @@ def test_a_kept_result_says_what_it_was_run_with_and_whether_the_inputs_now_are_
 
 def test_the_time_left_does_not_jump_up_between_coarse_reports():
     """The presenter's walk: a bar read 'about 40 s left', then 'about 90 s left', then back, as coarse progress
-    reports moved the pace so far. A higher estimate now pauses the countdown (it rises by no more than the time
-    passed) until it has held for RISE_HOLD_S; a lower one is shown at once."""
+    reports moved the pace so far. A higher estimate now goes on counting the shown one down until it has held
+    for RISE_HOLD_S; a lower one is shown at once."""
     from ui.pace import RISE_HOLD_S, SmoothedLeft, clock_line
 
     smooth = SmoothedLeft()
     assert smooth(10.0, 40.0) == 40.0
-    assert smooth(10.5, 90.0) == 40.0  # the jump is not shown: the countdown pauses
-    assert smooth(11.0, 89.5) == 40.0
+    assert smooth(10.5, 90.0) == 39.5  # the jump is not shown: the countdown goes on
+    assert smooth(11.0, 89.5) == 39.0
     assert smooth(11.5, 30.0) == 30.0  # lower: at once
     assert smooth(12.0, 29.5) == 29.5
     # a higher estimate that holds is believed after RISE_HOLD_S
@@ -340,7 +340,7 @@ def test_the_time_left_does_not_jump_up_between_coarse_reports():
     while t < 12.0 + RISE_HOLD_S + 1.0:
         t += 0.5
         shown.append(smooth(t, 80.0))
-    assert shown[0] == 29.5 and shown[-1] == 80.0 and max(shown[:-3]) < 80.0
+    assert shown[0] == 29.0 and shown[-1] == 80.0 and max(shown[:-3]) < 80.0
     assert (
         smooth(t + 0.5, None) is None
     )  # nothing to go by: nothing shown, and the next estimate starts afresh
@@ -348,7 +348,7 @@ def test_the_time_left_does_not_jump_up_between_coarse_reports():
     bar = SmoothedLeft()
     clock_line("Racing", "", 10.0, 0.2, None, smooth=bar)  # 10 s for 20%: 40 s left
     assert "about 94.5 s left" in clock_line("Racing", "", 10.5, 0.1, None)  # unsteadied: the jump
-    assert "about 40 s left" in clock_line("Racing", "", 10.5, 0.1, None, smooth=bar)
+    assert "about 39.5 s left" in clock_line("Racing", "", 10.5, 0.1, None, smooth=bar)
 
 
 def test_a_run_is_judged_busy_by_what_other_programs_took_while_it_ran():
@@ -367,3 +367,27 @@ def test_a_run_is_judged_busy_by_what_other_programs_took_while_it_ran():
     if before is not None:  # Linux: /proc/stat
         took = others_during(before, 0.5)
         assert math.isfinite(took) and took >= 0
+
+
+def test_a_time_left_never_stands_still_and_near_zero_says_about_to_finish():
+    """The presenter's walk: the speculative run's bar read 'about 4.35 s left' from 10.1 s to 13.1 s elapsed, the
+    countdown paused while a higher estimate waited to be believed. What is shown now falls with every redraw
+    until that estimate has held; at the end of the count the bar says the run is about to finish."""
+    from itertools import pairwise
+
+    from ui.pace import RISE_HOLD_S, Expected, SmoothedLeft, clock_line
+
+    smooth = SmoothedLeft()
+    t, shown = 10.1, [smooth(10.1, 4.35)]
+    while t < 10.1 + RISE_HOLD_S - 0.5:
+        t += 0.5
+        shown.append(smooth(t, 8.0))  # higher, and not yet believed
+    assert all(b < a for a, b in pairwise(shown)), shown  # falls at every redraw
+    assert shown[-1] == 0.0  # counted down to the end
+    guess = Expected(20.0, "the last quiet run here")
+    bar = SmoothedLeft()
+    clock_line("Measuring", "", 19.0, 0.0, guess, smooth=bar)  # 1 s left by the forecast
+    assert "about to finish (the last quiet run here)" in clock_line(
+        "Measuring", "", 19.7, 0.0, guess, smooth=bar
+    )
+    assert "about to finish (at the pace so far)" in clock_line("Racing", "", 9.8, 0.98, None)

@@ -105,15 +105,16 @@ def left_s(
     return None
 
 
-# A higher 'left' is shown at once only after it has held this long; before that the shown one stops counting down
-# instead (a coarse progress report turned '40 s left' into '90 s left' and back within seconds).
+# A higher 'left' is shown only after it has held this long; before that the shown one goes on counting down (a
+# coarse progress report turned '40 s left' into '90 s left' and back within seconds). It once paused instead, and a
+# presenter read 'about 4.35 s left' from 10.1 s to 13.1 s: a clock that stands still reads as stuck.
 RISE_HOLD_S = 5.0
 
 
 class SmoothedLeft:
-    """One run's 'about N s left', steadied: a lower estimate is shown at once; a higher one may raise what is shown
-    by no more than the time passed since the last update (the countdown pauses) until it has held for RISE_HOLD_S,
-    when it is shown as it is. Call it with (elapsed, estimate) at every redraw of the run's bar."""
+    """One run's 'about N s left', steadied: a lower estimate is shown at once; a higher one only once it has held
+    for RISE_HOLD_S, the shown one counting down meanwhile (to 0, which the bar words as about to finish). Call it
+    with (elapsed, estimate) at every redraw of the run's bar."""
 
     def __init__(self) -> None:
         self.shown: float | None = None
@@ -131,9 +132,12 @@ class SmoothedLeft:
         else:
             self.higher_since = elapsed if self.higher_since is None else self.higher_since
             held = elapsed - self.higher_since >= RISE_HOLD_S
-            shown = left if held else min(left, counted + (elapsed - self.at))  # i.e. the last one shown
+            shown = left if held else counted
         self.shown, self.at = shown, elapsed
         return shown
+
+
+ABOUT_DONE_S = 0.5  # less left than one redraw of the bar: said as about to finish, not 'about 0.2 s left'
 
 
 def clock_line(
@@ -157,9 +161,13 @@ def clock_line(
     if fraction >= TRUST_FRACTION or guess is None:
         if left <= 0 and fraction < 1:
             return f"{head} · {clock} · {fraction:.0%} done, taking longer than the pace so far said"
+        if left < ABOUT_DONE_S:
+            return f"{head} · {clock} · about to finish (at the pace so far)"
         return f"{head} · {clock} · about {fmt.seconds(left)} left (at the pace so far)"
     if elapsed > guess.seconds:
         return f"{head} · {clock} · longer than expected ({guess.source})"
+    if left < ABOUT_DONE_S:
+        return f"{head} · {clock} · about to finish ({guess.source})"
     return f"{head} · {clock} · about {fmt.seconds(left)} left ({guess.source})"
 
 
