@@ -21,6 +21,7 @@ from pathlib import Path
 
 from bench.common import CHROMIUM_ARGS, write_result
 from engine.core.load import cores, loadavg
+from ui.machine_view import MEASURE_AGAIN
 
 WIDTH = 1280
 RUN_LIMIT_S = 600  # a liveness bound for one live run, not a speed claim
@@ -96,7 +97,18 @@ STOPS = (  # in the Home page's tour order (ui.home.TOUR), which is the sidebar'
             Action("Generate", "Stopped by", before=(("text", "Use KV cache"),)),
         ),
     ),
-    Stop("Memory and cost", "Memory_and_cost"),
+    Stop(
+        "Memory and cost",
+        "Memory_and_cost",
+        # this machine as the GPU, then its panel's button (a stored measurement: measured again)
+        (
+            Action(
+                MEASURE_AGAIN,
+                "Read bandwidth (measured)",
+                before=(("combobox", "GPU"), ("option", "this machine's")),
+            ),
+        ),
+    ),
     Stop("Roofline", "Roofline"),
     Stop(
         "Few-shot, code and eval",
@@ -136,6 +148,7 @@ class StopResult:
     title: str
     open_s: float = 0.0
     runs_s: list[float] = field(default_factory=list)
+    actions: list[dict] = field(default_factory=list)  # each run: its button (and tab) and seconds, for Home
     clipped: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     shots: list[str] = field(default_factory=list)
@@ -234,7 +247,9 @@ def walk(url: str, shots: Path, stops, *, presenter: bool) -> list[StopResult]:
             if not presenter:
                 for k, action in enumerate(stop.actions, 1):
                     try:
-                        r.runs_s.append(run_action(page, action))
+                        took = run_action(page, action)
+                        r.runs_s.append(took)
+                        r.actions.append({"button": action.button, "tab": action.tab, "s": took})
                     except Exception as exc:  # a stop that fails is reported, the tour goes on
                         r.errors.append(f"{action.button}: {type(exc).__name__}: {str(exc)[:200]}")
                     shot = shots / f"{n:02d}-{stop.path.split('?')[0]}-run{k}.png"

@@ -89,13 +89,11 @@ def test_home_puts_measuring_this_machine_above_the_tour_and_the_tour_points_at_
     assert button < tour
     # not folded away: no expander holds it
     assert not any(e.type == "expandable" and "Measure" in str(getattr(e, "label", "")) for e in els)
-    from ui.home import TOUR
+    from ui.machine_view import MEASURE
 
-    stop = next(what for title, _, what, _ in TOUR if title == "Memory and cost")
-    assert "Static vs paged KV cache" in stop and "Measure this machine" in stop
-    # a machine with a calibration shows the calibrate button there instead (a presenter hunted for 'Measure')
-    assert "Calibrate this machine again" in stop
-    assert '"Calibrate this machine again"' in (ROOT / "ui" / "machine_view.py").read_text()
+    stop = next(m.value for m in at.markdown if "Static vs paged KV cache" in m.value)
+    # the button the page shows, by its own label (nothing measured here yet: 'Measure this machine')
+    assert f"press **{MEASURE}** beside it" in stop
 
 
 def test_the_top_of_home_links_to_the_tour_and_its_pace_comes_first(monkeypatch, tmp_path):
@@ -190,19 +188,56 @@ def test_the_tour_says_how_long_its_live_runs_took_when_measured():
     from ui.home import tour_pace
 
     line = tour_pace()
-    assert line.startswith("Time it: every stop's live runs together took ") and "measured" in line
+    assert line.startswith("Time it: the runs the stops below ask for took ") and "measured" in line
     assert "KV cache off" in line
 
 
 def test_each_stop_of_the_tour_says_how_long_its_live_runs_took():
     """The presenter's second walk: Home promised how long the live runs take but gave only the total, so no one
     could plan stop by stop. Each stop the tour benchmark timed now says its own time, from the same record."""
-    from engine.calc import format as fmt
-    from ui.home import stop_times
+    from ui.home import stop_runs, took_words
 
-    times = stop_times()
-    assert times and all(t > 0 for t in times.values())
+    runs = stop_runs()
+    assert runs and all(s > 0 for stop in runs.values() for _, s in stop)
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
     said = " ".join(m.value for m in at.markdown)
-    for title, seconds in times.items():
-        assert f"its live runs took {fmt.seconds(seconds)} in that benchmark" in said, title
+    for title, stop in runs.items():
+        assert f"; in that benchmark {took_words(stop)})*" in said, title
+
+
+def test_each_stop_is_timed_by_the_runs_it_asks_for_named_as_the_page_names_them(monkeypatch, tmp_path):
+    """The presenter's walk: Home gave Batching 15.3 s while the Simulate it asks for took 3.8 s (the total held the
+    replay the stop does not ask for), and named 'Measure this machine' and 'Calibrate this machine again' where the
+    page showed 'Measure this machine again' and 'Calibrate this machine'. Each stop's time is now per run it asks
+    for, by the button's own label, and every such button is one the tour's benchmark presses on that page."""
+    from dataclasses import replace
+
+    from bench.tour import STOPS
+    from engine.calc import format as fmt
+    from engine.calibration import machine
+    from tests.test_machine import FAKE
+    from ui import common
+    from ui.home import PRESSES, TOUR, _tour_record, presses, stop_runs
+    from ui.machine_view import MEASURE_AGAIN
+
+    record = {s["title"]: s for s in _tour_record()["stops"]}
+    batching = stop_runs(presses(MEASURE_AGAIN))["Batching"]
+    simulate = next(a["s"] for a in record["Batching"]["actions"] if a["button"] == "Simulate")
+    assert batching == [("Simulate", simulate)] and simulate < record["Batching"]["live_s"]
+    walked = {s.title: [a.button for a in s.actions] for s in STOPS}
+    for title, _, what, _ in TOUR:
+        for button, _words in presses("{measure}").get(title, ()):
+            assert f"**{button}**" in what, (title, button)  # the text asks for it by the page's label
+        for button, _words in PRESSES.get(title, ()):
+            assert button in walked[title], (title, button)  # and the benchmark presses it there
+    assert MEASURE_AGAIN in walked["Memory and cost"]
+    # a measured machine: Home names the button the page shows, 'Measure this machine again'
+    monkeypatch.setenv("INFERENCE_LAB_HOME", str(tmp_path))
+    machine.save(replace(FAKE, machine_id=paths.machine_id()))
+    common.cached_machine_measurement.clear()
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    assert not at.exception
+    said = " ".join(m.value for m in at.markdown)
+    assert f"press **{MEASURE_AGAIN}** beside it" in said
+    assert f"in that benchmark Simulate took {fmt.seconds(simulate)})*" in said
+    common.cached_machine_measurement.clear()

@@ -20,6 +20,7 @@ from ui.common import (
     loaded_models,
     page_setup,
 )
+from ui.machine_view import panel_button
 
 GUIDE = {
     "Playground": "Load a model, generate for one prompt or a batch, streamed, with TTFT, TPOT, latency and "
@@ -47,18 +48,17 @@ TOUR = (
     (
         "Playground",
         {"model": "smollm2-135m-instruct", "prompt": "passage"},
-        "Press Generate, then turn **Use KV cache** off and generate again: the link starts the prompt from the "
-        "*passage* example (a few hundred tokens), which every step without the cache runs over again; the per-token "
-        "chart shows what the cache saves on every step after the first.",
+        "Press **Generate**, then turn **Use KV cache** off and press **Generate** again: the link starts the prompt "
+        "from the *passage* example (a few hundred tokens), which every step without the cache runs over again; the "
+        "per-token chart shows what the cache saves on every step after the first.",
         "4.1.1 and 4.3.1",
     ),
     (
         "Memory and cost",
         {},
         "Pick a model and the T4: does it fit in fp32, in fp16, and what does a million tokens cost? Under the "
-        "tiles, **Static vs paged KV cache** shows how many more sequences paging fits; choose *this machine* as the "
-        "GPU for its measured roofs (its button there measures them: **Measure this machine**, or **Calibrate this "
-        "machine again** once the machine has a calibration).",
+        "tiles, **Static vs paged KV cache** shows how many more sequences paging fits. Then choose *this machine* "
+        "as the GPU for its measured roofs, and press **{measure}** beside it.",
         "4.2 and 4.3.3",
     ),
     (
@@ -71,7 +71,8 @@ TOUR = (
     (
         "Few-shot, code and eval",
         {},
-        "Classify with a few examples, generate code and lint it, measure perplexity.",
+        "Press **Classify** (a few examples, scored by log-likelihood), then **Generate code** in the *Code "
+        "generation* tab (syntax-checked and linted) and **Run evaluation** in the *Evaluation* tab (perplexity).",
         "4.1.2 to 4.1.4",
     ),
     (
@@ -84,26 +85,51 @@ TOUR = (
     (
         "Batching",
         {},
-        "Under *Simulate N users*, send 6 requests at once and watch them share decode steps; the table after it "
-        "says how long each waited to join and why.",
+        "Under *Simulate N users*, press **Simulate** to send 6 requests at once and watch them share decode steps; "
+        "the table after it says how long each waited to join and why.",
         "4.3.2",
     ),
     (
         "Quantization and speculative decoding",
         {},
-        "Run int8 against fp32, then (the *Speculative decoding* tab) prompt lookup against plain greedy: each verdict "
-        "calls a lever "
-        "faster or slower only when its whole 95% interval lies on one side of 1×.",
+        "Press **Quantize and measure** (int8 against fp32), then in the *Speculative decoding* tab **Measure "
+        "speculative decoding** (prompt lookup against plain greedy): each verdict calls a lever faster or slower "
+        "only when its whole 95% interval lies on one side of 1×.",
         "4.2; the NVIDIA article's quantization and speculative decoding",
     ),
     (
         "Serving",
         {},
-        "Start the OpenAI-compatible server for the bundled model and sweep the load: latency percentiles, "
-        "throughput and how many users fit within the SLOs.",
+        "Press **Start server** (the OpenAI-compatible server, for the bundled model), then **Run sweep** to sweep "
+        "the load (latency percentiles, throughput and how many users fit within the SLOs), and **Stop server** when "
+        "done.",
         "4.3.2; the NVIDIA article's in-flight batching",
     ),
 )
+
+
+# What each stop asks the presenter to press, in its order: (the page's button, how the tour names that run). The
+# Memory and cost stop presses its machine panel's button, whose label follows the machine (ui.machine_view).
+PRESSES: dict[str, tuple[tuple[str, str], ...]] = {
+    "Playground": (("Generate", "Generate"), ("Generate", "Generate with the KV cache off")),
+    "Few-shot, code and eval": (
+        ("Classify", "Classify"),
+        ("Generate code", "Generate code"),
+        ("Run evaluation", "Run evaluation"),
+    ),
+    "Latency race": (("Run the race", "Run the race"),),
+    "Batching": (("Simulate", "Simulate"),),
+    "Quantization and speculative decoding": (
+        ("Quantize and measure", "Quantize and measure"),
+        ("Measure speculative decoding", "Measure speculative decoding"),
+    ),
+    "Serving": (("Start server", "Start server"), ("Run sweep", "Run sweep"), ("Stop server", "Stop server")),
+}
+
+
+def presses(measure: str) -> dict[str, tuple[tuple[str, str], ...]]:
+    """PRESSES with the Memory and cost stop's: `measure`, the machine panel's button as it reads now."""
+    return {**PRESSES, "Memory and cost": ((measure, measure),)}
 
 
 def _tour_record() -> dict | None:
@@ -115,31 +141,55 @@ def _tour_record() -> dict | None:
         return None
 
 
-def stop_times() -> dict[str, float]:
-    """Each stop's live runs in the tour benchmark's last record, in seconds, by the stop's page title."""
-    d = _tour_record() or {}
-    try:
-        return {s["title"]: float(s["live_s"]) for s in d.get("stops", []) if s.get("live_s")}
-    except (KeyError, TypeError, ValueError):
-        return {}
+def stop_runs(
+    asked: dict[str, tuple[tuple[str, str], ...]] | None = None,
+) -> dict[str, list[tuple[str, float]]]:
+    """Each stop's runs that its text asks for (`asked`: presses(), by the page's button labels), as (the tour's
+    name for the run, seconds) from the tour benchmark's last record, by the stop's title. A run the benchmark made
+    that the stop does not ask for (Batching's replay) is left out; a run it did not make has no time."""
+    asked = presses(panel_button()) if asked is None else asked
+    out: dict[str, list[tuple[str, float]]] = {}
+    for stop in (_tour_record() or {}).get("stops", []):
+        try:
+            made = [(str(a["button"]), float(a["s"])) for a in stop.get("actions", [])]
+            title = stop["title"]
+        except (KeyError, TypeError, ValueError):
+            continue
+        runs = []
+        for button, words in asked.get(title, ()):
+            hit = next((k for k, (b, _) in enumerate(made) if b == button), None)
+            if hit is not None:
+                runs.append((words, made.pop(hit)[1]))  # in order: the second Generate is the second run
+        if runs:
+            out[title] = runs
+    return out
 
 
-def tour_pace() -> str:
-    """How long the tour's live runs took when the lab's tour benchmark last ran them on this kind of machine
-    (measured, dated, with the load it ran under), and which run to skip when short of time; "" without one."""
+def tour_pace(runs: dict[str, list[tuple[str, float]]] | None = None) -> str:
+    """How long the runs the stops ask for took when the lab's tour benchmark last pressed them on this kind of
+    machine (measured, dated, with the load it ran under), and which run to skip when short of time; "" without a
+    record. `runs`: stop_runs()."""
     d = _tour_record()
-    if d is None:
+    runs = stop_runs() if runs is None else runs
+    if d is None or not runs:
         return ""
     try:
-        took, when, n, load = d["live_runs_s"], d["date"][:10], d["cores"], d["load_average_before"][0]
+        when, n, load = d["date"][:10], d["cores"], d["load_average_before"][0]
     except (KeyError, IndexError, TypeError):
         return ""
+    took = sum(s for stop in runs.values() for _, s in stop)
     return (
-        f"Time it: every stop's live runs together took {fmt.seconds(took)} when the lab's tour benchmark last ran "
-        f"them ({when}, {n} cores, load average {load:.1f} at the start, measured). Other work on the machine "
-        "stretches every run, and the Playground's second run, with the KV cache off, is the one that grows most: "
-        "short of time, give it fewer new tokens or leave it out."
+        f"Time it: the runs the stops below ask for took {fmt.seconds(took)} in all when the lab's tour benchmark "
+        f"last pressed them ({when}, {n} cores, load average {load:.1f} at the start, measured). Other work on the "
+        "machine stretches every run, and the Playground's second run, with the KV cache off, is the one that grows "
+        "most: short of time, give it fewer new tokens or leave it out."
     )
+
+
+def took_words(runs: list[tuple[str, float]]) -> str:
+    """'Simulate took 3.77 s' / 'Generate took 5.29 s, Generate with the KV cache off 29.4 s'."""
+    (words, s), *rest = runs
+    return ", ".join([f"{words} took {fmt.seconds(s)}", *(f"{w} {fmt.seconds(t)}" for w, t in rest)])
 
 
 TOUR_ANCHOR = "start-here"
@@ -149,7 +199,9 @@ def tour_panel() -> None:
     """'Start here': one deep link per stop, half a minute each, with the chapter section it demonstrates."""
     st.subheader("Start here: a tour of every page", anchor=TOUR_ANCHOR)  # linked from the page's first lines
     # how long it takes and presenter mode first: below the eight stops they sat past the first screen
-    pace_line = tour_pace()
+    measure = panel_button()  # the machine panel's button as the Memory and cost page shows it now
+    runs = stop_runs(presses(measure))
+    pace_line = tour_pace(runs)
     if pace_line:
         st.caption(pace_line)
     st.caption(
@@ -158,7 +210,6 @@ def tour_panel() -> None:
         "its date, so the tour can be shown before anything runs. A page reload keeps this session's runs."
     )
     pages = {p.title: p for p in PAGES}
-    times = stop_times()
     for n, (title, params, what, section) in enumerate(TOUR, 1):
         c1, c2 = st.columns([2, 5], vertical_alignment="center")
         with c1:
@@ -171,8 +222,8 @@ def tour_panel() -> None:
                 )
             except StreamlitAPIException:
                 st.markdown(f"**{n}. {title}**")  # run on its own (a test), outside the app's navigation
-        took = f"; its live runs took {fmt.seconds(times[title])} in that benchmark" if title in times else ""
-        c2.markdown(f"{what} *(chapter section {section}{took})*")
+        took = f"; in that benchmark {took_words(runs[title])}" if title in runs else ""
+        c2.markdown(f"{what.format(measure=measure)} *(chapter section {section}{took})*")
     st.caption(
         'What the lab follows: **chapter 4, "Running inference"**, of the Manning book this lab accompanies '
         "(GPT-Neo as the reference model; generating, few-shot prompting, code and evaluation in 4.1; memory and "

@@ -16,6 +16,10 @@ from engine.calc.specs import GPUSpec, ModelSpec, gpu_spec
 
 _UNREAD = object()  # "read the calibration now": callers that already read it pass theirs
 
+# The panel's buttons, one spelling for the page and for what names them (Home's tour, the tour benchmark)
+MEASURE, MEASURE_AGAIN = "Measure this machine", "Measure this machine again"
+CALIBRATE, CALIBRATE_AGAIN = "Calibrate this machine", "Calibrate this machine again"
+
 
 def _measured_machine() -> GPUSpec:
     from ui.common import cached_machine_measurement  # the one cached measurement of this machine
@@ -170,7 +174,7 @@ def machine_panel(key: str, *, compact: bool = False, cal=_UNREAD) -> None:
         st.caption("Its calibration fixes these roofs; calibrating again measures them again.")
         calibrate_button(key, again=True)
     elif st.button(
-        "Measure this machine again" if known else "Measure this machine",
+        MEASURE_AGAIN if known else MEASURE,
         key=f"{key}.measure",
         icon=":material/speed:",
         help="A read (sum) and a copy over a 268 MB buffer and a 1024³ matmul per precision, best of 5; stored "
@@ -178,6 +182,15 @@ def machine_panel(key: str, *, compact: bool = False, cal=_UNREAD) -> None:
     ):
         remeasure_machine()
         st.rerun()
+
+
+def panel_button(cal=_UNREAD) -> str:
+    """The label of the button machine_panel shows now: calibrate again where a calibration fixes the roofs, else
+    measure (again, once a measurement is stored)."""
+    cal = _read(cal)
+    if cal is not None:
+        return CALIBRATE_AGAIN
+    return MEASURE_AGAIN if _known(cal) else MEASURE
 
 
 def load_runs() -> list:
@@ -236,7 +249,7 @@ def calibrate_button(key: str, *, again: bool = False) -> None:
     from ui import pace
 
     if not st.button(
-        "Calibrate this machine again" if again else "Calibrate this machine",
+        CALIBRATE_AGAIN if again else CALIBRATE,
         key=f"{key}.calibrate",
         icon=":material/tune:",
         help="Times the bundled model at a few prompt lengths, batch sizes and precisions, measures the read "
