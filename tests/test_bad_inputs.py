@@ -921,6 +921,24 @@ CASES = [
         engine_rejects(_config({**_NEO, "intermediate_size": 10**12}), "absurdly large"),
     ),
     Case("engine-config-no-architecture", engine_rejects(_exact({"hidden_size": 64}), "no model_type")),
+    # the engineer's walk: 1e12 layers read as 202,383,360,000,262,148,096 parameters and 40,157,470,704 GPUs
+    Case(
+        "engine-config-absurd-layers",
+        engine_rejects(
+            _config({**_NEO, "num_layers": 10**12}), "n_layer=1,000,000,000,000 is absurdly large"
+        ),
+    ),
+    Case(
+        "engine-config-absurd-vocab",
+        engine_rejects(_config({**_NEO, "vocab_size": 10**9}), "vocab=1,000,000,000 is absurdly large"),
+    ),
+    Case(
+        "engine-config-architectures-without-model-type",
+        engine_rejects(
+            _exact({"architectures": ["LlamaForCausalLM"], "hidden_size": 64}),
+            "its architectures field (LlamaForCausalLM) does not replace it",
+        ),
+    ),
     Case(
         "engine-config-experts-per-token-over-experts",
         engine_rejects(

@@ -198,3 +198,13 @@ def test_the_command_line_takes_a_hub_address(capsys):
     assert main(["estimate", "--model", url, "--gpu", "h100-sxm", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["model"] == out["model_id"] == "meta-llama/Llama-3.1-8B-Instruct" and out["fits"] is True
+
+
+def test_a_truncated_config_says_at_once_where_it_stops():
+    """The engineer's walk: 'unterminated string starting at at line 1' (json's message ends in 'at')."""
+    from engine.calc.hf_config import parse_config_json
+    from engine.core.errors import InvalidParameterError
+
+    with pytest.raises(InvalidParameterError) as e:
+        parse_config_json('{"model_type": "lla')
+    assert "unterminated string starting at line 1, column 16" in str(e.value) and "at at" not in str(e.value)

@@ -76,7 +76,7 @@ def test_max_users_with_linear_steps_by_hand():
     assert a.value.low == 0 and 10 < a.value.central <= 12 and 31 < a.value.high <= 35
     assert (
         f"at most {a.value.central} concurrent users at the central step times (not even one with every step at "
-        f"the slow end of its interval; {a.value.high} at the quick end)" in a.sentence
+        f"the slow end of its 80% interval; {a.value.high} at the quick end)" in a.sentence
     )
     assert (
         "in steady state" in a.sentence
@@ -607,7 +607,7 @@ def test_the_command_line_labels_the_ends_and_the_plan_with_margin():
     )  # fmt: skip
     assert "answer 125 users (interval 72 to 153, width 2.12x)" in users
     assert (
-        "with every step at the slow end of its interval 72 users (the answer with margin); at the quick end 153"
+        "with every step at the slow end of its 80% interval 72 users (the answer with margin); at the quick end 153"
         in users
     )
     plan = {"gpu": "h100-sxm", "name": "H100 SXM", "gpus": 8, "replicas": 2, "usd_per_hour": 55.84,
@@ -619,7 +619,7 @@ def test_the_command_line_labels_the_ends_and_the_plan_with_margin():
     )  # fmt: skip
     assert (
         "answer $13.96 USD per hour (at the central step times; with margin $55.84, the cheapest plan that meets "
-        "them with every step at the slow end of its interval)" in cheap
+        "them with every step at the slow end of its 80% interval)" in cheap
     )
     assert "\nA plan with margin: words." in cheap
     assert "launch with margin vllm serve m --tensor-parallel-size 8" in cheap

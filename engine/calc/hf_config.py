@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from engine.calc.specs import ARCH_TRAITS, ModelSpec, positive_int, validate_spec
+from engine.calc.specs import ARCH_TRAITS, ModelSpec, not_absurd, positive_int, validate_spec
 from engine.core.errors import InvalidParameterError
 
 NOT_A_CONFIG = (
@@ -117,7 +117,12 @@ def spec_from_hf_config(cfg: Any, name: str | None = None) -> ModelSpec:
         )
     model_type = cfg.get("model_type")
     if not isinstance(model_type, str) or not model_type:
-        raise InvalidParameterError(NOT_A_CONFIG.format(why="it has no model_type (no architecture)"))
+        why = 'it has no model_type (the family name Hugging Face reads the layout by, such as "llama")'
+        if cfg.get("architectures"):
+            why += (
+                f"; its architectures field ({', '.join(map(str, cfg['architectures']))}) does not replace it"
+            )
+        raise InvalidParameterError(NOT_A_CONFIG.format(why=why))
     if cfg.get("is_encoder_decoder") or model_type in ENCODERS:
         raise InvalidParameterError(
             f"{model_type} is not a decoder-only language model; the calculator covers decoders "
@@ -147,6 +152,7 @@ def spec_from_hf_config(cfg: Any, name: str | None = None) -> ModelSpec:
     hidden = positive_int("hidden_size", hidden)
     n_head = positive_int("num_attention_heads", n_head)
     n_layer = positive_int("num_hidden_layers", n_layer)
+    not_absurd("n_layer", n_layer)  # before any per-layer list is built from it
     vocab = positive_int("vocab_size", vocab)
     traits = ARCH_TRAITS[arch]
     n_kv = _kv_heads(cfg, model_type, n_head)
@@ -452,7 +458,8 @@ def parse_config_json(text: str | bytes) -> dict[str, Any]:
     try:
         cfg = json.loads(text)
     except json.JSONDecodeError as exc:  # where, as a person counts: line and column, not "(char 43)"
-        why = f"it is not valid JSON: {exc.msg.lower()} at line {exc.lineno}, column {exc.colno}"
+        msg = exc.msg.lower().removesuffix(" at")  # "unterminated string starting at" + " at line": one "at"
+        why = f"it is not valid JSON: {msg} at line {exc.lineno}, column {exc.colno}"
         raise InvalidParameterError(NOT_A_CONFIG.format(why=why)) from None
     except (ValueError, UnicodeDecodeError):
         raise InvalidParameterError(NOT_A_CONFIG.format(why="it is not valid JSON: not UTF-8 text")) from None

@@ -287,6 +287,24 @@ SIZE_FIELDS = (
 MAX_WIDTH = (
     10**7
 )  # no real layer is 10 million wide; a hidden size of 10^9 is a typo, and its count overflows sense
+MAX_LAYERS = 1000  # as the page's raw-number field allows
+MAX_VOCAB = 10_000_000
+
+
+_MOST = {
+    "n_layer": (MAX_LAYERS, "the deepest real models have under 200 layers"),
+    "vocab": (MAX_VOCAB, "the largest real vocabularies are under 10^6 tokens"),
+}
+
+
+def not_absurd(attr: str, value: int) -> None:
+    """Refuse a layer count or vocabulary no model has (a config's typo), before anything is built per layer."""
+    most, real = _MOST[attr]
+    if value > most:
+        raise InvalidParameterError(
+            f"{attr}={value:,} is absurdly large ({real}; the calculator takes up to {most:,}); check the config's "
+            "numbers"
+        )
 
 
 def validate_spec(spec: ModelSpec, *, sizes: bool = True) -> ModelSpec:
@@ -302,6 +320,8 @@ def validate_spec(spec: ModelSpec, *, sizes: bool = True) -> ModelSpec:
                 f"{attr}={getattr(spec, attr):,} is absurdly large (the widest real models are under 10^5); "
                 "check the config's numbers"
             )
+    not_absurd("n_layer", spec.n_layer)
+    not_absurd("vocab", spec.vocab)
     if spec.arch not in ARCH_TRAITS:
         raise InvalidParameterError(
             f"unknown layer layout {spec.arch!r}; choose one of {', '.join(ARCH_TRAITS)}"

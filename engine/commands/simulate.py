@@ -162,7 +162,7 @@ def solve_text(r: dict) -> str:
     if money and details.get("margin_plan"):  # the range's ends are two plans: say which is which
         span = (
             f"at the central step times; with margin {show(a['high'])}, the cheapest plan that meets them with every "
-            "step at the slow end of its interval"
+            "step at the slow end of its 80% interval"
         )
     else:
         span = f"interval {show(a['low'])} to {show(a['high'])}{width}"
@@ -170,7 +170,7 @@ def solve_text(r: dict) -> str:
     ends = details.get("ends")
     if ends:  # max-users: each end of the interval by the step times that give it
         text += (
-            f"\n  with every step at the slow end of its interval {show(ends['slow_steps'])} users (the answer with "
+            f"\n  with every step at the slow end of its 80% interval {show(ends['slow_steps'])} users (the answer with "
             f"margin); at the quick end {show(ends['quick_steps'])}"
         )
     command = details.get("launch_command")

@@ -14,7 +14,7 @@
   price (engine/data/prices.toml) at 1, 2, 4 and 8 GPUs in tensor parallel, with as many replicas as the load
   needs (each replica serving its share of the users, confirmed as the most users are); cheapest first, so a
   configuration whose one replica already costs more than the best found is never simulated. The same search with
-  every step at the slow end of its interval gives a plan with margin, which may be another GPU or count. The
+  every step at the slow end of its 80% interval gives a plan with margin, which may be another GPU or count. The
   answer names its runner-up and why it lost, and where a replica of more GPUs holds fewer users than one of fewer
   GPUs of the same type, why, from each one's decode step.
 """
@@ -464,9 +464,9 @@ def _anchored(d: Deployment) -> str:
 
 def _users_ends(value: Interval) -> str:
     """The most-users answer's ends in words, each labelled with the step times that give it: the slow end (every
-    step at the slow end of its interval) is the answer with margin, where even one user may miss."""
+    step at the slow end of its 80% interval) is the answer with margin, where even one user may miss."""
     slow = "not even one" if value.low == 0 else f"{value.low}, the answer with margin,"
-    return f"{slow} with every step at the slow end of its interval; {value.high} at the quick end"
+    return f"{slow} with every step at the slow end of its 80% interval; {value.high} at the quick end"
 
 
 def _confirmed(s: SimulateSpec, slo: SLO, searched: Mapping[str, int], knees: Mapping[str, int]) -> str:
@@ -591,7 +591,7 @@ def max_users(
             "requests_per_probe_at_answer": probe_requests(s, max(value.central, 1)),
             # the interval's ends, labelled: the users that meet the objectives with every step at that end
             "ends": {"slow_steps": value.low, "central_steps": value.central, "quick_steps": value.high},
-            "margin_users": value.low,  # the answer with margin: every step at the slow end of its interval
+            "margin_users": value.low,  # the answer with margin: every step at the slow end of its 80% interval
             "confirmed": {
                 "requests_per_user": CONFIRM_REQUESTS_PER_USER,
                 "requests_at_answer": probe_requests(s, max(value.central, 1), CONFIRM_REQUESTS_PER_USER),
@@ -881,7 +881,7 @@ def _margin_words(best: Option, margin: Option | None) -> str:
     """The plan with margin in one sentence, beside the cheapest at the central step times."""
     if margin is None:
         return (
-            "With every step at the slow end of its interval no priced option meets the objectives, even with one "
+            "With every step at the slow end of its 80% interval no priced option meets the objectives, even with one "
             "user per replica: there is no plan with margin, so budget above this one."
         )
     each = f"{margin.replicas} replicas of " if margin.replicas > 1 else ""
@@ -897,7 +897,9 @@ def _margin_words(best: Option, margin: Option | None) -> str:
     )
     return (
         f"A plan with margin, the cheapest that still meets the objectives with every step at the slow end of its "
-        f"interval (all candidates searched again there): {plan}{budget}."
+        f"80% interval (all candidates searched again there): {plan}{budget}. That is stricter than the estimate's "
+        "80% interval for one figure: every step of every request is taken slow at once, where real steps scatter "
+        "on either side."
     )
 
 

@@ -242,7 +242,7 @@ class PublishedSteps(_Bucketed):
             "prefill_compute_utilisation": read["flops"],
             "overhead_s_per_layer": read["overhead_s_per_layer"],
             "borrowed": list(read["borrowed"] or ()),
-            "interval": "the engine class's published / predicted ratios (2.5-97.5%), applied per step",
+            "interval": "the estimate's 80% interval of the engine class's published / predicted ratios, every step at the same end",
             "per_request_fixed_s": self.fixed_s.central,
             "handling_s": self.handling_s,
             "fixed_costs_anchored": a.to_json() if a is not None else None,
