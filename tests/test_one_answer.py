@@ -519,3 +519,17 @@ def test_the_labs_own_last_run_is_not_other_work_in_a_forecast():
     quiet = beside("run time", measured_s=None, predicted=None, bound_s=36.5, loadavg_1m=0.9, n_cores=2)
     assert quiet.busy_factor == 1.0 and "Other work" not in quiet.sentence()
     assert _shared_words(2.9, False, 2) == " (quiet otherwise)."
+
+
+def test_an_overhead_verdict_that_does_not_fit_says_a_serving_engine_counts_otherwise():
+    """The engineer's walk: Qwen2.5-72B in bf16 on 2 x H100 'fits' with vLLM and SGLang (their allocation) and 'does
+    not fit, 87.70 GB per GPU' with TensorRT-LLM and transformers (the overhead rule), the difference unsaid."""
+    ask = Inputs(
+        dtype="bf16", batch=1, prompt_tokens=2048, output_tokens=256, n_gpus=2, engine="tensorrt-llm"
+    )
+    trt = estimate(_qwen72b(), gpu_spec("h100-sxm"), ask)
+    assert not trt.fits and "vLLM and SGLang are counted as they allocate" in trt.fit.sentence
+    vllm = estimate(_qwen72b(), gpu_spec("h100-sxm"), replace(ask, engine="vllm"))
+    assert vllm.fits and "counted as they allocate" not in vllm.fit.sentence
+    four = estimate(_qwen72b(), gpu_spec("h100-sxm"), replace(ask, n_gpus=4))
+    assert four.fits and "counted as they allocate" not in four.fit.sentence

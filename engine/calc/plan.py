@@ -183,7 +183,14 @@ def _overhead_sentence(
     here = f"{'fits' if fits else 'does not fit'} in {where}" + (f" ({refusal})" if refusal else "")
     if cpu:  # one machine: no GPUs to add, no layout to plan
         return f"{load}: it {here}."
-    return f"{load}: it {here}; GPUs needed: {plan.gpus}. {plan.sentence(spec.n_head)}"
+    other = (
+        ""
+        if fits
+        else " This is the chapter's overhead rule, this engine's count; vLLM and SGLang are counted as they "
+        "allocate (weights, a profile run, then a KV pool of what is left), so on the same GPUs they can fit where "
+        "this does not."
+    )  # the engineer's walk: a 72B model on 2 x H100 'fits' with vLLM, 'does not fit' with TensorRT-LLM, unsaid
+    return f"{load}: it {here}; GPUs needed: {plan.gpus}. {plan.sentence(spec.n_head)}{other}"
 
 
 # ---------------------------------------------------------------- a serving engine's allocation
