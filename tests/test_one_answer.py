@@ -533,3 +533,16 @@ def test_an_overhead_verdict_that_does_not_fit_says_a_serving_engine_counts_othe
     assert vllm.fits and "counted as they allocate" not in vllm.fit.sentence
     four = estimate(_qwen72b(), gpu_spec("h100-sxm"), replace(ask, n_gpus=4))
     assert four.fits and "counted as they allocate" not in four.fit.sentence
+
+
+def test_the_price_counts_prompts_too_for_a_providers_blended_price(capsys):
+    """The engineer's walk: the cost was per million output tokens only; a provider's price counts the prompt too."""
+    plan = "--model llama-3.1-8b-instruct --gpu h100-sxm --engine vllm --dtype bf16 --batch 50"
+    load = "--prompt-tokens 2048 --output-tokens 256 --usd-per-hour 3.49"
+    argv = ["estimate", *plan.split(), *load.split()]
+    assert main([*argv, "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    both = r["usd_per_million_tokens_in_and_out"]
+    assert both == pytest.approx(r["usd_per_million_tokens"] * 256 / (2048 + 256))
+    assert main(argv) == 0
+    assert f"${both:.2f} per million tokens in and out (prompts counted)" in capsys.readouterr().out

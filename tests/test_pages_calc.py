@@ -79,6 +79,9 @@ def test_default_answers_t4_gpt_neo_2_7b_8_users_1024_tokens():
     assert _metric(at, "Total with overhead") == "9.58 GB"
     assert _metric(at, "TPOT, physical bound") == "24.6 ms"
     assert _metric(at, "$ per million output tokens") == "$0.31"
+    # the same hour over prompt and output tokens, for a provider's blended price (the engineer's walk)
+    blended = next(c.value for c in at.caption if "per million tokens in and out" in c.value)
+    assert blended.startswith("$0.") and "512 prompt + 512 output tokens" in blended
     reasoning = (
         at.markdown[0].value
         if "Weights" in at.markdown[0].value

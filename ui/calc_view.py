@@ -360,6 +360,12 @@ def cost_and_plan_tiles(est: Estimate, *, cpu: bool = False) -> None:
             help=memory.formula_of(estimate_cost),
         )
         k[1].metric("$ per hour" + at, fmt.usd(est.cost.usd_per_hour))
+        i = est.inputs
+        k[0].caption(
+            f"{fmt.usd(est.usd_per_million_tokens_in_and_out)} per million tokens in and out: the same hour over "
+            f"each request's {i.prompt_tokens:,} prompt + {i.output_tokens:,} output tokens, to set against a "
+            "provider's blended price."
+        )
     else:
         why = (
             "no layout holds it"

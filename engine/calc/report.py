@@ -299,6 +299,14 @@ class Estimate:
         return self.fit.fits
 
     @property
+    def usd_per_million_tokens_in_and_out(self) -> float:
+        """$ per million tokens counting each request's prompt with its output (what a provider's blended price is
+        set against): the same $/hour over (prompt + output) tokens a request, not its output alone, so the output
+        price x output / (prompt + output)."""
+        p, o = self.inputs.prompt_tokens, self.inputs.output_tokens
+        return self.cost.usd_per_million_tokens * o / (p + o)
+
+    @property
     def seen_note(self) -> str:
         """What a published run below the one-user interval means for the estimate (also its first warning): the
         anchor that took it in, or, without one, the figure to budget from."""

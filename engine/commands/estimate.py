@@ -218,6 +218,7 @@ def flatten(est: Estimate) -> dict:
         "tokens_per_s": est.tokens_per_s,
         "usd_per_hour": est.cost.usd_per_hour,
         "usd_per_million_tokens": est.cost.usd_per_million_tokens,
+        "usd_per_million_tokens_in_and_out": est.usd_per_million_tokens_in_and_out,
         "paged_extra_sequences": est.paged.extra_seqs if est.paged else 0,
         "active_params": est.params.active,
         "params_source": est.params.source,
@@ -438,6 +439,7 @@ def format_text(r: dict) -> str:
             if r.get("usd_per_million_tokens_interval")
             else ""
         )
+        + f"; {fmt.usd(r['usd_per_million_tokens_in_and_out'])} per million tokens in and out (prompts counted)"
         + (f" [{r['price_source']}]" if r.get("price_source") else "")
         if r["usd_per_hour"] == r["usd_per_hour"]
         else "  cost              pass --usd-per-hour for dollars per hour and per million tokens"
