@@ -442,3 +442,17 @@ def test_the_estimate_help_says_what_the_memory_keys_hold(capsys):
         main(["estimate", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "overhead_model" in text and "memory_figures" in text and "engine's allocation" in text
+
+
+def test_the_cli_takes_the_pages_engine_names_and_says_when_its_times_are_bounds(capsys):
+    """The student's walk: `estimate` without --engine printed 24.6 ms/token beside the page's 50.3 with only
+    '[datasheet]' to say why, and `--engine transformers`, the page's name, was refused."""
+    argv = ["estimate", "--model", "gpt-neo-2.7b", "--gpu", "t4", "--batch", "8"]
+    assert main(argv) == 0
+    bound = capsys.readouterr().out
+    assert "physical bounds: every roof reached, no engine's costs" in bound and "--engine hf" in bound
+    assert main([*argv, "--engine", "transformers", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["engine"] == "hf"
+    assert main([*argv, "--engine", "transformers"]) == 0
+    assert "physical bounds" not in capsys.readouterr().out

@@ -46,6 +46,26 @@ ENGINES: dict[str, str] = {
     "exllamav2": "exllamav2",
     "lmdeploy": "lmdeploy",
 }
+# The names the pages show (and people type) for the keys above: the student's walk typed the page's "transformers"
+# and got "unknown engine 'transformers'".
+ENGINE_ALIASES = {
+    "transformers": "hf",
+    "transformers-compiled": "hf-compiled",
+    "trt-llm": "tensorrt-llm",
+    "trtllm": "tensorrt-llm",
+    "deepspeed": "deepspeed-mii",
+    "fastgen": "deepspeed-mii",
+    "llamacpp": "llama.cpp",
+}
+
+
+def engine_name(text: str) -> str:
+    """An engine as typed (a key, or the name a page shows) -> its key; anything else is left for the choices to
+    refuse."""
+    t = text.strip().lower()
+    return ENGINE_ALIASES.get(t, t)
+
+
 FOLDS = 5  # cross-validation folds behind the intervals
 MIN_ROWS = 2  # fewer rows of a kind than this: a class borrows the pooled parameter
 # T_half candidates (0: no ramp); a class fits its own only where its prefill rows span a 4x range of tokens

@@ -24,6 +24,7 @@ from engine.calc.cost import CostEstimate, estimate_cost
 from engine.calc.efficiency import ENGINES, SpeedEstimate, class_efficiency, estimate_speed
 from engine.calc.efficiency import timing as timing_of
 from engine.calc.explain import assumptions, launch_note
+from engine.calc.fitting import engine_name
 from engine.calc.launch import (
     CAP_FLAG,
     LaunchPlan,
@@ -130,9 +131,11 @@ class Inputs(Spec):
     engine: str | None = option(
         None,
         "the engine that will serve it: times become estimates with an interval fitted on published runs of "
-        "that class of engine, and vllm/sglang size the KV cache as they allocate it (default: the bound)",
+        "that class of engine, and vllm/sglang size the KV cache as they allocate it (default: the physical "
+        "bound, every roof reached; the page's default is transformers, hf)",
         kind=str,
         choices=ENGINE_CHOICES,
+        parse=engine_name,  # the pages' names too: transformers is hf
     )
     gpu_memory_utilization: float | None = utilization_option(
         "vLLM's --gpu-memory-utilization / SGLang's --mem-fraction-static (default: theirs)"

@@ -427,6 +427,11 @@ def format_text(r: dict) -> str:
             for p in r.get("published_runs", [])
         ]
     else:
+        if r.get("mode") == "datasheet":
+            lines.append(
+                "  times             physical bounds: every roof reached, no engine's costs (no --engine; the page's "
+                "default is transformers: --engine hf)"
+            )
         lines += [
             f"  prefill (TTFT)    {fmt.seconds(r['prefill_s'])} ({r['prefill_bound']}-bound)",
             f"  decode            {fmt.seconds(r['decode_s_per_token'])}/token ({r['decode_bound']}-bound)",
