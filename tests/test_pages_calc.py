@@ -1326,3 +1326,41 @@ def test_a_hub_address_pasted_in_the_hub_id_box_reads_as_its_id(monkeypatch):
     assert "Read as meta-llama/Llama-3.1-8B-Instruct." in [c.value for c in at.caption]
     assert any(m.label == "GPUs needed" for m in at.metric)
     assert at.subheader and any("Llama-3.1-8B-Instruct" in h.value for h in at.subheader)
+
+
+def test_a_prompt_past_the_models_context_is_said_under_the_lengths():
+    """The student's walk: 100,000 prompt tokens were refused at the top of the inputs, out of view of the field
+    just typed in, as '100512 tokens' (no thousands separator)."""
+    at = _run(CALC)
+    at.number_input(key="calc.prompt").set_value(100000).run()
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and errors[0].startswith("Prompt + output = 100,512 tokens exceed")
+    assert "context of 2,048" in errors[0]
+    under = _after_row(at, "calc.output")  # the lengths share a row: the sentence is the row's next element
+    assert under is not None and under.type == "error" and under.value == errors[0]
+    assert not any(m.label == "GPUs needed" for m in at.metric)
+    at.number_input(key="calc.prompt").set_value(512).run()
+    assert not at.error and any(m.label == "GPUs needed" for m in at.metric)
+
+
+def _after_row(at: AppTest, key: str):
+    """The element drawn right after the row (a block of columns) that holds the widget `key`."""
+
+    def holds(node) -> bool:
+        return getattr(node, "key", None) == key or any(
+            holds(k) for k in getattr(node, "children", {}).values()
+        )
+
+    def walk(node):
+        kids = list(getattr(node, "children", {}).values())
+        for i, kid in enumerate(kids):
+            found = walk(kid)  # the innermost row first: the page's own two columns hold every field
+            if found is not None:
+                return found
+            cols = list(getattr(kid, "children", {}).values())
+            if len(cols) > 1 and all(getattr(c, "type", None) == "column" for c in cols) and holds(kid):
+                return kids[i + 1] if i + 1 < len(kids) else None
+        return None
+
+    return walk(at.main)

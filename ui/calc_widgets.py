@@ -29,6 +29,7 @@ from engine.calc.specs import (
     custom_gpu,
     load_gpu_catalog,
 )
+from engine.calc.timing import context_refusal
 from engine.core.errors import InvalidParameterError
 from ui.machine_view import (
     _UNREAD,
@@ -117,6 +118,15 @@ def calc_inputs(key: str) -> CalcRequest | None:
     output = spec_input(
         c2, Inputs, "output_tokens", key=f"{key}.output", persist_state="session", label="Output tokens"
     )
+    if (
+        spec is not None
+        and prompt is not None
+        and output is not None
+        and prompt + output > spec.context_length
+    ):
+        # under the lengths, where the value to change is (it was said at the top of the inputs, out of view)
+        refuse(st, upper_first(context_refusal(spec, int(prompt), int(output))))
+        output = None
     serving, serving_ok = engine_inputs(key, gpu, None if n_gpus is None else int(n_gpus))
     overhead = DEFAULTS.overhead
     if serving.get("engine") not in ("vllm", "sglang"):  # a serving engine's own allocation replaces the x1.2

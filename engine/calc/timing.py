@@ -45,6 +45,14 @@ class Efficiency:
 DATASHEET = Efficiency()
 
 
+def context_refusal(spec: ModelSpec, prompt: int, output: int) -> str:
+    """Why a request longer than the model's context is refused, with the numbers to change."""
+    return (
+        f"prompt + output = {prompt + output:,} tokens exceed {spec.name}'s context of {spec.context_length:,}; "
+        "shorten them"
+    )
+
+
 def ramped(eff: Efficiency, tokens: int) -> Efficiency:
     """The utilisation a prefill of `tokens` tokens in one forward reaches: flops x T / (T + T_half)."""
     if eff.prefill_half_tokens <= 0:
@@ -224,9 +232,7 @@ def timing_inputs(s: Setup) -> TimingInputs:
     n = positive_int("GPUs", s.n_gpus)
     stages = positive_int("pipeline stages", s.pipeline)
     if p + o > spec.context_length:
-        raise InvalidParameterError(
-            f"prompt + output = {p + o} tokens exceed {spec.name}'s context of {spec.context_length}; shorten them"
-        )
+        raise InvalidParameterError(context_refusal(spec, p, o))
     base = roof_for(gpu, dtype)
     roof = Roof(base.peak_flops_per_s * n, base.bandwidth_bytes_per_s * n, base.label)
     if (n > 1 or stages > 1) and gpu.interconnect_bytes_per_s <= 0:
