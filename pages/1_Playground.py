@@ -16,11 +16,13 @@ from ui import export
 from ui.batching_widgets import cached_scheduler
 from ui.common import fmt_bytes, fmt_count, fmt_seconds, init_state, page_setup, show_error
 from ui.forecast_view import forecast_outcome, show_run_forecast
-from ui.narrative import greedy_text_note, latency_sentence, run_headline
+from ui.narrative import greedy_text_note, latency_sentence, others_of, run_headline, was_busy
 from ui.playground_widgets import (
     HISTORY_PARTS,
     MEANING,
     PROMPTS,
+    RUNS_KEPT,
+    cache_curve,
     generate_asked,
     generation_settings,
     history_row,
@@ -44,7 +46,7 @@ NS = "playground"
 CHAT_SWITCH = "**Use the chat template** (sidebar)"
 
 page_setup("Playground", measures=True)
-init_state(NS, history=[], last=None, running=None, curve={})
+init_state(NS, history=[], last=None, running=None, curve={}, runs=[])
 restored_note = restore(NS)  # a reload, or presenter mode: the stored runs, said so
 st.title("Playground")
 st.markdown(
@@ -204,7 +206,12 @@ def run_single(lm, prompt: str, cfg, beside, expected_s: float | None = None) ->
         NS, restored_note
     )  # a live run: the stored runs' line and presenter mode's rows no longer apply
     if c.stop_reason != "cancelled":
-        st.session_state[f"{NS}.curve"][cfg.use_cache] = cur
+        # the chart's pair: the newest cache-on and cache-off runs of the same prompt and settings (a restored
+        # pair counts as the session's first runs)
+        runs = st.session_state[f"{NS}.runs"] or list(st.session_state[f"{NS}.curve"].values())
+        runs = [*runs, cur][-RUNS_KEPT:]
+        st.session_state[f"{NS}.runs"] = runs
+        st.session_state[f"{NS}.curve"] = cache_curve(runs)
     st.session_state[f"{NS}.history"].append(history_row(c.measurement, "single", c.stop_reason, c.decode))
     keep(NS, time.perf_counter() - r.request_t)  # the whole wait, as every stored run's "took" counts
 
@@ -233,7 +240,7 @@ def run_batch(lm, prompts: list[str], cfg, beside) -> None:
             f"finished at {fmt_seconds(c.measurement.latency_s)}"
         )
     st.markdown("**The batch as a whole**")
-    metrics_row(report.measurement, report.load, report.busy, report.cores, report.own_threads)
+    metrics_row(report.measurement, report.load, report.busy, report.cores, report.others)
     went_live(NS, restored_note)
     st.session_state[f"{NS}.history"].append(history_row(report.measurement, "batch", "mixed", report.decode))
     keep(NS, time.perf_counter() - r.request_t)
@@ -250,7 +257,7 @@ if go and lm is not None:
             if expected_s is not None and done is not None and done.get("report") is not None:
                 report = done["report"]
                 forecast_box.caption(
-                    forecast_outcome(expected_s, report.measurement.latency_s, report.shared)
+                    forecast_outcome(expected_s, report.measurement.latency_s, was_busy(done))
                 )
     except EngineError as exc:
         show_error(exc)
@@ -307,18 +314,25 @@ if last is not None and not batch_mode:
         if last.get("report") is not None:
             r = last["report"]
             show_decode_path(r.completion)
-            metrics_row(r.measurement, r.load, r.busy, r.cores, r.own_threads)
+            metrics_row(r.measurement, r.load, was_busy(last), r.cores, others_of(last))
         elif last.get("measurement") is not None:  # a stored run (a reload, presenter mode)
-            metrics_row(last["measurement"], last.get("load"), last.get("busy"), last.get("cores"))
+            metrics_row(
+                last["measurement"], last.get("load"), was_busy(last), last.get("cores"), others_of(last)
+            )
     curves = {}
     for cache_on, done in sorted(st.session_state[f"{NS}.curve"].items(), reverse=True):
         if done["model"] == last["model"] and done.get("latency"):
-            curves[f"KV cache {'on' if cache_on else 'off'} ({done['tokens']} tokens)"] = done["latency"]
+            m = done.get("measurement")
+            read = f"{m.prompt_tokens}-token prompt, " if m is not None else ""
+            curves[f"KV cache {'on' if cache_on else 'off'} ({read}{done['tokens']} tokens)"] = done[
+                "latency"
+            ]
     if curves:
         fig = latency_figure(curves)
         st.plotly_chart(fig, width="stretch", key=f"{NS}.latency_chart")
-        st.caption(latency_sentence(st.session_state[f"{NS}.curve"], last["model"]))
-        report += [export.Figure(fig, latency_sentence(st.session_state[f"{NS}.curve"], last["model"]))]
+        said = latency_sentence(st.session_state[f"{NS}.curve"], last["model"], last)
+        st.caption(said)
+        report += [export.Figure(fig, said)]
 
 history = st.session_state[f"{NS}.history"]
 restored = st.session_state.get(f"{NS}.restored")

@@ -117,7 +117,9 @@ def test_the_cache_off_sentence_says_how_its_own_steps_grew():
     assert "other load changed during the run" in said and "about the same" not in said
     # after a long prompt the steps cost much but alike: said as the prompt's doing, not as "the re-run costs little"
     long = {**flat, "measurement": replace(measured, prompt_tokens=266), "latency": [0.5] + [0.4] * 63}
-    said = narrative.latency_sentence({True: on, False: long}, "m")
+    # (the cache-on half read the same prompt: a pair of two prompts is not compared)
+    on266 = {**on, "measurement": replace(on["measurement"], prompt_tokens=266)}
+    said = narrative.latency_sentence({True: on266, False: long}, "m")
     # what a step re-runs, from the first step after the prefill (p + 1) to the last (p + 63): the presenter read
     # '64 new tokens lengthen by only 23%' and made 64 / 265 = 24%
     assert "grows only from 267 to 329 tokens (23% longer) over these 64 new tokens" in said
@@ -270,7 +272,7 @@ def test_the_kv_cache_comparison_on_a_busy_machine_judges_each_run_and_withholds
         "its mean is lifted, so the comparison reads its median step" in said and "not comparable" not in said
     )
     shifted = {**calm, True: _run(SHIFTED_ON, True)}
-    one = narrative.run_headline(calm[True]["measurement"], True, shifted, "m")
+    one = narrative.run_headline(shifted[True]["measurement"], True, shifted, "m")
     assert "not comparable, other work shared the cache-on run" in one and "×" not in one
 
 
@@ -291,3 +293,92 @@ def test_generated_text_is_said_to_loop_only_when_it_does_and_was_greedy():
     assert greedy_text_note([loop], "m", None, greedy=False, measures="speed") == ""
     many = greedy_text_note([loop, plain, loop], "m", None, greedy=True, measures="how requests share steps")
     assert many.startswith("2 of these 3 replies repeat: m decodes greedily")
+
+
+def _prompted(prompt: str, n_prompt: int, cache_on: bool, **extra) -> dict:
+    """A finished Playground run of `prompt` (its token count `n_prompt`), as the page keeps it."""
+    lat = [0.6 if cache_on else 0.13] + ([0.06] * 29 if cache_on else [0.2] * 29)
+    run = _run(lat, cache_on, **extra)
+    run["measurement"] = replace(run["measurement"], prompt_tokens=n_prompt, ttft_s=lat[0])
+    run.update(use_cache=cache_on, status="length", tokens=len(lat))
+    run["ran_with"] = {"model": "m", "prompt": prompt, "KV cache": cache_on, "compiled decode": False}
+    return run
+
+
+def test_the_cache_comparison_pairs_runs_of_the_same_prompt_only():
+    """The student's walk: passage (265 tokens) cache on, then off, then the short question (5 tokens) cache off.
+    The chart overlaid the passage's cache-on run with the question's cache-off run, and the sentence said 'the
+    first token came later with the cache on (595 ms against 133 ms), though both runs do the same prefill'."""
+    from ui.playground_widgets import cache_curve
+
+    p_on, p_off = _prompted("passage", 265, True), _prompted("passage", 265, False)
+    q_off = _prompted("question", 5, False)
+    curve = cache_curve([p_on, p_off, q_off])
+    assert curve == {True: p_on, False: p_off}  # the newest pair of one prompt, not the newest of each cache
+    said = narrative.latency_sentence(curve, "m", q_off)
+    assert said.startswith("The last run (KV cache off, a 5-token prompt) has no run with the cache on")
+    assert "cache off was slower" in said  # the passage pair, compared
+    assert narrative.run_headline(q_off["measurement"], False, curve, "m").count("per token") == 0
+    # no pair of the newest prompt at all: said plainly, nothing compared
+    alone = cache_curve([p_on, q_off])
+    assert alone == {False: q_off}
+    assert "no run with the cache on of the same prompt exists yet" in narrative.latency_sentence(
+        alone, "m", q_off
+    )
+    # a pair of two prompts (a stored one) is never compared, nor its prefills called the same
+    mixed = narrative.latency_sentence({True: p_on, False: q_off}, "m")
+    assert mixed.startswith(
+        "No cache comparison: the cache-on run read a 265-token prompt and the cache-off run a 5"
+    )
+    assert "same prefill" not in mixed and "slower" not in mixed
+    assert "per token" not in narrative.run_headline(
+        q_off["measurement"], False, {True: p_on, False: q_off}, "m"
+    )
+    # the same prompt's pair still explains a later first token with the cache on
+    assert "though both runs do the same prefill" in narrative.latency_sentence(
+        {True: p_on, False: p_off}, "m", p_off
+    )
+
+
+def test_one_busy_verdict_per_run_in_the_tile_the_forecast_line_and_the_explanation():
+    """The student's walk: one cache-off run's tile said 'about 1.6 of it other work ... it may have run slower',
+    its forecast line 'other work on the machine took its share of the CPU', and the sentence under the chart 'not
+    busy by the load rule (load 3.6 on 2 cores at its end)'. Each now reads the run's one verdict: by the CPU other
+    processes took while it ran where stored, else the load-average rule."""
+    from ui.forecast_view import forecast_outcome
+    from ui.playground_widgets import _shared_words
+
+    def said(others: float) -> tuple[str, str, str]:
+        # stored as an old page kept it: its own 'busy' from the load average disagrees with what others took
+        off = _prompted("passage", 265, False, load=3.6, cores=2, others=others, busy=others < 0.5)
+        on = _prompted("passage", 265, True)
+        tile = _shared_words(narrative.was_busy(off), narrative.others_of(off))
+        forecast = forecast_outcome(10.0, 23.0, narrative.was_busy(off))
+        explained = narrative.latency_sentence({True: on, False: off}, "m", off)
+        return tile, forecast, explained
+
+    tile, forecast, explained = said(1.6)
+    assert "so slower than it runs when quiet" in tile and "took 1.6 cores' worth" in tile
+    assert "other work on the machine took its share" in forecast
+    assert "The cache-off run: measured on a busy machine (other programs took 1.6 cores' worth" in explained
+    tile, forecast, explained = said(0.1)
+    assert tile.endswith("(quiet otherwise).") and "slower" not in tile
+    assert forecast.endswith("2.3× the forecast.")
+    assert "The cache-off run: not busy by the load rule (other programs took 0.1 cores' worth" in explained
+    assert "measured on a busy machine" not in explained
+
+
+def test_a_finished_run_is_judged_by_what_other_processes_took_while_it_ran():
+    """Runs at load 2.4 / 2.1 on 2 cores, the lab's own last run still in the 1-minute average, read 'measured on a
+    busy machine'; the CPU other processes took while the run ran decides where it was measured."""
+    from engine.runtime.run import RunReport
+
+    def report(others: float) -> RunReport:
+        return RunReport(
+            completions=(), measurement=None, route="stream", source=None, load=4.4, cores=2,
+            ended_at_once=False, load_before=2.4, own_threads=2, others=others,
+        )  # fmt: skip
+
+    assert not report(0.1).busy and not report(0.1).shared
+    assert report(1.6).busy and report(1.6).shared
+    assert report(float("nan")).busy  # unmeasured: the load-average rule (2.4 on 2 cores when it started)

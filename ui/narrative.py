@@ -11,6 +11,7 @@ from typing import Any
 
 from engine.batching.scheduler import DEFAULT_PREFILL_CHUNK_TOKENS
 from engine.calc import format as fmt
+from engine.core.load import busy_during
 from engine.runtime.metrics import StepShape, step_shape
 
 # Within this relative band two measured figures are called "about the same": timing on a shared CPU moves by a
@@ -269,11 +270,33 @@ def _load_of(run: dict) -> tuple[float, int | None]:
     return load, run.get("cores")
 
 
+def others_of(run: dict) -> float | None:
+    """The cores' worth of CPU other processes took while a Playground run ran (its live report's, or the figure
+    stored with it); None where it was not measured."""
+    report = run.get("report")
+    others = report.others if report is not None else run.get("others")
+    return float(others) if isinstance(others, int | float) and math.isfinite(others) else None
+
+
+def was_busy(run: dict) -> bool:
+    """A Playground run measured on a busy machine: the one verdict (engine.core.load.busy_during) that its tiles'
+    caption, the forecast line and the sentence under the chart all read. Its live report's; for a stored run, the
+    CPU other processes took while it ran where that was stored, else the verdict stored with it."""
+    report = run.get("report")
+    if report is not None:
+        return bool(report.busy)
+    others = others_of(run)
+    return busy_during(others) if others is not None else bool(run.get("busy"))
+
+
 def _load_words(run: dict) -> str:
     load, n = _load_of(run)
+    others = others_of(run)
+    took = f"other programs took {others:.1f} cores' worth of CPU while it ran" if others is not None else ""
     if not math.isfinite(load):
-        return "no load recorded"
-    return f"load {load:.1f}{f' on {n} cores' if n else ''} at its end"
+        return took or "no load recorded"
+    end = f"load {load:.1f}{f' on {n} cores' if n else ''} at its end"
+    return f"{took}; {end}" if took else end
 
 
 def _shape(run: dict, cache_on: bool) -> StepShape | None:
@@ -289,7 +312,7 @@ def disturbed(run: dict, cache_on: bool) -> bool:
     """Other work shared this run's CPU for long: the load rule said busy, or its own steps' level moved
     (step_shape's shift or fall). A few spikes are not enough: the comparison reads the median steps."""
     shape = _shape(run, cache_on)
-    return _was_busy(run) or bool(shape and shape.uneven in SUSTAINED)
+    return was_busy(run) or bool(shape and shape.uneven in SUSTAINED)
 
 
 def _per_token(runs: dict[bool, dict]) -> tuple[float, float, str]:
@@ -327,7 +350,7 @@ def _run_note(run: dict, cache_on: bool) -> str:
     name = f"The cache-{'on' if cache_on else 'off'} run"
     shape = _shape(run, cache_on)
     steps = f"; {_steps_words(shape)}" if shape is not None else ""
-    if _was_busy(run):
+    if was_busy(run):
         return f"{name}: measured on a busy machine ({_load_words(run)}){steps}."
     if shape is not None and shape.uneven in SUSTAINED:
         return f"{name}: the load rule did not flag it ({_load_words(run)}), but {_steps_words(shape)}."
@@ -354,6 +377,8 @@ def _first_token(on_run: dict, off_run: dict) -> str:
     on, off = on_run["measurement"], off_run["measurement"]
     if not (math.isfinite(on.ttft_s) and math.isfinite(off.ttft_s)) or on.ttft_s <= 1.2 * off.ttft_s:
         return ""
+    if on.prompt_tokens != off.prompt_tokens:  # not the same prefill: nothing to explain by the scheduler
+        return ""
     head = (
         f" The first token came later with the cache on ({fmt.seconds(on.ttft_s)} against "
         f"{fmt.seconds(off.ttft_s)}), though both runs do the same prefill"
@@ -366,9 +391,7 @@ def _first_token(on_run: dict, off_run: dict) -> str:
             f"step with up to {on.batch_size - 1} other request(s){waited}), where the cache-off run is one direct "
             "forward pass."
         )
-    report = on_run.get("report")
-    shared = report.shared if report is not None else False
-    if disturbed(on_run, True) or shared:
+    if disturbed(on_run, True):
         return (
             f"{head}: the scheduler ran no other request beside it{waited}, so it was the machine's other work "
             f"({_load_words(on_run)}) that took the CPU from it."
@@ -379,10 +402,35 @@ def _first_token(on_run: dict, off_run: dict) -> str:
     )
 
 
-def _was_busy(run: dict) -> bool:
-    """A Playground run measured on a busy machine: its live report's verdict, or the one stored with it."""
-    report = run.get("report")
-    return bool(report.busy if report is not None else run.get("busy"))
+# What a cache on/off pair may differ in: the cache itself, and the compiled decode, which needs it.
+PAIR_FREE = ("KV cache", "compiled decode")
+
+
+def pair_setup(run: dict | None) -> str | None:
+    """What a run must share with its other half to be compared with it: everything it was run with (its prompt
+    included) but PAIR_FREE, as one comparable key; None for a run that cannot be half of a pair (cancelled, no
+    per-token times, stored before its inputs were)."""
+    if not isinstance(run, dict) or run.get("status") == "cancelled" or not run.get("latency"):
+        return None
+    kept = run.get("ran_with")
+    if not isinstance(kept, dict):
+        return None
+    return repr(sorted((k, repr(v)) for k, v in kept.items() if k not in PAIR_FREE))
+
+
+def _unpaired(runs: dict[bool, dict]) -> str:
+    """Why a cache-on and a cache-off run are not a pair ('' when they are): another prompt (their prompt token
+    counts differ) or other settings; each run's prefill and steps then differ by more than the cache."""
+    on, off = runs[True]["measurement"], runs[False]["measurement"]
+    if on.prompt_tokens != off.prompt_tokens:
+        return (
+            f"the cache-on run read a {on.prompt_tokens}-token prompt and the cache-off run a "
+            f"{off.prompt_tokens}-token one"
+        )
+    a, b = pair_setup(runs[True]), pair_setup(runs[False])
+    if a is not None and b is not None and a != b:
+        return "they were run with different prompts or settings"
+    return ""
 
 
 def _not_comparable(curves: dict[bool, dict]) -> list[str]:
@@ -396,13 +444,14 @@ def run_headline(m: Any, use_cache: bool, curves: dict[bool, dict], model: str) 
     (a few spikes from other work lift a mean), and, once the model ran both ways, what the cache bought per token:
     the verdict `latency_sentence` explains under the chart, withheld where other work shared either run's CPU."""
     mine = curves.get(use_cache)
-    shape = _shape(mine, use_cache) if mine is not None and mine.get("measurement") == m else None
+    shape = _shape(mine, use_cache) if _is_half(mine, m) else None
     line = (
         f"**TTFT {fmt.seconds(m.ttft_s)} · {_tpot_words(m, shape)} · {m.tokens_per_s:.1f} tok/s** "
         f"({m.output_tokens} tokens, KV cache {'on' if use_cache else 'off'})"
     )
     runs = {on: r for on, r in curves.items() if r["model"] == model and r.get("measurement")}
-    if True in runs and False in runs and math.isfinite(runs[True]["measurement"].tpot_s):
+    paired = True in runs and False in runs and _is_half(mine, m) and not _unpaired(runs)
+    if paired and math.isfinite(runs[True]["measurement"].tpot_s):
         on, off, _ = _per_token(runs)
         shared = _not_comparable(runs)
         verdict = compare_word(off, on, higher="slower", lower="faster", same="about as fast")
@@ -418,10 +467,41 @@ def run_headline(m: Any, use_cache: bool, curves: dict[bool, dict], model: str) 
     return line + ". The tiles and the chart below have the rest."
 
 
-def latency_sentence(curves: dict[bool, dict], model: str) -> str:
-    """Playground: what the KV cache bought, from the last finished run with it on and off (same model), each run
-    with its own load note; the ratio only where neither run shared the CPU with other work."""
+def _is_half(mine: dict | None, m: Any) -> bool:
+    """The run shown (its measurement `m`) is the chart's half of its cache setting: the same object for a live run,
+    the same figures for a reloaded one (kept apart in storage; repr, as a measurement may hold NaN)."""
+    if mine is None or mine.get("measurement") is None:
+        return False
+    return mine["measurement"] is m or repr(mine["measurement"]) == repr(m)
+
+
+def latency_sentence(curves: dict[bool, dict], model: str, last: dict | None = None) -> str:
+    """Playground: what the KV cache bought, from the newest cache-on and cache-off runs of the same prompt and
+    settings (the page's chart pair), each run with its own load note; the ratio only where neither run shared the
+    CPU with other work. `last`: the run shown above the chart; where it is not one of the pair, said first."""
     runs = {on: r for on, r in curves.items() if r["model"] == model and r.get("measurement") is not None}
+    lead = ""
+    shown = last.get("measurement") if last is not None else None
+    if (
+        shown is not None
+        and True in runs
+        and False in runs
+        and not any(_is_half(r, shown) for r in runs.values())
+    ):
+        lead = (
+            f"The last run (KV cache {'on' if last.get('use_cache') else 'off'}, a {shown.prompt_tokens}-token prompt) "
+            f"has no run with the cache {'off' if last.get('use_cache') else 'on'} of the same prompt and settings "
+            "yet: generate it to compare them. The chart compares the newest pair that has both: "
+        )
+    return lead + _pair_sentence(runs)
+
+
+def _pair_sentence(runs: dict[bool, dict]) -> str:
+    if True in runs and False in runs and (why := _unpaired(runs)):
+        return (
+            f"No cache comparison: {why}, so the two runs do not do the same work. Generate with the cache on and "
+            "off with the same prompt and settings to compare them."
+        )
     if True in runs and False in runs:
         on, off = runs[True]["measurement"], runs[False]["measurement"]
         if not (math.isfinite(on.tpot_s) and math.isfinite(off.tpot_s)) or on.tpot_s <= 0:
@@ -463,8 +543,9 @@ def latency_sentence(curves: dict[bool, dict], model: str) -> str:
     only = "on" if True in runs else "off"
     other = "off" if only == "on" else "on"
     return (
-        f"Only a KV cache {only} run so far: generate again with the cache {other} (sidebar) to overlay it and "
-        "see what the cache buys."
+        f"Only a KV cache {only} run of this prompt and these settings so far: no run with the cache {other} of the "
+        f"same prompt exists yet. Generate again with the cache {other} (sidebar) and the same prompt to overlay it "
+        "and see what the cache buys."
     )
 
 

@@ -13,13 +13,13 @@ from streamlit.delta_generator import DeltaGenerator
 from engine.calc import format as fmt
 from engine.core.errors import EngineError
 from engine.core.jsonsafe import from_jsonable, to_jsonable
-from engine.core.load import shares_cores
 from engine.runtime import runlog
 from engine.runtime.measurement import Measurement
 from engine.runtime.settings import GenerationConfig, parse_stops
 from ui import pace
 from ui.charts import log_ticks
 from ui.common import browser_session, presenter_mode
+from ui.narrative import pair_setup
 from ui.widgets import SLIDER, refused, spec_input
 
 # A run predicted to take longer than this gets a warning before it starts.
@@ -288,11 +288,16 @@ def live_line(
 
 
 def metrics_row(
-    m, load: float | None = None, busy: bool | None = None, cores: int | None = None, own: int | None = None
+    m,
+    load: float | None = None,
+    busy: bool | None = None,
+    cores: int | None = None,
+    others: float | None = None,
 ) -> None:
     """The run's measured figures, in two rows of three (six in a row cut their numbers), with the load the
     machine was under when it finished (a busy machine's TPOT is not this machine's TPOT: the calculator's bound
-    and the race's figure are for a quiet one)."""
+    and the race's figure are for a quiet one). `busy`: the run's one verdict (ui.narrative.was_busy); `others`:
+    the cores' worth of CPU other processes took while it ran, where measured."""
     c = [*st.columns(3), *st.columns(3)]
     c[0].metric("TTFT", fmt.seconds(m.ttft_s), help="request → first generated token")
     c[1].metric(
@@ -307,24 +312,21 @@ def metrics_row(
     if load is not None and load == load:
         st.caption(
             f"All measured on this run, on this machine: load average {load:.1f} on {cores} cores when it finished, "
-            "this run's own threads included" + _shared_words(load, busy, own)
+            "this run's own threads included" + _shared_words(busy, others)
         )
 
 
-def _shared_words(load: float, busy: bool | None, own: int | None) -> str:
-    """How the run shared the CPU, from the load at its end less its own threads (`own`: unknown for runs kept
-    before it was recorded): busy by the one rule, other work beside it, or quiet."""
+def _shared_words(busy: bool | None, others: float | None = None) -> str:
+    """How the run shared the CPU, by its one verdict (`busy`, the same the forecast line and the sentence under
+    the chart read), with what other processes took while it ran where that was measured."""
+    took = (
+        f"other programs took {others:.1f} cores' worth of CPU while it ran"
+        if others is not None and math.isfinite(others)
+        else ""
+    )
     if busy:
-        return ": other work shared the CPU, so slower than it runs when quiet."
-    if own is None:
-        return "."
-    others = load - own
-    if shares_cores(others):
-        return (
-            f"; about {others:.1f} of it other work, which shared the cores with it: it may have run slower than on "
-            "a quiet machine."
-        )
-    return " (quiet otherwise)."
+        return f": {took or 'other work shared the CPU'}, so slower than it runs when quiet."
+    return f"; {took} (quiet otherwise)." if took else " (quiet otherwise)."
 
 
 def history_row(m, mode: str, stop_reason: str, decode: str = "eager") -> dict:
@@ -454,6 +456,7 @@ def _slim(run: dict) -> dict:
         "measurement": to_jsonable(run["measurement"]) if run.get("measurement") is not None else None,
         "busy": report.busy if report is not None else run.get("busy"),
         "cores": report.cores if report is not None else run.get("cores"),
+        "others": report.others if report is not None else run.get("others"),
     }
 
 
@@ -475,6 +478,7 @@ def keep(ns: str, wall_s: float) -> None:
     report = last.get("report") if last is not None else None
     load = (
         {"before": report.load_before, "after": report.load, "cores": report.cores}
+        | ({"others": report.others} if math.isfinite(report.others) else {})
         if report is not None
         else None
     )  # what presenter mode reads to prefer a run taken on a quiet machine
@@ -517,20 +521,24 @@ def ran_with_line(run: dict, now: dict | None) -> str:
 
 
 # ------------------------------------------------------- presenter mode's cache on/off comparison
-# What a cache on/off pair may differ in: the cache itself, and the compiled decode, which needs it.
-PAIR_FREE = ("KV cache", "compiled decode")
+# The session's finished runs the chart's pair is chosen from (cache_curve).
+RUNS_KEPT = 12
 
 
-def _pair_setup(run: dict | None) -> str | None:
-    """What a run must share with its other half to be compared with it: everything it was run with but PAIR_FREE,
-    as one comparable key; None for a run that cannot be half of a pair (cancelled, no per-token times, stored
-    before its inputs were)."""
-    if not isinstance(run, dict) or run.get("status") == "cancelled" or not run.get("latency"):
-        return None
-    kept = run.get("ran_with")
-    if not isinstance(kept, dict):
-        return None
-    return repr(sorted((k, repr(v)) for k, v in kept.items() if k not in PAIR_FREE))
+def cache_curve(runs: list[dict]) -> dict[bool, dict]:
+    """The two runs the chart overlays: walking back from the newest, the first cache-on and cache-off runs of the
+    same prompt and settings (pair_setup); with no such pair, the newest run alone. A pair of two prompts compared a
+    265-token passage's prefill with a 5-token question's."""
+    found: dict[str, dict[bool, dict]] = {}
+    for run in reversed(runs):
+        setup = pair_setup(run)
+        if setup is None:
+            continue
+        halves = found.setdefault(setup, {})
+        halves.setdefault(bool(run["use_cache"]), run)
+        if len(halves) == 2:
+            return dict(halves)
+    return {bool(runs[-1]["use_cache"]): runs[-1]} if runs else {}
 
 
 @dataclass(frozen=True)
@@ -558,7 +566,7 @@ def cache_pair() -> CachePair | None:
     for stored in runlog.results(EXPERIMENT):  # newest first
         payload = stored.payload if isinstance(stored.payload, dict) else {}
         for key, half in (payload.get("curve") or {}).items():
-            setup = _pair_setup(half)
+            setup = pair_setup(half)
             if setup is None or key not in ("True", "False"):
                 continue
             on = key == "True"
@@ -676,5 +684,5 @@ def went_live(ns: str, note: DeltaGenerator) -> None:
 
 def _has_pair(curve: dict) -> bool:
     """The page's chart has both halves of the same settings to compare."""
-    on, off = _pair_setup(curve.get(True)), _pair_setup(curve.get(False))
+    on, off = pair_setup(curve.get(True)), pair_setup(curve.get(False))
     return on is not None and on == off

@@ -54,6 +54,17 @@ def is_busy(loadavg: float, cpu_count: int | None = None, cpu_share: float = mat
 OTHERS_BUSY = 0.5
 
 
+def busy_during(
+    others: float, load_before: float = math.nan, other_load: float = math.nan, cpu_count: int | None = None
+) -> bool:
+    """The one verdict on a finished run, which every sentence about it reads: by the cores' worth of CPU other
+    processes took while it ran (`others`, from others_during) where that was measured, at OTHERS_BUSY; else by the
+    load-average rule (is_busy) on the load when it started and at its end less its own threads (`other_load`)."""
+    if math.isfinite(others):
+        return others >= OTHERS_BUSY
+    return is_busy(load_before, cpu_count) or is_busy(other_load, cpu_count)
+
+
 def cpu_seconds() -> tuple[float, float] | None:
     """(every process's CPU seconds on this machine, this process's, its waited-for children's and its live
     descendants'), for `others_during`; None where /proc/stat cannot be read (not Linux)."""

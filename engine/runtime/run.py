@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.core.errors import CancelledError, InvalidParameterError
-from engine.core.load import cores, is_busy, loadavg_1m, shares_cores
+from engine.core.load import busy_during, cores, cpu_seconds, loadavg_1m, others_during
 from engine.runtime import generation, runlog, streaming
 from engine.runtime.generation import BatchResult, Completion, Progress, RowsDecode
 from engine.runtime.measurement import Measurement
@@ -77,6 +77,8 @@ class RunReport(RowsDecode):
     wall_s: float | None = None  # with a compile: the real request-to-last-token seconds (compile included)
     load_before: float = math.nan  # 1-minute load average when it started
     own_threads: int = 0  # the run's own compute threads, counted in `load` at its end
+    # cores' worth of CPU other processes took while it ran (engine.core.load.others_during; NaN: not measured)
+    others: float = math.nan
 
     @property
     def completion(self) -> Completion:
@@ -90,10 +92,11 @@ class RunReport(RowsDecode):
 
     @property
     def busy(self) -> bool:
-        """Other work shared the CPU (engine.core.load's one rule): busy when it started, or at its end once its own
-        threads are taken out of the load (a minute-long run on every core lifts the average by itself; the
-        presenter's cache-off run read 'busy' with nothing else running)."""
-        return is_busy(self.load_before, self.cores) or is_busy(self.other_load, self.cores)
+        """Other work shared the CPU (engine.core.load.busy_during, the one verdict): by what other processes took
+        while it ran where measured; else busy when it started, or at its end once its own threads are taken out of
+        the load (a minute-long run on every core lifts the average by itself; the presenter's cache-off run read
+        'busy' with nothing else running)."""
+        return busy_during(self.others, self.load_before, self.other_load, self.cores)
 
     @property
     def other_load(self) -> float:
@@ -102,8 +105,9 @@ class RunReport(RowsDecode):
 
     @property
     def shared(self) -> bool:
-        """Busy, or other work beside it enough to take cores from it (engine.core.load.shares_cores)."""
-        return self.busy or shares_cores(self.other_load)
+        """Other work shared the CPU with it: the same verdict as `busy` (one judgement per run, so a page's tile,
+        its forecast line and its explanation agree)."""
+        return self.busy
 
     @property
     def latencies(self) -> list[float]:
@@ -166,7 +170,7 @@ class Run:
         self.lm, self.cfg, self.source = lm, cfg.validate(), source
         self.route = choose_route(prompts, self.cfg, scheduler)
         self.request_t = time.perf_counter()
-        self._load_before = loadavg_1m()
+        self._load_before, self._cpu_before = loadavg_1m(), cpu_seconds()
         # the scheduler logs its own requests only when it was made to (the shared one is not): never twice
         self._record = record and not (self.route == "scheduler" and getattr(scheduler, "record", False))
         self._report: RunReport | None = None
@@ -241,6 +245,7 @@ class Run:
             wall_s=wall,
             load_before=self._load_before,
             own_threads=_own_threads(),
+            others=others_during(self._cpu_before, time.perf_counter() - self.request_t),
         )
         if self._record:
             runlog.record(_with_load(self._report), source=self.source, stop_reason=self._report.stop_reason)
@@ -296,9 +301,11 @@ def run(
     single = [prompts] if isinstance(prompts, str) else list(prompts)
     if choose_route(single, cfg, scheduler) != "stream":
         return start(lm, single, cfg, scheduler=scheduler, source=source, record=record).report()
+    t0, cpu_before = time.perf_counter(), cpu_seconds()
     c = generation.generate(lm, single[0], cfg, record=False)
     load, n = loadavg_1m(), cores()
-    report = RunReport((c,), c.measurement, "direct", source, load, n, ended_at_once(lm, [c]), c.wall_s)
+    report = RunReport((c,), c.measurement, "direct", source, load, n, ended_at_once(lm, [c]), c.wall_s,
+                       others=others_during(cpu_before, time.perf_counter() - t0))  # fmt: skip
     if record:
         runlog.record(_with_load(report), source=source, stop_reason=c.stop_reason)
     return report
