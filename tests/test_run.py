@@ -118,6 +118,13 @@ def test_a_run_is_logged_once_with_its_source(tiny_lm):
 
 
 def test_report_says_busy_by_the_one_rule(tiny_lm, monkeypatch):
+    # what other processes took while it ran decides where it was measured
+    monkeypatch.setattr(run, "others_during", lambda *a: 1.6)
+    assert run.run(tiny_lm, "busy?", GenerationConfig(max_new_tokens=2), record=False).busy
+    monkeypatch.setattr(run, "others_during", lambda *a: 0.1)
+    assert not run.run(tiny_lm, "busy?", GenerationConfig(max_new_tokens=2), record=False).busy
+    # else the load-average rule
+    monkeypatch.setattr(run, "others_during", lambda *a: float("nan"))
     monkeypatch.setattr(run, "loadavg_1m", lambda: 9.0)
     monkeypatch.setattr(run, "cores", lambda: 2)
     assert run.run(tiny_lm, "busy?", GenerationConfig(max_new_tokens=2), record=False).busy
