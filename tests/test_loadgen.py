@@ -276,7 +276,31 @@ def test_an_slo_flag_takes_seconds_or_a_number_with_its_unit(typed, seconds):
     parser = argparse.ArgumentParser()
     cmd.add_arguments(parser)
     for flag, name in (("--slo-tpot", "tpot_s"), ("--slo-ttft", "ttft_s"), ("--slo-e2e", "e2e_s")):
+        if flag == "--slo-tpot" and seconds >= 1 and not typed.lower().endswith("s"):
+            continue  # a bare second or more per token is refused (the next test)
         assert getattr(parser.parse_args([flag, typed]), name) == pytest.approx(seconds)
+
+
+def test_a_bare_tpot_of_a_second_or_more_is_refused_as_the_milliseconds_it_likely_meant(capsys):
+    """The engineer's last walk: '--slo-tpot 50' (the page's box is in ms) ran as 50 s a token and answered 180
+    users where 50 ms gives 121, with no word."""
+    from engine.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["simulate", "--model", "llama-3-8b", "--slo-tpot", "50"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2
+    assert (
+        "'50' would be 50 seconds per output token; write 50ms for milliseconds (or 50s if seconds are" in err
+    )
+    import argparse
+
+    from engine.commands import loadgen as cmd
+
+    parser = argparse.ArgumentParser()
+    cmd.add_arguments(parser)
+    assert parser.parse_args(["--slo-tpot", "50s"]).tpot_s == 50.0  # said on purpose
+    assert parser.parse_args(["--slo-ttft", "2"]).ttft_s == 2.0  # a first token's seconds stay bare
 
 
 def test_a_duration_that_is_not_one_is_refused_in_a_line_that_shows_the_forms(capsys):

@@ -428,3 +428,20 @@ def test_simulate_and_solve_say_their_progress_on_stderr_and_keep_json_stdout_pu
     assert json.loads(out)["solve"] == "max-users"
     assert "searching the most users that meet TTFT <= 2 s and TPOT <= 60 ms on 1 x l4" in err
     assert "  searching the knee with central step times: done in " in err
+
+
+def test_a_run_too_short_for_steady_state_says_so_and_how_many_requests_would_do(capsys):
+    """The engineer's last walk: `simulate --sweep 121` at the default 200 requests said 121 users fail every
+    objective (9.71 s to a first token: each user's only request started at once) where the most-users answer,
+    confirmed with 20 requests a user, said 121 meet them; nothing said the run was too short."""
+    from engine.cli import main
+
+    argv = ["simulate", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--engine", "vllm", "--prompt-tokens", "512",
+            "--output-tokens", "16", "--sweep", "4,30", "--requests", "100", "--json"]  # fmt: skip
+    assert main(argv) == 0
+    notes = json.loads(capsys.readouterr().out)["simulated"]["notes"]
+    said = [n for n in notes if "fewer than 20 per user" in n]
+    assert len(said) == 1 and said[0].startswith("at 30 users, 100 requests are fewer than 20 per user")
+    assert "(--requests 600 for 30 users)" in said[0]
+    assert main([*argv[:-2], "600", "--json"]) == 0
+    assert not any("fewer than 20" in n for n in json.loads(capsys.readouterr().out)["simulated"]["notes"])

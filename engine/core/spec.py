@@ -305,5 +305,19 @@ def parse_seconds(text: str) -> float:
     return value * _SECONDS_PER.get(unit, 1.0)
 
 
+def parse_token_seconds(text: str) -> float:
+    """A time per output token typed on the command line (parse_seconds), where a bare number of a second or more
+    is refused: the page asks for milliseconds, and "--slo-tpot 50" read as 50 seconds a token gave an answer for
+    an objective nobody meant (the engineer's walk). "50s" says seconds on purpose."""
+    value = parse_seconds(text)
+    raw = text.strip().lower()
+    if value >= 1 and not raw.endswith("s"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} would be {value:g} seconds per output token; write {raw}ms for milliseconds (or {raw}s if "
+            "seconds are meant)"
+        )
+    return value
+
+
 def _comma_list(text: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in text.split(",") if p.strip())

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from engine.core.errors import InvalidParameterError
-from engine.core.spec import Spec, option, parse_seconds
+from engine.core.spec import Spec, option, parse_seconds, parse_token_seconds
 
 SHIPPED_PROMPTS = Path(__file__).with_name("prompts.jsonl")
 MODES = ("poisson", "concurrency")
@@ -55,7 +55,7 @@ class SLO(Spec):
         "TPOT objective: the longest time per output token a request may see; 0 turns it off",
         kind=float,
         flag="--slo-tpot",
-        parse=parse_seconds,
+        parse=parse_token_seconds,
         cli_help="TPOT objective in seconds, or with a unit: 0.05, 0.05s and 50ms are all 50 milliseconds; 0 turns "
         "it off",
     )

@@ -40,6 +40,7 @@ from engine.loadgen.workload import SLO
 from engine.simulate.spec import SimulateSpec
 from engine.simulate.steps import PublishedSteps
 from engine.simulate.sweep import (
+    STEADY_REQUESTS_PER_USER,
     Deployment,
     anchored_words,
     deployment,
@@ -221,7 +222,7 @@ PROBE_REQUESTS_PER_USER = 3
 # (`steady_attainment`). Llama-3.1-8B on one H100, vLLM, 2048 + 256 tokens, TPOT <= 50 ms: the knee with 3, 5, 8, 12,
 # 20 and 40 requests per user was 129, 122, 121, 121, 121, 121 at the central step times and 157, 154 (8), 144 (20),
 # 143 (40) at the quick end; 20 lands within one user of 40, where 3 was 7% over (tests/test_simulate_solve.py).
-CONFIRM_REQUESTS_PER_USER = 20
+CONFIRM_REQUESTS_PER_USER = STEADY_REQUESTS_PER_USER
 
 
 def probe_requests(s: SimulateSpec, users: int, per_user: int = PROBE_REQUESTS_PER_USER) -> int:
