@@ -186,9 +186,9 @@ def _overhead_sentence(
     other = (
         ""
         if fits
-        else " This is the chapter's overhead rule, this engine's count; vLLM and SGLang are counted as they "
-        "allocate (weights, a profile run, then a KV pool of what is left), so on the same GPUs they can fit where "
-        "this does not."
+        else " This is the chapter's overhead rule, taken for an engine whose own allocation is not modelled here; "
+        "vLLM and SGLang are counted as they allocate (weights, a profile run, then a KV pool of what is left), so "
+        "on the same GPUs they can fit where this does not."
     )  # the engineer's walk: a 72B model on 2 x H100 'fits' with vLLM, 'does not fit' with TensorRT-LLM, unsaid
     return f"{load}: it {here}; GPUs needed: {plan.gpus}. {plan.sentence(spec.n_head)}{other}"
 
