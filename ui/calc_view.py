@@ -83,7 +83,7 @@ def on_device(gpu, n: int) -> str:
 def header(a: CalcAnswer) -> str:
     i = a.est.inputs
     return (
-        f"{a.label} · {i.weights_label} · {on_device(a.request.gpu, i.n_gpus)} · {i.batch} users × "
+        f"{a.label} · {i.weights_label} · {on_device(a.request.gpu, i.n_gpus)} · {i.batch} user{'s' if i.batch != 1 else ''} × "
         f"{i.seq_len:,} tokens" + (" · calibrated" if a.est.calibrated else "")
     )
 
@@ -322,7 +322,9 @@ def decode_step_sentence(est: Estimate, users: int, level: str) -> str:
     replicas = f" of a replica (the {i.batch:,} over {est.replicas} replicas)" if est.replicas > 1 else ""
     return (
         f"Decode step alone: {fmt.seconds(step.central)} ({level}: {fmt.seconds(step.low)}–"
-        f"{fmt.seconds(step.high)}), one step that gives each of the {users:,} users{replicas} a token, with the "
+        f"{fmt.seconds(step.high)}), one step that gives "
+        + (f"each of the {users:,} users{replicas}" if users != 1 else f"the one user{replicas}")
+        + " a token, with the "
         f"other users' prompts left out. The time per output token above ({fmt.seconds(est.tpot_at_load_s)}) adds "
         "the share of the steps that carry those prompts: it is what a user sees at this load."
     )

@@ -268,7 +268,8 @@ def reasoning(est: Any, spec: ModelSpec, gpu: GPUSpec) -> list[str]:
         f"**Weights** = {m.params:,} parameters ({est.params.source}) × {m.weights_bytes / m.params:.4g} B "
         f"({i.weights_label}) = **{fmt.gb(m.weights_bytes)}**.",
         f"**KV cache** = 2 × {layers} × {spec.n_kv_head} KV heads × {spec.head_dim} head dim × {kv_elem:g} B = "
-        f"{m.kv_bytes_per_token:,.0f} B per token ({i.kv_dtype}); × {i.batch} users × {i.seq_len:,} tokens = "
+        f"{m.kv_bytes_per_token:,.0f} B per token ({i.kv_dtype}); × {i.batch} user{'s' if i.batch != 1 else ''} × "
+        f"{i.seq_len:,} tokens = "
         f"**{fmt.gb(m.kv_cache_bytes)}** for this load"
         + (
             f" (capped at the {spec.sliding_window}-token window the model evicts beyond)"
