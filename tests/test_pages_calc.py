@@ -1364,3 +1364,12 @@ def _after_row(at: AppTest, key: str):
         return None
 
     return walk(at.main)
+
+
+def test_one_user_is_said_as_one():
+    """The engineer's last walk: '1 users × 2,304 tokens' in the page's header and sums."""
+    at = _run(CALC)
+    at.number_input(key="calc.batch").set_value(1).run()
+    assert not at.exception
+    text = " ".join([h.value for h in at.subheader] + [m.value for m in at.markdown])
+    assert "1 user × " in text and "1 users" not in text

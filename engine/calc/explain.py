@@ -281,8 +281,9 @@ def reasoning(est: Any, spec: ModelSpec, gpu: GPUSpec) -> list[str]:
         f"**Decode**: each step reads {fmt.gb(t.decode_step.weights_bytes)} of weights{_unread(m.weights_bytes)} + "
         f"{fmt.gb(t.decode_step.kv_bytes)} of KV cache{_activations(t.decode_step, bandwidth)} at "
         f"{fmt.gb(bandwidth)}/s{_share(eff.bandwidth)}: "
-        f"{_parts(t.decode_step)}{fmt.seconds(t.decode_s_per_token)} per step, for all {users} users at once: "
-        f"{t.decode_step.bound}-bound.",
+        f"{_parts(t.decode_step)}{fmt.seconds(t.decode_s_per_token)} per step, "
+        + (f"for all {users} users at once: " if users != 1 else "for the one user: ")
+        + f"{t.decode_step.bound}-bound.",
         f"**Prefill**: {fmt.flops(t.prefill.flops)}"
         + (
             f", {fmt.flops(t.prefill.compute_s * prefill_rate)} of it in compute-bound operators"
