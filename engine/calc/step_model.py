@@ -18,9 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.calc.cells import gpu_family, regime_of
-from engine.calc.efficiency import bound_efficiency, class_efficiency, fits
+from engine.calc.efficiency import ClassFit, bound_efficiency, class_efficiency, fits
 from engine.calc.observations import parallel
-from engine.calc.timing import Setup, step_inputs, step_seconds
+from engine.calc.timing import Efficiency, PhaseTime, Setup, step_inputs, step_seconds
 from engine.core.interval import Interval
 
 
@@ -47,18 +47,25 @@ def step_time(
 ) -> Interval:
     """Seconds of one scheduler step (central, interval, physical bound, rows behind the interval); `fixed_factor`:
     on the fixed costs, as a published run of the layout puts them (engine.calc.anchor), as the estimate takes it."""
-    all_fits = fits()
-    fit = all_fits.for_engine(engine)
-    s = parallel(setup, fit.engine_class)
-    eff = class_efficiency(fit, s, fixed_factor=fixed_factor)
     kw = {"decode_rows": decode_rows, "context_tokens": context_tokens, "prefill_tokens": prefill_tokens}
-    t = step_seconds(s, eff, **kw)
+    fit, s, _, t = _central(setup, engine, fixed_factor, kw)
     bound = step_seconds(s, bound_efficiency(), **kw).seconds
     fixed = t.overhead_s + (t.seconds - t.memory_s - t.compute_s - t.overhead_s)
     regime = regime_of(fixed_s=fixed, memory_s=t.memory_s, compute_s=t.compute_s)
     kind = "decode" if not prefill_tokens else ("ttft" if not decode_rows else "throughput")
-    band = all_fits.band(kind, (fit.engine_class, gpu_family(s.gpu), regime))
+    band = fits().band(kind, (fit.engine_class, gpu_family(s.gpu), regime))
     return Interval(max(t.seconds * band.low, bound), t.seconds, t.seconds * band.high, bound, band.rows)
+
+
+def _central(
+    setup: Setup, engine: str, fixed_factor: float, kw: dict[str, int]
+) -> tuple[ClassFit, Setup, Efficiency, PhaseTime]:
+    """The class's fit, the setup as that class parallelises it, its efficiency (with `fixed_factor` on the fixed
+    costs) and the step's central timing: what step_time and step_parts both read, so their parts add up to one."""
+    fit = fits().for_engine(engine)
+    s = parallel(setup, fit.engine_class)
+    eff = class_efficiency(fit, s, fixed_factor=fixed_factor)
+    return fit, s, eff, step_seconds(s, eff, **kw)
 
 
 def step_parts(
@@ -72,11 +79,8 @@ def step_parts(
 ) -> StepParts:
     """`step_time`'s central value in its parts: the same efficiency and the same operators, split into what reads
     bytes or does FLOPs, what is fixed per step, and what moves the all-reduces' bytes."""
-    fit = fits().for_engine(engine)
-    s = parallel(setup, fit.engine_class)
-    eff = class_efficiency(fit, s, fixed_factor=fixed_factor)
     kw = {"decode_rows": decode_rows, "context_tokens": context_tokens, "prefill_tokens": prefill_tokens}
-    t = step_seconds(s, eff, **kw)
+    _, s, eff, t = _central(setup, engine, fixed_factor, kw)
     allreduces = step_inputs(s, **kw)[3]
     latencies = allreduces * eff.allreduce_latency_s + (s.pipeline - 1) * eff.stage_hop_s
     # comm_s holds the latencies and the bytes' time: the bytes' time is what is left of it

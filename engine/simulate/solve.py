@@ -755,7 +755,7 @@ def cheapest(
     )
     each = f"{best.replicas} replicas of " if best.replicas > 1 else ""
     limit, limits = batch_limit(s, d, best.users_per_replica)
-    price_note = "" if prices and best.gpu in prices else instance_words(best.gpu, best.gpus, best.name)
+    price_note = _price_note(best, prices)
     margin_plan = _margin_plan(s, spec, margin, best, deploys, prices)
     sentence = (
         (
@@ -800,7 +800,7 @@ def cheapest(
             "launch_command": command,
             "best": best.__dict__ | {"usd_per_hour": best.usd_per_hour},
             **limits,
-            "price_source": "your own price" if prices and best.gpu in prices else price_for(best.gpu).label,  # type: ignore[union-attr]
+            "price_source": "your own price" if _own_price(best, prices) else price_for(best.gpu).label,  # type: ignore[union-attr]
             "price_note": price_note,
             "simulated": _rows(tried),
             "runner_up": runner,
@@ -813,6 +813,16 @@ def cheapest(
             },
         },
     )
+
+
+def _own_price(o: Option, prices: Mapping[str, float] | None) -> bool:
+    return prices is not None and o.gpu in prices
+
+
+def _price_note(o: Option, prices: Mapping[str, float] | None) -> str:
+    """How an option's servers are priced where the price is the catalogue's (a quote of an instance with fewer
+    GPUs), empty where the user gave their own."""
+    return "" if _own_price(o, prices) else instance_words(o.gpu, o.gpus, o.name)
 
 
 def _rows(options: Sequence[Option]) -> list[dict]:
@@ -918,8 +928,7 @@ def _margin_plan(
     if margin is None:
         return {"sentence": words, "step_times": "slow end", "usd_per_hour": None}
     d = deploys[(margin.gpu, margin.gpus)]
-    own = prices is not None and margin.gpu in prices
-    note = "" if own else instance_words(margin.gpu, margin.gpus, margin.name)
+    note = _price_note(margin, prices)
     same = (margin.gpu, margin.gpus) == (best.gpu, best.gpus)
     return margin.__dict__ | {
         "usd_per_hour": margin.usd_per_hour,
@@ -997,9 +1006,7 @@ def split_words(
     context = users * (s.prompt_tokens + s.output_tokens // 2)
 
     def parts(steps: PublishedSteps, rows: int, ctx: int, prompt: int) -> StepParts:
-        a = steps.anchor
-        g = a.factor if a is not None else 1.0
-        return step_parts(steps.setup, steps.engine, rows, ctx, prompt, fixed_factor=g)
+        return step_parts(steps.setup, steps.engine, rows, ctx, prompt, fixed_factor=steps.fixed_factor)
 
     p, q = parts(steps_small, users, context, 0), parts(steps_large, users, context, 0)
     n, m, ms = small.gpus, large.gpus, fmt.seconds

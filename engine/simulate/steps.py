@@ -216,9 +216,15 @@ class PublishedSteps(_Bucketed):
     handling_s: float = 0.0
 
     def _predict(self, rows: int, context: int, prefill: int, seqs: int) -> Interval:
+        return step_time(
+            self.setup, self.engine, rows, context, prefill, seqs, fixed_factor=self.fixed_factor
+        )
+
+    @property
+    def fixed_factor(self) -> float:
+        """The factor on the steps' fixed costs: the anchor's, else 1 (the fit's own)."""
         a = self.anchor
-        g = a.factor if a is not None else 1.0
-        return step_time(self.setup, self.engine, rows, context, prefill, seqs, fixed_factor=g)
+        return a.factor if a is not None else 1.0
 
     @property
     def anchor(self) -> Anchor | None:
