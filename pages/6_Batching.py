@@ -34,7 +34,14 @@ from ui.batching_widgets import (
 from ui.calc_widgets import machine_known, machine_matmul, machine_provenance
 from ui.common import browser_session, fmt_bytes, fmt_seconds, init_state, page_setup, show_error
 from ui.machine_view import machine_read_bandwidth
-from ui.narrative import bandwidth_words, sweep_sentence, tradeoff_sentences, users_headline, users_sentence
+from ui.narrative import (
+    bandwidth_words,
+    bound_sentence,
+    sweep_sentence,
+    tradeoff_sentences,
+    users_headline,
+    users_sentence,
+)
 from ui.widgets import button_why, load_with_progress, model_picker, refused, sent_in_range, spec_input
 
 NS = "batching"
@@ -270,7 +277,7 @@ if pair is not None and pair["static"].model == lm.name:
         "In-flight / static throughput",
         f"{ratio:.2f}×"
         if headline.valid
-        else f"{ratio:.2f}× (above its {headline.bound:.2f}× bound)"
+        else f"{ratio:.2f}× (over the {headline.bound:.2f}× possible)"
         if math.isfinite(headline.bound)
         else "no ratio",
         help=None if headline.valid else headline.why,
@@ -302,20 +309,11 @@ if pair is not None and pair["static"].model == lm.name:
             )
         )
     if not headline.valid:
-        st.warning(f"**Part of this ratio is not batching's.** {headline.why}", icon=":material/warning:")
-    if bound is not None:
-        st.caption(
-            f"Counted in steps (one token per running row per step, every step the same cost, first come first "
-            f"served), this workload allows in-flight batching at most **{bound.throughput_ratio:.2f}×** static's "
-            f"throughput: static needs {bound.static_steps} steps, in-flight {bound.inflight_steps}; measured "
-            f"{ratio:.2f}× is {ratio / bound.throughput_ratio:.0%} of that. With every slot busy every step it "
-            f"would be {bound.full_slots_ratio:.2f}× ({bound.full_slots_steps} steps): the gap is the long requests "
-            "admitted last, which decode with few companions at the end. Computed from the workload's output "
-            "lengths alone. The bound takes every step to cost the same; on a "
-            "CPU a step of one row can cost far less than a step of two or more (a matrix-vector product instead "
-            "of a matrix product), and static batching keeps computing its finished rows, so the measured ratio "
-            "can pass the bound; where it does, the warning above says by how much."
+        st.warning(
+            f"**More than batching can give this workload.** {headline.why}", icon=":material/warning:"
         )
+    if bound is not None:
+        st.markdown(bound_sentence(bound, ratio))
     x_max = max(s.wall_s, i.wall_s) * 1.02
     g_s = gantt_figure(s, "Static batching: finished rows hold their slot (red) until the batch ends", x_max)
     g_i = gantt_figure(i, "In-flight batching: a finished row's slot goes to the next request at once", x_max)

@@ -163,24 +163,56 @@ def _walk(node):
         yield from _walk(child)
 
 
-def test_a_headline_above_the_workloads_bound_is_marked_with_why():
+def test_a_headline_above_what_the_workload_allows_is_marked_with_why():
     """A measured 4.95x beside the workload's own bound of 1.26x was shown as the headline, unmarked."""
     from engine.batching.workload import PolicyBound
 
     at = _page()
     at.session_state["batching.bound"] = PolicyBound(
-        static_steps=126, inflight_steps=100, full_slots_steps=90
+        static_steps=126,
+        inflight_steps=100,
+        full_slots_steps=90,
+        static_row_steps=480,
+        inflight_row_steps=400,
     )
     at = _inject_compare(at, 495.0, 1.5)  # 4.95x static's 100 tok/s
     assert not at.exception
     headline = next(m for m in at.metric if m.label == "In-flight / static throughput")
-    assert headline.value == "4.95× (above its 1.26× bound)"
+    assert headline.value == "4.95× (over the 1.26× possible)"
     why = " ".join(w.value for w in at.warning)
-    assert "not batching's" in why and "above the 1.26×" in why and "126 steps" in why
-    assert "Batching's own share is the step count's 1.26×" in why
+    assert "More than batching can give" in why and "1.26× if every step costs the same" in why
+    assert "1.20× if every row costs the same" in why and "126 steps" in why and "480 row-steps" in why
+    text = " ".join(m.value for m in at.markdown)
+    assert "No throughput verdict from this run" in text and "In-flight batching won" not in text
     at = _inject_compare(at, 120.0, 1.5)  # 1.20x: within the bound, a plain headline
     headline = next(m for m in at.metric if m.label == "In-flight / static throughput")
-    assert headline.value == "1.20×" and not any("not batching's" in w.value for w in at.warning)
+    assert headline.value == "1.20×" and not at.warning
+
+
+@pytest.mark.parametrize(("tps", "where"), [
+    (100.0, "at the memory-bound end"),
+    (140.0, "57% of the way from the memory-bound end to the compute-bound end"),
+    (170.0, "at the compute-bound end"),
+    (190.0, "more than either allows"),
+])  # fmt: skip
+def test_static_computing_finished_rows_counts_as_batchings_own(tps, where):
+    """One batch of four (max batch 4): the same 34 steps under both policies, so the step count allowed in-flight
+    1.00x and a measured 1.70x was called "not batching's", though it is the rows static batching computes for
+    requests already finished (136 row-steps against 80). Now the two regimes bound it, and the page says where the
+    measurement lands between them."""
+    from engine.batching.workload import PolicyBound
+
+    at = _page()
+    at.session_state["batching.bound"] = PolicyBound(34, 34, 20, 136, 80)
+    at = _inject_compare(at, tps, 1.5)
+    assert not at.exception
+    text = " ".join(m.value for m in at.markdown)
+    assert f"Measured **{tps / 100:.2f}×**: {where}" in text
+    assert (
+        "**1.00×** static's throughput; if every row costs the same, as when compute binds, **1.70×**" in text
+    )
+    headline = next(m for m in at.metric if m.label == "In-flight / static throughput")
+    assert (headline.value == f"{tps / 100:.2f}×") == (tps <= 170) and (not at.warning) == (tps <= 170)
 
 
 @pytest.mark.parametrize(("tps", "said", "marked"), [

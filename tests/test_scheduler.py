@@ -335,13 +335,16 @@ def test_bad_max_batch_is_rejected(tiny_lm):
 
 def test_policy_bound_counts_steps_by_hand():
     """[10, 1, 1, 1] in batches of 2: static runs 10 + 1 steps; in-flight refills the short row's slot twice
-    while the long one runs, 10 steps; every slot busy would be ceil(13 / 2) = 7."""
+    while the long one runs, 10 steps; every slot busy would be ceil(13 / 2) = 7. In rows computed, static runs
+    2 x 10 + 2 x 1 = 22 row-steps (the finished 1-token row rides along for 9 steps), in-flight the 13 tokens."""
     from engine.batching.workload import WorkloadRequest, policy_bound
 
     work = [WorkloadRequest(i, 0.0, "x", (1,), n) for i, n in enumerate([10, 1, 1, 1])]
     bound = policy_bound(work, 2)
     assert (bound.static_steps, bound.inflight_steps, bound.full_slots_steps) == (11, 10, 7)
     assert bound.throughput_ratio == pytest.approx(1.1)
+    assert (bound.static_row_steps, bound.inflight_row_steps) == (22, 13)
+    assert bound.row_ratio == pytest.approx(22 / 13) and bound.most == pytest.approx(22 / 13)
 
 
 def test_idle_thread_ends_and_the_next_submit_starts_one(tiny_lm):

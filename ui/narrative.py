@@ -93,27 +93,67 @@ def bandwidth_words(effective_bytes_per_s: float, batch: int, roof_bytes_per_s: 
     )
 
 
+def bound_sentence(bound: Any, ratio: float) -> str:
+    """Section 2's bound (engine.batching.workload.PolicyBound) in words, and where the measured in-flight /
+    static `ratio` lands between its two regimes (every step costing the same; every row costing the same)."""
+    step, row = bound.throughput_ratio, bound.row_ratio
+    counts = (
+        f"static batching needs {bound.static_steps} steps and computes {bound.static_row_steps} row-steps "
+        f"(finished rows included), in-flight {bound.inflight_steps} steps and {bound.inflight_row_steps} row-steps"
+        if math.isfinite(row)
+        else f"static batching needs {bound.static_steps} steps, in-flight {bound.inflight_steps}"
+    )
+    regimes = (
+        f"If every step costs the same, as when decode is memory-bound (a GPU at small batches), in-flight "
+        f"batching can give at most **{step:.2f}×** static's throughput"
+        + (
+            f"; if every row costs the same, as when compute binds, **{row:.2f}×**."
+            if math.isfinite(row)
+            else "."
+        )
+    )
+    if ratio > bound.most:
+        where = "more than either allows (the warning above says why)"
+    elif ratio < step * (1 - SAME_BAND):
+        where = (
+            "below both: in-flight's admissions (each newcomer's prefill pauses the running rows) cost more than "
+            "its fewer steps saved"
+        )
+    elif not math.isfinite(row) or row <= step * (1 + SAME_BAND) or ratio <= step * (1 + SAME_BAND):
+        where = "at the memory-bound end: on this machine a step cost about the same whatever its rows"
+    elif ratio >= row * (1 - SAME_BAND):
+        where = (
+            "at the compute-bound end: on this machine each row cost its share, so the rows static batching "
+            "computes for finished requests cost it time as well as steps"
+        )
+    else:
+        where = (
+            f"{(ratio - step) / (row - step):.0%} of the way from the memory-bound end to the compute-bound end: on "
+            "this machine a row costs part of a step, so in-flight's steps of few rows at the end cost less"
+        )
+    return (
+        f"**What batching can give this workload**, counted from its output lengths (every request waiting at the "
+        f"start, first come first served): {counts}. {regimes} Measured **{ratio:.2f}×**: {where}. In steps, with "
+        f"every slot busy every step it would be {bound.full_slots_ratio:.2f}× ({bound.full_slots_steps} steps): "
+        "the gap is the long requests admitted last, which decode with few companions at the end."
+    )
+
+
 def tradeoff_sentences(s: Any, i: Any, headline: Any = None) -> list[str]:
     """Section 2: static (s) against in-flight (i) on the same workload, from their PolicyResults. A headline
-    (engine.batching.workload.throughput_headline) above its step-count bound is said as what the step count gives
-    in-flight batching, the measured ratio beside it (part of it is the machine's, not the policy's)."""
+    (engine.batching.workload.throughput_headline) above the most the workload allows gives no verdict on
+    throughput: the replays ran at different speeds."""
     ratio = i.throughput_tokens_per_s / s.throughput_tokens_per_s if s.throughput_tokens_per_s else math.nan
     idle = 1 - s.slot_utilization
     out = []
     if headline is not None and not headline.valid:
-        bound = headline.bound
-        if not math.isfinite(bound):
+        if not math.isfinite(headline.bound):
             out.append(f"**No throughput ratio**: {headline.why}.")
-        elif bound > 1 + SAME_BAND:
-            out.append(
-                f"**In-flight batching won on throughput here, by its step count**: the workload's step count alone "
-                f"gives it {bound:.2f}× static's throughput, and it measured {ratio:.2f}×, more than batching can "
-                "give (the warning above says where the rest came from)."
-            )
         else:
             out.append(
-                f"**No throughput winner by the step count** ({bound:.2f}× at most): the measured {ratio:.2f}× is "
-                "more than batching can give this workload (the warning above says where the rest came from)."
+                f"**No throughput verdict from this run**: the measured {ratio:.2f}× is more than batching can give "
+                f"this workload ({headline.bound:.2f}× at most), so the two replays ran at different speeds (the "
+                "warning above says why). Run it again on a quieter machine."
             )
     elif ratio > 1 + SAME_BAND:
         out.append(
