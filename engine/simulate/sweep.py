@@ -266,7 +266,7 @@ def run_level(
 ) -> RunMetrics:
     """One level of the sweep: the workload through the virtual scheduler, summarised as the load generator does
     (fixed users start `stagger_s` apart; the first `skip` requests are left out of the figures)."""
-    records = _counted(d, load, reqs, which, stagger_s, skip)
+    records = counted_records(d, load, reqs, which, stagger_s, skip)
     m = summarize(records, level=load.level, mode=load.mode, slo=slo)
     return steady_rates(m, load) if skip and load.mode == "concurrency" else m
 
@@ -283,10 +283,10 @@ def level_meets(
 ) -> bool:
     """run_level(...).meets_slo without the figures (their percentiles over every token's gap took half of a
     solver's probe): the solvers ask only whether a level meets the SLOs."""
-    return meets(_counted(d, load, reqs, which, stagger_s, skip), slo)
+    return meets(counted_records(d, load, reqs, which, stagger_s, skip), slo)
 
 
-def _counted(
+def counted_records(
     d: Deployment, load: LoadSpec, reqs: Sequence[SimRequest], which: str, stagger_s: float, skip: int
 ) -> list[RequestRecord]:
     """The level's records through the virtual scheduler, the first `skip` (the ramp) left out."""
