@@ -456,3 +456,20 @@ def test_the_cli_takes_the_pages_engine_names_and_says_when_its_times_are_bounds
     assert r["engine"] == "hf"
     assert main([*argv, "--engine", "transformers"]) == 0
     assert "physical bounds" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("model", "gpu", "gpus", "dtype", "flag"), [
+    ("llama-3.3-70b-instruct", "h100-sxm", "4", "bf16", "bfloat16"),
+    ("llama-3.1-8b-instruct", "t4", "2", "fp16", "float16"),
+])  # fmt: skip
+def test_estimate_and_simulate_start_from_the_same_precision_without_dtype(
+    capsys, model, gpu, gpus, dtype, flag
+):
+    """The engineer's walk: without --dtype, `simulate` ran bf16 and `estimate` fp16 (its launch command said
+    --dtype float16 for a bf16 checkpoint). Both now start from the checkpoint's own 16-bit precision where the GPU
+    has a peak for it, as the Memory-and-cost page does: both models are bf16, a T4 has no bf16 peak."""
+    common = ["--model", model, "--gpu", gpu, "--gpus", gpus, "--json"]
+    est = _json(capsys, ["estimate", *common, "--engine", "vllm"])
+    assert est["inputs"]["dtype"] == dtype and f"--dtype {flag}" in est["launch_command"]
+    sim = _json(capsys, ["simulate", *common, "--sweep", "1", "--requests", "2"])
+    assert sim["simulated"]["dtype"] == dtype and sim["simulated"]["kv_dtype"] == dtype

@@ -66,6 +66,11 @@ from engine.core.spec import Spec, option
 ENGINE_CHOICES = tuple(ENGINES)  # every engine the efficiency fit names (engine.calc.efficiency)
 DATASHEET_MODE, CALIBRATED_MODE = "datasheet", "calibrated"
 MODES = (DATASHEET_MODE, CALIBRATED_MODE)  # calibrated: this machine only, with a stored calibration
+# what the command lines take without --dtype (default_precision), as the Memory-and-cost page starts
+DTYPE_DEFAULT_WORDS = (
+    "the checkpoint's own 16-bit precision where the GPU has a peak for it (a bf16 model runs in bf16 on an H100, in "
+    "fp16 on a T4), else fp16; fp32 on a CPU"
+)
 
 
 @dataclass(frozen=True)
@@ -73,7 +78,13 @@ class Inputs(Spec):
     """Everything the calculator is asked: the one source of defaults and bounds for `python -m engine estimate`
     and the Memory-and-cost page (engine.core.spec)."""
 
-    dtype: str = option("fp16", "weight precision", choices=PRECISIONS)
+    dtype: str = option(
+        "fp16",
+        "weight precision",
+        kind=str,
+        choices=PRECISIONS,
+        cli_help=f"weight precision (default: {DTYPE_DEFAULT_WORDS})",
+    )
     kv_dtype: str | None = option(
         None,
         "KV cache precision (default: the weights'; fp16 under a quantized format)",

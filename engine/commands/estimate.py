@@ -19,7 +19,7 @@ from engine.calc.hf_config import read_config_file
 from engine.calc.launch import CAP_FLAG
 from engine.calc.plan import held_at
 from engine.calc.prices import price_for
-from engine.calc.report import Estimate, Inputs, estimate, split_prompt_output
+from engine.calc.report import Estimate, Inputs, default_precision, estimate, split_prompt_output
 from engine.calc.serving_memory import VLLM_CPU_KV_ENV, cpu_kv_space_bytes
 from engine.calc.specs import GIB, THIS_MACHINE, custom_gpu_from_figures
 from engine.commands import simulate
@@ -53,7 +53,8 @@ def add_arguments(parser) -> None:
         required=True,
         help=f"a catalog key (python -m engine gpus), {THIS_MACHINE}, or {CUSTOM} with the --gpu-* figures",
     )
-    Inputs.add_arguments(parser)
+    # without --dtype, the checkpoint's own precision where the GPU runs it (default_precision), as the page starts
+    Inputs.add_arguments(parser, defaults={"dtype": None})
     # with --seq-len alone, prompt and output split it (split_prompt_output); without it, the spec's defaults
     parser.set_defaults(prompt_tokens=None, output_tokens=None)
     custom = parser.add_argument_group(f"--gpu {CUSTOM}: a GPU outside the catalogue")
@@ -112,7 +113,7 @@ def spec_from_args(args):
     return resolve_model_spec(args.model)
 
 
-def inputs_from(args, gpu) -> tuple[Inputs, str | None]:
+def inputs_from(args, gpu, spec=None) -> tuple[Inputs, str | None]:
     """The spec's inputs from the flags: prompt and output split a --seq-len, and the GPU's listed price where
     none is given (with where it was listed)."""
     if args.seq_len is not None:
@@ -130,7 +131,13 @@ def inputs_from(args, gpu) -> tuple[Inputs, str | None]:
     if space is None and (env := cpu_kv_space_bytes(os.environ.get(VLLM_CPU_KV_ENV))) is not None:
         space = env // GIB  # vLLM on a CPU reads its pool from the environment, as it will at start-up
     inputs = Inputs.from_args(
-        args, seq_len=seq, prompt_tokens=p, output_tokens=o, usd_per_gpu_hour=price, cpu_kvcache_space=space
+        args,
+        seq_len=seq,
+        prompt_tokens=p,
+        output_tokens=o,
+        usd_per_gpu_hour=price,
+        cpu_kvcache_space=space,
+        dtype=args.dtype or default_precision(gpu, spec),
     )
     return inputs, price_note
 
@@ -155,7 +162,7 @@ def run(args) -> dict:
     spec = spec_from_args(args)
     calibration = calibration_from(args)
     gpu = gpu_from_args(args)
-    inputs, price_note = inputs_from(args, gpu)
+    inputs, price_note = inputs_from(args, gpu, spec)
     est = estimate(spec, gpu, inputs, calibration)
     out = flatten(est)
     if price_note:

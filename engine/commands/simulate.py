@@ -17,13 +17,32 @@ HELP = (
 
 
 def add_arguments(parser) -> None:
-    SimulateSpec.add_arguments(parser)
+    # without --dtype, the checkpoint's own precision where the GPU runs it, as the estimate and the page start
+    SimulateSpec.add_arguments(parser, defaults={"dtype": None})
     SLO.add_arguments(parser)
+
+
+def default_dtype(args) -> str:
+    """The weight precision without --dtype: the checkpoint's own where the GPU runs it (default_precision), as
+    the estimate and the Memory-and-cost page start. A model or GPU that cannot be read keeps the spec's default, so
+    the spec's own check says what is wrong with it."""
+    from engine.arch.resolve import resolve_gpu
+    from engine.calc.report import default_precision
+    from engine.calibration import this_machine_gpu
+    from engine.core.errors import EngineError
+    from engine.simulate.sweep import model_spec
+
+    try:
+        gpu = resolve_gpu(args.gpu, this_machine=this_machine_gpu)
+        spec = model_spec(SimulateSpec(model=args.model, config=getattr(args, "config", None), gpu=args.gpu))
+    except (EngineError, OSError, ValueError):
+        return SimulateSpec.default("dtype")
+    return default_precision(gpu, spec)
 
 
 def run(args) -> dict:
     try:
-        spec = SimulateSpec.from_args(args)
+        spec = SimulateSpec.from_args(args, dtype=args.dtype or default_dtype(args))
         slo = SLO.from_args(args)
     except LoadSpecError as exc:
         raise InvalidParameterError(str(exc)) from None
@@ -113,6 +132,7 @@ def solve(args) -> dict:
             prompt_tokens=args.prompt_tokens or Inputs.default("prompt_tokens"),
             output_tokens=args.output_tokens or Inputs.default("output_tokens"),
             max_batch=args.max_num_seqs,
+            dtype=args.dtype or default_dtype(args),
         )
     except LoadSpecError as exc:
         raise InvalidParameterError(str(exc)) from None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.calc.report import ENGINE_CHOICES
+from engine.calc.report import DTYPE_DEFAULT_WORDS, ENGINE_CHOICES
 from engine.calc.serving_memory import utilization_option
 from engine.calc.specs import PRECISIONS, THIS_MACHINE
 from engine.core.errors import InvalidParameterError
@@ -36,7 +36,13 @@ class SimulateSpec(Spec):
         "h100-sxm", f"a GPU catalogue key (python -m engine gpus), or {THIS_MACHINE} (its calibration)"
     )
     n_gpus: int = option(1, "GPUs in tensor parallel", lo=1, hi=1024, flag="--gpus", label="GPUs")
-    dtype: str = option("bf16", "weight precision", choices=PRECISIONS)
+    dtype: str = option(
+        "bf16",
+        "weight precision",
+        kind=str,
+        choices=PRECISIONS,
+        cli_help=f"weight precision (default: {DTYPE_DEFAULT_WORDS})",
+    )
     kv_dtype: str | None = option(
         None, "KV cache precision (default: the weights')", kind=str, choices=PRECISIONS
     )

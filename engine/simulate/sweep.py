@@ -367,6 +367,8 @@ class SimulatedSweep:
                 "gpus": d.n_gpus,
                 "engine": d.engine,
                 "model": d.spec.name,
+                "dtype": self.spec.dtype,
+                "kv_dtype": self.spec.kv_dtype or self.spec.dtype,
                 "label": d.label,
                 "step_model": d.steps.describe(),
                 "scheduler": {
