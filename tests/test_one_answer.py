@@ -547,3 +547,18 @@ def test_the_price_counts_prompts_too_for_a_providers_blended_price(capsys):
     assert both == pytest.approx(r["usd_per_million_tokens"] * 256 / (2048 + 256))
     assert main(argv) == 0
     assert f"${both:.2f} per million tokens in and out (prompts counted)" in capsys.readouterr().out
+
+
+def test_the_plan_says_why_an_h100_holds_fewer_sequences_than_an_a100_of_the_same_memory():
+    """The engineer's walk: Qwen2.5-72B (Qwen2-72B's shape) in bf16 on 2 x H100 held fewer sequences than on 2 x A100, no
+    word on why. vLLM profiles 8,192 tokens at once on an H100 and 2,048 on an A100 (its default
+    --max-num-batched-tokens), so its profile run takes more of an H100; the plan's sentence now says so."""
+    spec = _qwen72b()
+    inputs = Inputs(dtype="bf16", batch=8, seq_len=1024, n_gpus=2, engine="vllm")
+    h100 = estimate(spec, gpu_spec("h100-sxm"), inputs)
+    a100 = estimate(spec, gpu_spec("a100-80gb"), inputs)
+    assert h100.max_batch < a100.max_batch
+    assert "8,192 tokens at once, vLLM's default --max-num-batched-tokens on this GPU" in h100.fit.sentence
+    assert "2,048 tokens at once, vLLM's default --max-num-batched-tokens on this GPU" in a100.fit.sentence
+    for est in (h100, a100):
+        assert f"{est.max_batch:,} sequences of 1,024 tokens at once" in est.fit.sentence

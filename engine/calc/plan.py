@@ -415,7 +415,7 @@ def _serving_sentence(
         each = "" if cpu else " per GPU"
         cache = (
             f"; {on} the weights ({fmt.gb(sm.weights_bytes)}{each}), its "
-            + ("runtime" if cpu else "profile run and runtime")  # a CPU worker profiles no forward pass
+            + ("runtime" if cpu else _profile_words(sm))  # a CPU worker profiles no forward pass
             + f" leave {fmt.gb(sm.kv_bytes)}{each} for the cache: {sm.kv_cache_tokens:,} tokens, {held:,} sequences of "
             f"{seq_len:,} tokens at once" + (f" (--max-num-seqs {sm.max_num_seqs} caps it)" if capped else "")
         )
@@ -446,3 +446,16 @@ def _serving_sentence(
                 "guide), on the fewest GPUs that layout allows."
             )
     return f"{kept}{cache}{verdict}. {need}".rstrip()
+
+
+def _profile_words(sm: ServingMemory) -> str:
+    """The profile run and the runtime with their sizes, and what sets the profile run's: the tokens the engine
+    profiles at once, its default for the GPU (vLLM: 8,192 on an H100 or H200, 2,048 on smaller cards and A100s),
+    so the same model on GPUs of the same memory can hold different numbers of sequences."""
+    if not sm.max_num_batched_tokens:
+        return f"profile run ({fmt.gb(sm.activation_bytes)}) and runtime ({fmt.gb(sm.non_torch_bytes)})"
+    flag = ", vLLM's default --max-num-batched-tokens on this GPU" if sm.engine == "vllm" else ""
+    return (
+        f"profile run ({fmt.gb(sm.activation_bytes)}: {sm.max_num_batched_tokens:,} tokens at once{flag}) and "
+        f"runtime ({fmt.gb(sm.non_torch_bytes)})"
+    )
