@@ -183,6 +183,12 @@ def test_the_cheapest_answer_searches_the_gpus_picked_and_names_its_plan_in_the_
     assert margin["sentence"].startswith("A plan with margin") and margin["sentence"] in [
         m.value for m in at.markdown
     ]
+    # the answer in a paragraph of its own, how it was found and what it rests on as a list under it (the
+    # engineer's walk: one paragraph of ten sentences)
+    parts = at.session_state["calc.solve.answer"].parts
+    shown = [m.value for m in at.markdown]
+    assert parts[0].startswith("Cheapest for ") and parts[0] in shown
+    assert "\n".join(f"- {p.strip()}" for p in parts[1:]) in shown
     at.multiselect(key="calc.solve.gpus").set_value([]).run()
     assert any("Pick at least one GPU" in i.value for i in at.info)
 

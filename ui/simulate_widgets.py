@@ -400,7 +400,7 @@ def solvers_section(key: str, spec: ModelSpec, gpu: GPUSpec, inputs) -> None:
         )  # the plan that meets them at the slow step times
     if q == "cheapest" and answer.details.get("runner_up"):
         st.markdown(answer.details["runner_up"]["sentence"])  # what came second, and why it lost
-    st.markdown(answer.sentence)
+    show_answer_text(answer)
     if q == "cheapest":
         if answer.details.get("launch_command"):
             st.caption("The command for one replica of this plan:")
@@ -409,6 +409,17 @@ def solvers_section(key: str, spec: ModelSpec, gpu: GPUSpec, inputs) -> None:
         for fewer in answer.details.get("larger_split_holds_fewer", ()):
             st.markdown(fewer["sentence"])  # a row above with more GPUs and fewer users, said why
         st.caption(answer.details["price_source"])
+
+
+def show_answer_text(answer: solve.Answer) -> None:
+    """The answer's sentence as a paragraph for the answer and a list for how it was found and what it rests on
+    (one paragraph of ten sentences was hard to read at 1280 px)."""
+    parts = [p.strip() for p in answer.parts if p.strip()]
+    if len(parts) < 2:
+        st.markdown(answer.sentence)
+        return
+    st.markdown(parts[0])
+    st.markdown("\n".join(f"- {p}" for p in parts[1:]))
 
 
 def answer_figures(answer: solve.Answer) -> tuple[str, str]:

@@ -66,6 +66,7 @@ class Answer:
     unit: str
     sentence: str  # built from the numbers beside it
     details: dict
+    parts: tuple[str, ...] = ()  # the sentence's parts, the answer first (a page shows the rest as a list)
 
     def to_json(self) -> dict:
         from engine.core.jsonsafe import to_jsonable
@@ -600,7 +601,7 @@ def max_users(
     at_least = " at least" if value.central >= MAX_USERS else ""
     limit, limits = batch_limit(s, d, value.central)
     beside, beside_details = _beside_estimate(s, d, value.central, slo)
-    sentence = (
+    parts = [
         (
             f"{_capital(d.label)}: at most{at_least} {value.central} concurrent users at the central step times "
             f"({_users_ends(value)}) meet "
@@ -612,19 +613,19 @@ def max_users(
             "the former."
             if value.central
             else f"{_capital(d.label)}: even one user misses {objectives}; relax them or pick a faster deployment."
-        )
-        + _confirmed(s, slo, searched, knees)
-        + _beyond_full_length(d, value.central, s.prompt_tokens + s.output_tokens)
-        + limit
-        + _anchored(d)
-        + beside
-        + requests_raised(s, max(value.central, 1))
-    )
+        ),
+        _confirmed(s, slo, searched, knees),
+        _beyond_full_length(d, value.central, s.prompt_tokens + s.output_tokens),
+        limit,
+        _anchored(d),
+        beside,
+        requests_raised(s, max(value.central, 1)),
+    ]
     return Answer(
         "max-users",
         value,
         "users",
-        sentence,
+        "".join(parts),
         {
             "label": d.label,
             "step_model": d.steps.describe(),
@@ -647,6 +648,7 @@ def max_users(
         }
         | limits
         | beside_details,
+        tuple(p for p in parts if p),
     )
 
 
@@ -800,24 +802,22 @@ def cheapest(
     beside, beside_details = _beside_estimate(s, d, best.users_per_replica, slo)
     price_note = _price_note(best, prices)
     margin_plan = _margin_plan(s, spec, margin, best, deploys, prices)
-    sentence = (
-        (
-            f"Cheapest for {users} users at {slo.words()}: {each}{best.gpus} x {best.name} at "
-            f"${best.usd_per_hour:,.2f}/hour, {best.users_per_replica} users per replica, at the step times' "
-            f"central estimates; {len(tried)} of the {len(cands)} priced options that fit "
-            f"{'was' if len(tried) == 1 else 'were'} simulated (users in steady state, as the most-users answer "
-            "counts them); each of the others costs more for one replica than this whole plan."
-            f" Each option's replicas were searched with runs of {PROBE_REQUESTS_PER_USER} requests per user and "
-            f"confirmed with runs of at least {CONFIRM_REQUESTS_PER_USER} per user, long enough to reach steady "
-            "state, as the most-users answer confirms its own."
-        )
-        + (f" {price_note}" if price_note else "")
-        + _anchored(d)
-        + beside
-        + requests_raised(s, best.users_per_replica)
-        + limit
-        + _priced(prices, gpus)
-    )
+    parts = [
+        f"Cheapest for {users} users at {slo.words()}: {each}{best.gpus} x {best.name} at "
+        f"${best.usd_per_hour:,.2f}/hour, {best.users_per_replica} users per replica, at the step times' "
+        f"central estimates; {len(tried)} of the {len(cands)} priced options that fit "
+        f"{'was' if len(tried) == 1 else 'were'} simulated (users in steady state, as the most-users answer "
+        "counts them); each of the others costs more for one replica than this whole plan.",
+        f" Each option's replicas were searched with runs of {PROBE_REQUESTS_PER_USER} requests per user and "
+        f"confirmed with runs of at least {CONFIRM_REQUESTS_PER_USER} per user, long enough to reach steady "
+        "state, as the most-users answer confirms its own.",
+        f" {price_note}" if price_note else "",
+        _anchored(d),
+        beside,
+        requests_raised(s, best.users_per_replica),
+        limit,
+        _priced(prices, gpus),
+    ]
     command = _replica_command(s, spec, best, d.limits.max_batch)
     fewer = [
         {"gpu": small.gpu, "smaller": small.gpus, "larger": large.gpus, "sentence": why}
@@ -830,15 +830,16 @@ def cheapest(
     ]
     runner = runner_up(best, tried, cands, prices)
     if best.replicas > 1:
-        sentence += (
+        parts.insert(
+            1,
             f" Run it as {best.replicas} copies of the {best.gpus}-GPU server below, behind a load balancer, each "
-            f"taking {best.users_per_replica} users."
+            f"taking {best.users_per_replica} users.",
         )
     return Answer(
         "cheapest",
         value,
         "USD per hour",
-        sentence,
+        "".join(parts),
         {
             "launch_command": command,
             "best": best.__dict__ | {"usd_per_hour": best.usd_per_hour},
@@ -856,6 +857,7 @@ def cheapest(
             },
             **beside_details,
         },
+        tuple(p for p in parts if p),
     )
 
 
