@@ -409,6 +409,14 @@ def test_track_record_section_shows_targets_on_held_back_rows():
     rows = at.dataframe[-1].value
     assert len(rows) >= 60 and {"published", "predicted", "source", "quote"} <= set(rows.columns)
     assert not any("_" in m for m in rows["metric"])  # words, not ids like total_gpu_memory_gib
+    # the rows' table shows ten columns, what answers 'how close', and scrolled sideways at 1280 px with all 18
+    # (the engineer's walk); every column is a toggle away, and the CSV has them all
+    from ui.trackrecord_view import NARROW_COLUMNS
+
+    assert list(at.dataframe[-1].proto.column_order) == list(NARROW_COLUMNS)
+    assert set(NARROW_COLUMNS) <= set(rows.columns) and len(rows.columns) > len(NARROW_COLUMNS)
+    at.toggle(key="calc.trwide").set_value(True).run(timeout=300)
+    assert list(at.dataframe[-1].proto.column_order) == []
 
 
 # ---------------------------------------------------------------- one answer per plan, said plainly

@@ -118,6 +118,20 @@ def _cached_record() -> dict:
     }
 
 
+# the rows table's columns at 1280 px without scrolling sideways: what was published, what was predicted, how far
+NARROW_COLUMNS = (
+    "metric",
+    "model",
+    "GPU",
+    "engine",
+    "published",
+    "predicted",
+    "unit",
+    "error",
+    "held back",
+    "source",
+)
+
 SUMMARY_PARTS = (
     ("The verdict on each target", ("target met", "target")),
     ("What was measured: the errors of the central estimate", ("rows", "median |error|", "worst |error|")),
@@ -186,10 +200,17 @@ def track_record_section(key: str) -> None:
     groups = ["every row", *sorted(frame["group"].unique())]
     chosen = st.selectbox("Rows", groups, key=f"{key}.trgroup")
     shown = frame if chosen == "every row" else frame[frame["group"] == chosen]
+    every = st.toggle(
+        "Every column (setup, interval, why not scored, the quoted text)",
+        key=f"{key}.trwide",
+        help="The table shows what answers 'how close' first; every column scrolls sideways at 1280 px, and the CSV "
+        "below always has them all.",
+    )
     st.dataframe(
         shown,
         hide_index=True,
         width="stretch",
+        column_order=None if every else NARROW_COLUMNS,
         column_config={
             "source": st.column_config.LinkColumn("source"),
             "error": st.column_config.NumberColumn("error (predicted / published - 1)", format="percent"),
