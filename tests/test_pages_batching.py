@@ -142,9 +142,33 @@ def test_simulated_users_on_a_busy_machine_say_so_and_number_requests_as_the_liv
     assert not at.exception and not at.error
     assert any(w.value.startswith("Measured on a busy machine (load average 9.0") for w in at.warning)
     rows = at.session_state["batching.users"]["rows"]
-    # the scheduler's own request ids, as the live table shows them (the first sent may not be request 1)
-    assert [r["request"] for r in rows] == seen and all("user" not in r for r in rows)
-    assert at.table[0].value.columns[0] == "request"
+    # the run's users from 1 and the scheduler's own request ids beside them, as the live table shows both (the
+    # first sent may not be request 1; a student read "requests 2-7" as numbered from the scheduler's start)
+    assert [r["request"] for r in rows] == seen and [r["user"] for r in rows] == [1, 2]
+    assert list(at.table[0].value.columns[:2]) == ["user", "request"]
+
+
+def test_the_live_table_numbers_this_runs_users_from_one_and_counts_this_runs_steps():
+    """A student: the live table numbered the simulated requests from the shared scheduler's start, and the counter
+    tile gave the server's totals (the Playground's runs included). While users run, both are this run's now, the
+    scheduler's numbers and totals beside them."""
+
+    def script():
+        from engine.batching.handle import RowView, SchedulerSnapshot
+        from ui.batching_widgets import show_snapshot
+
+        rows = tuple(RowView(5 + i, "running", 30, 12, 24, 0.0, 3.2, "text") for i in range(3))
+        start = SchedulerSnapshot("m", True, 8, 10**9, 9216, 5 * 10**6, 64, (), (), 80, 300, 1, ())
+        now = SchedulerSnapshot("m", True, 8, 10**9, 9216, 5 * 10**6, 64, rows, (), 92, 330, 1, ())
+        show_snapshot(now, start, {5: 1, 6: 2})
+
+    at = AppTest.from_function(script, default_timeout=60).run()
+    assert not at.exception
+    table = at.table[0].value
+    assert list(table["user"]) == ["1", "2", "other"] and list(table["request"]) == [5, 6, 7]
+    tile = next(m for m in at.metric if m.label.startswith("Decode steps"))
+    assert tile.label == "Decode steps / tokens, this run" and tile.value == "12 / 30"
+    assert "totals since it started are 92 / 330" in tile.help
 
 
 def _text(element) -> str:

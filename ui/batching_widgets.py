@@ -132,7 +132,12 @@ def gantt_figure(result: PolicyResult, title: str, x_max: float | None = None) -
     return fig
 
 
-def show_snapshot(snap: SchedulerSnapshot) -> None:
+def show_snapshot(
+    snap: SchedulerSnapshot, since: SchedulerSnapshot | None = None, users: dict[int, int] | None = None
+) -> None:
+    """The shared scheduler's queue, batch and counters. While simulated users run, `since` is the snapshot at their
+    start (the counter tile then counts their steps, the scheduler's totals in its help) and `users` maps their
+    request numbers to users 1..n (a column of its own: the shared numbers need not start at 1)."""
     c = st.columns(5)
     c[0].metric("Running", f"{len(snap.running)} / {snap.max_batch}")
     c[1].metric("Queued", len(snap.waiting))
@@ -146,14 +151,23 @@ def show_snapshot(snap: SchedulerSnapshot) -> None:
         fmt_bytes(snap.kv_budget_bytes),
         help=f"{fmt_bytes(snap.kv_bytes_per_token)} per token (2 × layers × KV heads × head dim × bytes)",
     )
-    c[4].metric(
-        "Decode steps / tokens",
-        f"{snap.steps} / {snap.tokens_generated}",
-        help="since the shared scheduler started: the Playground's cache-on prompts run through it too, so these "
-        "counts and the request numbers include theirs",
-    )
+    if since is not None:
+        c[4].metric(
+            "Decode steps / tokens, this run",
+            f"{snap.steps - since.steps} / {snap.tokens_generated - since.tokens_generated}",
+            help=f"since these users started; the shared scheduler's totals since it started are {snap.steps} / "
+            f"{snap.tokens_generated} (the Playground's cache-on prompts run through it too)",
+        )
+    else:
+        c[4].metric(
+            "Decode steps / tokens",
+            f"{snap.steps} / {snap.tokens_generated}",
+            help="since the shared scheduler started: the Playground's cache-on prompts run through it too, so these "
+            "counts and the request numbers include theirs",
+        )
     rows = [
-        {
+        ({"user": users.get(r.id, "other")} if users else {})
+        | {
             "request": r.id,
             "state": r.state,
             "prompt tokens": r.prompt_tokens,
@@ -172,8 +186,14 @@ def show_snapshot(snap: SchedulerSnapshot) -> None:
         # as rounded (a static table draws 0.01 as "0.0100")
         word_table(st, [{k: f"{v:g}" if isinstance(v, float) else v for k, v in r.items()} for r in rows])
         st.caption(
-            "Requests carry the shared scheduler's numbers: those taken by earlier runs (the Playground's cache-on "
-            "prompts go through it too) are not reused, so a run's numbers need not start at 1."
+            (
+                "User: the simulated user, numbered from 1 as in the results below ('other': another session's "
+                "request sharing the batch). "
+                if users
+                else ""
+            )
+            + "Request: the shared scheduler's number. Those taken by earlier runs (the Playground's cache-on prompts "
+            "go through it too) are not reused, so a run's numbers need not start at 1."
         )
     else:
         st.caption("The shared batch is idle: nothing running, nothing queued.")
@@ -219,6 +239,7 @@ def simulate_users(
     from engine.core.load import cpu_seconds, loadavg_1m, others_during
 
     t0, load_before, cpu_before = time.perf_counter(), loadavg_1m(), cpu_seconds()
+    start = sched.snapshot()
     done, done_at = 0, None  # requests finished, and when the last of them was first seen finished
     smooth = pace.SmoothedLeft()  # one run's 'left', steadied between its coarse steps (a request done)
     try:
@@ -238,7 +259,7 @@ def simulate_users(
                         f"{done} of {n} finished", "", elapsed, done / n, guess, done_at, smooth
                     ),
                 )
-                show_snapshot(sched.snapshot())
+                show_snapshot(sched.snapshot(), start, {h.id: k + 1 for k, h in enumerate(handles)})
             time.sleep(LIVE_REDRAW_S)
     finally:
         for h in handles:
@@ -256,7 +277,7 @@ def simulate_users(
         "n": n,
         "model": lm.name,
         "max_batch": sched.max_batch,
-        "rows": [_user_row(h, session) for h in handles],
+        "rows": [_user_row(h, session, k + 1) for k, h in enumerate(handles)],
     }
     runlog.save_result(
         USERS_EXPERIMENT,
@@ -272,15 +293,17 @@ def simulate_users(
 USERS_EXPERIMENT = "batching-users"
 
 
-def _user_row(h, session: str | None) -> dict:
-    """One simulated user's result, numbered as the live table numbers it (the scheduler's request id): the live
-    table showed requests 2-7 while this one said users 1-6."""
+def _user_row(h, session: str | None, user: int) -> dict:
+    """One simulated user's result: the user, numbered from 1, and the scheduler's request number, both as the live
+    table shows them (it showed requests 2-7 while this one said users 1-6; then both said 2-7, where a student
+    expected the run's users from 1)."""
     c = h.completion
     if c is None:
-        return {"request": h.id, "stop": "error", "text": scrub(str(h.error))}
+        return {"user": user, "request": h.id, "stop": "error", "text": scrub(str(h.error))}
     record_completion(c, "batching", session)
     m = c.measurement
     return {
+        "user": user,
         "request": h.id,
         "queued (s)": round(m.queue_s, 3),
         "TTFT (s)": round(m.ttft_s, 3),
