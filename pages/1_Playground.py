@@ -352,6 +352,7 @@ if history:
         "playground_runs.csv",
         "text/csv",
         key=f"{NS}.csv",
+        icon=":material/download:",
     )
     report += [export.Heading(runs_heading), export.Table(df)]
     with c2:

@@ -477,6 +477,7 @@ with tab_eval:
                 file_name="inference-lab-eval-runs.json",
                 mime="application/json",
                 key=f"{NS}.eval_download",
+                icon=":material/download:",
             )
             if c2.button("Clear runs", key=f"{NS}.eval_clear"):
                 state[f"{NS}.eval_runs"] = []

@@ -332,13 +332,16 @@ for caption, part in table_parts(rows):  # three narrow tables: one of twenty co
     st.caption(caption)
     st.dataframe(part, hide_index=True, width="stretch")
 d1, d2 = st.columns(2)
-d1.download_button("Download CSV", to_csv(rows), "serving-sweep.csv", "text/csv", key=f"{NS}.csv")
+d1.download_button(
+    "Download CSV", to_csv(rows), "serving-sweep.csv", "text/csv", key=f"{NS}.csv", icon=":material/download:"
+)
 d2.download_button(
     "Download JSON",
     json.dumps(to_json(sweep), indent=2),
     "serving-sweep.json",
     "application/json",
     key=f"{NS}.json",
+    icon=":material/download:",
 )
 errors = {k: v for p in sweep.points for k, v in p.errors.items()}
 if errors:

@@ -236,6 +236,7 @@ def downloads(rows, name: str, key: str) -> None:
         f"{name}.csv",
         "text/csv",
         key=f"{key}.csv",
+        icon=":material/download:",
     )
     c2.download_button(
         "Download JSON",
@@ -243,4 +244,5 @@ def downloads(rows, name: str, key: str) -> None:
         f"{name}.json",
         "application/json",
         key=f"{key}.json",
+        icon=":material/download:",
     )

@@ -386,7 +386,12 @@ def show_result(result: RaceResult, *, key: str, busy: bool = False) -> None:
     )
     for col, (label, write, suffix, ext, mime, k) in zip(st.columns(len(files)), files, strict=True):
         col.download_button(
-            label, write(result), file_name=f"race-{result.model}{suffix}.{ext}", mime=mime, key=f"{key}.{k}"
+            label,
+            write(result),
+            file_name=f"race-{result.model}{suffix}.{ext}",
+            mime=mime,
+            key=f"{key}.{k}",
+            icon=":material/download:",
         )
 
 

@@ -220,5 +220,9 @@ def track_record_section(key: str) -> None:
         },
     )
     st.download_button(
-        "Download the track record (CSV)", shown.to_csv(index=False), "track-record.csv", key=f"{key}.trcsv"
+        "Download the track record (CSV)",
+        shown.to_csv(index=False),
+        "track-record.csv",
+        key=f"{key}.trcsv",
+        icon=":material/download:",
     )
