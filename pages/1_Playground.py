@@ -163,6 +163,9 @@ def run_single(lm, prompt: str, cfg, beside, expected_s: float | None = None) ->
     )
     status, box = beside.empty(), st.empty()
     status.caption(live_line(0, cfg.max_new_tokens, 0.0, None, expected_s))
+    # without the cache each token recomputes the prompt and what came before it: the clock weighs the tokens left
+    # by that (ui.playground_widgets.work_split); the chat template's few tokens are not counted
+    n_prompt = None if cfg.use_cache else max(1, len(lm.tokenizer(prompt)["input_ids"]))
     shown_at = 0.0
     try:
         for (
@@ -173,7 +176,15 @@ def run_single(lm, prompt: str, cfg, beside, expected_s: float | None = None) ->
                 ev.elapsed_s - shown_at > 0.15
             ):  # at most ~7 redraws a second: the browser, not the model, is the limit
                 status.caption(
-                    live_line(ev.tokens, cfg.max_new_tokens, ev.elapsed_s, ev.compiling, expected_s)
+                    live_line(
+                        ev.tokens,
+                        cfg.max_new_tokens,
+                        ev.elapsed_s,
+                        ev.compiling,
+                        expected_s,
+                        prompt_tokens=n_prompt,
+                        use_cache=cfg.use_cache,
+                    )
                 )
                 if cur["text"]:
                     box.code(cur["text"], language=None, wrap_lines=True)

@@ -279,6 +279,31 @@ def test_the_playgrounds_running_line_says_what_is_left():
     assert "min left" not in progress_text(1, 64, 3.88)
 
 
+def test_a_cache_off_clock_counts_down_steadily_as_each_token_costs_more():
+    """A student's walk: with the KV cache off the clock swung, because each token costs more than the last (it
+    recomputes the prompt and every token before it) while the line read what was left off the rate so far. A run
+    whose token j costs c x (prompt + j) now reads the truth at every token, and never goes up."""
+    import re
+
+    from ui.playground_widgets import progress_text, work_split
+
+    prompt, total, c = 265, 64, 1e-3
+    positions = [prompt + j for j in range(total)]
+    said = []
+    for k in range(2, total):
+        elapsed = c * sum(positions[:k])
+        truth = c * sum(positions[k:])
+        assert work_split(k, total, prompt, use_cache=False)[1] * c == pytest.approx(truth)
+        line = progress_text(k, total, elapsed, prompt_tokens=prompt, use_cache=False)
+        value, unit = re.search(r"about ([\d.]+) (ms|s) left", line).groups()
+        left = float(value) / (1000 if unit == "ms" else 1)
+        assert left == pytest.approx(truth, rel=0.02, abs=0.01)
+        said.append(left)
+    assert said == sorted(said, reverse=True)
+    # with the cache on, a token costs what the last did: the rate so far, as before
+    assert "about 8.87 s left" in progress_text(13, 64, 2.26, prompt_tokens=prompt, use_cache=True)
+
+
 def test_before_its_first_token_a_run_counts_down_from_its_forecast():
     """A presenter's cache-off run said '0 / 64 tokens · 8.05 s elapsed · 0.0 tok/s · waiting for the first token'
     for minutes: with no rate yet, the line now counts down from the forecast (scaled to the load now)."""

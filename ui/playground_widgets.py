@@ -128,21 +128,46 @@ def forecast(lm, prompt: str, max_new: int, use_cache: bool):
         return None
 
 
-def progress_text(tokens: int, max_new: int, elapsed: float, expected_s: float | None = None) -> str:
+def work_split(
+    tokens: int, max_new: int, prompt_tokens: int | None = None, use_cache: bool = True
+) -> tuple[float, float]:
+    """The work done and left of a run at `tokens` of `max_new`, in token-positions computed. With the KV cache a
+    token costs about the same as the last (one position each); without it, token j recomputes the prompt and the
+    j tokens before it (prompt + j positions), so the tokens left cost more than those done and a clock that reads
+    the rate so far swings between that rate and the forecast (a student's walk)."""
+    if use_cache or not prompt_tokens:
+        return float(tokens), float(max(max_new - tokens, 0))
+
+    def positions(a: int, b: int) -> float:  # sum of (prompt + j) for j in [a, b)
+        return (b - a) * prompt_tokens + (b * (b - 1) - a * (a - 1)) / 2 if b > a else 0.0
+
+    return positions(0, tokens), positions(tokens, max_new)
+
+
+def progress_text(
+    tokens: int,
+    max_new: int,
+    elapsed: float,
+    expected_s: float | None = None,
+    *,
+    prompt_tokens: int | None = None,
+    use_cache: bool = True,
+) -> str:
     """Tokens so far, elapsed, the rate so far, and what is left if the run goes to `max_new` (an end-of-sequence
-    token may stop it sooner): at the rate so far, or what is left of the forecast `expected_s` where that is more
-    (without the cache each step costs more than the last, so the rate so far promises too little: a walk read
-    'at most about 26.9 s left' 63 s before the end). Past the forecast it says so."""
+    token may stop it sooner): the time so far scaled by the work left (work_split: without the cache each token
+    costs more than the last), or the forecast `expected_s`'s share of the work left where that is more. Past the
+    forecast it says so."""
     rate = tokens / elapsed if elapsed > 0 else math.nan
+    done_w, left_w = work_split(tokens, max_new, prompt_tokens, use_cache)
     # the first token carries the prompt: a rate over one token says nothing of the steps ("1 / 64 tokens · 0.3
     # tok/s · about 4.1 min left" for a run that ended 6 s later)
-    left = (max_new - tokens) / rate if tokens > 1 and math.isfinite(rate) and rate > 0 else math.nan
+    left = elapsed * left_w / done_w if tokens > 1 and done_w > 0 and elapsed > 0 else math.nan
     late = ""
     if expected_s is not None and math.isfinite(expected_s) and tokens:
         if elapsed < expected_s:
-            # the forecast's share for the tokens still to come (not its whole remainder: '60 / 64 tokens · 1.0
+            # the forecast's share for the work still to come (not its whole remainder: '60 / 64 tokens · 1.0
             # tok/s · about 24.3 s left' ended 3 s later)
-            share = expected_s * (max_new - tokens) / max_new
+            share = expected_s * left_w / (done_w + left_w) if done_w + left_w > 0 else 0.0
             left = max(left, share) if math.isfinite(left) else share
         else:
             late = f" · longer than the forecast ({fmt.seconds(expected_s)}): other work may share the CPU"
@@ -274,12 +299,21 @@ def generation_settings(ns: str, lm) -> tuple[GenerationConfig | None, bool]:
 
 
 def live_line(
-    tokens: int, max_new: int, elapsed: float, compiling: dict | None, expected_s: float | None = None
+    tokens: int,
+    max_new: int,
+    elapsed: float,
+    compiling: dict | None,
+    expected_s: float | None = None,
+    *,
+    prompt_tokens: int | None = None,
+    use_cache: bool = True,
 ) -> str:
     """The progress line under a running single prompt: tokens / max, elapsed, tok/s, and what it waits for;
     before the first token (no rate yet) what is left of the forecast `expected_s`, where there is one."""
     waiting = compile_status_text(compiling) or ("" if tokens else "waiting for the first token (prefill)")
-    line = progress_text(tokens, max_new, elapsed, expected_s) + (f" · {waiting}" if waiting else "")
+    line = progress_text(
+        tokens, max_new, elapsed, expected_s, prompt_tokens=prompt_tokens, use_cache=use_cache
+    ) + (f" · {waiting}" if waiting else "")
     if tokens or expected_s is None or not math.isfinite(expected_s):
         return line
     if elapsed < expected_s:
