@@ -289,7 +289,7 @@ def test_a_shown_replay_and_users_table_name_no_module_and_keep_each_text_as_tex
         text=long, stop_reason="length", measurement=synthetic_run("tiny-gpt-neo", "fp32", 0.1, 0.01)
     )
     assert (
-        _user_row(SimpleNamespace(completion=done, id=7), None)["text"] == long.strip()
+        _user_row(SimpleNamespace(completion=done, id=7), None, 1)["text"] == long.strip()
     )  # whole, not cut at 80
 
     class Box:
@@ -466,6 +466,9 @@ def test_the_simulated_users_clock_forecasts_from_quiet_runs_of_the_same_setting
             def submit(self, prompt, cfg):
                 Scheduler.sent += 1
                 return Done(Scheduler.sent)
+
+            def snapshot(self):  # the counters at the users' start (the live view counts this run's steps)
+                return None
 
         st.session_state["got"] = simulate_users(Scheduler(), UsersSpec(users=3, max_new_tokens=4))
 
