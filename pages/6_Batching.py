@@ -11,6 +11,7 @@ import streamlit as st
 from engine.batching.spec import BatchSpec, SweepSpec, UsersSpec, WorkloadSpec
 from engine.batching.sweep import Sweep, run_sweep
 from engine.batching.workload import (
+    COMPARE_REPEATS,
     PolicyBound,
     PolicyResult,
     compare,
@@ -37,6 +38,7 @@ from ui.machine_view import machine_read_bandwidth
 from ui.narrative import (
     bandwidth_words,
     bound_sentence,
+    replays_sentence,
     sweep_sentence,
     tradeoff_sentences,
     users_headline,
@@ -193,6 +195,7 @@ with st.form(f"{NS}.wl"):
 compare_settings = {
     "model": lm.name, "requests": n_req, "max_batch": max_batch, "arrivals per second": rate, "seed": seed,
     "output tokens (min, max)": [out_min, out_max], "output lengths": dist, "prompt tokens at most": p_max,
+    "replays per policy": COMPARE_REPEATS,
 }  # fmt: skip
 if sent_in_range(go, n_req, rate, max_batch, seed, out_min, out_max, p_max):
     try:
@@ -294,20 +297,20 @@ if pair is not None and pair["static"].model == lm.name:
         f"{1 - s.slot_utilization:.0%}",
         help="row-steps computed for rows already finished",
     )
-    load = pair["load"]
+    load, said_load = pair["load"], ""
     if load is not None:
         start, end, cores = load
-        busy = is_busy(start, cores)
-        st.caption(
-            f"One replay per policy, static first, each timed once. Load average {start:.2f} at the start and "
-            f"{end:.2f} at the end, on {cores} cores (the replays' own threads count in the second)."
+        said_load = (
+            f" Load average {start:.2f} at the start and {end:.2f} at the end, on {cores} cores (the replays' own "
+            "threads count in the second)."
             + (
                 " **Other work was running when this started**: the two policies may have met different "
                 "competition for the cores, so run again on a quieter machine before trusting the ratio."
-                if busy
+                if is_busy(start, cores)
                 else " Run it again to see how much the ratio moves between runs."
             )
         )
+    st.caption(replays_sentence(s, i) + said_load)
     if not headline.valid:
         st.warning(
             f"**More than batching can give this workload.** {headline.why}", icon=":material/warning:"

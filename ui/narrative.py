@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from engine.batching.scheduler import DEFAULT_PREFILL_CHUNK_TOKENS
+from engine.batching.workload import interleaved
 from engine.calc import format as fmt
 from engine.core.load import busy_during
 from engine.runtime.metrics import StepShape, step_shape
@@ -90,6 +91,34 @@ def bandwidth_words(effective_bytes_per_s: float, batch: int, roof_bytes_per_s: 
     return (
         f"{effective}; this machine's **read bandwidth roof is {roof_bytes_per_s / 1e9:.1f} GB/s** (measured by "
         f"streaming a large array, nothing else to do), so the step reached {share:.0%} of its roof"
+    )
+
+
+REPLAYS_APART = (
+    0.2  # a policy's replays further apart than this (slowest / fastest - 1): the machine was not steady
+)
+
+
+def replays_sentence(s: Any, i: Any) -> str:
+    """How section 2's two policies were timed, from their PolicyResults' replay_walls: interleaved replays, the
+    fastest of each shown, and whether one policy's replays disagree (other work took the cores during some)."""
+    walls = {"static": tuple(s.replay_walls), "in-flight": tuple(i.replay_walls)}
+    if min(len(w) for w in walls.values()) < 2:  # a run recorded before the replays were repeated
+        return "One replay per policy, static first, each timed once."
+    n = len(walls["static"])
+    order = ", ".join("in-flight" if p == "inflight" else p for p in interleaved(n))
+    each = "; ".join(f"{k} {', '.join(fmt.seconds(x) for x in w)}" for k, w in walls.items())
+    apart = {k: max(w) / min(w) - 1 for k, w in walls.items() if min(w) > 0}
+    worst = max(apart, key=apart.get) if apart else None
+    shaky = (
+        f" **{worst.capitalize()}'s replays differ by {apart[worst]:.0%}**: other work took the cores during some, "
+        "so read the ratio as rough."
+        if worst is not None and apart[worst] > REPLAYS_APART
+        else ""
+    )
+    return (
+        f"Each policy was replayed {n} times, interleaved ({order}), so a change in the "
+        f"machine's load hits both alike; the faster replay of each is shown ({each}).{shaky}"
     )
 
 
