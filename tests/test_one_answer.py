@@ -562,3 +562,39 @@ def test_the_plan_says_why_an_h100_holds_fewer_sequences_than_an_a100_of_the_sam
     assert "2,048 tokens at once, vLLM's default --max-num-batched-tokens on this GPU" in a100.fit.sentence
     for est in (h100, a100):
         assert f"{est.max_batch:,} sequences of 1,024 tokens at once" in est.fit.sentence
+
+
+def _flop(text: str) -> float:
+    number, prefix = re.fullmatch(r"([\d.,]+) ([kMGTPE]?)FLOP", text).groups()
+    return float(number.replace(",", "")) * 10 ** (3 * " kMGTPE".index(prefix or " "))
+
+
+@pytest.mark.parametrize("engine", ["hf", "vllm", "tensorrt-llm"])
+@pytest.mark.parametrize("gpus", [1, 2, 4])
+def test_the_reasoning_never_gives_a_part_larger_than_its_whole(engine, gpus):
+    """The engineer's walk: Qwen2.5-72B on 2 x H100 with transformers read "Prefill: 14.93 PFLOP, 57.52 PFLOP of it
+    in compute-bound operators", "+ 559.37 GB of activations" per decode step (vLLM's plan: 5.90 GB) and "5.46 µs
+    all-reduces" for 160 of them: the reasoning counted 4 GPUs' rates and bandwidth where transformers runs its 4
+    layer-split stages one after another, as its times are computed. It now counts one GPU for a layer-split
+    engine, calls the stage hand-offs what they are, and the plan's sentence does not say tensor parallel."""
+    from engine.calc.explain import reasoning
+
+    spec, gpu = _qwen72b(), gpu_spec("h100-sxm")
+    inputs = Inputs(dtype="bf16", batch=50, seq_len=2304, prompt_tokens=2048, output_tokens=256, n_gpus=gpus,
+                    engine=engine)  # fmt: skip
+    est = estimate(spec, gpu, inputs)
+    lines = reasoning(est, spec, gpu)
+    prefill = next(line for line in lines if line.startswith("**Prefill**"))
+    whole = re.search(r"\*\*Prefill\*\*: ([\d.,]+ [kMGTPE]?FLOP)", prefill).group(1)
+    part = re.search(r", ([\d.,]+ [kMGTPE]?FLOP) of it in compute-bound", prefill)
+    assert part is None or _flop(part.group(1)) <= _flop(whole)
+    decode = next(line for line in lines if line.startswith("**Decode**"))
+    activations = re.search(r"\+ ([\d.,]+) GB of activations", decode)
+    assert activations is None or float(activations.group(1)) < 0.1 * est.memory.weights_bytes / 1e9
+    split = engine == "hf" and (est.fit.layout.tensor_parallel if est.fit.layout else gpus) > 1
+    assert any(line.startswith("**Layer split**") for line in lines) == split
+    tp = (est.fit.layout.tensor_parallel if est.fit.layout else gpus) > 1
+    assert ("hand-offs between stages" in decode) == split
+    assert ("all-reduces" in decode) == (tp and not split)
+    if split:
+        assert "in tensor parallel" not in est.fit.sentence.replace("not in tensor parallel", "")

@@ -11,11 +11,16 @@ from engine.calc import format as fmt
 from engine.calc.cells import BORROW_WIDENING
 from engine.calc.efficiency import ENGINES, SpeedEstimate, scaled_fixed
 from engine.calc.memory import param_count
+from engine.calc.observations import LAYER_SPLIT
 from engine.calc.plan import MemoryAnswer
 from engine.calc.quant import weight_storage_note
 from engine.calc.specs import THIS_MACHINE, GPUSpec, ModelSpec
 from engine.calc.timing import DATASHEET, Efficiency, TimingEstimate, ramped_flops
 
+ENGINE_WORDS = {
+    "hf": "transformers",
+    "hf-compiled": "compiled transformers",
+}  # an engine key as a sentence says it
 TP_DOMINATES = 0.5  # all-reduces above half of a step: tensor parallel costs more than it saves
 FP8_DOCS = "vLLM's FP8 guide (docs.vllm.ai, features/quantization/fp8)"
 
@@ -206,6 +211,11 @@ def reasoning(est: Any, spec: ModelSpec, gpu: GPUSpec) -> list[str]:
     eff = efficiency_of(est, gpu)
     layout = fit.layout
     n = layout.tensor_parallel if layout is not None else i.n_gpus
+    # an engine that splits the model by layers (transformers' device_map="auto", llama.cpp, ExLlamaV2) runs its
+    # stages one after another: a step reads at one GPU's bandwidth, as its times were computed
+    # (engine.calc.observations.parallel), and hands its activations on between stages instead of all-reducing
+    stages = n if est.speed is not None and n > 1 and ENGINES.get(i.engine or "", "") in LAYER_SPLIT else 1
+    n = n // stages
 
     def _share(e: float) -> str:
         if e >= 1:
@@ -243,12 +253,13 @@ def reasoning(est: Any, spec: ModelSpec, gpu: GPUSpec) -> list[str]:
         return f" + {fmt.gb(other)} of activations" if other > 0.005 * phase.memory_s * bw else ""
 
     def _parts(phase) -> str:
-        """The phase's time as the sum it is: memory-bound and compute-bound operators, fixed cost, all-reduces."""
+        """The phase's time as the sum it is: memory-bound and compute-bound operators, fixed cost, all-reduces (or,
+        between layer-split stages, hand-offs)."""
         named = (
             (phase.memory_s, "memory-bound operators"),
             (phase.compute_s, "compute-bound operators"),
             (phase.overhead_s, "fixed per-step cost"),
-            (phase.comm_s, "all-reduces"),
+            (phase.comm_s, "hand-offs between stages" if stages > 1 else "all-reduces"),
         )
         shown = [f"{fmt.seconds(v)} {what}" for v, what in named if v > 0]
         return " + ".join(shown) + " = " if len(shown) > 1 else ""
@@ -297,6 +308,16 @@ def reasoning(est: Any, spec: ModelSpec, gpu: GPUSpec) -> list[str]:
         lines.append(
             f"**Experts**: memory holds all {est.params.total:,} parameters; a token uses {est.params.active:,} "
             f"({spec.experts_per_token} of {spec.n_experts} experts + the router), which is what decode streams at batch 1."
+        )
+    if stages > 1:
+        lines.append(
+            f"**Layer split** over {stages} GPUs (consecutive layers on each, as "
+            f"{ENGINE_WORDS.get(i.engine or '', i.engine)} places them by default): a step passes through the "
+            f"{stages} stages one after another, so it reads at one "
+            f"GPU's bandwidth and computes at one GPU's rate; handing the activations to the next stage over "
+            f"{gpu.interconnect or 'the interconnect'} costs {fmt.seconds(t.prefill.comm_s)} of prefill and "
+            f"{fmt.seconds(t.decode_step.comm_s)} per decode step. Tensor parallel (a serving engine) would put all "
+            f"{stages} GPUs to work on every step."
         )
     if n > 1:
         lines.append(

@@ -23,7 +23,7 @@ from engine.calc.anchor import Anchor, anchor_for, fixed_factor
 from engine.calc.cost import CostEstimate, estimate_cost
 from engine.calc.efficiency import ENGINES, SpeedEstimate, class_efficiency, estimate_speed
 from engine.calc.efficiency import timing as timing_of
-from engine.calc.explain import assumptions, launch_note
+from engine.calc.explain import ENGINE_WORDS, assumptions, launch_note
 from engine.calc.fitting import engine_name
 from engine.calc.launch import (
     CAP_FLAG,
@@ -34,7 +34,7 @@ from engine.calc.launch import (
     vllm_cpu_command,
 )
 from engine.calc.memory import DEFAULT_OVERHEAD, GpuPlan, MaxSeqLen, MemoryEstimate, param_count
-from engine.calc.observations import parallel
+from engine.calc.observations import LAYER_SPLIT, parallel
 from engine.calc.paged import PagedComparison, compare_paged
 from engine.calc.plan import (
     MemoryAnswer,
@@ -534,7 +534,26 @@ def memory(setup: Setup, i: Inputs) -> MemoryAnswer:
     """The one memory answer: the serving engine's allocation (vllm, sglang) or the overhead model."""
     assert i.seq_len is not None
     server = server_of(i) if i.engine in SERVING_ENGINES else None
-    return memory_answer(setup, overhead=i.overhead, seq_len=i.seq_len, server=server)
+    fit = memory_answer(setup, overhead=i.overhead, seq_len=i.seq_len, server=server)
+    if i.engine is not None and ENGINES.get(i.engine, i.engine) in LAYER_SPLIT:
+        return layer_split_words(fit, i.engine)
+    return fit
+
+
+def layer_split_words(fit: MemoryAnswer, engine: str) -> MemoryAnswer:
+    """The plan's sentence for an engine that splits the model by layers (transformers' device_map="auto",
+    llama.cpp, ExLlamaV2): its GPUs hold consecutive layers and run one after another, as its times are computed
+    (engine.calc.observations.parallel), not in tensor parallel as the layout's words say for a serving engine."""
+    said = fit.sentence
+    for plan in (fit.plan, fit.asked):
+        if plan.pipeline_parallel == 1 and plan.tensor_parallel > 1:
+            said = said.replace(
+                plan.layout(),
+                f"{plan.tensor_parallel} GPUs with the layers split across them ({ENGINE_WORDS.get(engine, engine)} "
+                "runs them one after "
+                "another, not in tensor parallel)",
+            )
+    return replace(fit, sentence=said)
 
 
 def speed_of(
