@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from functools import cache
 
 from engine.calc import published
+from engine.calc.cells import gpu_vendor
 from engine.calc.efficiency import estimate_speed, fits
 from engine.calc.observations import setup_of
 from engine.calc.seen import TPOT_METRICS, _load, _width
@@ -75,29 +76,48 @@ def _layout(spec: ModelSpec) -> tuple[int, int, int, int]:
     return (spec.n_layer, spec.hidden, spec.n_head, spec.n_kv_head)
 
 
-def fixed_factor(setup: Setup, engine_class: str) -> float:
+def fixed_factor(setup: Setup, engine_class: str, engine: str | None = None) -> float:
     """The factor on the setup's fixed costs: its anchor's, else 1 (the fit's own)."""
-    a = anchor_for(setup, engine_class)
+    a = anchor_for(setup, engine_class, engine)
     return a.factor if a is not None else 1.0
 
 
-def anchor_for(setup: Setup, engine_class: str) -> Anchor | None:
+def anchor_for(setup: Setup, engine_class: str, engine: str | None = None) -> Anchor | None:
+    """The setup's anchor for `engine` (a key of efficiency.ENGINES) of `engine_class`: a run of that engine itself
+    where one qualifies (a vLLM answer anchored to an SGLang run was read as one engine's figures set by another's),
+    else one of its class, the words saying which."""
     if setup.pipeline != 1 or setup.n_gpus <= 1 or setup.weight_format is not None:
         return None
-    return _anchor(_layout(setup.spec), setup.n_gpus, engine_class, _width(setup.dtype))
+    layout, width, vendor = _layout(setup.spec), _width(setup.dtype), gpu_vendor(setup.gpu)
+    if engine is not None:
+        own = _anchor(layout, setup.n_gpus, engine_class, width, vendor, engine)
+        if own is not None:
+            return own
+    return _anchor(layout, setup.n_gpus, engine_class, width, vendor)
 
 
 @cache
-def _anchor(layout: tuple[int, int, int, int], tp: int, engine_class: str, width: str) -> Anchor | None:
-    """The published runs of this layout below the estimate's one-user interval, at this tensor-parallel size if
-    any was published, else at the nearest (by ratio: 4 is as near to 8 as to 2); of those, the one that asks the
-    smallest correction (the largest g)."""
+def _anchor(
+    layout: tuple[int, int, int, int],
+    tp: int,
+    engine_class: str,
+    width: str,
+    vendor: str,
+    engine: str | None = None,
+) -> Anchor | None:
+    """The published runs of this layout on GPUs of `vendor` (an NVIDIA run does not set an AMD GPU's fixed costs:
+    another stack launches its kernels and collectives) below the estimate's one-user interval (by `engine` alone
+    where given),
+    at this tensor-parallel size if any was published, else at the nearest (by ratio: 4 is as near to 8 as to 2);
+    of those, the one that asks the smallest correction (the largest g)."""
     fit = fits().classes.get(engine_class)
     if fit is None:
         return None
     found: list[tuple[float, Anchor]] = []
     for r in published.rows():
         if r.kind != "speed" or r.metric not in TPOT_METRICS or r.engine_class != engine_class:
+            continue
+        if engine is not None and r.engine != engine:
             continue
         if (
             r.gpu_count < 2
@@ -111,6 +131,8 @@ def _anchor(layout: tuple[int, int, int, int], tp: int, engine_class: str, width
             continue  # a rate under load is not one user's time per token
         s = setup_of(r)
         if isinstance(s, str) or s.pipeline != 1 or _layout(s.spec) != layout or r.value <= 0:
+            continue
+        if gpu_vendor(s.gpu) != vendor:
             continue
         tpot = r.value * scale if scale is not None else 1.0 / r.value
         one = replace(s, batch=1)

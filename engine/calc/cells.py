@@ -76,6 +76,16 @@ def gpu_family(gpu: GPUSpec) -> str:
     return UNKNOWN if arch == UNKNOWN else f"{arch}-{memory}"
 
 
+AMD_FAMILIES = frozenset({"cdna3"})  # the catalogue's AMD architectures; the rest are NVIDIA's
+
+
+def gpu_vendor(gpu: GPUSpec) -> str:
+    """ "amd" or "nvidia" from the catalogue's architecture ("unknown" for a custom GPU or this machine): their
+    software stacks (ROCm and RCCL, CUDA and NCCL) launch kernels and collectives at their own fixed costs."""
+    arch = _families().get(gpu.key, (UNKNOWN, UNKNOWN))[0]
+    return UNKNOWN if arch == UNKNOWN else "amd" if arch in AMD_FAMILIES else "nvidia"
+
+
 def memory_kind(gpu: GPUSpec) -> str:
     """HBM (stacked, datacenter) or GDDR (consumer and PCIe inference cards), from the catalogue."""
     return _families().get(gpu.key, (UNKNOWN, UNKNOWN))[1]

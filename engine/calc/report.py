@@ -414,7 +414,7 @@ def estimate(
     timing, replicas, speed, calibrated = speed_of(setup, fit, i, calibration)
     seen, below = published_beside(setup, fit, i, speed)
     anchor = (
-        anchor_for(parallel(setup_for(setup, fit.layout), speed.engine_class), speed.engine_class)
+        anchor_for(parallel(setup_for(setup, fit.layout), speed.engine_class), speed.engine_class, i.engine)
         if speed is not None and fit.layout is not None
         else None
     )
@@ -572,7 +572,7 @@ def speed_of(
         cls = ENGINES.get(i.engine, i.engine)
         # the GPUs as the class uses them (layer-split engines: pipeline stages), so the times equal its centrals
         split = parallel(at, cls)
-        g = fixed_factor(split, cls)  # the anchor's, where a published run of the layout sets one
+        g = fixed_factor(split, cls, i.engine)  # the anchor's, where a published run of the layout sets one
         s = estimate_speed(at, i.engine, fixed_factor=g)
         return timing_of(split, class_efficiency(s.fit, split, fixed_factor=g)), replicas, s, None
     return timing_of(at, DATASHEET), replicas, None, None

@@ -231,7 +231,7 @@ class PublishedSteps(_Bucketed):
         """The published run the step's fixed costs are anchored to, as the estimate's are (engine.calc.anchor)."""
         if self.engine not in ENGINES:
             return None
-        return anchor_for(parallel(self.setup, ENGINES[self.engine]), ENGINES[self.engine])
+        return anchor_for(parallel(self.setup, ENGINES[self.engine]), ENGINES[self.engine], self.engine)
 
     def describe(self) -> dict:
         fit = fits().for_engine(self.engine)
