@@ -65,7 +65,12 @@ def test_kv_cache_sentence_flips():
     # the student's walk: 15.2x on a busy machine, 7.9x minutes later, and the sentence said neither was suspect
     assert "Caution" not in narrative.latency_sentence({True: on, False: off_slow}, "m")
     busy = narrative.latency_sentence({True: on, False: {**off_slow, "busy": True}}, "m")
-    assert "not comparable, other work shared the CPU with the cache-off run" in busy and "×" not in busy
+    # the student's busy walk: 'not comparable' beside a 47x gap withheld the chapter's lesson; the measured ratio
+    # is said now, marked rough, with the run other work shared
+    assert (
+        "the cache off measured 5.0× slower by the TPOT, rough: other work shared the CPU with the cache-off run"
+        in (busy)
+    )
     assert "The cache-off run: measured on a busy machine (load 0.5 at its end)" in busy
     both = narrative.latency_sentence({True: {**on, "busy": True}, False: {**off_slow, "busy": True}}, "m")
     assert "other work shared the CPU with the cache-on and cache-off runs" in both
@@ -215,7 +220,7 @@ def test_step_shape_tells_spiky_and_shifted_steps_from_smooth_ones():
     assert step_shape(SMOOTH_ON[:5], True) is None  # too few steps to judge
 
 
-def test_the_kv_cache_comparison_on_a_busy_machine_judges_each_run_and_withholds_the_ratio():
+def test_the_kv_cache_comparison_on_a_busy_machine_judges_each_run_and_marks_the_ratio_rough():
     """Headline 'TPOT 1.92 s' beside a sentence saying the steps grew from 759 ms to 900 ms and a chart spiking to
     10 s; the caution blamed only the cache-off run though the cache-on run's steps jumped too, and a 9.8x ratio
     was drawn from both."""
@@ -228,10 +233,13 @@ def test_the_kv_cache_comparison_on_a_busy_machine_judges_each_run_and_withholds
     quoted = f"{fmt.seconds(mean)} (mean; median step {fmt.seconds(med)})"
     assert f"TPOT {quoted}" in head and quoted in said
     # no ratio from contaminated runs, in either place; both runs are named
-    assert "not comparable" in head and "cache-on and cache-off runs" in head and "×" not in head
+    # contaminated runs give a ratio marked rough, both runs named, in either place, and never a clean verdict (a
+    # later student's walk read 'not comparable' beside a 47x gap as the lesson withheld)
+    assert "(rough: other work shared the cache-on and cache-off runs)" in head
     assert (
-        "other work shared the CPU with the cache-on and cache-off runs" in said
+        "rough: other work shared the CPU with the cache-on and cache-off runs" in said
         and "faster per token" not in said
+        and "cache off was slower" not in said
     )
     # each run's own note: the cache-on run was not flagged by the load rule, but its own steps show other work
     assert "The cache-on run: the load rule did not flag it (load 1.4 on 2 cores at its end)" in said
@@ -269,7 +277,9 @@ def test_the_kv_cache_comparison_on_a_busy_machine_judges_each_run_and_withholds
     )
     shifted = {**calm, True: _run(SHIFTED_ON, True)}
     one = narrative.run_headline(shifted[True]["measurement"], True, shifted, "m")
-    assert "not comparable, other work shared the cache-on run" in one and "×" not in one
+    shifted_ratio = narrative._per_token(shifted)
+    assert "(rough: other work shared the cache-on run)" in one and "per token, the cache off measured" in one
+    assert f"{shifted_ratio[1] / shifted_ratio[0]:.1f}× slower" in one
 
 
 def test_generated_text_is_said_to_loop_only_when_it_does_and_was_greedy():

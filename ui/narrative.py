@@ -289,7 +289,7 @@ def users_headline(n: int, results: Sequence[dict]) -> str:
     )
 
 
-def _growth(latencies: list[float] | None, prompt_tokens: int = 0) -> str:
+def _growth(latencies: list[float] | None, prompt_tokens: int = 0, shared: bool = False) -> str:
     """How the cache-off run's steps grew, from its own per-token times (the first token, the prefill, left out):
     the median of its first and of its last fifth of steps. Said so where they did not grow, with the reason the
     run's shape gives: a long prompt that the new tokens lengthen little (each step re-runs all of it, so every step
@@ -321,9 +321,25 @@ def _growth(latencies: list[float] | None, prompt_tokens: int = 0) -> str:
             "little beside each step's fixed work, and other load moves a step by more; a longer output shows the "
             "growth"
         )
-    return (
+    grew = (
         f", so its steps grew from {fmt.seconds(early)} near the start to {fmt.seconds(late)} by token "
         f"{len(steps) + 1} ({late / early:.1f}×; the chart's axis is logarithmic)"
+    )
+    if prompt_tokens <= 0:
+        return grew
+    # what a step re-runs: the prompt and the tokens so far, from the first fifth's middle to the last fifth's
+    first, last = prompt_tokens + 1 + k // 2, prompt_tokens + len(steps) - k // 2
+    longer = last / first
+    if late / early <= 1.5 * longer:
+        return grew + f", as the sequence it re-runs grew ({first:,} → {last:,} tokens, {longer:.2f}×)"
+    return grew + (
+        f"; the sequence it re-runs grew only {longer:.2f}× ({first:,} → {last:,} tokens), so most of that growth "
+        + (
+            "came from other work on the machine"
+            if shared
+            else "is not the length's: other work, or the cache of a "
+            "longer re-run no longer fitting the CPU's caches"
+        )
     )
 
 
@@ -502,6 +518,17 @@ def _unpaired(runs: dict[bool, dict]) -> str:
     return ""
 
 
+def _rough_ratio(runs: dict[bool, dict]) -> str:
+    """The cache comparison's measured ratio where other work shared a run: said, as measured, for the sentence to
+    mark rough (a student's busy walk read 'not comparable' beside 2.29 s against 48.5 ms, a 47x gap)."""
+    t_on, t_off, read = _per_token(runs)
+    if not (t_on > 0 and t_off > 0):
+        return "no ratio"
+    verdict = compare_word(t_off, t_on, higher="slower", lower="faster", same="about as fast")
+    ratio = t_off / t_on if verdict == "slower" else t_on / t_off if verdict == "faster" else None
+    return f"the cache off measured {f'{ratio:.1f}× ' if ratio else ''}{verdict} by the {read}"
+
+
 def _not_comparable(curves: dict[bool, dict]) -> list[str]:
     """Which of the two runs other work shared the CPU with ("on", "off"): any, and the ratio is withheld."""
     return [name for on, name in ((True, "on"), (False, "off")) if disturbed(curves[on], on)]
@@ -527,8 +554,8 @@ def run_headline(m: Any, use_cache: bool, curves: dict[bool, dict], model: str) 
         if shared:
             which = " and cache-".join(shared)
             line += (
-                f"; per token, cache on against off: not comparable, other work shared the cache-{which} "
-                f"run{'s' if len(shared) > 1 else ''}"
+                f"; per token, {_rough_ratio(runs)} (rough: other work shared the cache-{which} "
+                f"run{'s' if len(shared) > 1 else ''})"
             )
         elif verdict != "not comparable with" and on > 0:
             ratio = off / on if verdict == "slower" else on / off if verdict == "faster" else None
@@ -581,13 +608,13 @@ def _pair_sentence(runs: dict[bool, dict]) -> str:
             f"({off.output_tokens} tokens)"
         )
         notes = " " + " ".join(_run_note(runs[c], c) for c in (True, False))
-        growth = _growth(runs[False].get("latency"), off.prompt_tokens)
         shared = _not_comparable(runs)
+        growth = _growth(runs[False].get("latency"), off.prompt_tokens, bool(shared))
         if shared:
             which = " and cache-".join(shared)
             return (
-                f"{both}: not comparable, other work shared the CPU with the cache-{which} "
-                f"run{'s' if len(shared) > 1 else ''}, so no ratio is drawn; rerun both on a quiet machine. Without "
+                f"{both}: {_rough_ratio(runs)}, rough: other work shared the CPU with the cache-{which} "
+                f"run{'s' if len(shared) > 1 else ''}, so rerun both on a quiet machine before quoting it. Without "
                 f"the cache every step re-runs the whole sequence so far{growth}."
                 + notes
                 + _first_token(runs[True], runs[False])
