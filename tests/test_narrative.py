@@ -388,3 +388,21 @@ def test_a_finished_run_is_judged_by_what_other_processes_took_while_it_ran():
     assert not report(0.1).busy and not report(0.1).shared
     assert report(1.6).busy and report(1.6).shared
     assert report(float("nan")).busy  # unmeasured: the load-average rule (2.4 on 2 cores when it started)
+
+
+def test_a_cache_off_runs_step_growth_is_set_against_how_much_longer_its_sequence_grew():
+    """A student's busy walk: 'its steps grew from 421 ms near the start to 3.74 s by token 64 (8.9×)' was taught as
+    the cache's doing, where the 265-token prompt and 64 new tokens make the re-run only about 1.2× longer. The
+    growth is now set against the sequence's, and what the length does not explain is said to be other work."""
+    steps = [0.5] + [0.421 * (1 + 8 * j / 62) for j in range(63)]  # a prefill, then steps rising ~9x
+    busy = narrative._growth(steps, 265, shared=True)
+    assert (
+        "so its steps grew from" in busy
+        and "the sequence it re-runs grew only 1.18× (272 → 322 tokens)" in busy
+    )
+    assert "most of that growth came from other work on the machine" in busy
+    calm = [0.5] + [
+        0.421 * (1 + 0.5 * j / 62) for j in range(63)
+    ]  # within 1.5x of what the length makes them
+    said = narrative._growth(calm, 265, shared=False)
+    assert "as the sequence it re-runs grew" in said and "other work" not in said
