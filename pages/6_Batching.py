@@ -324,7 +324,7 @@ if pair is not None and pair["static"].model == lm.name:
     st.plotly_chart(g_i, width="stretch")
 
     st.subheader("The trade-off, from these measurements")
-    tradeoff = "\n".join(f"- {line}" for line in tradeoff_sentences(s, i, headline))
+    tradeoff = "\n".join(f"- {line}" for line in tradeoff_sentences(s, i, headline, bound))
     st.markdown(tradeoff)
     report += [
         export.Heading("Static versus in-flight on the same workload"),

@@ -266,6 +266,32 @@ def test_static_computing_finished_rows_counts_as_batchings_own(tps, where):
     assert (headline.value == f"{tps / 100:.2f}×") == (tps <= 170) and marked == (tps > 170)
 
 
+@pytest.mark.parametrize(("tps", "verdict", "why"), [
+    (81.0, "Static batching won on throughput here", "every request started at once, so it admitted no one later"),
+    (154.0, "In-flight batching won on throughput here", "stopped computing them (no request was waiting"),
+])  # fmt: skip
+def test_with_every_request_started_at_once_the_words_say_no_one_waited(tps, verdict, why):
+    """A student's walk, 8 requests at max batch 8 (44 steps under both policies): 0.81x was explained by 'in-flight's
+    admissions cost more than its fewer steps saved', 1.54x by 'in-flight gave those slots to waiting requests', and
+    both by 'the long requests admitted last', where no one waited, nothing was admitted later and no step was
+    saved. The words now follow the workload: what in-flight can skip is the finished rows (184 row-steps against
+    static's 352)."""
+    from engine.batching.workload import PolicyBound
+
+    at = _page()
+    at.session_state["batching.bound"] = PolicyBound(44, 44, 23, 352, 184, 0)
+    at = _inject_compare(at, tps, 1.5)
+    assert not at.exception
+    # the result's words: the bound's sentence and the trade-off list (the page's intro explains batching in general)
+    text = " ".join(
+        m.value for m in at.markdown if "What batching can give" in m.value or "on throughput" in m.value
+    )
+    assert verdict in text and why in text
+    assert "No request waited: every one started at once" in text
+    for wrong in ("waiting requests", "admitted last", "fewer steps saved"):
+        assert wrong not in text
+
+
 @pytest.mark.parametrize(("tps", "said", "marked"), [
     ((100, 300, 700), "batch 16 **700 tokens/s** (7.0×)", "best: batch 16, 7.0× batch 1"),
     ((100, 98, 97), "did **not** raise throughput", "no batch beat batch 1 by more than 5%"),

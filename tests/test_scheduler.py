@@ -345,6 +345,7 @@ def test_policy_bound_counts_steps_by_hand():
     assert bound.throughput_ratio == pytest.approx(1.1)
     assert (bound.static_row_steps, bound.inflight_row_steps) == (22, 13)
     assert bound.row_ratio == pytest.approx(22 / 13) and bound.most == pytest.approx(22 / 13)
+    assert bound.waiting == 2 and policy_bound(work, 4).waiting == 0  # 4 requests, 2 slots: 2 wait
 
 
 def test_idle_thread_ends_and_the_next_submit_starts_one(tiny_lm):

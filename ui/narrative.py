@@ -141,11 +141,16 @@ def bound_sentence(bound: Any, ratio: float) -> str:
             else "."
         )
     )
+    none_waited = bound.waiting == 0
     if ratio > bound.most:
         where = "more than either allows (the warning above says why)"
     elif ratio < step * (1 - SAME_BAND):
         where = (
-            "below both: in-flight's admissions (each newcomer's prefill pauses the running rows) cost more than "
+            "below both: every request started at once (max batch at least the requests), so in-flight admitted no "
+            "one later and saved no steps; its per-step bookkeeping, or other work on the machine, cost it more than "
+            "the finished rows it skipped"
+            if none_waited
+            else "below both: in-flight's admissions (each newcomer's prefill pauses the running rows) cost more than "
             "its fewer steps saved"
         )
     elif not math.isfinite(row) or row <= step * (1 + SAME_BAND) or ratio <= step * (1 + SAME_BAND):
@@ -160,20 +165,28 @@ def bound_sentence(bound: Any, ratio: float) -> str:
             f"{(ratio - step) / (row - step):.0%} of the way from the memory-bound end to the compute-bound end: on "
             "this machine a row costs part of a step, so in-flight's steps of few rows at the end cost less"
         )
+    slots = (
+        " No request waited: every one started at once (max batch at least the requests), so the two policies take "
+        "the same steps and in-flight batching can only skip the rows static batching computes for requests "
+        "already finished."
+        if none_waited
+        else f" In steps, with every slot busy every step it would be {bound.full_slots_ratio:.2f}× "
+        f"({bound.full_slots_steps} steps): the gap is the long requests admitted last, which decode with few "
+        "companions at the end."
+    )
     return (
         f"**What batching can give this workload**, counted from its output lengths (every request waiting at the "
-        f"start, first come first served): {counts}. {regimes} Measured **{ratio:.2f}×**: {where}. In steps, with "
-        f"every slot busy every step it would be {bound.full_slots_ratio:.2f}× ({bound.full_slots_steps} steps): "
-        "the gap is the long requests admitted last, which decode with few companions at the end."
+        f"start, first come first served): {counts}. {regimes} Measured **{ratio:.2f}×**: {where}.{slots}"
     )
 
 
-def tradeoff_sentences(s: Any, i: Any, headline: Any = None) -> list[str]:
+def tradeoff_sentences(s: Any, i: Any, headline: Any = None, bound: Any = None) -> list[str]:
     """Section 2: static (s) against in-flight (i) on the same workload, from their PolicyResults. A headline
     (engine.batching.workload.throughput_headline) above the most the workload allows gives no verdict on
     throughput: the replays ran at different speeds."""
     ratio = i.throughput_tokens_per_s / s.throughput_tokens_per_s if s.throughput_tokens_per_s else math.nan
     idle = 1 - s.slot_utilization
+    none_waited = bound is not None and getattr(bound, "waiting", -1) == 0
     out = []
     if headline is not None and not headline.valid:
         if not math.isfinite(headline.bound):
@@ -187,13 +200,24 @@ def tradeoff_sentences(s: Any, i: Any, headline: Any = None) -> list[str]:
     elif ratio > 1 + SAME_BAND:
         out.append(
             f"**In-flight batching won on throughput here**: {ratio:.2f}× static's. Static kept {idle:.0%} of its "
-            f"row-steps on sequences that had already finished; in-flight gave those slots to waiting requests."
+            "row-steps on sequences that had already finished; in-flight "
+            + (
+                "stopped computing them (no request was waiting for their slots: all started at once)."
+                if none_waited
+                else "gave those slots to waiting requests."
+            )
         )
     elif ratio < 1 - SAME_BAND:
         out.append(
             f"**Static batching won on throughput here**: in-flight made only {ratio:.2f}× static's. Static's idle "
-            f"slots cost {idle:.0%} of its row-steps, but in-flight paid more than that back: each admitted "
-            f"prompt's prefill pauses the running rows, and its per-step bookkeeping is not free on a small model."
+            f"slots cost {idle:.0%} of its row-steps, but in-flight paid more than that back: "
+            + (
+                "every request started at once, so it admitted no one later and took the same steps; its per-step "
+                "bookkeeping, or other work on the machine during its replay, cost it more."
+                if none_waited
+                else "each admitted prompt's prefill pauses the running rows, and its per-step bookkeeping is not "
+                "free on a small model."
+            )
         )
     else:
         out.append(

@@ -256,6 +256,9 @@ class PolicyBound:
         0  # each static batch's rows x its longest row (finished rows computed); 0: not counted
     )
     inflight_row_steps: int = 0  # the tokens themselves: in-flight computes live rows only
+    waiting: int = (
+        -1
+    )  # requests that could not start at once (requests - max batch, at least 0); -1: not counted
 
     @property
     def throughput_ratio(self) -> float:
@@ -295,7 +298,14 @@ def policy_bound(workload: Sequence[WorkloadRequest], max_batch: int) -> PolicyB
             rows.append(queue.pop(0))
         inflight += 1
         rows = [r - 1 for r in rows if r > 1]
-    return PolicyBound(static, inflight, -(-sum(lengths) // max_batch), static_rows, sum(lengths))
+    return PolicyBound(
+        static,
+        inflight,
+        -(-sum(lengths) // max_batch),
+        static_rows,
+        sum(lengths),
+        max(0, len(lengths) - max_batch),
+    )
 
 
 @dataclass(frozen=True)
