@@ -3,6 +3,8 @@ when the 95% interval lies above 1x, "slower" only when it lies below, otherwise
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from engine.core.verdict import NO_DIFFERENCE, direction, speed_verdict
@@ -121,3 +123,18 @@ def test_one_user_is_one_user():
 
     assert at_level(1, "users") == "1 user" and at_level(4, "users") == "4 users"
     assert at_level(1, "requests/s") == "1 requests/s"
+
+
+def test_above_theory_gives_no_reason_that_reads_the_same_number_twice():
+    """A student's walk, prompt lookup on open-ended prompts: 'the theory ... keeps 1.04 tokens per target forward,
+    but accepted drafts came in runs here and each forward kept 1.04': a reason that explains nothing. A run of
+    accepted drafts is a reason only where the forwards kept clearly more than independent acceptance would; the
+    drafts a lookup with no match does not make are the reason then."""
+    row = S.SpecResult("prompt_lookup", "open_ended", "ok", draft_length=4, acceptance_rate=0.04,
+                       tokens_per_target_forward=1.0420, speedup_vs_plain=0.87, speedup_ci=(0.84, 0.90),
+                       expected_speedup=0.70, verify_tokens=1.0)  # fmt: skip
+    said = S.above_theory(row)
+    assert "came in runs" not in said
+    assert "a lookup that finds no match drafts nothing" in said and "checked 0 (median" in said
+    runs = S.above_theory(replace(row, acceptance_rate=0.5, tokens_per_target_forward=2.6, verify_tokens=5.0))
+    assert "accepted drafts came in runs here and each forward kept 2.60" in runs

@@ -529,6 +529,9 @@ def verdict(row: SpecResult, *, busy: bool = False) -> str:
     )
 
 
+RUNS_MARGIN = 0.05  # tokens kept per forward above the independent-acceptance figure by more than this: runs
+
+
 def above_theory(row: SpecResult) -> str:
     """Why the measured speedup is above Leviathan et al.'s, from the row's own numbers ("" when it is not).
 
@@ -547,7 +550,8 @@ def above_theory(row: SpecResult) -> str:
     alpha, gamma, kept = row.acceptance_rate, row.draft_length, row.tokens_per_target_forward
     if alpha is not None and gamma >= 1 and kept is not None:
         independent = scalc.tokens_per_forward(min(max(alpha, 0.0), 1.0), gamma)
-        if kept > independent:
+        # by more than timing-free rounding: 1.04 against 1.04 read as a reason (a student's walk)
+        if kept > independent * (1 + RUNS_MARGIN) and f"{kept:.2f}" != f"{independent:.2f}":
             reasons.append(
                 f"the theory assumes each drafted token is accepted independently with the same chance α = "
                 f"{alpha:.2f}, which keeps {independent:.2f} tokens per target forward, but accepted drafts came in "
@@ -556,8 +560,9 @@ def above_theory(row: SpecResult) -> str:
     if row.verify_tokens is not None and gamma >= 1 and row.verify_tokens - 1 < gamma:
         reasons.append(
             f"the theory charges every target forward γ = {gamma} drafts at c each, but a verify forward here "
-            f"checked {row.verify_tokens - 1:.0f} (median; a lookup with no match, or the answer's end, drafts "
-            "fewer), so forwards cost less than it assumes"
+            f"checked {row.verify_tokens - 1:.0f} (median; a lookup that finds no match drafts nothing, and its "
+            "forward then costs what a plain step does, as does the answer's end), so forwards cost less than it "
+            "assumes"
         )
     if row.speedup_ci is None:
         reasons.append(
