@@ -406,3 +406,14 @@ def test_a_cache_off_runs_step_growth_is_set_against_how_much_longer_its_sequenc
     ]  # within 1.5x of what the length makes them
     said = narrative._growth(calm, 265, shared=False)
     assert "as the sequence it re-runs grew" in said and "other work" not in said
+
+
+def test_simulated_users_words_agree_with_their_waits_and_say_why_first_tokens_came_together():
+    """A student's walk: 'longest wait to be admitted 34 ms' in the headline beside 'no request waited to be admitted'
+    in the sentence; and six users arriving together all read TTFT 3.19 s with nothing to say why."""
+    row = {"queued (s)": 0.034, "TTFT (s)": 3.193, "latency (s)": 4.882, "batch seen": 6, "stop": "length"}
+    said = narrative.users_sentence(6, [row] * 6, 8)
+    assert "no request waited longer than a step to be admitted (the longest, 34 ms" in said
+    assert "Their first tokens came together (TTFT 3.19 s to 3.19 s)" in said and "prefilled together" in said
+    apart = [{**row, "TTFT (s)": t} for t in (0.13, 0.15, 0.17)]
+    assert "came together" not in narrative.users_sentence(3, apart, 8)

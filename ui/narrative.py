@@ -282,7 +282,10 @@ def users_sentence(n: int, results: Sequence[dict], max_batch: int | None = None
             "as a server without batching would"
         )
     if waits[-1] <= 0.05:
-        queued = "; no request waited to be admitted"
+        queued = (
+            f"; no request waited longer than a step to be admitted (the longest, {fmt.seconds(waits[-1])}, is the "
+            "step in progress: a newcomer joins at the next)"
+        )
     elif max_batch is not None and n <= max_batch:
         queued = (
             f"; the longest wait to be admitted was {fmt.seconds(waits[-1])}, with slots free ({n} users, "
@@ -292,8 +295,17 @@ def users_sentence(n: int, results: Sequence[dict], max_batch: int | None = None
     else:
         slots = f" ({n} users, {max_batch} slots)" if max_batch is not None else ""
         queued = f"; the longest wait for a slot was {fmt.seconds(waits[-1])}{slots}"
+    ttfts = [r["TTFT (s)"] for r in done if isinstance(r.get("TTFT (s)"), int | float)]
+    together = ""
+    if len(ttfts) > 1 and min(ttfts) > 0.8 * max(ttfts):
+        together = (
+            f" Their first tokens came together (TTFT {fmt.seconds(min(ttfts))} to {fmt.seconds(max(ttfts))}): the "
+            "prompts that arrive together are prefilled together, in chunks, before any of them decodes, so each "
+            "first token waits for all of those prompts; users who arrive apart (seconds between arrivals) each wait "
+            "for their own."
+        )
     return (
-        f"{share}{queued}. Latency ranged from {fmt.seconds(min(lat))} to {fmt.seconds(max(lat))} "
+        f"{share}{queued}.{together} Latency ranged from {fmt.seconds(min(lat))} to {fmt.seconds(max(lat))} "
         f"across {len(done)} finished request(s)."
     )
 
