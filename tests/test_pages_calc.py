@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -1381,3 +1382,13 @@ def test_one_user_is_said_as_one():
     assert not at.exception
     text = " ".join([h.value for h in at.subheader] + [m.value for m in at.markdown])
     assert "1 user × " in text and "1 users" not in text
+
+
+def test_the_formulas_are_named_as_a_reader_knows_them():
+    """A student's walk: the memory formulas were labelled 'count_params:', 'kv_bytes_per_token:', 'plan_gpus:', the
+    functions' own names. Each is named in words now."""
+    at = _run(CALC)
+    shown = [m.value for m in at.markdown]
+    assert any(v.startswith("**KV cache per token**: ") for v in shown)
+    assert any(v.startswith("**GPUs needed**: ") for v in shown)
+    assert not [v for v in shown if re.match(r"`\w+_\w+`:", v)]

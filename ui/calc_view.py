@@ -512,10 +512,39 @@ def paged_section(est: Estimate, key: str) -> None:
     formula_expander("Formula: paged KV", paged.compare_paged, paged.output_spread)
 
 
+# each formula under the name a reader knows it by (the function's own name read as code on the page: a student's walk)
+FORMULA_NAMES = {
+    "count_params": "Parameters",
+    "weights_bytes": "Weights",
+    "kv_bytes_per_token": "KV cache per token",
+    "cached_tokens": "Tokens cached",
+    "kv_cache_bytes": "KV cache",
+    "overhead_bytes": "Overhead",
+    "estimate_memory": "Memory in all",
+    "max_batch": "Max batch",
+    "max_seq_len": "Max tokens per sequence",
+    "plan_gpus": "GPUs needed",
+    "phase_time": "A phase's time",
+    "estimate_timing": "Prefill and decode",
+    "simple_decode_s": "Decode, by the chapter's rule",
+    "simple_prefill_s": "Prefill, by the chapter's rule",
+    "allreduce_s": "One all-reduce",
+    "tp_comm_s": "Tensor-parallel all-reduces",
+    "estimate_cost": "Cost",
+    "compare_paged": "Paged against static KV",
+    "output_spread": "Output lengths",
+}
+
+
+def formula_name(fn: object) -> str:
+    name = getattr(fn, "__name__", "")
+    return FORMULA_NAMES.get(name, name.replace("_", " ").capitalize())
+
+
 def formula_expander(title: str, *fns: object, extra: str = "") -> None:
     with st.expander(title):
         for fn in fns:
-            st.markdown(f"`{getattr(fn, '__name__', '')}`: {memory.formula_of(fn)}")
+            st.markdown(f"**{formula_name(fn)}**: {memory.formula_of(fn)}")
         if extra:
             st.markdown(extra)
 
