@@ -12,6 +12,7 @@ from engine.calc.specs import THIS_MACHINE
 from engine.core.errors import EngineError
 from ui import export
 from ui.calc_view import (
+    answer_card,
     assumptions,
     breakdown_frame,
     calc_answer,
@@ -69,6 +70,7 @@ except EngineError as exc:
 est = answer.est
 with right:
     st.subheader(header(answer))
+    st.markdown(answer_card(est))  # the answer first, above the assumptions and the plan's paragraph
     assumptions(est)
     left_half, right_half = st.columns([1, 1])
     with left_half:

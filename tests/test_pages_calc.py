@@ -1392,3 +1392,23 @@ def test_the_formulas_are_named_as_a_reader_knows_them():
     assert any(v.startswith("**KV cache per token**: ") for v in shown)
     assert any(v.startswith("**GPUs needed**: ") for v in shown)
     assert not [v for v in shown if re.match(r"`\w+_\w+`:", v)]
+
+
+def test_the_answer_is_one_line_above_the_assumptions_with_the_tiles_figures():
+    """An engineer's walk: at 1280 x 800 the page's top showed the title, the assumptions and a long 'Does not fit'
+    paragraph, the time per token, the first token and the price 1.5 screens down. One line under the header now
+    gives them, the same figures as the tiles."""
+    at = _run(CALC)
+    at.selectbox(key="calc.preset").set_value("llama-3-8b").run()
+    at.selectbox(key="calc.gpu").set_value("h100-sxm").run()
+    at.selectbox(key="calc.engine").set_value("vllm").run()
+    assert not at.exception
+    card = next(m.value for m in at.markdown if "per output token** at" in m.value)
+    tiles = {m.label.split(",")[0]: m.value for m in at.metric}
+    per_token = next(v for k, v in tiles.items() if k.startswith("Time per output token"))
+    assert card.startswith("**Fits** on the 1 GPU asked") and f"**{per_token} per output token**" in card
+    assert f"TTFT {tiles['TTFT']} for one request" in card
+    order = [m.value for m in at.markdown]
+    assert order.index(card) < min(
+        k for k, v in enumerate(order) if v.startswith("- ")
+    )  # above the reasoning

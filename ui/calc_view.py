@@ -88,6 +88,37 @@ def header(a: CalcAnswer) -> str:
     )
 
 
+def answer_card(est: Estimate) -> str:
+    """The answer in one line above everything else (an engineer's walk found the time per token, the first token
+    and the price 1.5 screens down at 1280 x 800, under the assumptions and the plan's paragraph): the same figures
+    the tiles below show, each there with its interval."""
+    t, sp, i, layout = est.timing, est.speed, est.inputs, est.fit.layout
+    users = layout.batch_per_replica if layout else i.batch
+    if est.fits:
+        fit = f"**Fits** on the {i.n_gpus} GPU{'s' if i.n_gpus != 1 else ''} asked"
+    elif layout is not None:
+        fit = f"**Does not fit** on the {i.n_gpus} asked; **{est.gpus_needed:,} GPUs needed**, timed and priced there"
+    else:
+        fit = "**Does not fit**: no layout holds one request"
+    if layout is None:
+        return fit + "."
+    per_token = est.tpot_at_load_s if sp is not None else t.decode_s_per_token
+    first = (
+        f"TTFT {fmt.seconds(sp.ttft_s.central)} for one request"
+        if sp is not None
+        else f"TTFT {fmt.seconds(t.prefill_s)} with all {users} arriving together"
+    )
+    price = (
+        f" · **{fmt.usd(est.cost.usd_per_million_tokens)} per million output tokens**"
+        if math.isfinite(est.cost.usd_per_million_tokens)
+        else ""
+    )
+    return (
+        f"{fit} · **{fmt.seconds(per_token)} per output token** at {users:,} user{'s' if users != 1 else ''} · "
+        f"{first} · {est.tokens_per_s:,.0f} tok/s{price}. Each figure is below with its interval and its reasoning."
+    )
+
+
 def verdict(a: CalcAnswer, key: str) -> None:
     """Fits or not, in one sentence with the numbers (the memory model the engine decides), and its bar."""
     est, fit = a.est, a.est.fit
