@@ -58,7 +58,7 @@ def format_text(out: dict) -> str:
     lines = [
         f"{s['base_url']}  model {s['model']}  {s['endpoint']}  {s['n_requests']} requests per level, "
         f"{s['output_tokens']} output tokens",
-        f"{unit:>6} {'ok':>4} {'req/s':>6} {'tok/s':>7} {'TTFT p50/p90/p99 (s)':>22} {'TPOT p50 ms':>11} "
+        f"{unit:>6} {'ok':>4} {'req/s':>6} {'tok/s':>7} {'TTFT p50/p90/p99 (s)':>22} {'TPOT p50/p90 ms':>15} "
         f"{'ITL p50 ms':>10} {'E2E p50 s':>9} {'goodput':>7} {'SLO':>4}",
     ]
 
@@ -69,7 +69,8 @@ def format_text(out: dict) -> str:
         t = p["ttft_s"]
         lines.append(
             f"{p['level']:>6g} {p['completed']:>4} {f(p['request_throughput']):>6} {f(p['output_tokens_per_s'], fmt='.1f'):>7} "
-            f"{f(t['p50']) + '/' + f(t['p90']) + '/' + f(t['p99']):>22} {f(p['tpot_s']['p50'], 1e3, '.1f'):>11} "
+            f"{f(t['p50']) + '/' + f(t['p90']) + '/' + f(t['p99']):>22} "
+            f"{f(p['tpot_s']['p50'], 1e3, '.1f') + '/' + f(p['tpot_s']['p90'], 1e3, '.1f'):>15} "
             f"{f(p['itl_s']['p50'], 1e3, '.1f'):>10} {f(p['e2e_s']['p50']):>9} {f(p['goodput_rps']):>7} "
             f"{'yes' if p['meets_slo'] else 'no':>4}" + (f"  errors {p['errors']}" if p["errors"] else "")
         )

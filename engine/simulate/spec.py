@@ -53,7 +53,17 @@ class SimulateSpec(Spec):
     )
     mode: str = option("concurrency", "fixed users (concurrency) or Poisson arrivals (rate)", choices=MODES)
     sweep: str = option("1,4,16", "load levels: users, or requests per second with --mode rate")
-    n_requests: int = option(200, "requests per level", lo=1, hi=100_000, flag="--requests", label="requests")
+    n_requests: int = option(
+        200,
+        "requests per level",
+        lo=1,
+        hi=100_000,
+        flag="--requests",
+        label="requests",
+        kind=int,
+        cli_help="requests per level (default: 200, or 20 per user at the most users asked where that is more, so "
+        "every level of fixed users reaches steady state)",
+    )
     prompt_tokens: int = option(512, "prompt tokens per request", lo=1, hi=1_000_000)
     prompt_tokens_max: int | None = option(
         None, "draw prompt lengths uniformly up to this (seeded)", kind=int, lo=1, hi=1_000_000
