@@ -8,7 +8,7 @@ from __future__ import annotations
 import streamlit as st
 
 from engine.calc.serving_memory import is_cpu
-from engine.calc.specs import THIS_MACHINE
+from engine.calc.specs import THIS_MACHINE, count_words
 from engine.core.errors import EngineError
 from ui import export
 from ui.calc_view import (
@@ -78,8 +78,8 @@ with right:
     with right_half:
         st.dataframe(breakdown_frame(est), hide_index=True, width="stretch")
         st.caption(
-            f"Parameters per component in millions ({est.params.total:,} in all), counted by the "
-            f"{est.params.source}; bytes at {est.inputs.weights_label}"
+            f"Parameters per component in millions ({est.params.total:,} in all), {count_words(est.params.source)}"
+            + f"; bytes at {est.inputs.weights_label}"
             + (" (average bytes per weight, scales included)" if est.inputs.weight_format else "")
             + "."
         )

@@ -10,7 +10,7 @@ import streamlit as st
 from engine.arch.hub import hub_repo_id
 from engine.arch.resolve import hub_presets
 from engine.calc.memory import param_count
-from engine.calc.specs import ARCH_TRAITS, ModelSpec, load_model_presets, spec_from_numbers
+from engine.calc.specs import ARCH_TRAITS, ModelSpec, count_words, load_model_presets, spec_from_numbers
 from engine.core.errors import EngineError
 
 
@@ -45,14 +45,14 @@ def cached_config_spec(content: bytes) -> ModelSpec:
 def _count_caption(spec: ModelSpec) -> str:
     pc = param_count(spec)
     active = f" ({pc.active:,} active per token)" if pc.active != pc.total else ""
-    how = pc.source
+    how = count_words(pc.source)
     if (
         pc.source == "formula"
         and spec.source not in ("config.json", "raw numbers")
         and spec.params_override is None
     ):
-        how = "formula (for every preset it equals the real class's count on the meta device, checked by the tests)"
-    return f"{spec.attention_kind}; {pc.total:,} parameters{active}, counted by the {how}"
+        how += " (for every preset it equals the count from the model's own code, checked by the tests)"
+    return f"{spec.attention_kind}; {pc.total:,} parameters{active}, {how}"
 
 
 T = TypeVar("T")

@@ -126,10 +126,10 @@ def _inputs(measured: SweepResult | None) -> tuple[SimulateSpec, SLO] | None:
                         value=same.get("output_tokens"))  # fmt: skip
     # no bounds on the box: a value out of range reaches SLO.validate, which says so in a sentence
     ttft = c[2].number_input(
-        "TTFT SLO (s)", value=float(SLO.default("ttft_s")), key=f"{NS}.slo_ttft", help=SLO_OFF
+        "TTFT SLO (s; 0 = off)", value=float(SLO.default("ttft_s")), key=f"{NS}.slo_ttft", help=SLO_OFF
     )
     tpot = c[3].number_input(
-        "TPOT SLO (ms)", value=float(SLO.default("tpot_s")) * 1e3, key=f"{NS}.slo_tpot", help=SLO_OFF
+        "TPOT SLO (ms; 0 = off)", value=float(SLO.default("tpot_s")) * 1e3, key=f"{NS}.slo_tpot", help=SLO_OFF
     )
     if refused(n_gpus, requests, prompt, output):
         return None
@@ -336,11 +336,11 @@ def solvers_section(key: str, spec: ModelSpec, gpu: GPUSpec, inputs) -> None:
     memory_only = q == "max-context"
     unused = "Not used by the longest context that fits (a memory question)." if memory_only else None
     ttft = c[1].number_input(
-        "TTFT SLO (s)", value=float(SLO.default("ttft_s")), key=f"{key}.solve.ttft", disabled=memory_only,
+        "TTFT SLO (s; 0 = off)", value=float(SLO.default("ttft_s")), key=f"{key}.solve.ttft", disabled=memory_only,
         help=unused or SLO_OFF,
     )  # fmt: skip
     tpot = c[2].number_input(
-        "TPOT SLO (ms)", value=float(SLO.default("tpot_s")) * 1e3, key=f"{key}.solve.tpot", disabled=memory_only,
+        "TPOT SLO (ms; 0 = off)", value=float(SLO.default("tpot_s")) * 1e3, key=f"{key}.solve.tpot", disabled=memory_only,
         help=unused or SLO_OFF,
     )  # fmt: skip
     try:

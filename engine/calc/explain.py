@@ -14,7 +14,7 @@ from engine.calc.memory import param_count
 from engine.calc.observations import LAYER_SPLIT
 from engine.calc.plan import MemoryAnswer
 from engine.calc.quant import weight_storage_note
-from engine.calc.specs import THIS_MACHINE, GPUSpec, ModelSpec
+from engine.calc.specs import THIS_MACHINE, GPUSpec, ModelSpec, count_words
 from engine.calc.timing import DATASHEET, Efficiency, TimingEstimate, ramped_flops
 
 ENGINE_WORDS = {
@@ -278,7 +278,8 @@ def reasoning(est: Any, spec: ModelSpec, gpu: GPUSpec) -> list[str]:
     prefill_share = ramped_flops(eff, max(1, users * i.prompt_tokens))
     prefill_rate = gpu.flops_for(i.dtype) * n * prefill_share
     lines = [
-        f"**Weights** = {m.params:,} parameters ({est.params.source}) × {m.weights_bytes / m.params:.4g} B "
+        f"**Weights** = {m.params:,} parameters ({count_words(est.params.source)}) × "
+        f"{m.weights_bytes / m.params:.4g} B "
         f"({i.weights_label}) = **{fmt.gb(m.weights_bytes)}**.",
         f"**KV cache** = 2 × {layers} × {spec.n_kv_head} KV heads × {spec.head_dim} head dim × {kv_elem:g} B = "
         f"{m.kv_bytes_per_token:,.0f} B per token ({i.kv_dtype}); × {i.batch} user{'s' if i.batch != 1 else ''} × "

@@ -186,6 +186,14 @@ class ModelSpec:
         return kind
 
 
+def count_words(source: str) -> str:
+    """How a parameter count was made, as a page says it: "meta device" is the model's real transformers class built
+    on PyTorch's meta device (no weights loaded), "formula" the architecture's formula."""
+    if source == "meta device":
+        return "counted exactly from the model's own code, built without loading any weights"
+    return "counted by the architecture's formula"
+
+
 @dataclass(frozen=True)
 class GPUSpec:
     """Peak figures of one accelerator. FLOP/s are dense (not sparse); bytes are decimal (1 GB = 1e9 B)."""
