@@ -256,7 +256,7 @@ with tab_fs:
                     [
                         {
                             "k": r.k,
-                            "accuracy": r.accuracy,
+                            "accuracy": f"{r.accuracy:.0%}",  # as the chart's axis reads it
                             "correct": f"{r.correct}/{r.total}",
                             "95% interval": f"{r.interval.low:.0%} to {r.interval.high:.0%}",
                             "mean prompt tokens": round(r.mean_prompt_tokens),

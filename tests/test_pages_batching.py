@@ -563,3 +563,16 @@ def test_simulated_replies_that_loop_say_why_under_the_table():
     assert len(said) == 1 and said[0].startswith("1 of these 2 replies repeat: tiny-gpt-neo (")
     assert "how the requests share decode steps, not the quality of the text" in said[0]
     assert captions(["Bonjour.", "Hello."]) == []
+
+
+def test_the_timelines_number_requests_from_one_as_the_simulated_users_are():
+    """A student's walk: the Batching timelines read 'req 0 … req 7' beside simulated users numbered from 1."""
+    from engine.batching.workload import PolicyResult, RequestResult
+    from ui.batching_widgets import gantt_figure
+
+    reqs = tuple(RequestResult(k, 8, 4, 0.0, 0.0, 0.1, 0.5, 0.5, 0.1, 0.5, 0.0, ()) for k in range(2))
+    fig = gantt_figure(
+        PolicyResult("static", "m", 2, 2, 8, 0.5, 16, 4, 0.1, 0.1, 0.5, 0.5, 0, 1.0, reqs), "t"
+    )
+    assert list(fig.layout.yaxis.categoryarray) == ["req 1", "req 2"]
+    assert {y for bar in fig.data for y in bar.y} == {"req 1", "req 2"}

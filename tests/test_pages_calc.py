@@ -205,7 +205,8 @@ def test_uploaded_moe_config_counts_total_and_active_on_the_meta_device():
     assert not at.exception
     assert "mistralai/Mixtral-8x7B-v0.1" in at.subheader[1].value
     assert any(
-        "46,702,792,704 parameters (12,879,925,248 active per token), counted exactly from the model's own code" in c.value
+        "46,702,792,704 parameters (12,879,925,248 active per token), counted exactly from the model's own code"
+        in c.value
         for c in at.caption
     )
     frame = at.dataframe[0].value

@@ -105,7 +105,7 @@ def gantt_figure(result: PolicyResult, title: str, x_max: float | None = None) -
         if not part:
             continue
         fig.add_bar(
-            y=[f"req {r.request}" for r in part],
+            y=[f"req {r.request + 1}" for r in part],  # numbered from 1, as the simulated users are
             x=[r.end_s - r.start_s for r in part],
             base=[r.start_s for r in part],
             orientation="h",
@@ -124,7 +124,7 @@ def gantt_figure(result: PolicyResult, title: str, x_max: float | None = None) -
         yaxis={
             "autorange": "reversed",
             "categoryorder": "array",
-            "categoryarray": [f"req {i}" for i in range(n)],
+            "categoryarray": [f"req {i + 1}" for i in range(n)],
         },
         # below the axis title, in pixels turned into the plot's own units (it sat on the title)
         legend={"orientation": "h", "yanchor": "top", "y": -52 / (height - top - bottom)},

@@ -173,7 +173,7 @@ def _spec_columns(r) -> dict:
         "status": r.status,
         "speed vs plain": ratio_cell(r.speedup_vs_plain, r.speedup_ci),
         "95% CI": _ci(r.speedup_ci, r.speedup_vs_plain),
-        "expected (Leviathan)": _r(r.expected_speedup, 2),
+        "expected (Leviathan)": f"{r.expected_speedup:.2f}×" if r.expected_speedup is not None else None,
         "acceptance α": _r(r.acceptance_rate),
         "identical to greedy": r.identical_to_greedy,
         "tokens / target forward": _r(r.tokens_per_target_forward, 2),
