@@ -101,6 +101,13 @@ def test_diagnosis_speaks_from_the_numbers():
     # the student saw lm_head memory-bound among compute-bound prefill projections with no word on why
     assert "only the last prompt token's logits choose the first new token" in pre
     assert "lm_head is memory-bound in prefill" not in text  # decode says it with the other weights
+    # a student's walk at batch 256: 'Prefill processes 512 tokens per weight read', lm_head 'for one token of the
+    # 512' beside 191.3 ops/byte, and the compute-bound list cut with '...'
+    big = " ".join(diagnose(analyse(NEO, t4, phase="prefill", seq_len=512, batch=256, gpu_name="T4")))
+    assert "Prefill processes 131,072 tokens per weight read (256 prompts of 512)" in big
+    assert "for one token of the 512" not in big and "..." not in big
+    if "lm_head is memory-bound in prefill" in big:
+        assert "for each prompt's last token, 256 of the 131,072" in big
 
 
 def test_int4_weights_compute_in_fp16():

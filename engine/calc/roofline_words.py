@@ -35,17 +35,26 @@ def diagnose(result: RooflineResult) -> list[str]:
                 "kernels that never write the scores to memory are its levers, not more compute."
             )
     else:
+        tokens = result.seq_len * max(1, result.batch)
         if comp:
+            names = [p.name for p in comp]
+            listed = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
             lines.append(
-                f"Prefill processes {result.seq_len} tokens per weight read, so the projections are compute-bound "
-                f"({', '.join(p.name for p in comp[:4])}{'...' if len(comp) > 4 else ''}): here more FLOP/s would help."
+                f"Prefill processes {tokens:,} tokens per weight read"
+                + (f" ({result.batch} prompts of {result.seq_len})" if result.batch > 1 else "")
+                + f", so the projections are compute-bound ({listed}): here more FLOP/s would help."
             )
         head = next((p for p in result.operators if p.name == "lm_head" and p.bound == "memory"), None)
         if head is not None and result.seq_len > 1:
+            rows = (
+                f"for one token of the {result.seq_len}"
+                if result.batch <= 1
+                else f"for each prompt's last token, {result.batch} of the {tokens:,}"
+            )
             lines.append(
                 f"lm_head is memory-bound in prefill too ({head.intensity:.1f} ops/byte): only the last prompt "
-                f"token's logits choose the first new token, so it reads the whole vocabulary matrix for one token "
-                f"of the {result.seq_len}, as in decode."
+                f"token's logits choose the first new token, so it reads the whole vocabulary matrix {rows}, as in "
+                "decode."
             )
         soft = [p for p in attn if p.bound == "memory"]
         if soft:
