@@ -473,3 +473,10 @@ def test_estimate_and_simulate_start_from_the_same_precision_without_dtype(
     assert est["inputs"]["dtype"] == dtype and f"--dtype {flag}" in est["launch_command"]
     sim = _json(capsys, ["simulate", *common, "--sweep", "1", "--requests", "2"])
     assert sim["simulated"]["dtype"] == dtype and sim["simulated"]["kv_dtype"] == dtype
+
+
+def test_roofline_starts_from_the_pages_shape_without_seq_len_or_batch(capsys):
+    """A student's walk: `roofline` refused to run without --seq-len and --batch, where the page starts at s = 512,
+    b = 1."""
+    out = _json(capsys, ["roofline", "--model", "gpt-neo-125m", "--gpu", "t4", "--phase", "decode", "--json"])
+    assert (out["seq_len"], out["batch"]) == (512, 1)

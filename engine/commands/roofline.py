@@ -5,7 +5,7 @@ from __future__ import annotations
 from engine.arch.resolve import resolve_gpu, resolve_model_spec
 from engine.calc import format as fmt
 from engine.calc.hf_config import load_config_file
-from engine.calc.roofline import PHASES, RooflineResult, analyse, roof_for
+from engine.calc.roofline import PHASES, RooflineResult, RooflineSpec, analyse, roof_for
 from engine.calc.roofline_words import diagnose
 from engine.calc.specs import PRECISIONS, THIS_MACHINE
 
@@ -20,10 +20,15 @@ def add_arguments(parser) -> None:
     src.add_argument("--model", help="a calculator preset or an engine preset")
     src.add_argument("--config", help="path of a Hugging Face config.json")
     parser.add_argument("--phase", required=True, choices=PHASES)
+    # the page's starting shape (RooflineSpec's defaults), so the command and the page agree without flags
+    seq, batch = RooflineSpec.default("seq_len"), RooflineSpec.default("batch")
     parser.add_argument(
-        "--seq-len", type=int, required=True, help="prompt length (prefill) or cached tokens (decode)"
+        "--seq-len",
+        type=int,
+        default=seq,
+        help=f"prompt length (prefill) or cached tokens (decode) (default: {seq})",
     )
-    parser.add_argument("--batch", type=int, required=True)
+    parser.add_argument("--batch", type=int, default=batch, help=f"sequences together (default: {batch})")
     parser.add_argument("--dtype", default="fp16", choices=PRECISIONS)
 
 
