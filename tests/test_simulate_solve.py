@@ -681,3 +681,26 @@ def test_the_engineers_most_users_hold_in_a_long_run(capsys):
     long = json.loads(capsys.readouterr().out)["answer"]
     for end in ("low", "central", "high"):
         assert abs(short[end] - long[end]) <= 1, (end, short, long)
+
+
+def test_the_cheapest_answer_gives_the_budget_at_three_odds():
+    """The engineer's walk: $13.96 at the central step times and, with margin, $55.84 (every step at the slow end of
+    its 80% interval), 4x apart with nothing between, as the plans step from 4 GPUs to 2 x 8. The answer now gives
+    the budget at even, 3 in 4 and 9 in 10 odds; the middle one searched with every step at its 75th percentile,
+    the class's ratios read as log-normal between the central and the 90th percentile."""
+    from engine.core.interval import Interval
+    from engine.simulate.steps import end
+
+    step = Interval(0.8, 1.0, 2.0)
+    assert end(step, "likely_slow") == pytest.approx(2.0 ** (0.6745 / 1.2816))
+    assert end(step, "central") < end(step, "likely_slow") < end(step, "high")
+    s = SimulateSpec(model="llama-3.3-70b-instruct", gpu="h100-sxm", engine="vllm", dtype="bf16",
+                     prompt_tokens=2048, output_tokens=256).validate()  # fmt: skip
+    a = solve.cheapest(s, SLO(ttft_s=1.0, tpot_s=0.05), 50, gpus=["h100-sxm", "a100-80gb"])
+    odds = a.details["odds"]
+    assert [o["odds"] for o in odds] == ["even", "3 in 4", "9 in 10"]
+    prices = [o["usd_per_hour"] for o in odds]
+    assert prices[0] == a.value.central and prices[2] == a.details["margin_plan"]["usd_per_hour"]
+    assert prices[0] <= prices[1] <= prices[2]
+    assert "The budget by the odds that the real steps are at least as quick as those searched" in a.sentence
+    assert f"3 in 4, {odds[1]['plan']}" in a.sentence

@@ -443,7 +443,13 @@ def answer_figures(answer: solve.Answer) -> tuple[str, str]:
         ):
             return value, "with margin: the same plan meets them at the slow step times"
         each = f"{margin['replicas']} replicas of " if margin["replicas"] > 1 else ""
-        return value, f"with margin: {show(v.high)} ({each}{margin['gpus']} x {margin['name']})"
+        likely = next((o for o in answer.details.get("odds", ()) if o["odds"] == "3 in 4"), None)
+        between = (
+            f"3 in 4 odds: {show(likely['usd_per_hour'])}; "
+            if likely and likely.get("usd_per_hour") is not None
+            else ""
+        )
+        return value, f"{between}with margin: {show(v.high)} ({each}{margin['gpus']} x {margin['name']})"
     if answer.question == "max-users" and "ends" in answer.details and v.low != v.high:
         return value, f"{show(v.low)} at the slow step times (margin), {show(v.high)} at the quick"
     if v.low == v.high == v.central:
