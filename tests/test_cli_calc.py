@@ -480,3 +480,12 @@ def test_roofline_starts_from_the_pages_shape_without_seq_len_or_batch(capsys):
     b = 1."""
     out = _json(capsys, ["roofline", "--model", "gpt-neo-125m", "--gpu", "t4", "--phase", "decode", "--json"])
     assert (out["seq_len"], out["batch"]) == (512, 1)
+
+
+def test_a_config_missing_fields_also_names_a_value_out_of_range(tmp_path, capsys):
+    """An engineer's walk: a config with hidden_size -5 and no heads was told only that it lacks heads and vocab_size."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "llama", "hidden_size": -5, "num_hidden_layers": 2}))
+    assert main(["estimate", "--config", str(path), "--gpu", "h100-sxm"]) == 2
+    err = capsys.readouterr().err
+    assert "it lacks heads, vocab_size, and hidden size is -5, not a positive whole number" in err

@@ -142,7 +142,14 @@ def spec_from_hf_config(cfg: Any, name: str | None = None) -> ModelSpec:
         if v is None
     ]
     if missing:
-        raise InvalidParameterError(NOT_A_CONFIG.format(why=f"it lacks {', '.join(missing)}"))
+        given = {"hidden size": hidden, "layers": n_layer, "heads": n_head, "vocab_size": vocab}
+        bad = [
+            f"{k} is {v!r}"
+            for k, v in given.items()
+            if v is not None and not (isinstance(v, int) and not isinstance(v, bool) and v > 0)
+        ]
+        also = f", and {', '.join(bad)}, not a positive whole number" if bad else ""
+        raise InvalidParameterError(NOT_A_CONFIG.format(why=f"it lacks {', '.join(missing)}{also}"))
     if arch is None:
         arch = "llama"
         assumptions.append(
