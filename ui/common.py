@@ -231,11 +231,14 @@ def cached_machine_measurement() -> machine.MachineMeasurement:
     return machine.latest() or machine.measure()
 
 
-def remeasure_machine() -> machine.MachineMeasurement:
-    """Measure this machine again (a few seconds), store it, and make it the one every page reads."""
-    machine.measure()  # stored: the cached reader below picks it up
+def remeasure_machine() -> tuple[machine.MachineMeasurement, bool]:
+    """Measure this machine again (a few seconds), store it, and make it the one every page reads; unless it was
+    taken busy while the stored one was quiet (machine.stores): then the stored one stays. Returns the new
+    measurement and whether it was stored."""
+    new = machine.measure()  # stored (machine.stores): the cached reader below picks it up
     cached_machine_measurement.clear()
-    return cached_machine_measurement()
+    kept = cached_machine_measurement()
+    return new, kept.measured_at == new.measured_at
 
 
 def init_state(namespace: str, **defaults) -> None:

@@ -59,7 +59,7 @@ def machine_provenance(cal=_UNREAD) -> str:
 
 
 def _provenance(cal: calibration.Calibration | None) -> str:
-    from engine.core.load import cores, is_busy
+    from engine.core.load import cores
     from ui.common import cached_machine_measurement
 
     if cal is not None:
@@ -67,11 +67,13 @@ def _provenance(cal: calibration.Calibration | None) -> str:
         return f"This machine's roofs: from its calibration of {cal.created_at[:16].replace('T', ' ')} UTC{load}."
     m = cached_machine_measurement()
     n = cores()
-    quiet = "busy: roofs lower than when quiet" if is_busy(m.loadavg_1m, n) else "quiet"
-    return (
-        f"This machine's roofs: measured {m.measured_at[:16].replace('T', ' ')} UTC on {m.device}, load average "
-        f"{m.loadavg_1m:.2f} on {n} cores ({quiet})."
+    quiet = "busy: roofs lower than when quiet" if m.busy else "quiet"
+    others = (
+        f"other programs took {m.others:.1f} of {n} cores while it ran"
+        if m.others is not None
+        else f"load average {m.loadavg_1m:.2f} on {n} cores"
     )
+    return f"This machine's roofs: measured {m.measured_at[:16].replace('T', ' ')} UTC on {m.device}, {others} ({quiet})."
 
 
 def measured_here_line(spec: ModelSpec, dtype: str, batch: int, cal=_UNREAD) -> str:
@@ -148,6 +150,7 @@ def machine_panel(key: str, *, compact: bool = False, cal=_UNREAD) -> None:
     """This machine's roofs (read bandwidth, matmul FLOP/s) from the one source, with its date and load, and a
     button that measures it (again): the same panel on Home and the calculator (`compact`: one line of text, for
     a narrow column where metric tiles would cut their numbers)."""
+    from engine.core.load import cores
     from ui.common import remeasure_machine
 
     # read once: the roofs, their provenance and the button all follow this calibration
@@ -180,8 +183,20 @@ def machine_panel(key: str, *, compact: bool = False, cal=_UNREAD) -> None:
         help="A read (sum) and a copy over a 268 MB buffer and a 1024³ matmul per precision, best of 5; stored "
         "with its date and load, and read by every page.",
     ):
-        remeasure_machine()
-        st.rerun()
+        new, stored = remeasure_machine()
+        if stored:
+            st.rerun()
+        else:
+            st.session_state[f"{key}.unstored"] = new
+    unstored = st.session_state.pop(f"{key}.unstored", None)
+    if unstored is not None:
+        st.warning(
+            f"Measured while other programs took {unstored.others:.1f} of {cores()} cores: "
+            f"{unstored.read_bytes_per_s / 1e9:.1f} GB/s and {fmt.flops(unstored.matmul_flops_per_s.get('fp32', 0), 'FLOP/s')}"
+            " fp32, lower than this machine reaches when quiet. Not stored: every page keeps the quiet measurement "
+            "above. Measure again once the other work has finished.",
+            icon=":material/speed:",
+        )
 
 
 def panel_button(cal=_UNREAD) -> str:
