@@ -91,3 +91,29 @@ def test_greedy_text_that_loops_is_said_to_and_the_sampling_controls_named():
     )
     assert caption(_last("The capital of France is Paris, a city on the Seine.")) == []
     assert caption(_last(looping, decoding="sampling, temperature 0.7, top-p 0.9, top-k 50, seed 0")) == []
+
+
+def test_a_live_run_never_pairs_with_presenter_modes_recorded_half(monkeypatch, tmp_path):
+    """The presenter's walk: presenter mode opened on a recorded cache on/off pair; after one live cache-on run the
+    headline read 'the cache off was 10.7x slower', the live run against the recorded cache-off one, unlabelled. A
+    live run now leaves the recorded pair behind: its comparison waits for a live cache-off run."""
+    monkeypatch.setenv("INFERENCE_LAB_RUNS_DIR", str(tmp_path / "runs"))
+    other = playground()  # another session records a cache-on and a cache-off run of the same prompt
+    other.sidebar.number_input(key="playground.max_new").set_value(8).run()
+    other.button(key="playground.go").click().run()
+    other.sidebar.toggle(key="playground.cache").set_value(False).run()
+    other.button(key="playground.go").click().run()
+    assert set(other.session_state["playground.curve"]) == {True, False}
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT)
+    at.query_params["presenter"] = "1"
+    at.query_params["model"] = "tiny-gpt-neo"
+    at.run()
+    assert not at.exception and set(at.session_state["playground.curve"]) == {
+        True,
+        False,
+    }  # the recorded pair
+    at.sidebar.number_input(key="playground.max_new").set_value(8).run()
+    at.button(key="playground.go").click().run()
+    assert not at.exception
+    assert set(at.session_state["playground.curve"]) == {True}  # the live run alone
+    assert not any("per token, the cache off" in m.value for m in at.markdown)

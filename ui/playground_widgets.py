@@ -714,6 +714,10 @@ def went_live(ns: str, note: DeltaGenerator) -> None:
     note.empty()
     if restored is not None and restored.presenter:
         st.session_state[f"{ns}.history"] = []
+        # nor may its runs pair with a live one: after one live cache-on run the headline read 'the cache off was
+        # 10.7x slower' against the recorded cache-off run, unlabelled (a presenter's walk)
+        st.session_state[f"{ns}.curve"] = {}
+        st.session_state[f"{ns}.runs"] = None
 
 
 def _has_pair(curve: dict) -> bool:
