@@ -150,9 +150,9 @@ def test_playground_stop_button_progress_and_latency_chart():
 
     fig = json.loads(at.get("plotly_chart")[0].proto.spec)
     assert sorted(t["name"].split(" (")[0] for t in fig["data"]) == ["KV cache off", "KV cache on"]
-    # a verdict on a quiet machine, "not comparable" where other work shared either run's CPU (a shared test box)
+    # a verdict on a quiet machine, a ratio marked rough where other work shared either run's CPU (a shared box)
     assert any(
-        "with the KV cache" in c.value and ("cache off was" in c.value or "not comparable" in c.value)
+        "with the KV cache" in c.value and ("cache off was" in c.value or "the cache off measured" in c.value)
         for c in at.caption
     )
     from engine.runtime import runlog
@@ -331,7 +331,9 @@ def test_playground_cache_comparison_on_a_busy_machine_agrees_with_its_chart():
     said = next(c.value for c in at.caption if "with the KV cache (" in c.value)
     quoted = head.split("TPOT ")[1].split(" ·")[0]
     assert "median step" in quoted and f"against {quoted} without" in said
-    assert "not comparable" in head and "not comparable" in said and "×" not in head
+    # a busy pair gives its measured ratio marked rough, in the headline and the sentence alike
+    assert "(rough: other work shared the cache-on and cache-off runs)" in head
+    assert "rough: other work shared the CPU with the cache-on and cache-off runs" in said
     assert (
         "The cache-on run: the load rule did not flag it" in said
         and "The cache-off run: measured on a busy" in said

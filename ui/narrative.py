@@ -429,6 +429,13 @@ def _shape(run: dict, cache_on: bool) -> StepShape | None:
 SUSTAINED = ("shift", "fall")
 
 
+def clean(run: dict, cache_on: bool) -> bool:
+    """A run to show a room: not disturbed, and no step stalled (step_shape's spike) either, which a median mends
+    for the ratio but a note under the chart still reports."""
+    shape = _shape(run, cache_on)
+    return not disturbed(run, cache_on) and not (shape and shape.uneven == "spike")
+
+
 def disturbed(run: dict, cache_on: bool) -> bool:
     """Other work shared this run's CPU for long: the load rule said busy, or its own steps' level moved
     (step_shape's shift or fall). A few spikes are not enough: the comparison reads the median steps."""

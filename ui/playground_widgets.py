@@ -589,11 +589,12 @@ class CachePair:
 def cache_pair() -> CachePair | None:
     """Presenter mode's cache comparison, from every stored Playground result (a session stores its last run and
     the cache on/off pair its chart draws; a presenter's two runs may also lie in two sessions): walking back from
-    the newest, the first cache-on and cache-off runs of the same settings both measured on a quiet machine
-    (ui.narrative.disturbed: the load rule, or its own steps' level moved); where no such pair is recorded, the
-    first pair of the same settings whatever its load (the sentence under its chart then withholds the ratio).
+    the newest, the first cache-on and cache-off runs of the same settings both measured clean (ui.narrative.clean:
+    no other work by the load rule, and no step that stalled: a pair called quiet beside 'a step took 7.85 s' read
+    as a contradiction to a presenter); where no such pair is recorded, the first pair of the same settings whatever
+    its load (the notes under its chart say what disturbed each run).
     None: no run with the cache off of a cache-on run's settings is recorded here."""
-    from ui.narrative import disturbed
+    from ui.narrative import clean
 
     found: dict[tuple[str, bool], dict[bool, tuple[dict, runlog.StoredResult]]] = {}
     first_any: CachePair | None = None
@@ -605,7 +606,7 @@ def cache_pair() -> CachePair | None:
                 continue
             on = key == "True"
             # every half counts towards a pair of any load; a quiet one towards a quiet pair as well
-            for quiet in {False, not disturbed(half, on)}:
+            for quiet in {False, clean(half, on)}:
                 halves = found.setdefault((setup, quiet), {})
                 halves.setdefault(on, (half, stored))
                 if len(halves) == 2:
@@ -621,9 +622,10 @@ def _pair_note(pair: CachePair) -> str:
     """The line above presenter mode's pair: whose runs, when, and on what load."""
     when = pair.newer.when
     load = (
-        "both measured on a quiet machine"
+        "both measured on a quiet machine, no step stalled"
         if pair.quiet
-        else "no pair measured on a quiet machine is recorded, so the newest pair, measured beside other work"
+        else "no pair measured clean is recorded, so the newest pair: the notes under its chart say what disturbed "
+        "each run"
     )
     return (
         f"Presenter mode: the newest KV cache on/off pair recorded on this machine with the same settings ({load}), "
@@ -635,6 +637,7 @@ def _run_cache_off(ns: str) -> None:
     """The offer's button: the sidebar's cache switch off, and a Generate on the page's next run."""
     st.session_state[f"{ns}.cache"] = False
     st.session_state[f"{ns}.generate"] = True
+    st.session_state[f"{ns}.completing"] = True  # the recorded cache-on run is its other half (went_live)
 
 
 def generate_asked(ns: str) -> bool:
@@ -712,12 +715,15 @@ def went_live(ns: str, note: DeltaGenerator) -> None:
     own, and stay."""
     restored = st.session_state.pop(f"{ns}.restored", None)
     note.empty()
+    completing = st.session_state.pop(f"{ns}.completing", False)
     if restored is not None and restored.presenter:
         st.session_state[f"{ns}.history"] = []
-        # nor may its runs pair with a live one: after one live cache-on run the headline read 'the cache off was
-        # 10.7x slower' against the recorded cache-off run, unlabelled (a presenter's walk)
-        st.session_state[f"{ns}.curve"] = {}
-        st.session_state[f"{ns}.runs"] = None
+        # nor may its runs pair with a live one (after one live cache-on run the headline read 'the cache off was
+        # 10.7x slower' against the recorded cache-off run, unlabelled: a presenter's walk), unless the run is the
+        # missing half presenter mode's own button offered to run beside the recorded one (offer_cache_off)
+        if not completing:
+            st.session_state[f"{ns}.curve"] = {}
+            st.session_state[f"{ns}.runs"] = None
 
 
 def _has_pair(curve: dict) -> bool:
