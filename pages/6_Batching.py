@@ -38,6 +38,7 @@ from ui.machine_view import machine_read_bandwidth
 from ui.narrative import (
     bandwidth_words,
     bound_sentence,
+    matmul_words,
     replays_sentence,
     sweep_sentence,
     tradeoff_sentences,
@@ -119,7 +120,7 @@ if sweep is not None and sweep.model == lm.name:
             sweep.points[0].batch,
             machine_read_bandwidth(lm) if machine_known() else None,
         )
-        + f"; and this machine's matmul ({sweep.matmul_flops_per_s / 1e9:.0f} GFLOP/s). "
+        + matmul_words(sweep.matmul_flops_per_s, machine_matmul(lm) if machine_known() else None)
         + (machine_provenance() if machine_known() else "")
     )
     where = (

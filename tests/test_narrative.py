@@ -417,3 +417,14 @@ def test_simulated_users_words_agree_with_their_waits_and_say_why_first_tokens_c
     assert "Their first tokens came together (TTFT 3.19 s to 3.19 s)" in said and "prefilled together" in said
     apart = [{**row, "TTFT (s)": t} for t in (0.13, 0.15, 0.17)]
     assert "came together" not in narrative.users_sentence(3, apart, 8)
+
+
+def test_a_recorded_sweeps_matmul_is_said_as_measured_then_when_the_machine_now_reads_otherwise():
+    """The presenter's walk: Batching said 'this machine's matmul (211 GFLOP/s)' from a recorded sweep while Home
+    said 106.59 GFLOP/s; the sentence now says which is which where they differ."""
+    assert narrative.matmul_words(211e9, 210e9) == "; and this machine's matmul (211 GFLOP/s). "
+    said = narrative.matmul_words(211e9, 106.59e9)
+    assert (
+        "211 GFLOP/s, as measured when the sweep ran; this machine's measurement now reads 107 GFLOP/s"
+        in said
+    )

@@ -122,6 +122,17 @@ def replays_sentence(s: Any, i: Any) -> str:
     )
 
 
+def matmul_words(drawn: float, now: float | None) -> str:
+    """The matmul rate the sweep's dashed line was drawn with, and this machine's stored one where they differ by more
+    than SAME_BAND (a recorded sweep read 211 GFLOP/s beside a Home that said 106.59: two measurements, one unsaid)."""
+    said = f"; and this machine's matmul ({drawn / 1e9:.0f} GFLOP/s"
+    if now and abs(drawn / now - 1) > SAME_BAND:
+        said += (
+            f", as measured when the sweep ran; this machine's measurement now reads {now / 1e9:.0f} GFLOP/s"
+        )
+    return said + "). "
+
+
 def bound_sentence(bound: Any, ratio: float) -> str:
     """Section 2's bound (engine.batching.workload.PolicyBound) in words, and where the measured in-flight /
     static `ratio` lands between its two regimes (every step costing the same; every row costing the same)."""
