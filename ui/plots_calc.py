@@ -319,7 +319,7 @@ def comparison_chart(rows: Sequence[dict]) -> go.Figure:
     fig.add_bar(
         x=x,
         y=[r["datasheet"] * 1e3 for r in rows],
-        name="predicted (datasheet roofs)",
+        name="the measured roofs' bound (no per-step cost)",
         marker_color="#9ecae1",
         offsetgroup="datasheet",
     )
