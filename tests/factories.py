@@ -29,3 +29,20 @@ def synthetic_run(model: str, dtype: str, ttft_s: float, tpot_s: float, **fields
         "busy": False,
     }
     return Measurement(**{**base, **fields})
+
+
+def tables_in_order(at) -> list:
+    """The page's tables as drawn, dataframes and static tables alike, in page order (a table of verdicts is drawn
+    static so its cells wrap: ui.widgets.split_dataframes)."""
+    out: list = []
+
+    def walk(node) -> None:
+        children = getattr(node, "children", {})
+        for k in sorted(children):
+            child = children[k]
+            if getattr(child, "type", "") in ("dataframe", "table"):
+                out.append(child)
+            walk(child)
+
+    walk(at.main)
+    return out

@@ -14,6 +14,8 @@ from tests.factories import synthetic_run
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
 
+from tests.factories import tables_in_order
+
 ROOT = Path(__file__).resolve().parents[1]
 CALC = str(ROOT / "pages" / "2_Memory_and_cost.py")
 ROOF = str(ROOT / "pages" / "3_Roofline.py")
@@ -883,7 +885,7 @@ def test_the_measured_shapes_table_fits_the_page_without_losing_a_column():
 
     runlog.record(synthetic_run("gpt-neo-125m-random", "bf16", 0.05, 0.02))
     at = _run(CALC)
-    tables = [df.value for df in at.dataframe if "shape" in df.value.columns]
+    tables = [df.value for df in tables_in_order(at) if "shape" in df.value.columns]
     assert len(tables) == 2 and all(t.columns[0] == "shape" and len(t.columns) <= 6 for t in tables)
     assert list(tables[0].columns[1:3]) == ["measured", "estimate"]
     assert {c for t in tables for c in t.columns} == {
@@ -1168,14 +1170,14 @@ def test_the_runs_table_says_where_runs_came_from_and_why_one_is_not_compared_in
         for m in [older] * 4 + [probe]:
             f.write(json.dumps(m.to_dict()) + "\n")
     at = _run(CALC)
-    runs = next(df.value for df in at.dataframe if "from" in df.value.columns)
-    cmp = next(df.value for df in at.dataframe if "comparable" in df.value.columns)
+    runs = next(df.value for df in tables_in_order(at) if "from" in df.value.columns)
+    cmp = next(df.value for df in tables_in_order(at) if "comparable" in df.value.columns)
     assert list(runs["from"]) == [
         "4 older runs that did not record where they came from, 1 from another tool"
     ]
     assert list(cmp["comparable"]) == ["no: load not recorded (older run)"]
     shown = " ".join(
-        [str(v) for df in at.dataframe for v in df.value.to_numpy().ravel()]
+        [str(v) for df in tables_in_order(at) for v in df.value.to_numpy().ravel()]
         + [c.value for c in at.caption]
         + [str(m.delta) for m in at.metric]
     )

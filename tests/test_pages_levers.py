@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from tests.factories import tables_in_order
+
 PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "7_Quantization_and_speculative_decoding.py")
 
 
@@ -138,7 +140,7 @@ def test_the_scheme_table_fits_the_page_without_losing_a_column():
     )
     at = _quant_page(rows, docs=2)
     assert not at.exception
-    tables = [df.value for df in at.dataframe if df.value.columns[0] == "scheme"]
+    tables = [df.value for df in tables_in_order(at) if df.value.columns[0] == "scheme"]
     assert len(tables) == 3 and all(len(t.columns) <= 7 for t in tables)
     assert list(tables[0].columns[:4]) == ["scheme", "status", "speed vs fp32", "95% CI"]
     assert list(tables[0]["speed vs fp32"]) == ["1×", "1.40× faster"]
@@ -201,7 +203,7 @@ def test_the_speculative_table_fits_the_page_without_losing_a_column():
     at.session_state["levers.spec"] = SpecReport("tiny-gpt-neo", "cpu", 8, 3, "", rows)
     at.run()
     assert not at.exception
-    tables = [df.value for df in at.dataframe if df.value.columns[0] == "run"]
+    tables = [df.value for df in tables_in_order(at) if df.value.columns[0] == "run"]
     # the second walk: the verdict table's seven columns still cut 'identical to greedy' at 1280 px: three now; the
     # third: 'How it ran' (eight columns) cut its last to 'ar…': four tables of at most four beside the run
     assert len(tables) == 4 and all(len(t.columns) <= 5 for t in tables)
@@ -220,7 +222,7 @@ def test_the_speculative_table_fits_the_page_without_losing_a_column():
     busy.session_state["pace.speculative.load"] = {"before": 4.6, "after": 6.0, "cores": 2}
     busy.run()
     said = " ".join(m.value for m in busy.tabs[2] if m.type == "markdown")
-    cells = [str(v) for df in busy.dataframe for v in df.value.to_numpy().ravel()]
+    cells = [str(v) for df in tables_in_order(busy) for v in df.value.to_numpy().ravel()]
     assert "faster" not in said and not any("faster" in c for c in cells)
     assert (
         "speed not comparable (measured on a busy machine" in said
@@ -293,5 +295,5 @@ def test_a_busy_run_calls_no_speed_verdict_and_a_quiet_one_does():
     said = " ".join(m.value for m in busy.markdown)
     assert "no speed verdict" in said and "speed not comparable (busy machine)" in said
     assert "int8, time per token: not comparable" in said and "1.26×" not in said and "faster" not in said
-    cells = [str(v) for df in busy.dataframe for v in df.value.to_numpy().ravel()]
+    cells = [str(v) for df in tables_in_order(busy) for v in df.value.to_numpy().ravel()]
     assert "not comparable (busy machine)" in cells and not any("faster" in c for c in cells)

@@ -303,11 +303,20 @@ def split_table(rows, key: str, parts) -> list[tuple[str, list[dict]]]:
     return out
 
 
+# cells that hold a verdict in words, cut short in a dataframe's fixed-width column at 1280 px ('no measurable
+# differe', 'no: machine was b': a presenter's walk): a part holding one is drawn as a table whose cells wrap
+VERDICT_COLUMNS = frozenset({"speed vs fp32", "speed vs plain", "comparable"})
+
+
 def split_dataframes(rows, key: str, parts) -> None:
-    """`split_table`'s tables, each under its caption."""
+    """`split_table`'s tables, each under its caption; a part with a verdict column (VERDICT_COLUMNS) as a table
+    whose cells wrap (word_table)."""
     for caption, part in split_table(rows, key, parts):
         st.caption(caption)
-        st.dataframe(part, hide_index=True, width="stretch")
+        if part and VERDICT_COLUMNS & set(part[0]):
+            word_table(st, part)
+        else:
+            st.dataframe(part, hide_index=True, width="stretch")
 
 
 # st.table draws a text cell as Markdown: a cell starting with a list, heading or quote mark ("1. ...", "- ...",
