@@ -21,6 +21,7 @@ from pathlib import Path
 
 from bench.common import CHROMIUM_ARGS, write_result
 from engine.core.load import cores, loadavg
+from engine.runtime import runlog
 from ui.machine_view import MEASURE_AGAIN
 
 WIDTH = 1280
@@ -230,6 +231,11 @@ def walk(url: str, shots: Path, stops, *, presenter: bool) -> list[StopResult]:
         page.set_default_timeout(RUN_LIMIT_S * 1000)
         page.goto(url + ("/?presenter=1" if presenter else "/"))
         idle(page)
+        if not presenter:
+            # this walk's runs are the recording presenter mode shows first (ui.pace.presented)
+            first = page.evaluate("() => new URLSearchParams(location.search).get('session') || ''")
+            if first:
+                runlog.set_curated_session(first)
         for n, stop in enumerate(stops, 1):
             r = StopResult(stop.title)
             t0 = time.perf_counter()

@@ -416,3 +416,21 @@ def test_a_time_left_never_stands_still_and_near_zero_says_about_to_finish():
         "Measuring", "", 19.7, 0.0, guess, smooth=bar
     )
     assert "about to finish (at the pace so far)" in clock_line("Racing", "", 9.8, 0.98, None)
+
+
+def test_presenter_mode_shows_the_tours_recording_first(monkeypatch, tmp_path):
+    """The presenter's walk: presenter mode replayed whatever anyone ran last (a 0-shot run with other settings on
+    Few-shot). The tour benchmark names its own session's runs as the recording (runlog.set_curated_session), and
+    presenter mode shows that session's quiet run first, saying so; without one, the rule is as before."""
+    from engine.runtime import runlog
+    from ui import pace
+
+    monkeypatch.setenv("INFERENCE_LAB_RUNS_DIR", str(tmp_path))
+    quiet = {"before": 0.2, "after": 0.3, "cores": 2, "others": 0.0}
+    runlog.save_result("x", {"v": 1}, wall_s=1.0, session="aaaaaaaaaaaa", settings={"load": quiet})
+    runlog.save_result("x", {"v": 2}, wall_s=0.5, session="bbbbbbbbbbbb", settings={"load": quiet})
+    best, which = pace.presented("x")
+    assert best.payload == {"v": 2} and "quickest" in which  # no recording named: the rule as before
+    assert runlog.set_curated_session("aaaaaaaaaaaa")
+    best, which = pace.presented("x")
+    assert best.payload == {"v": 1} and which.startswith("the tour's recording on this machine")

@@ -598,7 +598,9 @@ def cache_pair() -> CachePair | None:
 
     found: dict[tuple[str, bool], dict[bool, tuple[dict, runlog.StoredResult]]] = {}
     first_any: CachePair | None = None
-    for stored in runlog.results(EXPERIMENT):  # newest first
+    curated = runlog.curated_session()
+    # the tour's recording first (ui.pace.presented), then everyone's, each newest first
+    for stored in sorted(runlog.results(EXPERIMENT), key=lambda r: curated is None or r.session != curated):
         payload = stored.payload if isinstance(stored.payload, dict) else {}
         for key, half in (payload.get("curve") or {}).items():
             setup = pair_setup(half)

@@ -136,6 +136,29 @@ def readable_date(iso: str) -> str:
     return t.strftime("%Y-%m-%d %H:%M UTC")
 
 
+def curated_path() -> Path:
+    return paths.runs_dir() / "results" / paths.machine_id() / "presenter-session.txt"
+
+
+def set_curated_session(session: str) -> bool:
+    """Name the browser session whose runs presenter mode shows first: the tour benchmark's own walk, each stop run
+    with the page's defaults in one session (bench/tour.py); False when the folder is not writable."""
+    try:
+        curated_path().parent.mkdir(parents=True, exist_ok=True)
+        curated_path().write_text(session.strip() + "\n", encoding="utf-8")
+        return True
+    except OSError:
+        return False
+
+
+def curated_session() -> str | None:
+    """The session set_curated_session named, or None."""
+    try:
+        return curated_path().read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None
+
+
 def results_path(experiment: str) -> Path:
     if not _NAME.match(experiment):
         raise ValueError(f"experiment names are short lowercase words, got {experiment!r}")
