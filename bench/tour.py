@@ -221,7 +221,8 @@ def run_action(page, action: Action) -> float:
     return took
 
 
-def walk(url: str, shots: Path, stops, *, presenter: bool) -> list[StopResult]:
+def walk(url: str, shots: Path, stops, *, presenter: bool, curate: bool = False) -> list[StopResult]:
+    """`curate`: this walk's runs become presenter mode's recording (a whole tour, run live)."""
     from playwright.sync_api import sync_playwright
 
     results = []
@@ -231,8 +232,8 @@ def walk(url: str, shots: Path, stops, *, presenter: bool) -> list[StopResult]:
         page.set_default_timeout(RUN_LIMIT_S * 1000)
         page.goto(url + ("/?presenter=1" if presenter else "/"))
         idle(page)
-        if not presenter:
-            # this walk's runs are the recording presenter mode shows first (ui.pace.presented)
+        if curate and not presenter:
+            # a whole tour's runs are the recording presenter mode shows first (ui.pace.presented)
             first = page.evaluate("() => new URLSearchParams(location.search).get('session') || ''")
             if first:
                 runlog.set_curated_session(first)
@@ -304,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = loadavg()
     t0 = time.perf_counter()
     with server(args.url) as url:
-        results = walk(url, shots, chosen, presenter=args.presenter)
+        results = walk(url, shots, chosen, presenter=args.presenter, curate=wanted is None)
     wall = time.perf_counter() - t0
     load_after = loadavg()
     live = sum(r.live_s for r in results)

@@ -18,8 +18,15 @@ from engine.runtime.settings import GenerationConfig
 from ui import export, lab_view, lab_widgets, pace
 from ui.common import fmt_seconds, init_state, page_setup, show_error
 from ui.playground_widgets import live_line
-from ui.widgets import RADIO, SLIDER, button_why, refused, sidebar_model, spec_input
+from ui.widgets import RADIO, SLIDER, button_why, refused, sidebar_model, spec_input, split_dataframes
 
+EVAL_COLUMNS = ("word_perplexity", "byte_perplexity", "bits_per_byte", "engine_bits_per_byte", "device",
+                "task_version", "documents", "runtime_s")  # fmt: skip
+EVAL_PARTS = (
+    ("What each run measured (the engine's own forward beside the harness's)",
+     ("word perplexity", "byte perplexity", "bits per byte", "engine bits per byte")),
+    ("Where and how it ran", ("device", "task version", "documents", "runtime s")),
+)  # fmt: skip
 NS = "lab"
 MAX_UPLOAD_BYTES = fewshot.MAX_CSV_BYTES
 FS, CODE, EVAL = fewshot.FewShotSpec, codegen.CodeSpec, evaluation.EvalSpec
@@ -450,25 +457,18 @@ with tab_eval:
             st.caption(
                 "Compare two models, or one model in two precisions: load another in the sidebar and run again."
             )
-            table = pd.DataFrame(runs)
-            cols = [
-                c
-                for c in (
-                    "model",
-                    "dtype",
-                    "device",
-                    "task",
-                    "task_version",
-                    "documents",
-                    "word_perplexity",
-                    "byte_perplexity",
-                    "bits_per_byte",
-                    "engine_bits_per_byte",
-                    "runtime_s",
-                )
-                if c in table
-            ]
-            st.dataframe(table[cols].rename(columns=lambda c: c.replace("_", " ")), hide_index=True)
+            # two tables led by the run: eleven columns in one were wider than the page at 1280 px (the tour)
+            split_dataframes(
+                [
+                    {
+                        "run": f"{n}. {r.get('model')} {r.get('dtype')} on {r.get('task')}",
+                        **{k.replace("_", " "): r[k] for k in EVAL_COLUMNS if k in r},
+                    }
+                    for n, r in enumerate(runs, 1)
+                ],
+                "run",
+                EVAL_PARTS,
+            )
             st.plotly_chart(lab_widgets.eval_comparison_figure(runs), key=f"{NS}.eval_chart")
             c1, c2 = st.columns(2)
             c1.download_button(

@@ -161,6 +161,12 @@ def test_evaluation_run_reports_metrics_crosscheck_and_comparison():
     assert any(t.value == "This session's runs (2)" for t in at.subheader)
     runs = at.session_state["lab.eval_runs"]
     assert len(runs) == 2 and runs[0]["bits_per_byte"] == pytest.approx(runs[1]["bits_per_byte"])
+    # two tables led by the run, where one of eleven columns was wider than the page at 1280 px (the tour)
+    measured = next(df.value for df in at.dataframe if "bits per byte" in df.value.columns)
+    assert list(measured.columns)[:2] == ["run", "word perplexity"] and len(measured) == 2
+    assert any(
+        "runtime s" in df.value.columns and "bits per byte" not in df.value.columns for df in at.dataframe
+    )
     # it ran under the page clock, which stores it: a reload finds the last evaluation again (a presenter read an
     # empty page after a reload, and a bar with no time on it while lm-eval ran)
     reloaded = AppTest.from_file(PAGE, default_timeout=120)
