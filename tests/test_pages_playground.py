@@ -117,3 +117,30 @@ def test_a_live_run_never_pairs_with_presenter_modes_recorded_half(monkeypatch, 
     assert not at.exception
     assert set(at.session_state["playground.curve"]) == {True}  # the live run alone
     assert not any("per token, the cache off" in m.value for m in at.markdown)
+
+
+def test_presenter_modes_pair_shows_one_runs_figures_and_leaves_when_switched_off(monkeypatch, tmp_path):
+    """The presenter's walk: in presenter mode the Playground's tiles (TTFT 467 ms) and its table's cache-on row
+    (616.9 ms) described different recorded runs; and with the switch turned off the page still said 'Presenter
+    mode: ... not live'. The table now holds the pair's own two runs, and switching off leaves the recording."""
+    monkeypatch.setenv("INFERENCE_LAB_RUNS_DIR", str(tmp_path / "runs"))
+    other = playground()
+    other.sidebar.number_input(key="playground.max_new").set_value(8).run()
+    other.button(key="playground.go").click().run()  # a first cache-on run, in the table too
+    other.button(key="playground.go").click().run()
+    other.sidebar.toggle(key="playground.cache").set_value(False).run()
+    other.button(key="playground.go").click().run()
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT)
+    at.query_params["presenter"] = "1"
+    at.query_params["model"] = "tiny-gpt-neo"
+    at.run()
+    assert not at.exception
+    rows = at.session_state["playground.history"]
+    on = at.session_state["playground.curve"][True]["measurement"]
+    assert len(rows) == 2 and [r["kv cache"] for r in rows] == [True, False]
+    assert rows[0]["TTFT (ms)"] == round(on.ttft_s * 1e3, 1)  # the tiles' run
+    assert any(i.value.startswith("Presenter mode") for i in at.info)
+    at.sidebar.toggle(key="lab.presenter_switch").set_value(False).run()
+    assert not at.exception
+    assert not any(i.value.startswith("Presenter mode") for i in at.info)
+    assert at.session_state["playground.history"] == [] and at.session_state["playground.last"] is None

@@ -127,12 +127,30 @@ def presenter_mode() -> bool:
     return bool(st.session_state[_PRESENTER_KEY])
 
 
+def leave_recording() -> None:
+    """Presenter mode switched off: a page that opened on a recorded run (its '<page>.restored', marked presenter)
+    forgets it, so it shows this session's own runs only (the Playground still said 'Presenter mode: ... not live'
+    with the switch off: a presenter's walk)."""
+    state = st.session_state
+    for key in [k for k in list(state.keys()) if str(k).endswith(".restored")]:
+        if not getattr(state[key], "presenter", False):
+            continue
+        ns = str(key)[: -len(".restored")]
+        del state[key]
+        for part, empty in (("last", None), ("curve", {}), ("history", []), ("runs", None)):
+            if f"{ns}.{part}" in state:
+                state[f"{ns}.{part}"] = empty
+
+
 def presenter_switch() -> None:
     """The sidebar switch for presenter mode, on every page (kept in the URL, so a reload keeps it too)."""
     on = presenter_mode()
 
     def flip() -> None:
-        st.session_state[_PRESENTER_KEY] = st.session_state["lab.presenter_switch"]
+        on = st.session_state["lab.presenter_switch"]
+        st.session_state[_PRESENTER_KEY] = on
+        if not on:
+            leave_recording()
 
     st.sidebar.toggle(
         "Presenter mode",
