@@ -70,7 +70,9 @@ except EngineError as exc:
 est = answer.est
 with right:
     st.subheader(header(answer))
-    st.markdown(answer_card(est))  # the answer first, above the assumptions and the plan's paragraph
+    st.markdown(
+        answer_card(est, cpu=is_cpu(request.gpu))
+    )  # the answer first, above the assumptions and the plan's paragraph
     assumptions(est)
     left_half, right_half = st.columns([1, 1])
     with left_half:

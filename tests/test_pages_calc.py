@@ -1415,3 +1415,15 @@ def test_the_answer_is_one_line_above_the_assumptions_with_the_tiles_figures():
     assert order.index(card) < min(
         k for k, v in enumerate(order) if v.startswith("- ")
     )  # above the reasoning
+
+
+def test_the_answer_line_on_this_machines_cpu_counts_no_gpus():
+    """The presenter's walk: on this machine's CPU the answer line read 'Fits on the 1 GPU asked' beside 'GPUs
+    (none: this machine's CPU)'."""
+    at = _run(CALC)
+    at.selectbox(key="calc.gpu").set_value("this-machine").run()
+    assert not at.exception
+    card = next(
+        m.value for m in at.markdown if "per output token** at" in m.value or "machine's memory" in m.value
+    )
+    assert "in this machine's memory" in card and "GPU" not in card

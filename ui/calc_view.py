@@ -88,13 +88,15 @@ def header(a: CalcAnswer) -> str:
     )
 
 
-def answer_card(est: Estimate) -> str:
+def answer_card(est: Estimate, *, cpu: bool = False) -> str:
     """The answer in one line above everything else (an engineer's walk found the time per token, the first token
     and the price 1.5 screens down at 1280 x 800, under the assumptions and the plan's paragraph): the same figures
     the tiles below show, each there with its interval."""
     t, sp, i, layout = est.timing, est.speed, est.inputs, est.fit.layout
     users = layout.batch_per_replica if layout else i.batch
-    if est.fits:
+    if cpu:  # this machine's CPU: no GPUs to count (it read 'Fits on the 1 GPU asked': a presenter's walk)
+        fit = "**Fits** in this machine's memory" if est.fits else "**Does not fit** in this machine's memory"
+    elif est.fits:
         fit = f"**Fits** on the {i.n_gpus} GPU{'s' if i.n_gpus != 1 else ''} asked"
     elif layout is not None:
         fit = f"**Does not fit** on the {i.n_gpus} asked; **{est.gpus_needed:,} GPUs needed**, timed and priced there"

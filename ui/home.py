@@ -285,8 +285,8 @@ def models_panel() -> None:
     # each model's source in a line of its own: a column of them pushed the table past 1280 px
     st.markdown("\n".join(f"- **{lm.name}**: {lm.source}" for lm in loaded))
     st.caption(
-        "Footprint: `model.get_memory_footprint()` (parameters + buffers), measured. Placement: "
-        "accelerate's `hf_device_map` when device_map='auto' split the model, else its single device. "
+        "Footprint: the memory the loaded model's parameters and buffers take, measured by transformers. "
+        "Placement: the devices the model's layers sit on when it was split across several, else its one device. "
         "One copy of each model serves every browser session."
     )
 

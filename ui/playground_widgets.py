@@ -170,7 +170,8 @@ def progress_text(
             share = expected_s * left_w / (done_w + left_w) if done_w + left_w > 0 else 0.0
             left = max(left, share) if math.isfinite(left) else share
         else:
-            late = f" · longer than the forecast ({fmt.seconds(expected_s)}): other work may share the CPU"
+            # the forecast can be low for this run as well as the CPU shared: the run's own note says which after
+            late = f" · longer than the forecast ({fmt.seconds(expected_s)})"
     return (
         f"{tokens} / {max_new} tokens · {fmt.seconds(elapsed)} elapsed · "
         + (f"{rate:.1f} tok/s" if math.isfinite(rate) else "— tok/s")

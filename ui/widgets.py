@@ -314,7 +314,10 @@ def split_dataframes(rows, key: str, parts) -> None:
     for caption, part in split_table(rows, key, parts):
         st.caption(caption)
         if part and VERDICT_COLUMNS & set(part[0]):
-            word_table(st, part)
+            # numbers as rounded: a static table draws 37.5 as "37.5000" (a presenter's walk)
+            word_table(
+                st, [{k: f"{v:,.6g}" if isinstance(v, float) else v for k, v in r.items()} for r in part]
+            )
         else:
             st.dataframe(part, hide_index=True, width="stretch")
 

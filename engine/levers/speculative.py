@@ -397,10 +397,10 @@ def run_speculate(lm: LoadedModel, spec: SpeculateSpec, progress: R.Progress | N
     cost = None
     for w in names:
         prompts = WORKLOADS[w]
-        tick(f"{w}: plain greedy")
+        tick(f"{workload_name(w)}: plain greedy")
         plain_totals, plain_tokens, per_token, one_token, overlap = _plain(lm, prompts, max_new_tokens, runs)
         for method in methods:
-            tick(f"{w}: {method}")
+            tick(f"{workload_name(w)}: {method_name(method)}")
             try:
                 if method == "prompt_lookup":  # n-grams cost nothing to draft; verifying them does
                     extra, what, draft_c = {"prompt_lookup_num_tokens": gamma}, "n-grams of the prompt", 0.0
