@@ -704,3 +704,21 @@ def test_the_cheapest_answer_gives_the_budget_at_three_odds():
     assert prices[0] <= prices[1] <= prices[2]
     assert "The budget by the odds that the real steps are at least as quick as those searched" in a.sentence
     assert f"3 in 4, {odds[1]['plan']}" in a.sentence
+
+
+def test_the_runner_up_is_the_true_second_cheapest_plan():
+    """The engineer's walk: across every priced GPU the answer named '2 replicas of 2 x H200 SXM at $18.00/hour'
+    runner-up while 4 x H100 SXM at $13.96 met the same objectives: the search stopped once one replica of the next
+    option cost more than the cheapest, so 4 x H100 was never simulated. It now searches on until one replica of
+    the next costs more than the runner-up."""
+    s = SimulateSpec(model="llama-3.3-70b-instruct", gpu="h100-sxm", engine="vllm", dtype="bf16",
+                     prompt_tokens=2048, output_tokens=256).validate()  # fmt: skip
+    a = solve.cheapest(s, SLO(ttft_s=1.0, tpot_s=0.05), 50)
+    prices = sorted(r["usd_per_hour"] for r in a.details["simulated"])
+    runner = a.details["runner_up"]
+    assert runner["simulated"] and runner["usd_per_hour"] == prices[1] and prices[0] == a.value.central
+    assert ("h100-sxm", 4, 13.96) in {
+        (r["gpu"], r["gpus"], round(r["usd_per_hour"], 2)) for r in a.details["simulated"]
+    }
+    assert runner["usd_per_hour"] <= 13.96
+    assert "each of the others costs more for one replica than the runner-up's whole plan" in a.sentence

@@ -444,10 +444,8 @@ def answer_figures(answer: solve.Answer) -> tuple[str, str]:
             return value, "with margin: the same plan meets them at the slow step times"
         each = f"{margin['replicas']} replicas of " if margin["replicas"] > 1 else ""
         likely = next((o for o in answer.details.get("odds", ()) if o["odds"] == "3 in 4"), None)
-        between = (
-            f"3 in 4 odds: {show(likely['usd_per_hour'])}; "
-            if likely and likely.get("usd_per_hour") is not None
-            else ""
+        between = (  # named, as the margin is: the plan a budget at 3 in 4 odds buys (an engineer's walk)
+            f"3 in 4 odds: {likely['plan']}; " if likely and likely.get("usd_per_hour") is not None else ""
         )
         return value, f"{between}with margin: {show(v.high)} ({each}{margin['gpus']} x {margin['name']})"
     if answer.question == "max-users" and "ends" in answer.details and v.low != v.high:

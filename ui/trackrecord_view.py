@@ -107,8 +107,8 @@ def _cached_record() -> dict:
                 "interval from": f"{r.band_rows} rows, {r.band_level}" if r.band_level else "",
                 "error": r.error,
                 "held back": r.held_back,
-                "why not scored": r.why,
-                "note": r.note,
+                "why not scored": r.why or "",  # an empty cell, not 'None' (an engineer's walk)
+                "note": r.note or "",
                 "source": r.source if r.source.startswith("http") else "https://" + r.source.split("@")[0],
                 "quote": r.quote,
             }
@@ -155,12 +155,24 @@ def summary_tables(summaries: list[dict]) -> None:
             st.dataframe(rows, hide_index=True, width="stretch")
 
 
+THIN_ROWS = 10  # fewer held-back rows than this: a verdict said as resting on few
+
+
+def met_words(met: bool | None, rows: int) -> str:
+    """A target's verdict with the rows it rests on: 'yes, 51 rows', 'NO, 30 rows', 'yes, only 3 rows'."""
+    if met is None:
+        return "no rows"
+    verdict = "yes" if met else "NO"
+    return f"{verdict}, only {rows} rows" if rows < THIN_ROWS else f"{verdict}, {rows} rows"
+
+
 def _summary_frame(summaries: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(
         [
             {  # the verdict and its target beside the name, so both show without scrolling the table sideways
                 "what": s["description"],
-                "target met": {True: "yes", False: "NO", None: "no rows"}[s["met"]],
+                # with its rows beside it: 'yes' on 3 rows read as a pass as sure as one on 51 (an engineer's walk)
+                "target met": met_words(s["met"], s["rows"]),
                 "target": s["target"],
                 "median |error|": fmt.number(s["median_abs_error"] * 100, ".1f", missing="–") + " %",
                 "inside the interval": "–" if s["coverage"] is None else f"{s['coverage']:.0%}",
@@ -213,7 +225,9 @@ def track_record_section(key: str) -> None:
         column_order=None if every else NARROW_COLUMNS,
         column_config={
             "source": st.column_config.LinkColumn("source"),
-            "error": st.column_config.NumberColumn("error (predicted / published - 1)", format="percent"),
+            "error": st.column_config.NumberColumn(
+                "error", help="predicted / published - 1 (its header was cut at 1280 px)", format="percent"
+            ),
             "published": st.column_config.NumberColumn(format="%.4g"),
             "predicted": st.column_config.NumberColumn(format="%.4g"),
             "width": st.column_config.NumberColumn("width (high / low)", format="%.2f×"),

@@ -811,7 +811,7 @@ def cheapest(
         f"${best.usd_per_hour:,.2f}/hour, {best.users_per_replica} users per replica, at the step times' "
         f"central estimates; {len(tried)} of the {len(cands)} priced options that fit "
         f"{'was' if len(tried) == 1 else 'were'} simulated (users in steady state, as the most-users answer "
-        "counts them); each of the others costs more for one replica than this whole plan.",
+        "counts them); each of the others costs more for one replica than the runner-up's whole plan.",
         odds["sentence"],
         f" Each option's replicas were searched with runs of {PROBE_REQUESTS_PER_USER} requests per user and "
         f"confirmed with runs of at least {CONFIRM_REQUESTS_PER_USER} per user, long enough to reach steady "
@@ -899,17 +899,22 @@ def _plan(
 ) -> tuple[Option | None, list[Option]]:
     """The cheapest plan with every step at `which` end of its interval ("central"; "high": the slow end, a plan
     with margin): the candidates cheapest first, each one's fewest replicas searched with short runs and confirmed
-    with long ones (`confirmed_replicas`), until one replica of the next costs as much as the best plan found.
+    with long ones (`confirmed_replicas`), until one replica of the next costs as much as the runner-up found (the
+    search stopped at the best once, and a $18.00 plan was called runner-up where 4 x H100 at $13.96 also met
+    the objectives, unsearched: an engineer's walk).
     Returns the plan (None where no option meets the objectives) and every option that met them."""
     best: Option | None = None
+    second: Option | None = (
+        None  # the runner-up: searched on until one replica of the next costs more than it
+    )
     tried: list[Option] = []
     ends = {
         "central": "central step times",
         "likely_slow": "every step at its 75th percentile",
     }.get(which, "every step at its slow end")
     for i, (one, key, n) in enumerate(cands):
-        if best is not None and one >= best.usd_per_hour:
-            break  # every later option costs at least this much per replica
+        if second is not None and one >= second.usd_per_hour:
+            break  # every later option costs at least this much per replica: neither cheapest nor runner-up
         if progress:
             progress(
                 span[0] + (span[1] - span[0]) * i / len(cands),
@@ -929,7 +934,9 @@ def _plan(
         opt = Option(key, d.gpu.name, n, r, hourly, math.ceil(users / r))
         tried.append(opt)
         if best is None or opt.usd_per_hour < best.usd_per_hour:
-            best = opt
+            best, second = opt, best
+        elif second is None or opt.usd_per_hour < second.usd_per_hour:
+            second = opt
     return best, tried
 
 
