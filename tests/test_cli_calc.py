@@ -489,3 +489,11 @@ def test_a_config_missing_fields_also_names_a_value_out_of_range(tmp_path, capsy
     assert main(["estimate", "--config", str(path), "--gpu", "h100-sxm"]) == 2
     err = capsys.readouterr().err
     assert "it lacks heads, vocab_size, and hidden size is -5, not a positive whole number" in err
+
+
+def test_the_default_estimates_prefill_is_not_labelled_one_requests_ttft(capsys):
+    """A student's walk: `estimate --model gpt-neo-2.7b --gpu t4` printed 'prefill (TTFT) 381 ms', the batch's 8
+    prompts together, beside the page's 'TTFT 121 ms for one request'."""
+    assert main(["estimate", "--model", "gpt-neo-2.7b", "--gpu", "t4"]) == 0
+    out = capsys.readouterr().out
+    assert "prefill (TTFT)" not in out and "the first token when all 8 prompts arrive together" in out

@@ -428,3 +428,18 @@ def test_a_recorded_sweeps_matmul_is_said_as_measured_then_when_the_machine_now_
         "211 GFLOP/s, as measured when the sweep ran; this machine's measurement now reads 107 GFLOP/s"
         in said
     )
+
+
+def test_later_first_tokens_with_no_one_waiting_are_not_said_to_be_a_wait():
+    """A student's walk at max batch 8 over 8 requests: 'No request waited', then 'here waiting for a static batch
+    cost less than sharing steps with running rows'."""
+    from engine.batching.workload import PolicyBound
+
+    static, inflight = policy(100.0, 2.0, 0.5), policy(110.0, 1.9, 0.5)
+    static = NS(**{**static.__dict__, "ttft_s_p50": 0.5})
+    inflight = NS(**{**inflight.__dict__, "ttft_s_p50": 0.9})
+    said = " ".join(
+        narrative.tradeoff_sentences(static, inflight, NS(valid=True), PolicyBound(44, 44, 23, 352, 184, 0))
+    )
+    assert "First tokens came later" in said and "waiting for a static batch" not in said
+    assert "every request started at once under both policies" in said

@@ -261,6 +261,9 @@ def tradeoff_sentences(s: Any, i: Any, headline: Any = None, bound: Any = None) 
         + (
             "a static batch makes every newcomer wait for the running batch to end."
             if ttft == "sooner"
+            else "every request started at once under both policies, so the gap is the replays' own timing (which "
+            "ran its prefills more slowly), not a wait."
+            if none_waited and ttft == "later"
             else "here waiting for a static batch cost less than sharing steps with running rows."
             if ttft == "later"
             else "queueing and sharing cost about the same here."

@@ -440,7 +440,10 @@ def format_text(r: dict) -> str:
                 "default is transformers: --engine hf)"
             )
         lines += [
-            f"  prefill (TTFT)    {fmt.seconds(r['prefill_s'])} ({r['prefill_bound']}-bound)",
+            # the batch's prompts together, the page's 'TTFT, all N arrive together' (it read as one request's TTFT
+            # beside the page's transformers estimate of one request: a student's walk)
+            f"  prefill           {fmt.seconds(r['prefill_s'])} ({r['prefill_bound']}-bound): the first token when "
+            f"all {r['inputs'].batch} prompts arrive together",
             f"  decode            {fmt.seconds(r['decode_s_per_token'])}/token ({r['decode_bound']}-bound)",
             f"  generation        {fmt.seconds(r['generation_s'])}; throughput {r['tokens_per_s']:,.1f} tokens/s",
         ]
