@@ -604,3 +604,18 @@ def test_the_reasoning_never_gives_a_part_larger_than_its_whole(engine, gpus):
     assert ("all-reduces" in decode) == (tp and not split)
     if split:
         assert "in tensor parallel" not in est.fit.sentence.replace("not in tensor parallel", "")
+
+
+def test_a_tensor_parallel_plan_with_no_run_of_its_layout_says_the_engines_runs_found_its_costs_too_slow():
+    """The engineer's walk: Qwen2.5-7B on 2 x H100 rested on a published run of its layout and scaled 106 -> 142
+    tok/s, while Llama-3.1-8B did not and ran slower on 2 GPUs than on 1, with nothing said. An unanchored plan now
+    says that the engine's runs of other layouts took those fixed costs at a fraction of the fit's."""
+    llama = spec_from_hf_config(published.configs()["meta-llama/Llama-3.1-8B-Instruct"], name="llama-8b")
+    inputs = Inputs(dtype="bf16", batch=1, prompt_tokens=512, output_tokens=256, n_gpus=2, engine="vllm")
+    est = estimate(llama, gpu_spec("h100-sxm"), inputs)
+    assert est.anchor is None
+    note = est.warnings[0]
+    assert note.startswith("No published run of this model's layout on several GPUs")
+    assert "Qwen/Qwen2-7B-Instruct on 2 x A100 80GB SXM (" in note and "likely pessimistic" in note
+    one = estimate(llama, gpu_spec("h100-sxm"), replace(inputs, n_gpus=1))
+    assert not any("No published run of this model's layout" in w for w in one.warnings)  # one GPU: no split

@@ -152,3 +152,27 @@ def _anchor(
         return None
     nearest = min(d for d, _ in found)
     return max((a for d, a in found if d == nearest), key=lambda a: a.factor)
+
+
+def other_layouts(setup: Setup, engine_class: str) -> tuple[Anchor, ...]:
+    """The engine class's anchors at other layouts on GPUs of the setup's vendor, for a tensor-parallel setup that
+    has none of its own: the runs that found the fit's fixed costs too slow elsewhere (an engineer's walk: Qwen2.5-7B
+    on 2 GPUs rested on a published run and scaled 106 -> 142 tok/s, Llama-3.1-8B did not and ran slower on 2 GPUs
+    than on 1, with nothing said). Each at the setup's own size where published, else the nearest."""
+    if setup.pipeline != 1 or setup.n_gpus <= 1 or setup.weight_format is not None:
+        return ()
+    own, width, vendor = _layout(setup.spec), _width(setup.dtype), gpu_vendor(setup.gpu)
+    layouts = set()
+    for r in published.rows():
+        if (
+            r.kind != "speed"
+            or r.metric not in TPOT_METRICS
+            or r.engine_class != engine_class
+            or r.gpu_count < 2
+        ):
+            continue
+        s = setup_of(r)
+        if not isinstance(s, str) and _layout(s.spec) != own:
+            layouts.add(_layout(s.spec))
+    found = (_anchor(layout, setup.n_gpus, engine_class, width, vendor) for layout in sorted(layouts))
+    return tuple(a for a in found if a is not None)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from engine.calc import quant
-from engine.calc.anchor import Anchor, anchor_for, fixed_factor
+from engine.calc.anchor import Anchor, anchor_for, fixed_factor, other_layouts
 from engine.calc.cost import CostEstimate, estimate_cost
 from engine.calc.efficiency import ENGINES, SpeedEstimate, class_efficiency, estimate_speed
 from engine.calc.efficiency import timing as timing_of
@@ -423,6 +423,10 @@ def estimate(
         if anchor is not None
         else below_sentence(below, fit)
         if below is not None
+        else unanchored_sentence(
+            other_layouts(parallel(setup_for(setup, fit.layout), speed.engine_class), speed.engine_class)
+        )
+        if speed is not None and fit.layout is not None
         else ""
     )
     cost, cost_interval = cost_of(i, fit, timing.tokens_per_s * replicas, speed, replicas)
@@ -499,6 +503,21 @@ def anchor_sentence(a: Anchor) -> str:
     return (
         f"Anchored to a measurement: {a.words()}. The times, throughput and price here, and the simulated answers "
         "below, use those costs; a step carrying more users only takes longer than that run's."
+    )
+
+
+def unanchored_sentence(others: tuple[Anchor, ...]) -> str:
+    """A tensor-parallel plan with no published run of its own layout, where the engine's runs of other layouts
+    found the fit's fixed costs too slow: said, with those runs, so a plan that scales worse than a similar model
+    anchored to a run reads as what it is ('' when there are none)."""
+    if not others:
+        return ""
+    runs = "; ".join(f"{a.model} on {a.gpu} ({a.engine}), {a.factor:.2f}x" for a in others)
+    return (
+        "No published run of this model's layout on several GPUs: its per-layer and all-reduce costs are the fit's. "
+        f"The engine's published runs of other layouts took those costs at a fraction of the fit's ({runs}), so this "
+        "plan's times on several GPUs are likely pessimistic; a model anchored to a run of its own layout can scale "
+        "better than this one."
     )
 
 
