@@ -467,3 +467,15 @@ def test_without_requests_a_sweep_of_fixed_users_runs_long_enough_for_steady_sta
     assert "TPOT p50/p90 ms" in table
     p90 = out["points"][0]["tpot_s"]["p90"] * 1e3
     assert f"/{p90:.1f}" in table
+
+
+def test_the_knee_is_said_to_be_read_among_the_levels_asked(capsys):
+    """An engineer's walk: `simulate --sweep 77,78,79` printed 'knee: 79 users meets the SLOs' and a knee interval
+    of levels, read as the limit where the most-users answer is 121."""
+    from engine.cli import main
+
+    argv = ["simulate", "--model", "llama-3.1-8b-instruct", "--gpu", "h100-sxm", "--sweep", "77,78,79",
+            "--prompt-tokens", "2048", "--output-tokens", "256", "--slo-ttft", "1s", "--slo-tpot", "50ms"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "among the levels asked" in out and "--solve max-users` searches every count" in out

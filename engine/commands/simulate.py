@@ -92,11 +92,20 @@ def format_text(out: dict) -> str:
             return "no level" if x is None else f"{x:g}"
 
         lines.append(
-            f"knee interval (step times at their interval's ends): {end(k['low'])} .. {end(k['high'])}"
+            f"knee interval (step times at their interval's ends, among the levels asked): {end(k['low'])} .. "
+            f"{end(k['high'])}"
         )
     if k["central"] is not None and out["points"] and all(p.get("meets_slo") for p in out["points"]):
         lines.append(
             f"every level met the SLOs: the knee is the highest level tried ({k['central']:g}), not a limit"
+        )
+    if out["points"]:
+        # the knee is a level asked, not a search: '79 users' read as the limit where the answer is 121 (an
+        # engineer's walk)
+        lines.append(
+            "the knee is the highest of the levels asked that met the objectives, and levels after the first that "
+            "missed are not run (--keep-going runs them); for the most users, `python -m engine estimate ... "
+            "--solve max-users` searches every count"
         )
     lines += [f"note: {n}" for n in sim["notes"]]
     return "\n".join(lines)
