@@ -145,8 +145,8 @@ def _anchor(
         if fixed <= 0:
             continue
         g = min(1.0, max(0.0, (tpot - (step.seconds - fixed)) / fixed))
-        gpus, engine = f"{r.gpu_count} x {one.gpu.name}", f"{r.engine} {r.engine_version}"
-        a = Anchor(g, tpot, est.central, r.model, gpus, _load(r), engine, r.id, r.gpu_count, tp)
+        gpus, version = f"{r.gpu_count} x {one.gpu.name}", f"{r.engine} {r.engine_version}"
+        a = Anchor(g, tpot, est.central, r.model, gpus, _load(r), version, r.id, r.gpu_count, tp)
         found.append((abs(math.log2(r.gpu_count / tp)), a))
     if not found:
         return None
