@@ -86,7 +86,7 @@ def anchor_for(setup: Setup, engine_class: str, engine: str | None = None) -> An
     """The setup's anchor for `engine` (a key of efficiency.ENGINES) of `engine_class`: a run of that engine itself
     where one qualifies (a vLLM answer anchored to an SGLang run was read as one engine's figures set by another's),
     else one of its class, the words saying which."""
-    if setup.pipeline != 1 or setup.n_gpus <= 1 or setup.weight_format is not None:
+    if not _anchorable(setup):
         return None
     layout, width, vendor = _layout(setup.spec), _width(setup.dtype), gpu_vendor(setup.gpu)
     if engine is not None:
@@ -114,23 +114,15 @@ def _anchor(
     if fit is None:
         return None
     found: list[tuple[float, Anchor]] = []
-    for r in published.rows():
-        if r.kind != "speed" or r.metric not in TPOT_METRICS or r.engine_class != engine_class:
-            continue
+    for r, s in _multi_gpu_runs(engine_class):
         if engine is not None and r.engine != engine:
             continue
-        if (
-            r.gpu_count < 2
-            or r.tensor_parallel != r.gpu_count
-            or r.calc_format is not None
-            or _width(r.dtype) != width
-        ):
+        if r.tensor_parallel != r.gpu_count or r.calc_format is not None or _width(r.dtype) != width:
             continue
         scale = TPOT_METRICS[r.metric]
         if scale is None and not (r.batch <= 1 and r.batch_kind in ("batch", "concurrency")):
             continue  # a rate under load is not one user's time per token
-        s = setup_of(r)
-        if isinstance(s, str) or s.pipeline != 1 or _layout(s.spec) != layout or r.value <= 0:
+        if s.pipeline != 1 or _layout(s.spec) != layout or r.value <= 0:
             continue
         if gpu_vendor(s.gpu) != vendor:
             continue
@@ -159,10 +151,24 @@ def other_layouts(setup: Setup, engine_class: str) -> tuple[Anchor, ...]:
     has none of its own: the runs that found the fit's fixed costs too slow elsewhere (an engineer's walk: Qwen2.5-7B
     on 2 GPUs rested on a published run and scaled 106 -> 142 tok/s, Llama-3.1-8B did not and ran slower on 2 GPUs
     than on 1, with nothing said). Each at the setup's own size where published, else the nearest."""
-    if setup.pipeline != 1 or setup.n_gpus <= 1 or setup.weight_format is not None:
+    if not _anchorable(setup):
         return ()
     own, width, vendor = _layout(setup.spec), _width(setup.dtype), gpu_vendor(setup.gpu)
-    layouts = set()
+    layouts = sorted({_layout(s.spec) for _, s in _multi_gpu_runs(engine_class)} - {own})
+    found = (_anchor(layout, setup.n_gpus, engine_class, width, vendor) for layout in layouts)
+    return tuple(a for a in found if a is not None)
+
+
+def _anchorable(setup: Setup) -> bool:
+    """A setup whose fixed costs a run can anchor: tensor parallel over several GPUs, plain 16-bit weights."""
+    return setup.pipeline == 1 and setup.n_gpus > 1 and setup.weight_format is None
+
+
+@cache
+def _multi_gpu_runs(engine_class: str) -> tuple[tuple[published.PublishedRow, Setup], ...]:
+    """The class's published times per output token on several GPUs, each with the setup the calculator times it
+    at (rows it cannot time left out): read once, where every estimate of a tensor-parallel plan asked for them."""
+    runs = []
     for r in published.rows():
         if (
             r.kind != "speed"
@@ -172,7 +178,6 @@ def other_layouts(setup: Setup, engine_class: str) -> tuple[Anchor, ...]:
         ):
             continue
         s = setup_of(r)
-        if not isinstance(s, str) and _layout(s.spec) != own:
-            layouts.add(_layout(s.spec))
-    found = (_anchor(layout, setup.n_gpus, engine_class, width, vendor) for layout in sorted(layouts))
-    return tuple(a for a in found if a is not None)
+        if not isinstance(s, str):
+            runs.append((r, s))
+    return tuple(runs)

@@ -413,20 +413,22 @@ def estimate(
     fit = memory(setup, i)
     timing, replicas, speed, calibrated = speed_of(setup, fit, i, calibration)
     seen, below = published_beside(setup, fit, i, speed)
-    anchor = (
-        anchor_for(parallel(setup_for(setup, fit.layout), speed.engine_class), speed.engine_class, i.engine)
+    # the layout's GPUs as the engine class uses them, where there is an engine estimate and a layout
+    split = (
+        parallel(setup_for(setup, fit.layout), speed.engine_class)
         if speed is not None and fit.layout is not None
         else None
+    )
+    anchor = (
+        anchor_for(split, speed.engine_class, i.engine) if split is not None and speed is not None else None
     )
     seen_note = (
         anchor_sentence(anchor)
         if anchor is not None
         else below_sentence(below, fit)
         if below is not None
-        else unanchored_sentence(
-            other_layouts(parallel(setup_for(setup, fit.layout), speed.engine_class), speed.engine_class)
-        )
-        if speed is not None and fit.layout is not None
+        else unanchored_sentence(other_layouts(split, speed.engine_class))
+        if split is not None and speed is not None
         else ""
     )
     cost, cost_interval = cost_of(i, fit, timing.tokens_per_s * replicas, speed, replicas)
