@@ -36,6 +36,8 @@ from engine.calc.step_model import StepParts, step_parts
 from engine.core.errors import EngineError, InvalidParameterError
 from engine.core.interval import Interval
 from engine.core.stats import quantile
+from engine.loadgen.client import RequestRecord
+from engine.loadgen.metrics import meets
 from engine.loadgen.workload import SLO
 from engine.simulate.spec import SimulateSpec
 from engine.simulate.steps import PublishedSteps
@@ -45,7 +47,6 @@ from engine.simulate.sweep import (
     anchored_words,
     counted_records,
     deployment,
-    level_meets,
     model_spec,
     requests_of,
     steady_stagger_s,
@@ -277,13 +278,26 @@ def _meets(
     lengths: Sequence[int],
     per_user: int = PROBE_REQUESTS_PER_USER,
 ) -> bool:
-    """Whether `users` users meet the objectives in steady state: started `steady_stagger_s` apart, their first
-    requests (the ramp, on a machine not yet full) left out of the count; at least `per_user` requests per user."""
+    """Whether `users` users meet the objectives in steady state (`steady_records`); only whether, not the figures
+    (their percentiles over every token's gap took half of a solver's probe)."""
+    return meets(steady_records(s, d, users, which, lengths, per_user), slo)
+
+
+def steady_records(
+    s: SimulateSpec,
+    d,
+    users: int,
+    which: str,
+    lengths: Sequence[int] = (),
+    per_user: int = PROBE_REQUESTS_PER_USER,
+) -> list[RequestRecord]:
+    """`users` users in steady state: started `steady_stagger_s` apart, at least `per_user` requests each, their
+    first requests (the ramp, on a machine not yet full) left out; prompt lengths `lengths`, then the probe's own."""
     probe = replace(s, mode="concurrency", n_requests=probe_requests(s, users, per_user))
     load, planned = workload(probe, users)
     longer = list(lengths) + lengths_of(probe)[len(lengths) :]
     stagger = steady_stagger_s(s, d, users, which)
-    return level_meets(d, load, requests_of(planned, longer), slo, which, stagger_s=stagger, skip=users)
+    return counted_records(d, load, requests_of(planned, longer), which, stagger, users)
 
 
 def judge(
@@ -450,16 +464,7 @@ def _beside_estimate(s: SimulateSpec, d: Deployment, users: int, slo: SLO) -> tu
         )
     except EngineError:
         return "", {}
-    probe = replace(s, mode="concurrency", n_requests=probe_requests(s, users, CONFIRM_REQUESTS_PER_USER))
-    load, planned = workload(probe, users)
-    records = counted_records(
-        d,
-        load,
-        requests_of(planned, lengths_of(probe)),
-        "central",
-        steady_stagger_s(s, d, users, "central"),
-        users,
-    )
+    records = steady_records(s, d, users, "central", per_user=CONFIRM_REQUESTS_PER_USER)
     tpots = [r.tpot_s for r in records if r.ok and math.isfinite(r.tpot_s)]
     simulated = quantile(tpots, slo.min_attainment)
     if not math.isfinite(simulated):

@@ -24,7 +24,7 @@ from engine.core.errors import InvalidParameterError
 from engine.core.interval import Interval
 from engine.core.jsonsafe import to_jsonable
 from engine.loadgen.client import RequestRecord
-from engine.loadgen.metrics import RunMetrics, meets, summarize
+from engine.loadgen.metrics import RunMetrics, summarize
 from engine.loadgen.sweep import SweepResult, to_json
 from engine.loadgen.workload import SLO, LoadSpec, PlannedRequest, plan
 from engine.simulate.clock import SimRequest, run
@@ -269,21 +269,6 @@ def run_level(
     records = counted_records(d, load, reqs, which, stagger_s, skip)
     m = summarize(records, level=load.level, mode=load.mode, slo=slo)
     return steady_rates(m, load) if skip and load.mode == "concurrency" else m
-
-
-def level_meets(
-    d: Deployment,
-    load: LoadSpec,
-    reqs: Sequence[SimRequest],
-    slo: SLO,
-    which: str = "central",
-    *,
-    stagger_s: float = 0.0,
-    skip: int = 0,
-) -> bool:
-    """run_level(...).meets_slo without the figures (their percentiles over every token's gap took half of a
-    solver's probe): the solvers ask only whether a level meets the SLOs."""
-    return meets(counted_records(d, load, reqs, which, stagger_s, skip), slo)
 
 
 def counted_records(
