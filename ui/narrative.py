@@ -581,9 +581,15 @@ def _rough_ratio(runs: dict[bool, dict]) -> str:
     t_on, t_off, read = _per_token(runs)
     if not (t_on > 0 and t_off > 0):
         return "no ratio"
+    return f"the cache off measured {_cache_ratio(t_on, t_off)} by the {read}"
+
+
+def _cache_ratio(t_on: float, t_off: float) -> str:
+    """The cache-off run's per-token time against the cache-on run's in words: '22.3× slower', '1.2× faster',
+    'about as fast' (within SAME_BAND), 'not comparable with' where either is not a number."""
     verdict = compare_word(t_off, t_on, higher="slower", lower="faster", same="about as fast")
     ratio = t_off / t_on if verdict == "slower" else t_on / t_off if verdict == "faster" else None
-    return f"the cache off measured {f'{ratio:.1f}× ' if ratio else ''}{verdict} by the {read}"
+    return f"{f'{ratio:.1f}× ' if ratio else ''}{verdict}"
 
 
 def _not_comparable(curves: dict[bool, dict]) -> list[str]:
@@ -607,16 +613,15 @@ def run_headline(m: Any, use_cache: bool, curves: dict[bool, dict], model: str) 
     if paired and math.isfinite(runs[True]["measurement"].tpot_s):
         on, off, _ = _per_token(runs)
         shared = _not_comparable(runs)
-        verdict = compare_word(off, on, higher="slower", lower="faster", same="about as fast")
+        said = _cache_ratio(on, off)
         if shared:
             which = " and cache-".join(shared)
             line += (
                 f"; per token, {_rough_ratio(runs)} (rough: other work shared the cache-{which} "
                 f"run{'s' if len(shared) > 1 else ''})"
             )
-        elif verdict != "not comparable with" and on > 0:
-            ratio = off / on if verdict == "slower" else on / off if verdict == "faster" else None
-            line += f"; per token, the cache off was {f'{ratio:.1f}× ' if ratio else ''}{verdict}"
+        elif said != "not comparable with" and on > 0:
+            line += f"; per token, the cache off was {said}"
     return line + ". The tiles and the chart below have the rest."
 
 
